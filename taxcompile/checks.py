@@ -1,0 +1,494 @@
+"""Stage 4: cross-entry checks on the IR of each model.
+
+- every reference names a node that exists (forward references are allowed, so
+  a model is a dataflow graph, not a program);
+- the dataflow has no cycle (``feed =`` is the one delayed edge, read a step later);
+- shape inference: every tensor's axes and feature size are known;
+- each mechanism's requirements (Table II, eq. 12-45), e.g. multiplicative scores
+  need d_q = d_k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from . import ir
+from .diagnostics import Collector, Location, SpecError
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Named axes (positions, groups) and the feature size (None: token ids)."""
+
+    axes: tuple[str, ...]
+    dim: int | None
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(self.axes + ((str(self.dim),) if self.dim is not None else ())) + ")"
+
+
+@dataclass
+class AttentionInfo:
+    attended: str  # the axis the weights are normalised over
+    groups: tuple[str, ...]  # keys' other axes: one attention per group
+    query_mode: str  # "none" | "single" (one query per group) | "sequence" (one per position)
+    d_q: int | None
+    d_k: int
+    d_v: int
+
+
+@dataclass
+class CheckedModel:
+    model: ir.Model
+    shapes: dict[str, Shape]
+    sizes: dict[str, int | None]  # axis -> length when known
+    axis_origin: dict[str, str]  # axis -> input or node that created it
+    attention: dict[str, AttentionInfo]
+    order: list[str]  # node ids, dependencies first
+
+
+@dataclass
+class CheckedSpec:
+    spec: ir.Spec
+    models: list[CheckedModel] = field(default_factory=list)
+
+
+def deps(n: ir.AnyNode, delayed: bool = False) -> list[str]:
+    """Node ids ``n`` reads; with ``delayed`` only the ``feed`` edges."""
+    exprs: list[ir.Expr] = []
+    if isinstance(n, ir.Node):
+        exprs = [n.expr]
+    elif isinstance(n, ir.Attention):
+        exprs = [e for e in (n.query, n.keys, n.values) if e is not None]
+    out: list[str] = []
+    feeds: list[str] = []
+    stack = list(exprs)
+    while stack:
+        e = stack.pop(0)
+        if isinstance(e, ir.Ref):
+            out.append(e.node)
+        else:
+            if e.param("feed"):
+                feeds.append(str(e.param("feed")))
+            stack.extend(e.args)
+    if isinstance(n, ir.Attention) and n.affinity:
+        out.append(n.affinity)
+    return feeds if delayed else out
+
+
+class Checker:
+    def __init__(self, spec: ir.Spec, source: str | None):
+        self.spec = spec
+        self.c = Collector(spec.file, source)
+
+    def run(self) -> CheckedSpec:
+        out = CheckedSpec(self.spec)
+        for m in self.spec.models:
+            cm = self.model(m)
+            if cm is not None:
+                out.models.append(cm)
+        self.c.raise_if_any()
+        return out
+
+    def err(self, loc: Location, msg: str, hint: str = "") -> None:
+        self.c.error(loc, msg, hint)
+
+    # ---- per model ---------------------------------------------------------------
+
+    def model(self, m: ir.Model) -> CheckedModel | None:
+        before = len(self.c.diagnostics)
+        ids = {n.id: n for n in m.nodes}
+        g = nx.DiGraph()
+        for n in m.nodes:
+            g.add_node(n.id)
+        for n in m.nodes:
+            for d in deps(n):
+                if d not in ids:  # a forward reference to a node that failed to lower
+                    self.err(n.loc, f"`{d}` is referenced but not defined")
+                    continue
+                g.add_edge(d, n.id)
+            for d in deps(n, delayed=True):
+                if d not in ids or not isinstance(ids[d], ir.Attention):
+                    self.err(n.loc, f"`feed = {d}` must name an attention module",
+                             "a recurrent decoder reads the previous context of an attention module")
+        if len(self.c.diagnostics) > before:
+            return None
+        try:
+            cycle = nx.find_cycle(g)
+        except nx.NetworkXNoCycle:
+            cycle = None
+        if cycle:
+            path = [a for a, _ in cycle] + [cycle[0][0]]
+            first = ids[cycle[0][1]]
+            self.err(first.loc, "cycle in the dataflow: " + " → ".join(f"`{p}`" for p in path),
+                     "a model is a dataflow graph; a decoder that reads its previous context "
+                     "uses `gru(x, 512, feed = ATTENTION)`")
+            return None
+        rank = {n.id: f"{i:06d}" for i, n in enumerate(m.nodes)}
+        order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
+        self.cm = CheckedModel(m, {}, {}, {}, {}, order)
+        for n in m.inputs:
+            for a, s in zip(n.axes, n.sizes):
+                self.cm.sizes.setdefault(a, s)
+                self.cm.axis_origin.setdefault(a, n.id)
+        for node_id in order:
+            n = ids[node_id]
+            if any(d not in self.cm.shapes for d in deps(n)):
+                continue  # an upstream error was reported
+            if isinstance(n, ir.Input):
+                self.cm.shapes[n.id] = Shape(n.axes, n.dim)
+            elif isinstance(n, ir.Node):
+                s = self.node(n)
+                if s is not None:
+                    self.cm.shapes[n.id] = s
+            else:
+                s = self.attention(n)
+                if s is not None:
+                    self.cm.shapes[n.id] = s
+        for n in m.nodes:
+            for d in deps(n, delayed=True):
+                self.check_feed(n, ids[d])
+        if len(self.c.diagnostics) > before:
+            return None
+        return self.cm
+
+    # ---- shapes of feature models ------------------------------------------------
+
+    def shape(self, e: ir.Expr, node_id: str) -> Shape | None:
+        if isinstance(e, ir.Ref):
+            return self.cm.shapes.get(e.node)
+        args = [self.shape(a, node_id) for a in e.args]
+        if any(a is None for a in args):
+            return None
+        if e.fn != "embed":
+            for a, s in zip(e.args, args):
+                if s.dim is None:
+                    self.err(a.loc, f"`{_name(a)}` holds token ids; embed them first",
+                             "e.g. `embed(src, 512)`")
+                    return None
+        fn = getattr(self, "shape_" + e.fn)
+        return fn(e, args, node_id)
+
+    def node(self, n: ir.Node) -> Shape | None:
+        if n.kind_ == "affinity":
+            return self.affinity(n)
+        return self.shape(n.expr, n.id)
+
+    def _seq(self, e: ir.Op, s: Shape, what: str) -> bool:
+        if not s.axes:
+            self.err(e.loc, f"`{e.fn}` {what}, but `{_name(e.args[0])}` is a single vector {s}")
+            return False
+        return True
+
+    def shape_embed(self, e, a, nid):
+        if a[0].dim is not None:
+            self.err(e.args[0].loc, f"`embed` reads token ids, but `{_name(e.args[0])}` "
+                     f"already has features {a[0]}", "use `linear(x, d)` to map features")
+            return None
+        return Shape(a[0].axes, int(e.param("d")))
+
+    def shape_linear(self, e, a, nid):
+        return Shape(a[0].axes, int(e.param("d")))
+
+    def shape_project(self, e, a, nid):
+        return Shape(a[0].axes, int(e.param("d", a[0].dim)))
+
+    def shape_lstm(self, e, a, nid):
+        if not self._seq(e, a[0], "runs over a sequence"):
+            return None
+        return Shape(a[0].axes, int(e.param("hidden")))
+
+    shape_gru = shape_lstm
+
+    def shape_bilstm(self, e, a, nid):
+        if not self._seq(e, a[0], "runs over a sequence"):
+            return None
+        return Shape(a[0].axes, 2 * int(e.param("hidden")))
+
+    shape_bigru = shape_bilstm
+
+    def shape_cnn(self, e, a, nid):
+        if not self._seq(e, a[0], "convolves over positions"):
+            return None
+        return Shape(a[0].axes, int(e.param("d")))
+
+    def _same(self, e, a, nid):
+        return a[0]
+
+    shape_identity = shape_norm = shape_tanh = shape_relu = shape_sigmoid = shape_ffn = _same
+
+    def shape_positional(self, e, a, nid):
+        if not self._seq(e, a[0], "encodes positions"):
+            return None
+        return a[0]
+
+    def shape_add(self, e, a, nid):
+        if a[0] != a[1]:
+            self.err(e.loc, f"cannot add `{_name(e.args[0])}` {a[0]} and "
+                     f"`{_name(e.args[1])}` {a[1]}: shapes differ",
+                     "a residual sum (eq. 37) needs equal shapes; project one side with `linear`")
+            return None
+        return a[0]
+
+    def shape_concat(self, e, a, nid):
+        widest = max(a, key=lambda s: len(s.axes))
+        for arg, s in zip(e.args, a):
+            if widest.axes[: len(s.axes)] != s.axes:
+                self.err(arg.loc, f"cannot concatenate `{_name(arg)}` {s} with {widest}: "
+                         "axes differ", "concatenated features share their positions")
+                return None
+        return Shape(widest.axes, sum(s.dim for s in a))
+
+    def shape_stack(self, e, a, nid):
+        if len(a) < 2:
+            self.err(e.loc, "`stack` needs at least two representations")
+            return None
+        for arg, s in zip(e.args, a):
+            if s != a[0]:
+                self.err(arg.loc, f"cannot stack `{_name(arg)}` {s} with {a[0]}: shapes differ",
+                         "map each representation to the same size first (eq. 21: `linear(x, d_t)`)")
+                return None
+        axis = f"{nid}.reps"
+        self.cm.sizes[axis] = len(a)
+        self.cm.axis_origin[axis] = nid
+        return Shape(a[0].axes + (axis,), a[0].dim)
+
+    def _pool(self, e, a, nid):
+        if not self._seq(e, a[0], "pools over positions"):
+            return None
+        return Shape(a[0].axes[:-1], a[0].dim)
+
+    shape_mean = shape_max = shape_sum = _pool
+
+    def shape_flatten(self, e, a, nid):
+        s = a[0]
+        if len(s.axes) < 2:
+            self.err(e.loc, f"`flatten` merges two axes, but `{_name(e.args[0])}` has {s}")
+            return None
+        x, y = s.axes[-2:]
+        axis = f"{x}*{y}"
+        sx, sy = self.cm.sizes.get(x), self.cm.sizes.get(y)
+        self.cm.sizes[axis] = sx * sy if sx and sy else None
+        self.cm.axis_origin[axis] = self.cm.axis_origin.get(x, nid)
+        return Shape(s.axes[:-2] + (axis,), s.dim)
+
+    def shape_resize(self, e, a, nid):
+        if len(a[0].axes) != len(a[1].axes):
+            self.err(e.loc, f"cannot resize {a[0]} to the positions of {a[1]}")
+            return None
+        return Shape(a[1].axes, a[0].dim)
+
+    def shape_learned(self, e, a, nid):
+        return Shape((), int(e.param("d")))
+
+    def shape_classify(self, e, a, nid):
+        return Shape(a[0].axes, int(e.param("classes")))
+
+    def shape_affinity(self, e, a, nid):  # only reached through `affinity` statements
+        return self.affinity_shape(e, a)
+
+    def affinity(self, n: ir.Node) -> Shape | None:
+        e = n.expr
+        assert isinstance(e, ir.Op)
+        a = [self.shape(x, n.id) for x in e.args]
+        if any(s is None for s in a):
+            return None
+        return self.affinity_shape(e, a)
+
+    def affinity_shape(self, e: ir.Op, a: list[Shape]) -> Shape | None:
+        s1, s2 = a
+        if not s1.axes or not s2.axes:
+            self.err(e.loc, "an affinity matrix relates two sets of feature vectors (eq. 12); "
+                     f"got {s1} and {s2}")
+            return None
+        if s1.axes[:-1] != s2.axes[:-1]:
+            self.err(e.loc, f"affinity operands must share their group axes: {s1} vs {s2}")
+            return None
+        if s1.axes[-1] == s2.axes[-1]:
+            self.err(e.loc, "an affinity matrix relates two different inputs; both operands "
+                     f"run over `{s1.axes[-1]}`", "for relations within one input use "
+                     "self-attention (`query = project(F)`)")
+            return None
+        form = e.param("form", "bilinear")
+        if form in ("trilinear", "dot", "scaled_dot") and s1.dim != s2.dim:
+            self.err(e.loc, f"the {form} affinity needs equal feature sizes (eq. 13); "
+                     f"got {s1.dim} and {s2.dim}", "use `form = bilinear` (eq. 12) or project "
+                     "one side")
+            return None
+        return Shape(s1.axes + (s2.axes[-1],), None)
+
+    # ---- attention modules -------------------------------------------------------
+
+    def attention(self, n: ir.Attention) -> Shape | None:
+        k = self.shape(n.keys, n.id)
+        v = self.shape(n.values, n.id)
+        q = self.shape(n.query, n.id) if n.query is not None else None
+        if k is None or v is None or (n.query is not None and q is None):
+            return None
+        for what, s, e in (("keys", k, n.keys), ("values", v, n.values),
+                           ("query", q, n.query)):
+            if s is not None and s.dim is None:
+                self.err(e.loc, f"the {what} `{_name(e)}` are token ids; embed them first")
+                return None
+        if not k.axes:
+            self.err(n.keys.loc, f"attention `{n.name}` attends over `{_name(n.keys)}`, a single "
+                     f"vector {k}", "keys need a sequence, set or grid axis to attend over")
+            return None
+        if k.axes != v.axes:
+            self.err(n.values.loc, f"values {v} and keys {k} must have the same positions")
+            return None
+        attended, groups = k.axes[-1], k.axes[:-1]
+        sc = n.score
+        mode = "none"
+        ctx_axes: tuple[str, ...] = groups
+        if q is not None:
+            if len(q.axes) == len(k.axes) and q.axes[:-1] == groups:
+                mode, ctx_axes = "sequence", q.axes
+            elif q.axes == groups[: len(q.axes)]:
+                mode = "single"
+            else:
+                self.err(n.query.loc, f"query {q} does not fit keys {k}",
+                         "a query is one vector per group of keys, or one per position of a "
+                         "sequence whose other axes match the keys'")
+                return None
+        where = f"attention `{n.name}`"
+        if q is None and sc.fn not in ("additive", "concat"):
+            self.err(n.loc, f"{where} has no query, which only an additive score allows (eq. 33)",
+                     "give a learned query, `query = learned(d)` (eq. 34), or a projection of "
+                     "the features, `query = project(F)` (eq. 35)")
+            return None
+        if sc.fn in ("multiplicative", "scaled_multiplicative", "similarity") and q.dim != k.dim:
+            self.err(sc.loc, f"the {sc.fn.replace('_', ' ')} score needs d_q = d_k, but the query "
+                     f"has {q.dim} and the keys have {k.dim}",
+                     f"project one side, e.g. `query = project({_name(n.query)}, {k.dim})`")
+            return None
+        if sc.fn == "location":
+            size = self.cm.sizes.get(attended)
+            if size is None:
+                self.err(sc.loc, f"the location score predicts one weight per key from the query "
+                         f"alone, so `{attended}` needs a fixed length",
+                         f"give the axis a length where the input is declared, e.g. "
+                         f"`(…, {attended} = 50)`")
+                return None
+        if n.affinity is not None:
+            if not self.affinity_fits(n, q, k):
+                return None
+            if sc.fn in ("additive", "max_pool"):
+                mode, ctx_axes = "single", groups  # eq. 14-16: one context per input
+        elif sc.fn in ("affinity", "max_pool"):
+            self.err(sc.loc, f"the `{sc.fn}` score reads an affinity matrix (eq. 12-16)",
+                     "add `affinity = NAME` with `affinity NAME = affinity(A, B)`")
+            return None
+        if n.heads > 1:
+            for what, d in (("d_q", q.dim if q is not None else None), ("d_k", k.dim), ("d_v", v.dim)):
+                if d is not None and d % n.heads:
+                    self.err(n.loc, f"{where}: {what} = {d} is not divisible by heads = {n.heads}",
+                             "each head gets an equal slice (eq. 38)")
+                    return None
+            if sc.fn == "location":
+                self.err(sc.loc, "the location score has no keys to project per head",
+                         "use one head with `score = location`")
+                return None
+        if n.dimensionality == "multi":
+            if sc.fn not in ("additive", "concat"):
+                self.err(sc.loc, f"multi-dimensional attention scores each feature with "
+                         f"W_d^T act(W1 q + W2 k + b) (eq. 31); `{sc.fn}` gives one number per key",
+                         "use `score = additive(…)`")
+                return None
+            if n.align.fn == "hard":
+                self.err(n.align.loc, "hard alignment picks one value vector (eq. 26); "
+                         "multi-dimensional weights need a distribution per feature (eq. 32)")
+                return None
+        if n.capsules:
+            if not (isinstance(n.query, ir.Op) and n.query.fn == "learned"):
+                self.err(n.loc, f"{where}: capsule-based attention learns one query per class "
+                         "(eq. 43)", "write `query = learned(d)`")
+                return None
+            if n.heads > 1:
+                self.err(n.loc, f"{where}: capsules already hold one query per class; "
+                         "eq. 43-45 define no heads inside a capsule", "drop `heads` or `capsules`")
+                return None
+        if n.causal:
+            if mode != "sequence" or ctx_axes[-1] != attended:
+                self.err(n.loc, f"{where}: a causal mask hides later positions of the same "
+                         "sequence, so query and keys must run over the same axis")
+                return None
+        al = n.align
+        if al.fn == "local":
+            if mode == "none":
+                self.err(al.loc, "local alignment centres a window on a position the query "
+                         "gives (eq. 27-28); this module has no query")
+                return None
+            if al.position == "monotonic" and mode != "sequence":
+                self.err(al.loc, "monotonic local alignment sets p = the query's position "
+                         "(eq. 27), so the query must be a sequence",
+                         "use `position = predictive` (eq. 28)")
+                return None
+        if n.penalty is not None and n.heads < 2:
+            self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares several rows of "
+                     "attention", "set `heads = r` (Lin et al.: r rows)")
+            return None
+        d_v = v.dim
+        self.cm.attention[n.id] = AttentionInfo(attended, groups, mode,
+                                                q.dim if q is not None else None, k.dim, d_v)
+        if n.capsules:
+            axis = f"{n.id}.capsules"
+            self.cm.sizes[axis] = n.capsules
+            self.cm.axis_origin[axis] = n.id
+            ctx_axes = ctx_axes + (axis,)
+        return Shape(ctx_axes, d_v)
+
+    def affinity_fits(self, n: ir.Attention, q: Shape | None, k: Shape) -> bool:
+        aff = self.cm.shapes.get(n.affinity)
+        if aff is None:
+            return False
+        pair = set(aff.axes[-2:])
+        if q is None or k.axes[-1] not in pair or q.axes[-1:] == () or q.axes[-1] not in pair \
+                or q.axes[-1] == k.axes[-1]:
+            self.err(n.loc, f"attention `{n.name}` uses affinity `{n.affinity}` over "
+                     f"{' and '.join(sorted(pair))}: its keys must run over one of them and its "
+                     "query over the other", "parallel co-attention: the keys of one input are "
+                     "the query of the other (eq. 12-15)")
+            return False
+        return True
+
+    def check_feed(self, n: ir.AnyNode, target: ir.AnyNode) -> None:
+        if not isinstance(n, ir.Node):
+            return
+        stack = [n.expr]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ir.Op):
+                stack.extend(e.args)
+                if e.param("feed") and e.fn in ("lstm", "gru") and e.args:
+                    s = self.cm.shapes.get(_base_ref(e.args[0]) or "")
+                    axis = s.axes[-1] if s and s.axes else None
+                    origin = self.cm.model.node(self.cm.axis_origin[axis]) if axis in \
+                        self.cm.axis_origin else None
+                    if not (isinstance(origin, ir.Input) and origin.autoregressive):
+                        self.err(e.loc, "`feed` makes a decoder read its previous context, so the "
+                                 "recurrent model must run over an autoregressive input",
+                                 "declare the target input with `(…, autoregressive)`")
+
+
+def _base_ref(e: ir.Expr) -> str | None:
+    while isinstance(e, ir.Op) and e.args:
+        e = e.args[0]
+    return e.node if isinstance(e, ir.Ref) else None
+
+
+def _name(e: ir.Expr | None) -> str:
+    if e is None:
+        return "?"
+    if isinstance(e, ir.Ref):
+        return e.node
+    return f"{e.fn}(…)"
+
+
+def check(spec: ir.Spec, source: str | None = None) -> CheckedSpec:
+    return Checker(spec, source).run()
+
+
+__all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "check", "deps", "SpecError"]

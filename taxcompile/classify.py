@@ -1,0 +1,421 @@
+"""Stage 6: the survey's eight dimensions (Table III), derived from a model's graph.
+
+Score, alignment and dimensionality are read off each attention module. Feature
+multiplicity, levels, representations, query type and query multiplicity come from
+the wiring: where each module's query, keys and values come from. No spec field
+states a Table III cell. Every value carries a rationale naming the nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from . import ir
+from .checks import CheckedModel
+from .graph import build, dataflow
+
+DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations", "scoring",
+              "alignment", "dimensionality", "query_type", "query_multiplicity")
+
+# Canonical order of values inside a cell (the survey's Fig. 3 order).
+ORDER = {
+    "feature_multiplicity": ("Singular", "Alternating Co-attention", "Interactive Co-attention",
+                             "Parallel Co-attention", "Multi-Grained Co-attention", "Rotatory"),
+    "feature_levels": ("Single-Level", "Attention-via-Attention", "Hierarchical"),
+    "feature_representations": ("Single-Representational", "Multi-Representational"),
+    "scoring": ("Additive", "Multiplicative", "Scaled Multiplicative", "General", "Biased General",
+                "Activated General", "Similarity", "Location"),
+    "alignment": ("Global", "Soft", "Hard", "Local", "Reinforced", "Sparse"),
+    "dimensionality": ("Single-Dimensional", "Multi-Dimensional"),
+    "query_type": ("Self-Attentive", "Specialized", "Basic"),
+    "query_multiplicity": ("Singular", "Multi-Head", "Multi-Hop", "Capsule-Based"),
+}
+
+SCORE_LABEL = {
+    "additive": "Additive", "concat": "Additive", "multiplicative": "Multiplicative",
+    "scaled_multiplicative": "Scaled Multiplicative", "general": "General",
+    "biased_general": "Biased General", "activated_general": "Activated General",
+    "similarity": "Similarity", "location": "Location",
+}
+ALIGN_LABEL = {"global": "Global", "hard": "Hard", "local": "Local", "reinforced": "Reinforced",
+               "sparsemax": "Sparse", "entmax": "Sparse"}
+# Transparent maps: a context reaching a query only through these "joins" the query.
+TRANSPARENT = {"concat", "project", "linear", "identity"}
+
+
+@dataclass
+class Cell:
+    values: dict[str, list[str]] = field(default_factory=dict)  # value -> reasons
+
+    def add(self, value: str, reason: str) -> None:
+        reasons = self.values.setdefault(value, [])
+        if reason not in reasons:
+            reasons.append(reason)
+
+    def labels(self, dim: str) -> list[str]:
+        return [v for v in ORDER[dim] if v in self.values]
+
+    def text(self, dim: str) -> str:
+        return " + ".join(self.labels(dim))
+
+
+@dataclass
+class Classification:
+    model: str
+    cells: dict[str, Cell]
+
+    def row(self) -> dict[str, str]:
+        return {d: self.cells[d].text(d) for d in DIMENSIONS}
+
+
+def _q(node_id: str) -> str:
+    return f"`{node_id}`"
+
+
+def display(m: ir.Model, node_id: str) -> str:
+    """How rationales name a node: hops by their template (`decoder.cross`), updated
+    features by their name (`x`), so a 6-layer stack gives one line, not six."""
+    try:
+        n = m.node(node_id)
+    except KeyError:
+        return node_id
+    if "@" in node_id:
+        return node_id.split("@")[0]
+    if getattr(n, "hop", None) is not None:
+        return n.hop.template
+    return node_id
+
+
+class Classifier:
+    def q(self, node_id: str) -> str:
+        return f"`{display(self.m, node_id)}`"
+
+    def __init__(self, cm: CheckedModel):
+        self.cm = cm
+        self.m = cm.model
+        self.g = build(cm)
+        self.dag = dataflow(self.g)
+        self.atts = [n for n in self.m.nodes if isinstance(n, ir.Attention)]
+        self.cells = {d: Cell() for d in DIMENSIONS}
+        self._anc: dict[str, set[str]] = {}
+
+    # ---- graph helpers -------------------------------------------------------------
+
+    def ancestors(self, node_id: str) -> set[str]:
+        if node_id not in self._anc:
+            self._anc[node_id] = nx.ancestors(self.dag, node_id)
+        return self._anc[node_id]
+
+    def expr_ancestors(self, e: ir.Expr | None) -> set[str]:
+        out: set[str] = set()
+        for r in ir.refs(e) if e is not None else ():
+            out.add(r)
+            out |= self.ancestors(r)
+        return out
+
+    def is_input(self, node_id: str, autoregressive: bool | None = None) -> bool:
+        n = self.m.node(node_id)
+        return isinstance(n, ir.Input) and (autoregressive is None or n.autoregressive == autoregressive)
+
+    def feature_roots(self, e: ir.Expr | None, seen: set[str] | None = None) -> set[str]:
+        """Inputs whose features ``e`` carries. A context stands for the features it
+        summarises (its keys); a context added to a stream (eq. 37) updates the stream
+        and does not change what it represents."""
+        seen = set() if seen is None else seen
+        if e is None:
+            return set()
+        if isinstance(e, ir.Ref):
+            if e.node in seen:
+                return set()
+            seen.add(e.node)
+            n = self.m.node(e.node)
+            if isinstance(n, ir.Input):
+                return {n.id}
+            if isinstance(n, ir.Attention):
+                return self.feature_roots(n.keys, seen)
+            return self.feature_roots(n.expr, seen)
+        args = list(e.args)
+        if e.fn == "add":
+            streams = [a for a in args if not self._is_context(a)]
+            args = streams or args
+        out: set[str] = set()
+        for a in args:
+            out |= self.feature_roots(a, seen)
+        return out
+
+    def _is_context(self, e: ir.Expr) -> bool:
+        return isinstance(e, ir.Ref) and isinstance(self.m.node(e.node), ir.Attention)
+
+    def keys_base(self, a: ir.Attention) -> set[str]:
+        return set(ir.refs(a.keys)) | set(ir.refs(a.values))
+
+    # ---- query provenance (3.3.1) --------------------------------------------------
+
+    def query_sources(self, a: ir.Attention) -> dict[str, list[tuple[str, str | None]]]:
+        """Type -> [(reason, partner input or None)] for module ``a``'s query."""
+        out: dict[str, list[tuple[str, str | None]]] = {}
+        key_roots = self.feature_roots(a.keys)
+        base = self.keys_base(a)
+        attended_inputs = self.attended_inputs()
+        name = self.q(a.id)
+
+        def add(kind: str, reason: str, partner: str | None = None) -> None:
+            out.setdefault(kind, [])
+            if (reason, partner) not in out[kind]:
+                out[kind].append((reason, partner))
+
+        if a.query is None:
+            add("Self-Attentive", f"{name} has no query: it scores its features alone (eq. 33)")
+            return out
+        seen: set[str] = set()
+
+        def visit(e: ir.Expr) -> None:
+            if isinstance(e, ir.Op):
+                if e.fn == "learned":
+                    add("Self-Attentive", f"the query of {name} is a learned vector (eq. 34)")
+                    return
+                args = list(e.args)
+                if e.fn == "add":
+                    args = [x for x in args if not self._is_context(x)] or args
+                for x in args:
+                    visit(x)
+                return
+            node_id = e.node
+            if node_id in seen:
+                return
+            seen.add(node_id)
+            n = self.m.node(node_id)
+            if node_id in base:
+                add("Self-Attentive", f"the query of {name} is computed from {self.q(node_id)}, "
+                    "the features it attends over (eq. 35)")
+            elif isinstance(n, ir.Attention):
+                partners = self.feature_roots(n.keys) - key_roots
+                add("Specialized", f"the query of {name} is built from the context of "
+                    f"attention {self.q(node_id)}", next(iter(sorted(partners)), None))
+            elif isinstance(n, ir.Input):
+                if n.autoregressive:
+                    add("Basic", f"the query of {name} comes from the decoder's own input "
+                        f"{self.q(node_id)}")
+                elif node_id in key_roots:
+                    add("Self-Attentive", f"the query of {name} is derived from "
+                        f"{self.q(node_id)}, the input its keys come from")
+                elif node_id in attended_inputs:
+                    add("Specialized", f"the query of {name} is built from {self.q(node_id)}, "
+                        "another input that the model attends over (co-attention)", node_id)
+                else:
+                    add("Basic", f"the query of {name} comes from the auxiliary input "
+                        f"{self.q(node_id)}")
+            else:
+                visit(n.expr)
+
+        visit(a.query)
+        return out
+
+    def attended_inputs(self) -> set[str]:
+        out: set[str] = set()
+        for a in self.atts:
+            out |= {r for r in self.feature_roots(a.keys) if self.is_input(r, False)}
+        return out
+
+    # ---- dimensions -----------------------------------------------------------------
+
+    def run(self) -> Classification:
+        self.per_module()
+        self.query_type_and_multiplicity()
+        self.multiplicity()
+        self.levels()
+        self.representations()
+        return Classification(self.m.name, self.cells)
+
+    def per_module(self) -> None:
+        for a in self.atts:
+            s = a.score
+            if s.fn in ("affinity", "max_pool"):
+                aff = self.m.node(a.affinity)
+                form, act = aff.expr.param("form", "bilinear"), aff.expr.param("act", "none")
+                label = {"dot": "Multiplicative", "scaled_dot": "Scaled Multiplicative",
+                         "trilinear": "Multiplicative",
+                         "bilinear": "General" if act == "none" else "Activated General"}[form]
+                how = "the maximum of each row" if s.fn == "max_pool" else "its rows"
+                extra = (" (w^T[k_i; k_j; k_i∘k_j]: an element-wise product of the pair, "
+                         "eq. 13)" if form == "trilinear" else "")
+                self.cells["scoring"].add(label, f"attention {self.q(a.id)} scores with {how} of the "
+                                          f"{form} affinity {self.q(a.affinity)}{extra}")
+            else:
+                label = SCORE_LABEL[s.fn]
+                self.cells["scoring"].add(label, f"attention {self.q(a.id)} uses the "
+                                          f"{s.fn.replace('_', ' ')} score")
+            al = a.align
+            what = {"global": "softmax over all keys (eq. 25)", "hard": "samples one key (eq. 26)",
+                    "local": f"a window of D = {al.window} around a {al.position} position "
+                             "(eq. 27-29)",
+                    "reinforced": "soft alignment over a subset an agent selects",
+                    "sparsemax": "sparsemax", "entmax": "entmax-1.5"}[al.fn]
+            self.cells["alignment"].add(ALIGN_LABEL[al.fn], f"attention {self.q(a.id)}: {what}")
+            if a.dimensionality == "multi":
+                self.cells["dimensionality"].add(
+                    "Multi-Dimensional", f"attention {self.q(a.id)} weighs every feature of each "
+                    "value (eq. 30-32)")
+            else:
+                self.cells["dimensionality"].add(
+                    "Single-Dimensional", f"attention {self.q(a.id)} gives one weight per value")
+
+    def query_type_and_multiplicity(self) -> None:
+        qt, qm = self.cells["query_type"], self.cells["query_multiplicity"]
+        self.sources = {a.id: self.query_sources(a) for a in self.atts}
+        for a in self.atts:
+            for kind, reasons in self.sources[a.id].items():
+                for reason, _ in reasons:
+                    qt.add(kind, reason)
+            if a.heads > 1:
+                qm.add("Multi-Head", f"attention {self.q(a.id)} has {a.heads} heads")
+            if a.capsules:
+                qm.add("Capsule-Based", f"attention {self.q(a.id)} has one capsule per class "
+                       f"({a.capsules}), each with a learned query (eq. 43-45)")
+        # Multi-hop (eq. 41-42): hop s+1 re-reads the same features with a query refined
+        # by hop s's context. Stacks that re-encode their keys at every layer are not
+        # hops in Table III (QANet, PSAC), so depth alone does not count.
+        by_template: dict[str, dict[int, ir.Attention]] = {}
+        for a in self.atts:
+            if a.hop is not None and a.hop.count > 1:
+                by_template.setdefault(a.hop.template, {})[a.hop.index] = a
+        for template, hops in sorted(by_template.items()):
+            for i in sorted(hops):
+                prev, nxt = hops.get(i - 1), hops[i]
+                if prev is None:
+                    continue
+                if self.keys_base(prev) == self.keys_base(nxt) and \
+                        prev.id in self.expr_ancestors(nxt.query):
+                    keys = ", ".join(self.q(k) for k in sorted(self.keys_base(nxt)))
+                    qm.add("Multi-Hop", f"`{template}` runs {nxt.hop.count} hops over "
+                           f"{keys}; the query of each hop is refined by the previous hop's "
+                           f"context (`{nxt.id}` reads `{prev.id}`, eq. 41-42)")
+                    break
+        if not qm.values:
+            qm.add("Singular", "every attention module has one query per prediction")
+
+    def multiplicity(self) -> None:
+        cell = self.cells["feature_multiplicity"]
+        cross: dict[str, tuple[set[str], set[str], str]] = {}  # id -> (own, partners, grain)
+        for a in self.atts:
+            own = {r for r in self.feature_roots(a.keys) if self.is_input(r, False)}
+            partners: set[str] = set()
+            for kind, reasons in self.sources[a.id].items():
+                if kind == "Specialized":
+                    partners |= {p for _, p in reasons if p is not None and p not in own}
+            if not partners:
+                continue
+            info = self.cm.attention[a.id]
+            grain = "fine" if a.affinity is not None or info.query_mode == "sequence" else "coarse"
+            cross[a.id] = (own, partners, grain)
+        if not cross:
+            cell.add("Singular", "every attention module's query and keys come from one input"
+                     if len(self.attended_inputs()) > 1 else "the model attends over one input")
+            return
+        # Rotatory (eq. 17-20): one input exchanges queries with two others, both ways.
+        for t in sorted(self.attended_inputs()):
+            outward = {p for aid, (own, partners, _) in cross.items() if t in partners
+                       for p in own if p != t}
+            inward = {p for aid, (own, partners, _) in cross.items() if t in own
+                      for p in partners if p != t}
+            both = outward & inward
+            if len(both) >= 2:
+                names = ", ".join(self.q(x) for x in sorted(both))
+                cell.add("Rotatory", f"{self.q(t)} queries {names}, whose contexts query {self.q(t)} "
+                         "in turn (eq. 17-20)")
+                return
+        fine = sorted(i for i, v in cross.items() if v[2] == "fine")
+        coarse = sorted(i for i, v in cross.items() if v[2] == "coarse")
+        if fine and coarse:
+            cell.add("Multi-Grained Co-attention",
+                     f"fine-grained {', '.join(map(_q, fine))} and coarse-grained "
+                     f"{', '.join(map(_q, coarse))} co-attention in one model")
+            return
+        if fine:
+            for i in fine:
+                a = self.m.node(i)
+                how = (f"through the affinity matrix {self.q(a.affinity)} (eq. 12-16)" if a.affinity
+                       else "with every feature vector of the other input as a query")
+                partners = ", ".join(map(_q, sorted(cross[i][1])))
+                cell.add("Parallel Co-attention", f"attention {self.q(i)} relates {partners} to "
+                         f"its keys {how}")
+            return
+        sequential = [i for i in coarse if any(
+            isinstance(self.m.node(x), ir.Attention) and x in cross and x != i
+            for x in self.expr_ancestors(self.m.node(i).query))]
+        if sequential:
+            for i in sequential:
+                cell.add("Alternating Co-attention", f"the query of {self.q(i)} is the context of "
+                         "another co-attention module: the inputs are attended in turn (eq. 6-9)")
+        else:
+            for i in coarse:
+                partners = ", ".join(map(_q, sorted(cross[i][1])))
+                cell.add("Interactive Co-attention", f"attention {self.q(i)} is queried by a summary "
+                         f"of {partners}, computed in parallel (eq. 10-11)")
+
+    def levels(self) -> None:
+        cell = self.cells["feature_levels"]
+        info = self.cm.attention
+        for u in self.atts:
+            u_keys = self.expr_ancestors(u.keys)
+            for w in self.atts:
+                if w.id == u.id:
+                    continue
+                # Fig. 8: the contexts of w, one per group, are the features u attends over.
+                if w.id in u_keys and info[u.id].attended in info[w.id].groups:
+                    cell.add("Hierarchical", f"the contexts of {self.q(w.id)} (one per "
+                             f"`{info[u.id].attended}`) are the features {self.q(u.id)} attends over")
+                # Attention at several levels of one input's features, combined bottom-up:
+                # u's features are built from w's (not from its context), and w's context
+                # feeds the node that combines u's context.
+                elif (w.id not in u_keys and self.keys_base(w) & u_keys
+                      and not self.keys_base(w) & self.keys_base(u)
+                      and self.feature_roots(w.keys) & self.feature_roots(u.keys)):
+                    for c in sorted(self.dag.successors(u.id)):
+                        if w.id in self.ancestors(c) and not isinstance(
+                                self.m.node(c), ir.Attention):
+                            cell.add("Hierarchical", f"{self.q(u.id)} attends over features built "
+                                     f"from those of {self.q(w.id)}, and {self.q(c)} combines its "
+                                     f"context with that of {self.q(w.id)}")
+                            break
+                # Fig. 7: w's context joins the query of u, which attends over another
+                # level (axis) of the same input.
+                if (self.joins_query(w.id, u.query)
+                        and info[u.id].attended != info[w.id].attended
+                        and self.feature_roots(w.keys) & self.feature_roots(u.keys)
+                        and w.id not in u_keys):
+                    cell.add("Attention-via-Attention", f"the context of {self.q(w.id)} joins the "
+                             f"query of {self.q(u.id)}, which attends over `{info[u.id].attended}` "
+                             f"instead of `{info[w.id].attended}`")
+        if not cell.values:
+            cell.add("Single-Level", "all attention modules attend over features of one level")
+
+    def joins_query(self, ctx: str, e: ir.Expr | None) -> bool:
+        if e is None:
+            return False
+        if isinstance(e, ir.Ref):
+            if e.node == ctx:
+                return True
+            n = self.m.node(e.node)
+            return isinstance(n, ir.Node) and n.kind_ == "query" and self.joins_query(ctx, n.expr)
+        return e.fn in TRANSPARENT and any(self.joins_query(ctx, x) for x in e.args)
+
+    def representations(self) -> None:
+        cell = self.cells["feature_representations"]
+        for a in self.atts:
+            axis = self.cm.attention[a.id].attended
+            origin = self.cm.axis_origin.get(axis)
+            n = self.m.node(origin) if origin else None
+            if isinstance(n, ir.Node) and isinstance(n.expr, ir.Op) and n.expr.fn == "stack":
+                roots = [self.feature_roots(p) for p in n.expr.args]
+                if all(r and r == roots[0] for r in roots):
+                    cell.add("Multi-Representational", f"attention {self.q(a.id)} weighs "
+                             f"{len(roots)} representations of {', '.join(map(_q, sorted(roots[0])))} "
+                             f"stacked in {self.q(n.id)} (eq. 21-22)")
+        if not cell.values:
+            cell.add("Single-Representational", "each input has one representation")
+
+
+def classify_model(cm: CheckedModel) -> Classification:
+    return Classifier(cm).run()

@@ -1,0 +1,165 @@
+"""The ``taxcompile`` command line.
+
+Exit codes: 0 success, 1 errors in a spec, 2 a usage error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import __version__
+from .diagnostics import SpecError
+
+EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors: exit 2 with a short message
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _load_all(paths: list[str]):
+    """(file, given explicitly, CheckedSpec) per spec; errors printed, counted."""
+    from . import pipeline
+
+    files = pipeline.expand(paths)
+    results, failed = [], 0
+    if not files:
+        print("taxcompile: error: no .attn files found in " + ", ".join(paths), file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+    for path, explicit in files:
+        if explicit and not path.exists():
+            print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
+            raise SystemExit(EXIT_USAGE)
+        try:
+            results.append((path, explicit, pipeline.load(path)))
+        except SpecError as e:
+            print(e.render(), file=sys.stderr)
+            failed += 1
+    return results, failed
+
+
+def cmd_check(args) -> int:
+    results, failed = _load_all(args.files)
+    for path, _, cs in results:
+        names = ", ".join(m.model.name for m in cs.models)
+        print(f"{path}: ok ({len(cs.models)} model{'s' * (len(cs.models) != 1)}: {names})")
+    return EXIT_SPEC if failed else EXIT_OK
+
+
+def cmd_classify(args) -> int:
+    from . import pipeline
+    from .classify import DIMENSIONS
+
+    results, failed = _load_all(args.files)
+    docs = []
+    for path, _, cs in results:
+        row = pipeline.classify_spec(cs)
+        docs.append({
+            "file": str(path), "paper": row.paper.cite, "ref": row.paper.ref,
+            "row": row.row(),
+            "variants": [{
+                "model": v.model,
+                "dimensions": {d: [{"value": val, "because": v.cells[d].values[val]}
+                                   for val in v.cells[d].labels(d)] for d in DIMENSIONS},
+            } for v in row.variants],
+        })
+    if args.format == "json":
+        print(json.dumps(docs, indent=2, ensure_ascii=False))
+    else:
+        for doc in docs:
+            print(f"{doc['paper']} [{doc['ref']}]  ({doc['file']})")
+            for v in doc["variants"]:
+                print(f"  model {v['model']}")
+                for d, vals in v["dimensions"].items():
+                    print(f"    {d.replace('_', ' ')}: " + " + ".join(x["value"] for x in vals))
+                    for x in vals:
+                        for why in x["because"]:
+                            print(f"      {x['value']}: {why}")
+    return EXIT_SPEC if failed else EXIT_OK
+
+
+def cmd_table(args) -> int:
+    from . import pipeline, table
+
+    results, failed = _load_all(args.paths)
+    rows = [pipeline.classify_spec(cs) for _, explicit, cs in results
+            if explicit or args.all or cs.spec.paper.row is not None]
+    sys.stdout.write(table.RENDER[args.format](table.order(rows)))
+    return EXIT_SPEC if failed else EXIT_OK
+
+
+def cmd_graph(args) -> int:
+    from . import graph
+
+    results, failed = _load_all([args.file])
+    if failed:
+        return EXIT_SPEC
+    _, _, cs = results[0]
+    models = [m for m in cs.models if args.model in (None, m.model.name)]
+    if not models:
+        print(f"taxcompile: error: no model `{args.model}` in {args.file}", file=sys.stderr)
+        return EXIT_USAGE
+    render = graph.to_json if args.format == "json" else graph.to_graphml
+    out = [render(graph.build(m)) for m in models]
+    if args.format == "json" and len(out) > 1:
+        print("[\n" + ",\n".join(out) + "\n]")
+    else:
+        print("\n".join(out))
+    return EXIT_OK
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="taxcompile", description="Build and classify attention models with the "
+                "taxonomy of Brauwers & Frasincar.")
+    p.add_argument("--version", action="version", version=f"taxcompile {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("check", help="parse and check specs",
+                       description="Parse and check .attn specs; print every error.")
+    s.add_argument("files", nargs="+", metavar="FILE")
+    s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("classify", help="classify each model into Table III's eight dimensions",
+                       description="Classify each model variant; each value comes with the "
+                       "nodes that justify it.")
+    s.add_argument("files", nargs="+", metavar="FILE")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_classify)
+
+    s = sub.add_parser("table", help="render Table III for specs",
+                       description="Render Table III. Directories contribute the papers that "
+                       "are in the survey's Table III (those with a `row`); files named "
+                       "explicitly are always included.")
+    s.add_argument("paths", nargs="+", metavar="PATH")
+    s.add_argument("--format", choices=("md", "csv", "latex"), default="md")
+    s.add_argument("--all", action="store_true",
+                   help="also include papers that are not in the survey's Table III")
+    s.set_defaults(func=cmd_table)
+
+    s = sub.add_parser("graph", help="export a model's graph",
+                       description="Export the typed model graph (nodes: inputs, features, "
+                       "queries, attention modules, outputs; edges with shapes).")
+    s.add_argument("file", metavar="FILE")
+    s.add_argument("--model", help="only this model variant")
+    s.add_argument("--format", choices=("json", "graphml"), default="json")
+    s.set_defaults(func=cmd_graph)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `taxcompile table specs/ | head`
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

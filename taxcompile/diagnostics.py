@@ -1,0 +1,90 @@
+"""Located errors: every user mistake is reported as ``file:line:col: error: message``,
+followed by the source line, a caret under the column, and a hint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+MAX_REPORTED = 20  # errors shown per file before "… and N more"
+
+
+class Location(BaseModel):
+    """Where an IR object came from (torchgen's ``Location``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    loc: Location
+    message: str
+    hint: str = ""
+
+    def render(self, source: str | None) -> str:
+        out = [f"{self.loc}: error: {self.message}"]
+        if source is not None and self.loc.line >= 1:
+            lines = source.splitlines()
+            if self.loc.line <= len(lines):
+                text = lines[self.loc.line - 1].replace("\t", " ")
+                if len(text) > 200:  # keep huge lines readable around the column
+                    start = max(0, self.loc.column - 100)
+                    text = text[start : start + 200]
+                    col = self.loc.column - start
+                else:
+                    col = self.loc.column
+                out.append(f"    {text}")
+                out.append("    " + " " * max(col - 1, 0) + "^")
+        if self.hint:
+            out.append(f"  hint: {self.hint}")
+        return "\n".join(out)
+
+
+@dataclass
+class SpecError(Exception):
+    """One or more located errors in one spec file."""
+
+    diagnostics: list[Diagnostic]
+    source: str | None = None
+    extra: int = field(default=0)  # errors beyond those kept
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def render(self) -> str:
+        diags = sorted(self.diagnostics, key=lambda d: (d.loc.line, d.loc.column))
+        shown = diags[:MAX_REPORTED]
+        parts = [d.render(self.source) for d in shown]
+        more = len(diags) - len(shown) + self.extra
+        if more > 0:
+            parts.append(f"… and {more} more error{'s' if more != 1 else ''}")
+        return "\n".join(parts)
+
+
+class Collector:
+    """Gathers diagnostics of a pass so all errors of a file are reported together."""
+
+    def __init__(self, file: str, source: str | None = None):
+        self.file = file
+        self.source = source
+        self.diagnostics: list[Diagnostic] = []
+
+    def loc(self, line: int | None, column: int | None) -> Location:
+        return Location(file=self.file, line=line or 1, column=column or 1)
+
+    def error(self, loc: Location, message: str, hint: str = "") -> None:
+        d = Diagnostic(loc, message, hint)
+        if d not in self.diagnostics:
+            self.diagnostics.append(d)
+
+    def raise_if_any(self) -> None:
+        if self.diagnostics:
+            raise SpecError(list(self.diagnostics), self.source)

@@ -1,0 +1,77 @@
+"""Stage 5: a checked model as a ``networkx.DiGraph`` (the survey's Fig. 1-2).
+
+Nodes are typed (``input``, ``feature``, ``query``, ``output``, ``affinity``,
+``attention``) and keep their IR object under ``ir``; edges carry the role they
+play (``query``, ``keys``, ``values``, ``affinity``, ``input``, or ``feed`` for the
+one-step-delayed edge of a recurrent decoder) and the shape of the tensor."""
+
+from __future__ import annotations
+
+import json
+
+import networkx as nx
+
+from . import ir
+from .checks import CheckedModel, deps
+
+
+def _roles(n: ir.AnyNode) -> list[tuple[str, str]]:
+    if isinstance(n, ir.Attention):
+        out = []
+        for role, e in (("query", n.query), ("keys", n.keys), ("values", n.values)):
+            if e is not None:
+                out.extend((r, role) for r in ir.refs(e))
+        if n.affinity:
+            out.append((n.affinity, "affinity"))
+        return out
+    return [(r, "input") for r in deps(n)]
+
+
+def build(cm: CheckedModel) -> nx.DiGraph:
+    g = nx.DiGraph(name=cm.model.name)
+    for node_id in cm.order:
+        n = cm.model.node(node_id)
+        shape = cm.shapes.get(node_id)
+        attrs = dict(kind=n.kind_, label=getattr(n, "name", n.id), shape=str(shape),
+                     loc=str(n.loc), ir=n)
+        if isinstance(n, ir.Attention):
+            info = cm.attention[node_id]
+            attrs.update(score=n.score.fn, align=n.align.fn, heads=n.heads,
+                         dimensionality=n.dimensionality, capsules=n.capsules,
+                         attended=info.attended, query_mode=info.query_mode)
+        if getattr(n, "hop", None) is not None:
+            attrs.update(hop=n.hop.index, hops=n.hop.count, block=n.hop.block,
+                         template=n.hop.template, shared=n.hop.shared)
+        g.add_node(node_id, **attrs)
+    for node_id in cm.order:
+        n = cm.model.node(node_id)
+        for src, role in _roles(n):
+            if g.has_edge(src, node_id):
+                g.edges[src, node_id]["role"] += "+" + role
+            else:
+                g.add_edge(src, node_id, role=role, shape=str(cm.shapes.get(src)), delayed=False)
+        for src in deps(n, delayed=True):
+            g.add_edge(src, node_id, role="feed", shape=str(cm.shapes.get(src)), delayed=True)
+    return g
+
+
+def dataflow(g: nx.DiGraph) -> nx.DiGraph:
+    """The graph without delayed (``feed``) edges: a DAG."""
+    return nx.subgraph_view(g, filter_edge=lambda a, b: not g.edges[a, b]["delayed"])
+
+
+def _plain(g: nx.DiGraph) -> nx.DiGraph:
+    h = nx.DiGraph(name=g.graph.get("name", ""))
+    for n, a in g.nodes(data=True):
+        h.add_node(n, **{k: v for k, v in a.items() if k != "ir" and v is not None})
+    for a, b, e in g.edges(data=True):
+        h.add_edge(a, b, **e)
+    return h
+
+
+def to_json(g: nx.DiGraph) -> str:
+    return json.dumps(nx.node_link_data(_plain(g), edges="edges"), indent=2, sort_keys=True)
+
+
+def to_graphml(g: nx.DiGraph) -> str:
+    return "\n".join(nx.generate_graphml(_plain(g)))

@@ -1,0 +1,181 @@
+"""Stage 3: the immutable IR (pydantic). Every object carries its ``Location``.
+
+Names here are resolved node ids: ``x``, ``x@2`` (second version of ``x`` after an
+``update``), ``encoder[3].self`` (the third hop of ``self`` inside ``repeat encoder``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict
+
+from .diagnostics import Location
+
+Scalar = Union[bool, int, float, str]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# ---- dataflow expressions -----------------------------------------------------
+
+
+class Ref(_Frozen):
+    """A reference to a node: an input, a feature/query/output, an attention
+    module (its context vector) or an affinity matrix."""
+
+    kind: Literal["ref"] = "ref"
+    node: str
+    loc: Location
+
+
+class Op(_Frozen):
+    """A feature-model operation such as ``linear(x, 64)`` or ``x + c``."""
+
+    kind: Literal["op"] = "op"
+    fn: str
+    args: tuple["Expr", ...] = ()
+    params: tuple[tuple[str, Scalar], ...] = ()
+    loc: Location
+
+    def param(self, name: str, default: Scalar | None = None) -> Scalar | None:
+        return dict(self.params).get(name, default)
+
+
+Expr = Union[Ref, Op]
+Op.model_rebuild()
+
+
+def refs(expr: Expr) -> list[str]:
+    """Node ids an expression reads, in order."""
+    if isinstance(expr, Ref):
+        return [expr.node]
+    out: list[str] = []
+    for a in expr.args:
+        out.extend(refs(a))
+    return out
+
+
+# ---- mechanisms ---------------------------------------------------------------
+
+
+class Score(_Frozen):
+    """score(q, k_l) (eq. 2; Table II)."""
+
+    fn: Literal["additive", "concat", "multiplicative", "scaled_multiplicative", "general",
+                "biased_general", "activated_general", "similarity", "location",
+                "affinity", "max_pool"]
+    d_w: int | None = None  # additive / concat: hidden size of W1 q + W2 k
+    act: str | None = None  # additive / activated_general
+    bias: bool = True
+    similarity: str | None = None  # cosine | l2
+    loc: Location
+
+
+class Align(_Frozen):
+    """align(e_l; e) (eq. 3, 25-29)."""
+
+    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax"]
+    window: int | None = None  # local: D
+    position: Literal["monotonic", "predictive"] | None = None
+    gaussian: bool = False  # eq. 29
+    sigma: float | None = None  # eq. 29, default D/2
+    loc: Location
+
+
+# ---- nodes ----------------------------------------------------------------------
+
+
+class Hop(_Frozen):
+    """Where a node sits in a ``repeat`` block (eq. 41-42)."""
+
+    block: str  # the repeat's path, e.g. "decoder"
+    index: int  # 1-based hop
+    count: int
+    shared: bool  # weights shared across hops
+    template: str  # node id without hop index, e.g. "decoder.cross"
+
+
+class Input(_Frozen):
+    kind_: Literal["input"] = "input"
+    id: str
+    kind: Literal["tokens", "sequence", "grid", "set", "vector"]
+    axes: tuple[str, ...]
+    sizes: tuple[int | None, ...]
+    dim: int | None  # None for tokens
+    vocab: int | None = None
+    autoregressive: bool = False
+    loc: Location
+
+
+class Node(_Frozen):
+    """A feature, query or output model, or an affinity matrix."""
+
+    kind_: Literal["feature", "query", "output", "affinity"]
+    id: str
+    name: str  # as written in the spec
+    expr: Expr
+    hop: Hop | None = None
+    loc: Location
+
+
+class Attention(_Frozen):
+    kind_: Literal["attention"] = "attention"
+    id: str
+    name: str
+    query: Expr | None  # None: no query (eq. 33)
+    keys: Expr
+    values: Expr
+    affinity: str | None = None  # affinity node id (eq. 12-16)
+    score: Score
+    align: Align
+    dimensionality: Literal["single", "multi"] = "single"
+    heads: int = 1
+    capsules: int = 0
+    causal: bool = False
+    penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
+    hop: Hop | None = None
+    loc: Location
+
+
+AnyNode = Union[Input, Node, Attention]
+
+
+class Model(_Frozen):
+    name: str
+    base: str | None = None
+    nodes: tuple[AnyNode, ...]
+    loc: Location
+
+    def node(self, node_id: str) -> AnyNode:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    @property
+    def attentions(self) -> tuple[Attention, ...]:
+        return tuple(n for n in self.nodes if isinstance(n, Attention))
+
+    @property
+    def inputs(self) -> tuple[Input, ...]:
+        return tuple(n for n in self.nodes if isinstance(n, Input))
+
+
+class Paper(_Frozen):
+    id: str
+    cite: str
+    ref: int | None = None
+    row: int | None = None  # position in the survey's Table III, if the paper is there
+    title: str = ""
+    year: int | None = None
+    loc: Location
+
+
+class Spec(_Frozen):
+    file: str
+    paper: Paper
+    constants: tuple[tuple[str, Scalar], ...] = ()
+    models: tuple[Model, ...]

@@ -1,0 +1,906 @@
+"""Stage 2: AST -> IR. Checks each entry on its own (identifiers, fields, types,
+constants), resolves names, merges model variants and unrolls ``repeat`` blocks.
+Cross-entry checks (cycles, shapes, a score's requirements) live in ``checks.py``."""
+
+from __future__ import annotations
+
+import difflib
+import keyword
+import math
+from dataclasses import dataclass, field
+
+from . import ast, ir
+from .diagnostics import Collector, Location
+
+MAX_HOPS = 64
+MAX_INT = 1 << 24
+MAX_NODES = 5000
+
+INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
+ACTS = ("none", "tanh", "relu", "sigmoid", "gelu")
+
+
+@dataclass(frozen=True)
+class P:
+    """One parameter of a feature-model operation."""
+
+    name: str
+    type: str  # node | nodes | int | float | bool | enum
+    required: bool = True
+    default: ir.Scalar | None = None
+    choices: tuple[str, ...] = ()
+
+
+def _sig(*params: P) -> tuple[P, ...]:
+    return params
+
+
+def node(name: str = "x") -> P:
+    return P(name, "node")
+
+
+def pint(name: str, required: bool = True, default: int | None = None) -> P:
+    return P(name, "int", required, default)
+
+
+def enum(name: str, choices: tuple[str, ...], default: str) -> P:
+    return P(name, "enum", False, default, choices)
+
+
+# The feature, query and output models the language offers (Fig. 1: feature model,
+# query model, output model), with their parameters.
+OPS: dict[str, tuple[P, ...]] = {
+    "embed": _sig(node("tokens"), pint("d")),
+    "linear": _sig(node(), pint("d"), enum("act", ACTS, "none"), P("bias", "bool", False, True)),
+    "project": _sig(node(), pint("d", False)),
+    "lstm": _sig(node(), pint("hidden"), pint("layers", False, 1), P("feed", "node", False)),
+    "gru": _sig(node(), pint("hidden"), pint("layers", False, 1), P("feed", "node", False)),
+    "bilstm": _sig(node(), pint("hidden"), pint("layers", False, 1)),
+    "bigru": _sig(node(), pint("hidden"), pint("layers", False, 1)),
+    "cnn": _sig(node(), pint("d"), pint("kernel", False, 3), enum("act", ACTS, "relu")),
+    "identity": _sig(node()),
+    "positional": _sig(node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
+    "norm": _sig(node()),
+    "ffn": _sig(node(), pint("d_ff"), enum("act", ACTS, "relu")),
+    "tanh": _sig(node()),
+    "relu": _sig(node()),
+    "sigmoid": _sig(node()),
+    "concat": _sig(P("parts", "nodes")),
+    "stack": _sig(P("parts", "nodes")),
+    "mean": _sig(node()),
+    "max": _sig(node()),
+    "sum": _sig(node()),
+    "flatten": _sig(node()),
+    "resize": _sig(node(), node("like")),
+    "learned": _sig(pint("d")),
+    "classify": _sig(node(), pint("classes")),
+    "affinity": _sig(node("a"), node("b"),
+                     enum("form", ("bilinear", "trilinear", "dot", "scaled_dot"), "bilinear"),
+                     enum("act", ACTS, "none")),
+}
+
+SCORES: dict[str, tuple[P, ...]] = {
+    "additive": _sig(pint("d_w", False), enum("act", ACTS, "tanh"), P("bias", "bool", False, True)),
+    "concat": _sig(pint("d_w", False)),
+    "multiplicative": (),
+    "scaled_multiplicative": (),
+    "general": (),
+    "biased_general": (),
+    "activated_general": _sig(enum("act", ACTS, "tanh")),
+    "similarity": _sig(enum("kind", ("cosine", "l2"), "cosine")),
+    "location": (),
+    "affinity": (),
+    "max_pool": (),
+}
+
+ALIGNS: dict[str, tuple[P, ...]] = {
+    "global": (),
+    "soft": (),
+    "hard": (),
+    "local": _sig(pint("D"), enum("position", ("monotonic", "predictive"), "predictive"),
+                  P("gaussian", "bool", False, True), P("sigma", "float", False)),
+    "reinforced": (),
+    "sparsemax": (),
+    "entmax": (),
+}
+
+ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
+                    "heads", "capsules", "causal", "penalty", "affinity")
+PAPER_FIELDS = ("cite", "ref", "row", "title", "year")
+
+
+def suggest(word: str, options) -> str:
+    options = list(options)
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean `{close[0]}`?"
+    shown = ", ".join(f"`{o}`" for o in options[:10])
+    return "one of: " + shown + (f" (and {len(options) - 10} more)" if len(options) > 10 else "")
+
+
+def bad_identifier(name: str) -> str | None:
+    """Why ``name`` cannot be used as an identifier (specs are untrusted)."""
+    if not name.isidentifier() or not name.isascii():
+        return "is not a valid identifier"
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        return "is a Python keyword"
+    if name.startswith("__"):
+        return "starts with `__` (dunder names are reserved)"
+    if name in ("true", "false"):
+        return "is reserved for booleans"
+    if len(name) > 64:
+        return "is longer than 64 characters"
+    return None
+
+
+@dataclass
+class Scope:
+    """Name bindings of a model body or of one hop of a ``repeat``."""
+
+    prefix: str  # "" or "encoder[2]."
+    parent: "Scope | None"
+    bindings: dict[str, str] = field(default_factory=dict)  # name -> current node id
+    declared: dict[str, str] = field(default_factory=dict)  # names declared later (forward refs)
+    consts: dict[str, ir.Scalar] = field(default_factory=dict)
+    blocks: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # repeat -> hops' bindings
+    hop: ir.Hop | None = None
+
+    def lookup(self, name: str):
+        s: Scope | None = self
+        while s is not None:
+            if name in s.consts:
+                return ("const", s.consts[name])
+            if name in s.bindings:
+                return ("node", s.bindings[name])
+            if name in s.declared:
+                return ("node", s.declared[name])
+            if name in s.blocks:
+                return ("block", s.blocks[name])
+            s = s.parent
+        return None
+
+    def owner(self, name: str) -> "Scope | None":
+        s: Scope | None = self
+        while s is not None:
+            if name in s.bindings:
+                return s
+            s = s.parent
+        return None
+
+
+class Lowerer:
+    def __init__(self, module: ast.Module, file: str, source: str | None):
+        self.module = module
+        self.file = file
+        self.c = Collector(file, source)
+        self.consts: dict[str, ir.Scalar] = {}
+
+    # ---- helpers ------------------------------------------------------------
+
+    def loc(self, pos: ast.Pos) -> Location:
+        return self.c.loc(pos.line, pos.col)
+
+    def err(self, pos: ast.Pos, msg: str, hint: str = "") -> None:
+        self.c.error(self.loc(pos), msg, hint)
+
+    def check_ident(self, name: str, pos: ast.Pos, what: str) -> bool:
+        why = bad_identifier(name)
+        if why:
+            self.err(pos, f"{what} name `{name}` {why}", "use letters, digits and `_`, e.g. `enc_self`")
+            return False
+        return True
+
+    # ---- constants ----------------------------------------------------------
+
+    def const(self, e: ast.Expr, scope: Scope | None) -> ir.Scalar | None:
+        """Evaluate a constant expression (numbers, strings, `let` names, + - * /)."""
+        if isinstance(e, ast.Number):
+            return e.value
+        if isinstance(e, ast.String):
+            return e.value
+        if isinstance(e, ast.Neg):
+            v = self.const(e.operand, scope)
+            if v is None:
+                return None
+            if isinstance(v, (bool, str)):
+                self.err(e.pos, "cannot negate a non-number")
+                return None
+            return -v
+        if isinstance(e, ast.Ref):
+            if e.name in ("true", "false"):
+                return e.name == "true"
+            found = scope.lookup(e.name) if scope else None
+            if found is None and e.name in self.consts:
+                found = ("const", self.consts[e.name])
+            if found is None or found[0] != "const":
+                known = list(self.consts) + (list(scope.consts) if scope else [])
+                self.err(e.pos, f"unknown constant `{e.name}`",
+                         suggest(e.name, known) if known else "define it first with `let`")
+                return None
+            return found[1]
+        if isinstance(e, ast.BinOp):
+            a, b = self.const(e.left, scope), self.const(e.right, scope)
+            if a is None or b is None:
+                return None
+            if isinstance(a, (bool, str)) or isinstance(b, (bool, str)):
+                self.err(e.pos, f"`{e.op}` needs numbers on both sides")
+                return None
+            try:
+                if e.op == "+":
+                    v = a + b
+                elif e.op == "-":
+                    v = a - b
+                elif e.op == "*":
+                    v = a * b
+                else:
+                    if b == 0:
+                        self.err(e.pos, "division by zero")
+                        return None
+                    v = a // b if isinstance(a, int) and isinstance(b, int) and a % b == 0 else a / b
+            except OverflowError:
+                v = math.inf
+            if isinstance(v, float) and not math.isfinite(v) or abs(v) > 1e15:
+                self.err(e.pos, "number out of range")
+                return None
+            return v
+        self.err(e.pos, "expected a constant (a number, a string or a `let` name)")
+        return None
+
+    def as_int(self, e: ast.Expr, scope: Scope | None, what: str, lo: int = 1,
+               hi: int = MAX_INT) -> int | None:
+        v = self.const(e, scope)
+        if v is None:
+            return None
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            self.err(e.pos, f"{what} must be a whole number, got {v!r}")
+            return None
+        if not lo <= v <= hi:
+            self.err(e.pos, f"{what} must be between {lo} and {hi}, got {v}")
+            return None
+        return v
+
+    def as_param(self, p: P, e: ast.Expr, scope: Scope | None, what: str) -> ir.Scalar | None:
+        if p.type == "int":
+            return self.as_int(e, scope, what)
+        if p.type == "float":
+            v = self.const(e, scope)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                self.err(e.pos, f"{what} must be a positive number, got {v!r}")
+                return None
+            return float(v)
+        if p.type == "bool":
+            if isinstance(e, ast.Ref) and e.name in ("true", "false"):
+                return e.name == "true"
+            self.err(e.pos, f"{what} must be `true` or `false`")
+            return None
+        if p.type == "enum":
+            if isinstance(e, ast.Ref) and len(e.parts) == 1 and e.name in p.choices:
+                return e.name
+            got = e.name if isinstance(e, ast.Ref) else "this"
+            self.err(e.pos, f"{what} cannot be `{got}`", suggest(got, p.choices))
+            return None
+        raise AssertionError(p.type)
+
+    # ---- entry point ----------------------------------------------------------
+
+    def run(self) -> ir.Spec:
+        papers = [i for i in self.module.items if isinstance(i, ast.Paper)]
+        models = [i for i in self.module.items if isinstance(i, ast.Model)]
+        for item in self.module.items:
+            if isinstance(item, ast.Let):
+                if self.check_ident(item.name, item.pos, "constant"):
+                    if item.name in self.consts:
+                        self.err(item.pos, f"constant `{item.name}` is defined twice")
+                    v = self.const(item.value, None)
+                    if v is not None:
+                        self.consts[item.name] = v
+        paper = self.paper(papers)
+        if not models:
+            self.err(ast.Pos(1, 1), "the spec defines no model",
+                     "add `model NAME { … }` with inputs, features and attention modules")
+        by_name: dict[str, ast.Model] = {}
+        out: list[ir.Model] = []
+        for m in models:
+            if not self.check_ident(m.name, m.pos, "model"):
+                continue
+            if m.name in by_name:
+                self.err(m.pos, f"model `{m.name}` is defined twice")
+                continue
+            body = m.body
+            if m.base is not None:
+                base = by_name.get(m.base)
+                if base is None:
+                    self.err(m.base_pos or m.pos, f"unknown base model `{m.base}`",
+                             "a variant extends a model defined above it: " + suggest(m.base, by_name)
+                             if by_name else "define the base model first")
+                    continue
+                body = self.merge(base.body, m.body)
+            merged = ast.Model(m.pos, m.name, m.base, m.base_pos, body)
+            by_name[m.name] = merged
+            lowered = self.model(merged)
+            if lowered is not None:
+                out.append(lowered)
+        self.c.raise_if_any()
+        assert paper is not None
+        return ir.Spec(file=self.file, paper=paper, constants=tuple(self.consts.items()),
+                       models=tuple(out))
+
+    def paper(self, papers: list[ast.Paper]) -> ir.Paper | None:
+        if not papers:
+            self.err(ast.Pos(1, 1), "the spec has no `paper` block",
+                     'start with `paper bahdanau2015 { cite = "Bahdanau et al."  year = 2015 }`')
+            return None
+        for extra in papers[1:]:
+            self.err(extra.pos, "a spec describes one paper; found a second `paper` block",
+                     "put each paper in its own .attn file")
+        p = papers[0]
+        self.check_ident(p.name, p.pos, "paper")
+        vals: dict[str, ir.Scalar] = {}
+        for f in p.fields:
+            if f.name not in PAPER_FIELDS:
+                self.err(f.pos, f"unknown paper field `{f.name}`", suggest(f.name, PAPER_FIELDS))
+                continue
+            if f.name in vals:
+                self.err(f.pos, f"paper field `{f.name}` is given twice")
+                continue
+            if f.name in ("cite", "title"):
+                if not isinstance(f.value, ast.String):
+                    self.err(f.value.pos, f"`{f.name}` must be a string in double quotes")
+                    continue
+                if not f.value.value.strip() or len(f.value.value) > 300 or "\n" in f.value.value:
+                    self.err(f.value.pos, f"`{f.name}` must be a non-empty one-line string")
+                    continue
+                vals[f.name] = f.value.value
+            else:
+                lo, hi = {"ref": (1, 100000), "row": (1, 1000), "year": (1900, 2100)}[f.name]
+                v = self.as_int(f.value, None, f"`{f.name}`", lo, hi)
+                if v is not None:
+                    vals[f.name] = v
+        if "cite" not in vals:
+            if not any(f.name == "cite" for f in p.fields):
+                self.err(p.pos, "the paper block needs `cite`",
+                         'the citation label as in Table III, e.g. `cite = "Vaswani et al."`')
+            return None
+        return ir.Paper(id=p.name, loc=self.loc(p.pos), **vals)
+
+    # ---- variants ---------------------------------------------------------------
+
+    @staticmethod
+    def stmt_key(s: ast.Stmt):
+        if isinstance(s, ast.Feature) and s.role == "update":
+            return None
+        if isinstance(s, (ast.Feature, ast.Input, ast.Attention, ast.Repeat, ast.Let)):
+            return s.name
+        return None
+
+    def merge(self, base: tuple, override: tuple) -> tuple:
+        """A variant's statements replace the base's statements of the same name."""
+        over = {self.stmt_key(s): s for s in override if self.stmt_key(s) is not None}
+        used: set[str] = set()
+        out = []
+        for s in base:
+            k = self.stmt_key(s)
+            if k is not None and k in over:
+                out.append(over[k])
+                used.add(k)
+            else:
+                out.append(s)
+        for s in override:
+            k = self.stmt_key(s)
+            if k is None or k not in used:
+                out.append(s)
+        return tuple(out)
+
+    # ---- models -------------------------------------------------------------------
+
+    def model(self, m: ast.Model) -> ir.Model | None:
+        self.nodes: list[ir.AnyNode] = []
+        self.ids: set[str] = set()
+        self.versions: dict[str, int] = {}
+        self.roles: dict[str, str] = {}  # node id -> feature/query/output/affinity/input/attention
+        self.kinds_by_name: dict[str, str] = {}
+        self.pending_feeds: list = []
+        scope = Scope("", None)
+        before = len(self.c.diagnostics)
+        self.body(m.body, scope)
+        if len(self.c.diagnostics) > before:
+            return None
+        if not any(isinstance(n, ir.Attention) for n in self.nodes):
+            self.err(m.pos, f"model `{m.name}` has no attention module",
+                     "add `attention NAME { query = …  keys = …  score = … }`")
+            return None
+        return ir.Model(name=m.name, base=m.base, nodes=tuple(self.nodes), loc=self.loc(m.pos))
+
+    def declare(self, stmts, scope: Scope) -> None:
+        for s in stmts:
+            if isinstance(s, (ast.Input, ast.Attention)) or (
+                    isinstance(s, ast.Feature) and s.role != "update"):
+                scope.declared.setdefault(s.name, scope.prefix + s.name)
+
+    def add_node(self, n: ir.AnyNode, pos: ast.Pos) -> None:
+        if len(self.nodes) >= MAX_NODES:
+            self.err(pos, f"model has more than {MAX_NODES} nodes after unrolling `repeat` blocks",
+                     "use fewer hops or fewer statements")
+            raise _TooBig
+        self.nodes.append(n)
+        self.ids.add(n.id)
+        self.roles[n.id] = n.kind_
+
+    def bind(self, scope: Scope, name: str, pos: ast.Pos, what: str) -> str | None:
+        if not self.check_ident(name, pos, what):
+            return None
+        if name in scope.bindings or name in scope.consts or name in scope.blocks:
+            self.err(pos, f"`{name}` is already defined in this model",
+                     "use `update NAME = …` to refine a feature, or pick another name")
+            return None
+        node_id = scope.prefix + name
+        scope.bindings[name] = node_id
+        scope.declared.pop(name, None)
+        return node_id
+
+    def body(self, stmts, scope: Scope) -> None:
+        self.declare(stmts, scope)
+        try:
+            for s in stmts:
+                if isinstance(s, ast.Let):
+                    if self.check_ident(s.name, s.pos, "constant"):
+                        v = self.const(s.value, scope)
+                        if v is not None:
+                            scope.consts[s.name] = v
+                elif isinstance(s, ast.Input):
+                    self.input(s, scope)
+                elif isinstance(s, ast.Feature):
+                    self.feature(s, scope)
+                elif isinstance(s, ast.Attention):
+                    self.attention(s, scope)
+                elif isinstance(s, ast.Repeat):
+                    self.repeat(s, scope)
+        except _TooBig:
+            return
+
+    def input(self, s: ast.Input, scope: Scope) -> None:
+        if scope.parent is not None:
+            self.err(s.pos, "inputs are declared at the top of a model, not inside `repeat`")
+            return
+        node_id = self.bind(scope, s.name, s.pos, "input")
+        if node_id is None:
+            return
+        if s.kind not in INPUT_KINDS:
+            self.err(s.kind_pos, f"unknown input kind `{s.kind}`", suggest(s.kind, INPUT_KINDS))
+            return
+        dims = list(s.dims)
+        dim = None
+        if s.kind != "tokens":
+            if not dims:
+                self.err(s.kind_pos, "missing feature size")
+                return
+            dim = self.as_int(dims.pop(), scope, f"the feature size of `{s.name}`")
+            if dim is None:
+                return
+        elif not dims:
+            self.err(s.kind_pos, "tokens need at least one axis, e.g. `tokens[S]`")
+            return
+        if s.kind == "grid" and len(dims) != 2:
+            self.err(s.kind_pos, "a grid has two spatial axes and a channel size: `grid[H, W, C]`")
+            return
+        if s.kind in ("sequence", "set") and not dims:
+            self.err(s.kind_pos, f"a {s.kind} needs an axis and a feature size, e.g. `{s.kind}[L, 300]`")
+            return
+        axes, sizes = [], []
+        for i, d in enumerate(dims):
+            if isinstance(d, ast.Ref) and len(d.parts) == 1:
+                found = scope.lookup(d.name) or (("const", self.consts[d.name])
+                                                 if d.name in self.consts else None)
+                if found and found[0] == "const":
+                    size = self.as_int(d, scope, f"axis `{d.name}`")
+                    axes.append(d.name)
+                    sizes.append(size)
+                elif found:
+                    self.err(d.pos, f"axis `{d.name}` clashes with a node of the same name")
+                    return
+                else:
+                    if not self.check_ident(d.name, d.pos, "axis"):
+                        return
+                    axes.append(d.name)
+                    sizes.append(None)
+            else:
+                size = self.as_int(d, scope, "an axis size")
+                if size is None:
+                    return
+                axes.append(f"{s.name}_{i}")
+                sizes.append(size)
+        if len(set(axes)) != len(axes):
+            self.err(s.kind_pos, f"input `{s.name}` repeats an axis name")
+            return
+        vocab, auto = None, False
+        for a in s.args:
+            if isinstance(a, ast.Ref) and a.name == "autoregressive":
+                auto = True
+            elif isinstance(a, ast.Kwarg) and a.name == "vocab":
+                vocab = self.as_int(a.value, scope, "`vocab`")
+            elif isinstance(a, ast.Kwarg) and a.name == "autoregressive":
+                auto = bool(self.as_param(P("autoregressive", "bool"), a.value, scope, "`autoregressive`"))
+            elif isinstance(a, ast.Kwarg) and a.name in axes:
+                i = axes.index(a.name)  # `(S = 50)`: the axis has a fixed length
+                if sizes[i] is not None:
+                    self.err(a.pos, f"axis `{a.name}` already has a size ({sizes[i]})")
+                else:
+                    sizes[i] = self.as_int(a.value, scope, f"the length of `{a.name}`")
+            else:
+                name = a.name if isinstance(a, (ast.Kwarg, ast.Ref)) else "this"
+                self.err(a.pos, f"unknown input option `{name}`",
+                         suggest(name, ("vocab", "autoregressive", *axes)))
+        if s.kind == "tokens" and vocab is None:
+            self.err(s.kind_pos, f"token input `{s.name}` needs a vocabulary size",
+                     f"write `input {s.name}: tokens[…] (vocab = 30000)`")
+            return
+        if s.kind != "tokens" and vocab is not None:
+            self.err(s.kind_pos, "only token inputs have a vocabulary")
+            return
+        self.add_node(ir.Input(id=node_id, kind=s.kind, axes=tuple(axes), sizes=tuple(sizes),
+                               dim=dim, vocab=vocab, autoregressive=auto, loc=self.loc(s.pos)), s.pos)
+
+    def feature(self, s: ast.Feature, scope: Scope) -> None:
+        if s.role == "update":
+            owner = scope.owner(s.name)
+            if owner is None:
+                self.err(s.pos, f"cannot update `{s.name}`: it is not defined yet",
+                         f"define it first with `feature {s.name} = …`")
+                return
+            old = owner.bindings[s.name]
+            role = self.roles.get(old, "feature")
+            if role not in ("feature", "query", "output"):
+                self.err(s.pos, f"`{s.name}` is {'an' if role[0] in 'aeiou' else 'a'} {role}; "
+                         "only features, queries and outputs can be updated")
+                return
+            base = old.split("@")[0]
+            self.versions[base] = self.versions.get(base, 1) + 1
+            node_id = f"{base}@{self.versions[base]}"
+            expr = self.expr(s.value, scope)  # reads the old version
+            owner.bindings[s.name] = node_id
+            if expr is not None:
+                self.add_node(ir.Node(kind_=role, id=node_id, name=s.name, expr=expr,
+                                      hop=self.hop_of(scope, s.name + "@"), loc=self.loc(s.pos)), s.pos)
+            return
+        node_id = self.bind(scope, s.name, s.pos, s.role)
+        if node_id is None:
+            return
+        if s.role == "affinity":
+            if not (isinstance(s.value, ast.Call) and s.value.fn == "affinity"):
+                self.err(s.value.pos, "an affinity matrix is `affinity(A, B, form = bilinear, act = tanh)`",
+                         "eq. 12 (bilinear) or eq. 13 (trilinear)")
+                return
+        elif isinstance(s.value, ast.Call) and s.value.fn == "affinity":
+            self.err(s.value.pos, "`affinity(…)` defines an affinity matrix: declare it with "
+                     f"`affinity {s.name} = affinity(…)`")
+            return
+        expr = self.expr(s.value, scope)
+        if expr is None:
+            return
+        self.add_node(ir.Node(kind_=s.role, id=node_id, name=s.name, expr=expr,
+                              hop=self.hop_of(scope, s.name), loc=self.loc(s.pos)), s.pos)
+
+    def hop_of(self, scope: Scope, name: str) -> ir.Hop | None:
+        if scope.hop is None:
+            return None
+        return scope.hop.model_copy(update={"template": scope.hop.template + "." + name})
+
+    def repeat(self, s: ast.Repeat, scope: Scope) -> None:
+        if not self.check_ident(s.name, s.pos, "repeat"):
+            return
+        if s.name in scope.bindings or s.name in scope.blocks:
+            self.err(s.pos, f"`{s.name}` is already defined in this model")
+            return
+        count = self.as_int(s.count, scope, "the hop count", 1, MAX_HOPS)
+        if count is None:
+            return
+        shared = s.shared is not None
+        if shared and str(s.shared) != "shared":
+            self.err(ast.Pos(s.shared.line, s.shared.column), f"expected `shared` or `{{` after "
+                     f"the hop count, found `{s.shared}`",
+                     "`repeat NAME COUNT shared { … }` shares weights across hops")
+            return
+        block = scope.prefix + s.name
+        template = block if scope.hop is None else scope.hop.template + "." + s.name
+        hops: list[dict[str, str]] = []
+        scope.blocks[s.name] = hops
+        for i in range(1, count + 1):
+            inner = Scope(f"{block}[{i}].", scope,
+                          hop=ir.Hop(block=block, index=i, count=count, shared=shared,
+                                     template=template))
+            before = len(self.c.diagnostics)
+            self.body(s.body, inner)
+            hops.append(dict(inner.bindings))
+            if len(self.c.diagnostics) > before:
+                return  # report each mistake once, not once per hop
+
+    # ---- expressions -------------------------------------------------------------
+
+    def resolve(self, r: ast.Ref, scope: Scope, what: str = "feature") -> str | None:
+        found = scope.lookup(r.parts[0])
+        i = 1
+        while found is not None and found[0] == "block" and i < len(r.parts):
+            hops = found[1]
+            last = hops[-1] if hops else {}
+            name = r.parts[i]
+            if name not in last:
+                self.err(r.part_pos[i], f"`{'.'.join(r.parts[:i])}` has no `{name}`",
+                         suggest(name, sorted(last)) if last else "")
+                return None
+            found = ("node", last[name])
+            i += 1
+        if found is None:
+            known = sorted(self._visible(scope))
+            self.err(r.pos, f"unknown name `{r.name}`",
+                     suggest(r.parts[0], known) if known else "define it before using it")
+            return None
+        if i < len(r.parts):
+            self.err(r.part_pos[i], f"`{r.parts[0]}` is not a `repeat` block, so `.{r.parts[i]}` "
+                     "cannot be looked up in it")
+            return None
+        if found[0] == "const":
+            self.err(r.pos, f"`{r.name}` is a constant, not a {what}")
+            return None
+        if found[0] == "block":
+            self.err(r.pos, f"`{r.name}` is a `repeat` block; name a node inside it, "
+                     f"e.g. `{r.name}.NAME`")
+            return None
+        return found[1]
+
+    def _visible(self, scope: Scope) -> set[str]:
+        out: set[str] = set()
+        s: Scope | None = scope
+        while s is not None:
+            out |= set(s.bindings) | set(s.declared) | set(s.consts) | set(s.blocks)
+            s = s.parent
+        return out
+
+    def expr(self, e: ast.Expr, scope: Scope) -> ir.Expr | None:
+        loc = self.loc(e.pos)
+        if isinstance(e, ast.Ref):
+            node_id = self.resolve(e, scope)
+            if node_id is None:
+                return None
+            if self.roles.get(node_id) == "affinity":
+                self.err(e.pos, f"`{e.name}` is an affinity matrix; use it in an attention "
+                         "module's `affinity` field")
+                return None
+            return ir.Ref(node=node_id, loc=loc)
+        if isinstance(e, ast.BinOp):
+            if e.op != "+":
+                self.err(e.pos, f"features cannot be combined with `{e.op}`",
+                         "`a + b` adds two features of the same shape (a residual connection, "
+                         "eq. 37); arithmetic is for constants")
+                return None
+            a, b = self.expr(e.left, scope), self.expr(e.right, scope)
+            if a is None or b is None:
+                return None
+            return ir.Op(fn="add", args=(a, b), loc=loc)
+        if isinstance(e, ast.Call):
+            return self.call(e, scope)
+        if isinstance(e, (ast.Number, ast.Neg)):
+            self.err(e.pos, "expected a feature, found a number",
+                     "numbers are parameters of feature models, e.g. `linear(x, 64)`")
+            return None
+        self.err(e.pos, "expected a feature, found a string")
+        return None
+
+    def call(self, e: ast.Call, scope: Scope) -> ir.Expr | None:
+        sig = OPS.get(e.fn)
+        if sig is None:
+            self.err(e.pos, f"unknown feature model `{e.fn}`", suggest(e.fn, OPS))
+            return None
+        args: list[ir.Expr] = []
+        params: dict[str, ir.Scalar] = {}
+        ok = True
+        positional = list(e.args)
+        for p in sig:
+            if p.type == "nodes":
+                if not positional:
+                    self.err(e.pos, f"`{e.fn}` needs at least one feature")
+                    return None
+                for a in positional:
+                    x = self.expr(a, scope)
+                    ok &= x is not None
+                    if x is not None:
+                        args.append(x)
+                positional = []
+                continue
+            if positional:
+                a = positional.pop(0)
+            else:
+                kw = next((k for k in e.kwargs if k.name == p.name), None)
+                if kw is None:
+                    if p.required:
+                        self.err(e.pos, f"`{e.fn}` is missing `{p.name}`",
+                                 f"write `{e.fn}({', '.join(q.name for q in sig if q.required)})`")
+                        ok = False
+                    elif p.default is not None and p.type != "node":
+                        params[p.name] = p.default
+                    continue
+                a = kw.value
+            if p.type == "node":
+                if p.name == "feed":
+                    continue  # resolved below: it may name a node defined later
+                x = self.expr(a, scope)
+                ok &= x is not None
+                if x is not None:
+                    args.append(x)
+            else:
+                v = self.as_param(p, a, scope, f"`{p.name}` of `{e.fn}`")
+                ok &= v is not None
+                if v is not None:
+                    params[p.name] = v
+        if positional:
+            self.err(positional[0].pos, f"`{e.fn}` takes {sum(p.type != 'nodes' for p in sig)} "
+                     "argument(s); this one is extra")
+            ok = False
+        names = {p.name for p in sig}
+        seen: set[str] = set()
+        for k in e.kwargs:
+            if k.name not in names:
+                self.err(k.pos, f"`{e.fn}` has no parameter `{k.name}`", suggest(k.name, names))
+                ok = False
+            elif k.name in seen:
+                self.err(k.pos, f"`{k.name}` is given twice")
+                ok = False
+            seen.add(k.name)
+        feed = next((k for k in e.kwargs if k.name == "feed"), None)
+        if feed is not None:
+            if not isinstance(feed.value, ast.Ref):
+                self.err(feed.value.pos, "`feed` names an attention module whose previous "
+                         "context the recurrent model reads")
+                return None
+            fid = self.resolve(feed.value, scope)
+            if fid is None:
+                return None
+            params["feed"] = fid
+        if not ok:
+            return None
+        return ir.Op(fn=e.fn, args=tuple(args), params=tuple(sorted(params.items())),
+                     loc=self.loc(e.pos))
+
+    # ---- attention modules ----------------------------------------------------------
+
+    def attention(self, s: ast.Attention, scope: Scope) -> None:
+        node_id = self.bind(scope, s.name, s.pos, "attention")
+        if node_id is None:
+            return
+        f: dict[str, ast.Field] = {}
+        for fld in s.fields:
+            if fld.name not in ATTENTION_FIELDS:
+                self.err(fld.pos, f"unknown attention field `{fld.name}`",
+                         suggest(fld.name, ATTENTION_FIELDS))
+            elif fld.name in f:
+                self.err(fld.pos, f"field `{fld.name}` is given twice")
+            else:
+                f[fld.name] = fld
+        before = len(self.c.diagnostics)
+        if "features" in f and ("keys" in f or "values" in f):
+            other = f.get("keys") or f["values"]
+            self.err(other.pos, f"`{other.name}` conflicts with `features`",
+                     "`features = F` sets both keys and values; give either it or `keys`/`values`")
+        keys_f = f.get("keys") or f.get("features")
+        if keys_f is None:
+            self.err(s.pos, f"attention `{s.name}` has no keys",
+                     "say what it attends over: `features = F`, or `keys = …` and `values = …`")
+            return
+        keys = self.expr(keys_f.value, scope)
+        values_f = f.get("values") or f.get("features")
+        values = self.expr(values_f.value, scope) if values_f and values_f is not keys_f else keys
+        query = self.expr(f["query"].value, scope) if "query" in f else None
+        score = self.score(f.get("score"), s)
+        align = self.align(f.get("align"), s)
+        dims = "single"
+        if "dimensionality" in f:
+            dims = self.as_param(P("dimensionality", "enum", choices=("single", "multi")),
+                                 f["dimensionality"].value, scope, "`dimensionality`") or "single"
+        heads = self.as_int(f["heads"].value, scope, "`heads`", 1, 1024) if "heads" in f else 1
+        capsules = (self.as_int(f["capsules"].value, scope, "`capsules`", 2, 1024)
+                    if "capsules" in f else 0)
+        causal = (self.as_param(P("causal", "bool"), f["causal"].value, scope, "`causal`")
+                  if "causal" in f else False)
+        penalty = (self.as_param(P("penalty", "float"), f["penalty"].value, scope, "`penalty`")
+                   if "penalty" in f else None)
+        affinity = None
+        if "affinity" in f:
+            v = f["affinity"].value
+            if not isinstance(v, ast.Ref):
+                self.err(v.pos, "`affinity` names an affinity matrix declared with "
+                         "`affinity NAME = affinity(A, B, …)`")
+            else:
+                affinity = self.resolve(v, scope)
+                if affinity is not None and self.roles.get(affinity) not in (None, "affinity"):
+                    self.err(v.pos, f"`{v.name}` is not an affinity matrix")
+                    affinity = None
+                elif affinity is not None and affinity not in self.ids:
+                    self.err(v.pos, f"affinity matrix `{v.name}` must be declared before it is used")
+                    affinity = None
+        if len(self.c.diagnostics) > before or keys is None or values is None or score is None \
+                or align is None or heads is None or capsules is None:
+            return
+        self.add_node(ir.Attention(
+            id=node_id, name=s.name, query=query, keys=keys, values=values, affinity=affinity,
+            score=score, align=align, dimensionality=dims, heads=heads, capsules=capsules,
+            causal=bool(causal), penalty=penalty, hop=self.hop_of(scope, s.name),
+            loc=self.loc(s.pos)), s.pos)
+
+    def _mechanism(self, fld: ast.Field | None, table: dict, what: str):
+        if fld is None:
+            return None, {}
+        e = fld.value
+        if isinstance(e, ast.Ref) and len(e.parts) == 1:
+            name, kwargs, pos_args = e.name, (), ()
+        elif isinstance(e, ast.Call):
+            name, kwargs, pos_args = e.fn, e.kwargs, e.args
+        else:
+            self.err(e.pos, f"expected a {what} function", suggest("", table))
+            return False, {}
+        if name not in table:
+            self.err(e.pos, f"unknown {what} function `{name}`", suggest(name, table))
+            return False, {}
+        sig = table[name]
+        params: dict[str, ir.Scalar] = {}
+        for i, a in enumerate(pos_args):
+            if i >= len(sig):
+                self.err(a.pos, f"`{name}` takes {len(sig)} argument(s)")
+                return False, {}
+            v = self.as_param(sig[i], a, None, f"`{sig[i].name}` of `{name}`")
+            if v is None:
+                return False, {}
+            params[sig[i].name] = v
+        names = {p.name: p for p in sig}
+        for k in kwargs:
+            if k.name not in names:
+                self.err(k.pos, f"`{name}` has no parameter `{k.name}`",
+                         suggest(k.name, names) if names else f"`{name}` takes no parameters")
+                return False, {}
+            v = self.as_param(names[k.name], k.value, None, f"`{k.name}` of `{name}`")
+            if v is None:
+                return False, {}
+            params[k.name] = v
+        for p in sig:
+            if p.name not in params:
+                if p.required:
+                    self.err(e.pos, f"`{name}` needs `{p.name}`",
+                             f"e.g. `{name}({p.name} = 10)`")
+                    return False, {}
+                if p.default is not None:
+                    params[p.name] = p.default
+        return name, params
+
+    def score(self, fld: ast.Field | None, s: ast.Attention) -> ir.Score | None:
+        if fld is None:
+            self.err(s.pos, f"attention `{s.name}` has no score function",
+                     "add e.g. `score = additive(d_w = 256)` or `score = scaled_multiplicative` "
+                     "(Table II)")
+            return None
+        name, p = self._mechanism(fld, SCORES, "score")
+        if not name:
+            return None
+        return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
+                        similarity=p.get("kind"), loc=self.loc(fld.value.pos))
+
+    def align(self, fld: ast.Field | None, s: ast.Attention) -> ir.Align | None:
+        if fld is None:
+            return ir.Align(fn="global", loc=self.loc(s.pos))
+        name, p = self._mechanism(fld, ALIGNS, "alignment")
+        if not name:
+            return None
+        if name == "soft":  # the same function as global (eq. 25)
+            name = "global"
+        return ir.Align(fn=name, window=p.get("D"), position=p.get("position"),
+                        gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
+                        loc=self.loc(fld.value.pos))
+
+
+class _TooBig(Exception):
+    pass
+
+
+def lower(module: ast.Module, file: str, source: str | None = None) -> ir.Spec:
+    return Lowerer(module, file, source).run()

@@ -1,0 +1,225 @@
+"""Stage 1: spec text -> AST (lark LALR, ``propagate_positions=True``).
+
+Untrusted input is screened first (size, encoding, NUL bytes, nesting depth) so that
+garbage, huge files and deeply nested brackets give located errors, never a
+traceback. Syntax errors are explained with ``match_examples``."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from lark import Lark, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from . import ast
+from .diagnostics import Diagnostic, Location, SpecError
+
+MAX_BYTES = 1_000_000
+MAX_DEPTH = 64  # brackets nested deeper than this are refused before parsing
+
+_GRAMMAR_CANDIDATES = (
+    Path(__file__).resolve().parent.parent / "grammar" / "attn.lark",
+    Path(__file__).resolve().parent / "grammar" / "attn.lark",
+)
+
+# Syntax-error classes, each with examples lark replays to recognise the state.
+_EXAMPLES: dict[str, tuple[str, list[str]]] = {
+    "expected `=` after the field name": (
+        "write fields as `name = value`, e.g. `heads = 8`",
+        ["attention a { heads 8 }", "paper p { ref 3 }", "attention a { score }"],
+    ),
+    "expected `=` after the name": (
+        "statements read `feature x = embed(src, 256)` and `let d = 512`",
+        ["let d 512", "model m { feature x embed(s, 3) }", "model m { query q }"],
+    ),
+    "missing value after `=`": (
+        "give a value: a number, a name, a string or a call like `linear(x, 64)`",
+        ["let d =", "model m { feature x = }", "attention a { heads = }",
+         "model m { attention a { heads = } }"],
+    ),
+    "missing `}` to close the block": (
+        "every `{` needs a matching `}`",
+        ["model m {", "model m { feature x = f(a)", "paper p { ref = 3",
+         "model m { attention a { heads = 8 }", "model m { repeat r 2 { "],
+    ),
+    "unclosed `(`": (
+        "every `(` needs a matching `)`",
+        ["let d = (3", "model m { feature x = f(a, b }", "model m { feature x = f(a }",
+         "let d = f(3"],
+    ),
+    "expected a statement (`input`, `feature`, `query`, `output`, `update`, `attention`, `affinity`, `repeat` or `let`)": (
+        "a model body holds statements such as `feature x = embed(src, 256)`",
+        ["model m { x = 3 }", "model m { 3 }", "model m { foo x = 3 }", "model m { heads = 8 }"],
+    ),
+    "expected `paper`, `let` or `model` at the top level": (
+        "a spec holds one `paper { … }` block, `let` constants and `model` blocks",
+        ["x = 3", "feature x = f(a)", "attention a { }", "3", "models m { }", "}"],
+    ),
+    "expected a block name": (
+        "name the block, e.g. `model transformer { … }` or `attention enc_self { … }`",
+        ["model { }", "attention { }", "paper { }", "repeat { }"],
+    ),
+    "expected an input kind and dimensions, e.g. `input src: tokens[S] (vocab = 30000)`": (
+        "inputs read `input NAME: KIND[axes…, dim]`",
+        ["model m { input x }", "model m { input x: }", "model m { input x: seq }",
+         "model m { input x: seq[] }", "model m { input x tokens[S] }"],
+    ),
+    "expected a hop count after the repeat name, e.g. `repeat encoder 6 { … }`": (
+        "`repeat NAME COUNT [shared] { … }`",
+        ["model m { repeat r { } }", "model m { repeat r shared { } }"],
+    ),
+    "operator without a right-hand operand": (
+        "complete the arithmetic, e.g. `d / heads`",
+        ["let d = 3 +", "let d = 3 * ", "let d = 3 + * 4", "let d = 3 / )"],
+    ),
+    "missing `,` between arguments": (
+        "separate arguments with commas: `linear(x, 64)`",
+        ["let d = f(a b)", "model m { feature x = f(a 3) }"],
+    ),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> Lark:
+    for path in _GRAMMAR_CANDIDATES:
+        if path.exists():
+            return Lark(path.read_text(encoding="utf-8"), parser="lalr",
+                        propagate_positions=True, maybe_placeholders=True)
+    raise FileNotFoundError("grammar/attn.lark not found next to the taxcompile package")
+
+
+def _describe(tok) -> str:
+    if getattr(tok, "type", None) == "$END":
+        return "end of file"
+    text = str(tok)
+    return f"`{text[:30]}`"
+
+
+def _syntax_error(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
+    loc = Location(file=file, line=e.line if e.line > 0 else 1,
+                   column=e.column if e.column > 0 else 1)
+    if isinstance(e, UnexpectedEOF):
+        lines = text.splitlines() or [""]
+        loc = Location(file=file, line=len(lines), column=len(lines[-1]) + 1)
+    label = None
+    try:
+        label = e.match_examples(_parser().parse, {k: v[1] for k, v in _EXAMPLES.items()},
+                                 use_accepts=True)
+    except Exception:  # match_examples replays the parser; never let it mask the error
+        label = None
+    if isinstance(e, UnexpectedCharacters):
+        ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else "?"
+        if label is None:
+            return Diagnostic(loc, f"unexpected character {ch!r}",
+                              "names are letters, digits and `_`; comments start with `#`")
+    tok = getattr(e, "token", None)
+    accepts = set(getattr(e, "accepts", None) or getattr(e, "expected", None) or ())
+    at_end = isinstance(e, UnexpectedEOF) or getattr(tok, "type", None) == "$END"
+    if at_end:
+        # The same parser state can be "missing }" or "missing )": the end of the file
+        # tells which bracket is still open.
+        if "RPAR" in accepts:
+            return Diagnostic(loc, "unexpected end of file: unclosed `(`",
+                              "every `(` needs a matching `)`")
+        if "RBRACE" in accepts:
+            return Diagnostic(loc, "unexpected end of file: missing `}` to close the block",
+                              "every `{` needs a matching `}`")
+        if "RSQB" in accepts:
+            return Diagnostic(loc, "unexpected end of file: unclosed `[`")
+        if label is None or "`=`" not in label and "value" not in label \
+                and "operand" not in label:
+            return Diagnostic(loc, "unexpected end of file", "the last statement is incomplete")
+    if label == "unclosed `(`" and getattr(tok, "type", None) in ("NAME", "NUMBER",
+                                                                   "ESCAPED_STRING"):
+        label = "missing `,` between arguments"
+    if label is not None:
+        hint = _EXAMPLES[label][0]
+        msg = label if tok is None or at_end else f"{label}; found {_describe(tok)}"
+        return Diagnostic(loc, msg, hint)
+    if isinstance(e, UnexpectedToken):
+        expected = sorted(e.accepts or e.expected)
+        pretty = ", ".join(_terminal(t) for t in expected[:6])
+        return Diagnostic(loc, f"unexpected {_describe(e.token)}",
+                          f"expected one of: {pretty}" if pretty else "")
+    return Diagnostic(loc, "syntax error")
+
+
+_TERMINALS = {"NAME": "a name", "NUMBER": "a number", "ESCAPED_STRING": "a string",
+              "LBRACE": "`{`", "RBRACE": "`}`", "LPAR": "`(`", "RPAR": "`)`",
+              "EQUAL": "`=`", "COMMA": "`,`", "COLON": "`:`", "LSQB": "`[`",
+              "RSQB": "`]`", "PLUS": "`+`", "MINUS": "`-`", "STAR": "`*`",
+              "SLASH": "`/`", "DOT": "`.`", "$END": "end of file"}
+
+
+def _terminal(name: str) -> str:
+    if name in _TERMINALS:
+        return _TERMINALS[name]
+    term = next((t for t in _parser().terminals if t.name == name), None)
+    if term is not None and term.pattern.type == "str":
+        return f"`{term.pattern.value}`"
+    return name.lower()
+
+
+def _screen(data: bytes, file: str) -> str:
+    """Refuse what the parser should never see: huge, binary or undecodable input."""
+
+    def err(line: int, col: int, msg: str, hint: str) -> SpecError:
+        return SpecError([Diagnostic(Location(file=file, line=line, column=col), msg, hint)])
+
+    if len(data) > MAX_BYTES:
+        raise err(1, 1, f"file is too large ({len(data):,} bytes; the limit is {MAX_BYTES:,})",
+                  "a spec describes one paper's models; split it or remove generated text")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise err(line, col, f"file is not valid UTF-8 (byte 0x{data[e.start]:02x})",
+                  "specs are UTF-8 text; is this a binary file?") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    nul = text.find("\x00")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        col = nul - (text.rfind("\n", 0, nul) + 1) + 1
+        raise err(line, col, "file contains a NUL byte", "specs are text; is this a binary file?")
+    depth = 0
+    line, col = 1, 0
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col = line + 1, 0
+        elif ch in "([{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise err(line, col, f"brackets nested more than {MAX_DEPTH} deep",
+                          "flatten the expression with `feature` or `let` statements")
+        elif ch in ")]}":
+            depth = max(depth - 1, 0)
+    return text
+
+
+def parse_text(text: str, file: str = "<string>") -> ast.Module:
+    """Parse spec text into an AST; raise ``SpecError`` on any problem."""
+    text = _screen(text.encode("utf-8", "replace"), file)
+    try:
+        tree = _parser().parse(text)
+    except UnexpectedInput as e:
+        raise SpecError([_syntax_error(e, text, file)], text) from None
+    try:
+        return ast.AstBuilder().transform(tree)
+    except RecursionError:  # pragma: no cover - depth is screened above
+        raise SpecError([Diagnostic(Location(file=file, line=1, column=1),
+                                    "expression nested too deeply")], text) from None
+
+
+def read_source(path: str | Path, display: str | None = None) -> str:
+    """Read and screen a spec file; errors are located ``SpecError``s."""
+    p = Path(path)
+    name = display or str(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise SpecError([Diagnostic(Location(file=name, line=1, column=1),
+                                    f"cannot read file: {e.strerror or e}")]) from None
+    return _screen(data, name)

@@ -1,0 +1,79 @@
+"""The front end end to end: file -> AST -> IR -> checks -> graph -> classification.
+
+Nothing here imports torch: ``taxcompile table`` must start fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import checks, classify, ir, lower, parser
+from .diagnostics import SpecError
+
+
+@dataclass
+class PaperRow:
+    """A paper's Table III row: its variants' classifications merged."""
+
+    spec: ir.Spec
+    variants: list[classify.Classification]
+
+    @property
+    def paper(self) -> ir.Paper:
+        return self.spec.paper
+
+    def cell(self, dim: str) -> str:
+        texts: list[str] = []
+        for v in self.variants:
+            t = v.cells[dim].text(dim)
+            if t not in texts:
+                texts.append(t)
+        text = ", ".join(texts)
+        if dim == "alignment" and any("Hard" in v.cells[dim].values for v in self.variants):
+            # The survey writes "Soft" for softmax only beside hard attention (eq. 25-26).
+            text = ", ".join(" + ".join("Soft" if x == "Global" else x for x in t.split(" + "))
+                             for t in text.split(", "))
+        return text
+
+    def row(self) -> dict[str, str]:
+        out = {"paper": self.paper.cite, "ref": str(self.paper.ref or "")}
+        out.update({d: self.cell(d) for d in classify.DIMENSIONS})
+        return out
+
+
+def parse_file(path: str | Path) -> tuple[str, str]:
+    text = parser.read_source(path)
+    return str(path), text
+
+
+def load_text(text: str, file: str = "<string>") -> checks.CheckedSpec:
+    """Parse, lower and check spec text; raise ``SpecError`` with every error found."""
+    module = parser.parse_text(text, file)
+    try:
+        spec = lower.lower(module, file, text)
+        return checks.check(spec, text)
+    except SpecError as e:
+        e.source = text
+        raise
+
+
+def load(path: str | Path) -> checks.CheckedSpec:
+    file, text = parse_file(path)
+    return load_text(text, file)
+
+
+def classify_spec(cs: checks.CheckedSpec) -> PaperRow:
+    return PaperRow(cs.spec, [classify.classify_model(cm) for cm in cs.models])
+
+
+def expand(paths: list[str]) -> list[tuple[Path, bool]]:
+    """Spec files named by ``paths``: (file, given explicitly). Directories give their
+    ``*.attn`` files in name order."""
+    out: list[tuple[Path, bool]] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            out.extend((f, False) for f in sorted(path.glob("*.attn")))
+        else:
+            out.append((path, True))
+    return out

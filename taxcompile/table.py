@@ -1,0 +1,74 @@
+"""Stage 7: Table III as Markdown, CSV or LaTeX."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from .classify import DIMENSIONS
+from .pipeline import PaperRow
+
+COLUMNS = ("paper", "ref") + DIMENSIONS
+TITLES = {
+    "paper": "Paper", "ref": "Ref", "feature_multiplicity": "Feature multiplicity",
+    "feature_levels": "Feature levels", "feature_representations": "Feature representations",
+    "scoring": "Scoring", "alignment": "Alignment", "dimensionality": "Dimensionality",
+    "query_type": "Query type", "query_multiplicity": "Query multiplicity",
+}
+
+
+def order(rows: list[PaperRow]) -> list[PaperRow]:
+    """Papers in the survey's Table III order first, then the rest by citation."""
+    return sorted(rows, key=lambda r: (r.paper.row is None, r.paper.row or 0, r.paper.cite,
+                                       r.spec.file))
+
+
+def render_csv(rows: list[PaperRow]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in rows:
+        d = r.row()
+        w.writerow([d[c] for c in COLUMNS])
+    return buf.getvalue()
+
+
+def render_md(rows: list[PaperRow]) -> str:
+    lines = ["| " + " | ".join(TITLES[c] for c in COLUMNS) + " |",
+             "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    for r in rows:
+        d = r.row()
+        lines.append("| " + " | ".join(
+            (f"{d['paper']} [{d['ref']}]" if c == "paper" and d["ref"] else d[c]).replace("|", "\\|")
+            for c in COLUMNS if c != "ref") + " |")
+    lines[0] = "| " + " | ".join(TITLES[c] for c in COLUMNS if c != "ref") + " |"
+    lines[1] = "|" + "|".join("---" for c in COLUMNS if c != "ref") + "|"
+    return "\n".join(lines) + "\n"
+
+
+_LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+                  "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                  "\\": r"\textbackslash{}"}
+
+
+def _tex(s: str) -> str:
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in s)
+
+
+def render_latex(rows: list[PaperRow]) -> str:
+    cols = [c for c in COLUMNS if c != "ref"]
+    out = [r"\begin{table*}[t]", r"\centering", r"\footnotesize",
+           r"\caption{Attention models analysed with the taxonomy of Brauwers and Frasincar. "
+           r"A plus ($+$) joins mechanisms combined in one model; a comma joins mechanisms "
+           r"tested in different models of the same paper.}",
+           r"\begin{tabular}{" + "l" * len(cols) + "}", r"\toprule",
+           " & ".join(_tex(TITLES[c]) for c in cols) + r" \\", r"\midrule"]
+    for r in rows:
+        d = r.row()
+        cite = _tex(d["paper"]) + (f" \\cite{{ref{d['ref']}}}" if d["ref"] else "")
+        out.append(" & ".join([cite] + [_tex(d[c]) for c in cols[1:]]) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}", r"\end{table*}"]
+    return "\n".join(out) + "\n"
+
+
+RENDER = {"csv": render_csv, "md": render_md, "latex": render_latex}
