@@ -37,10 +37,12 @@ class Ref:
     pos: Pos
     parts: tuple[str, ...]  # encoder.self -> ("encoder", "self")
     part_pos: tuple[Pos, ...]
+    indexes: tuple[int | None, ...] = ()  # encoder[2].self -> (2, None)
 
     @property
     def name(self) -> str:
-        return ".".join(self.parts)
+        return ".".join(p if i is None else f"{p}[{i}]"
+                        for p, i in zip(self.parts, self.indexes or (None,) * len(self.parts)))
 
 
 @dataclass(frozen=True)
@@ -231,7 +233,14 @@ class AstBuilder(Transformer):
         return String(_tpos(c[0]), raw.replace('\\"', '"').replace("\\\\", "\\"))
 
     def ref(self, meta, c):
-        return Ref(_tpos(c[0]), tuple(str(t) for t in c), tuple(_tpos(t) for t in c))
+        return Ref(_tpos(c[0][0]), tuple(str(t) for t, _ in c), tuple(_tpos(t) for t, _ in c),
+                   tuple(i for _, i in c))
+
+    def refpart(self, meta, c):
+        name, index = c
+        if index is not None and not str(index).isdigit():
+            index = -1  # not a whole number: reported when the name is resolved
+        return (name, int(index) if index is not None else None)
 
     def call(self, meta, c):
         name, args = c

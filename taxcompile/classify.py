@@ -202,7 +202,7 @@ class Classifier:
                         f"{self.q(node_id)}, the input its keys come from")
                 elif node_id in attended_inputs:
                     add("Specialized", f"the query of {name} is built from {self.q(node_id)}, "
-                        "another input that the model attends over (co-attention)", node_id)
+                        "another input that the model attends over", node_id)
                 else:
                     add("Basic", f"the query of {name} comes from the auxiliary input "
                         f"{self.q(node_id)}")
@@ -363,7 +363,8 @@ class Classifier:
                 if w.id == u.id:
                     continue
                 # Fig. 8: the contexts of w, one per group, are the features u attends over.
-                if w.id in u_keys and info[u.id].attended in info[w.id].groups:
+                if (w.id in u_keys and info[u.id].attended in info[w.id].groups
+                        and not self.is_stack_axis(info[w.id].attended)):
                     cell.add("Hierarchical", f"the contexts of {self.q(w.id)} (one per "
                              f"`{info[u.id].attended}`) are the features {self.q(u.id)} attends over")
                 # Attention at several levels of one input's features, combined bottom-up:
@@ -400,6 +401,12 @@ class Classifier:
             n = self.m.node(e.node)
             return isinstance(n, ir.Node) and n.kind_ == "query" and self.joins_query(ctx, n.expr)
         return e.fn in TRANSPARENT and any(self.joins_query(ctx, x) for x in e.args)
+
+    def is_stack_axis(self, axis: str) -> bool:
+        """An axis of representations (eq. 21), not a level of the input."""
+        origin = self.cm.axis_origin.get(axis)
+        n = self.m.node(origin) if origin else None
+        return isinstance(n, ir.Node) and isinstance(n.expr, ir.Op) and n.expr.fn == "stack"
 
     def representations(self) -> None:
         cell = self.cells["feature_representations"]

@@ -622,10 +622,26 @@ class Lowerer:
 
     def resolve(self, r: ast.Ref, scope: Scope, what: str = "feature") -> str | None:
         found = scope.lookup(r.parts[0])
+        indexes = r.indexes or (None,) * len(r.parts)
         i = 1
+        for j, index in enumerate(indexes[:-1] if found and found[0] == "block" else indexes):
+            if index is not None and not (found and found[0] == "block" and j == i - 1):
+                self.err(r.part_pos[j], f"`{r.parts[j]}` is not a `repeat` block; only hops "
+                         "of a `repeat` are numbered")
+                return None
         while found is not None and found[0] == "block" and i < len(r.parts):
             hops = found[1]
-            last = hops[-1] if hops else {}
+            index = indexes[i - 1]
+            if index is not None and not 1 <= index <= len(hops):
+                self.err(r.part_pos[i - 1], f"`{r.parts[i - 1]}` has hops 1 to {len(hops)}; "
+                         f"there is no hop {index}" if index > 0 else "a hop number is a whole "
+                         "number from 1")
+                return None
+            last = hops[index - 1] if index is not None else (hops[-1] if hops else {})
+            if i < len(indexes) and indexes[i] is not None and i == len(r.parts) - 1:
+                self.err(r.part_pos[i], f"`{r.parts[i]}` is not a `repeat` block; only hops "
+                         "of a `repeat` are numbered")
+                return None
             name = r.parts[i]
             if name not in last:
                 self.err(r.part_pos[i], f"`{'.'.join(r.parts[:i])}` has no `{name}`",

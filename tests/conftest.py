@@ -1,0 +1,29 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+sys.path.insert(0, str(ROOT))
+
+
+def classify_text(text: str, name: str = "t.attn") -> dict:
+    """The Table III row dict of spec text (merged over variants)."""
+    from taxcompile.pipeline import classify_spec, load_text
+
+    return classify_spec(load_text(text, name)).row()
+
+
+def variant_rows(text: str) -> dict:
+    from taxcompile.pipeline import classify_spec, load_text
+
+    row = classify_spec(load_text(text, "t.attn"))
+    return {v.model: v.row() for v in row.variants}
+
+
+@pytest.fixture
+def spec_text():
+    def read(name: str) -> str:
+        return (SPECS / f"{name}.attn").read_text(encoding="utf-8")
+    return read
