@@ -217,7 +217,7 @@ class Checker:
     def _same(self, e, a, nid):
         return a[0]
 
-    shape_identity = shape_norm = shape_tanh = shape_relu = shape_sigmoid = shape_ffn = _same
+    shape_identity = shape_scale = shape_norm = shape_tanh = shape_relu = shape_sigmoid = shape_ffn = _same
 
     def shape_positional(self, e, a, nid):
         if not self._seq(e, a[0], "encodes positions"):

@@ -99,6 +99,8 @@ class Classifier:
         self.atts = [n for n in self.m.nodes if isinstance(n, ir.Attention)]
         self.cells = {d: Cell() for d in DIMENSIONS}
         self._anc: dict[str, set[str]] = {}
+        self._roots: dict[str, set[str]] = {}
+        self._attended: set[str] | None = None
 
     # ---- graph helpers -------------------------------------------------------------
 
@@ -118,31 +120,31 @@ class Classifier:
         n = self.m.node(node_id)
         return isinstance(n, ir.Input) and (autoregressive is None or n.autoregressive == autoregressive)
 
-    def feature_roots(self, e: ir.Expr | None, seen: set[str] | None = None) -> set[str]:
+    def feature_roots(self, e: ir.Expr | None) -> set[str]:
         """Inputs whose features ``e`` carries. A context stands for the features it
         summarises (its keys); a context added to a stream (eq. 37) updates the stream
         and does not change what it represents."""
-        seen = set() if seen is None else seen
         if e is None:
             return set()
         if isinstance(e, ir.Ref):
-            if e.node in seen:
-                return set()
-            seen.add(e.node)
-            n = self.m.node(e.node)
-            if isinstance(n, ir.Input):
-                return {n.id}
-            if isinstance(n, ir.Attention):
-                return self.feature_roots(n.keys, seen)
-            return self.feature_roots(n.expr, seen)
+            return self._node_roots(e.node)
         args = list(e.args)
         if e.fn == "add":
-            streams = [a for a in args if not self._is_context(a)]
-            args = streams or args
+            args = [a for a in args if not self._is_context(a)] or args
         out: set[str] = set()
         for a in args:
-            out |= self.feature_roots(a, seen)
+            out |= self.feature_roots(a)
         return out
+
+    def _node_roots(self, node_id: str) -> set[str]:
+        if node_id not in self._roots:
+            n = self.m.node(node_id)
+            if isinstance(n, ir.Input):
+                self._roots[node_id] = {n.id}
+            else:  # the dataflow is acyclic (checks.py), so this recursion ends
+                self._roots[node_id] = self.feature_roots(
+                    n.keys if isinstance(n, ir.Attention) else n.expr)
+        return self._roots[node_id]
 
     def _is_context(self, e: ir.Expr) -> bool:
         return isinstance(e, ir.Ref) and isinstance(self.m.node(e.node), ir.Attention)
@@ -213,10 +215,12 @@ class Classifier:
         return out
 
     def attended_inputs(self) -> set[str]:
-        out: set[str] = set()
-        for a in self.atts:
-            out |= {r for r in self.feature_roots(a.keys) if self.is_input(r, False)}
-        return out
+        """Non-autoregressive inputs some module attends over."""
+        if self._attended is None:
+            self._attended = set()
+            for a in self.atts:
+                self._attended |= {r for r in self.feature_roots(a.keys) if self.is_input(r, False)}
+        return self._attended
 
     # ---- dimensions -----------------------------------------------------------------
 

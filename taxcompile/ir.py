@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from .diagnostics import Location
 
@@ -144,16 +144,17 @@ AnyNode = Union[Input, Node, Attention]
 
 
 class Model(_Frozen):
+    _index: dict[str, "AnyNode"] | None = PrivateAttr(default=None)
+
     name: str
     base: str | None = None
     nodes: tuple[AnyNode, ...]
     loc: Location
 
     def node(self, node_id: str) -> AnyNode:
-        for n in self.nodes:
-            if n.id == node_id:
-                return n
-        raise KeyError(node_id)
+        if self._index is None:  # built once: the model is frozen
+            self._index = {n.id: n for n in self.nodes}
+        return self._index[node_id]
 
     @property
     def attentions(self) -> tuple[Attention, ...]:

@@ -17,7 +17,7 @@ MAX_INT = 1 << 24
 MAX_NODES = 5000
 
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
-ACTS = ("none", "tanh", "relu", "sigmoid", "gelu")
+ACTS = ("none", "tanh", "relu", "sigmoid", "gelu", "elu")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ OPS: dict[str, tuple[P, ...]] = {
     "identity": _sig(node()),
     "positional": _sig(node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
     "norm": _sig(node()),
+    "scale": _sig(node()),
     "ffn": _sig(node(), pint("d_ff"), enum("act", ACTS, "relu")),
     "tanh": _sig(node()),
     "relu": _sig(node()),
@@ -389,11 +390,13 @@ class Lowerer:
                 used.add(k)
             else:
                 out.append(s)
+        lets = []
         for s in override:
             k = self.stmt_key(s)
             if k is None or k not in used:
-                out.append(s)
-        return tuple(out)
+                # New constants go first so replaced statements can use them.
+                (lets if isinstance(s, ast.Let) else out).append(s)
+        return tuple(lets + out)
 
     # ---- models -------------------------------------------------------------------
 

@@ -83,7 +83,7 @@ _EXAMPLES: dict[str, tuple[str, list[str]]] = {
 def _parser() -> Lark:
     for path in _GRAMMAR_CANDIDATES:
         if path.exists():
-            return Lark(path.read_text(encoding="utf-8"), parser="lalr",
+            return Lark(path.read_text(encoding="utf-8"), parser="lalr", cache=True,
                         propagate_positions=True, maybe_placeholders=True)
     raise FileNotFoundError("grammar/attn.lark not found next to the taxcompile package")
 
