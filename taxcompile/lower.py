@@ -617,50 +617,42 @@ class Lowerer:
                                      template=template))
             before = len(self.c.diagnostics)
             self.body(s.body, inner)
-            hops.append(dict(inner.bindings))
+            hops.append({**{k: ("node", v) for k, v in inner.bindings.items()},
+                         **{k: ("block", v) for k, v in inner.blocks.items()}})
             if len(self.c.diagnostics) > before:
                 return  # report each mistake once, not once per hop
 
     # ---- expressions -------------------------------------------------------------
 
     def resolve(self, r: ast.Ref, scope: Scope, what: str = "feature") -> str | None:
-        found = scope.lookup(r.parts[0])
+        """``x``, ``encoder.self`` (the last hop), ``encoder[2].self`` -> a node id."""
         indexes = r.indexes or (None,) * len(r.parts)
-        i = 1
-        for j, index in enumerate(indexes[:-1] if found and found[0] == "block" else indexes):
-            if index is not None and not (found and found[0] == "block" and j == i - 1):
-                self.err(r.part_pos[j], f"`{r.parts[j]}` is not a `repeat` block; only hops "
-                         "of a `repeat` are numbered")
-                return None
-        while found is not None and found[0] == "block" and i < len(r.parts):
-            hops = found[1]
-            index = indexes[i - 1]
-            if index is not None and not 1 <= index <= len(hops):
-                self.err(r.part_pos[i - 1], f"`{r.parts[i - 1]}` has hops 1 to {len(hops)}; "
-                         f"there is no hop {index}" if index > 0 else "a hop number is a whole "
-                         "number from 1")
-                return None
-            last = hops[index - 1] if index is not None else (hops[-1] if hops else {})
-            if i < len(indexes) and indexes[i] is not None and i == len(r.parts) - 1:
-                self.err(r.part_pos[i], f"`{r.parts[i]}` is not a `repeat` block; only hops "
-                         "of a `repeat` are numbered")
-                return None
-            name = r.parts[i]
-            if name not in last:
-                self.err(r.part_pos[i], f"`{'.'.join(r.parts[:i])}` has no `{name}`",
-                         suggest(name, sorted(last)) if last else "")
-                return None
-            found = ("node", last[name])
-            i += 1
+        found = scope.lookup(r.parts[0])
         if found is None:
             known = sorted(self._visible(scope))
-            self.err(r.pos, f"unknown name `{r.name}`",
+            self.err(r.pos, f"unknown name `{r.parts[0]}`",
                      suggest(r.parts[0], known) if known else "define it before using it")
             return None
-        if i < len(r.parts):
-            self.err(r.part_pos[i], f"`{r.parts[0]}` is not a `repeat` block, so `.{r.parts[i]}` "
-                     "cannot be looked up in it")
-            return None
+        for i, (part, index) in enumerate(zip(r.parts, indexes)):
+            if index is not None or i + 1 < len(r.parts):
+                if found[0] != "block":
+                    self.err(r.part_pos[i], f"`{part}` is not a `repeat` block, so "
+                             + ("its hops cannot be numbered" if index is not None
+                                else f"`.{r.parts[i + 1]}` cannot be looked up in it"))
+                    return None
+                hops = found[1]
+                if index is not None and not 1 <= index <= len(hops):
+                    self.err(r.part_pos[i], f"`{part}` has hops 1 to {len(hops)}; there is "
+                             f"no hop {index}" if index > 0 else "hops are numbered from 1")
+                    return None
+                hop = hops[index - 1] if index is not None else hops[-1]
+            if i + 1 == len(r.parts):
+                break
+            name = r.parts[i + 1]
+            if name not in hop:
+                self.err(r.part_pos[i + 1], f"`{part}` has no `{name}`", suggest(name, sorted(hop)))
+                return None
+            found = hop[name]
         if found[0] == "const":
             self.err(r.pos, f"`{r.name}` is a constant, not a {what}")
             return None
