@@ -362,7 +362,8 @@ class Checker:
         if sc.fn in ("multiplicative", "scaled_multiplicative", "similarity") and q.dim != k.dim:
             self.err(sc.loc, f"the {sc.fn.replace('_', ' ')} score needs d_q = d_k, but the query "
                      f"has {q.dim} and the keys have {k.dim}",
-                     f"project one side, e.g. `query = project({_name(n.query)}, {k.dim})`")
+                     f"project one side, e.g. `query = project({_base_ref(n.query) or '…'}, "
+                     f"{k.dim})`")
             return None
         if sc.fn == "location":
             size = self.cm.sizes.get(attended)

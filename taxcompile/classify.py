@@ -224,6 +224,20 @@ class Classifier:
 
     # ---- dimensions -----------------------------------------------------------------
 
+    def listing(self, items: list[str]) -> str:
+        shown = ", ".join(items[:3])
+        return shown + (f" and {len(items) - 3} more" if len(items) > 3 else "")
+
+    def modules_over(self) -> str:
+        """`att` over `src`, … : what each module attends over (for default values)."""
+        seen: list[str] = []
+        for a in self.atts:
+            roots = ", ".join(self.q(r) for r in sorted(self.feature_roots(a.keys)))
+            item = f"{self.q(a.id)} over {roots or 'learned features'}"
+            if item not in seen:
+                seen.append(item)
+        return self.listing(seen)
+
     def run(self) -> Classification:
         self.per_module()
         self.query_type_and_multiplicity()
@@ -297,7 +311,8 @@ class Classifier:
                            f"context (`{nxt.id}` reads `{prev.id}`, eq. 41-42)")
                     break
         if not qm.values:
-            qm.add("Singular", "every attention module has one query per prediction")
+            names = self.listing(list(dict.fromkeys(self.q(a.id) for a in self.atts)))
+            qm.add("Singular", f"one query per prediction, one head and one hop in {names}")
 
     def multiplicity(self) -> None:
         cell = self.cells["feature_multiplicity"]
@@ -314,8 +329,8 @@ class Classifier:
             grain = "fine" if a.affinity is not None or info.query_mode == "sequence" else "coarse"
             cross[a.id] = (own, partners, grain)
         if not cross:
-            cell.add("Singular", "every attention module's query and keys come from one input"
-                     if len(self.attended_inputs()) > 1 else "the model attends over one input")
+            cell.add("Singular", "no query comes from another input the model attends over: "
+                     + self.modules_over())
             return
         # Rotatory (eq. 17-20): one input exchanges queries with two others, both ways.
         for t in sorted(self.attended_inputs()):
@@ -394,7 +409,10 @@ class Classifier:
                              f"query of {self.q(u.id)}, which attends over `{info[u.id].attended}` "
                              f"instead of `{info[w.id].attended}`")
         if not cell.values:
-            cell.add("Single-Level", "all attention modules attend over features of one level")
+            axes = self.listing(list(dict.fromkeys(
+                f"{self.q(a.id)} over `{info[a.id].attended}`" for a in self.atts)))
+            cell.add("Single-Level", f"no module's features or query come from another "
+                     f"level's attention: {axes}")
 
     def joins_query(self, ctx: str, e: ir.Expr | None) -> bool:
         if e is None:
@@ -425,7 +443,8 @@ class Classifier:
                              f"{len(roots)} representations of {', '.join(map(_q, sorted(roots[0])))} "
                              f"stacked in {self.q(n.id)} (eq. 21-22)")
         if not cell.values:
-            cell.add("Single-Representational", "each input has one representation")
+            cell.add("Single-Representational", "no module weighs several representations of "
+                     "one input: " + self.modules_over())
 
 
 def classify_model(cm: CheckedModel) -> Classification:

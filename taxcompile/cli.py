@@ -96,6 +96,10 @@ def cmd_table(args) -> int:
 def cmd_graph(args) -> int:
     from . import graph
 
+    if Path(args.file).is_dir():
+        print(f"taxcompile: error: {args.file} is a directory; `graph` exports one spec file",
+              file=sys.stderr)
+        return EXIT_USAGE
     results, failed = _load_all([args.file])
     if failed:
         return EXIT_SPEC

@@ -32,9 +32,9 @@ class Diagnostic:
     def render(self, source: str | None) -> str:
         out = [f"{self.loc}: error: {self.message}"]
         if source is not None and self.loc.line >= 1:
-            lines = source.splitlines()
+            lines = source.split("\n")  # lark counts lines by "\n" only
             if self.loc.line <= len(lines):
-                text = lines[self.loc.line - 1].replace("\t", " ")
+                text = lines[self.loc.line - 1].rstrip("\r").replace("\t", " ")
                 if len(text) > 200:  # keep huge lines readable around the column
                     start = max(0, self.loc.column - 100)
                     text = text[start : start + 200]

@@ -175,6 +175,7 @@ class Lowerer:
         self.file = file
         self.c = Collector(file, source)
         self.consts: dict[str, ir.Scalar] = {}
+        self.defining = ""  # the statement being lowered (not suggested for itself)
 
     # ---- helpers ------------------------------------------------------------
 
@@ -255,7 +256,7 @@ class Lowerer:
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
-            self.err(e.pos, f"{what} must be a whole number, got {v!r}")
+            self.err(e.pos, f"{what} must be a whole number, got {_show(v)}")
             return None
         if not lo <= v <= hi:
             self.err(e.pos, f"{what} must be between {lo} and {hi}, got {v}")
@@ -270,7 +271,7 @@ class Lowerer:
             if v is None:
                 return None
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                self.err(e.pos, f"{what} must be a positive number, got {v!r}")
+                self.err(e.pos, f"{what} must be a positive number, got {_show(v)}")
                 return None
             return float(v)
         if p.type == "bool":
@@ -407,7 +408,7 @@ class Lowerer:
         self.roles: dict[str, str] = {}  # node id -> feature/query/output/affinity/input/attention
         self.kinds_by_name: dict[str, str] = {}
         self.pending_feeds: list = []
-        scope = Scope("", None)
+        scope = Scope("", Scope("", None, consts=self.consts))  # top-level `let`s outside
         before = len(self.c.diagnostics)
         self.body(m.body, scope)
         if len(self.c.diagnostics) > before:
@@ -466,7 +467,7 @@ class Lowerer:
             return
 
     def input(self, s: ast.Input, scope: Scope) -> None:
-        if scope.parent is not None:
+        if scope.hop is not None:
             self.err(s.pos, "inputs are declared at the top of a model, not inside `repeat`")
             return
         node_id = self.bind(scope, s.name, s.pos, "input")
@@ -548,6 +549,7 @@ class Lowerer:
                                dim=dim, vocab=vocab, autoregressive=auto, loc=self.loc(s.pos)), s.pos)
 
     def feature(self, s: ast.Feature, scope: Scope) -> None:
+        self.defining = s.name
         if s.role == "update":
             owner = scope.owner(s.name)
             if owner is None:
@@ -598,6 +600,11 @@ class Lowerer:
         if s.name in scope.bindings or s.name in scope.blocks:
             self.err(s.pos, f"`{s.name}` is already defined in this model")
             return
+        if isinstance(s.count, ast.Ref) and s.count.name == "shared":
+            self.err(s.count.pos, "expected a hop count after the repeat name, e.g. "
+                     "`repeat encoder 6 { … }`; found `shared`",
+                     "`repeat NAME COUNT [shared] { … }`")
+            return
         count = self.as_int(s.count, scope, "the hop count", 1, MAX_HOPS)
         if count is None:
             return
@@ -629,7 +636,7 @@ class Lowerer:
         indexes = r.indexes or (None,) * len(r.parts)
         found = scope.lookup(r.parts[0])
         if found is None:
-            known = sorted(self._visible(scope))
+            known = sorted(self._visible(scope) - {self.defining})
             self.err(r.pos, f"unknown name `{r.parts[0]}`",
                      suggest(r.parts[0], known) if known else "define it before using it")
             return None
@@ -778,6 +785,7 @@ class Lowerer:
     # ---- attention modules ----------------------------------------------------------
 
     def attention(self, s: ast.Attention, scope: Scope) -> None:
+        self.defining = s.name
         node_id = self.bind(scope, s.name, s.pos, "attention")
         if node_id is None:
             return
@@ -911,6 +919,14 @@ class Lowerer:
 
 class _TooBig(Exception):
     pass
+
+
+def _show(v: ir.Scalar) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'the string "{v}"'
+    return str(v)
 
 
 def lower(module: ast.Module, file: str, source: str | None = None) -> ir.Spec:

@@ -2,7 +2,8 @@
 
 Untrusted input is screened first (size, encoding, NUL bytes, nesting depth) so that
 garbage, huge files and deeply nested brackets give located errors, never a
-traceback. Syntax errors are explained with ``match_examples``."""
+traceback. Syntax errors are explained from examples of each mistake (lark's
+``match_examples`` idea, matched on the parser state)."""
 
 from __future__ import annotations
 
@@ -45,11 +46,20 @@ _EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "unclosed `(`": (
         "every `(` needs a matching `)`",
         ["let d = (3", "model m { feature x = f(a, b }", "model m { feature x = f(a }",
-         "let d = f(3"],
+         "let d = f(3", "model m { feature x = f(a, 3 }", "model m { feature x = f(3 }",
+         "model m { feature x = f(a, k = 3 }", "model m { feature x = f(a, g(b) }",
+         "model m { feature x = f(a, b.c }", "model m { feature x = f(a, 2.5 }"],
     ),
     "expected a statement (`input`, `feature`, `query`, `output`, `update`, `attention`, `affinity`, `repeat` or `let`)": (
         "a model body holds statements such as `feature x = embed(src, 256)`",
-        ["model m { x = 3 }", "model m { 3 }", "model m { foo x = 3 }", "model m { heads = 8 }"],
+        ["model m { x = 3 }", "model m { 3 }", "model m { foo x = 3 }", "model m { heads = 8 }",
+         "model m { model n { } }", "model m { paper p { } }",
+         # after a complete statement, whatever its last token
+         "model m { feature x = f(a) heads = 8 }", "model m { feature x = a heads = 8 }",
+         "model m { feature x = a.b heads = 8 }", "model m { let d = 3 heads = 8 }",
+         "model m { let d = 2.5 heads = 8 }", "model m { attention a { } heads = 8 }",
+         "model m { input x: s[a] heads = 8 }", "model m { input x: s[a] (b = 1) heads = 8 }",
+         "model m { feature x = a[1].b heads = 8 }", "model m { feature x = (a) heads = 8 }"],
     ),
     "expected `paper`, `let` or `model` at the top level": (
         "a spec holds one `paper { … }` block, `let` constants and `model` blocks",
@@ -66,7 +76,7 @@ _EXAMPLES: dict[str, tuple[str, list[str]]] = {
     ),
     "expected a hop count after the repeat name, e.g. `repeat encoder 6 { … }`": (
         "`repeat NAME COUNT [shared] { … }`",
-        ["model m { repeat r { } }", "model m { repeat r shared { } }"],
+        ["model m { repeat r { } }"],
     ),
     "operator without a right-hand operand": (
         "complete the arithmetic, e.g. `d / heads`",
@@ -95,40 +105,82 @@ def _describe(tok) -> str:
     return f"`{text[:30]}`"
 
 
+def _key(e: UnexpectedInput) -> tuple[int | None, str]:
+    state = getattr(e, "state", None)
+    position = getattr(state, "position", state if isinstance(state, int) else None)
+    tok = getattr(e, "token", None)
+    return position, getattr(tok, "type", "CHAR") if tok is not None else "CHAR"
+
+
+@functools.lru_cache(maxsize=1)
+def _example_index() -> dict:
+    """Parser state (and unexpected token type) -> label, learned from ``_EXAMPLES``.
+
+    lark's ``match_examples`` also compares the depth of the parser's stack, which
+    grows with every statement before the error; the state alone is what tells
+    which mistake this is, so the examples are matched on it."""
+    exact: dict[tuple, str] = {}
+    by_state: dict[int | None, str] = {}
+    for label, (_, examples) in _EXAMPLES.items():
+        for example in examples:
+            try:
+                _parser().parse(example)
+            except UnexpectedInput as u:
+                position, ttype = _key(u)
+                exact.setdefault((position, ttype), label)
+                if ttype != "$END":  # the end of the file is told apart by the bracket
+                    by_state.setdefault(position, label)
+            else:  # pragma: no cover - an example that parses is a bug in _EXAMPLES
+                raise AssertionError(f"syntax example parses: {example!r}")
+    return {"exact": exact, "state": by_state}
+
+
+def _match(e: UnexpectedInput) -> str | None:
+    index = _example_index()
+    position, ttype = _key(e)
+    return index["exact"].get((position, ttype)) or index["state"].get(position)
+
+
+def _end_of(text: str, file: str) -> Location:
+    """Just after the last character that is not white space."""
+    body = text.rstrip()
+    line = body.count("\n") + 1
+    return Location(file=file, line=line, column=len(body) - (body.rfind("\n") + 1) + 1)
+
+
 def _syntax_error(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
     loc = Location(file=file, line=e.line if e.line > 0 else 1,
                    column=e.column if e.column > 0 else 1)
-    if isinstance(e, UnexpectedEOF):
-        lines = text.splitlines() or [""]
-        loc = Location(file=file, line=len(lines), column=len(lines[-1]) + 1)
-    label = None
-    try:
-        label = e.match_examples(_parser().parse, {k: v[1] for k, v in _EXAMPLES.items()},
-                                 use_accepts=True)
-    except Exception:  # match_examples replays the parser; never let it mask the error
-        label = None
+    tok = getattr(e, "token", None)
+    at_end = isinstance(e, UnexpectedEOF) or getattr(tok, "type", None) == "$END"
+    if at_end:
+        loc = _end_of(text, file)
+    label = _match(e)
     if isinstance(e, UnexpectedCharacters):
         ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else "?"
-        if label is None:
-            return Diagnostic(loc, f"unexpected character {ch!r}",
-                              "names are letters, digits and `_`; comments start with `#`")
-    tok = getattr(e, "token", None)
+        return Diagnostic(loc, f"unexpected character {ch!r}",
+                          "names are letters, digits and `_`; comments start with `#`")
     accepts = set(getattr(e, "accepts", None) or getattr(e, "expected", None) or ())
-    at_end = isinstance(e, UnexpectedEOF) or getattr(tok, "type", None) == "$END"
     if at_end:
         # The same parser state can be "missing }" or "missing )": the end of the file
         # tells which bracket is still open.
         if "RPAR" in accepts:
             return Diagnostic(loc, "unexpected end of file: unclosed `(`",
                               "every `(` needs a matching `)`")
-        if "RBRACE" in accepts:
+        if "RSQB" in accepts:
+            return Diagnostic(loc, "unexpected end of file: unclosed `[`",
+                              "every `[` needs a matching `]`")
+        if "RBRACE" in accepts and (label is None or "value" not in label):
             return Diagnostic(loc, "unexpected end of file: missing `}` to close the block",
                               "every `{` needs a matching `}`")
-        if "RSQB" in accepts:
-            return Diagnostic(loc, "unexpected end of file: unclosed `[`")
-        if label is None or "`=`" not in label and "value" not in label \
-                and "operand" not in label:
+        if label is None:
             return Diagnostic(loc, "unexpected end of file", "the last statement is incomplete")
+    ttype = getattr(tok, "type", None)
+    closers = {"RPAR": ")", "RBRACE": "}", "RSQB": "]"}
+    if ttype in closers and ttype not in accepts:
+        ch = closers[ttype]
+        return Diagnostic(loc, f"unmatched `{ch}`",
+                          f"remove it, or add the `{'({['[')}]}'.index(ch)]}` it closes")
     if label == "unclosed `(`" and getattr(tok, "type", None) in ("NAME", "NUMBER",
                                                                    "ESCAPED_STRING"):
         label = "missing `,` between arguments"
@@ -137,8 +189,8 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
         msg = label if tok is None or at_end else f"{label}; found {_describe(tok)}"
         return Diagnostic(loc, msg, hint)
     if isinstance(e, UnexpectedToken):
-        expected = sorted(e.accepts or e.expected)
-        pretty = ", ".join(_terminal(t) for t in expected[:6])
+        expected = sorted(accepts)
+        pretty = ", ".join(_terminal(t) for t in expected[:14])
         return Diagnostic(loc, f"unexpected {_describe(e.token)}",
                           f"expected one of: {pretty}" if pretty else "")
     return Diagnostic(loc, "syntax error")
@@ -163,8 +215,9 @@ def _terminal(name: str) -> str:
 def _screen(data: bytes, file: str) -> str:
     """Refuse what the parser should never see: huge, binary or undecodable input."""
 
-    def err(line: int, col: int, msg: str, hint: str) -> SpecError:
-        return SpecError([Diagnostic(Location(file=file, line=line, column=col), msg, hint)])
+    def err(line: int, col: int, msg: str, hint: str, source: str | None = None) -> SpecError:
+        return SpecError([Diagnostic(Location(file=file, line=line, column=col), msg, hint)],
+                         source)
 
     if len(data) > MAX_BYTES:
         raise err(1, 1, f"file is too large ({len(data):,} bytes; the limit is {MAX_BYTES:,})",
@@ -193,7 +246,7 @@ def _screen(data: bytes, file: str) -> str:
             depth += 1
             if depth > MAX_DEPTH:
                 raise err(line, col, f"brackets nested more than {MAX_DEPTH} deep",
-                          "flatten the expression with `feature` or `let` statements")
+                          "flatten the expression with `feature` or `let` statements", text)
         elif ch in ")]}":
             depth = max(depth - 1, 0)
     return text
