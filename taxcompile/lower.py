@@ -176,6 +176,7 @@ class Lowerer:
         self.c = Collector(file, source)
         self.consts: dict[str, ir.Scalar] = {}
         self.defining = ""  # the statement being lowered (not suggested for itself)
+        self.defining_feature = False
 
     # ---- helpers ------------------------------------------------------------
 
@@ -549,7 +550,7 @@ class Lowerer:
                                dim=dim, vocab=vocab, autoregressive=auto, loc=self.loc(s.pos)), s.pos)
 
     def feature(self, s: ast.Feature, scope: Scope) -> None:
-        self.defining = s.name
+        self.defining, self.defining_feature = s.name, True
         if s.role == "update":
             owner = scope.owner(s.name)
             if owner is None:
@@ -579,11 +580,8 @@ class Lowerer:
                 self.err(s.value.pos, "an affinity matrix is `affinity(A, B, form = bilinear, act = tanh)`",
                          "eq. 12 (bilinear) or eq. 13 (trilinear)")
                 return
-        elif isinstance(s.value, ast.Call) and s.value.fn == "affinity":
-            self.err(s.value.pos, "`affinity(…)` defines an affinity matrix: declare it with "
-                     f"`affinity {s.name} = affinity(…)`")
-            return
-        expr = self.expr(s.value, scope)
+        expr = self.call(s.value, scope, top=True) if s.role == "affinity" else \
+            self.expr(s.value, scope)
         if expr is None:
             return
         self.add_node(ir.Node(kind_=s.role, id=node_id, name=s.name, expr=expr,
@@ -707,10 +705,15 @@ class Lowerer:
         self.err(e.pos, "expected a feature, found a string")
         return None
 
-    def call(self, e: ast.Call, scope: Scope) -> ir.Expr | None:
+    def call(self, e: ast.Call, scope: Scope, top: bool = False) -> ir.Expr | None:
         sig = OPS.get(e.fn)
         if sig is None:
             self.err(e.pos, f"unknown feature model `{e.fn}`", suggest(e.fn, OPS))
+            return None
+        if e.fn == "affinity" and not top:  # only `affinity NAME = affinity(…)` makes one
+            self.err(e.pos, "`affinity(…)` is not a feature: declare the matrix with "
+                     f"`affinity {self.defining if self.defining_feature else 'NAME'} = affinity(…)` "
+                     "and name it in an attention module's `affinity` field")
             return None
         args: list[ir.Expr] = []
         params: dict[str, ir.Scalar] = {}
@@ -785,7 +788,7 @@ class Lowerer:
     # ---- attention modules ----------------------------------------------------------
 
     def attention(self, s: ast.Attention, scope: Scope) -> None:
-        self.defining = s.name
+        self.defining, self.defining_feature = s.name, False
         node_id = self.bind(scope, s.name, s.pos, "attention")
         if node_id is None:
             return

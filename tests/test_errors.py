@@ -316,7 +316,11 @@ CASES: list[Case] = [
          "    affinity C = affinity(x, y)\n    feature z = C\n" + ATT + "}\n",
          8, 17, "`C` is an affinity matrix; use it in an attention module's `affinity` field", ""),
     Case("affinity_call_in_feature", spec("feature z = affinity(x, x)"), BODY, 17,
-         "`affinity(…)` defines an affinity matrix: declare it with `affinity z = affinity(…)`",
+         "`affinity(…)` is not a feature: declare the matrix with `affinity z = affinity(…)` "
+         "and name it in an attention module's `affinity` field", ""),
+    Case("affinity_call_in_keys", spec(attn("keys = affinity(x, x)  query = x  score = general")),
+         BODY, A + 7, "`affinity(…)` is not a feature: declare the matrix with "
+         "`affinity NAME = affinity(…)` and name it in an attention module's `affinity` field",
          ""),
     Case("affinity_of_one_input", spec("affinity C = affinity(x, x)"), BODY, 18,
          "an affinity matrix relates two different inputs; both operands run over `S`",
