@@ -348,15 +348,15 @@ class Classifier:
         coarse = sorted(i for i, v in cross.items() if v[2] == "coarse")
         if fine and coarse:
             cell.add("Multi-Grained Co-attention",
-                     f"fine-grained {', '.join(map(_q, fine))} and coarse-grained "
-                     f"{', '.join(map(_q, coarse))} co-attention in one model")
+                     f"fine-grained {', '.join(map(self.q, fine))} and coarse-grained "
+                     f"{', '.join(map(self.q, coarse))} co-attention in one model")
             return
         if fine:
             for i in fine:
                 a = self.m.node(i)
                 how = (f"through the affinity matrix {self.q(a.affinity)} (eq. 12-16)" if a.affinity
                        else "with every feature vector of the other input as a query")
-                partners = ", ".join(map(_q, sorted(cross[i][1])))
+                partners = ", ".join(map(self.q, sorted(cross[i][1])))
                 cell.add("Parallel Co-attention", f"attention {self.q(i)} relates {partners} to "
                          f"its keys {how}")
             return
@@ -369,16 +369,27 @@ class Classifier:
                          "another co-attention module: the inputs are attended in turn (eq. 6-9)")
         else:
             for i in coarse:
-                partners = ", ".join(map(_q, sorted(cross[i][1])))
+                partners = ", ".join(map(self.q, sorted(cross[i][1])))
                 cell.add("Interactive Co-attention", f"attention {self.q(i)} is queried by a summary "
                          f"of {partners}, computed in parallel (eq. 10-11)")
 
     def levels(self) -> None:
         cell = self.cells["feature_levels"]
         info = self.cm.attention
+        by_base: dict[str, list[ir.Attention]] = {}  # feature node -> modules reading it
+        for a in self.atts:
+            for b in self.keys_base(a):
+                by_base.setdefault(b, []).append(a)
         for u in self.atts:
             u_keys = self.expr_ancestors(u.keys)
-            for w in self.atts:
+            # Only modules upstream of u, or over features u's features are built from,
+            # can stand in a level relation with it.
+            near = u_keys | self.expr_ancestors(u.query)
+            candidates = {n: self.m.node(n) for n in near
+                          if isinstance(self.m.node(n), ir.Attention)}
+            for b in u_keys:
+                candidates.update((w.id, w) for w in by_base.get(b, ()))
+            for w in (candidates[k] for k in sorted(candidates)):
                 if w.id == u.id:
                     continue
                 # Fig. 8: the contexts of w, one per group, are the features u attends over.
@@ -440,7 +451,7 @@ class Classifier:
                 roots = [self.feature_roots(p) for p in n.expr.args]
                 if all(r and r == roots[0] for r in roots):
                     cell.add("Multi-Representational", f"attention {self.q(a.id)} weighs "
-                             f"{len(roots)} representations of {', '.join(map(_q, sorted(roots[0])))} "
+                             f"{len(roots)} representations of {', '.join(map(self.q, sorted(roots[0])))} "
                              f"stacked in {self.q(n.id)} (eq. 21-22)")
         if not cell.values:
             cell.add("Single-Representational", "no module weighs several representations of "
