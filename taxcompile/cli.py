@@ -117,6 +117,86 @@ def cmd_graph(args) -> int:
     return EXIT_OK
 
 
+def cmd_diagram(args) -> int:
+    from . import diagram
+
+    if Path(args.file).is_dir():
+        print(f"taxcompile: error: {args.file} is a directory; `diagram` draws one spec file",
+              file=sys.stderr)
+        return EXIT_USAGE
+    results, failed = _load_all([args.file])
+    if failed:
+        return EXIT_SPEC
+    _, _, cs = results[0]
+    out = Path(args.output) if args.output else Path(args.file).with_suffix(".svg").name
+    try:
+        written, note = diagram.write(cs, Path(out))
+    except diagram.DiagramError as e:
+        print(f"taxcompile: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    for path in written:
+        print(f"wrote {path}")
+    if note:
+        print(f"taxcompile: {note}", file=sys.stderr)
+        return EXIT_SPEC if not written else EXIT_OK
+    return EXIT_OK
+
+
+def cmd_fmt(args) -> int:
+    from . import fmt, pipeline
+
+    files = pipeline.expand(args.files)
+    stale, failed = [], 0
+    for path, _ in files:
+        try:
+            text = path.read_text(encoding="utf-8") if path.exists() else None
+            if text is None:
+                print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
+                return EXIT_USAGE
+            new = fmt.format_text(text, str(path))
+        except SpecError as e:
+            print(e.render(), file=sys.stderr)
+            failed += 1
+            continue
+        except UnicodeDecodeError:
+            from .parser import read_source
+
+            try:
+                read_source(path)
+            except SpecError as e:
+                print(e.render(), file=sys.stderr)
+            failed += 1
+            continue
+        if new != text:
+            stale.append(path)
+            if not args.check:
+                fmt.write_atomic(path, new)
+                print(f"formatted {path}")
+    if args.check and stale:
+        for path in stale:
+            print(f"{path}: not formatted (run `taxcompile fmt {path}`)", file=sys.stderr)
+        return EXIT_SPEC
+    return EXIT_SPEC if failed else EXIT_OK
+
+
+def cmd_new(args) -> int:
+    from . import fmt
+    from .lower import bad_identifier
+
+    why = bad_identifier(args.name)
+    if why:
+        print(f"taxcompile: error: `{args.name}` {why}; a spec name is an identifier such as "
+              "`smith2024`", file=sys.stderr)
+        return EXIT_USAGE
+    path = Path(args.output or f"{args.name}.attn")
+    if path.exists() and not args.force:
+        print(f"taxcompile: error: {path} exists (use --force to overwrite)", file=sys.stderr)
+        return EXIT_USAGE
+    fmt.write_atomic(path, fmt.starter(args.name))
+    print(f"wrote {path}: check it with `taxcompile check {path}`")
+    return EXIT_OK
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="taxcompile", description="Build and classify attention models with the "
                 "taxonomy of Brauwers & Frasincar.")
@@ -152,6 +232,30 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", help="only this model variant")
     s.add_argument("--format", choices=("json", "graphml"), default="json")
     s.set_defaults(func=cmd_graph)
+
+    s = sub.add_parser("diagram", help="draw each model variant with graphviz",
+                       description="Draw each model variant in the survey's visual language "
+                       "(inputs, feature models, queries, attention modules, outputs; edges "
+                       "labelled with tensor shapes). Needs graphviz's `dot` for svg/png/pdf; "
+                       "without it the .dot source is written.")
+    s.add_argument("file", metavar="FILE")
+    s.add_argument("-o", "--output", metavar="OUT",
+                   help="OUT.svg, OUT.png, OUT.pdf or OUT.dot (default: FILE's name as .svg)")
+    s.set_defaults(func=cmd_diagram)
+
+    s = sub.add_parser("fmt", help="format specs canonically",
+                       description="Rewrite specs in canonical form (comments kept). With "
+                       "--check, change nothing and exit 1 if a file is not formatted.")
+    s.add_argument("files", nargs="+", metavar="FILE")
+    s.add_argument("--check", action="store_true")
+    s.set_defaults(func=cmd_fmt)
+
+    s = sub.add_parser("new", help="write a commented starter spec",
+                       description="Write NAME.attn: a small, commented, valid spec to edit.")
+    s.add_argument("name", metavar="NAME")
+    s.add_argument("-o", "--output", metavar="FILE")
+    s.add_argument("--force", action="store_true", help="overwrite an existing file")
+    s.set_defaults(func=cmd_new)
     return p
 
 
