@@ -3,7 +3,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp-install
 
-.PHONY: venv install test demo clean
+.PHONY: venv install graphviz test demo clean
 
 venv: $(BIN)/python
 
@@ -15,7 +15,17 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) graphviz
+
+# Diagrams need graphviz's `dot` (Debian's graphviz package); install it when missing.
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing graphviz (for diagrams)"; \
+	    apt-get update -qq >/dev/null && apt-get install -y -qq graphviz >/dev/null; \
+	  else \
+	    echo "graphviz's dot is missing: install it with 'sudo apt-get install -y graphviz'"; \
+	  fi; }
 
 test: install
 	$(BIN)/python -m pytest
@@ -25,6 +35,12 @@ demo: install
 	@echo
 	@echo "Table III, derived from the specs' structure:"
 	@$(BIN)/taxcompile table specs/
+	@mkdir -p diagrams
+	@for f in specs/*.attn; do \
+	  $(BIN)/taxcompile diagram $$f -o diagrams/$$(basename $$f .attn).svg >/dev/null || exit 1; \
+	done
+	@echo
+	@echo "Diagrams of every model: diagrams/*.svg"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info

@@ -95,7 +95,13 @@ class Hop(_Frozen):
     index: int  # 1-based hop
     count: int
     shared: bool  # weights shared across hops
-    template: str  # node id without hop index, e.g. "decoder.cross"
+    template: str  # the statement without hop indexes, e.g. "decoder.cross"
+    outer: tuple[int, ...] = ()  # hop indexes of enclosing repeats, outermost first
+
+    @property
+    def first(self) -> bool:
+        """The first hop of every enclosing repeat: where diagrams draw the body."""
+        return self.index == 1 and all(i == 1 for i in self.outer)
 
 
 class Input(_Frozen):

@@ -570,7 +570,9 @@ class Lowerer:
             owner.bindings[s.name] = node_id
             if expr is not None:
                 self.add_node(ir.Node(kind_=role, id=node_id, name=s.name, expr=expr,
-                                      hop=self.hop_of(scope, s.name + "@"), loc=self.loc(s.pos)), s.pos)
+                                      # one template per `update` statement of the body
+                                      hop=self.hop_of(scope, f"{s.name}@{s.pos.line}:{s.pos.col}"),
+                                      loc=self.loc(s.pos)), s.pos)
             return
         node_id = self.bind(scope, s.name, s.pos, s.role)
         if node_id is None:
@@ -619,6 +621,7 @@ class Lowerer:
         for i in range(1, count + 1):
             inner = Scope(f"{block}[{i}].", scope,
                           hop=ir.Hop(block=block, index=i, count=count, shared=shared,
+                                     outer=scope.hop.outer + (scope.hop.index,) if scope.hop else (),
                                      template=template))
             before = len(self.c.diagnostics)
             self.body(s.body, inner)

@@ -1,0 +1,362 @@
+"""Architecture diagrams (graphviz) in the survey's visual language (Fig. 1-11).
+
+One cluster per model variant. Inputs, feature models, query models, attention
+modules (with their score, alignment, heads…), affinity matrices and output models
+are drawn in the colours of the survey's figures; edges carry the tensor's shape and
+the role it plays (q, k, v). A ``repeat`` is drawn once, as a cluster "× N", with the
+edges that carry a feature into the next hop. When a model attends over several
+inputs (co-attention, rotatory attention) the nodes of each input are grouped; in a
+hierarchy each level (its axes) is grouped.
+
+Needs only the ``graphviz`` Python package to build the DOT source; rendering to
+svg/png/pdf runs graphviz's ``dot``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import graphviz
+
+from . import ir
+from .checks import CheckedModel, CheckedSpec
+from .classify import classify_model
+from .lower import OPS
+
+FORMATS = ("svg", "png", "pdf", "dot")
+
+STYLE = {  # fill colours after the survey's figures
+    "input": dict(shape="box", style="filled", fillcolor="#eeeeee"),
+    "feature": dict(shape="box", style="rounded,filled", fillcolor="#dbe9f6"),
+    "query": dict(shape="box", style="rounded,filled", fillcolor="#e2f0d9"),
+    "output": dict(shape="box", style="rounded,filled", fillcolor="#fde9d9"),
+    "affinity": dict(shape="diamond", style="filled", fillcolor="#f4cccc"),
+    "attention": dict(shape="box", style="filled,bold", fillcolor="#fff2cc", penwidth="1.6"),
+}
+ROLE = {"query": "q", "keys": "k", "values": "v", "keys+values": "k, v",
+        "query+keys+values": "q, k, v", "query+keys": "q, k", "query+values": "q, v",
+        "affinity": "A", "input": "", "feed": "previous c"}
+
+
+class DiagramError(Exception):
+    pass
+
+
+def _name(m: ir.Model, node_id: str) -> str:
+    """A node as a reader knows it: its name in the spec."""
+    n = m.node(node_id)
+    return getattr(n, "name", n.id)
+
+
+def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
+    """An expression as written; ``outside`` a repeat, hop references keep their hop."""
+    if isinstance(e, ir.Ref):
+        n = m.node(e.node)
+        if outside and getattr(n, "hop", None) is not None and "@" not in n.id:
+            return n.id
+        return _name(m, e.node)
+    if e.fn == "add":
+        return " + ".join(expr_text(m, a, outside) for a in e.args)
+    defaults = {p.name: p.default for p in OPS.get(e.fn, ())}
+    parts = [expr_text(m, a, outside) for a in e.args]
+    for key, value in e.params:
+        if key == "feed":
+            parts.append(f"feed = {_name(m, str(value))}")
+        elif defaults.get(key) != value:
+            parts.append(str(value) if key in ("d", "hidden", "d_ff", "classes")
+                         else f"{key} = {_scalar(value)}")
+    return f"{e.fn}({', '.join(parts)})"
+
+
+def _scalar(v) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+def _wrap(text: str, width: int = 38) -> str:
+    """Break long expressions after commas so boxes stay narrow."""
+    lines: list[str] = []
+    for piece in text.split(", "):
+        if lines and len(lines[-1]) + len(piece) + 2 <= width:
+            lines[-1] += ", " + piece
+        else:
+            if lines:
+                lines[-1] += ","
+            lines.append(piece if not lines else "  " + piece)
+    return "\n".join(lines)
+
+
+def attention_label(a: ir.Attention) -> list[str]:
+    s = a.score
+    score = s.fn.replace("_", " ")
+    extra = [f"d_w = {s.d_w}"] if s.d_w else []
+    if s.act and s.fn in ("additive", "activated_general") and s.act != "tanh":
+        extra.append(s.act)
+    if s.similarity:
+        extra.append(s.similarity)
+    al = a.align
+    align = al.fn
+    if al.fn == "local":
+        align = f"local, D = {al.window}, {al.position}" + (", gaussian" if al.gaussian else "")
+    lines = [f"attention {a.name}", f"score: {score}" + (f" ({', '.join(extra)})" if extra else ""),
+             f"align: {align}"]
+    more = []
+    if a.heads > 1:
+        more.append(f"{a.heads} heads")
+    if a.dimensionality == "multi":
+        more.append("multi-dimensional")
+    if a.capsules:
+        more.append(f"{a.capsules} capsules")
+    if a.causal:
+        more.append("causal")
+    if a.penalty is not None:
+        more.append(f"penalty {a.penalty:g}")
+    if more:
+        lines.append(" · ".join(more))
+    return lines
+
+
+@dataclass
+class _Cluster:
+    name: str
+    label: str
+    style: dict
+    nodes: list[str] = field(default_factory=list)
+    children: dict[str, "_Cluster"] = field(default_factory=dict)
+
+
+class Drawer:
+    def __init__(self, cm: CheckedModel, prefix: str):
+        self.cm = cm
+        self.m = cm.model
+        self.prefix = prefix  # node ids are prefixed per variant: one file holds them all
+        self.rep: dict[str, str] = {}  # node id -> the node drawn for it (first hop)
+        first: dict[str, str] = {}
+        for n in self.m.nodes:
+            hop = getattr(n, "hop", None)
+            if hop is not None and hop.first:
+                first[hop.template] = n.id
+        for n in self.m.nodes:
+            hop = getattr(n, "hop", None)
+            self.rep[n.id] = first.get(hop.template, n.id) if hop is not None else n.id
+
+    def gid(self, node_id: str) -> str:
+        return f"{self.prefix}/{self.rep[node_id]}"
+
+    def label(self, n: ir.AnyNode) -> str:
+        shape = self.cm.shapes.get(n.id)
+        if isinstance(n, ir.Input):
+            what = n.kind + (f", vocab {n.vocab}" if n.vocab else "")
+            sizes = [f"{a} = {s}" for a, s in zip(n.axes, n.sizes) if s is not None]
+            lines = [f"input {n.id}", what + (f" ({', '.join(sizes)})" if sizes else ""),
+                     str(shape)]
+            if n.autoregressive:
+                lines.insert(2, "autoregressive")
+        elif isinstance(n, ir.Attention):
+            lines = attention_label(n) + [f"c: {shape}"]
+        else:
+            word = {"feature": "", "query": "query ", "output": "output ",
+                    "affinity": "affinity "}[n.kind_]
+            text = expr_text(self.m, n.expr, outside=n.hop is None)
+            lines = [f"{word}{n.name} =", _wrap(text), str(shape)]
+        return "\n".join(lines)
+
+    def clusters(self) -> _Cluster:
+        root = _Cluster("", "", {})
+        grouping = self.grouping()
+        for n in self.m.nodes:
+            if self.rep[n.id] != n.id:
+                continue
+            hop = getattr(n, "hop", None)
+            if hop is None:
+                group = grouping.get(n.id)
+                if group:
+                    key, label = group
+                    c = root.children.setdefault(key, _Cluster(
+                        key, label, dict(style="dashed", color="#999999")))
+                    c.nodes.append(n.id)
+                else:
+                    root.nodes.append(n.id)
+                continue
+            # nested repeats: one cluster per enclosing block, outermost first
+            parts = hop.template.split(".")[:-1]
+            c = root
+            path = ""
+            blocks = self.blocks()
+            for i, part in enumerate(parts):
+                path = f"{path}.{part}" if path else part
+                info = blocks.get(path)
+                if info is None:
+                    break
+                count, shared = info
+                c = c.children.setdefault("hop:" + path, _Cluster(
+                    "hop:" + path, f"repeat {part} × {count}" + (" (shared weights)" if shared
+                                                                 else ""),
+                    dict(style="rounded", color="#b45f06", penwidth="1.4")))
+            c.nodes.append(n.id)
+        return root
+
+    def blocks(self) -> dict[str, tuple[int, bool]]:
+        out: dict[str, tuple[int, bool]] = {}
+        for n in self.m.nodes:
+            hop = getattr(n, "hop", None)
+            if hop is not None:
+                block_template = hop.template.rsplit(".", 1)[0]
+                out.setdefault(block_template, (hop.count, hop.shared))
+        # enclosing blocks of nested repeats: their counts come from their own nodes
+        return out
+
+    def grouping(self) -> dict[str, tuple[str, str]]:
+        """Co-attention partners: the features of each input together; levels of a
+        hierarchy: the features of each level (their axes) together."""
+        from .classify import Classifier
+
+        c = Classifier(self.cm)
+        attended = sorted(c.attended_inputs())
+        out: dict[str, tuple[str, str]] = {}
+        if len(attended) > 1:
+            for n in self.m.nodes:
+                if isinstance(n, ir.Attention) and n.affinity:
+                    # parallel co-attention: the affinity matrix with the modules reading it
+                    key = (f"coatt:{n.affinity}", f"co-attention through {_name(self.m, n.affinity)}")
+                    out[n.id] = out[n.affinity] = key
+                if isinstance(n, ir.Attention) or n.id in out:
+                    continue
+                roots = c._node_roots(n.id) & set(attended)
+                if len(roots) == 1:
+                    (r,) = roots
+                    out[n.id] = (f"input:{r}", f"{r}")
+            return out
+        row = classify_model(self.cm).row()
+        if row["feature_levels"] != "Single-Level":
+            for n in self.m.nodes:
+                # an attention module belongs to the level it attends over
+                shape = self.cm.shapes.get(n.keys.node if isinstance(n, ir.Attention) and
+                                           isinstance(n.keys, ir.Ref) else n.id)
+                if shape is not None and shape.axes and not isinstance(n, ir.Input):
+                    axes = ", ".join(shape.axes)
+                    out[n.id] = (f"level:{axes}", f"level ({axes})")
+        return out
+
+    def draw(self, g: graphviz.Digraph, title: str) -> None:
+        with g.subgraph(name=f"cluster_{self.prefix}") as sub:
+            sub.attr(label=title, fontsize="14", style="rounded", color="#444444",
+                     labeljust="l")
+            self._emit(sub, self.clusters())
+            seen: set[tuple[str, str]] = set()
+            for n in self.m.nodes:
+                for src, role, delayed in self.edges(n):
+                    a, b = self.gid(src), self.gid(n.id)
+                    if (a, b) in seen:
+                        continue
+                    seen.add((a, b))
+                    shape = self.cm.shapes.get(src)
+                    tag = ROLE.get(role, role)
+                    text = f"{tag} {shape}".strip() if shape is not None else tag
+                    attrs = dict(label=text, fontsize="9")
+                    if delayed:
+                        attrs.update(style="dashed", constraint="false", color="#666666")
+                    elif self.carried(src, n.id):
+                        attrs.update(style="dashed", label="next hop", constraint="false")
+                    sub.edge(a, b, **attrs)
+
+    def carried(self, src: str, dst: str) -> bool:
+        """An edge from one hop of a block into a later hop of the same block."""
+        a, b = getattr(self.m.node(src), "hop", None), getattr(self.m.node(dst), "hop", None)
+        if a is None or b is None:
+            return False
+        block_a, block_b = a.template.rsplit(".", 1)[0], b.template.rsplit(".", 1)[0]
+        return block_a == block_b and (a.outer, a.index) != (b.outer, b.index)
+
+    def edges(self, n: ir.AnyNode):
+        if isinstance(n, ir.Attention):
+            roles: dict[str, list[str]] = {}
+            for role, e in (("query", n.query), ("keys", n.keys), ("values", n.values)):
+                for r in ir.refs(e) if e is not None else ():
+                    roles.setdefault(r, [])
+                    if role not in roles[r]:
+                        roles[r].append(role)
+            if n.affinity:
+                roles.setdefault(n.affinity, []).append("affinity")
+            return [(r, "+".join(v), False) for r, v in roles.items()]
+        if isinstance(n, ir.Node):
+            out = [(r, "input", False) for r in dict.fromkeys(ir.refs(n.expr))]
+            stack = [n.expr]
+            while stack:
+                e = stack.pop()
+                if isinstance(e, ir.Op):
+                    if e.param("feed"):
+                        out.append((str(e.param("feed")), "feed", True))
+                    stack.extend(e.args)
+            return out
+        return []
+
+    def _emit(self, g, c: _Cluster) -> None:
+        for node_id in c.nodes:
+            n = self.m.node(node_id)
+            g.node(self.gid(node_id), self.label(n), **STYLE[n.kind_])
+        for key in sorted(c.children):
+            child = c.children[key]
+            safe = "".join(ch if ch.isalnum() else "_" for ch in f"{self.prefix}_{key}")
+            with g.subgraph(name=f"cluster_{safe}") as sub:
+                sub.attr(label=child.label, fontsize="11", **child.style)
+                self._emit(sub, child)
+
+
+def build(cs: CheckedSpec) -> graphviz.Digraph:
+    """The DOT graph of every model variant of a spec."""
+    p = cs.spec.paper
+    title = f"{p.cite}" + (f" {p.year}" if p.year else "") + (f": {p.title}" if p.title else "")
+    g = graphviz.Digraph(name=p.id, graph_attr=dict(
+        rankdir="TB", fontname="Helvetica", label=graphviz.escape(title), labelloc="t",
+        fontsize="16", nodesep="0.3", ranksep="0.45", newrank="true"),
+        node_attr=dict(fontname="Helvetica", fontsize="10", margin="0.12,0.06"),
+        edge_attr=dict(fontname="Helvetica", color="#555555", arrowsize="0.7"))
+    for cm in cs.models:
+        m = cm.model
+        head = f"model {m.name}" + (f" : {m.base}" if m.base else "")
+        Drawer(cm, m.name).draw(g, head)
+    return g
+
+
+def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
+    """Write the diagram to ``out`` (format from its suffix). Returns the files written
+    and a note for the user (graphviz missing: the .dot source is written instead)."""
+    fmt = out.suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        raise DiagramError(f"cannot write `{out.name}`: the diagram formats are "
+                           + ", ".join(f".{f}" for f in FORMATS))
+    source = build(cs).source
+    if fmt == "dot":
+        _write_atomic(out, source.encode("utf-8"))
+        return [out], ""
+    dot = shutil.which("dot")
+    if dot is None:
+        dot_path = out.with_suffix(".dot")
+        _write_atomic(dot_path, source.encode("utf-8"))
+        return [dot_path], (f"graphviz's `dot` program was not found, so {out.name} was not "
+                            f"drawn; wrote the graph source to {dot_path} instead. Install "
+                            "graphviz (Debian: `apt-get install -y graphviz`) to render "
+                            "svg, png or pdf.")
+    done = subprocess.run([dot, f"-T{fmt}"], input=source.encode("utf-8"), capture_output=True,
+                          timeout=120)
+    if done.returncode != 0:
+        raise DiagramError(f"`dot` failed: {done.stderr.decode('utf-8', 'replace').strip()}")
+    _write_atomic(out, done.stdout)
+    return [out], ""
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,106 @@
+"""Diagrams: every spec renders with the real `dot`, with one SVG node per drawn graph
+node and the labels a reader looks for; without `dot` the .dot source is written."""
+
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import ROOT, SPECS
+from taxcompile import diagram, ir
+from taxcompile.pipeline import load
+
+SPEC_FILES = sorted(SPECS.glob("*.attn"))
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def drawn_nodes(cs) -> int:
+    """Nodes a diagram shows: a repeat's body once (its first hop)."""
+    return sum(1 for cm in cs.models for n in cm.model.nodes
+               if getattr(n, "hop", None) is None or n.hop.first)
+
+
+def test_dot_is_installed():
+    # `make test` installs graphviz; the rendering tests below need it.
+    assert shutil.which("dot"), "graphviz's `dot` is missing: run `make test`, which installs it"
+
+
+@pytest.mark.parametrize("path", SPEC_FILES, ids=lambda p: p.stem)
+def test_svg_renders_with_a_node_per_graph_node(path, tmp_path):
+    cs = load(path)
+    out = tmp_path / f"{path.stem}.svg"
+    written, note = diagram.write(cs, out)
+    assert written == [out] and note == ""
+    root = ET.parse(out).getroot()
+    groups = root.iter(f"{SVG}g")
+    nodes = [g for g in groups if g.get("class") == "node"]
+    assert len(nodes) == drawn_nodes(cs)
+    text = " ".join(t.text or "" for t in root.iter(f"{SVG}text"))
+    for cm in cs.models:
+        assert f"model {cm.model.name}" in text
+        for n in cm.model.nodes:
+            if isinstance(n, ir.Attention) and (n.hop is None or n.hop.first):
+                assert f"attention {n.name}" in text
+                assert f"score: {n.score.fn.replace('_', ' ')}" in text
+            if isinstance(n, ir.Input):
+                assert f"input {n.id}" in text
+    clusters = [g for g in root.iter(f"{SVG}g") if g.get("class") == "cluster"]
+    assert len(clusters) >= len(cs.models)
+
+
+def test_repeat_is_drawn_once_with_its_count_and_edges_carry_shapes(tmp_path):
+    cs = load(SPECS / "vaswani2017.attn")
+    source = diagram.build(cs).source
+    assert "repeat encoder × 6" in source and "repeat decoder × 6" in source
+    assert source.count("attention cross") == 1
+    assert 'label="k, v (S, 512)"' in source      # encoder output into every cross-attention
+    assert 'label="next hop"' in source            # the stream carried to the next layer
+    assert "8 heads · causal" in source
+
+
+def test_coattention_partners_and_levels_are_grouped():
+    lu = diagram.build(load(SPECS / "lu2016.attn")).source
+    assert "co-attention through C_w" in lu and 'label=question' in lu.replace('"', "")
+    han = diagram.build(load(SPECS / "yang2016.attn")).source
+    assert "level (S, W)" in han and "level (S)" in han
+
+
+def test_output_is_deterministic():
+    cs = load(SPECS / "yu2018.attn")
+    assert diagram.build(cs).source == diagram.build(load(SPECS / "yu2018.attn")).source
+
+
+def test_without_dot_the_source_is_written_and_the_user_told(tmp_path, monkeypatch):
+    monkeypatch.setattr(diagram.shutil, "which", lambda name: None)
+    written, note = diagram.write(load(SPECS / "bahdanau2015.attn"), tmp_path / "b.png")
+    assert written == [tmp_path / "b.dot"]
+    assert not (tmp_path / "b.png").exists()
+    assert "graphviz's `dot` program was not found" in note and "apt-get install" in note
+    assert (tmp_path / "b.dot").read_text().startswith("digraph bahdanau2015 {")
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "taxcompile", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_formats_and_errors(tmp_path):
+    for suffix in ("svg", "pdf", "png", "dot"):
+        out = tmp_path / f"v.{suffix}"
+        r = run("diagram", "specs/xu2015.attn", "-o", str(out))
+        assert r.returncode == 0, r.stderr
+        assert out.stat().st_size > 100
+    assert (tmp_path / "v.pdf").read_bytes().startswith(b"%PDF")
+    assert (tmp_path / "v.png").read_bytes().startswith(b"\x89PNG")
+    r = run("diagram", "specs/xu2015.attn", "-o", str(tmp_path / "v.jpg"))
+    assert r.returncode == 2 and "the diagram formats are .svg, .png, .pdf, .dot" in r.stderr
+    r = run("diagram", "specs/")
+    assert r.returncode == 2 and "is a directory" in r.stderr
+    bad = tmp_path / "bad.attn"
+    bad.write_text("paper p { cite = \"X\" }\nmodel m {\n")
+    r = run("diagram", str(bad), "-o", str(tmp_path / "bad.svg"))
+    assert r.returncode == 1 and re.search(r"bad\.attn:\d+:\d+: error:", r.stderr)
+    assert not (tmp_path / "bad.svg").exists()
