@@ -43,6 +43,15 @@ def _load_all(paths: list[str]):
     return results, failed
 
 
+def _load_one(file: str, verb: str):
+    """The checked spec of one file, or the exit code after reporting why not."""
+    if Path(file).is_dir():
+        print(f"taxcompile: error: {file} is a directory; {verb} one spec file", file=sys.stderr)
+        return EXIT_USAGE
+    results, failed = _load_all([file])
+    return EXIT_SPEC if failed else results[0][2]
+
+
 def cmd_check(args) -> int:
     results, failed = _load_all(args.files)
     for path, _, cs in results:
@@ -96,14 +105,9 @@ def cmd_table(args) -> int:
 def cmd_graph(args) -> int:
     from . import graph
 
-    if Path(args.file).is_dir():
-        print(f"taxcompile: error: {args.file} is a directory; `graph` exports one spec file",
-              file=sys.stderr)
-        return EXIT_USAGE
-    results, failed = _load_all([args.file])
-    if failed:
-        return EXIT_SPEC
-    _, _, cs = results[0]
+    cs = _load_one(args.file, "`graph` exports")
+    if isinstance(cs, int):
+        return cs
     models = [m for m in cs.models if args.model in (None, m.model.name)]
     if not models:
         print(f"taxcompile: error: no model `{args.model}` in {args.file}", file=sys.stderr)
@@ -120,14 +124,9 @@ def cmd_graph(args) -> int:
 def cmd_diagram(args) -> int:
     from . import diagram
 
-    if Path(args.file).is_dir():
-        print(f"taxcompile: error: {args.file} is a directory; `diagram` draws one spec file",
-              file=sys.stderr)
-        return EXIT_USAGE
-    results, failed = _load_all([args.file])
-    if failed:
-        return EXIT_SPEC
-    _, _, cs = results[0]
+    cs = _load_one(args.file, "`diagram` draws")
+    if isinstance(cs, int):
+        return cs
     out = Path(args.output) if args.output else Path(args.file).with_suffix(".svg").name
     try:
         written, note = diagram.write(cs, Path(out))
