@@ -39,8 +39,11 @@ demo: install
 	@for f in specs/*.attn; do \
 	  $(BIN)/taxcompile diagram $$f -o diagrams/$$(basename $$f .attn).svg >/dev/null || exit 1; \
 	done
+	@$(BIN)/taxcompile report specs/ -o site >/dev/null
 	@echo
-	@echo "Diagrams of every model: diagrams/*.svg"
+	@echo "Where to look:"
+	@echo "  diagrams/*.svg   a diagram of every model"
+	@echo "  site/index.html  Table III with every cell linked to its rationale"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info

@@ -145,13 +145,18 @@ def cmd_fmt(args) -> int:
     from . import fmt, pipeline
 
     files = pipeline.expand(args.files)
+    if not files:
+        print("taxcompile: error: no .attn files found in " + ", ".join(args.files),
+              file=sys.stderr)
+        return EXIT_USAGE
     stale, failed = [], 0
     for path, _ in files:
         try:
-            text = path.read_text(encoding="utf-8") if path.exists() else None
-            if text is None:
+            if not path.is_file():
                 print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
                 return EXIT_USAGE
+            # bytes, not read_text(): keep "\r\n" visible so that it gets normalised
+            text = path.read_bytes().decode("utf-8")
             new = fmt.format_text(text, str(path))
         except SpecError as e:
             print(e.render(), file=sys.stderr)
@@ -169,7 +174,13 @@ def cmd_fmt(args) -> int:
         if new != text:
             stale.append(path)
             if not args.check:
-                fmt.write_atomic(path, new)
+                try:
+                    fmt.write_atomic(path, new)
+                except OSError as e:
+                    print(f"taxcompile: error: cannot write {path}: {e.strerror or e}",
+                          file=sys.stderr)
+                    failed += 1
+                    continue
                 print(f"formatted {path}")
     if args.check and stale:
         for path in stale:
@@ -193,6 +204,25 @@ def cmd_new(args) -> int:
         return EXIT_USAGE
     fmt.write_atomic(path, fmt.starter(args.name))
     print(f"wrote {path}: check it with `taxcompile check {path}`")
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    from . import report
+
+    try:
+        files, notes = report.build(args.paths, Path(args.output))
+    except SpecError as e:
+        print(e.render(), file=sys.stderr)
+        print("taxcompile: no report written: fix the spec first", file=sys.stderr)
+        return EXIT_SPEC
+    except ValueError as e:
+        print(f"taxcompile: error: {e}", file=sys.stderr)
+        return EXIT_SPEC
+    for note in notes:
+        print(f"taxcompile: {note}", file=sys.stderr)
+    pages = sum(1 for f in files if f.suffix == ".html")
+    print(f"wrote {pages} pages to {args.output}/: open {Path(args.output) / 'index.html'}")
     return EXIT_OK
 
 
@@ -241,6 +271,15 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", metavar="OUT",
                    help="OUT.svg, OUT.png, OUT.pdf or OUT.dot (default: FILE's name as .svg)")
     s.set_defaults(func=cmd_diagram)
+
+    s = sub.add_parser("report", help="write a static HTML report",
+                       description="Write a static HTML site: Table III with every cell "
+                       "linked to its rationale, and one page per paper with its diagram, "
+                       "classification and highlighted spec. No server, no JavaScript.")
+    s.add_argument("paths", nargs="+", metavar="PATH")
+    s.add_argument("-o", "--output", metavar="DIR", default="site",
+                   help="the site's directory (default: site/)")
+    s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("fmt", help="format specs canonically",
                        description="Rewrite specs in canonical form (comments kept). With "

@@ -113,8 +113,8 @@ def test_representations_of_different_inputs_are_not_multi_representational(spec
     # two different inputs is a fusion, not a meta-embedding.
     text = edit(spec_text("kiela2018"), "input sent: tokens[L] (vocab = vocab)",
                 "input sent: tokens[L] (vocab = vocab)\n    input tags: tokens[L] (vocab = 50)")
-    text = edit(text, "linear(embed(sent, 300), d_t)    # FastText",
-                "linear(embed(tags, 300), d_t)    # FastText")
+    text = edit(text, "fasttext = linear(embed(sent, 300), d_t)",
+                "fasttext = linear(embed(tags, 300), d_t)")
     row = classify_text(text)
     assert row["feature_representations"] == "Single-Representational"
     assert row["query_type"] == "Self-Attentive"

@@ -1,0 +1,134 @@
+"""A static HTML report: an index with Table III whose cells link to their rationale,
+and one page per paper with its diagram (inline SVG), its classification and its spec
+highlighted with the ``.attn`` Pygments lexer. No server, no JavaScript.
+
+Templates are named after the files they emit (``templates/report/``)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+from markupsafe import Markup, escape
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+
+from . import __version__, diagram, pipeline, table
+from .classify import DIMENSIONS
+from .lexer import AttnLexer
+
+TEMPLATES = Path(__file__).resolve().parent / "templates" / "report"
+
+
+def _ticks(text: str) -> Markup:
+    """A rationale with its `node` names as <code>."""
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
+
+
+@dataclass
+class Page:
+    spec: pipeline.PaperRow
+    file: str
+    svg: str
+    note: str
+
+    @property
+    def id(self) -> str:
+        return self.spec.paper.id
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["ticks"] = _ticks
+    return env
+
+
+def _svg(cs) -> tuple[str, str]:
+    """The diagram as inline SVG, or a note saying why there is none."""
+    if shutil.which("dot") is None:
+        return "", ("graphviz's `dot` program was not found, so this diagram was not drawn "
+                    "(Debian: `apt-get install -y graphviz`).")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "d.svg"
+        diagram.write(cs, out)
+        text = out.read_text(encoding="utf-8")
+    return text[text.index("<svg"):], ""  # drop the XML prolog and doctype
+
+
+def build(paths: list[str], out: Path) -> tuple[list[Path], list[str]]:
+    """Write the site to ``out``; returns the pages written and notes for the user.
+    Raises ``SpecError`` (nothing written) when a spec has errors."""
+    files = pipeline.expand(paths)
+    pages: list[Page] = []
+    notes: list[str] = []
+    for path, _ in files:
+        cs = pipeline.load(path)
+        svg, note = _svg(cs)
+        if note and note not in notes:
+            notes.append(note)
+        pages.append(Page(pipeline.classify_spec(cs), str(path), svg, note))
+    ids = [p.id for p in pages]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ValueError("two specs describe the same paper id: " + ", ".join(dupes))
+    env = _env()
+    fmt = HtmlFormatter(cssclass="highlight", style="friendly")
+    titles = {d: table.TITLES[d] for d in DIMENSIONS}
+    ordered = table.order([p.spec for p in pages])
+    by_id = {p.id: p for p in pages}
+
+    def summary(row: pipeline.PaperRow) -> dict:
+        return dict(id=row.paper.id, cite=row.paper.cite, ref=row.paper.ref, row=row.row())
+
+    files_out: dict[str, str] = {
+        "index.html": env.get_template("index.html.j2").render(
+            dims=DIMENSIONS, titles=titles, version=__version__,
+            table3=[summary(r) for r in ordered if r.paper.row is not None],
+            others=[summary(r) for r in ordered if r.paper.row is None]),
+        "style.css": (TEMPLATES / "style.css").read_text(encoding="utf-8")
+        + fmt.get_style_defs(".highlight") + "\n",
+    }
+    for row in ordered:
+        page = by_id[row.paper.id]
+        source = Path(page.file).read_text(encoding="utf-8")
+        variants = [dict(model=v.model,
+                         cells={d: [(val, v.cells[d].values[val]) for val in v.cells[d].labels(d)]
+                                for d in DIMENSIONS})
+                    for v in row.variants]
+        files_out[f"papers/{row.paper.id}.html"] = env.get_template("paper.html.j2").render(
+            p=row.paper, file=page.file, variants=variants, row=row.row(), dims=DIMENSIONS,
+            titles=titles, svg=page.svg, diagram_note=page.note, version=__version__,
+            source=highlight(source, AttnLexer(), fmt))
+    _replace_dir(out, files_out)
+    return [out / name for name in files_out], notes
+
+
+def _replace_dir(out: Path, files: dict[str, str]) -> None:
+    """Write every file into a fresh directory, then swap it in: a failure leaves the
+    old site (or none), never half a site."""
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        for name, text in files.items():
+            target = tmp / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old"
+            if old.exists():
+                shutil.rmtree(old)
+            out.rename(old)
+        tmp.rename(out)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,140 @@
+"""The static HTML report: Table III with cells linked to their rationale, one page per
+paper with its inline diagram and highlighted spec; checked in a real headless browser."""
+
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SPECS
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+
+
+class Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs, self.ids, self.rows, self.svgs, self.table = [], set(), {}, 0, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag in ("a", "link") and "href" in a:
+            self.hrefs.append(a["href"])
+        if tag == "table":
+            self.table = a.get("id")
+        if tag == "tr" and self.table:
+            self.rows[self.table] = self.rows.get(self.table, 0) + 1
+        if tag == "svg":
+            self.svgs += 1
+
+
+def parse(path: Path) -> Links:
+    p = Links()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "site"
+    r = subprocess.run([sys.executable, "-m", "taxcompile", "report", "specs/", "-o", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_index_has_table3_and_the_other_specs(site):
+    index = parse(site / "index.html")
+    assert index.rows["table3-rows"] == 1 + 17      # header + the survey's 17 papers
+    assert index.rows["other-rows"] == 1 + 1        # Lin et al. 2017
+    papers = sorted(p.stem for p in (site / "papers").glob("*.html"))
+    assert papers == sorted(p.stem for p in SPECS.glob("*.attn"))
+
+
+def test_every_link_and_anchor_resolves(site):
+    pages = [site / "index.html"] + sorted((site / "papers").glob("*.html"))
+    parsed = {p.resolve(): parse(p) for p in pages}
+    checked = 0
+    for page, links in parsed.items():
+        for href in links.hrefs:
+            target, _, anchor = href.partition("#")
+            path = (page.parent / target).resolve() if target else page
+            assert path.exists(), f"{page.name}: {href} does not resolve"
+            if anchor:
+                assert anchor in parse(path).ids, f"{page.name}: no #{anchor} in {path.name}"
+            checked += 1
+    assert checked > 17 * 9
+
+
+def test_paper_pages_inline_the_diagram_and_highlight_the_spec(site):
+    for page in sorted((site / "papers").glob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        assert parse(page).svgs == 1, page.name
+        assert '<div class="highlight">' in text
+        assert "<script" not in text
+        for dim in ("feature_multiplicity", "query_multiplicity"):
+            assert f'id="{dim}"' in text
+    vaswani = (site / "papers" / "vaswani2017.html").read_text(encoding="utf-8")
+    assert "Multi-Head + Multi-Hop" in vaswani
+    assert "<li><em>Multi-Head</em>: attention <code>encoder.self</code> has 8 heads</li>" in vaswani
+
+
+def test_a_spec_error_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.attn"
+    bad.write_text('paper p { cite = "X" }\nmodel m { feature x = nope(1) }\n')
+    out = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "taxcompile", "report", str(bad), "-o", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and re.search(r"bad\.attn:2:23: error: unknown feature model", r.stderr)
+    assert not out.exists()
+
+
+def chromium() -> str:
+    """Debian's chromium, installed when missing (as root, with apt-get)."""
+    exe = shutil.which("chromium")
+    if exe is None and shutil.which("apt-get") and hasattr(subprocess, "run"):
+        import os
+
+        assert os.geteuid() == 0, "install Debian's chromium: sudo apt-get install -y chromium"
+        subprocess.run(["apt-get", "update", "-qq"], check=True, timeout=600,
+                       capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, timeout=900,
+                       capture_output=True)
+        exe = shutil.which("chromium")
+    assert exe, "chromium is required for the browser test"
+    return exe
+
+
+def browse(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_report_in_a_real_browser(site, tmp_path):
+    from PIL import Image
+
+    exe = chromium()
+    dom = browse(exe, tmp_path / "profile", "--dump-dom", (site / "index.html").as_uri()).stdout
+    body = dom[dom.index('id="table3-rows"'):]
+    body = body[: body.index("</table>")]
+    assert body.count("<tr>") == 1 + 17
+    for page in sorted((site / "papers").glob("*.html")):
+        shot = tmp_path / f"{page.stem}.png"
+        r = browse(exe, tmp_path / "profile", "--window-size=1400,1400",
+                   f"--screenshot={shot}", page.as_uri())
+        assert shot.exists(), r.stderr[-2000:]
+        img = Image.open(shot).convert("RGB")
+        # The diagram is the first thing under the header, and every diagram has an
+        # attention module, drawn in the survey's yellow (#fff2cc): that region shows it.
+        region = img.crop((40, 250, 1360, 1400))
+        yellow = sum(n for n, (r, g, b) in region.getcolors(maxcolors=1 << 24)
+                     if abs(r - 255) < 6 and abs(g - 242) < 6 and abs(b - 204) < 8)
+        assert yellow > 2000, f"{page.name}: no diagram visible ({yellow} attention pixels)"
