@@ -145,6 +145,7 @@ class Scope:
     consts: dict[str, ir.Scalar] = field(default_factory=dict)
     blocks: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # repeat -> hops' bindings
     hop: ir.Hop | None = None
+    updates: dict[str, int] = field(default_factory=dict)  # `update` statements seen, by name
 
     def lookup(self, name: str):
         s: Scope | None = self
@@ -564,6 +565,7 @@ class Lowerer:
                          "only features, queries and outputs can be updated")
                 return
             base = old.split("@")[0]
+            scope.updates[s.name] = nth = scope.updates.get(s.name, 0) + 1
             self.versions[base] = self.versions.get(base, 1) + 1
             node_id = f"{base}@{self.versions[base]}"
             expr = self.expr(s.value, scope)  # reads the old version
@@ -571,7 +573,7 @@ class Lowerer:
             if expr is not None:
                 self.add_node(ir.Node(kind_=role, id=node_id, name=s.name, expr=expr,
                                       # one template per `update` statement of the body
-                                      hop=self.hop_of(scope, f"{s.name}@{s.pos.line}:{s.pos.col}"),
+                                      hop=self.hop_of(scope, f"{s.name}@{nth}"),
                                       loc=self.loc(s.pos)), s.pos)
             return
         node_id = self.bind(scope, s.name, s.pos, s.role)

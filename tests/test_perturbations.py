@@ -4,7 +4,6 @@ the cells that must change and a cell that must not."""
 
 import re
 
-import pytest
 
 from conftest import classify_text
 

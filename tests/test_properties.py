@@ -375,7 +375,7 @@ def test_generated_specs_classify_consistently(case):
     text, atts = case
     try:
         cs = load_text(text, "gen.attn")
-    except SpecError as e:
+    except SpecError:
         assert_front_end_ok(text, "gen.attn")  # located, rendered
         event("error")
         return
