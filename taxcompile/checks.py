@@ -411,10 +411,11 @@ class Checker:
                 self.err(n.loc, f"{where}: capsules already hold one query per class; "
                          "eq. 43-45 define no heads inside a capsule", "drop `heads` or `capsules`")
                 return None
-        if n.causal:
+        if n.mask != "none":
             if mode != "sequence" or ctx_axes[-1] != attended:
-                self.err(n.loc, f"{where}: a causal mask hides later positions of the same "
-                         "sequence, so query and keys must run over the same axis")
+                self.err(n.loc, f"{where}: the {n.mask} mask relates positions of one sequence, "
+                         "so query and keys must run over the same axis",
+                         "masks are for self-attention (`query = project(F)`, `keys = F`)")
                 return None
         al = n.align
         if al.fn == "local":

@@ -61,9 +61,11 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
         return _name(m, e.node)
     if e.fn == "add":
         return " + ".join(expr_text(m, a, outside) for a in e.args)
-    defaults = {p.name: p.default for p in OPS.get(e.fn, ())}
+    sig = OPS.get(e.fn, ())
+    defaults = {p.name: p.default for p in sig}
+    order = {p.name: i for i, p in enumerate(sig)}  # as the signature reads, not sorted
     parts = [expr_text(m, a, outside) for a in e.args]
-    for key, value in e.params:
+    for key, value in sorted(e.params, key=lambda kv: order.get(kv[0], len(order))):
         if key == "feed":
             parts.append(f"feed = {_name(m, str(value))}")
         elif defaults.get(key) != value:
@@ -110,8 +112,8 @@ def attention_label(a: ir.Attention) -> list[str]:
         more.append("multi-dimensional")
     if a.capsules:
         more.append(f"{a.capsules} capsules")
-    if a.causal:
-        more.append("causal")
+    if a.mask != "none":
+        more.append(f"{a.mask} mask")
     if a.penalty is not None:
         more.append(f"penalty {a.penalty:g}")
     if more:

@@ -140,7 +140,7 @@ class Attention(_Frozen):
     dimensionality: Literal["single", "multi"] = "single"
     heads: int = 1
     capsules: int = 0
-    causal: bool = False
+    mask: Literal["none", "causal", "forward", "backward"] = "none"  # within one sequence
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
     hop: Hop | None = None
     loc: Location

@@ -51,13 +51,15 @@ INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
 #: Option words used as values of keyword arguments and fields.
 OPTIONS = (
     "single", "multi", "sinusoid", "learned", "monotonic", "predictive", "bilinear",
+    "causal", "forward", "backward",
     "trilinear", "dot", "scaled_dot", "cosine", "l2", "none", "tanh", "relu", "sigmoid",
     "gelu", "elu",
 )
 #: Fields and keyword arguments whose value is a library word (a score, an alignment,
 #: an option): the word after ``=`` is highlighted as a builtin there only, so that a
 #: user's name such as ``hard`` or ``max`` elsewhere stays a plain name.
-_OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form")
+_OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form",
+                  "mask")
 
 _BUILTIN_VALUES = tuple(sorted(set(SCORES + ALIGNMENTS + OPTIONS)))
 _CALLABLES = tuple(sorted(set(FEATURE_MODELS + SCORES + ALIGNMENTS)))

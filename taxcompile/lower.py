@@ -105,8 +105,12 @@ ALIGNS: dict[str, tuple[P, ...]] = {
     "entmax": (),
 }
 
+# Masks over one sequence: causal hides later positions (j > i); DiSAN's directional
+# masks hide the position itself too: forward keeps j < i, backward keeps j > i.
+MASKS = P("mask", "enum", False, "none", ("none", "causal", "forward", "backward"))
+
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
-                    "heads", "capsules", "causal", "penalty", "affinity")
+                    "heads", "capsules", "mask", "penalty", "affinity")
 PAPER_FIELDS = ("cite", "ref", "row", "title", "year")
 
 
@@ -829,8 +833,8 @@ class Lowerer:
         heads = self.as_int(f["heads"].value, scope, "`heads`", 1, 1024) if "heads" in f else 1
         capsules = (self.as_int(f["capsules"].value, scope, "`capsules`", 2, 1024)
                     if "capsules" in f else 0)
-        causal = (self.as_param(P("causal", "bool"), f["causal"].value, scope, "`causal`")
-                  if "causal" in f else False)
+        mask = (self.as_param(MASKS, f["mask"].value, scope, "`mask`") if "mask" in f
+                else "none")
         penalty = (self.as_param(P("penalty", "float"), f["penalty"].value, scope, "`penalty`")
                    if "penalty" in f else None)
         affinity = None
@@ -853,7 +857,7 @@ class Lowerer:
         self.add_node(ir.Attention(
             id=node_id, name=s.name, query=query, keys=keys, values=values, affinity=affinity,
             score=score, align=align, dimensionality=dims, heads=heads, capsules=capsules,
-            causal=bool(causal), penalty=penalty, hop=self.hop_of(scope, s.name),
+            mask=mask or "none", penalty=penalty, hop=self.hop_of(scope, s.name),
             loc=self.loc(s.pos)), s.pos)
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str):

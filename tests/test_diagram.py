@@ -58,7 +58,7 @@ def test_repeat_is_drawn_once_with_its_count_and_edges_carry_shapes(tmp_path):
     assert source.count("attention cross") == 1
     assert 'label="k, v (S, 512)"' in source      # encoder output into every cross-attention
     assert 'label="next hop"' in source            # the stream carried to the next layer
-    assert "8 heads · causal" in source
+    assert "8 heads · causal mask" in source
 
 
 def test_coattention_partners_and_levels_are_grouped():

@@ -228,8 +228,8 @@ CASES: list[Case] = [
     Case("vocab_on_sequence", PAPER + "model m {\n    input x: sequence[L, 30] (vocab = 10)\n"
          + ATT + "}\n", 3, 14, "only token inputs have a vocabulary", ""),
     Case("bool_expected", spec(attn("query = project(x)  keys = x  score = general  "
-                                    "causal = 1")),
-         BODY, 75, "`causal` must be `true` or `false`", ""),
+                                    "heads = 2  penalty = true")),
+         BODY, 87, "`penalty` must be a positive number, got true", ""),
     Case("enum_value_unknown", spec("feature y = positional(x, kind = sine)"), BODY, 38,
          "`kind` of `positional` cannot be `sine`", "one of: `sinusoid`, `learned`"),
     Case("required_parameter_missing", spec("feature y = linear(x)"), BODY, 17,
@@ -300,9 +300,10 @@ CASES: list[Case] = [
          "write `query = learned(d)`"),
     Case("causal_cross_attention",
          PAPER + HEAD + "    input t: tokens[T] (vocab = 10)\n    feature y = embed(t, 64)\n"
-         "    attention a { query = project(y)  keys = x  score = general  causal = true }\n}\n",
-         7, 15, "attention `a`: a causal mask hides later positions of the same sequence, so "
-         "query and keys must run over the same axis", ""),
+         "    attention a { query = project(y)  keys = x  score = general  mask = causal }\n}\n",
+         7, 15, "attention `a`: the causal mask relates positions of one sequence, so query "
+         "and keys must run over the same axis",
+         "masks are for self-attention (`query = project(F)`, `keys = F`)"),
     Case("penalty_without_heads", spec(attn("query = learned(64)  keys = x  score = additive  "
                                             "penalty = 1.0")),
          BODY, 15, "attention `b`: the penalty ||AAᵀ − I||²_F compares several rows of "

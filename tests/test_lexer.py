@@ -77,7 +77,7 @@ def test_spot_checks_on_vaswani():
     # Field names before `=`.
     assert types_of(tokens, "cite") == {Name.Attribute}
     assert types_of(tokens, "keys") == {Name.Attribute}
-    assert types_of(tokens, "causal") == {Name.Attribute}
+    assert types_of(tokens, "mask") == {Name.Attribute}
     # `query = …` inside an attention block is a field, not the statement keyword.
     assert types_of(tokens, "query") == {Name.Attribute}
     # Keywords and declared names.
@@ -94,7 +94,7 @@ def test_spot_checks_on_vaswani():
     # Builtin feature-model calls, constants, pseudo keywords, input kinds.
     for fn in ("positional", "embed", "project", "norm", "ffn", "classify"):
         assert types_of(tokens, fn) == {Name.Builtin}, fn
-    assert types_of(tokens, "true") == {Keyword.Constant}
+    assert types_of(tokens, "causal") == {Name.Builtin}  # after `mask =`
     assert types_of(tokens, "autoregressive") == {Keyword.Pseudo}
     assert types_of(tokens, "tokens") == {Keyword.Type}
     assert types_of(tokens, "scaled_multiplicative") == {Name.Builtin}

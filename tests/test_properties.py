@@ -303,7 +303,7 @@ def build_spec(inputs: list[str], features: list[tuple[str, str]],
     for a in atts:
         out.append(f"    attention {a['name']} {{")
         for k in ("query", "features", "keys", "values", "score", "align", "heads",
-                  "dimensionality", "causal"):
+                  "dimensionality", "mask"):
             if a.get(k) is not None:
                 out.append(f"        {k} = {a[k]}")
         out.append("    }")
