@@ -148,8 +148,8 @@ class Checker:
                 if s is not None:
                     self.cm.shapes[n.id] = s
         for n in m.nodes:
-            for d in deps(n, delayed=True):
-                self.check_feed(n, ids[d])
+            if deps(n, delayed=True):
+                self.check_feed(n)
         if len(self.c.diagnostics) > before:
             return None
         return self.cm
@@ -456,7 +456,8 @@ class Checker:
             return False
         return True
 
-    def check_feed(self, n: ir.AnyNode, target: ir.AnyNode) -> None:
+    def check_feed(self, n: ir.AnyNode) -> None:
+        """A recurrent model reading a previous context runs over an autoregressive axis."""
         if not isinstance(n, ir.Node):
             return
         stack = [n.expr]
