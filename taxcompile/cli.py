@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import __version__
 from .diagnostics import SpecError
+from .files import write_atomic
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 
@@ -175,7 +176,7 @@ def cmd_fmt(args) -> int:
             stale.append(path)
             if not args.check:
                 try:
-                    fmt.write_atomic(path, new)
+                    write_atomic(path, new)
                 except OSError as e:
                     print(f"taxcompile: error: cannot write {path}: {e.strerror or e}",
                           file=sys.stderr)
@@ -202,7 +203,7 @@ def cmd_new(args) -> int:
     if path.exists() and not args.force:
         print(f"taxcompile: error: {path} exists (use --force to overwrite)", file=sys.stderr)
         return EXIT_USAGE
-    fmt.write_atomic(path, fmt.starter(args.name))
+    write_atomic(path, fmt.starter(args.name))
     print(f"wrote {path}: check it with `taxcompile check {path}`")
     return EXIT_OK
 

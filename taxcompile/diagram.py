@@ -13,10 +13,8 @@ svg/png/pdf runs graphviz's ``dot``."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +23,7 @@ import graphviz
 from . import ir
 from .checks import CheckedModel, CheckedSpec
 from .classify import classify_model
+from .files import write_atomic
 from .lower import OPS
 
 FORMATS = ("svg", "png", "pdf", "dot")
@@ -43,7 +42,7 @@ ROLE = {"query": "q", "keys": "k", "values": "v", "keys+values": "k, v",
 
 
 class DiagramError(Exception):
-    pass
+    """A diagram that cannot be written (an unknown format, `dot` failing)."""
 
 
 def _name(m: ir.Model, node_id: str) -> str:
@@ -333,12 +332,12 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
                            + ", ".join(f".{f}" for f in FORMATS))
     source = build(cs).source
     if fmt == "dot":
-        _write_atomic(out, source.encode("utf-8"))
+        write_atomic(out, source.encode("utf-8"))
         return [out], ""
     dot = shutil.which("dot")
     if dot is None:
         dot_path = out.with_suffix(".dot")
-        _write_atomic(dot_path, source.encode("utf-8"))
+        write_atomic(dot_path, source.encode("utf-8"))
         return [dot_path], (f"graphviz's `dot` program was not found, so {out.name} was not "
                             f"drawn; wrote the graph source to {dot_path} instead. Install "
                             "graphviz (Debian: `apt-get install -y graphviz`) to render "
@@ -347,18 +346,5 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
                           timeout=120)
     if done.returncode != 0:
         raise DiagramError(f"`dot` failed: {done.stderr.decode('utf-8', 'replace').strip()}")
-    _write_atomic(out, done.stdout)
+    write_atomic(out, done.stdout)
     return [out], ""
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -42,10 +42,7 @@ Canonical style
 from __future__ import annotations
 
 import bisect
-import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from lark import v_args
 
@@ -466,32 +463,6 @@ def format_text(text: str, file: str = "<string>") -> str:
     units = [printer.unit(item, 0) for item in module.items]
     tail = printer.attach(units, list(lark.lex(src, dont_ignore=True)))
     return printer.render(tail, units)
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory, so that
-    an error never leaves a partial file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        if path.exists():
-            try:
-                os.chmod(tmp, path.stat().st_mode & 0o7777)
-            except OSError:  # pragma: no cover
-                pass
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 _STARTER = '''\

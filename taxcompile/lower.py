@@ -930,7 +930,7 @@ class Lowerer:
 
 
 class _TooBig(Exception):
-    pass
+    """Unrolling reached MAX_NODES: stop lowering this model (the error is recorded)."""
 
 
 def _show(v: ir.Scalar) -> str:

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from taxcompile.cli import main
 from taxcompile.diagnostics import SpecError
-from taxcompile.fmt import format_text, starter, write_atomic
+from taxcompile.files import write_atomic
+from taxcompile.fmt import format_text, starter
 from taxcompile.parser import parse_text
 from taxcompile.pipeline import load_text
 
