@@ -140,6 +140,9 @@ class Classifier:
         if node_id not in self._roots:
             n = self.m.node(node_id)
             if isinstance(n, ir.Input):
+                # views of one input's data (its words, its characters) share a root
+                while n.view_of is not None:
+                    n = self.m.node(n.view_of)
                 self._roots[node_id] = {n.id}
             else:  # the dataflow is acyclic (checks.py), so this recursion ends
                 self._roots[node_id] = self.feature_roots(
@@ -199,12 +202,13 @@ class Classifier:
                 if n.autoregressive:
                     add("Basic", f"the query of {name} comes from the decoder's own input "
                         f"{self.q(node_id)}")
-                elif node_id in key_roots:
+                elif self._node_roots(node_id) & key_roots:
                     add("Self-Attentive", f"the query of {name} is derived from "
                         f"{self.q(node_id)}, the input its keys come from")
-                elif node_id in attended_inputs:
+                elif self._node_roots(node_id) & attended_inputs:
+                    (root,) = self._node_roots(node_id)
                     add("Specialized", f"the query of {name} is built from {self.q(node_id)}, "
-                        "another input that the model attends over", node_id)
+                        "another input that the model attends over", root)
                 else:
                     add("Basic", f"the query of {name} comes from the auxiliary input "
                         f"{self.q(node_id)}")

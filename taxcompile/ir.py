@@ -113,6 +113,7 @@ class Input(_Frozen):
     dim: int | None  # None for tokens
     vocab: int | None = None
     autoregressive: bool = False
+    view_of: str | None = None  # another view (level, tokenisation) of this input's data
     loc: Location
 
 

@@ -526,7 +526,7 @@ class Lowerer:
         if len(set(axes)) != len(axes):
             self.err(s.kind_pos, f"input `{s.name}` repeats an axis name")
             return
-        vocab, auto = None, False
+        vocab, auto, view_of = None, False, None
         for a in s.args:
             if isinstance(a, ast.Ref) and a.name == "autoregressive":
                 auto = True
@@ -534,6 +534,16 @@ class Lowerer:
                 vocab = self.as_int(a.value, scope, "`vocab`")
             elif isinstance(a, ast.Kwarg) and a.name == "autoregressive":
                 auto = bool(self.as_param(P("autoregressive", "bool"), a.value, scope, "`autoregressive`"))
+            elif isinstance(a, ast.Kwarg) and a.name == "of":
+                # `(of = words)`: another view of the same data, e.g. its characters
+                target = a.value.name if isinstance(a.value, ast.Ref) else None
+                found = scope.bindings.get(target) if target else None
+                if found is None or self.roles.get(found) != "input":
+                    self.err(a.value.pos, "`of` names an input declared above: the data this "
+                             "input is another view of", "e.g. `input chars: tokens[W, C] "
+                             "(vocab = 300, of = words)`")
+                else:
+                    view_of = found
             elif isinstance(a, ast.Kwarg) and a.name in axes:
                 i = axes.index(a.name)  # `(S = 50)`: the axis has a fixed length
                 if sizes[i] is not None:
@@ -543,7 +553,7 @@ class Lowerer:
             else:
                 name = a.name if isinstance(a, (ast.Kwarg, ast.Ref)) else "this"
                 self.err(a.pos, f"unknown input option `{name}`",
-                         suggest(name, ("vocab", "autoregressive", *axes)))
+                         suggest(name, ("vocab", "autoregressive", "of", *axes)))
         if s.kind == "tokens" and vocab is None:
             self.err(s.kind_pos, f"token input `{s.name}` needs a vocabulary size",
                      f"write `input {s.name}: tokens[…] (vocab = 30000)`")
@@ -552,7 +562,8 @@ class Lowerer:
             self.err(s.kind_pos, "only token inputs have a vocabulary")
             return
         self.add_node(ir.Input(id=node_id, kind=s.kind, axes=tuple(axes), sizes=tuple(sizes),
-                               dim=dim, vocab=vocab, autoregressive=auto, loc=self.loc(s.pos)), s.pos)
+                               dim=dim, vocab=vocab, autoregressive=auto, view_of=view_of,
+                               loc=self.loc(s.pos)), s.pos)
 
     def feature(self, s: ast.Feature, scope: Scope) -> None:
         self.defining, self.defining_feature = s.name, True

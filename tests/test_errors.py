@@ -225,6 +225,10 @@ CASES: list[Case] = [
          "    feature x = embed(src, 64)\n" + ATT + "}\n", 3, 16,
          "token input `src` needs a vocabulary size",
          "write `input src: tokens[…] (vocab = 30000)`"),
+    Case("view_of_unknown_input", PAPER + "model m {\n    input src: tokens[S] (vocab = 100, "
+         "of = words)\n    feature x = embed(src, 64)\n" + ATT + "}\n", 3, 45,
+         "`of` names an input declared above: the data this input is another view of",
+         "e.g. `input chars: tokens[W, C] (vocab = 300, of = words)`"),
     Case("vocab_on_sequence", PAPER + "model m {\n    input x: sequence[L, 30] (vocab = 10)\n"
          + ATT + "}\n", 3, 14, "only token inputs have a vocabulary", ""),
     Case("bool_expected", spec(attn("query = project(x)  keys = x  score = general  "
