@@ -39,7 +39,7 @@ demo: install
 	@for f in specs/*.attn; do \
 	  $(BIN)/taxcompile diagram $$f -o diagrams/$$(basename $$f .attn).svg >/dev/null || exit 1; \
 	done
-	@$(BIN)/taxcompile report specs/ -o site >/dev/null
+	@$(BIN)/taxcompile report specs/ examples/ -o site >/dev/null
 	@echo
 	@echo "Where to look:"
 	@echo "  diagrams/*.svg   a diagram of every model"

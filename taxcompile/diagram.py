@@ -258,8 +258,9 @@ class Drawer:
                     tag = ROLE.get(role, role)
                     text = f"{tag} {shape}".strip() if shape is not None else tag
                     attrs = dict(label=text, fontsize="9")
-                    if delayed:
-                        attrs.update(style="dashed", constraint="false", color="#666666")
+                    if delayed:  # an external label: graphviz keeps it clear of the nodes
+                        attrs.update(style="dashed", constraint="false", color="#666666",
+                                     label="", xlabel=tag)
                     elif self.carried(src, n.id):
                         attrs.update(style="dashed", label="next hop", constraint="false")
                     sub.edge(a, b, **attrs)
