@@ -22,7 +22,8 @@ graphviz:
 	@command -v dot >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing graphviz (for diagrams)"; \
-	    apt-get update -qq >/dev/null && apt-get install -y -qq graphviz >/dev/null; \
+	    apt-get update -qq >/dev/null && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; \
 	  else \
 	    echo "graphviz's dot is missing: install it with 'sudo apt-get install -y graphviz'"; \
 	  fi; }

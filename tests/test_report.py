@@ -1,6 +1,7 @@
 """The static HTML report: Table III with cells linked to their rationale, one page per
 paper with its inline diagram and highlighted spec; checked in a real headless browser."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -100,14 +101,13 @@ def test_a_spec_error_writes_nothing(tmp_path):
 def chromium() -> str:
     """Debian's chromium, installed when missing (as root, with apt-get)."""
     exe = shutil.which("chromium")
-    if exe is None and shutil.which("apt-get") and hasattr(subprocess, "run"):
-        import os
-
+    if exe is None and shutil.which("apt-get"):
         assert os.geteuid() == 0, "install Debian's chromium: sudo apt-get install -y chromium"
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], check=True, timeout=600,
-                       capture_output=True)
+                       capture_output=True, env=env)
         subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, timeout=900,
-                       capture_output=True)
+                       capture_output=True, env=env)
         exe = shutil.which("chromium")
     assert exe, "chromium is required for the browser test"
     return exe
