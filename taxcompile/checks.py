@@ -286,9 +286,6 @@ class Checker:
     def shape_classify(self, e, a, nid):
         return Shape(a[0].axes, int(e.param("classes")))
 
-    def shape_affinity(self, e, a, nid):  # only reached through `affinity` statements
-        return self.affinity_shape(e, a)
-
     def affinity(self, n: ir.Node) -> Shape | None:
         e = n.expr
         assert isinstance(e, ir.Op)

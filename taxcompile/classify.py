@@ -69,10 +69,6 @@ class Classification:
         return {d: self.cells[d].text(d) for d in DIMENSIONS}
 
 
-def _q(node_id: str) -> str:
-    return f"`{node_id}`"
-
-
 def display(m: ir.Model, node_id: str) -> str:
     """How rationales name a node: hops by their template (`decoder.cross`), updated
     features by their name (`x`), so a 6-layer stack gives one line, not six."""

@@ -24,6 +24,7 @@ from . import ir
 from .checks import CheckedModel, CheckedSpec
 from .classify import classify_model
 from .files import write_atomic
+from .graph import edges as graph_edges
 from .lower import OPS
 
 FORMATS = ("svg", "png", "pdf", "dot")
@@ -168,6 +169,7 @@ class Drawer:
     def clusters(self) -> _Cluster:
         root = _Cluster("", "", {})
         grouping = self.grouping()
+        blocks = self.blocks()
         for n in self.m.nodes:
             if self.rep[n.id] != n.id:
                 continue
@@ -186,7 +188,6 @@ class Drawer:
             parts = hop.template.split(".")[:-1]
             c = root
             path = ""
-            blocks = self.blocks()
             for i, part in enumerate(parts):
                 path = f"{path}.{part}" if path else part
                 info = blocks.get(path)
@@ -249,7 +250,7 @@ class Drawer:
             self._emit(sub, self.clusters())
             seen: set[tuple[str, str]] = set()
             for n in self.m.nodes:
-                for src, role, delayed in self.edges(n):
+                for src, role, delayed in graph_edges(n):
                     a, b = self.gid(src), self.gid(n.id)
                     if (a, b) in seen:
                         continue
@@ -272,29 +273,6 @@ class Drawer:
             return False
         block_a, block_b = a.template.rsplit(".", 1)[0], b.template.rsplit(".", 1)[0]
         return block_a == block_b and (a.outer, a.index) != (b.outer, b.index)
-
-    def edges(self, n: ir.AnyNode):
-        if isinstance(n, ir.Attention):
-            roles: dict[str, list[str]] = {}
-            for role, e in (("query", n.query), ("keys", n.keys), ("values", n.values)):
-                for r in ir.refs(e) if e is not None else ():
-                    roles.setdefault(r, [])
-                    if role not in roles[r]:
-                        roles[r].append(role)
-            if n.affinity:
-                roles.setdefault(n.affinity, []).append("affinity")
-            return [(r, "+".join(v), False) for r, v in roles.items()]
-        if isinstance(n, ir.Node):
-            out = [(r, "input", False) for r in dict.fromkeys(ir.refs(n.expr))]
-            stack = [n.expr]
-            while stack:
-                e = stack.pop()
-                if isinstance(e, ir.Op):
-                    if e.param("feed"):
-                        out.append((str(e.param("feed")), "feed", True))
-                    stack.extend(e.args)
-            return out
-        return []
 
     def _emit(self, g, c: _Cluster) -> None:
         for node_id in c.nodes:

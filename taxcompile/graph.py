@@ -15,16 +15,20 @@ from . import ir
 from .checks import CheckedModel, deps
 
 
-def _roles(n: ir.AnyNode) -> list[tuple[str, str]]:
+def edges(n: ir.AnyNode) -> list[tuple[str, str, bool]]:
+    """(source, role, delayed) for every edge into ``n``; a source feeding several roles
+    of an attention module gives one edge, e.g. ``keys+values``."""
     if isinstance(n, ir.Attention):
-        out = []
+        roles: dict[str, list[str]] = {}
         for role, e in (("query", n.query), ("keys", n.keys), ("values", n.values)):
-            if e is not None:
-                out.extend((r, role) for r in ir.refs(e))
+            for r in ir.refs(e) if e is not None else ():
+                if role not in roles.setdefault(r, []):
+                    roles[r].append(role)
         if n.affinity:
-            out.append((n.affinity, "affinity"))
-        return out
-    return [(r, "input") for r in deps(n)]
+            roles.setdefault(n.affinity, []).append("affinity")
+        return [(r, "+".join(v), False) for r, v in roles.items()]
+    out = [(r, "input", False) for r in dict.fromkeys(deps(n))]
+    return out + [(r, "feed", True) for r in dict.fromkeys(deps(n, delayed=True))]
 
 
 def build(cm: CheckedModel) -> nx.DiGraph:
@@ -44,14 +48,8 @@ def build(cm: CheckedModel) -> nx.DiGraph:
                          template=n.hop.template, shared=n.hop.shared)
         g.add_node(node_id, **attrs)
     for node_id in cm.order:
-        n = cm.model.node(node_id)
-        for src, role in _roles(n):
-            if g.has_edge(src, node_id):
-                g.edges[src, node_id]["role"] += "+" + role
-            else:
-                g.add_edge(src, node_id, role=role, shape=str(cm.shapes.get(src)), delayed=False)
-        for src in deps(n, delayed=True):
-            g.add_edge(src, node_id, role="feed", shape=str(cm.shapes.get(src)), delayed=True)
+        for src, role, delayed in edges(cm.model.node(node_id)):
+            g.add_edge(src, node_id, role=role, shape=str(cm.shapes.get(src)), delayed=delayed)
     return g
 
 
