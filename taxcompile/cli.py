@@ -142,6 +142,55 @@ def cmd_diagram(args) -> int:
     return EXIT_OK
 
 
+def cmd_compile(args) -> int:
+    from . import generate
+
+    results, failed = _load_all(args.paths)
+    if failed:
+        print("taxcompile: nothing written: fix the spec errors first", file=sys.stderr)
+        return EXIT_SPEC
+    out_dir = Path(args.output)
+    files: dict[Path, str] = {}
+    for path, _, cs in results:
+        source = generate.source_name(path)
+        for cm in cs.models:
+            target = out_dir / generate.output_name(cs, cm)
+            if target in files:
+                print(f"taxcompile: error: two specs write {target} (paper ids must differ)",
+                      file=sys.stderr)
+                return EXIT_SPEC
+            files[target] = generate.generate(cs, cm, source)
+    # files an earlier compile of these specs wrote that no model produces any more
+    sources = {generate.source_name(p) for p, _, _ in results}
+    orphans = [f for f in sorted(out_dir.glob("*.py")) if f not in files
+               and generate.generated_from(f) in sources]
+    stale = [f for f, text in files.items()
+             if not f.is_file() or f.read_bytes() != text.encode("utf-8")]
+    if args.check:
+        for f in stale:
+            why = "missing" if not f.is_file() else "differs from its spec"
+            print(f"{f}: {why} (run `taxcompile compile {' '.join(args.paths)} -o {out_dir}`)",
+                  file=sys.stderr)
+        for f in orphans:
+            print(f"{f}: no model produces it any more (delete it)", file=sys.stderr)
+        if stale or orphans:
+            return EXIT_SPEC
+        print(f"{out_dir}: {len(files)} files up to date")
+        return EXIT_OK
+    for f in stale:
+        try:
+            write_atomic(f, files[f])
+        except OSError as e:
+            print(f"taxcompile: error: cannot write {f}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_SPEC
+    for f in orphans:
+        f.unlink()
+        print(f"removed {f} (no model produces it any more)")
+    print(f"wrote {len(stale)} of {len(files)} files to {out_dir}/ ({len(files) - len(stale)} "
+          "already up to date)")
+    return EXIT_OK
+
+
 def cmd_fmt(args) -> int:
     from . import fmt, pipeline
 
@@ -281,6 +330,15 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", metavar="DIR", default="site",
                    help="the site's directory (default: site/)")
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("compile", help="generate a PyTorch module per model variant",
+                       description="Write one standalone PyTorch file per model variant.")
+    s.add_argument("paths", nargs="+", metavar="PATH", help="spec files or directories")
+    s.add_argument("-o", "--output", default="generated", help="output directory "
+                   "(default: generated/)")
+    s.add_argument("--check", action="store_true", help="write nothing; exit 1 and name the "
+                   "files that differ from what the specs produce")
+    s.set_defaults(func=cmd_compile)
 
     s = sub.add_parser("fmt", help="format specs canonically",
                        description="Rewrite specs in canonical form (comments kept). With "

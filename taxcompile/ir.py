@@ -38,6 +38,7 @@ class Op(_Frozen):
     fn: str
     args: tuple["Expr", ...] = ()
     params: tuple[tuple[str, Scalar], ...] = ()
+    sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
 
     def param(self, name: str, default: Scalar | None = None) -> Scalar | None:
@@ -71,6 +72,7 @@ class Score(_Frozen):
     act: str | None = None  # additive / activated_general
     bias: bool = True
     similarity: str | None = None  # cosine | l2
+    sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
 
 
@@ -82,6 +84,7 @@ class Align(_Frozen):
     position: Literal["monotonic", "predictive"] | None = None
     gaussian: bool = False  # eq. 29
     sigma: float | None = None  # eq. 29, default D/2
+    sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
 
 
@@ -114,6 +117,7 @@ class Input(_Frozen):
     vocab: int | None = None
     autoregressive: bool = False
     view_of: str | None = None  # another view (level, tokenisation) of this input's data
+    sym: tuple[tuple[str, str], ...] = ()  # "dim", "vocab", "size:AXIS" -> constant expression
     loc: Location
 
 
@@ -144,6 +148,7 @@ class Attention(_Frozen):
     mask: Literal["none", "causal", "forward", "backward"] = "none"  # within one sequence
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
     hop: Hop | None = None
+    sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
 
 
@@ -156,6 +161,7 @@ class Model(_Frozen):
     name: str
     base: str | None = None
     nodes: tuple[AnyNode, ...]
+    consts: tuple[tuple[str, Scalar, str | None], ...] = ()  # the model's own `let`s
     loc: Location
 
     def node(self, node_id: str) -> AnyNode:
@@ -186,4 +192,5 @@ class Spec(_Frozen):
     file: str
     paper: Paper
     constants: tuple[tuple[str, Scalar], ...] = ()
+    const_syms: tuple[tuple[str, str | None], ...] = ()  # `let` name -> expression over others
     models: tuple[Model, ...]

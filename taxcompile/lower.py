@@ -182,6 +182,8 @@ class Lowerer:
         self.consts: dict[str, ir.Scalar] = {}
         self.defining = ""  # the statement being lowered (not suggested for itself)
         self.defining_feature = False
+        self.const_syms: dict[str, str | None] = {}  # `let` name -> its expression (Config)
+        self.model_scope: Scope | None = None
 
     # ---- helpers ------------------------------------------------------------
 
@@ -254,6 +256,40 @@ class Lowerer:
         self.err(e.pos, "expected a constant (a number, a string or a `let` name)")
         return None
 
+    def sym(self, e: ast.Expr, scope: Scope | None) -> str | None:
+        """A valid constant expression as Python text over Config field names, for the
+        generated code's ``Config`` (None when it names no constant: use the value).
+        Only names that passed ``bad_identifier`` and numbers appear in the text."""
+        names: list[str] = []
+
+        def go(x: ast.Expr) -> str:
+            if isinstance(x, ast.Number):
+                return repr(x.value)
+            if isinstance(x, ast.Neg):
+                return f"-{go(x.operand)}"
+            if isinstance(x, ast.Ref):
+                owner = scope
+                while owner is not None and x.name not in owner.consts:
+                    owner = owner.parent
+                if owner is None or owner is self.model_scope or owner.parent is None:
+                    names.append(x.name)
+                    return x.name
+                return repr(owner.consts[x.name])  # a constant local to a `repeat`
+            if isinstance(x, ast.BinOp):
+                op = x.op
+                if op == "/":
+                    op = "//" if isinstance(self.const(x, scope), int) else "/"
+                return f"({go(x.left)} {op} {go(x.right)})"
+            raise AssertionError(type(x))
+
+        if isinstance(e, ast.Ref) and e.name in ("true", "false"):
+            return None
+        text = go(e)
+        if not names:
+            return None
+        return text[1:-1] if text.startswith("(") and text.endswith(")") and \
+            text.count("(") == 1 else text
+
     def as_int(self, e: ast.Expr, scope: Scope | None, what: str, lo: int = 1,
                hi: int = MAX_INT) -> int | None:
         v = self.const(e, scope)
@@ -306,6 +342,7 @@ class Lowerer:
                     v = self.const(item.value, None)
                     if v is not None:
                         self.consts[item.name] = v
+                        self.const_syms[item.name] = self.sym(item.value, None)
         paper = self.paper(papers)
         if not models:
             self.err(ast.Pos(1, 1), "the spec defines no model",
@@ -335,7 +372,7 @@ class Lowerer:
         self.c.raise_if_any()
         assert paper is not None
         return ir.Spec(file=self.file, paper=paper, constants=tuple(self.consts.items()),
-                       models=tuple(out))
+                       const_syms=tuple(self.const_syms.items()), models=tuple(out))
 
     def paper(self, papers: list[ast.Paper]) -> ir.Paper | None:
         if not papers:
@@ -415,6 +452,8 @@ class Lowerer:
         self.kinds_by_name: dict[str, str] = {}
         self.pending_feeds: list = []
         scope = Scope("", Scope("", None, consts=self.consts))  # top-level `let`s outside
+        self.model_scope = scope
+        self.model_consts: list[tuple[str, ir.Scalar, str | None]] = []
         before = len(self.c.diagnostics)
         self.body(m.body, scope)
         if len(self.c.diagnostics) > before:
@@ -423,7 +462,8 @@ class Lowerer:
             self.err(m.pos, f"model `{m.name}` has no attention module",
                      "add `attention NAME { query = …  keys = …  score = … }`")
             return None
-        return ir.Model(name=m.name, base=m.base, nodes=tuple(self.nodes), loc=self.loc(m.pos))
+        return ir.Model(name=m.name, base=m.base, nodes=tuple(self.nodes),
+                        consts=tuple(self.model_consts), loc=self.loc(m.pos))
 
     def declare(self, stmts, scope: Scope) -> None:
         for s in stmts:
@@ -461,6 +501,8 @@ class Lowerer:
                         v = self.const(s.value, scope)
                         if v is not None:
                             scope.consts[s.name] = v
+                            if scope is self.model_scope:
+                                self.model_consts.append((s.name, v, self.sym(s.value, scope)))
                 elif isinstance(s, ast.Input):
                     self.input(s, scope)
                 elif isinstance(s, ast.Feature):
@@ -484,13 +526,17 @@ class Lowerer:
             return
         dims = list(s.dims)
         dim = None
+        syms: dict[str, str] = {}
         if s.kind != "tokens":
             if not dims:
                 self.err(s.kind_pos, "missing feature size")
                 return
-            dim = self.as_int(dims.pop(), scope, f"the feature size of `{s.name}`")
+            dim_e = dims.pop()
+            dim = self.as_int(dim_e, scope, f"the feature size of `{s.name}`")
             if dim is None:
                 return
+            if t := self.sym(dim_e, scope):
+                syms["dim"] = t
         elif not dims:
             self.err(s.kind_pos, "tokens need at least one axis, e.g. `tokens[S]`")
             return
@@ -509,6 +555,8 @@ class Lowerer:
                     size = self.as_int(d, scope, f"axis `{d.name}`")
                     axes.append(d.name)
                     sizes.append(size)
+                    if t := self.sym(d, scope):
+                        syms["size:" + d.name] = t
                 elif found:
                     self.err(d.pos, f"axis `{d.name}` clashes with a node of the same name")
                     return
@@ -532,6 +580,8 @@ class Lowerer:
                 auto = True
             elif isinstance(a, ast.Kwarg) and a.name == "vocab":
                 vocab = self.as_int(a.value, scope, "`vocab`")
+                if t := self.sym(a.value, scope):
+                    syms["vocab"] = t
             elif isinstance(a, ast.Kwarg) and a.name == "autoregressive":
                 auto = bool(self.as_param(P("autoregressive", "bool"), a.value, scope, "`autoregressive`"))
             elif isinstance(a, ast.Kwarg) and a.name == "of":
@@ -550,6 +600,8 @@ class Lowerer:
                     self.err(a.pos, f"axis `{a.name}` already has a size ({sizes[i]})")
                 else:
                     sizes[i] = self.as_int(a.value, scope, f"the length of `{a.name}`")
+                    if t := self.sym(a.value, scope):
+                        syms["size:" + a.name] = t
             else:
                 name = a.name if isinstance(a, (ast.Kwarg, ast.Ref)) else "this"
                 self.err(a.pos, f"unknown input option `{name}`",
@@ -563,7 +615,7 @@ class Lowerer:
             return
         self.add_node(ir.Input(id=node_id, kind=s.kind, axes=tuple(axes), sizes=tuple(sizes),
                                dim=dim, vocab=vocab, autoregressive=auto, view_of=view_of,
-                               loc=self.loc(s.pos)), s.pos)
+                               sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 
     def feature(self, s: ast.Feature, scope: Scope) -> None:
         self.defining, self.defining_feature = s.name, True
@@ -737,6 +789,7 @@ class Lowerer:
             return None
         args: list[ir.Expr] = []
         params: dict[str, ir.Scalar] = {}
+        syms: dict[str, str] = {}
         ok = True
         positional = list(e.args)
         for p in sig:
@@ -776,6 +829,8 @@ class Lowerer:
                 ok &= v is not None
                 if v is not None:
                     params[p.name] = v
+                    if p.type == "int" and (t := self.sym(a, scope)):
+                        syms[p.name] = t
         if positional:
             self.err(positional[0].pos, f"`{e.fn}` takes {sum(p.type != 'nodes' for p in sig)} "
                      "argument(s); this one is extra")
@@ -803,7 +858,7 @@ class Lowerer:
         if not ok:
             return None
         return ir.Op(fn=e.fn, args=tuple(args), params=tuple(sorted(params.items())),
-                     loc=self.loc(e.pos))
+                     sym=tuple(sorted(syms.items())), loc=self.loc(e.pos))
 
     # ---- attention modules ----------------------------------------------------------
 
@@ -848,6 +903,8 @@ class Lowerer:
                 else "none")
         penalty = (self.as_param(P("penalty", "float"), f["penalty"].value, scope, "`penalty`")
                    if "penalty" in f else None)
+        syms = {k: t for k in ("heads", "capsules") if k in f
+                and (t := self.sym(f[k].value, scope))}
         affinity = None
         if "affinity" in f:
             v = f["affinity"].value
@@ -869,7 +926,7 @@ class Lowerer:
             id=node_id, name=s.name, query=query, keys=keys, values=values, affinity=affinity,
             score=score, align=align, dimensionality=dims, heads=heads, capsules=capsules,
             mask=mask or "none", penalty=penalty, hop=self.hop_of(scope, s.name),
-            loc=self.loc(s.pos)), s.pos)
+            sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str):
         if fld is None:
@@ -887,6 +944,8 @@ class Lowerer:
             return False, {}
         sig = table[name]
         params: dict[str, ir.Scalar] = {}
+        syms: dict[str, str] = {}
+        self.mech_syms = syms
         for i, a in enumerate(pos_args):
             if i >= len(sig):
                 self.err(a.pos, f"`{name}` takes {len(sig)} argument(s)")
@@ -895,6 +954,8 @@ class Lowerer:
             if v is None:
                 return False, {}
             params[sig[i].name] = v
+            if sig[i].type == "int" and (t := self.sym(a, None)):
+                syms[sig[i].name] = t
         names = {p.name: p for p in sig}
         for k in kwargs:
             if k.name not in names:
@@ -905,6 +966,8 @@ class Lowerer:
             if v is None:
                 return False, {}
             params[k.name] = v
+            if names[k.name].type == "int" and (t := self.sym(k.value, None)):
+                syms[k.name] = t
         for p in sig:
             if p.name not in params:
                 if p.required:
@@ -925,7 +988,8 @@ class Lowerer:
         if not name:
             return None
         return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
-                        similarity=p.get("kind"), loc=self.loc(fld.value.pos))
+                        similarity=p.get("kind"), sym=tuple(sorted(self.mech_syms.items())),
+                        loc=self.loc(fld.value.pos))
 
     def align(self, fld: ast.Field | None, s: ast.Attention) -> ir.Align | None:
         if fld is None:
@@ -937,7 +1001,7 @@ class Lowerer:
             name = "global"
         return ir.Align(fn=name, window=p.get("D"), position=p.get("position"),
                         gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
-                        loc=self.loc(fld.value.pos))
+                        sym=tuple(sorted(self.mech_syms.items())), loc=self.loc(fld.value.pos))
 
 
 class _TooBig(Exception):

@@ -1,0 +1,1161 @@
+"""Stage 7: IR -> standalone PyTorch source (jinja2 templates in templates/codegen/).
+
+One file per model variant. Feature models are emitted by ``emit_<fn>``, attention modules
+by ``templates/codegen/attention.py.j2`` with one template per score and per alignment
+(``score/<fn>.py.j2``, ``align/<fn>.py.j2``). Nothing from a spec reaches the output except
+identifiers (checked by ``lower.bad_identifier``) and numbers; the paper's title and
+citation are escaped with ``repr``-safe text.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import networkx as nx
+
+from . import checks, classify, ir
+
+TEMPLATES = Path(__file__).parent / "templates" / "codegen"
+
+ACT = {"tanh": "torch.tanh({})", "relu": "F.relu({})", "sigmoid": "torch.sigmoid({})",
+       "gelu": "F.gelu({})", "elu": "F.elu({})", "none": "{}", None: "{}"}
+
+MASKABLE = ("tokens", "sequence", "set")
+
+# Local names the generated forward() uses for itself.
+RESERVED = {"self", "cfg", "torch", "nn", "F", "math", "B", "out", "attn", "log_probs", "penalty",
+            "capsules", "features", "return_attention", "c", "a", "ex", "t", "q", "k", "v", "m",
+            "Output", "Config", "Model", "field", "dataclass", "masked_softmax", "sparsemax",
+            "entmax15", "sinusoid", "broadcast", "pool", "rnn", "cell_step", "state", "ctx",
+            "example_inputs", "g", "outputs"} | set(dir(builtins))
+MODULE_ATTRS = {"training", "forward", "to", "cuda", "cpu", "eval", "train", "parameters",
+                "buffers", "children", "modules", "state_dict", "apply", "half", "float",
+                "double", "type", "zero_grad", "register_buffer", "add_module", "cfg",
+                "get_submodule", "extra_repr", "dump_patches", "call_super_init", "bfloat16",
+                "named_modules", "named_parameters", "requires_grad_", "load_state_dict",
+                "capsule_loss", "register_parameter", "share_memory", "xpu", "ipu", "mtia"}
+
+
+def env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=True,
+                              undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+def ident(node_id: str) -> str:
+    """``encoder[2].self`` -> ``encoder2_self``; ``x@3`` -> ``x_3``."""
+    s = re.sub(r"\[(\d+)\]\.", r"\1_", node_id)
+    s = s.replace("@", "_").replace(".", "_")
+    return s
+
+
+def camel(text: str) -> str:
+    return "".join(p[:1].upper() + p[1:] for p in re.split(r"[._@\[\]]+", text) if p)
+
+
+def safe_text(text: str) -> str:
+    """Spec strings go into docstrings: keep printable characters, no quotes or backslashes."""
+    out = "".join(ch for ch in text if ch.isprintable() and ch not in '\\"`')
+    return out.replace("'''", "")[:200]
+
+
+@dataclass
+class Dim:
+    """A feature size: a literal plus symbolic terms over Config fields."""
+
+    const: int = 0
+    terms: tuple[str, ...] = ()
+
+    def __add__(self, o: "Dim") -> "Dim":
+        return Dim(self.const + o.const, self.terms + o.terms)
+
+    def __str__(self) -> str:
+        parts = list(self.terms) + ([str(self.const)] if self.const or not self.terms else [])
+        return " + ".join(parts)
+
+    def times(self, n: int) -> "Dim":
+        if not self.terms:
+            return Dim(self.const * n)
+        return Dim(0, (f"{n} * ({self})" if len(self.terms) + bool(self.const) > 1
+                       else f"{n} * {self}",))
+
+
+def cfg_expr(text: str) -> str:
+    """``d_model // heads`` -> ``cfg.d_model // cfg.heads`` (text built by lower.sym from
+    checked identifiers and numbers only)."""
+    return re.sub(r"(?<![\w.])([A-Za-z_]\w*)", r"cfg.\1", text)
+
+
+def dim_of(value: int | None, sym: str | None) -> Dim:
+    if sym:
+        return Dim(0, (cfg_expr(sym) if re.fullmatch(r"[A-Za-z_]\w*", sym)
+                       else f"({cfg_expr(sym)})",))
+    return Dim(int(value or 0))
+
+
+@dataclass
+class Var:
+    """A tensor in forward(): its Python name, shape and padding-mask source."""
+
+    name: str
+    shape: checks.Shape
+    mask: str | None = None  # input id whose mask covers this tensor's positions
+    dim: Dim = field(default_factory=Dim)
+
+
+class Names:
+    def __init__(self, taken: set[str]):
+        self.taken = set(taken)
+
+    def new(self, want: str) -> str:
+        name, i = want, 2
+        while name in self.taken:
+            name = f"{want}_{i}" if not want.endswith("_") else f"{want}{i}"
+            i += 1
+        self.taken.add(name)
+        return name
+
+
+class Generator:
+    def __init__(self, cs: checks.CheckedSpec, cm: checks.CheckedModel, source: str):
+        self.cs, self.cm, self.m = cs, cm, cm.model
+        self.source = source
+        self.env = env()
+        self.init: list[str] = []
+        self.fwd: list[str] = []
+        self.helpers: set[str] = set()
+        self.classes: dict[str, str] = {}  # class name -> source
+        self.class_key: dict[tuple, str] = {}
+        self.locals = Names(RESERVED | {i.id for i in self.m.inputs}
+                            | {i.id + "_mask" for i in self.m.inputs})
+        self.attrs = Names(MODULE_ATTRS)
+        self.module_of: dict[tuple, str] = {}  # sharing key -> attribute expression
+        self.lists: dict[str, int] = {}  # ModuleList attribute -> its length
+        self.vars: dict[str, Var] = {}
+        self.shared = self._shared_levels()
+        self.step: dict | None = None  # inside a decoder loop: {"axis", "region", "t"}
+        self.used_cfg: set[str] = set()
+        self.attn_names: list[str] = []
+
+    # ---- symbols --------------------------------------------------------------
+
+    def p(self, op: ir.Op, name: str) -> Dim:
+        sym = dict(op.sym).get(name)
+        if sym:
+            self._use(sym)
+        return dim_of(op.param(name), sym)
+
+    def _use(self, sym: str) -> None:
+        self.used_cfg.update(re.findall(r"(?<![\w.])([A-Za-z_]\w*)", sym))
+
+    def sym(self, obj, key: str, value) -> str:
+        s = dict(getattr(obj, "sym", ())).get(key)
+        if s:
+            self._use(s)
+            return str(dim_of(value, s))
+        return repr(value)
+
+    def _shared_levels(self) -> dict[str, bool]:
+        out: dict[str, bool] = {}
+        for n in self.m.nodes:
+            h = getattr(n, "hop", None)
+            if h is not None:
+                out[re.sub(r"\[\d+\]", "", h.block)] = h.shared
+        return out
+
+    def share_key(self, n) -> tuple:
+        """Nodes that must use the same weights get the same key (eq. 41-42, shared hops)."""
+        h = getattr(n, "hop", None)
+        if h is None:
+            return (n.id,)
+        levels = h.template.split(".")[:-1]
+        idx = list(h.outer) + [h.index]
+        key = []
+        for depth, i in enumerate(idx):
+            path = ".".join(levels[: depth + 1])
+            key.append("*" if self.shared.get(path) else i)
+        return (h.template, tuple(key))
+
+    def module(self, n, suffix: str, ctor: str, comment: str = "") -> str:
+        """Register (once per sharing key) a submodule; return the expression naming it."""
+        key = self.share_key(n) + (suffix,)
+        if key in self.module_of:
+            return self.module_of[key]
+        h = getattr(n, "hop", None)
+        if h is None:
+            attr = self.attrs.new(ident(n.id) + ("_" + suffix if suffix else ""))
+            self.init.append(f"self.{attr} = {ctor}" + (f"  # {comment}" if comment else ""))
+            expr = f"self.{attr}"
+        else:
+            base = ident(h.template.replace(".", "_")) + ("_" + suffix if suffix else "")
+            unshared = [i for i in key[1] if i != "*"]
+            if not unshared:
+                attr = self.attrs.new(base)
+                block = re.sub(r"\[\d+\]", "", h.block)
+                self.init.append(f"self.{attr} = {ctor}  # shared by every hop of `{block}`"
+                                 + (f"; {comment}" if comment else ""))
+                expr = f"self.{attr}"
+            else:
+                # one module per hop: a ModuleList indexed by the (flattened) hop number
+                lkey = (h.template, suffix)
+                if lkey not in self.module_of:
+                    attr = self.attrs.new(base)
+                    self.module_of[lkey] = attr
+                    self.lists[attr] = []
+                    self.init.append(("list", attr, comment))
+                attr = self.module_of[lkey]
+                pos = len(self.lists[attr])
+                self.lists[attr].append(ctor)
+                expr = f"self.{attr}[{pos}]"
+        self.module_of[key] = expr
+        return expr
+
+    # ---- shapes -----------------------------------------------------------------
+
+    def B(self) -> str:
+        return "B"
+
+    def shape_comment(self, s: checks.Shape, lq: str | None = None) -> str:
+        axes = ["B"] + [a if lq is None or a != self.step_axis() else "1" for a in s.axes]
+        if s.dim is not None:
+            axes.append(str(s.dim))
+        return "(" + ", ".join(axes) + ")"
+
+    def step_axis(self) -> str | None:
+        return self.step["axis"] if self.step else None
+
+    # ---- expressions ------------------------------------------------------------
+
+    def expr(self, e: ir.Expr, n, hint: str) -> Var:
+        if isinstance(e, ir.Ref):
+            return self.ref(e.node)
+        args = [] if e.fn == "affinity" else e.args
+        if e.param("feed") and self.step is not None and e is self.step["op"]:
+            return self.emit_feed_step(e, n)
+        vals = [self.expr(a, n, hint) for a in args]
+        out = getattr(self, "emit_" + e.fn)(e, vals, n)
+        return out
+
+    def ref(self, node_id: str) -> Var:
+        v = self.vars[node_id]
+        if self.step is not None and node_id not in self.step["region"] and \
+                self.step["axis"] in v.shape.axes:
+            i = 1 + v.shape.axes.index(self.step["axis"])
+            return Var(f"{v.name}.narrow({i}, t, 1)", v.shape, v.mask, v.dim)
+        return v
+
+    @staticmethod
+    def atom(code: str) -> str:
+        """Parenthesise an expression before calling a method on it."""
+        return code if re.fullmatch(r"[\w.]+(\[\d+\])?(\(.*\))?(\.\w+)*", code) and \
+            code.count("(") == code.count(")") and " + " not in code.split("(")[0] else f"({code})"
+
+    def named(self, x: Var, want: str) -> Var:
+        """x, bound to a local name unless it already is one (so it is computed once)."""
+        if re.fullmatch(r"\w+", x.name):
+            return x
+        name = self.tmp(x.name, x.shape, want, self.shape_comment(x.shape, lq="1" if self.step else None))
+        return Var(name, x.shape, x.mask, x.dim)
+
+    def tmp(self, code: str, shape: checks.Shape, want: str, comment: str = "") -> str:
+        name = self.locals.new(want)
+        self.fwd.append(f"{name} = {code}" + (f"  # {comment}" if comment else ""))
+        return name
+
+    def unary(self, e, x: Var, code: str, dim: Dim | None = None, shape=None) -> Var:
+        sh = shape or self.cm_shape(e, x)
+        return Var(code, sh, x.mask, dim if dim is not None else x.dim)
+
+    def cm_shape(self, e, x: Var) -> checks.Shape:
+        return x.shape
+
+    def emit_embed(self, e, a, n):
+        x = a[0]
+        src = self.token_source(e.args[0])
+        vocab = self.sym(src, "vocab", src.vocab)
+        d = self.p(e, "d")
+        mod = self.module(n, "embed", f"nn.Embedding({vocab}, {d})")
+        return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("d")), x.mask, d)
+
+    def token_source(self, e: ir.Expr) -> ir.Input:
+        while isinstance(e, ir.Op):
+            e = e.args[0]
+        node = self.m.node(e.node)
+        assert isinstance(node, ir.Input), "embed reads token ids, which only inputs hold"
+        return node
+
+    def emit_linear(self, e, a, n):
+        x, d = a[0], self.p(e, "d")
+        bias = "" if e.param("bias", True) else ", bias=False"
+        mod = self.module(n, self.suffix(n, "linear"), f"nn.Linear({x.dim}, {d}{bias})")
+        code = ACT[e.param("act", "none")].format(f"{mod}({x.name})")
+        return Var(code, checks.Shape(x.shape.axes, e.param("d")), x.mask, d)
+
+    def emit_project(self, e, a, n):
+        x = a[0]
+        d = self.p(e, "d") if e.param("d") is not None else x.dim
+        mod = self.module(n, self.suffix(n, "proj"), f"nn.Linear({x.dim}, {d}, bias=False)", "W F (eq. 1)")
+        return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("d") or x.shape.dim),
+                   x.mask, d)
+
+    def suffix(self, n, base: str) -> str:
+        """Distinct suffixes for several ops of one kind inside one statement."""
+        count = self.op_counts.setdefault((n.id, base), 0)
+        self.op_counts[(n.id, base)] = count + 1
+        return base if count == 0 else f"{base}{count + 1}"
+
+    def _rnn(self, e, a, n, kind: str, bidir: bool):
+        x = a[0]
+        hidden, layers = self.p(e, "hidden"), self.p(e, "layers")
+        extra = f", num_layers={layers}" if str(layers) != "1" else ""
+        cls = "nn.LSTM" if kind == "lstm" else "nn.GRU"
+        mod = self.module(n, self.suffix(n, ("bi" if bidir else "") + kind),
+                          f"{cls}({x.dim}, {hidden}{extra}, batch_first=True"
+                          f"{', bidirectional=True' if bidir else ''})")
+        self.helpers.add("rnn")
+        mask = self.mask_arg(x)
+        dim = hidden.times(2) if bidir else hidden
+        size = int(e.param("hidden")) * (2 if bidir else 1)
+        return Var(f"rnn({mod}, {x.name}{', ' + mask if mask != 'None' else ''})",
+                   checks.Shape(x.shape.axes, size), x.mask, dim)
+
+    def emit_lstm(self, e, a, n):
+        if e.param("feed"):
+            return self.emit_feed_full(e, a, n)
+        return self._rnn(e, a, n, "lstm", False)
+
+    def emit_gru(self, e, a, n):
+        if e.param("feed"):
+            return self.emit_feed_full(e, a, n)
+        return self._rnn(e, a, n, "gru", False)
+
+    def emit_bilstm(self, e, a, n):
+        return self._rnn(e, a, n, "lstm", True)
+
+    def emit_bigru(self, e, a, n):
+        return self._rnn(e, a, n, "gru", True)
+
+    def emit_cnn(self, e, a, n):
+        x, d = a[0], self.p(e, "d")
+        k = int(e.param("kernel", 3))
+        mod = self.module(n, self.suffix(n, "conv"),
+                          f"nn.Conv1d({x.dim}, {d}, {k}, padding=\"same\")")
+        xin = x.name if re.fullmatch(r"\w+", x.name) else self.tmp(x.name, x.shape, "h", self.shape_comment(x.shape))
+        xs = self.tmp(f"{xin}.reshape(-1, {xin}.shape[-2], {xin}.shape[-1])",
+                      x.shape, "xs", "(N, L, d): leading axes folded into the batch")
+        conv = f"{mod}({xs}.transpose(1, 2)).transpose(1, 2)"
+        y = self.tmp(f"{conv}.reshape(*{xin}.shape[:-1], -1)", x.shape, "y",
+                     self.shape_comment(checks.Shape(x.shape.axes, e.param("d"))) + ": convolve over positions")
+        code = ACT[e.param("act", "relu")].format(y)
+        return Var(code, checks.Shape(x.shape.axes, e.param("d")), x.mask, d)
+
+    def emit_identity(self, e, a, n):
+        return a[0]
+
+    def emit_positional(self, e, a, n):
+        x = a[0]
+        if e.param("kind", "sinusoid") == "sinusoid":
+            self.helpers.add("sinusoid")
+            return self.unary(e, x, f"sinusoid({x.name})")
+        axis = x.shape.axes[-1]
+        size = self.cm.sizes.get(axis)
+        length = self.axis_size_code(axis) if size else "cfg.max_len"
+        if not size:
+            self.need_max_len = True
+        mod = self.module(n, self.suffix(n, "pos"), f"nn.Embedding({length}, {x.dim})", "learned positions")
+        xin = x.name if re.fullmatch(r"\w+", x.name) else self.tmp(x.name, x.shape, "h", self.shape_comment(x.shape))
+        return self.unary(e, x, f"{xin} + {mod}.weight[: {xin}.shape[-2]]")
+
+    def emit_norm(self, e, a, n):
+        x = a[0]
+        mod = self.module(n, self.suffix(n, "norm"), f"nn.LayerNorm({x.dim})")
+        return self.unary(e, x, f"{mod}({x.name})")
+
+    def emit_scale(self, e, a, n):
+        x = a[0]
+        mod = self.module(n, self.suffix(n, "gamma"), "nn.Parameter(torch.zeros(()))", "gamma, starts at 0 (SAGAN)")
+        return self.unary(e, x, f"{mod} * {self.atom(x.name)}")
+
+    def emit_ffn(self, e, a, n):
+        x = a[0]
+        d_ff = self.p(e, "d_ff")
+        act = {"relu": "nn.ReLU()", "tanh": "nn.Tanh()", "sigmoid": "nn.Sigmoid()", "gelu": "nn.GELU()",
+               "elu": "nn.ELU()", "none": "nn.Identity()"}[e.param("act", "relu")]
+        mod = self.module(n, self.suffix(n, "ffn"),
+                          f"nn.Sequential(nn.Linear({x.dim}, {d_ff}), {act}, nn.Linear({d_ff}, {x.dim}))")
+        return self.unary(e, x, f"{mod}({x.name})")
+
+    def emit_tanh(self, e, a, n):
+        return self.unary(e, a[0], f"torch.tanh({a[0].name})")
+
+    def emit_relu(self, e, a, n):
+        return self.unary(e, a[0], f"F.relu({a[0].name})")
+
+    def emit_sigmoid(self, e, a, n):
+        return self.unary(e, a[0], f"torch.sigmoid({a[0].name})")
+
+    def emit_add(self, e, a, n):
+        return Var(f"{a[0].name} + {a[1].name}", a[0].shape, a[0].mask or a[1].mask, a[0].dim)
+
+    def emit_concat(self, e, a, n):
+        widest = max(a, key=lambda v: len(v.shape.axes))
+        parts = []
+        for v in a:
+            if len(v.shape.axes) < len(widest.shape.axes):
+                self.helpers.add("broadcast")
+                parts.append(f"broadcast({v.name}, {widest.name})")
+            else:
+                parts.append(v.name)
+        dim = Dim()
+        for v in a:
+            dim = dim + v.dim
+        return Var(f"torch.cat([{', '.join(parts)}], -1)",
+                   checks.Shape(widest.shape.axes, sum(v.shape.dim for v in a)), widest.mask, dim)
+
+    def emit_stack(self, e, a, n):
+        shape = self.cm.shapes[n.id] if isinstance(n, ir.Node) and n.expr is e else \
+            checks.Shape(a[0].shape.axes + (f"{n.id}.reps",), a[0].shape.dim)
+        return Var(f"torch.stack([{', '.join(v.name for v in a)}], -2)", shape, None, a[0].dim)
+
+    def _pool(self, e, a, n, how):
+        x = a[0]
+        self.helpers.add("pool")
+        mask = self.mask_arg(x)
+        return Var(f"pool({x.name}, {mask}, \"{how}\")",
+                   checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
+
+    def emit_mean(self, e, a, n):
+        return self._pool(e, a, n, "mean")
+
+    def emit_max(self, e, a, n):
+        return self._pool(e, a, n, "max")
+
+    def emit_sum(self, e, a, n):
+        return self._pool(e, a, n, "sum")
+
+    def emit_flatten(self, e, a, n):
+        x = a[0]
+        ax = x.shape.axes
+        return Var(f"{self.atom(x.name)}.flatten(-3, -2)",
+                   checks.Shape(ax[:-2] + (f"{ax[-2]}*{ax[-1]}",), x.shape.dim), None, x.dim)
+
+    def emit_resize(self, e, a, n):
+        x, like = a
+        k = len(like.shape.axes)
+        mode = "nearest"
+        code = (f"F.interpolate({self.atom(x.name)}.movedim(-1, 1), size={self.atom(like.name)}.shape[1:-1], mode=\"{mode}\")"
+                f".movedim(1, -1)")
+        return Var(code, checks.Shape(like.shape.axes, x.shape.dim), like.mask, x.dim) if k else x
+
+    def emit_learned(self, e, a, n):
+        d = self.p(e, "d")
+        mod = self.module(n, self.suffix(n, "q"), f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
+                          "a learned query (eq. 34)")
+        return Var(f"{mod}.expand(B, -1)", checks.Shape((), e.param("d")), None, d)
+
+    def emit_classify(self, e, a, n):
+        x = a[0]
+        c = self.p(e, "classes")
+        mod = self.module(n, self.suffix(n, "head"), f"nn.Linear({x.dim}, {c})")
+        return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("classes")), x.mask, c)
+
+    def emit_affinity(self, e, a, n):
+        x = self.named(self.expr(e.args[0], n, ""), ident(n.id) + "_a")
+        y = self.named(self.expr(e.args[1], n, ""), ident(n.id) + "_b")
+        form = e.param("form", "bilinear")
+        act = ACT[e.param("act", "none")]
+        if form == "bilinear":
+            W = self.module(n, "W", f"nn.Parameter(torch.randn({x.dim}, {y.dim}) * ({x.dim}) ** -0.5)",
+                            "W_A (eq. 12)")
+            code = f"{x.name} @ {W} @ {y.name}.transpose(-1, -2)"
+        elif form == "trilinear":
+            w = self.module(n, "w", f"nn.Parameter(torch.randn(3, {x.dim}) * ({x.dim}) ** -0.5)",
+                            "w_A = [w1; w2; w3] (eq. 13)")
+            code = (f"({x.name} @ {w}[0]).unsqueeze(-1) + ({y.name} @ {w}[1]).unsqueeze(-2)"
+                    f" + ({x.name} * {w}[2]) @ {y.name}.transpose(-1, -2)")
+        elif form == "dot":
+            code = f"{x.name} @ {y.name}.transpose(-1, -2)"
+        else:
+            code = f"{x.name} @ {y.name}.transpose(-1, -2) / math.sqrt({x.name}.shape[-1])"
+        return Var(act.format(code), self.cm.shapes[n.id], None, Dim())
+
+    # ---- masks --------------------------------------------------------------------
+
+    def mask_of(self, x: Var) -> tuple[str, str] | None:
+        """The padding mask over x's positions: (the input's mask argument, what to apply to
+        it), or None when x's positions are not an input's."""
+        if x.mask is None:
+            return None
+        inp = self.m.node(x.mask)
+        extra = len(inp.axes) - len(x.shape.axes)
+        if extra < 0 or tuple(inp.axes[: len(x.shape.axes)]) != x.shape.axes:
+            return None
+        suffix = ""
+        if extra:  # a group is real when any of its positions is
+            suffix = f".flatten(-{extra + 1}).any(-1)" if extra > 1 else ".any(-1)"
+        if self.step is not None and self.step["axis"] in x.shape.axes:
+            suffix += f".narrow({1 + x.shape.axes.index(self.step['axis'])}, t, 1)"
+        return f"{inp.id}_mask", suffix
+
+    def mask_arg(self, x: Var, then: str = "") -> str:
+        mk = self.mask_of(x)
+        if mk is None:
+            return "None"
+        name, suffix = mk
+        if not suffix and not then:
+            return name
+        return f"(None if {name} is None else {name}{suffix}{then})"
+
+    # ---- nodes ------------------------------------------------------------------------
+
+    def node(self, n: ir.Node) -> None:
+        want = ident(n.id)
+        shape = self.cm.shapes[n.id]
+        v = self.expr(n.expr, n, want)
+        where = f"{n.kind_} `{n.id}`"
+        if self.step is None:
+            name = self.locals.new(want)
+            self.fwd.append(f"{name} = {v.name}  # {self.shape_comment(shape)}: {where}")
+        else:
+            name = self.step["names"].setdefault(n.id, self.locals.new(want + "_t"))
+            self.fwd.append(f"{name} = {v.name}  # {self.shape_comment(shape, lq='1')}: {where}, one step")
+        self.vars[n.id] = Var(name, shape, v.mask if n.kind_ != "affinity" else None, v.dim)
+
+    # ---- attention ----------------------------------------------------------------------
+
+    def attention(self, n: ir.Attention) -> None:
+        info = self.cm.attention[n.id]
+        k = self.expr(n.keys, n, "k")
+        v = self.expr(n.values, n, "v") if n.values != n.keys else k
+        q = None
+        capsule = n.capsules > 0
+        if n.query is not None and not capsule:
+            q = self.expr(n.query, n, "q")
+        G = len(info.groups)
+        cls = self.attention_class(n, info, q, k, v)
+        args = {"d_q": q.dim if q is not None else (k.dim if capsule else None), "d_k": k.dim,
+                "d_v": v.dim}
+        ctor = [f"{a}={args[a]}" for a in ("d_q", "d_k", "d_v") if args[a] is not None]
+        ctor.append(f"heads={self.sym(n, 'heads', n.heads)}")
+        if n.score.fn in ("additive", "concat"):
+            d_w = dim_of(n.score.d_w, dict(n.score.sym).get("d_w")) if n.score.d_w else \
+                (q.dim if q is not None and n.query is not None and not capsule else k.dim)
+            if dict(n.score.sym).get("d_w"):
+                self._use(dict(n.score.sym)["d_w"])
+            ctor.append(f"d_w={d_w}")
+        if n.score.fn == "location":
+            ctor.append(f"n_keys={self.axis_size_code(info.attended)}")
+        if n.align.fn == "local":
+            ctor.append(f"window={self.sym(n.align, 'D', n.align.window)}")
+        if capsule:
+            ctor.append(f"capsules={self.sym(n, 'capsules', n.capsules)}")
+        mod = self.module(n, "", f"{cls}({', '.join(ctor)})")
+        name = ident(n.id)
+        self.fwd.append(f"# attention `{n.id}`: {self.describe(n, info)}")
+        k = self.named(k, f"{name}_k")
+        v = k if n.values == n.keys else self.named(v, f"{name}_v")
+        groups = " x ".join(info.groups)
+        kk = f"{k.name}.flatten(0, {G})" if G else k.name
+        vv = f"{v.name}.flatten(0, {G})" if G else v.name
+        if G:
+            self.fwd.append(f"# one attention per group: N = B x {groups}")
+        qq = "None"
+        if q is not None:
+            q = self.named(q, f"{name}_q")
+            if info.query_mode == "sequence" or n.affinity:
+                qq = f"{q.name}.flatten(0, {G})" if G else q.name
+            else:
+                extra = G - len(q.shape.axes)
+                code = q.name
+                if extra:
+                    code = f"{q.name}.view(B, *{k.name}.shape[1:{1 + len(q.shape.axes)}], " \
+                           f"{'1, ' * extra}-1).expand(*{k.name}.shape[:{1 + G}], -1)"
+                qq = self.tmp(f"{self.atom(code)}.reshape(-1, 1, {q.name}.shape[-1])", q.shape,
+                              f"{name}_q1", "(N, 1, d_q): one query per group")
+        kmask = self.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])")
+        if kmask != "None":
+            kmask = self.tmp(kmask[1:-1], k.shape, f"{name}_keep", "(N, Lk): padding mask of the keys")
+        call = f"{mod}({qq}, {kk}, {vv}, {kmask}"
+        if n.affinity:
+            A = self.vars[n.affinity]
+            aff_axes = A.shape.axes
+            code = A.name
+            if aff_axes[-1] != info.attended:
+                code = f"{code}.transpose(-1, -2)"
+            code = f"{code}.flatten(0, {G})" if G else code
+            call += f", affinity={code}"
+        call += ")"
+        c, a, ex = (self.locals.new(f"{name}_c"), self.locals.new(f"{name}_a"),
+                    self.locals.new(f"{name}_ex"))
+        self.fwd.append(f"{c}, {a}, {ex} = {call}")
+        shape = self.cm.shapes[n.id]
+        lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
+        single = info.query_mode != "sequence" or (n.affinity and n.score.fn in ("additive", "max_pool"))
+        if capsule:
+            out_code = f"{c}.view({star(lead)}, {c}.shape[-2], -1)"
+        elif single:
+            out_code = f"{c}.view({star(lead)}, -1)"
+        else:
+            out_code = f"{c}.view({star(lead)}, {c}.shape[-2], -1)"
+        comment = self.shape_comment(shape, lq="1" if self.step else None)
+        if self.step is None:
+            res = self.locals.new(name)
+        else:
+            res = self.step["names"].setdefault(n.id, self.locals.new(name + "_t"))
+        self.fwd.append(f"{res} = {out_code}  # {comment}")
+        self.vars[n.id] = Var(res, shape, k.mask if single or capsule else q.mask if q else None,
+                              v.dim)
+        wshape = f"{star(lead)}, *{a}.shape[1:]"
+        key = repr(n.id)
+        if self.step is None:
+            self.fwd.append(f"if return_attention:")
+            self.fwd.append(f"    attn[{key}] = {a}.view({wshape})  # (B, ..., H, Lq, Lk"
+                            f"{', d_v / H' if n.dimensionality == 'multi' else ''})")
+        else:
+            self.step["weights"].append((key, a, wshape, n))
+        if n.align.fn in ("hard", "reinforced"):
+            if self.step is None:
+                self.fwd.append(f"log_probs[{key}] = {ex}[\"log_prob\"]")
+            else:
+                self.step["logp"].append((key, ex))
+        if n.penalty is not None:
+            self.fwd.append(f"penalty = penalty + {ex}[\"penalty\"]")
+        if capsule:
+            self.fwd.append(f"capsules[{key}] = tuple(x.view({star(lead)}, *x.shape[1:]) for x in {ex}[\"capsule\"])")
+            self.helpers.add("pool")
+            vm = self.mask_arg(v)
+            self.fwd.append(f"features[{key}] = pool({v.name}, {vm}, \"mean\")  # f: the mean feature vector")
+        self.attn_names.append(n.id)
+
+    def describe(self, n: ir.Attention, info) -> str:
+        bits = [n.score.fn.replace("_", " ") + " score", n.align.fn + " alignment"]
+        if n.heads > 1:
+            bits.append(f"{n.heads} heads")
+        if n.dimensionality == "multi":
+            bits.append("multi-dimensional")
+        if n.capsules:
+            bits.append(f"{n.capsules} capsules")
+        if n.mask != "none":
+            bits.append(f"{n.mask} mask")
+        if info.groups:
+            bits.append("one per " + " x ".join(info.groups))
+        return ", ".join(bits)
+
+    def axis_size_code(self, axis: str) -> str:
+        for inp in self.m.inputs:
+            if axis in inp.axes and inp.sizes[inp.axes.index(axis)] is not None:
+                return self.input_size(inp, axis)
+        if "*" in axis:
+            a, b = axis.split("*", 1)
+            return f"{self.axis_size_code(a)} * {self.axis_size_code(b)}"
+        return repr(self.cm.sizes[axis])
+
+    def attention_class(self, n: ir.Attention, info, q, k, v) -> str:
+        query = "none" if n.query is None else "given"
+        split = n.heads > 1 and query != "none"
+        key = (n.score.model_dump(exclude={"loc", "sym"}) | {"align": n.align.model_dump(
+            exclude={"loc", "sym", "window"})}, n.heads > 1, split, n.dimensionality, bool(n.capsules),
+            n.mask, n.penalty, query, bool(n.affinity), n.align.window)
+        key = repr(key)
+        if key in self.class_key:
+            return self.class_key[key]
+        name = camel(n.hop.template if n.hop else n.name)
+        taken = set(self.classes) | {"Model", "Config", "Output"}
+        base, i = name, 2
+        while name in taken:
+            name, i = f"{base}{i}", i + 1
+        init_args = []
+        if query != "none" or n.capsules:
+            init_args.append("d_q: int")
+        init_args += ["d_k: int", "d_v: int", "heads: int"]
+        if n.score.fn in ("additive", "concat"):
+            init_args.append("d_w: int")
+        if n.score.fn == "location":
+            init_args.append("n_keys: int")
+        if n.align.fn == "local":
+            init_args.append("window: int")
+        if n.capsules:
+            init_args.append("capsules: int")
+        lq = "C" if n.capsules else ("1" if query == "none" or n.score.fn == "max_pool" or
+                                     (n.affinity and n.score.fn == "additive") else "Lq")
+        doc = self.class_doc(n)
+        mask_expr = {"causal": "torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril()",
+                     "forward": "torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril(-1)",
+                     "backward": "torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).triu(1)",
+                     "none": ""}[n.mask]
+        if n.align.fn in ("global", "hard", "local", "reinforced"):
+            self.helpers.add("masked_softmax")
+        if n.align.fn == "sparsemax":
+            self.helpers.add("sparsemax")
+        if n.align.fn == "entmax":
+            self.helpers.add("entmax15")
+
+        class A:
+            pass
+        a = A()
+        a.cls, a.title, a.doc = name, doc[0], doc[1:]
+        a.query = "capsules" if n.capsules else query
+        a.query_note = "no query: self-attentive (eq. 33)"
+        a.split, a.heads, a.multi = split, n.heads, n.dimensionality == "multi"
+        a.capsules, a.mask, a.mask_expr, a.penalty = n.capsules, n.mask, mask_expr, n.penalty
+        a.affinity, a.score, a.align, a.lq, a.init_args = bool(n.affinity), n.score, n.align, lq, init_args
+        a.act = lambda x, act=n.score.act: ACT[act].format(x)
+        src = self.env.get_template("attention.py.j2").render(a=a)
+        src = re.sub(r"\n{3,}", "\n\n", src)
+        self.classes[name] = src.rstrip() + "\n"
+        self.class_key[key] = name
+        return name
+
+    def class_doc(self, n: ir.Attention) -> list[str]:
+        sc = {"additive": "additive score w^T act(W1 q + W2 k + b) (eq. 6)",
+              "concat": "concat score w^T W [q; k] (Table II)",
+              "multiplicative": "multiplicative score q^T k (Table II)",
+              "scaled_multiplicative": "scaled multiplicative score q^T k / sqrt(d_k) (Table II)",
+              "general": "general score k^T W q (Table II)",
+              "biased_general": "biased general score k^T (W q + b) (Table II)",
+              "activated_general": "activated general score act(k^T W q + b) (Table II)",
+              "similarity": f"similarity score ({n.score.similarity or 'cosine'}) (Table II)",
+              "location": "location score W_a q (Luong et al.)",
+              "affinity": "scores read off an affinity matrix (eq. 12-13)",
+              "max_pool": "max-pooled affinity scores (eq. 16)"}[n.score.fn]
+        if n.affinity and n.score.fn == "additive":
+            sc = "aggregate additive score over an affinity matrix (eq. 14-15)"
+        al = {"global": "global (soft) alignment (eq. 25)",
+              "hard": "hard alignment: sample one position (eq. 26)",
+              "local": f"local alignment, {n.align.position} position (eq. 27-29)",
+              "reinforced": "reinforced alignment: a policy picks the subset, softmax over it",
+              "sparsemax": "sparsemax alignment (seed 000)",
+              "entmax": "1.5-entmax alignment"}[n.align.fn]
+        lines = [f"Attention module `{n.hop.template if n.hop else n.name}`: {sc}, {al}.", ""]
+        if n.heads > 1:
+            lines.append("Multi-head (eq. 38-40): " + (
+                "q, k, v split into H slices, one score per head, contexts joined by W_O."
+                if n.query is not None else
+                "H rows of weights over the same keys (Lin et al.'s r-row annotation "
+                "matrix), contexts joined by W_O."))
+        if n.dimensionality == "multi":
+            lines.append("Multi-dimensional (eq. 30-32): one weight per key and feature.")
+        if n.capsules:
+            lines.append("Capsule-based (eq. 43-45): a learned query per class, p_c and r_c.")
+        if n.mask != "none":
+            lines.append(f"Mask: {n.mask} (keys a query position may see).")
+        return lines
+
+    # ---- the decoder loop (feed = ATT) ------------------------------------------------
+
+    def feed_regions(self) -> list[tuple[ir.Node, ir.Op, str]]:
+        out = []
+        for n in self.m.nodes:
+            if isinstance(n, ir.Node):
+                stack = [n.expr]
+                while stack:
+                    e = stack.pop()
+                    if isinstance(e, ir.Op):
+                        if e.param("feed"):
+                            out.append((n, e, str(e.param("feed"))))
+                        stack.extend(e.args)
+        return out
+
+    def emit_feed_full(self, e, a, n):
+        raise AssertionError("recurrent models with `feed` are emitted by the decoder loop")
+
+    def decoder_loop(self, n: ir.Node, op: ir.Op, att_id: str, g: nx.DiGraph) -> list[str]:
+        region = (nx.descendants(g, n.id) & nx.ancestors(g, att_id)) | {n.id, att_id}
+        order = [x for x in self.cm.order if x in region]
+        inner = op.args[0]
+        x = self.expr(inner, n, "x")
+        axis = x.shape.axes[-1]
+        seq = self.tmp(x.name, x.shape, ident(n.id) + "_in",
+                       f"{self.shape_comment(x.shape)}: the decoder's inputs, all steps")
+        att = self.m.node(att_id)
+        d_ctx = None
+        # the context size: values' feature size, known from shapes
+        d_ctx_int = self.cm.shapes[att_id].dim
+        kind = op.fn
+        hidden, layers = self.p(op, "hidden"), self.p(op, "layers")
+        self.step = {"axis": axis, "region": region, "op": op, "names": {}, "weights": [],
+                     "logp": [], "seq": seq, "kind": kind, "hidden": hidden, "layers": layers,
+                     "x": x, "att": att_id}
+        ctx = self.locals.new(ident(att_id) + "_prev")
+        state = self.locals.new(ident(n.id) + "_state")
+        steps = self.locals.new("steps")
+        self.fwd.append(f"{state} = None")
+        self.step["ctx"], self.step["state"] = ctx, state
+        self.fwd.append(f"{steps} = {{}}  # node -> its value at every step")
+        self.fwd.append(f"{ctx} = {seq}.new_zeros(*{seq}.shape[:{len(x.shape.axes)}], "
+                        f"None)  # (B, d_v): no context before the first step")
+        self.ctx_line = len(self.fwd) - 1
+        self.fwd.append(f"for t in range({seq}.shape[{len(x.shape.axes)}]):  # one decoder step per position of {axis}")
+        saved = self.fwd
+        self.fwd = []
+        for node_id in order:
+            nd = self.m.node(node_id)
+            if isinstance(nd, ir.Attention):
+                self.attention(nd)
+            else:
+                self.node(nd)
+        att_var = self.vars[att_id]
+        self.fwd.append(f"{ctx} = {att_var.name}.squeeze({len(x.shape.axes)})  # fed to the next step")
+        for node_id in order:
+            if node_id == att_id or any(s not in region for s in g.successors(node_id)):
+                self.fwd.append(f"{steps}.setdefault({node_id!r}, []).append({self.vars[node_id].name})")
+        for key, a, wshape, nd in self.step["weights"]:
+            self.fwd.append(f"{steps}.setdefault(\"weights:\" + {key}, []).append({a}.view({wshape}))")
+        for key, ex in self.step["logp"]:
+            self.fwd.append(f"{steps}.setdefault(\"log_prob:\" + {key}, []).append({ex}[\"log_prob\"])")
+        body = self.fwd
+        self.fwd = saved
+        self.fwd.extend("    " + line for line in body)
+        # the context's width is the attention's d_v
+        d_v = self.vars[att_id].dim
+        self.fwd[self.ctx_line] = self.fwd[self.ctx_line].replace("None)", f"{d_v})")
+        pos = len(x.shape.axes)
+        for node_id in order:
+            v = self.vars[node_id]
+            if node_id != att_id and all(s in region for s in g.successors(node_id)):
+                continue  # only read inside the loop
+            name = self.locals.new(ident(node_id))
+            self.fwd.append(f"{name} = torch.cat({steps}[{node_id!r}], {pos})  "
+                            f"# {self.shape_comment(self.cm.shapes[node_id])}")
+            self.vars[node_id] = Var(name, self.cm.shapes[node_id], x.mask if node_id != att_id else
+                                     None, v.dim)
+        for key, a, wshape, nd in self.step["weights"]:
+            dim = -3 if nd.dimensionality == "multi" else -2
+            self.fwd.append(f"if return_attention:")
+            self.fwd.append(f"    attn[{key}] = torch.cat({steps}[\"weights:\" + {key}], {dim})")
+        for key, ex in self.step["logp"]:
+            self.fwd.append(f"log_probs[{key}] = torch.stack({steps}[\"log_prob:\" + {key}], -1)")
+        self.step = None
+        return order
+
+    def emit_feed_step(self, e, n):
+        st = self.step
+        kind, hidden, layers, x = st["kind"], st["hidden"], st["layers"], st["x"]
+        d_ctx = self.cm.shapes[st["att"]].dim
+        cell = "nn.LSTMCell" if kind == "lstm" else "nn.GRUCell"
+        ctx_dim = self.vars_dim_hint(st["att"])
+        ctor = (f"nn.ModuleList({cell}({x.dim} + {ctx_dim} if i == 0 else {hidden}, {hidden}) "
+                f"for i in range({layers}))")
+        mod = self.module(n, self.suffix(n, kind + "_cells"), ctor, "input feeding: [x_t; c_(t-1)]")
+        self.helpers.add("cell_step")
+        pos = len(x.shape.axes)
+        h = self.locals.new(ident(n.id) + "_h")
+        self.fwd.append(f"{h}, {st['state']} = cell_step({mod}, torch.cat([{st['seq']}.select({pos}, t), "
+                        f"{st['ctx']}], -1), {st['state']})  # (B, hidden)")
+        return Var(f"{h}.unsqueeze({pos})", checks.Shape(x.shape.axes, e.param("hidden")), x.mask, hidden)
+
+    def vars_dim_hint(self, att_id: str) -> str:
+        """The fed context's width, as a Config expression: the attention's values' size."""
+        att = self.m.node(att_id)
+        saved = (self.fwd, self.op_counts.copy())
+        self.fwd = []
+        try:
+            step, self.step = self.step, None
+            v = self.expr(att.values, att, "v")
+            dim = v.dim
+        finally:
+            self.step = step
+            self.fwd, self.op_counts = saved
+        return str(dim)
+
+    # ---- the whole file -----------------------------------------------------------------
+
+    def run(self) -> str:
+        self.op_counts: dict = {}
+        self.need_max_len = False
+        self.axis_fields: dict[str, int] = {}
+        m = self.m
+        g = nx.DiGraph()
+        for nd in m.nodes:
+            for d in checks.deps(nd):
+                g.add_edge(d, nd.id)
+        loops = {n.id: (n, op, att) for n, op, att in self.feed_regions()}
+        # features nothing reads (e.g. a last hop's query update): no code for them
+        sinks = [nd.id for nd in m.nodes if isinstance(nd, ir.Attention)
+                 or (isinstance(nd, ir.Node) and nd.kind_ == "output")]
+        live = set(sinks).union(*(nx.ancestors(g, x) for x in sinks if x in g))
+        done: set[str] = {nd.id for nd in m.nodes if isinstance(nd, ir.Node) and nd.id not in live}
+        fwd_head: list[str] = []
+        # inputs: check shapes, pick up B
+        inputs = list(m.inputs)
+        first = inputs[0]
+        fwd_head.append(f"B = {first.id}.shape[0]")
+        for inp in inputs:
+            self.vars[inp.id] = Var(inp.id, checks.Shape(inp.axes, inp.dim),
+                                    inp.id if inp.kind in MASKABLE else None,
+                                    dim_of(inp.dim, dict(inp.sym).get("dim")))
+            if dict(inp.sym).get("dim"):
+                self._use(dict(inp.sym)["dim"])
+        self.fwd = []
+        for node_id in self.cm.order:
+            if node_id in done:
+                continue
+            nd = m.node(node_id)
+            if isinstance(nd, ir.Input):
+                continue
+            if node_id in loops:
+                n, op, att = loops[node_id]
+                done.update(self.decoder_loop(n, op, att, g))
+                continue
+            if isinstance(nd, ir.Attention):
+                self.attention(nd)
+            else:
+                self.node(nd)
+        body = self.fwd
+        outputs = [n for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
+        if not outputs:  # no output model: the last attention module's context
+            outputs = [m.attentions[-1]]
+        if len(outputs) == 1:
+            ret = self.vars[outputs[0].id].name
+        else:
+            ret = "{" + ", ".join(f"{o.id!r}: {self.vars[o.id].name}" for o in outputs) + "}"
+        checks_lines = self.input_checks(inputs)
+        examples = self.examples(inputs)
+        uses_cfg = any("cfg." in line for line in checks_lines + body)
+        fwd = (["cfg = self.cfg"] if uses_cfg else []) + checks_lines + fwd_head + [
+            "attn, log_probs, capsules, features = {}, {}, {}, {}",
+            "penalty = 0.0"] + body + [
+            f"return Output({ret}, attn, log_probs, penalty, capsules, features)"]
+        config, props, tiny = self.config()
+        args = []
+        for inp in inputs:
+            args.append(inp.id)
+        for inp in inputs:
+            if inp.kind in MASKABLE:
+                args.append(f"{inp.id}_mask=None")
+        paper = self.cs.spec.paper
+        row = classify.classify_model(self.cm)
+        doc = [f"Model `{m.name}` of {safe_text(paper.cite)}"
+               f"{f' ({paper.year})' if paper.year else ''}"
+               f"{f', ref. [{paper.ref}] of the survey' if paper.ref else ''}.", "",
+               "Table III classification, derived from the spec's structure:"]
+        for d in classify.DIMENSIONS:
+            doc.append(f"    {d.replace('_', ' ')}: {row.cells[d].text(d)}")
+        doc.append("")
+        doc.append("Attention modules:")
+        for a in m.attentions:
+            if a.hop is None or a.hop.first:
+                doc.append(f"    {a.hop.template if a.hop else a.id}: "
+                           f"{self.describe(a, self.cm.attention[a.id])}")
+        model_doc = [f"`{m.name}`: inputs " + ", ".join(
+            f"{i.id} {self.shape_comment(checks.Shape(i.axes, i.dim))}" for i in inputs) + ".",
+            "",
+            "Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.",
+            "Returns Output(output, attention, log_probs, penalty, capsules, features)."]
+        init = []
+        for line in self.init:
+            if isinstance(line, tuple):
+                _, attr, comment = line
+                ctors = self.lists[attr]
+                note = "one per hop" + (f"; {comment}" if comment else "")
+                if all(c == ctors[0] for c in ctors):
+                    init.append(f"self.{attr} = nn.ModuleList({ctors[0]} for _ in range({len(ctors)}))  # {note}")
+                else:
+                    init.append(f"self.{attr} = nn.ModuleList([  # {note}")
+                    init.extend(f"    {c}," for c in ctors)
+                    init.append("])")
+            else:
+                init.append(line)
+        helpers = [self.env.get_template(f"helpers/{h}.py.j2").render().rstrip()
+                   for h in sorted(self.helpers)]
+        title = f"{safe_text(paper.title) or paper.id}: `{m.name}`, generated from its .attn spec."
+        src = self.env.get_template("model.py.j2").render(
+            source=self.source, title=title, doc=doc, config=config, properties=props, tiny=tiny,
+            outputs=[o.id for o in outputs], helpers=helpers,
+            classes=[self.classes[c].rstrip() for c in self.classes], model_doc=model_doc,
+            init=init, args=args, forward=fwd, examples=examples,
+            capsule_loss=any(a.capsules for a in m.attentions),
+            masked=any(i.kind in MASKABLE for i in inputs))
+        return src
+
+    def input_size(self, inp: ir.Input, axis: str) -> str:
+        """A fixed axis length: its constant's Config field, or a field named after the axis."""
+        size = inp.sizes[inp.axes.index(axis)]
+        if dict(inp.sym).get("size:" + axis):
+            return self.sym(inp, "size:" + axis, size)
+        self.axis_fields.setdefault(axis, size)
+        return f"cfg.{axis}"
+
+    def input_checks(self, inputs: list[ir.Input]) -> list[str]:
+        out = []
+        for inp in inputs:
+            dims = ["B"]
+            exp = []
+            for ax, size in zip(inp.axes, inp.sizes):
+                if size is not None:
+                    exp.append(self.input_size(inp, ax))
+                else:
+                    exp.append("None")
+                dims.append(ax)
+            if inp.dim is not None:
+                exp.append(self.sym(inp, "dim", inp.dim))
+                dims.append(str(inp.dim))
+            want = "(" + ", ".join(dims) + ")"
+            out.append(f"check_input({inp.id!r}, {inp.id}, ({', '.join(exp)}{',' if len(exp) == 1 else ''}), "
+                       f"{'True' if inp.kind == 'tokens' else 'False'}, {want!r})")
+            if inp.kind in MASKABLE:
+                out.append(f"check_mask({inp.id!r}, {inp.id}_mask, {inp.id}.shape[:{1 + len(inp.axes)}])")
+        self.helpers.add("check_input")
+        return out
+
+    def config(self):
+        consts = {k: v for k, v in self.cs.spec.constants}
+        syms = {k: s for k, s in self.cs.spec.const_syms}
+        for name, v, s in self.m.consts:
+            consts[name] = v
+            syms[name] = s
+        # close over derived constants
+        need = set(self.used_cfg)
+        changed = True
+        while changed:
+            changed = False
+            for nme in list(need):
+                s = syms.get(nme)
+                if s:
+                    for dep in re.findall(r"(?<![\w.])([A-Za-z_]\w*)", s):
+                        if dep not in need:
+                            need.add(dep)
+                            changed = True
+        fields, props, tiny = [], [], []
+        roles = self.roles()
+        heads = [v for nme, v in consts.items() if roles.get(nme) == "heads"]
+        for nme, v in consts.items():
+            if nme not in need or isinstance(v, (bool, str)):
+                continue
+            typ = "int" if isinstance(v, int) else "float"
+            if syms.get(nme):
+                props.append({"name": nme, "type": typ, "expr": cfg_expr(syms[nme]).replace("cfg.", "self.")})
+                continue
+            role = roles.get(nme, "dim")
+            comment = {"heads": "attention heads (eq. 38)", "vocab": "vocabulary size",
+                       "axis": "a fixed axis length", "dim": "", "count": ""}.get(role, "")
+            fields.append({"name": nme, "type": typ, "value": repr(v), "comment": comment})
+            if typ == "int":
+                small = {"heads": min(v, 4), "vocab": min(v, 50), "axis": min(v, 6),
+                         "capsules": v, "window": min(v, 2)}.get(role)
+                if small is None:
+                    small = min(v, 2 * max(heads) if heads else 16)
+                    if heads:
+                        small = max(4, 2 * max(min(h, 4) for h in heads))
+                if small != v:
+                    tiny.append(f"{nme}={small}")
+        for axis, size in self.axis_fields.items():
+            if axis in consts or any(f["name"] == axis for f in fields):
+                continue
+            fields.append({"name": axis, "type": "int", "value": repr(size),
+                           "comment": f"length of axis {axis}"})
+            if size > 6:
+                tiny.append(f"{axis}={6}")
+        if self.need_max_len:
+            fields.append({"name": "max_len", "type": "int", "value": "512",
+                           "comment": "longest sequence for learned position embeddings"})
+            tiny.append("max_len=64")
+        return fields, props, tiny
+
+    def roles(self) -> dict[str, str]:
+        """What each constant sizes, to pick toy sizes for Config.tiny()."""
+        out: dict[str, str] = {}
+
+        def mark(sym: str | None, role: str) -> None:
+            if sym and re.fullmatch(r"[A-Za-z_]\w*", sym):
+                out.setdefault(sym, role)
+
+        for n in self.m.nodes:
+            s = dict(getattr(n, "sym", ()))
+            if isinstance(n, ir.Input):
+                mark(s.get("vocab"), "vocab")
+                for k, v in s.items():
+                    if k.startswith("size:"):
+                        mark(v, "axis")
+            if isinstance(n, ir.Attention):
+                mark(s.get("heads"), "heads")
+                mark(s.get("capsules"), "capsules")
+                mark(dict(n.align.sym).get("D"), "window")
+        return out
+
+    def examples(self, inputs: list[ir.Input]) -> list[str]:
+        lines = []
+        free = {}
+        primes = [7, 5, 6, 4, 3]
+        for inp in inputs:
+            for ax, size in zip(inp.axes, inp.sizes):
+                if size is None and ax not in free:
+                    free[ax] = primes[len(free) % len(primes)] + 2
+        for ax, size in free.items():
+            lines.append(f"{ax} = {size}  # a free axis: any length works")
+        lines.append("out = {}")
+        for inp in inputs:
+            dims = ["B"]
+            for ax, size in zip(inp.axes, inp.sizes):
+                dims.append(ax if size is None else self.input_size(inp, ax))
+            if inp.kind == "tokens":
+                vocab = self.sym(inp, "vocab", inp.vocab)
+                lines.append(f"out[{inp.id!r}] = torch.randint(0, {vocab}, ({', '.join(dims)}), generator=g)")
+            else:
+                dims.append(self.sym(inp, "dim", inp.dim))
+                lines.append(f"out[{inp.id!r}] = torch.randn({', '.join(dims)}, generator=g)")
+        for inp in inputs:
+            if inp.kind in MASKABLE:
+                ax = inp.axes[-1]
+                lines.append(f"L = out[{inp.id!r}].shape[{len(inp.axes)}]")
+                lines.append(f"keep = torch.arange(L) < torch.randint((L + 1) // 2, L + 1, (B,), generator=g)"
+                             f".view(B, {'1, ' * (len(inp.axes) - 1)}1)")
+                lines.append("keep[0] = True")
+                lines.append(f"out[{inp.id + '_mask'!r}] = keep.expand(out[{inp.id!r}].shape[:{1 + len(inp.axes)}])"
+                             f".contiguous()")
+        lines.append("return {name: x.to(device) for name, x in out.items()}")
+        return lines
+
+
+def star(lead: str) -> str:
+    """``B,`` -> ``B``; ``k.shape[:2]`` -> ``*k.shape[:2]``."""
+    return lead[:-1] if lead.endswith(",") else f"*{lead}"
+
+
+def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, source: str) -> str:
+    """The generated file's text. ``source`` (the spec's path) is reduced to safe characters:
+    it is the one string from outside a spec's identifiers that reaches the output."""
+    source = re.sub(r"[^\w./+-]", "_", source)
+    src = Generator(cs, cm, source).run()
+    src = "\n".join(line.rstrip() for line in src.split("\n"))
+    code = src.split("import torch.nn.functional as F", 1)[1]
+    if not re.search(r"\bmath\.", code):
+        src = src.replace("import math\n", "", 1)
+    if not re.search(r"(?<![\w.])F\.", code):
+        src = src.replace("import torch.nn.functional as F\n", "", 1)
+    return re.sub(r"\n{4,}", "\n\n\n", src).rstrip("\n") + "\n"
+
+
+def source_name(path: Path | str) -> str:
+    """The spec's path as the header names it: relative to the working directory when it
+    is inside it (so the output does not depend on where the checkout lives)."""
+    p = Path(path)
+    try:
+        p = p.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        p = Path(p.name)
+    return p.as_posix()
+
+
+HEADER = "# @generated by taxcompile from "
+
+
+def generated_from(path: Path) -> str | None:
+    """The spec a generated file names in its first line, or None if it is not ours."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not first.startswith(HEADER):
+        return None
+    return first[len(HEADER):].split(" — ")[0].strip()
+
+
+def output_name(cs: checks.CheckedSpec, cm: checks.CheckedModel) -> str:
+    return f"{cs.spec.paper.id}_{cm.model.name}.py"
