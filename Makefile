@@ -10,7 +10,8 @@ venv: $(BIN)/python
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when pyproject.toml is newer than the stamp.
+# Reinstall only when pyproject.toml is newer than the stamp. The test extra pins
+# torch==2.13.0 (the CPU build; an unpinned torch pulls a multi-GB CUDA build).
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
@@ -40,11 +41,19 @@ demo: install
 	@for f in specs/*.attn; do \
 	  $(BIN)/taxcompile diagram $$f -o diagrams/$$(basename $$f .attn).svg >/dev/null || exit 1; \
 	done
+	@echo
+	@echo "PyTorch modules, one per model variant:"
+	@$(BIN)/taxcompile compile specs/ -o generated
+	@echo
+	@echo "Running each generated model once (Config.tiny(), example_inputs()):"
+	@$(BIN)/python -m taxcompile.run generated/*.py
 	@$(BIN)/taxcompile report specs/ examples/ -o site >/dev/null
 	@echo
 	@echo "Where to look:"
+	@echo "  generated/*.py   a standalone PyTorch module per model variant"
 	@echo "  diagrams/*.svg   a diagram of every model"
-	@echo "  site/index.html  Table III with every cell linked to its rationale"
+	@echo "  site/index.html  Table III with every cell linked to its rationale, diagrams,"
+	@echo "                   attention heatmaps and the generated code"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info

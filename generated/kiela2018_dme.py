@@ -23,12 +23,10 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -128,7 +126,6 @@ class Meta(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -166,7 +163,6 @@ class Model(nn.Module):
         self.label_head = nn.Linear(2 * cfg.hidden, cfg.classes)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('sent', sent, (None,), True, '(B, L)')
         check_mask('sent', sent_mask, sent.shape[:2])
         B = sent.shape[0]

@@ -26,12 +26,10 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -103,7 +101,6 @@ class PWord(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -148,7 +145,6 @@ class Model(nn.Module):
         self.label_head = nn.Linear(cfg.d_emb + cfg.d_emb, cfg.classes)
 
     def forward(self, doc, masked, doc_mask=None, masked_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('doc', doc, (None, None), True, '(B, S, W)')
         check_mask('doc', doc_mask, doc.shape[:3])
         check_input('masked', masked, (None, None), True, '(B, S, W)')

@@ -23,7 +23,6 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -152,7 +151,6 @@ class Model(nn.Module):
         self.label_head = nn.Linear(cfg.d_mlp, cfg.classes)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('sent', sent, (None,), True, '(B, N)')
         check_mask('sent', sent_mask, sent.shape[:2])
         B = sent.shape[0]

@@ -28,7 +28,6 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -133,7 +132,6 @@ class ImgW(nn.Module):
 
     def forward(self, q, k, v, key_mask=None, affinity=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)

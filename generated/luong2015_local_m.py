@@ -23,12 +23,10 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -119,7 +117,6 @@ class Att(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         pos = torch.arange(Lq, device=k.device, dtype=k.dtype).expand(N, Lq)  # (N, Lq): p = t (eq. 27)

@@ -23,12 +23,10 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -121,7 +119,6 @@ class Att(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         S = k.new_full((N, 1), Lk) if key_mask is None else key_mask.sum(-1, keepdim=True).to(k.dtype)

@@ -25,7 +25,6 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -105,7 +104,6 @@ class Gate3(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -145,7 +143,6 @@ class Gate2(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -185,7 +182,6 @@ class Gate1(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)

@@ -25,7 +25,6 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -102,7 +101,6 @@ class Fw(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -145,7 +143,6 @@ class Bw(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -185,7 +182,6 @@ class S2t(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = 1  # no query (eq. 33): one row of weights per head
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
@@ -220,7 +216,6 @@ class Model(nn.Module):
         self.label_head = nn.Linear(cfg.d + cfg.d, cfg.classes)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('sent', sent, (None,), True, '(B, L)')
         check_mask('sent', sent_mask, sent.shape[:2])
         B = sent.shape[0]

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -195,7 +194,6 @@ class Model(nn.Module):
         self.logits_head = nn.Linear(cfg.d_model, cfg.vocab)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('src', src, (None,), True, '(B, S)')
         check_mask('src', src_mask, src.shape[:2])
         check_input('tgt', tgt, (None,), True, '(B, T)')

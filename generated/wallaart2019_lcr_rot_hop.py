@@ -26,12 +26,10 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -128,7 +126,6 @@ class HopCtxL(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -166,7 +163,6 @@ class Model(nn.Module):
         self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
 
     def forward(self, left, target, right, left_mask=None, target_mask=None, right_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('left', left, (None,), True, '(B, L)')
         check_mask('left', left_mask, left.shape[:2])
         check_input('target', target, (None,), True, '(B, T)')
@@ -269,8 +265,6 @@ class Model(nn.Module):
         hop3_tgt_r = hop3_tgt_r_c.view(B, -1)  # (B, 600)
         if return_attention:
             attn['hop[3].tgt_r'] = hop3_tgt_r_a.view(B, *hop3_tgt_r_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        q_l_4 = hop3_tgt_l  # (B, 600): query `q_l@4`
-        q_r_4 = hop3_tgt_r  # (B, 600): query `q_r@4`
         polarity = self.polarity_head(torch.cat([hop3_ctx_l, hop3_ctx_r, hop3_tgt_l, hop3_tgt_r], -1))  # (B, 3): output `polarity`
         return Output(polarity, attn, log_probs, penalty, capsules, features)
 

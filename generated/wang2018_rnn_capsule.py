@@ -23,7 +23,6 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -126,7 +125,6 @@ class Capsule(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         q = self.queries.expand(N, -1, -1)  # (N, C, d_q)
         Lq = q.shape[1]
@@ -159,7 +157,6 @@ class Model(nn.Module):
         self.p_linear = nn.Linear(cfg.hidden, 1)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('sent', sent, (None,), True, '(B, N)')
         check_mask('sent', sent_mask, sent.shape[:2])
         B = sent.shape[0]

@@ -24,12 +24,10 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -130,7 +128,6 @@ class A2q(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         pi = torch.sigmoid(self.policy(k)).squeeze(-1)  # (N, Lk): the agent's policy over feature vectors
@@ -179,7 +176,6 @@ class Model(nn.Module):
         self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
 
     def forward(self, question, answer, question_mask=None, answer_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('question', question, (None,), True, '(B, Q)')
         check_mask('question', question_mask, question.shape[:2])
         check_input('answer', answer, (None,), True, '(B, A)')

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -112,7 +111,6 @@ class Meta(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -200,7 +198,6 @@ class Model(nn.Module):
         self.labels_head = nn.Linear(cfg.d, cfg.tags)
 
     def forward(self, tweet, tweet_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('tweet', tweet, (None,), True, '(B, L)')
         check_mask('tweet', tweet_mask, tweet.shape[:2])
         B = tweet.shape[0]

@@ -24,12 +24,10 @@ Usage:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -115,7 +113,6 @@ class Word(nn.Module):
 
     def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -153,7 +150,6 @@ class Model(nn.Module):
         self.label_head = nn.Linear(2 * cfg.hidden, cfg.classes)
 
     def forward(self, doc, doc_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('doc', doc, (None, None), True, '(B, S, W)')
         check_mask('doc', doc_mask, doc.shape[:3])
         B = doc.shape[0]

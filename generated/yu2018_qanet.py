@@ -143,7 +143,6 @@ class C2q(nn.Module):
 
     def forward(self, q, k, v, key_mask=None, affinity=None):
         N, Lk, _ = k.shape
-        H = self.heads
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
@@ -213,7 +212,6 @@ class Model(nn.Module):
         self.end_head = nn.Linear(cfg.d + cfg.d, 1)
 
     def forward(self, context, question, context_mask=None, question_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
         check_input('context', context, (None,), True, '(B, C)')
         check_mask('context', context_mask, context.shape[:2])
         check_input('question', question, (None,), True, '(B, Q)')

@@ -379,6 +379,12 @@ class Checker:
             self.err(sc.loc, f"the `{sc.fn}` score reads an affinity matrix (eq. 12-16)",
                      "add `affinity = NAME` with `affinity NAME = affinity(A, B)`")
             return None
+        if n.affinity is not None and (n.heads > 1 or n.dimensionality == "multi" or n.capsules):
+            what = "heads" if n.heads > 1 else "capsules" if n.capsules else "multi-dimensional weights"
+            self.err(n.loc, f"{where} reads its scores from affinity `{n.affinity}` (eq. 12-16), "
+                     f"one number per pair of positions, so it cannot have {what}",
+                     "drop the field, or score without an affinity matrix")
+            return None
         if n.heads > 1:
             for what, d in (("d_q", q.dim if q is not None else None), ("d_k", k.dim), ("d_v", v.dim)):
                 if d is not None and d % n.heads:
@@ -467,7 +473,11 @@ class Checker:
                     axis = s.axes[-1] if s and s.axes else None
                     origin = self.cm.model.node(self.cm.axis_origin[axis]) if axis in \
                         self.cm.axis_origin else None
-                    if not (isinstance(origin, ir.Input) and origin.autoregressive):
+                    if s is not None and len(s.axes) != 1:
+                        self.err(e.loc, "`feed` runs a decoder step by step over one sequence; "
+                                 f"its input has axes {s}", "feed a decoder over a "
+                                 "`tokens[T]` or `sequence[T, d]` input")
+                    elif not (isinstance(origin, ir.Input) and origin.autoregressive):
                         self.err(e.loc, "`feed` makes a decoder read its previous context, so the "
                                  "recurrent model must run over an autoregressive input",
                                  "declare the target input with `(…, autoregressive)`")

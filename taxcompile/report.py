@@ -16,8 +16,9 @@ import jinja2
 from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
 
-from . import __version__, diagram, pipeline, table
+from . import __version__, diagram, generate, pipeline, table
 from .classify import DIMENSIONS
 from .lexer import AttnLexer
 
@@ -35,6 +36,7 @@ class Page:
     file: str
     svg: str
     note: str
+    checked: object = None  # the CheckedSpec
 
     @property
     def id(self) -> str:
@@ -72,7 +74,7 @@ def build(paths: list[str], out: Path) -> tuple[list[Path], list[str]]:
         svg, note = _svg(cs)
         if note and note not in notes:
             notes.append(note)
-        pages.append(Page(pipeline.classify_spec(cs), str(path), svg, note))
+        pages.append(Page(pipeline.classify_spec(cs), str(path), svg, note, cs))
     ids = [p.id for p in pages]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -86,7 +88,7 @@ def build(paths: list[str], out: Path) -> tuple[list[Path], list[str]]:
     def summary(row: pipeline.PaperRow) -> dict:
         return dict(id=row.paper.id, cite=row.paper.cite, ref=row.paper.ref, row=row.row())
 
-    files_out: dict[str, str] = {
+    files_out: dict[str, str | bytes] = {
         "index.html": env.get_template("index.html.j2").render(
             dims=DIMENSIONS, titles=titles, version=__version__,
             table3=[summary(r) for r in ordered if r.paper.row is not None],
@@ -101,10 +103,29 @@ def build(paths: list[str], out: Path) -> tuple[list[Path], list[str]]:
                          cells={d: [(val, v.cells[d].values[val]) for val in v.cells[d].labels(d)]
                                 for d in DIMENSIONS})
                     for v in row.variants]
+        code = []
+        for cm in page.checked.models:
+            name = generate.output_name(page.checked, cm)
+            src = generate.generate(page.checked, cm, generate.source_name(page.file))
+            png, why = None, ""
+            try:
+                from . import heatmap
+
+                png = heatmap.png(src, name[:-3], f"{row.paper.cite}: {cm.model.name} "
+                                  "(Config.tiny(), example_inputs)", cm)
+            except Exception as e:  # the report still shows the code; say why there is no map
+                why = f"no heatmap: {type(e).__name__}: {e}"
+                if why not in notes:
+                    notes.append(why)
+            if png is not None:
+                files_out[f"papers/{row.paper.id}/{cm.model.name}.png"] = png
+            code.append(dict(model=cm.model.name, file=name, why=why,
+                             png=f"{row.paper.id}/{cm.model.name}.png" if png else None,
+                             html=highlight(src, PythonLexer(), fmt)))
         files_out[f"papers/{row.paper.id}.html"] = env.get_template("paper.html.j2").render(
             p=row.paper, file=page.file, variants=variants, row=row.row(), dims=DIMENSIONS,
             titles=titles, svg=page.svg, diagram_note=page.note, version=__version__,
-            source=highlight(source, AttnLexer(), fmt))
+            source=highlight(source, AttnLexer(), fmt), code=code)
     _replace_dir(out, files_out)
     return [out / name for name in files_out], notes
 
@@ -119,7 +140,10 @@ def _replace_dir(out: Path, files: dict[str, str]) -> None:
         for name, text in files.items():
             target = tmp / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            if isinstance(text, bytes):
+                target.write_bytes(text)
+            else:
+                target.write_text(text, encoding="utf-8")
         old = None
         if out.exists():
             old = out.parent / f".{out.name}.old"
