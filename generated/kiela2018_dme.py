@@ -77,21 +77,6 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-def pool(x: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Tensor:
-    """Mean, max or sum over the positions (second-to-last axis) of x, skipping padding."""
-    if mask is not None:
-        m = mask.unsqueeze(-1)
-        if how == "max":
-            return x.masked_fill(~m, torch.finfo(x.dtype).min).amax(-2)
-        x = x * m
-        if how == "mean":
-            return x.sum(-2) / m.sum(-2).clamp_min(1)
-        return x.sum(-2)
-    if how == "max":
-        return x.amax(-2)
-    return x.mean(-2) if how == "mean" else x.sum(-2)
-
-
 def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Run a batch-first RNN over the second-to-last axis of x (leading axes are groups);
     with a mask, padded steps are packed away so they never reach the state."""
@@ -180,7 +165,7 @@ class Model(nn.Module):
         if return_attention:
             attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])  # (B, ..., H, Lq, Lk)
         h = rnn(self.h_bilstm, meta)  # (B, L, 1024): feature `h`
-        label = self.label_head(pool(h, None, "max"))  # (B, 3): output `label`
+        label = self.label_head(h.amax(-2))  # (B, 3): output `label`
         return Output(label, attn, log_probs, penalty, capsules, features)
 
 

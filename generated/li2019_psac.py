@@ -179,30 +179,30 @@ class Model(nn.Module):
         B = video.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
-        v_2 = sinusoid(self.v_linear(video))  # (B, F, 512): feature `v`
-        q_2 = sinusoid(self.q_linear(self.q_embed(question)))  # (B, N, 512): feature `q`
+        v = sinusoid(self.v_linear(video))  # (B, F, 512): feature `v`
+        q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, N, 512): feature `q`
         # attention `v_self`: scaled multiplicative score, global alignment
-        v_self_k = self.v_self_proj(v_2)  # (B, F, 512)
-        v_self_v = self.v_self_proj2(v_2)  # (B, F, 512)
-        v_self_q = self.v_self_proj3(v_2)  # (B, F, 512)
+        v_self_k = self.v_self_proj(v)  # (B, F, 512)
+        v_self_v = self.v_self_proj2(v)  # (B, F, 512)
+        v_self_q = self.v_self_proj3(v)  # (B, F, 512)
         v_self_keep = None if video_mask is None else video_mask.reshape(-1, v_self_k.shape[-2])  # (N, Lk): padding mask of the keys
         v_self_c, v_self_a, v_self_ex = self.v_self(v_self_q, v_self_k, v_self_v, v_self_keep)
         v_self = v_self_c.view(B, v_self_c.shape[-2], -1)  # (B, F, 512)
         if return_attention:
             attn['v_self'] = v_self_a.view(B, *v_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        v_2_2 = self.v_2_norm(v_2 + v_self)  # (B, F, 512): feature `v@2`
-        v_3 = self.v_3_norm(v_2_2 + self.v_3_ffn(v_2_2))  # (B, F, 512): feature `v@3`
+        v_2 = self.v_2_norm(v + v_self)  # (B, F, 512): feature `v@2`
+        v_3 = self.v_3_norm(v_2 + self.v_3_ffn(v_2))  # (B, F, 512): feature `v@3`
         # attention `q_self`: scaled multiplicative score, global alignment
-        q_self_k = self.q_self_proj(q_2)  # (B, N, 512)
-        q_self_v = self.q_self_proj2(q_2)  # (B, N, 512)
-        q_self_q = self.q_self_proj3(q_2)  # (B, N, 512)
+        q_self_k = self.q_self_proj(q)  # (B, N, 512)
+        q_self_v = self.q_self_proj2(q)  # (B, N, 512)
+        q_self_q = self.q_self_proj3(q)  # (B, N, 512)
         q_self_keep = None if question_mask is None else question_mask.reshape(-1, q_self_k.shape[-2])  # (N, Lk): padding mask of the keys
         q_self_c, q_self_a, q_self_ex = self.q_self(q_self_q, q_self_k, q_self_v, q_self_keep)
         q_self = q_self_c.view(B, q_self_c.shape[-2], -1)  # (B, N, 512)
         if return_attention:
             attn['q_self'] = q_self_a.view(B, *q_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        q_2_2 = self.q_2_norm(q_2 + q_self)  # (B, N, 512): feature `q@2`
-        q_3 = self.q_3_norm(q_2_2 + self.q_3_ffn(q_2_2))  # (B, N, 512): feature `q@3`
+        q_2 = self.q_2_norm(q + q_self)  # (B, N, 512): feature `q@2`
+        q_3 = self.q_3_norm(q_2 + self.q_3_ffn(q_2))  # (B, N, 512): feature `q@3`
         # attention `q_guided_video`: scaled multiplicative score, global alignment
         q_guided_video_keep = None if video_mask is None else video_mask.reshape(-1, v_3.shape[-2])  # (N, Lk): padding mask of the keys
         q_guided_video_c, q_guided_video_a, q_guided_video_ex = self.q_guided_video(q_3, v_3, v_3, q_guided_video_keep)

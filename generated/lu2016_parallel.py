@@ -84,21 +84,6 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-def pool(x: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Tensor:
-    """Mean, max or sum over the positions (second-to-last axis) of x, skipping padding."""
-    if mask is not None:
-        m = mask.unsqueeze(-1)
-        if how == "max":
-            return x.masked_fill(~m, torch.finfo(x.dtype).min).amax(-2)
-        x = x * m
-        if how == "mean":
-            return x.sum(-2) / m.sum(-2).clamp_min(1)
-        return x.sum(-2)
-    if how == "max":
-        return x.amax(-2)
-    return x.mean(-2) if how == "mean" else x.sum(-2)
-
-
 def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Run a batch-first RNN over the second-to-last axis of x (leading axes are groups);
     with a mask, padded steps are packed away so they never reach the state."""
@@ -186,47 +171,45 @@ class Model(nn.Module):
         B = question.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
-        v_2 = self.v_linear(image.flatten(-3, -2))  # (B, H*W, 512): feature `v`
+        v = self.v_linear(image.flatten(-3, -2))  # (B, H*W, 512): feature `v`
         qw = self.qw_embed(question)  # (B, T, 512): feature `qw`
-        xs = qw.reshape(-1, qw.shape[-2], qw.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y = self.qp_conv(xs.transpose(1, 2)).transpose(1, 2).reshape(*qw.shape[:-1], -1)  # (B, T, 512): convolve over positions
-        xs_2 = qw.reshape(-1, qw.shape[-2], qw.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_2 = self.qp_conv2(xs_2.transpose(1, 2)).transpose(1, 2).reshape(*qw.shape[:-1], -1)  # (B, T, 512): convolve over positions
-        xs_3 = qw.reshape(-1, qw.shape[-2], qw.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_3 = self.qp_conv3(xs_3.transpose(1, 2)).transpose(1, 2).reshape(*qw.shape[:-1], -1)  # (B, T, 512): convolve over positions
-        qp = pool(torch.stack([F.relu(y), F.relu(y_2), F.relu(y_3)], -2), None, "max")  # (B, T, 512): feature `qp`
+        y = self.qp_conv(qw.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
+        y_2 = self.qp_conv2(qw.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
+        y_3 = self.qp_conv3(qw.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
+        qp = torch.stack([F.relu(y), F.relu(y_2), F.relu(y_3)], -2).amax(-2)  # (B, T, 512): feature `qp`
         qs = rnn(self.qs_lstm, qp)  # (B, T, 512): feature `qs`
-        C_w = torch.tanh(qw @ self.C_w_W @ v_2.transpose(-1, -2))  # (B, T, H*W): affinity `C_w`
+        C_w = torch.tanh(qw @ self.C_w_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_w`
         # attention `img_w`: additive score, global alignment
-        img_w_c, img_w_a, img_w_ex = self.img_w(qw, v_2, v_2, None, affinity=C_w)
+        img_w_A = C_w if question_mask is None else C_w.masked_fill(~question_mask.reshape(-1, qw.shape[-2], 1), 0.0)  # (N, Lq, Lk): padded query rows left out
+        img_w_c, img_w_a, img_w_ex = self.img_w(qw, v, v, None, affinity=img_w_A)
         img_w = img_w_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['img_w'] = img_w_a.view(B, *img_w_a.shape[1:])  # (B, ..., H, Lq, Lk)
         # attention `q_w`: additive score, global alignment
         q_w_keep = None if question_mask is None else question_mask.reshape(-1, qw.shape[-2])  # (N, Lk): padding mask of the keys
-        q_w_c, q_w_a, q_w_ex = self.q_w(v_2, qw, qw, q_w_keep, affinity=C_w.transpose(-1, -2))
+        q_w_c, q_w_a, q_w_ex = self.q_w(v, qw, qw, q_w_keep, affinity=C_w.transpose(-1, -2))
         q_w = q_w_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['q_w'] = q_w_a.view(B, *q_w_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        C_p = torch.tanh(qp @ self.C_p_W @ v_2.transpose(-1, -2))  # (B, T, H*W): affinity `C_p`
+        C_p = torch.tanh(qp @ self.C_p_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_p`
         # attention `img_p`: additive score, global alignment
-        img_p_c, img_p_a, img_p_ex = self.img_p(qp, v_2, v_2, None, affinity=C_p)
+        img_p_c, img_p_a, img_p_ex = self.img_p(qp, v, v, None, affinity=C_p)
         img_p = img_p_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['img_p'] = img_p_a.view(B, *img_p_a.shape[1:])  # (B, ..., H, Lq, Lk)
         # attention `q_p`: additive score, global alignment
-        q_p_c, q_p_a, q_p_ex = self.q_p(v_2, qp, qp, None, affinity=C_p.transpose(-1, -2))
+        q_p_c, q_p_a, q_p_ex = self.q_p(v, qp, qp, None, affinity=C_p.transpose(-1, -2))
         q_p = q_p_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['q_p'] = q_p_a.view(B, *q_p_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        C_s = torch.tanh(qs @ self.C_s_W @ v_2.transpose(-1, -2))  # (B, T, H*W): affinity `C_s`
+        C_s = torch.tanh(qs @ self.C_s_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_s`
         # attention `img_s`: additive score, global alignment
-        img_s_c, img_s_a, img_s_ex = self.img_s(qs, v_2, v_2, None, affinity=C_s)
+        img_s_c, img_s_a, img_s_ex = self.img_s(qs, v, v, None, affinity=C_s)
         img_s = img_s_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['img_s'] = img_s_a.view(B, *img_s_a.shape[1:])  # (B, ..., H, Lq, Lk)
         # attention `q_s`: additive score, global alignment
-        q_s_c, q_s_a, q_s_ex = self.q_s(v_2, qs, qs, None, affinity=C_s.transpose(-1, -2))
+        q_s_c, q_s_a, q_s_ex = self.q_s(v, qs, qs, None, affinity=C_s.transpose(-1, -2))
         q_s = q_s_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['q_s'] = q_s_a.view(B, *q_s_a.shape[1:])  # (B, ..., H, Lq, Lk)

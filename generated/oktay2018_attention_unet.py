@@ -233,56 +233,38 @@ class Model(nn.Module):
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         x0 = image.flatten(-3, -2)  # (B, H*W, 1): feature `x0`
-        xs = x0.reshape(-1, x0.shape[-2], x0.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y = self.x1_conv(xs.transpose(1, 2)).transpose(1, 2).reshape(*x0.shape[:-1], -1)  # (B, H*W, 16): convolve over positions
-        h = F.relu(y)  # (B, H*W, 16)
-        xs_2 = h.reshape(-1, h.shape[-2], h.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_2 = self.x1_conv2(xs_2.transpose(1, 2)).transpose(1, 2).reshape(*h.shape[:-1], -1)  # (B, H*W, 16): convolve over positions
+        y = self.x1_conv(x0.transpose(1, 2)).transpose(1, 2)  # (B, H*W, 16): convolve over positions
+        y_2 = self.x1_conv2(F.relu(y).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 16): convolve over positions
         x1 = F.relu(y_2)  # (B, H*W, 16): feature `x1`
-        xs_3 = x1.reshape(-1, x1.shape[-2], x1.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_3 = self.x2_conv(xs_3.transpose(1, 2)).transpose(1, 2).reshape(*x1.shape[:-1], -1)  # (B, H*W, 32): convolve over positions
-        h_2 = F.relu(y_3)  # (B, H*W, 32)
-        xs_4 = h_2.reshape(-1, h_2.shape[-2], h_2.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_4 = self.x2_conv2(xs_4.transpose(1, 2)).transpose(1, 2).reshape(*h_2.shape[:-1], -1)  # (B, H*W, 32): convolve over positions
+        y_3 = self.x2_conv(x1.transpose(1, 2)).transpose(1, 2)  # (B, H*W, 32): convolve over positions
+        y_4 = self.x2_conv2(F.relu(y_3).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 32): convolve over positions
         x2 = F.relu(y_4)  # (B, H*W, 32): feature `x2`
-        xs_5 = x2.reshape(-1, x2.shape[-2], x2.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_5 = self.x3_conv(xs_5.transpose(1, 2)).transpose(1, 2).reshape(*x2.shape[:-1], -1)  # (B, H*W, 64): convolve over positions
-        h_3 = F.relu(y_5)  # (B, H*W, 64)
-        xs_6 = h_3.reshape(-1, h_3.shape[-2], h_3.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_6 = self.x3_conv2(xs_6.transpose(1, 2)).transpose(1, 2).reshape(*h_3.shape[:-1], -1)  # (B, H*W, 64): convolve over positions
+        y_5 = self.x3_conv(x2.transpose(1, 2)).transpose(1, 2)  # (B, H*W, 64): convolve over positions
+        y_6 = self.x3_conv2(F.relu(y_5).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 64): convolve over positions
         x3 = F.relu(y_6)  # (B, H*W, 64): feature `x3`
-        xs_7 = x3.reshape(-1, x3.shape[-2], x3.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_7 = self.b_conv(xs_7.transpose(1, 2)).transpose(1, 2).reshape(*x3.shape[:-1], -1)  # (B, H*W, 128): convolve over positions
-        h_4 = F.relu(y_7)  # (B, H*W, 128)
-        xs_8 = h_4.reshape(-1, h_4.shape[-2], h_4.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_8 = self.b_conv2(xs_8.transpose(1, 2)).transpose(1, 2).reshape(*h_4.shape[:-1], -1)  # (B, H*W, 128): convolve over positions
+        y_7 = self.b_conv(x3.transpose(1, 2)).transpose(1, 2)  # (B, H*W, 128): convolve over positions
+        y_8 = self.b_conv2(F.relu(y_7).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 128): convolve over positions
         b = F.relu(y_8)  # (B, H*W, 128): feature `b`
         # attention `gate3`: additive score, global alignment, multi-dimensional
         gate3_c, gate3_a, gate3_ex = self.gate3(b, x3, x3, None)
         gate3 = gate3_c.view(B, gate3_c.shape[-2], -1)  # (B, H*W, 64)
         if return_attention:
             attn['gate3'] = gate3_a.view(B, *gate3_a.shape[1:])  # (B, ..., H, Lq, Lk, d_v / H)
-        h_5 = torch.cat([gate3, F.interpolate(b.movedim(-1, 1), size=x3.shape[1:-1], mode="nearest").movedim(1, -1)], -1)  # (B, H*W, 192)
-        xs_9 = h_5.reshape(-1, h_5.shape[-2], h_5.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_9 = self.d3_conv(xs_9.transpose(1, 2)).transpose(1, 2).reshape(*h_5.shape[:-1], -1)  # (B, H*W, 64): convolve over positions
+        y_9 = self.d3_conv(torch.cat([gate3, F.interpolate(b.movedim(-1, 1), size=x3.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 64): convolve over positions
         d3 = F.relu(y_9)  # (B, H*W, 64): feature `d3`
         # attention `gate2`: additive score, global alignment, multi-dimensional
         gate2_c, gate2_a, gate2_ex = self.gate2(d3, x2, x2, None)
         gate2 = gate2_c.view(B, gate2_c.shape[-2], -1)  # (B, H*W, 32)
         if return_attention:
             attn['gate2'] = gate2_a.view(B, *gate2_a.shape[1:])  # (B, ..., H, Lq, Lk, d_v / H)
-        h_6 = torch.cat([gate2, F.interpolate(d3.movedim(-1, 1), size=x2.shape[1:-1], mode="nearest").movedim(1, -1)], -1)  # (B, H*W, 96)
-        xs_10 = h_6.reshape(-1, h_6.shape[-2], h_6.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_10 = self.d2_conv(xs_10.transpose(1, 2)).transpose(1, 2).reshape(*h_6.shape[:-1], -1)  # (B, H*W, 32): convolve over positions
+        y_10 = self.d2_conv(torch.cat([gate2, F.interpolate(d3.movedim(-1, 1), size=x2.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 32): convolve over positions
         d2 = F.relu(y_10)  # (B, H*W, 32): feature `d2`
         # attention `gate1`: additive score, global alignment, multi-dimensional
         gate1_c, gate1_a, gate1_ex = self.gate1(d2, x1, x1, None)
         gate1 = gate1_c.view(B, gate1_c.shape[-2], -1)  # (B, H*W, 16)
         if return_attention:
             attn['gate1'] = gate1_a.view(B, *gate1_a.shape[1:])  # (B, ..., H, Lq, Lk, d_v / H)
-        h_7 = torch.cat([gate1, F.interpolate(d2.movedim(-1, 1), size=x1.shape[1:-1], mode="nearest").movedim(1, -1)], -1)  # (B, H*W, 48)
-        xs_11 = h_7.reshape(-1, h_7.shape[-2], h_7.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_11 = self.d1_conv(xs_11.transpose(1, 2)).transpose(1, 2).reshape(*h_7.shape[:-1], -1)  # (B, H*W, 16): convolve over positions
+        y_11 = self.d1_conv(torch.cat([gate1, F.interpolate(d2.movedim(-1, 1), size=x1.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 16): convolve over positions
         d1 = F.relu(y_11)  # (B, H*W, 16): feature `d1`
         segmentation = self.segmentation_head(d1)  # (B, H*W, 2): output `segmentation`
         return Output(segmentation, attn, log_probs, penalty, capsules, features)

@@ -150,7 +150,7 @@ class Model(nn.Module):
         B = image.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
-        a_2 = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
+        a = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
         h_in = self.h_embed(caption)  # (B, T, 512): the decoder's inputs, all steps
         h_state = None
         steps = {}  # node -> its value at every step
@@ -159,7 +159,7 @@ class Model(nn.Module):
             h_h, h_state = cell_step(self.h_lstm_cells, torch.cat([h_in.select(1, t), att_prev], -1), h_state)  # (B, hidden)
             h_t = h_h.unsqueeze(1)  # (B, 1, 1000): query `h`, one step
             # attention `att`: additive score, global alignment
-            att_c, att_a, att_ex = self.att(h_t, a_2, a_2, None)
+            att_c, att_a, att_ex = self.att(h_t, a, a, None)
             att_t = att_c.view(B, att_c.shape[-2], -1)  # (B, 1, 512)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('h', []).append(h_t)

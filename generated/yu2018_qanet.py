@@ -219,23 +219,15 @@ class Model(nn.Module):
         B = context.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
-        c_2 = sinusoid(self.c_linear(self.c_embed(context)))  # (B, C, 128): feature `c`
-        q_2 = sinusoid(self.q_linear(self.q_embed(question)))  # (B, Q, 128): feature `q`
-        h = self.conv_c_c_1_norm[0](c_2)  # (B, C, 128)
-        xs = h.reshape(-1, h.shape[-2], h.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y = self.conv_c_c_1_conv[0](xs.transpose(1, 2)).transpose(1, 2).reshape(*h.shape[:-1], -1)  # (B, C, 128): convolve over positions
-        c_2_2 = c_2 + F.relu(y)  # (B, C, 128): feature `c@2`
-        h_2 = self.conv_c_c_1_norm[1](c_2_2)  # (B, C, 128)
-        xs_2 = h_2.reshape(-1, h_2.shape[-2], h_2.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_2 = self.conv_c_c_1_conv[1](xs_2.transpose(1, 2)).transpose(1, 2).reshape(*h_2.shape[:-1], -1)  # (B, C, 128): convolve over positions
-        c_3 = c_2_2 + F.relu(y_2)  # (B, C, 128): feature `c@3`
-        h_3 = self.conv_c_c_1_norm[2](c_3)  # (B, C, 128)
-        xs_3 = h_3.reshape(-1, h_3.shape[-2], h_3.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_3 = self.conv_c_c_1_conv[2](xs_3.transpose(1, 2)).transpose(1, 2).reshape(*h_3.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        c = sinusoid(self.c_linear(self.c_embed(context)))  # (B, C, 128): feature `c`
+        q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, Q, 128): feature `q`
+        y = self.conv_c_c_1_conv[0](self.conv_c_c_1_norm[0](c).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
+        c_2 = c + F.relu(y)  # (B, C, 128): feature `c@2`
+        y_2 = self.conv_c_c_1_conv[1](self.conv_c_c_1_norm[1](c_2).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
+        c_3 = c_2 + F.relu(y_2)  # (B, C, 128): feature `c@3`
+        y_3 = self.conv_c_c_1_conv[2](self.conv_c_c_1_norm[2](c_3).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         c_4 = c_3 + F.relu(y_3)  # (B, C, 128): feature `c@4`
-        h_4 = self.conv_c_c_1_norm[3](c_4)  # (B, C, 128)
-        xs_4 = h_4.reshape(-1, h_4.shape[-2], h_4.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_4 = self.conv_c_c_1_conv[3](xs_4.transpose(1, 2)).transpose(1, 2).reshape(*h_4.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_4 = self.conv_c_c_1_conv[3](self.conv_c_c_1_norm[3](c_4).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         c_5 = c_4 + F.relu(y_4)  # (B, C, 128): feature `c@5`
         # attention `c_self`: multiplicative score, global alignment, 8 heads
         c_self_k = self.c_self_proj(self.c_self_norm(c_5))  # (B, C, 128)
@@ -248,21 +240,13 @@ class Model(nn.Module):
             attn['c_self'] = c_self_a.view(B, *c_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         c_6 = c_5 + c_self  # (B, C, 128): feature `c@6`
         c_7 = c_6 + self.c_7_ffn(self.c_7_norm(c_6))  # (B, C, 128): feature `c@7`
-        h_5 = self.conv_q_q_1_norm[0](q_2)  # (B, Q, 128)
-        xs_5 = h_5.reshape(-1, h_5.shape[-2], h_5.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_5 = self.conv_q_q_1_conv[0](xs_5.transpose(1, 2)).transpose(1, 2).reshape(*h_5.shape[:-1], -1)  # (B, Q, 128): convolve over positions
-        q_2_2 = q_2 + F.relu(y_5)  # (B, Q, 128): feature `q@2`
-        h_6 = self.conv_q_q_1_norm[1](q_2_2)  # (B, Q, 128)
-        xs_6 = h_6.reshape(-1, h_6.shape[-2], h_6.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_6 = self.conv_q_q_1_conv[1](xs_6.transpose(1, 2)).transpose(1, 2).reshape(*h_6.shape[:-1], -1)  # (B, Q, 128): convolve over positions
-        q_3 = q_2_2 + F.relu(y_6)  # (B, Q, 128): feature `q@3`
-        h_7 = self.conv_q_q_1_norm[2](q_3)  # (B, Q, 128)
-        xs_7 = h_7.reshape(-1, h_7.shape[-2], h_7.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_7 = self.conv_q_q_1_conv[2](xs_7.transpose(1, 2)).transpose(1, 2).reshape(*h_7.shape[:-1], -1)  # (B, Q, 128): convolve over positions
+        y_5 = self.conv_q_q_1_conv[0](self.conv_q_q_1_norm[0](q).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
+        q_2 = q + F.relu(y_5)  # (B, Q, 128): feature `q@2`
+        y_6 = self.conv_q_q_1_conv[1](self.conv_q_q_1_norm[1](q_2).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
+        q_3 = q_2 + F.relu(y_6)  # (B, Q, 128): feature `q@3`
+        y_7 = self.conv_q_q_1_conv[2](self.conv_q_q_1_norm[2](q_3).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
         q_4 = q_3 + F.relu(y_7)  # (B, Q, 128): feature `q@4`
-        h_8 = self.conv_q_q_1_norm[3](q_4)  # (B, Q, 128)
-        xs_8 = h_8.reshape(-1, h_8.shape[-2], h_8.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_8 = self.conv_q_q_1_conv[3](xs_8.transpose(1, 2)).transpose(1, 2).reshape(*h_8.shape[:-1], -1)  # (B, Q, 128): convolve over positions
+        y_8 = self.conv_q_q_1_conv[3](self.conv_q_q_1_norm[3](q_4).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
         q_5 = q_4 + F.relu(y_8)  # (B, Q, 128): feature `q@5`
         # attention `q_self`: multiplicative score, global alignment, 8 heads
         q_self_k = self.q_self_proj(self.q_self_norm(q_5))  # (B, Q, 128)
@@ -294,15 +278,11 @@ class Model(nn.Module):
         c2q2c = c2q2c_c.view(B, c2q2c_c.shape[-2], -1)  # (B, C, 128)
         if return_attention:
             attn['c2q2c'] = c2q2c_a.view(B, *c2q2c_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_2 = self.m_linear(torch.cat([c_7, c2q, c2q2c], -1))  # (B, C, 128): feature `m`
-        h_9 = self.model_enc_block_conv_m_1_norm[0](m_2)  # (B, C, 128)
-        xs_9 = h_9.reshape(-1, h_9.shape[-2], h_9.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_9 = self.model_enc_block_conv_m_1_conv[0](xs_9.transpose(1, 2)).transpose(1, 2).reshape(*h_9.shape[:-1], -1)  # (B, C, 128): convolve over positions
-        m_2_2 = m_2 + F.relu(y_9)  # (B, C, 128): feature `m@2`
-        h_10 = self.model_enc_block_conv_m_1_norm[1](m_2_2)  # (B, C, 128)
-        xs_10 = h_10.reshape(-1, h_10.shape[-2], h_10.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_10 = self.model_enc_block_conv_m_1_conv[1](xs_10.transpose(1, 2)).transpose(1, 2).reshape(*h_10.shape[:-1], -1)  # (B, C, 128): convolve over positions
-        m_3 = m_2_2 + F.relu(y_10)  # (B, C, 128): feature `m@3`
+        m = self.m_linear(torch.cat([c_7, c2q, c2q2c], -1))  # (B, C, 128): feature `m`
+        y_9 = self.model_enc_block_conv_m_1_conv[0](self.model_enc_block_conv_m_1_norm[0](m).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
+        m_2 = m + F.relu(y_9)  # (B, C, 128): feature `m@2`
+        y_10 = self.model_enc_block_conv_m_1_conv[1](self.model_enc_block_conv_m_1_norm[1](m_2).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
+        m_3 = m_2 + F.relu(y_10)  # (B, C, 128): feature `m@3`
         # attention `model_enc[1].block[1].self`: multiplicative score, global alignment, 8 heads
         model_enc1_block1_self_k = self.model_enc_block_self_proj[0](self.model_enc_block_self_norm[0](m_3))  # (B, C, 128)
         model_enc1_block1_self_v = self.model_enc_block_self_proj2[0](self.model_enc_block_self_norm2[0](m_3))  # (B, C, 128)
@@ -314,13 +294,9 @@ class Model(nn.Module):
             attn['model_enc[1].block[1].self'] = model_enc1_block1_self_a.view(B, *model_enc1_block1_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_4 = m_3 + model_enc1_block1_self  # (B, C, 128): feature `m@4`
         m_5 = m_4 + self.model_enc_block_m_2_ffn[0](self.model_enc_block_m_2_norm[0](m_4))  # (B, C, 128): feature `m@5`
-        h_11 = self.model_enc_block_conv_m_1_norm[2](m_5)  # (B, C, 128)
-        xs_11 = h_11.reshape(-1, h_11.shape[-2], h_11.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_11 = self.model_enc_block_conv_m_1_conv[2](xs_11.transpose(1, 2)).transpose(1, 2).reshape(*h_11.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_11 = self.model_enc_block_conv_m_1_conv[2](self.model_enc_block_conv_m_1_norm[2](m_5).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_6 = m_5 + F.relu(y_11)  # (B, C, 128): feature `m@6`
-        h_12 = self.model_enc_block_conv_m_1_norm[3](m_6)  # (B, C, 128)
-        xs_12 = h_12.reshape(-1, h_12.shape[-2], h_12.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_12 = self.model_enc_block_conv_m_1_conv[3](xs_12.transpose(1, 2)).transpose(1, 2).reshape(*h_12.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_12 = self.model_enc_block_conv_m_1_conv[3](self.model_enc_block_conv_m_1_norm[3](m_6).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_7 = m_6 + F.relu(y_12)  # (B, C, 128): feature `m@7`
         # attention `model_enc[1].block[2].self`: multiplicative score, global alignment, 8 heads
         model_enc1_block2_self_k = self.model_enc_block_self_proj[1](self.model_enc_block_self_norm[1](m_7))  # (B, C, 128)
@@ -333,13 +309,9 @@ class Model(nn.Module):
             attn['model_enc[1].block[2].self'] = model_enc1_block2_self_a.view(B, *model_enc1_block2_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_8 = m_7 + model_enc1_block2_self  # (B, C, 128): feature `m@8`
         m_9 = m_8 + self.model_enc_block_m_2_ffn[1](self.model_enc_block_m_2_norm[1](m_8))  # (B, C, 128): feature `m@9`
-        h_13 = self.model_enc_block_conv_m_1_norm[4](m_9)  # (B, C, 128)
-        xs_13 = h_13.reshape(-1, h_13.shape[-2], h_13.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_13 = self.model_enc_block_conv_m_1_conv[4](xs_13.transpose(1, 2)).transpose(1, 2).reshape(*h_13.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_13 = self.model_enc_block_conv_m_1_conv[4](self.model_enc_block_conv_m_1_norm[4](m_9).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_10 = m_9 + F.relu(y_13)  # (B, C, 128): feature `m@10`
-        h_14 = self.model_enc_block_conv_m_1_norm[5](m_10)  # (B, C, 128)
-        xs_14 = h_14.reshape(-1, h_14.shape[-2], h_14.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_14 = self.model_enc_block_conv_m_1_conv[5](xs_14.transpose(1, 2)).transpose(1, 2).reshape(*h_14.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_14 = self.model_enc_block_conv_m_1_conv[5](self.model_enc_block_conv_m_1_norm[5](m_10).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_11 = m_10 + F.relu(y_14)  # (B, C, 128): feature `m@11`
         # attention `model_enc[1].block[3].self`: multiplicative score, global alignment, 8 heads
         model_enc1_block3_self_k = self.model_enc_block_self_proj[2](self.model_enc_block_self_norm[2](m_11))  # (B, C, 128)
@@ -352,13 +324,9 @@ class Model(nn.Module):
             attn['model_enc[1].block[3].self'] = model_enc1_block3_self_a.view(B, *model_enc1_block3_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_12 = m_11 + model_enc1_block3_self  # (B, C, 128): feature `m@12`
         m_13 = m_12 + self.model_enc_block_m_2_ffn[2](self.model_enc_block_m_2_norm[2](m_12))  # (B, C, 128): feature `m@13`
-        h_15 = self.model_enc_block_conv_m_1_norm[6](m_13)  # (B, C, 128)
-        xs_15 = h_15.reshape(-1, h_15.shape[-2], h_15.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_15 = self.model_enc_block_conv_m_1_conv[6](xs_15.transpose(1, 2)).transpose(1, 2).reshape(*h_15.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_15 = self.model_enc_block_conv_m_1_conv[6](self.model_enc_block_conv_m_1_norm[6](m_13).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_14 = m_13 + F.relu(y_15)  # (B, C, 128): feature `m@14`
-        h_16 = self.model_enc_block_conv_m_1_norm[7](m_14)  # (B, C, 128)
-        xs_16 = h_16.reshape(-1, h_16.shape[-2], h_16.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_16 = self.model_enc_block_conv_m_1_conv[7](xs_16.transpose(1, 2)).transpose(1, 2).reshape(*h_16.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_16 = self.model_enc_block_conv_m_1_conv[7](self.model_enc_block_conv_m_1_norm[7](m_14).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_15 = m_14 + F.relu(y_16)  # (B, C, 128): feature `m@15`
         # attention `model_enc[1].block[4].self`: multiplicative score, global alignment, 8 heads
         model_enc1_block4_self_k = self.model_enc_block_self_proj[3](self.model_enc_block_self_norm[3](m_15))  # (B, C, 128)
@@ -371,13 +339,9 @@ class Model(nn.Module):
             attn['model_enc[1].block[4].self'] = model_enc1_block4_self_a.view(B, *model_enc1_block4_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_16 = m_15 + model_enc1_block4_self  # (B, C, 128): feature `m@16`
         m_17 = m_16 + self.model_enc_block_m_2_ffn[3](self.model_enc_block_m_2_norm[3](m_16))  # (B, C, 128): feature `m@17`
-        h_17 = self.model_enc_block_conv_m_1_norm[8](m_17)  # (B, C, 128)
-        xs_17 = h_17.reshape(-1, h_17.shape[-2], h_17.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_17 = self.model_enc_block_conv_m_1_conv[8](xs_17.transpose(1, 2)).transpose(1, 2).reshape(*h_17.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_17 = self.model_enc_block_conv_m_1_conv[8](self.model_enc_block_conv_m_1_norm[8](m_17).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_18 = m_17 + F.relu(y_17)  # (B, C, 128): feature `m@18`
-        h_18 = self.model_enc_block_conv_m_1_norm[9](m_18)  # (B, C, 128)
-        xs_18 = h_18.reshape(-1, h_18.shape[-2], h_18.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_18 = self.model_enc_block_conv_m_1_conv[9](xs_18.transpose(1, 2)).transpose(1, 2).reshape(*h_18.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_18 = self.model_enc_block_conv_m_1_conv[9](self.model_enc_block_conv_m_1_norm[9](m_18).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_19 = m_18 + F.relu(y_18)  # (B, C, 128): feature `m@19`
         # attention `model_enc[1].block[5].self`: multiplicative score, global alignment, 8 heads
         model_enc1_block5_self_k = self.model_enc_block_self_proj[4](self.model_enc_block_self_norm[4](m_19))  # (B, C, 128)
@@ -390,13 +354,9 @@ class Model(nn.Module):
             attn['model_enc[1].block[5].self'] = model_enc1_block5_self_a.view(B, *model_enc1_block5_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_20 = m_19 + model_enc1_block5_self  # (B, C, 128): feature `m@20`
         m_21 = m_20 + self.model_enc_block_m_2_ffn[4](self.model_enc_block_m_2_norm[4](m_20))  # (B, C, 128): feature `m@21`
-        h_19 = self.model_enc_block_conv_m_1_norm[10](m_21)  # (B, C, 128)
-        xs_19 = h_19.reshape(-1, h_19.shape[-2], h_19.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_19 = self.model_enc_block_conv_m_1_conv[10](xs_19.transpose(1, 2)).transpose(1, 2).reshape(*h_19.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_19 = self.model_enc_block_conv_m_1_conv[10](self.model_enc_block_conv_m_1_norm[10](m_21).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_22 = m_21 + F.relu(y_19)  # (B, C, 128): feature `m@22`
-        h_20 = self.model_enc_block_conv_m_1_norm[11](m_22)  # (B, C, 128)
-        xs_20 = h_20.reshape(-1, h_20.shape[-2], h_20.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_20 = self.model_enc_block_conv_m_1_conv[11](xs_20.transpose(1, 2)).transpose(1, 2).reshape(*h_20.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_20 = self.model_enc_block_conv_m_1_conv[11](self.model_enc_block_conv_m_1_norm[11](m_22).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_23 = m_22 + F.relu(y_20)  # (B, C, 128): feature `m@23`
         # attention `model_enc[1].block[6].self`: multiplicative score, global alignment, 8 heads
         model_enc1_block6_self_k = self.model_enc_block_self_proj[5](self.model_enc_block_self_norm[5](m_23))  # (B, C, 128)
@@ -409,13 +369,9 @@ class Model(nn.Module):
             attn['model_enc[1].block[6].self'] = model_enc1_block6_self_a.view(B, *model_enc1_block6_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_24 = m_23 + model_enc1_block6_self  # (B, C, 128): feature `m@24`
         m_25 = m_24 + self.model_enc_block_m_2_ffn[5](self.model_enc_block_m_2_norm[5](m_24))  # (B, C, 128): feature `m@25`
-        h_21 = self.model_enc_block_conv_m_1_norm[12](m_25)  # (B, C, 128)
-        xs_21 = h_21.reshape(-1, h_21.shape[-2], h_21.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_21 = self.model_enc_block_conv_m_1_conv[12](xs_21.transpose(1, 2)).transpose(1, 2).reshape(*h_21.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_21 = self.model_enc_block_conv_m_1_conv[12](self.model_enc_block_conv_m_1_norm[12](m_25).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_26 = m_25 + F.relu(y_21)  # (B, C, 128): feature `m@26`
-        h_22 = self.model_enc_block_conv_m_1_norm[13](m_26)  # (B, C, 128)
-        xs_22 = h_22.reshape(-1, h_22.shape[-2], h_22.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_22 = self.model_enc_block_conv_m_1_conv[13](xs_22.transpose(1, 2)).transpose(1, 2).reshape(*h_22.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_22 = self.model_enc_block_conv_m_1_conv[13](self.model_enc_block_conv_m_1_norm[13](m_26).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_27 = m_26 + F.relu(y_22)  # (B, C, 128): feature `m@27`
         # attention `model_enc[1].block[7].self`: multiplicative score, global alignment, 8 heads
         model_enc1_block7_self_k = self.model_enc_block_self_proj[6](self.model_enc_block_self_norm[6](m_27))  # (B, C, 128)
@@ -429,13 +385,9 @@ class Model(nn.Module):
         m_28 = m_27 + model_enc1_block7_self  # (B, C, 128): feature `m@28`
         m_29 = m_28 + self.model_enc_block_m_2_ffn[6](self.model_enc_block_m_2_norm[6](m_28))  # (B, C, 128): feature `m@29`
         model_enc1_pass_out = m_29  # (B, C, 128): feature `model_enc[1].pass_out`
-        h_23 = self.model_enc_block_conv_m_1_norm[0](m_29)  # (B, C, 128)
-        xs_23 = h_23.reshape(-1, h_23.shape[-2], h_23.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_23 = self.model_enc_block_conv_m_1_conv[0](xs_23.transpose(1, 2)).transpose(1, 2).reshape(*h_23.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_23 = self.model_enc_block_conv_m_1_conv[0](self.model_enc_block_conv_m_1_norm[0](m_29).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_30 = m_29 + F.relu(y_23)  # (B, C, 128): feature `m@30`
-        h_24 = self.model_enc_block_conv_m_1_norm[1](m_30)  # (B, C, 128)
-        xs_24 = h_24.reshape(-1, h_24.shape[-2], h_24.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_24 = self.model_enc_block_conv_m_1_conv[1](xs_24.transpose(1, 2)).transpose(1, 2).reshape(*h_24.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_24 = self.model_enc_block_conv_m_1_conv[1](self.model_enc_block_conv_m_1_norm[1](m_30).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_31 = m_30 + F.relu(y_24)  # (B, C, 128): feature `m@31`
         # attention `model_enc[2].block[1].self`: multiplicative score, global alignment, 8 heads
         model_enc2_block1_self_k = self.model_enc_block_self_proj[0](self.model_enc_block_self_norm[0](m_31))  # (B, C, 128)
@@ -448,13 +400,9 @@ class Model(nn.Module):
             attn['model_enc[2].block[1].self'] = model_enc2_block1_self_a.view(B, *model_enc2_block1_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_32 = m_31 + model_enc2_block1_self  # (B, C, 128): feature `m@32`
         m_33 = m_32 + self.model_enc_block_m_2_ffn[0](self.model_enc_block_m_2_norm[0](m_32))  # (B, C, 128): feature `m@33`
-        h_25 = self.model_enc_block_conv_m_1_norm[2](m_33)  # (B, C, 128)
-        xs_25 = h_25.reshape(-1, h_25.shape[-2], h_25.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_25 = self.model_enc_block_conv_m_1_conv[2](xs_25.transpose(1, 2)).transpose(1, 2).reshape(*h_25.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_25 = self.model_enc_block_conv_m_1_conv[2](self.model_enc_block_conv_m_1_norm[2](m_33).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_34 = m_33 + F.relu(y_25)  # (B, C, 128): feature `m@34`
-        h_26 = self.model_enc_block_conv_m_1_norm[3](m_34)  # (B, C, 128)
-        xs_26 = h_26.reshape(-1, h_26.shape[-2], h_26.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_26 = self.model_enc_block_conv_m_1_conv[3](xs_26.transpose(1, 2)).transpose(1, 2).reshape(*h_26.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_26 = self.model_enc_block_conv_m_1_conv[3](self.model_enc_block_conv_m_1_norm[3](m_34).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_35 = m_34 + F.relu(y_26)  # (B, C, 128): feature `m@35`
         # attention `model_enc[2].block[2].self`: multiplicative score, global alignment, 8 heads
         model_enc2_block2_self_k = self.model_enc_block_self_proj[1](self.model_enc_block_self_norm[1](m_35))  # (B, C, 128)
@@ -467,13 +415,9 @@ class Model(nn.Module):
             attn['model_enc[2].block[2].self'] = model_enc2_block2_self_a.view(B, *model_enc2_block2_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_36 = m_35 + model_enc2_block2_self  # (B, C, 128): feature `m@36`
         m_37 = m_36 + self.model_enc_block_m_2_ffn[1](self.model_enc_block_m_2_norm[1](m_36))  # (B, C, 128): feature `m@37`
-        h_27 = self.model_enc_block_conv_m_1_norm[4](m_37)  # (B, C, 128)
-        xs_27 = h_27.reshape(-1, h_27.shape[-2], h_27.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_27 = self.model_enc_block_conv_m_1_conv[4](xs_27.transpose(1, 2)).transpose(1, 2).reshape(*h_27.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_27 = self.model_enc_block_conv_m_1_conv[4](self.model_enc_block_conv_m_1_norm[4](m_37).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_38 = m_37 + F.relu(y_27)  # (B, C, 128): feature `m@38`
-        h_28 = self.model_enc_block_conv_m_1_norm[5](m_38)  # (B, C, 128)
-        xs_28 = h_28.reshape(-1, h_28.shape[-2], h_28.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_28 = self.model_enc_block_conv_m_1_conv[5](xs_28.transpose(1, 2)).transpose(1, 2).reshape(*h_28.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_28 = self.model_enc_block_conv_m_1_conv[5](self.model_enc_block_conv_m_1_norm[5](m_38).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_39 = m_38 + F.relu(y_28)  # (B, C, 128): feature `m@39`
         # attention `model_enc[2].block[3].self`: multiplicative score, global alignment, 8 heads
         model_enc2_block3_self_k = self.model_enc_block_self_proj[2](self.model_enc_block_self_norm[2](m_39))  # (B, C, 128)
@@ -486,13 +430,9 @@ class Model(nn.Module):
             attn['model_enc[2].block[3].self'] = model_enc2_block3_self_a.view(B, *model_enc2_block3_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_40 = m_39 + model_enc2_block3_self  # (B, C, 128): feature `m@40`
         m_41 = m_40 + self.model_enc_block_m_2_ffn[2](self.model_enc_block_m_2_norm[2](m_40))  # (B, C, 128): feature `m@41`
-        h_29 = self.model_enc_block_conv_m_1_norm[6](m_41)  # (B, C, 128)
-        xs_29 = h_29.reshape(-1, h_29.shape[-2], h_29.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_29 = self.model_enc_block_conv_m_1_conv[6](xs_29.transpose(1, 2)).transpose(1, 2).reshape(*h_29.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_29 = self.model_enc_block_conv_m_1_conv[6](self.model_enc_block_conv_m_1_norm[6](m_41).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_42 = m_41 + F.relu(y_29)  # (B, C, 128): feature `m@42`
-        h_30 = self.model_enc_block_conv_m_1_norm[7](m_42)  # (B, C, 128)
-        xs_30 = h_30.reshape(-1, h_30.shape[-2], h_30.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_30 = self.model_enc_block_conv_m_1_conv[7](xs_30.transpose(1, 2)).transpose(1, 2).reshape(*h_30.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_30 = self.model_enc_block_conv_m_1_conv[7](self.model_enc_block_conv_m_1_norm[7](m_42).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_43 = m_42 + F.relu(y_30)  # (B, C, 128): feature `m@43`
         # attention `model_enc[2].block[4].self`: multiplicative score, global alignment, 8 heads
         model_enc2_block4_self_k = self.model_enc_block_self_proj[3](self.model_enc_block_self_norm[3](m_43))  # (B, C, 128)
@@ -505,13 +445,9 @@ class Model(nn.Module):
             attn['model_enc[2].block[4].self'] = model_enc2_block4_self_a.view(B, *model_enc2_block4_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_44 = m_43 + model_enc2_block4_self  # (B, C, 128): feature `m@44`
         m_45 = m_44 + self.model_enc_block_m_2_ffn[3](self.model_enc_block_m_2_norm[3](m_44))  # (B, C, 128): feature `m@45`
-        h_31 = self.model_enc_block_conv_m_1_norm[8](m_45)  # (B, C, 128)
-        xs_31 = h_31.reshape(-1, h_31.shape[-2], h_31.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_31 = self.model_enc_block_conv_m_1_conv[8](xs_31.transpose(1, 2)).transpose(1, 2).reshape(*h_31.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_31 = self.model_enc_block_conv_m_1_conv[8](self.model_enc_block_conv_m_1_norm[8](m_45).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_46 = m_45 + F.relu(y_31)  # (B, C, 128): feature `m@46`
-        h_32 = self.model_enc_block_conv_m_1_norm[9](m_46)  # (B, C, 128)
-        xs_32 = h_32.reshape(-1, h_32.shape[-2], h_32.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_32 = self.model_enc_block_conv_m_1_conv[9](xs_32.transpose(1, 2)).transpose(1, 2).reshape(*h_32.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_32 = self.model_enc_block_conv_m_1_conv[9](self.model_enc_block_conv_m_1_norm[9](m_46).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_47 = m_46 + F.relu(y_32)  # (B, C, 128): feature `m@47`
         # attention `model_enc[2].block[5].self`: multiplicative score, global alignment, 8 heads
         model_enc2_block5_self_k = self.model_enc_block_self_proj[4](self.model_enc_block_self_norm[4](m_47))  # (B, C, 128)
@@ -524,13 +460,9 @@ class Model(nn.Module):
             attn['model_enc[2].block[5].self'] = model_enc2_block5_self_a.view(B, *model_enc2_block5_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_48 = m_47 + model_enc2_block5_self  # (B, C, 128): feature `m@48`
         m_49 = m_48 + self.model_enc_block_m_2_ffn[4](self.model_enc_block_m_2_norm[4](m_48))  # (B, C, 128): feature `m@49`
-        h_33 = self.model_enc_block_conv_m_1_norm[10](m_49)  # (B, C, 128)
-        xs_33 = h_33.reshape(-1, h_33.shape[-2], h_33.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_33 = self.model_enc_block_conv_m_1_conv[10](xs_33.transpose(1, 2)).transpose(1, 2).reshape(*h_33.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_33 = self.model_enc_block_conv_m_1_conv[10](self.model_enc_block_conv_m_1_norm[10](m_49).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_50 = m_49 + F.relu(y_33)  # (B, C, 128): feature `m@50`
-        h_34 = self.model_enc_block_conv_m_1_norm[11](m_50)  # (B, C, 128)
-        xs_34 = h_34.reshape(-1, h_34.shape[-2], h_34.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_34 = self.model_enc_block_conv_m_1_conv[11](xs_34.transpose(1, 2)).transpose(1, 2).reshape(*h_34.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_34 = self.model_enc_block_conv_m_1_conv[11](self.model_enc_block_conv_m_1_norm[11](m_50).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_51 = m_50 + F.relu(y_34)  # (B, C, 128): feature `m@51`
         # attention `model_enc[2].block[6].self`: multiplicative score, global alignment, 8 heads
         model_enc2_block6_self_k = self.model_enc_block_self_proj[5](self.model_enc_block_self_norm[5](m_51))  # (B, C, 128)
@@ -543,13 +475,9 @@ class Model(nn.Module):
             attn['model_enc[2].block[6].self'] = model_enc2_block6_self_a.view(B, *model_enc2_block6_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_52 = m_51 + model_enc2_block6_self  # (B, C, 128): feature `m@52`
         m_53 = m_52 + self.model_enc_block_m_2_ffn[5](self.model_enc_block_m_2_norm[5](m_52))  # (B, C, 128): feature `m@53`
-        h_35 = self.model_enc_block_conv_m_1_norm[12](m_53)  # (B, C, 128)
-        xs_35 = h_35.reshape(-1, h_35.shape[-2], h_35.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_35 = self.model_enc_block_conv_m_1_conv[12](xs_35.transpose(1, 2)).transpose(1, 2).reshape(*h_35.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_35 = self.model_enc_block_conv_m_1_conv[12](self.model_enc_block_conv_m_1_norm[12](m_53).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_54 = m_53 + F.relu(y_35)  # (B, C, 128): feature `m@54`
-        h_36 = self.model_enc_block_conv_m_1_norm[13](m_54)  # (B, C, 128)
-        xs_36 = h_36.reshape(-1, h_36.shape[-2], h_36.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_36 = self.model_enc_block_conv_m_1_conv[13](xs_36.transpose(1, 2)).transpose(1, 2).reshape(*h_36.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_36 = self.model_enc_block_conv_m_1_conv[13](self.model_enc_block_conv_m_1_norm[13](m_54).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_55 = m_54 + F.relu(y_36)  # (B, C, 128): feature `m@55`
         # attention `model_enc[2].block[7].self`: multiplicative score, global alignment, 8 heads
         model_enc2_block7_self_k = self.model_enc_block_self_proj[6](self.model_enc_block_self_norm[6](m_55))  # (B, C, 128)
@@ -563,13 +491,9 @@ class Model(nn.Module):
         m_56 = m_55 + model_enc2_block7_self  # (B, C, 128): feature `m@56`
         m_57 = m_56 + self.model_enc_block_m_2_ffn[6](self.model_enc_block_m_2_norm[6](m_56))  # (B, C, 128): feature `m@57`
         model_enc2_pass_out = m_57  # (B, C, 128): feature `model_enc[2].pass_out`
-        h_37 = self.model_enc_block_conv_m_1_norm[0](m_57)  # (B, C, 128)
-        xs_37 = h_37.reshape(-1, h_37.shape[-2], h_37.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_37 = self.model_enc_block_conv_m_1_conv[0](xs_37.transpose(1, 2)).transpose(1, 2).reshape(*h_37.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_37 = self.model_enc_block_conv_m_1_conv[0](self.model_enc_block_conv_m_1_norm[0](m_57).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_58 = m_57 + F.relu(y_37)  # (B, C, 128): feature `m@58`
-        h_38 = self.model_enc_block_conv_m_1_norm[1](m_58)  # (B, C, 128)
-        xs_38 = h_38.reshape(-1, h_38.shape[-2], h_38.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_38 = self.model_enc_block_conv_m_1_conv[1](xs_38.transpose(1, 2)).transpose(1, 2).reshape(*h_38.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_38 = self.model_enc_block_conv_m_1_conv[1](self.model_enc_block_conv_m_1_norm[1](m_58).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_59 = m_58 + F.relu(y_38)  # (B, C, 128): feature `m@59`
         # attention `model_enc[3].block[1].self`: multiplicative score, global alignment, 8 heads
         model_enc3_block1_self_k = self.model_enc_block_self_proj[0](self.model_enc_block_self_norm[0](m_59))  # (B, C, 128)
@@ -582,13 +506,9 @@ class Model(nn.Module):
             attn['model_enc[3].block[1].self'] = model_enc3_block1_self_a.view(B, *model_enc3_block1_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_60 = m_59 + model_enc3_block1_self  # (B, C, 128): feature `m@60`
         m_61 = m_60 + self.model_enc_block_m_2_ffn[0](self.model_enc_block_m_2_norm[0](m_60))  # (B, C, 128): feature `m@61`
-        h_39 = self.model_enc_block_conv_m_1_norm[2](m_61)  # (B, C, 128)
-        xs_39 = h_39.reshape(-1, h_39.shape[-2], h_39.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_39 = self.model_enc_block_conv_m_1_conv[2](xs_39.transpose(1, 2)).transpose(1, 2).reshape(*h_39.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_39 = self.model_enc_block_conv_m_1_conv[2](self.model_enc_block_conv_m_1_norm[2](m_61).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_62 = m_61 + F.relu(y_39)  # (B, C, 128): feature `m@62`
-        h_40 = self.model_enc_block_conv_m_1_norm[3](m_62)  # (B, C, 128)
-        xs_40 = h_40.reshape(-1, h_40.shape[-2], h_40.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_40 = self.model_enc_block_conv_m_1_conv[3](xs_40.transpose(1, 2)).transpose(1, 2).reshape(*h_40.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_40 = self.model_enc_block_conv_m_1_conv[3](self.model_enc_block_conv_m_1_norm[3](m_62).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_63 = m_62 + F.relu(y_40)  # (B, C, 128): feature `m@63`
         # attention `model_enc[3].block[2].self`: multiplicative score, global alignment, 8 heads
         model_enc3_block2_self_k = self.model_enc_block_self_proj[1](self.model_enc_block_self_norm[1](m_63))  # (B, C, 128)
@@ -601,13 +521,9 @@ class Model(nn.Module):
             attn['model_enc[3].block[2].self'] = model_enc3_block2_self_a.view(B, *model_enc3_block2_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_64 = m_63 + model_enc3_block2_self  # (B, C, 128): feature `m@64`
         m_65 = m_64 + self.model_enc_block_m_2_ffn[1](self.model_enc_block_m_2_norm[1](m_64))  # (B, C, 128): feature `m@65`
-        h_41 = self.model_enc_block_conv_m_1_norm[4](m_65)  # (B, C, 128)
-        xs_41 = h_41.reshape(-1, h_41.shape[-2], h_41.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_41 = self.model_enc_block_conv_m_1_conv[4](xs_41.transpose(1, 2)).transpose(1, 2).reshape(*h_41.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_41 = self.model_enc_block_conv_m_1_conv[4](self.model_enc_block_conv_m_1_norm[4](m_65).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_66 = m_65 + F.relu(y_41)  # (B, C, 128): feature `m@66`
-        h_42 = self.model_enc_block_conv_m_1_norm[5](m_66)  # (B, C, 128)
-        xs_42 = h_42.reshape(-1, h_42.shape[-2], h_42.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_42 = self.model_enc_block_conv_m_1_conv[5](xs_42.transpose(1, 2)).transpose(1, 2).reshape(*h_42.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_42 = self.model_enc_block_conv_m_1_conv[5](self.model_enc_block_conv_m_1_norm[5](m_66).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_67 = m_66 + F.relu(y_42)  # (B, C, 128): feature `m@67`
         # attention `model_enc[3].block[3].self`: multiplicative score, global alignment, 8 heads
         model_enc3_block3_self_k = self.model_enc_block_self_proj[2](self.model_enc_block_self_norm[2](m_67))  # (B, C, 128)
@@ -620,13 +536,9 @@ class Model(nn.Module):
             attn['model_enc[3].block[3].self'] = model_enc3_block3_self_a.view(B, *model_enc3_block3_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_68 = m_67 + model_enc3_block3_self  # (B, C, 128): feature `m@68`
         m_69 = m_68 + self.model_enc_block_m_2_ffn[2](self.model_enc_block_m_2_norm[2](m_68))  # (B, C, 128): feature `m@69`
-        h_43 = self.model_enc_block_conv_m_1_norm[6](m_69)  # (B, C, 128)
-        xs_43 = h_43.reshape(-1, h_43.shape[-2], h_43.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_43 = self.model_enc_block_conv_m_1_conv[6](xs_43.transpose(1, 2)).transpose(1, 2).reshape(*h_43.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_43 = self.model_enc_block_conv_m_1_conv[6](self.model_enc_block_conv_m_1_norm[6](m_69).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_70 = m_69 + F.relu(y_43)  # (B, C, 128): feature `m@70`
-        h_44 = self.model_enc_block_conv_m_1_norm[7](m_70)  # (B, C, 128)
-        xs_44 = h_44.reshape(-1, h_44.shape[-2], h_44.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_44 = self.model_enc_block_conv_m_1_conv[7](xs_44.transpose(1, 2)).transpose(1, 2).reshape(*h_44.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_44 = self.model_enc_block_conv_m_1_conv[7](self.model_enc_block_conv_m_1_norm[7](m_70).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_71 = m_70 + F.relu(y_44)  # (B, C, 128): feature `m@71`
         # attention `model_enc[3].block[4].self`: multiplicative score, global alignment, 8 heads
         model_enc3_block4_self_k = self.model_enc_block_self_proj[3](self.model_enc_block_self_norm[3](m_71))  # (B, C, 128)
@@ -639,13 +551,9 @@ class Model(nn.Module):
             attn['model_enc[3].block[4].self'] = model_enc3_block4_self_a.view(B, *model_enc3_block4_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_72 = m_71 + model_enc3_block4_self  # (B, C, 128): feature `m@72`
         m_73 = m_72 + self.model_enc_block_m_2_ffn[3](self.model_enc_block_m_2_norm[3](m_72))  # (B, C, 128): feature `m@73`
-        h_45 = self.model_enc_block_conv_m_1_norm[8](m_73)  # (B, C, 128)
-        xs_45 = h_45.reshape(-1, h_45.shape[-2], h_45.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_45 = self.model_enc_block_conv_m_1_conv[8](xs_45.transpose(1, 2)).transpose(1, 2).reshape(*h_45.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_45 = self.model_enc_block_conv_m_1_conv[8](self.model_enc_block_conv_m_1_norm[8](m_73).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_74 = m_73 + F.relu(y_45)  # (B, C, 128): feature `m@74`
-        h_46 = self.model_enc_block_conv_m_1_norm[9](m_74)  # (B, C, 128)
-        xs_46 = h_46.reshape(-1, h_46.shape[-2], h_46.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_46 = self.model_enc_block_conv_m_1_conv[9](xs_46.transpose(1, 2)).transpose(1, 2).reshape(*h_46.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_46 = self.model_enc_block_conv_m_1_conv[9](self.model_enc_block_conv_m_1_norm[9](m_74).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_75 = m_74 + F.relu(y_46)  # (B, C, 128): feature `m@75`
         # attention `model_enc[3].block[5].self`: multiplicative score, global alignment, 8 heads
         model_enc3_block5_self_k = self.model_enc_block_self_proj[4](self.model_enc_block_self_norm[4](m_75))  # (B, C, 128)
@@ -658,13 +566,9 @@ class Model(nn.Module):
             attn['model_enc[3].block[5].self'] = model_enc3_block5_self_a.view(B, *model_enc3_block5_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_76 = m_75 + model_enc3_block5_self  # (B, C, 128): feature `m@76`
         m_77 = m_76 + self.model_enc_block_m_2_ffn[4](self.model_enc_block_m_2_norm[4](m_76))  # (B, C, 128): feature `m@77`
-        h_47 = self.model_enc_block_conv_m_1_norm[10](m_77)  # (B, C, 128)
-        xs_47 = h_47.reshape(-1, h_47.shape[-2], h_47.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_47 = self.model_enc_block_conv_m_1_conv[10](xs_47.transpose(1, 2)).transpose(1, 2).reshape(*h_47.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_47 = self.model_enc_block_conv_m_1_conv[10](self.model_enc_block_conv_m_1_norm[10](m_77).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_78 = m_77 + F.relu(y_47)  # (B, C, 128): feature `m@78`
-        h_48 = self.model_enc_block_conv_m_1_norm[11](m_78)  # (B, C, 128)
-        xs_48 = h_48.reshape(-1, h_48.shape[-2], h_48.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_48 = self.model_enc_block_conv_m_1_conv[11](xs_48.transpose(1, 2)).transpose(1, 2).reshape(*h_48.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_48 = self.model_enc_block_conv_m_1_conv[11](self.model_enc_block_conv_m_1_norm[11](m_78).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_79 = m_78 + F.relu(y_48)  # (B, C, 128): feature `m@79`
         # attention `model_enc[3].block[6].self`: multiplicative score, global alignment, 8 heads
         model_enc3_block6_self_k = self.model_enc_block_self_proj[5](self.model_enc_block_self_norm[5](m_79))  # (B, C, 128)
@@ -677,13 +581,9 @@ class Model(nn.Module):
             attn['model_enc[3].block[6].self'] = model_enc3_block6_self_a.view(B, *model_enc3_block6_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
         m_80 = m_79 + model_enc3_block6_self  # (B, C, 128): feature `m@80`
         m_81 = m_80 + self.model_enc_block_m_2_ffn[5](self.model_enc_block_m_2_norm[5](m_80))  # (B, C, 128): feature `m@81`
-        h_49 = self.model_enc_block_conv_m_1_norm[12](m_81)  # (B, C, 128)
-        xs_49 = h_49.reshape(-1, h_49.shape[-2], h_49.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_49 = self.model_enc_block_conv_m_1_conv[12](xs_49.transpose(1, 2)).transpose(1, 2).reshape(*h_49.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_49 = self.model_enc_block_conv_m_1_conv[12](self.model_enc_block_conv_m_1_norm[12](m_81).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_82 = m_81 + F.relu(y_49)  # (B, C, 128): feature `m@82`
-        h_50 = self.model_enc_block_conv_m_1_norm[13](m_82)  # (B, C, 128)
-        xs_50 = h_50.reshape(-1, h_50.shape[-2], h_50.shape[-1])  # (N, L, d): leading axes folded into the batch
-        y_50 = self.model_enc_block_conv_m_1_conv[13](xs_50.transpose(1, 2)).transpose(1, 2).reshape(*h_50.shape[:-1], -1)  # (B, C, 128): convolve over positions
+        y_50 = self.model_enc_block_conv_m_1_conv[13](self.model_enc_block_conv_m_1_norm[13](m_82).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
         m_83 = m_82 + F.relu(y_50)  # (B, C, 128): feature `m@83`
         # attention `model_enc[3].block[7].self`: multiplicative score, global alignment, 8 heads
         model_enc3_block7_self_k = self.model_enc_block_self_proj[6](self.model_enc_block_self_norm[6](m_83))  # (B, C, 128)

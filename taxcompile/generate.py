@@ -29,7 +29,7 @@ MASKABLE = ("tokens", "sequence", "set")
 
 # Local names the generated forward() uses for itself.
 RESERVED = {"self", "cfg", "torch", "nn", "F", "math", "B", "out", "attn", "log_probs", "penalty",
-            "capsules", "features", "return_attention", "c", "a", "ex", "t", "q", "k", "v", "m",
+            "capsules", "features", "return_attention", "t",
             "Output", "Config", "Model", "field", "dataclass", "masked_softmax", "sparsemax",
             "entmax15", "sinusoid", "broadcast", "pool", "rnn", "cell_step", "state", "ctx",
             "example_inputs", "g", "outputs"} | set(dir(builtins))
@@ -106,6 +106,7 @@ class Var:
     shape: checks.Shape
     mask: str | None = None  # input id whose mask covers this tensor's positions
     dim: Dim = field(default_factory=Dim)
+    mask_code: tuple[str, str] | None = None  # (mask argument, transform) when not plain
 
 
 class Names:
@@ -260,7 +261,7 @@ class Generator:
         if re.fullmatch(r"\w+", x.name):
             return x
         name = self.tmp(x.name, x.shape, want, self.shape_comment(x.shape, lq="1" if self.step else None))
-        return Var(name, x.shape, x.mask, x.dim)
+        return Var(name, x.shape, x.mask, x.dim, x.mask_code)
 
     def tmp(self, code: str, shape: checks.Shape, want: str, comment: str = "") -> str:
         name = self.locals.new(want)
@@ -269,7 +270,7 @@ class Generator:
 
     def unary(self, e, x: Var, code: str, dim: Dim | None = None, shape=None) -> Var:
         sh = shape or self.cm_shape(e, x)
-        return Var(code, sh, x.mask, dim if dim is not None else x.dim)
+        return Var(code, sh, x.mask, dim if dim is not None else x.dim, x.mask_code)
 
     def cm_shape(self, e, x: Var) -> checks.Shape:
         return x.shape
@@ -280,7 +281,7 @@ class Generator:
         vocab = self.sym(src, "vocab", src.vocab)
         d = self.p(e, "d")
         mod = self.module(n, "embed", f"nn.Embedding({vocab}, {d})")
-        return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("d")), x.mask, d)
+        return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("d")), x.mask, d, x.mask_code)
 
     def token_source(self, e: ir.Expr) -> ir.Input:
         while isinstance(e, ir.Op):
@@ -294,14 +295,14 @@ class Generator:
         bias = "" if e.param("bias", True) else ", bias=False"
         mod = self.module(n, self.suffix(n, "linear"), f"nn.Linear({x.dim}, {d}{bias})")
         code = ACT[e.param("act", "none")].format(f"{mod}({x.name})")
-        return Var(code, checks.Shape(x.shape.axes, e.param("d")), x.mask, d)
+        return Var(code, checks.Shape(x.shape.axes, e.param("d")), x.mask, d, x.mask_code)
 
     def emit_project(self, e, a, n):
         x = a[0]
         d = self.p(e, "d") if e.param("d") is not None else x.dim
         mod = self.module(n, self.suffix(n, "proj"), f"nn.Linear({x.dim}, {d}, bias=False)", "W F (eq. 1)")
         return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("d") or x.shape.dim),
-                   x.mask, d)
+                   x.mask, d, x.mask_code)
 
     def suffix(self, n, base: str) -> str:
         """Distinct suffixes for several ops of one kind inside one statement."""
@@ -322,7 +323,7 @@ class Generator:
         dim = hidden.times(2) if bidir else hidden
         size = int(e.param("hidden")) * (2 if bidir else 1)
         return Var(f"rnn({mod}, {x.name}{', ' + mask if mask != 'None' else ''})",
-                   checks.Shape(x.shape.axes, size), x.mask, dim)
+                   checks.Shape(x.shape.axes, size), x.mask, dim, x.mask_code)
 
     def emit_lstm(self, e, a, n):
         if e.param("feed"):
@@ -345,14 +346,19 @@ class Generator:
         k = int(e.param("kernel", 3))
         mod = self.module(n, self.suffix(n, "conv"),
                           f"nn.Conv1d({x.dim}, {d}, {k}, padding=\"same\")")
-        xin = x.name if re.fullmatch(r"\w+", x.name) else self.tmp(x.name, x.shape, "h", self.shape_comment(x.shape))
-        xs = self.tmp(f"{xin}.reshape(-1, {xin}.shape[-2], {xin}.shape[-1])",
-                      x.shape, "xs", "(N, L, d): leading axes folded into the batch")
-        conv = f"{mod}({xs}.transpose(1, 2)).transpose(1, 2)"
-        y = self.tmp(f"{conv}.reshape(*{xin}.shape[:-1], -1)", x.shape, "y",
-                     self.shape_comment(checks.Shape(x.shape.axes, e.param("d"))) + ": convolve over positions")
+        out_shape = self.shape_comment(checks.Shape(x.shape.axes, e.param("d")))
+        if len(x.shape.axes) == 1:  # (B, L, d): Conv1d wants (B, d, L)
+            y = self.tmp(f"{mod}({self.atom(x.name)}.transpose(1, 2)).transpose(1, 2)", x.shape, "y",
+                         out_shape + ": convolve over positions")
+        else:
+            xin = x.name if re.fullmatch(r"\w+", x.name) else self.tmp(x.name, x.shape, "h", self.shape_comment(x.shape))
+            xs = self.tmp(f"{xin}.reshape(-1, {xin}.shape[-2], {xin}.shape[-1])",
+                          x.shape, "xs", "(N, L, d): leading axes folded into the batch")
+            conv = f"{mod}({xs}.transpose(1, 2)).transpose(1, 2)"
+            y = self.tmp(f"{conv}.reshape(*{xin}.shape[:-1], -1)", x.shape, "y",
+                         out_shape + ": convolve over positions")
         code = ACT[e.param("act", "relu")].format(y)
-        return Var(code, checks.Shape(x.shape.axes, e.param("d")), x.mask, d)
+        return Var(code, checks.Shape(x.shape.axes, e.param("d")), x.mask, d, x.mask_code)
 
     def emit_identity(self, e, a, n):
         return a[0]
@@ -400,7 +406,7 @@ class Generator:
         return self.unary(e, a[0], f"torch.sigmoid({a[0].name})")
 
     def emit_add(self, e, a, n):
-        return Var(f"{a[0].name} + {a[1].name}", a[0].shape, a[0].mask or a[1].mask, a[0].dim)
+        return Var(f"{a[0].name} + {a[1].name}", a[0].shape, a[0].mask or a[1].mask, a[0].dim, a[0].mask_code)
 
     def emit_concat(self, e, a, n):
         widest = max(a, key=lambda v: len(v.shape.axes))
@@ -424,8 +430,11 @@ class Generator:
 
     def _pool(self, e, a, n, how):
         x = a[0]
-        self.helpers.add("pool")
         mask = self.mask_arg(x)
+        if mask == "None":  # no padding over these positions
+            code = f"{self.atom(x.name)}.{'amax' if how == 'max' else how}(-2)"
+            return Var(code, checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
+        self.helpers.add("pool")
         return Var(f"pool({x.name}, {mask}, \"{how}\")",
                    checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
 
@@ -441,8 +450,10 @@ class Generator:
     def emit_flatten(self, e, a, n):
         x = a[0]
         ax = x.shape.axes
+        mk = self.mask_of(x)
         return Var(f"{self.atom(x.name)}.flatten(-3, -2)",
-                   checks.Shape(ax[:-2] + (f"{ax[-2]}*{ax[-1]}",), x.shape.dim), None, x.dim)
+                   checks.Shape(ax[:-2] + (f"{ax[-2]}*{ax[-1]}",), x.shape.dim), None, x.dim,
+                   (mk[0], mk[1] + ".flatten(-2)") if mk else None)
 
     def emit_resize(self, e, a, n):
         x, like = a
@@ -450,7 +461,7 @@ class Generator:
         mode = "nearest"
         code = (f"F.interpolate({self.atom(x.name)}.movedim(-1, 1), size={self.atom(like.name)}.shape[1:-1], mode=\"{mode}\")"
                 f".movedim(1, -1)")
-        return Var(code, checks.Shape(like.shape.axes, x.shape.dim), like.mask, x.dim) if k else x
+        return Var(code, checks.Shape(like.shape.axes, x.shape.dim), like.mask, x.dim, like.mask_code) if k else x
 
     def emit_learned(self, e, a, n):
         d = self.p(e, "d")
@@ -462,7 +473,7 @@ class Generator:
         x = a[0]
         c = self.p(e, "classes")
         mod = self.module(n, self.suffix(n, "head"), f"nn.Linear({x.dim}, {c})")
-        return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("classes")), x.mask, c)
+        return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("classes")), x.mask, c, x.mask_code)
 
     def emit_affinity(self, e, a, n):
         x = self.named(self.expr(e.args[0], n, ""), ident(n.id) + "_a")
@@ -489,6 +500,8 @@ class Generator:
     def mask_of(self, x: Var) -> tuple[str, str] | None:
         """The padding mask over x's positions: (the input's mask argument, what to apply to
         it), or None when x's positions are not an input's."""
+        if x.mask_code is not None:
+            return x.mask_code
         if x.mask is None:
             return None
         inp = self.m.node(x.mask)
@@ -524,7 +537,8 @@ class Generator:
         else:
             name = self.step["names"].setdefault(n.id, self.locals.new(want + "_t"))
             self.fwd.append(f"{name} = {v.name}  # {self.shape_comment(shape, lq='1')}: {where}, one step")
-        self.vars[n.id] = Var(name, shape, v.mask if n.kind_ != "affinity" else None, v.dim)
+        self.vars[n.id] = Var(name, shape, v.mask if n.kind_ != "affinity" else None, v.dim,
+                              v.mask_code if n.kind_ != "affinity" else None)
 
     # ---- attention ----------------------------------------------------------------------
 
@@ -588,6 +602,14 @@ class Generator:
             if aff_axes[-1] != info.attended:
                 code = f"{code}.transpose(-1, -2)"
             code = f"{code}.flatten(0, {G})" if G else code
+            qmask = self.mask_of(q) if q is not None else None
+            if qmask and n.score.fn in ("additive", "max_pool"):
+                # padded query positions must not add to (eq. 14-15) or win (eq. 16) a score
+                mname, suffix = qmask
+                fill = "0.0" if n.score.fn == "additive" else f"torch.finfo({A.name}.dtype).min"
+                code = self.tmp(f"{code} if {mname} is None else {code}.masked_fill("
+                                f"~{mname}{suffix}.reshape(-1, {q.name}.shape[-2], 1), {fill})",
+                                A.shape, f"{name}_A", "(N, Lq, Lk): padded query rows left out")
             call += f", affinity={code}"
         call += ")"
         c, a, ex = (self.locals.new(f"{name}_c"), self.locals.new(f"{name}_a"),
@@ -609,7 +631,7 @@ class Generator:
             res = self.step["names"].setdefault(n.id, self.locals.new(name + "_t"))
         self.fwd.append(f"{res} = {out_code}  # {comment}")
         self.vars[n.id] = Var(res, shape, k.mask if single or capsule else q.mask if q else None,
-                              v.dim)
+                              v.dim, None if single or capsule or q is None else q.mask_code)
         wshape = f"{star(lead)}, *{a}.shape[1:]"
         key = repr(n.id)
         if self.step is None:
