@@ -175,8 +175,7 @@ class Model(nn.Module):
             s_h, s_state = cell_step(self.s_gru_cells, torch.cat([s_in.select(1, t), att_prev], -1), s_state)  # (B, hidden)
             s_t = s_h.unsqueeze(1)  # (B, 1, 1000): query `s`, one step
             # attention `att`: additive score, global alignment
-            att_keep = None if src_mask is None else src_mask.reshape(-1, h.shape[-2])  # (N, Lk): padding mask of the keys
-            att_c, att_a, att_ex = self.att(s_t, h, h, att_keep)
+            att_c, att_a, _ = self.att(s_t, h, h, src_mask)
             att_t = att_c.view(B, att_c.shape[-2], -1)  # (B, 1, 2000)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('s', []).append(s_t)

@@ -160,10 +160,10 @@ class Model(nn.Module):
         # one attention per group: N = B x L
         meta_q = self.meta_q.expand(B, -1)  # (B, 256)
         meta_q1 = meta_q.view(B, *reps.shape[1:1], 1, -1).expand(*reps.shape[:2], -1).reshape(-1, 1, meta_q.shape[-1])  # (N, 1, d_q): one query per group
-        meta_c, meta_a, meta_ex = self.meta(meta_q1, reps.flatten(0, 1), reps.flatten(0, 1), None)
+        meta_c, meta_a, _ = self.meta(meta_q1, reps.flatten(0, 1), reps.flatten(0, 1), None)
         meta = meta_c.view(*reps.shape[:2], -1)  # (B, L, 256)
         if return_attention:
-            attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])  # (B, L, H, 1, reps.reps)
         h = rnn(self.h_bilstm, meta)  # (B, L, 1024): feature `h`
         label = self.label_head(h.amax(-2))  # (B, 3): output `label`
         return Output(label, attn, log_probs, penalty, capsules, features)

@@ -176,7 +176,6 @@ class Model(nn.Module):
         check_mask('video', video_mask, video.shape[:2])
         check_input('question', question, (None,), True, '(B, N)')
         check_mask('question', question_mask, question.shape[:2])
-        B = video.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         v = sinusoid(self.v_linear(video))  # (B, F, 512): feature `v`
@@ -185,37 +184,29 @@ class Model(nn.Module):
         v_self_k = self.v_self_proj(v)  # (B, F, 512)
         v_self_v = self.v_self_proj2(v)  # (B, F, 512)
         v_self_q = self.v_self_proj3(v)  # (B, F, 512)
-        v_self_keep = None if video_mask is None else video_mask.reshape(-1, v_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        v_self_c, v_self_a, v_self_ex = self.v_self(v_self_q, v_self_k, v_self_v, v_self_keep)
-        v_self = v_self_c.view(B, v_self_c.shape[-2], -1)  # (B, F, 512)
+        v_self, v_self_a, _ = self.v_self(v_self_q, v_self_k, v_self_v, video_mask)  # (B, F, 512)
         if return_attention:
-            attn['v_self'] = v_self_a.view(B, *v_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        v_2 = self.v_2_norm(v + v_self)  # (B, F, 512): feature `v@2`
-        v_3 = self.v_3_norm(v_2 + self.v_3_ffn(v_2))  # (B, F, 512): feature `v@3`
+            attn['v_self'] = v_self_a  # (B, H, F, F)
+        v = self.v_2_norm(v + v_self)  # (B, F, 512): feature `v`, updated (eq. 37)
+        v = self.v_3_norm(v + self.v_3_ffn(v))  # (B, F, 512): feature `v`, updated (eq. 37)
         # attention `q_self`: scaled multiplicative score, global alignment
         q_self_k = self.q_self_proj(q)  # (B, N, 512)
         q_self_v = self.q_self_proj2(q)  # (B, N, 512)
         q_self_q = self.q_self_proj3(q)  # (B, N, 512)
-        q_self_keep = None if question_mask is None else question_mask.reshape(-1, q_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        q_self_c, q_self_a, q_self_ex = self.q_self(q_self_q, q_self_k, q_self_v, q_self_keep)
-        q_self = q_self_c.view(B, q_self_c.shape[-2], -1)  # (B, N, 512)
+        q_self, q_self_a, _ = self.q_self(q_self_q, q_self_k, q_self_v, question_mask)  # (B, N, 512)
         if return_attention:
-            attn['q_self'] = q_self_a.view(B, *q_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        q_2 = self.q_2_norm(q + q_self)  # (B, N, 512): feature `q@2`
-        q_3 = self.q_3_norm(q_2 + self.q_3_ffn(q_2))  # (B, N, 512): feature `q@3`
+            attn['q_self'] = q_self_a  # (B, H, N, N)
+        q = self.q_2_norm(q + q_self)  # (B, N, 512): feature `q`, updated (eq. 37)
+        q = self.q_3_norm(q + self.q_3_ffn(q))  # (B, N, 512): feature `q`, updated (eq. 37)
         # attention `q_guided_video`: scaled multiplicative score, global alignment
-        q_guided_video_keep = None if video_mask is None else video_mask.reshape(-1, v_3.shape[-2])  # (N, Lk): padding mask of the keys
-        q_guided_video_c, q_guided_video_a, q_guided_video_ex = self.q_guided_video(q_3, v_3, v_3, q_guided_video_keep)
-        q_guided_video = q_guided_video_c.view(B, q_guided_video_c.shape[-2], -1)  # (B, N, 512)
+        q_guided_video, q_guided_video_a, _ = self.q_guided_video(q, v, v, video_mask)  # (B, N, 512)
         if return_attention:
-            attn['q_guided_video'] = q_guided_video_a.view(B, *q_guided_video_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['q_guided_video'] = q_guided_video_a  # (B, H, N, F)
         # attention `v_guided_question`: scaled multiplicative score, global alignment
-        v_guided_question_keep = None if question_mask is None else question_mask.reshape(-1, q_3.shape[-2])  # (N, Lk): padding mask of the keys
-        v_guided_question_c, v_guided_question_a, v_guided_question_ex = self.v_guided_question(v_3, q_3, q_3, v_guided_question_keep)
-        v_guided_question = v_guided_question_c.view(B, v_guided_question_c.shape[-2], -1)  # (B, F, 512)
+        v_guided_question, v_guided_question_a, _ = self.v_guided_question(v, q, q, question_mask)  # (B, F, 512)
         if return_attention:
-            attn['v_guided_question'] = v_guided_question_a.view(B, *v_guided_question_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        fused = torch.cat([pool(self.fused_norm(v_3 + v_guided_question), video_mask, "mean"), pool(self.fused_norm2(q_3 + q_guided_video), question_mask, "mean")], -1)  # (B, 1024): feature `fused`
+            attn['v_guided_question'] = v_guided_question_a  # (B, H, F, N)
+        fused = torch.cat([pool(self.fused_norm(v + v_guided_question), video_mask, "mean"), pool(self.fused_norm2(q + q_guided_video), question_mask, "mean")], -1)  # (B, 1024): feature `fused`
         answer = self.answer_head(fused)  # (B, 1746): output `answer`
         return Output(answer, attn, log_probs, penalty, capsules, features)
 

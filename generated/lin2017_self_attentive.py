@@ -158,11 +158,10 @@ class Model(nn.Module):
         penalty = 0.0
         H = rnn(self.H_bilstm, self.H_embed(sent), sent_mask)  # (B, N, 600): feature `H`
         # attention `M`: additive score, global alignment, 30 heads
-        M_keep = None if sent_mask is None else sent_mask.reshape(-1, H.shape[-2])  # (N, Lk): padding mask of the keys
-        M_c, M_a, M_ex = self.M(None, H, H, M_keep)
+        M_c, M_a, M_ex = self.M(None, H, H, sent_mask)
         M = M_c.view(B, -1)  # (B, 600)
         if return_attention:
-            attn['M'] = M_a.view(B, *M_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['M'] = M_a  # (B, H, 1, N)
         penalty = penalty + M_ex["penalty"]
         label = self.label_head(F.relu(self.label_linear(M)))  # (B, 5): output `label`
         return Output(label, attn, log_probs, penalty, capsules, features)

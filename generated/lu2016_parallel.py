@@ -181,38 +181,37 @@ class Model(nn.Module):
         C_w = torch.tanh(qw @ self.C_w_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_w`
         # attention `img_w`: additive score, global alignment
         img_w_A = C_w if question_mask is None else C_w.masked_fill(~question_mask.reshape(-1, qw.shape[-2], 1), 0.0)  # (N, Lq, Lk): padded query rows left out
-        img_w_c, img_w_a, img_w_ex = self.img_w(qw, v, v, None, affinity=img_w_A)
+        img_w_c, img_w_a, _ = self.img_w(qw, v, v, None, affinity=img_w_A)
         img_w = img_w_c.view(B, -1)  # (B, 512)
         if return_attention:
-            attn['img_w'] = img_w_a.view(B, *img_w_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['img_w'] = img_w_a  # (B, H, 1, H*W)
         # attention `q_w`: additive score, global alignment
-        q_w_keep = None if question_mask is None else question_mask.reshape(-1, qw.shape[-2])  # (N, Lk): padding mask of the keys
-        q_w_c, q_w_a, q_w_ex = self.q_w(v, qw, qw, q_w_keep, affinity=C_w.transpose(-1, -2))
+        q_w_c, q_w_a, _ = self.q_w(v, qw, qw, question_mask, affinity=C_w.transpose(-1, -2))
         q_w = q_w_c.view(B, -1)  # (B, 512)
         if return_attention:
-            attn['q_w'] = q_w_a.view(B, *q_w_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['q_w'] = q_w_a  # (B, H, 1, T)
         C_p = torch.tanh(qp @ self.C_p_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_p`
         # attention `img_p`: additive score, global alignment
-        img_p_c, img_p_a, img_p_ex = self.img_p(qp, v, v, None, affinity=C_p)
+        img_p_c, img_p_a, _ = self.img_p(qp, v, v, None, affinity=C_p)
         img_p = img_p_c.view(B, -1)  # (B, 512)
         if return_attention:
-            attn['img_p'] = img_p_a.view(B, *img_p_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['img_p'] = img_p_a  # (B, H, 1, H*W)
         # attention `q_p`: additive score, global alignment
-        q_p_c, q_p_a, q_p_ex = self.q_p(v, qp, qp, None, affinity=C_p.transpose(-1, -2))
+        q_p_c, q_p_a, _ = self.q_p(v, qp, qp, None, affinity=C_p.transpose(-1, -2))
         q_p = q_p_c.view(B, -1)  # (B, 512)
         if return_attention:
-            attn['q_p'] = q_p_a.view(B, *q_p_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['q_p'] = q_p_a  # (B, H, 1, T)
         C_s = torch.tanh(qs @ self.C_s_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_s`
         # attention `img_s`: additive score, global alignment
-        img_s_c, img_s_a, img_s_ex = self.img_s(qs, v, v, None, affinity=C_s)
+        img_s_c, img_s_a, _ = self.img_s(qs, v, v, None, affinity=C_s)
         img_s = img_s_c.view(B, -1)  # (B, 512)
         if return_attention:
-            attn['img_s'] = img_s_a.view(B, *img_s_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['img_s'] = img_s_a  # (B, H, 1, H*W)
         # attention `q_s`: additive score, global alignment
-        q_s_c, q_s_a, q_s_ex = self.q_s(v, qs, qs, None, affinity=C_s.transpose(-1, -2))
+        q_s_c, q_s_a, _ = self.q_s(v, qs, qs, None, affinity=C_s.transpose(-1, -2))
         q_s = q_s_c.view(B, -1)  # (B, 512)
         if return_attention:
-            attn['q_s'] = q_s_a.view(B, *q_s_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['q_s'] = q_s_a  # (B, H, 1, T)
         h_w = torch.tanh(self.h_w_linear(q_w + img_w))  # (B, 512): feature `h_w`
         h_p = torch.tanh(self.h_p_linear(torch.cat([q_p + img_p, h_w], -1)))  # (B, 512): feature `h_p`
         h_s = torch.tanh(self.h_s_linear(torch.cat([q_s + img_s, h_p], -1)))  # (B, 512): feature `h_s`

@@ -174,8 +174,7 @@ class Model(nn.Module):
             ht_h, ht_state = cell_step(self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state)  # (B, hidden)
             ht_t = ht_h.unsqueeze(1)  # (B, 1, 1000): query `ht`, one step
             # attention `att`: multiplicative score, local alignment
-            att_keep = None if src_mask is None else src_mask.reshape(-1, h.shape[-2])  # (N, Lk): padding mask of the keys
-            att_c, att_a, att_ex = self.att(ht_t, h, h, att_keep)
+            att_c, att_a, _ = self.att(ht_t, h, h, src_mask)
             att_t = att_c.view(B, att_c.shape[-2], -1)  # (B, 1, 1000)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('ht', []).append(ht_t)

@@ -229,7 +229,6 @@ class Model(nn.Module):
     def forward(self, image, return_attention: bool = False) -> Output:
         cfg = self.cfg
         check_input('image', image, (cfg.H, cfg.W, 1), False, '(B, H, W, 1)')
-        B = image.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         x0 = image.flatten(-3, -2)  # (B, H*W, 1): feature `x0`
@@ -246,24 +245,21 @@ class Model(nn.Module):
         y_8 = self.b_conv2(F.relu(y_7).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 128): convolve over positions
         b = F.relu(y_8)  # (B, H*W, 128): feature `b`
         # attention `gate3`: additive score, global alignment, multi-dimensional
-        gate3_c, gate3_a, gate3_ex = self.gate3(b, x3, x3, None)
-        gate3 = gate3_c.view(B, gate3_c.shape[-2], -1)  # (B, H*W, 64)
+        gate3, gate3_a, _ = self.gate3(b, x3, x3, None)  # (B, H*W, 64)
         if return_attention:
-            attn['gate3'] = gate3_a.view(B, *gate3_a.shape[1:])  # (B, ..., H, Lq, Lk, d_v / H)
+            attn['gate3'] = gate3_a  # (B, H, H*W, H*W, d_v / H)
         y_9 = self.d3_conv(torch.cat([gate3, F.interpolate(b.movedim(-1, 1), size=x3.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 64): convolve over positions
         d3 = F.relu(y_9)  # (B, H*W, 64): feature `d3`
         # attention `gate2`: additive score, global alignment, multi-dimensional
-        gate2_c, gate2_a, gate2_ex = self.gate2(d3, x2, x2, None)
-        gate2 = gate2_c.view(B, gate2_c.shape[-2], -1)  # (B, H*W, 32)
+        gate2, gate2_a, _ = self.gate2(d3, x2, x2, None)  # (B, H*W, 32)
         if return_attention:
-            attn['gate2'] = gate2_a.view(B, *gate2_a.shape[1:])  # (B, ..., H, Lq, Lk, d_v / H)
+            attn['gate2'] = gate2_a  # (B, H, H*W, H*W, d_v / H)
         y_10 = self.d2_conv(torch.cat([gate2, F.interpolate(d3.movedim(-1, 1), size=x2.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 32): convolve over positions
         d2 = F.relu(y_10)  # (B, H*W, 32): feature `d2`
         # attention `gate1`: additive score, global alignment, multi-dimensional
-        gate1_c, gate1_a, gate1_ex = self.gate1(d2, x1, x1, None)
-        gate1 = gate1_c.view(B, gate1_c.shape[-2], -1)  # (B, H*W, 16)
+        gate1, gate1_a, _ = self.gate1(d2, x1, x1, None)  # (B, H*W, 16)
         if return_attention:
-            attn['gate1'] = gate1_a.view(B, *gate1_a.shape[1:])  # (B, ..., H, Lq, Lk, d_v / H)
+            attn['gate1'] = gate1_a  # (B, H, H*W, H*W, d_v / H)
         y_11 = self.d1_conv(torch.cat([gate1, F.interpolate(d2.movedim(-1, 1), size=x1.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 16): convolve over positions
         d1 = F.relu(y_11)  # (B, H*W, 16): feature `d1`
         segmentation = self.segmentation_head(d1)  # (B, H*W, 2): output `segmentation`

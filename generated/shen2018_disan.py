@@ -223,24 +223,19 @@ class Model(nn.Module):
         penalty = 0.0
         x = F.elu(self.x_linear(self.x_embed(sent)))  # (B, L, 300): feature `x`
         # attention `fw`: additive score, global alignment, multi-dimensional, forward mask
-        fw_keep = None if sent_mask is None else sent_mask.reshape(-1, x.shape[-2])  # (N, Lk): padding mask of the keys
-        fw_c, fw_a, fw_ex = self.fw(x, x, x, fw_keep)
-        fw = fw_c.view(B, fw_c.shape[-2], -1)  # (B, L, 300)
+        fw, fw_a, _ = self.fw(x, x, x, sent_mask)  # (B, L, 300)
         if return_attention:
-            attn['fw'] = fw_a.view(B, *fw_a.shape[1:])  # (B, ..., H, Lq, Lk, d_v / H)
+            attn['fw'] = fw_a  # (B, H, L, L, d_v / H)
         # attention `bw`: additive score, global alignment, multi-dimensional, backward mask
-        bw_keep = None if sent_mask is None else sent_mask.reshape(-1, x.shape[-2])  # (N, Lk): padding mask of the keys
-        bw_c, bw_a, bw_ex = self.bw(x, x, x, bw_keep)
-        bw = bw_c.view(B, bw_c.shape[-2], -1)  # (B, L, 300)
+        bw, bw_a, _ = self.bw(x, x, x, sent_mask)  # (B, L, 300)
         if return_attention:
-            attn['bw'] = bw_a.view(B, *bw_a.shape[1:])  # (B, ..., H, Lq, Lk, d_v / H)
+            attn['bw'] = bw_a  # (B, H, L, L, d_v / H)
         u = torch.cat([self.u_linear(torch.cat([x, fw], -1)), self.u_linear2(torch.cat([x, bw], -1))], -1)  # (B, L, 600): feature `u`
         # attention `s2t`: additive score, global alignment, multi-dimensional
-        s2t_keep = None if sent_mask is None else sent_mask.reshape(-1, u.shape[-2])  # (N, Lk): padding mask of the keys
-        s2t_c, s2t_a, s2t_ex = self.s2t(None, u, u, s2t_keep)
+        s2t_c, s2t_a, _ = self.s2t(None, u, u, sent_mask)
         s2t = s2t_c.view(B, -1)  # (B, 600)
         if return_attention:
-            attn['s2t'] = s2t_a.view(B, *s2t_a.shape[1:])  # (B, ..., H, Lq, Lk, d_v / H)
+            attn['s2t'] = s2t_a  # (B, H, 1, L, d_v / H)
         label = self.label_head(s2t)  # (B, 3): output `label`
         return Output(label, attn, log_probs, penalty, capsules, features)
 

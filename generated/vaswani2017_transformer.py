@@ -198,204 +198,39 @@ class Model(nn.Module):
         check_mask('src', src_mask, src.shape[:2])
         check_input('tgt', tgt, (None,), True, '(B, T)')
         check_mask('tgt', tgt_mask, tgt.shape[:2])
-        B = src.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         x = sinusoid(self.x_embed(src))  # (B, S, 512): feature `x`
         y = sinusoid(self.y_embed(tgt))  # (B, T, 512): feature `y`
-        # attention `encoder[1].self`: scaled multiplicative score, global alignment, 8 heads
-        encoder1_self_k = self.encoder_self_proj[0](x)  # (B, S, 512)
-        encoder1_self_v = self.encoder_self_proj2[0](x)  # (B, S, 512)
-        encoder1_self_q = self.encoder_self_proj3[0](x)  # (B, S, 512)
-        encoder1_self_keep = None if src_mask is None else src_mask.reshape(-1, encoder1_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        encoder1_self_c, encoder1_self_a, encoder1_self_ex = self.encoder_self[0](encoder1_self_q, encoder1_self_k, encoder1_self_v, encoder1_self_keep)
-        encoder1_self = encoder1_self_c.view(B, encoder1_self_c.shape[-2], -1)  # (B, S, 512)
-        if return_attention:
-            attn['encoder[1].self'] = encoder1_self_a.view(B, *encoder1_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        x_2 = self.encoder_x_1_norm[0](x + encoder1_self)  # (B, S, 512): feature `x@2`
-        x_3 = self.encoder_x_2_norm[0](x_2 + self.encoder_x_2_ffn[0](x_2))  # (B, S, 512): feature `x@3`
-        # attention `encoder[2].self`: scaled multiplicative score, global alignment, 8 heads
-        encoder2_self_k = self.encoder_self_proj[1](x_3)  # (B, S, 512)
-        encoder2_self_v = self.encoder_self_proj2[1](x_3)  # (B, S, 512)
-        encoder2_self_q = self.encoder_self_proj3[1](x_3)  # (B, S, 512)
-        encoder2_self_keep = None if src_mask is None else src_mask.reshape(-1, encoder2_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        encoder2_self_c, encoder2_self_a, encoder2_self_ex = self.encoder_self[1](encoder2_self_q, encoder2_self_k, encoder2_self_v, encoder2_self_keep)
-        encoder2_self = encoder2_self_c.view(B, encoder2_self_c.shape[-2], -1)  # (B, S, 512)
-        if return_attention:
-            attn['encoder[2].self'] = encoder2_self_a.view(B, *encoder2_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        x_4 = self.encoder_x_1_norm[1](x_3 + encoder2_self)  # (B, S, 512): feature `x@4`
-        x_5 = self.encoder_x_2_norm[1](x_4 + self.encoder_x_2_ffn[1](x_4))  # (B, S, 512): feature `x@5`
-        # attention `encoder[3].self`: scaled multiplicative score, global alignment, 8 heads
-        encoder3_self_k = self.encoder_self_proj[2](x_5)  # (B, S, 512)
-        encoder3_self_v = self.encoder_self_proj2[2](x_5)  # (B, S, 512)
-        encoder3_self_q = self.encoder_self_proj3[2](x_5)  # (B, S, 512)
-        encoder3_self_keep = None if src_mask is None else src_mask.reshape(-1, encoder3_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        encoder3_self_c, encoder3_self_a, encoder3_self_ex = self.encoder_self[2](encoder3_self_q, encoder3_self_k, encoder3_self_v, encoder3_self_keep)
-        encoder3_self = encoder3_self_c.view(B, encoder3_self_c.shape[-2], -1)  # (B, S, 512)
-        if return_attention:
-            attn['encoder[3].self'] = encoder3_self_a.view(B, *encoder3_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        x_6 = self.encoder_x_1_norm[2](x_5 + encoder3_self)  # (B, S, 512): feature `x@6`
-        x_7 = self.encoder_x_2_norm[2](x_6 + self.encoder_x_2_ffn[2](x_6))  # (B, S, 512): feature `x@7`
-        # attention `encoder[4].self`: scaled multiplicative score, global alignment, 8 heads
-        encoder4_self_k = self.encoder_self_proj[3](x_7)  # (B, S, 512)
-        encoder4_self_v = self.encoder_self_proj2[3](x_7)  # (B, S, 512)
-        encoder4_self_q = self.encoder_self_proj3[3](x_7)  # (B, S, 512)
-        encoder4_self_keep = None if src_mask is None else src_mask.reshape(-1, encoder4_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        encoder4_self_c, encoder4_self_a, encoder4_self_ex = self.encoder_self[3](encoder4_self_q, encoder4_self_k, encoder4_self_v, encoder4_self_keep)
-        encoder4_self = encoder4_self_c.view(B, encoder4_self_c.shape[-2], -1)  # (B, S, 512)
-        if return_attention:
-            attn['encoder[4].self'] = encoder4_self_a.view(B, *encoder4_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        x_8 = self.encoder_x_1_norm[3](x_7 + encoder4_self)  # (B, S, 512): feature `x@8`
-        x_9 = self.encoder_x_2_norm[3](x_8 + self.encoder_x_2_ffn[3](x_8))  # (B, S, 512): feature `x@9`
-        # attention `encoder[5].self`: scaled multiplicative score, global alignment, 8 heads
-        encoder5_self_k = self.encoder_self_proj[4](x_9)  # (B, S, 512)
-        encoder5_self_v = self.encoder_self_proj2[4](x_9)  # (B, S, 512)
-        encoder5_self_q = self.encoder_self_proj3[4](x_9)  # (B, S, 512)
-        encoder5_self_keep = None if src_mask is None else src_mask.reshape(-1, encoder5_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        encoder5_self_c, encoder5_self_a, encoder5_self_ex = self.encoder_self[4](encoder5_self_q, encoder5_self_k, encoder5_self_v, encoder5_self_keep)
-        encoder5_self = encoder5_self_c.view(B, encoder5_self_c.shape[-2], -1)  # (B, S, 512)
-        if return_attention:
-            attn['encoder[5].self'] = encoder5_self_a.view(B, *encoder5_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        x_10 = self.encoder_x_1_norm[4](x_9 + encoder5_self)  # (B, S, 512): feature `x@10`
-        x_11 = self.encoder_x_2_norm[4](x_10 + self.encoder_x_2_ffn[4](x_10))  # (B, S, 512): feature `x@11`
-        # attention `encoder[6].self`: scaled multiplicative score, global alignment, 8 heads
-        encoder6_self_k = self.encoder_self_proj[5](x_11)  # (B, S, 512)
-        encoder6_self_v = self.encoder_self_proj2[5](x_11)  # (B, S, 512)
-        encoder6_self_q = self.encoder_self_proj3[5](x_11)  # (B, S, 512)
-        encoder6_self_keep = None if src_mask is None else src_mask.reshape(-1, encoder6_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        encoder6_self_c, encoder6_self_a, encoder6_self_ex = self.encoder_self[5](encoder6_self_q, encoder6_self_k, encoder6_self_v, encoder6_self_keep)
-        encoder6_self = encoder6_self_c.view(B, encoder6_self_c.shape[-2], -1)  # (B, S, 512)
-        if return_attention:
-            attn['encoder[6].self'] = encoder6_self_a.view(B, *encoder6_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        x_12 = self.encoder_x_1_norm[5](x_11 + encoder6_self)  # (B, S, 512): feature `x@12`
-        x_13 = self.encoder_x_2_norm[5](x_12 + self.encoder_x_2_ffn[5](x_12))  # (B, S, 512): feature `x@13`
-        # attention `decoder[1].self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-        decoder1_self_k = self.decoder_self_proj[0](y)  # (B, T, 512)
-        decoder1_self_v = self.decoder_self_proj2[0](y)  # (B, T, 512)
-        decoder1_self_q = self.decoder_self_proj3[0](y)  # (B, T, 512)
-        decoder1_self_keep = None if tgt_mask is None else tgt_mask.reshape(-1, decoder1_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder1_self_c, decoder1_self_a, decoder1_self_ex = self.decoder_self[0](decoder1_self_q, decoder1_self_k, decoder1_self_v, decoder1_self_keep)
-        decoder1_self = decoder1_self_c.view(B, decoder1_self_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[1].self'] = decoder1_self_a.view(B, *decoder1_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_2 = self.decoder_y_1_norm[0](y + decoder1_self)  # (B, T, 512): feature `y@2`
-        # attention `decoder[1].cross`: scaled multiplicative score, global alignment, 8 heads
-        decoder1_cross_k = self.decoder_cross_proj[0](x_13)  # (B, S, 512)
-        decoder1_cross_v = self.decoder_cross_proj2[0](x_13)  # (B, S, 512)
-        decoder1_cross_q = self.decoder_cross_proj3[0](y_2)  # (B, T, 512)
-        decoder1_cross_keep = None if src_mask is None else src_mask.reshape(-1, decoder1_cross_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder1_cross_c, decoder1_cross_a, decoder1_cross_ex = self.decoder_cross[0](decoder1_cross_q, decoder1_cross_k, decoder1_cross_v, decoder1_cross_keep)
-        decoder1_cross = decoder1_cross_c.view(B, decoder1_cross_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[1].cross'] = decoder1_cross_a.view(B, *decoder1_cross_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_3 = self.decoder_y_2_norm[0](y_2 + decoder1_cross)  # (B, T, 512): feature `y@3`
-        y_4 = self.decoder_y_3_norm[0](y_3 + self.decoder_y_3_ffn[0](y_3))  # (B, T, 512): feature `y@4`
-        # attention `decoder[2].self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-        decoder2_self_k = self.decoder_self_proj[1](y_4)  # (B, T, 512)
-        decoder2_self_v = self.decoder_self_proj2[1](y_4)  # (B, T, 512)
-        decoder2_self_q = self.decoder_self_proj3[1](y_4)  # (B, T, 512)
-        decoder2_self_keep = None if tgt_mask is None else tgt_mask.reshape(-1, decoder2_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder2_self_c, decoder2_self_a, decoder2_self_ex = self.decoder_self[1](decoder2_self_q, decoder2_self_k, decoder2_self_v, decoder2_self_keep)
-        decoder2_self = decoder2_self_c.view(B, decoder2_self_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[2].self'] = decoder2_self_a.view(B, *decoder2_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_5 = self.decoder_y_1_norm[1](y_4 + decoder2_self)  # (B, T, 512): feature `y@5`
-        # attention `decoder[2].cross`: scaled multiplicative score, global alignment, 8 heads
-        decoder2_cross_k = self.decoder_cross_proj[1](x_13)  # (B, S, 512)
-        decoder2_cross_v = self.decoder_cross_proj2[1](x_13)  # (B, S, 512)
-        decoder2_cross_q = self.decoder_cross_proj3[1](y_5)  # (B, T, 512)
-        decoder2_cross_keep = None if src_mask is None else src_mask.reshape(-1, decoder2_cross_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder2_cross_c, decoder2_cross_a, decoder2_cross_ex = self.decoder_cross[1](decoder2_cross_q, decoder2_cross_k, decoder2_cross_v, decoder2_cross_keep)
-        decoder2_cross = decoder2_cross_c.view(B, decoder2_cross_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[2].cross'] = decoder2_cross_a.view(B, *decoder2_cross_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_6 = self.decoder_y_2_norm[1](y_5 + decoder2_cross)  # (B, T, 512): feature `y@6`
-        y_7 = self.decoder_y_3_norm[1](y_6 + self.decoder_y_3_ffn[1](y_6))  # (B, T, 512): feature `y@7`
-        # attention `decoder[3].self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-        decoder3_self_k = self.decoder_self_proj[2](y_7)  # (B, T, 512)
-        decoder3_self_v = self.decoder_self_proj2[2](y_7)  # (B, T, 512)
-        decoder3_self_q = self.decoder_self_proj3[2](y_7)  # (B, T, 512)
-        decoder3_self_keep = None if tgt_mask is None else tgt_mask.reshape(-1, decoder3_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder3_self_c, decoder3_self_a, decoder3_self_ex = self.decoder_self[2](decoder3_self_q, decoder3_self_k, decoder3_self_v, decoder3_self_keep)
-        decoder3_self = decoder3_self_c.view(B, decoder3_self_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[3].self'] = decoder3_self_a.view(B, *decoder3_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_8 = self.decoder_y_1_norm[2](y_7 + decoder3_self)  # (B, T, 512): feature `y@8`
-        # attention `decoder[3].cross`: scaled multiplicative score, global alignment, 8 heads
-        decoder3_cross_k = self.decoder_cross_proj[2](x_13)  # (B, S, 512)
-        decoder3_cross_v = self.decoder_cross_proj2[2](x_13)  # (B, S, 512)
-        decoder3_cross_q = self.decoder_cross_proj3[2](y_8)  # (B, T, 512)
-        decoder3_cross_keep = None if src_mask is None else src_mask.reshape(-1, decoder3_cross_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder3_cross_c, decoder3_cross_a, decoder3_cross_ex = self.decoder_cross[2](decoder3_cross_q, decoder3_cross_k, decoder3_cross_v, decoder3_cross_keep)
-        decoder3_cross = decoder3_cross_c.view(B, decoder3_cross_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[3].cross'] = decoder3_cross_a.view(B, *decoder3_cross_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_9 = self.decoder_y_2_norm[2](y_8 + decoder3_cross)  # (B, T, 512): feature `y@9`
-        y_10 = self.decoder_y_3_norm[2](y_9 + self.decoder_y_3_ffn[2](y_9))  # (B, T, 512): feature `y@10`
-        # attention `decoder[4].self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-        decoder4_self_k = self.decoder_self_proj[3](y_10)  # (B, T, 512)
-        decoder4_self_v = self.decoder_self_proj2[3](y_10)  # (B, T, 512)
-        decoder4_self_q = self.decoder_self_proj3[3](y_10)  # (B, T, 512)
-        decoder4_self_keep = None if tgt_mask is None else tgt_mask.reshape(-1, decoder4_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder4_self_c, decoder4_self_a, decoder4_self_ex = self.decoder_self[3](decoder4_self_q, decoder4_self_k, decoder4_self_v, decoder4_self_keep)
-        decoder4_self = decoder4_self_c.view(B, decoder4_self_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[4].self'] = decoder4_self_a.view(B, *decoder4_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_11 = self.decoder_y_1_norm[3](y_10 + decoder4_self)  # (B, T, 512): feature `y@11`
-        # attention `decoder[4].cross`: scaled multiplicative score, global alignment, 8 heads
-        decoder4_cross_k = self.decoder_cross_proj[3](x_13)  # (B, S, 512)
-        decoder4_cross_v = self.decoder_cross_proj2[3](x_13)  # (B, S, 512)
-        decoder4_cross_q = self.decoder_cross_proj3[3](y_11)  # (B, T, 512)
-        decoder4_cross_keep = None if src_mask is None else src_mask.reshape(-1, decoder4_cross_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder4_cross_c, decoder4_cross_a, decoder4_cross_ex = self.decoder_cross[3](decoder4_cross_q, decoder4_cross_k, decoder4_cross_v, decoder4_cross_keep)
-        decoder4_cross = decoder4_cross_c.view(B, decoder4_cross_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[4].cross'] = decoder4_cross_a.view(B, *decoder4_cross_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_12 = self.decoder_y_2_norm[3](y_11 + decoder4_cross)  # (B, T, 512): feature `y@12`
-        y_13 = self.decoder_y_3_norm[3](y_12 + self.decoder_y_3_ffn[3](y_12))  # (B, T, 512): feature `y@13`
-        # attention `decoder[5].self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-        decoder5_self_k = self.decoder_self_proj[4](y_13)  # (B, T, 512)
-        decoder5_self_v = self.decoder_self_proj2[4](y_13)  # (B, T, 512)
-        decoder5_self_q = self.decoder_self_proj3[4](y_13)  # (B, T, 512)
-        decoder5_self_keep = None if tgt_mask is None else tgt_mask.reshape(-1, decoder5_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder5_self_c, decoder5_self_a, decoder5_self_ex = self.decoder_self[4](decoder5_self_q, decoder5_self_k, decoder5_self_v, decoder5_self_keep)
-        decoder5_self = decoder5_self_c.view(B, decoder5_self_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[5].self'] = decoder5_self_a.view(B, *decoder5_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_14 = self.decoder_y_1_norm[4](y_13 + decoder5_self)  # (B, T, 512): feature `y@14`
-        # attention `decoder[5].cross`: scaled multiplicative score, global alignment, 8 heads
-        decoder5_cross_k = self.decoder_cross_proj[4](x_13)  # (B, S, 512)
-        decoder5_cross_v = self.decoder_cross_proj2[4](x_13)  # (B, S, 512)
-        decoder5_cross_q = self.decoder_cross_proj3[4](y_14)  # (B, T, 512)
-        decoder5_cross_keep = None if src_mask is None else src_mask.reshape(-1, decoder5_cross_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder5_cross_c, decoder5_cross_a, decoder5_cross_ex = self.decoder_cross[4](decoder5_cross_q, decoder5_cross_k, decoder5_cross_v, decoder5_cross_keep)
-        decoder5_cross = decoder5_cross_c.view(B, decoder5_cross_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[5].cross'] = decoder5_cross_a.view(B, *decoder5_cross_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_15 = self.decoder_y_2_norm[4](y_14 + decoder5_cross)  # (B, T, 512): feature `y@15`
-        y_16 = self.decoder_y_3_norm[4](y_15 + self.decoder_y_3_ffn[4](y_15))  # (B, T, 512): feature `y@16`
-        # attention `decoder[6].self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-        decoder6_self_k = self.decoder_self_proj[5](y_16)  # (B, T, 512)
-        decoder6_self_v = self.decoder_self_proj2[5](y_16)  # (B, T, 512)
-        decoder6_self_q = self.decoder_self_proj3[5](y_16)  # (B, T, 512)
-        decoder6_self_keep = None if tgt_mask is None else tgt_mask.reshape(-1, decoder6_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder6_self_c, decoder6_self_a, decoder6_self_ex = self.decoder_self[5](decoder6_self_q, decoder6_self_k, decoder6_self_v, decoder6_self_keep)
-        decoder6_self = decoder6_self_c.view(B, decoder6_self_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[6].self'] = decoder6_self_a.view(B, *decoder6_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_17 = self.decoder_y_1_norm[5](y_16 + decoder6_self)  # (B, T, 512): feature `y@17`
-        # attention `decoder[6].cross`: scaled multiplicative score, global alignment, 8 heads
-        decoder6_cross_k = self.decoder_cross_proj[5](x_13)  # (B, S, 512)
-        decoder6_cross_v = self.decoder_cross_proj2[5](x_13)  # (B, S, 512)
-        decoder6_cross_q = self.decoder_cross_proj3[5](y_17)  # (B, T, 512)
-        decoder6_cross_keep = None if src_mask is None else src_mask.reshape(-1, decoder6_cross_k.shape[-2])  # (N, Lk): padding mask of the keys
-        decoder6_cross_c, decoder6_cross_a, decoder6_cross_ex = self.decoder_cross[5](decoder6_cross_q, decoder6_cross_k, decoder6_cross_v, decoder6_cross_keep)
-        decoder6_cross = decoder6_cross_c.view(B, decoder6_cross_c.shape[-2], -1)  # (B, T, 512)
-        if return_attention:
-            attn['decoder[6].cross'] = decoder6_cross_a.view(B, *decoder6_cross_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        y_18 = self.decoder_y_2_norm[5](y_17 + decoder6_cross)  # (B, T, 512): feature `y@18`
-        y_19 = self.decoder_y_3_norm[5](y_18 + self.decoder_y_3_ffn[5](y_18))  # (B, T, 512): feature `y@19`
-        logits = self.logits_head(y_19)  # (B, T, 37000): output `logits`
+        for i in range(6):  # `encoder`: 6 hops (eq. 41-42)
+            # attention `encoder.self`: scaled multiplicative score, global alignment, 8 heads
+            encoder_self_k = self.encoder_self_proj[i](x)  # (B, S, 512)
+            encoder_self_v = self.encoder_self_proj2[i](x)  # (B, S, 512)
+            encoder_self_q = self.encoder_self_proj3[i](x)  # (B, S, 512)
+            encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, src_mask)  # (B, S, 512)
+            if return_attention:
+                attn[f"encoder[{i + 1}].self"] = encoder_self_a  # (B, H, S, S)
+            x = self.encoder_x_1_norm[i](x + encoder_self)  # (B, S, 512): feature `x`, updated (eq. 37)
+            x = self.encoder_x_2_norm[i](x + self.encoder_x_2_ffn[i](x))  # (B, S, 512): feature `x`, updated (eq. 37)
+        for i in range(6):  # `decoder`: 6 hops (eq. 41-42)
+            # attention `decoder.self`: scaled multiplicative score, global alignment, 8 heads, causal mask
+            decoder_self_k = self.decoder_self_proj[i](y)  # (B, T, 512)
+            decoder_self_v = self.decoder_self_proj2[i](y)  # (B, T, 512)
+            decoder_self_q = self.decoder_self_proj3[i](y)  # (B, T, 512)
+            decoder_self, decoder_self_a, _ = self.decoder_self[i](decoder_self_q, decoder_self_k, decoder_self_v, tgt_mask)  # (B, T, 512)
+            if return_attention:
+                attn[f"decoder[{i + 1}].self"] = decoder_self_a  # (B, H, T, T)
+            y = self.decoder_y_1_norm[i](y + decoder_self)  # (B, T, 512): feature `y`, updated (eq. 37)
+            # attention `decoder.cross`: scaled multiplicative score, global alignment, 8 heads
+            decoder_cross_k = self.decoder_cross_proj[i](x)  # (B, S, 512)
+            decoder_cross_v = self.decoder_cross_proj2[i](x)  # (B, S, 512)
+            decoder_cross_q = self.decoder_cross_proj3[i](y)  # (B, T, 512)
+            decoder_cross, decoder_cross_a, _ = self.decoder_cross[i](decoder_cross_q, decoder_cross_k, decoder_cross_v, src_mask)  # (B, T, 512)
+            if return_attention:
+                attn[f"decoder[{i + 1}].cross"] = decoder_cross_a  # (B, H, T, S)
+            y = self.decoder_y_2_norm[i](y + decoder_cross)  # (B, T, 512): feature `y`, updated (eq. 37)
+            y = self.decoder_y_3_norm[i](y + self.decoder_y_3_ffn[i](y))  # (B, T, 512): feature `y`, updated (eq. 37)
+        logits = self.logits_head(y)  # (B, T, 37000): output `logits`
         return Output(logits, attn, log_probs, penalty, capsules, features)
 
 

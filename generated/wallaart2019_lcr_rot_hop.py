@@ -177,95 +177,34 @@ class Model(nn.Module):
         fr = rnn(self.fr_bilstm, self.fr_embed(right), right_mask)  # (B, R, 600): feature `fr`
         q_l = pool(ft, target_mask, "mean")  # (B, 600): query `q_l`
         q_r = pool(ft, target_mask, "mean")  # (B, 600): query `q_r`
-        # attention `hop[1].ctx_l`: activated general score, global alignment
-        hop1_ctx_l_q1 = q_l.reshape(-1, 1, q_l.shape[-1])  # (N, 1, d_q): one query per group
-        hop1_ctx_l_keep = None if left_mask is None else left_mask.reshape(-1, fl.shape[-2])  # (N, Lk): padding mask of the keys
-        hop1_ctx_l_c, hop1_ctx_l_a, hop1_ctx_l_ex = self.hop_ctx_l[0](hop1_ctx_l_q1, fl, fl, hop1_ctx_l_keep)
-        hop1_ctx_l = hop1_ctx_l_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[1].ctx_l'] = hop1_ctx_l_a.view(B, *hop1_ctx_l_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        # attention `hop[1].ctx_r`: activated general score, global alignment
-        hop1_ctx_r_q1 = q_r.reshape(-1, 1, q_r.shape[-1])  # (N, 1, d_q): one query per group
-        hop1_ctx_r_keep = None if right_mask is None else right_mask.reshape(-1, fr.shape[-2])  # (N, Lk): padding mask of the keys
-        hop1_ctx_r_c, hop1_ctx_r_a, hop1_ctx_r_ex = self.hop_ctx_r[0](hop1_ctx_r_q1, fr, fr, hop1_ctx_r_keep)
-        hop1_ctx_r = hop1_ctx_r_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[1].ctx_r'] = hop1_ctx_r_a.view(B, *hop1_ctx_r_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        # attention `hop[1].tgt_l`: activated general score, global alignment
-        hop1_tgt_l_q1 = hop1_ctx_l.reshape(-1, 1, hop1_ctx_l.shape[-1])  # (N, 1, d_q): one query per group
-        hop1_tgt_l_keep = None if target_mask is None else target_mask.reshape(-1, ft.shape[-2])  # (N, Lk): padding mask of the keys
-        hop1_tgt_l_c, hop1_tgt_l_a, hop1_tgt_l_ex = self.hop_tgt_l[0](hop1_tgt_l_q1, ft, ft, hop1_tgt_l_keep)
-        hop1_tgt_l = hop1_tgt_l_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[1].tgt_l'] = hop1_tgt_l_a.view(B, *hop1_tgt_l_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        # attention `hop[1].tgt_r`: activated general score, global alignment
-        hop1_tgt_r_q1 = hop1_ctx_r.reshape(-1, 1, hop1_ctx_r.shape[-1])  # (N, 1, d_q): one query per group
-        hop1_tgt_r_keep = None if target_mask is None else target_mask.reshape(-1, ft.shape[-2])  # (N, Lk): padding mask of the keys
-        hop1_tgt_r_c, hop1_tgt_r_a, hop1_tgt_r_ex = self.hop_tgt_r[0](hop1_tgt_r_q1, ft, ft, hop1_tgt_r_keep)
-        hop1_tgt_r = hop1_tgt_r_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[1].tgt_r'] = hop1_tgt_r_a.view(B, *hop1_tgt_r_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        q_l_2 = hop1_tgt_l  # (B, 600): query `q_l@2`
-        q_r_2 = hop1_tgt_r  # (B, 600): query `q_r@2`
-        # attention `hop[2].ctx_l`: activated general score, global alignment
-        hop2_ctx_l_q1 = q_l_2.reshape(-1, 1, q_l_2.shape[-1])  # (N, 1, d_q): one query per group
-        hop2_ctx_l_keep = None if left_mask is None else left_mask.reshape(-1, fl.shape[-2])  # (N, Lk): padding mask of the keys
-        hop2_ctx_l_c, hop2_ctx_l_a, hop2_ctx_l_ex = self.hop_ctx_l[1](hop2_ctx_l_q1, fl, fl, hop2_ctx_l_keep)
-        hop2_ctx_l = hop2_ctx_l_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[2].ctx_l'] = hop2_ctx_l_a.view(B, *hop2_ctx_l_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        # attention `hop[2].ctx_r`: activated general score, global alignment
-        hop2_ctx_r_q1 = q_r_2.reshape(-1, 1, q_r_2.shape[-1])  # (N, 1, d_q): one query per group
-        hop2_ctx_r_keep = None if right_mask is None else right_mask.reshape(-1, fr.shape[-2])  # (N, Lk): padding mask of the keys
-        hop2_ctx_r_c, hop2_ctx_r_a, hop2_ctx_r_ex = self.hop_ctx_r[1](hop2_ctx_r_q1, fr, fr, hop2_ctx_r_keep)
-        hop2_ctx_r = hop2_ctx_r_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[2].ctx_r'] = hop2_ctx_r_a.view(B, *hop2_ctx_r_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        # attention `hop[2].tgt_l`: activated general score, global alignment
-        hop2_tgt_l_q1 = hop2_ctx_l.reshape(-1, 1, hop2_ctx_l.shape[-1])  # (N, 1, d_q): one query per group
-        hop2_tgt_l_keep = None if target_mask is None else target_mask.reshape(-1, ft.shape[-2])  # (N, Lk): padding mask of the keys
-        hop2_tgt_l_c, hop2_tgt_l_a, hop2_tgt_l_ex = self.hop_tgt_l[1](hop2_tgt_l_q1, ft, ft, hop2_tgt_l_keep)
-        hop2_tgt_l = hop2_tgt_l_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[2].tgt_l'] = hop2_tgt_l_a.view(B, *hop2_tgt_l_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        # attention `hop[2].tgt_r`: activated general score, global alignment
-        hop2_tgt_r_q1 = hop2_ctx_r.reshape(-1, 1, hop2_ctx_r.shape[-1])  # (N, 1, d_q): one query per group
-        hop2_tgt_r_keep = None if target_mask is None else target_mask.reshape(-1, ft.shape[-2])  # (N, Lk): padding mask of the keys
-        hop2_tgt_r_c, hop2_tgt_r_a, hop2_tgt_r_ex = self.hop_tgt_r[1](hop2_tgt_r_q1, ft, ft, hop2_tgt_r_keep)
-        hop2_tgt_r = hop2_tgt_r_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[2].tgt_r'] = hop2_tgt_r_a.view(B, *hop2_tgt_r_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        q_l_3 = hop2_tgt_l  # (B, 600): query `q_l@3`
-        q_r_3 = hop2_tgt_r  # (B, 600): query `q_r@3`
-        # attention `hop[3].ctx_l`: activated general score, global alignment
-        hop3_ctx_l_q1 = q_l_3.reshape(-1, 1, q_l_3.shape[-1])  # (N, 1, d_q): one query per group
-        hop3_ctx_l_keep = None if left_mask is None else left_mask.reshape(-1, fl.shape[-2])  # (N, Lk): padding mask of the keys
-        hop3_ctx_l_c, hop3_ctx_l_a, hop3_ctx_l_ex = self.hop_ctx_l[2](hop3_ctx_l_q1, fl, fl, hop3_ctx_l_keep)
-        hop3_ctx_l = hop3_ctx_l_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[3].ctx_l'] = hop3_ctx_l_a.view(B, *hop3_ctx_l_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        # attention `hop[3].ctx_r`: activated general score, global alignment
-        hop3_ctx_r_q1 = q_r_3.reshape(-1, 1, q_r_3.shape[-1])  # (N, 1, d_q): one query per group
-        hop3_ctx_r_keep = None if right_mask is None else right_mask.reshape(-1, fr.shape[-2])  # (N, Lk): padding mask of the keys
-        hop3_ctx_r_c, hop3_ctx_r_a, hop3_ctx_r_ex = self.hop_ctx_r[2](hop3_ctx_r_q1, fr, fr, hop3_ctx_r_keep)
-        hop3_ctx_r = hop3_ctx_r_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[3].ctx_r'] = hop3_ctx_r_a.view(B, *hop3_ctx_r_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        # attention `hop[3].tgt_l`: activated general score, global alignment
-        hop3_tgt_l_q1 = hop3_ctx_l.reshape(-1, 1, hop3_ctx_l.shape[-1])  # (N, 1, d_q): one query per group
-        hop3_tgt_l_keep = None if target_mask is None else target_mask.reshape(-1, ft.shape[-2])  # (N, Lk): padding mask of the keys
-        hop3_tgt_l_c, hop3_tgt_l_a, hop3_tgt_l_ex = self.hop_tgt_l[2](hop3_tgt_l_q1, ft, ft, hop3_tgt_l_keep)
-        hop3_tgt_l = hop3_tgt_l_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[3].tgt_l'] = hop3_tgt_l_a.view(B, *hop3_tgt_l_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        # attention `hop[3].tgt_r`: activated general score, global alignment
-        hop3_tgt_r_q1 = hop3_ctx_r.reshape(-1, 1, hop3_ctx_r.shape[-1])  # (N, 1, d_q): one query per group
-        hop3_tgt_r_keep = None if target_mask is None else target_mask.reshape(-1, ft.shape[-2])  # (N, Lk): padding mask of the keys
-        hop3_tgt_r_c, hop3_tgt_r_a, hop3_tgt_r_ex = self.hop_tgt_r[2](hop3_tgt_r_q1, ft, ft, hop3_tgt_r_keep)
-        hop3_tgt_r = hop3_tgt_r_c.view(B, -1)  # (B, 600)
-        if return_attention:
-            attn['hop[3].tgt_r'] = hop3_tgt_r_a.view(B, *hop3_tgt_r_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        polarity = self.polarity_head(torch.cat([hop3_ctx_l, hop3_ctx_r, hop3_tgt_l, hop3_tgt_r], -1))  # (B, 3): output `polarity`
+        for i in range(3):  # `hop`: 3 hops (eq. 41-42)
+            # attention `hop.ctx_l`: activated general score, global alignment
+            hop_ctx_l_q1 = q_l.reshape(-1, 1, q_l.shape[-1])  # (N, 1, d_q): one query per group
+            hop_ctx_l_c, hop_ctx_l_a, _ = self.hop_ctx_l[i](hop_ctx_l_q1, fl, fl, left_mask)
+            hop_ctx_l = hop_ctx_l_c.view(B, -1)  # (B, 600)
+            if return_attention:
+                attn[f"hop[{i + 1}].ctx_l"] = hop_ctx_l_a  # (B, H, 1, L)
+            # attention `hop.ctx_r`: activated general score, global alignment
+            hop_ctx_r_q1 = q_r.reshape(-1, 1, q_r.shape[-1])  # (N, 1, d_q): one query per group
+            hop_ctx_r_c, hop_ctx_r_a, _ = self.hop_ctx_r[i](hop_ctx_r_q1, fr, fr, right_mask)
+            hop_ctx_r = hop_ctx_r_c.view(B, -1)  # (B, 600)
+            if return_attention:
+                attn[f"hop[{i + 1}].ctx_r"] = hop_ctx_r_a  # (B, H, 1, R)
+            # attention `hop.tgt_l`: activated general score, global alignment
+            hop_tgt_l_q1 = hop_ctx_l.reshape(-1, 1, hop_ctx_l.shape[-1])  # (N, 1, d_q): one query per group
+            hop_tgt_l_c, hop_tgt_l_a, _ = self.hop_tgt_l[i](hop_tgt_l_q1, ft, ft, target_mask)
+            hop_tgt_l = hop_tgt_l_c.view(B, -1)  # (B, 600)
+            if return_attention:
+                attn[f"hop[{i + 1}].tgt_l"] = hop_tgt_l_a  # (B, H, 1, T)
+            # attention `hop.tgt_r`: activated general score, global alignment
+            hop_tgt_r_q1 = hop_ctx_r.reshape(-1, 1, hop_ctx_r.shape[-1])  # (N, 1, d_q): one query per group
+            hop_tgt_r_c, hop_tgt_r_a, _ = self.hop_tgt_r[i](hop_tgt_r_q1, ft, ft, target_mask)
+            hop_tgt_r = hop_tgt_r_c.view(B, -1)  # (B, 600)
+            if return_attention:
+                attn[f"hop[{i + 1}].tgt_r"] = hop_tgt_r_a  # (B, H, 1, T)
+            q_l = hop_tgt_l  # (B, 600): query `q_l`, updated (eq. 37)
+            q_r = hop_tgt_r  # (B, 600): query `q_r`, updated (eq. 37)
+        polarity = self.polarity_head(torch.cat([hop_ctx_l, hop_ctx_r, hop_tgt_l, hop_tgt_r], -1))  # (B, 3): output `polarity`
         return Output(polarity, attn, log_probs, penalty, capsules, features)
 
 

@@ -164,11 +164,10 @@ class Model(nn.Module):
         penalty = 0.0
         h = rnn(self.h_lstm, self.h_embed(sent), sent_mask)  # (B, N, 256): feature `h`
         # attention `capsule`: multiplicative score, global alignment, 3 capsules
-        capsule_keep = None if sent_mask is None else sent_mask.reshape(-1, h.shape[-2])  # (N, Lk): padding mask of the keys
-        capsule_c, capsule_a, capsule_ex = self.capsule(None, h, h, capsule_keep)
+        capsule_c, capsule_a, capsule_ex = self.capsule(None, h, h, sent_mask)
         capsule = capsule_c.view(B, capsule_c.shape[-2], -1)  # (B, capsule.capsules, 256)
         if return_attention:
-            attn['capsule'] = capsule_a.view(B, *capsule_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['capsule'] = capsule_a  # (B, H, C, N)
         capsules['capsule'] = tuple(x.view(B, *x.shape[1:]) for x in capsule_ex["capsule"])
         features['capsule'] = pool(h, sent_mask, "mean")  # f: the mean feature vector
         p = torch.sigmoid(self.p_linear(capsule))  # (B, capsule.capsules, 1): output `p`

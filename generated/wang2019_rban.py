@@ -180,24 +180,19 @@ class Model(nn.Module):
         check_mask('question', question_mask, question.shape[:2])
         check_input('answer', answer, (None,), True, '(B, A)')
         check_mask('answer', answer_mask, answer.shape[:2])
-        B = question.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         fq = rnn(self.fq_bilstm, self.fq_embed(question), question_mask)  # (B, Q, 300): feature `fq`
         fa = rnn(self.fa_bilstm, self.fa_embed(answer), answer_mask)  # (B, A, 300): feature `fa`
         # attention `a2q`: additive score, reinforced alignment
-        a2q_keep = None if question_mask is None else question_mask.reshape(-1, fq.shape[-2])  # (N, Lk): padding mask of the keys
-        a2q_c, a2q_a, a2q_ex = self.a2q(fa, fq, fq, a2q_keep)
-        a2q = a2q_c.view(B, a2q_c.shape[-2], -1)  # (B, A, 300)
+        a2q, a2q_a, a2q_ex = self.a2q(fa, fq, fq, question_mask)  # (B, A, 300)
         if return_attention:
-            attn['a2q'] = a2q_a.view(B, *a2q_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['a2q'] = a2q_a  # (B, H, A, Q)
         log_probs['a2q'] = a2q_ex["log_prob"]
         # attention `q2a`: additive score, reinforced alignment
-        q2a_keep = None if answer_mask is None else answer_mask.reshape(-1, fa.shape[-2])  # (N, Lk): padding mask of the keys
-        q2a_c, q2a_a, q2a_ex = self.q2a(fq, fa, fa, q2a_keep)
-        q2a = q2a_c.view(B, q2a_c.shape[-2], -1)  # (B, Q, 300)
+        q2a, q2a_a, q2a_ex = self.q2a(fq, fa, fa, answer_mask)  # (B, Q, 300)
         if return_attention:
-            attn['q2a'] = q2a_a.view(B, *q2a_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['q2a'] = q2a_a  # (B, H, Q, A)
         log_probs['q2a'] = q2a_ex["log_prob"]
         pooled = torch.cat([pool(a2q, answer_mask, "mean"), pool(q2a, question_mask, "mean")], -1)  # (B, 600): feature `pooled`
         polarity = self.polarity_head(pooled)  # (B, 3): output `polarity`

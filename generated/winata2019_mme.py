@@ -211,32 +211,22 @@ class Model(nn.Module):
         # one attention per group: N = B x L
         meta_q = self.meta_q.expand(B, -1)  # (B, 200)
         meta_q1 = meta_q.view(B, *reps.shape[1:1], 1, -1).expand(*reps.shape[:2], -1).reshape(-1, 1, meta_q.shape[-1])  # (N, 1, d_q): one query per group
-        meta_c, meta_a, meta_ex = self.meta(meta_q1, reps.flatten(0, 1), reps.flatten(0, 1), None)
+        meta_c, meta_a, _ = self.meta(meta_q1, reps.flatten(0, 1), reps.flatten(0, 1), None)
         meta = meta_c.view(*reps.shape[:2], -1)  # (B, L, 200)
         if return_attention:
-            attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])  # (B, L, H, 1, reps.reps)
         x = sinusoid(meta)  # (B, L, 200): feature `x`
-        # attention `encoder[1].self`: additive score, global alignment, 4 heads
-        encoder1_self_k = self.encoder_self_proj[0](x)  # (B, L, 200)
-        encoder1_self_v = self.encoder_self_proj2[0](x)  # (B, L, 200)
-        encoder1_self_q = self.encoder_self_proj3[0](x)  # (B, L, 200)
-        encoder1_self_c, encoder1_self_a, encoder1_self_ex = self.encoder_self[0](encoder1_self_q, encoder1_self_k, encoder1_self_v, None)
-        encoder1_self = encoder1_self_c.view(B, encoder1_self_c.shape[-2], -1)  # (B, L, 200)
-        if return_attention:
-            attn['encoder[1].self'] = encoder1_self_a.view(B, *encoder1_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        x_2 = self.encoder_x_1_norm[0](x + encoder1_self)  # (B, L, 200): feature `x@2`
-        x_3 = self.encoder_x_2_norm[0](x_2 + self.encoder_x_2_ffn[0](x_2))  # (B, L, 200): feature `x@3`
-        # attention `encoder[2].self`: additive score, global alignment, 4 heads
-        encoder2_self_k = self.encoder_self_proj[1](x_3)  # (B, L, 200)
-        encoder2_self_v = self.encoder_self_proj2[1](x_3)  # (B, L, 200)
-        encoder2_self_q = self.encoder_self_proj3[1](x_3)  # (B, L, 200)
-        encoder2_self_c, encoder2_self_a, encoder2_self_ex = self.encoder_self[1](encoder2_self_q, encoder2_self_k, encoder2_self_v, None)
-        encoder2_self = encoder2_self_c.view(B, encoder2_self_c.shape[-2], -1)  # (B, L, 200)
-        if return_attention:
-            attn['encoder[2].self'] = encoder2_self_a.view(B, *encoder2_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        x_4 = self.encoder_x_1_norm[1](x_3 + encoder2_self)  # (B, L, 200): feature `x@4`
-        x_5 = self.encoder_x_2_norm[1](x_4 + self.encoder_x_2_ffn[1](x_4))  # (B, L, 200): feature `x@5`
-        labels = self.labels_head(x_5)  # (B, L, 19): output `labels`
+        for i in range(2):  # `encoder`: 2 hops (eq. 41-42)
+            # attention `encoder.self`: additive score, global alignment, 4 heads
+            encoder_self_k = self.encoder_self_proj[i](x)  # (B, L, 200)
+            encoder_self_v = self.encoder_self_proj2[i](x)  # (B, L, 200)
+            encoder_self_q = self.encoder_self_proj3[i](x)  # (B, L, 200)
+            encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, None)  # (B, L, 200)
+            if return_attention:
+                attn[f"encoder[{i + 1}].self"] = encoder_self_a  # (B, H, L, L)
+            x = self.encoder_x_1_norm[i](x + encoder_self)  # (B, L, 200): feature `x`, updated (eq. 37)
+            x = self.encoder_x_2_norm[i](x + self.encoder_x_2_ffn[i](x))  # (B, L, 200): feature `x`, updated (eq. 37)
+        labels = self.labels_head(x)  # (B, L, 19): output `labels`
         return Output(labels, attn, log_probs, penalty, capsules, features)
 
 

@@ -159,7 +159,7 @@ class Model(nn.Module):
             h_h, h_state = cell_step(self.h_lstm_cells, torch.cat([h_in.select(1, t), att_prev], -1), h_state)  # (B, hidden)
             h_t = h_h.unsqueeze(1)  # (B, 1, 1000): query `h`, one step
             # attention `att`: additive score, global alignment
-            att_c, att_a, att_ex = self.att(h_t, a, a, None)
+            att_c, att_a, _ = self.att(h_t, a, a, None)
             att_t = att_c.view(B, att_c.shape[-2], -1)  # (B, 1, 512)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('h', []).append(h_t)

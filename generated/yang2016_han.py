@@ -161,19 +161,19 @@ class Model(nn.Module):
         word_q = self.word_q.expand(B, -1)  # (B, 100)
         word_q1 = word_q.view(B, *h.shape[1:1], 1, -1).expand(*h.shape[:2], -1).reshape(-1, 1, word_q.shape[-1])  # (N, 1, d_q): one query per group
         word_keep = None if doc_mask is None else doc_mask.reshape(-1, h.shape[-2])  # (N, Lk): padding mask of the keys
-        word_c, word_a, word_ex = self.word(word_q1, h.flatten(0, 1), h.flatten(0, 1), word_keep)
+        word_c, word_a, _ = self.word(word_q1, h.flatten(0, 1), h.flatten(0, 1), word_keep)
         word = word_c.view(*h.shape[:2], -1)  # (B, S, 100)
         if return_attention:
-            attn['word'] = word_a.view(*h.shape[:2], *word_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['word'] = word_a.view(*h.shape[:2], *word_a.shape[1:])  # (B, S, H, 1, W)
         hs = rnn(self.hs_bigru, word, (None if doc_mask is None else doc_mask.any(-1)))  # (B, S, 100): feature `hs`
         # attention `sentence`: additive score, global alignment
         sentence_q = self.sentence_q.expand(B, -1)  # (B, 100)
         sentence_q1 = sentence_q.reshape(-1, 1, sentence_q.shape[-1])  # (N, 1, d_q): one query per group
         sentence_keep = None if doc_mask is None else doc_mask.any(-1).reshape(-1, hs.shape[-2])  # (N, Lk): padding mask of the keys
-        sentence_c, sentence_a, sentence_ex = self.sentence(sentence_q1, hs, hs, sentence_keep)
+        sentence_c, sentence_a, _ = self.sentence(sentence_q1, hs, hs, sentence_keep)
         sentence = sentence_c.view(B, -1)  # (B, 100)
         if return_attention:
-            attn['sentence'] = sentence_a.view(B, *sentence_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['sentence'] = sentence_a  # (B, H, 1, S)
         label = self.label_head(sentence)  # (B, 5): output `label`
         return Output(label, attn, log_probs, penalty, capsules, features)
 

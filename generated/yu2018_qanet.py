@@ -216,389 +216,67 @@ class Model(nn.Module):
         check_mask('context', context_mask, context.shape[:2])
         check_input('question', question, (None,), True, '(B, Q)')
         check_mask('question', question_mask, question.shape[:2])
-        B = context.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         c = sinusoid(self.c_linear(self.c_embed(context)))  # (B, C, 128): feature `c`
         q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, Q, 128): feature `q`
-        y = self.conv_c_c_1_conv[0](self.conv_c_c_1_norm[0](c).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        c_2 = c + F.relu(y)  # (B, C, 128): feature `c@2`
-        y_2 = self.conv_c_c_1_conv[1](self.conv_c_c_1_norm[1](c_2).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        c_3 = c_2 + F.relu(y_2)  # (B, C, 128): feature `c@3`
-        y_3 = self.conv_c_c_1_conv[2](self.conv_c_c_1_norm[2](c_3).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        c_4 = c_3 + F.relu(y_3)  # (B, C, 128): feature `c@4`
-        y_4 = self.conv_c_c_1_conv[3](self.conv_c_c_1_norm[3](c_4).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        c_5 = c_4 + F.relu(y_4)  # (B, C, 128): feature `c@5`
+        for i in range(4):  # `conv_c`: 4 hops (eq. 41-42)
+            y = self.conv_c_c_1_conv[i](self.conv_c_c_1_norm[i](c).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
+            c = c + F.relu(y)  # (B, C, 128): feature `c`, updated (eq. 37)
         # attention `c_self`: multiplicative score, global alignment, 8 heads
-        c_self_k = self.c_self_proj(self.c_self_norm(c_5))  # (B, C, 128)
-        c_self_v = self.c_self_proj2(self.c_self_norm2(c_5))  # (B, C, 128)
-        c_self_q = self.c_self_proj3(self.c_self_norm3(c_5))  # (B, C, 128)
-        c_self_keep = None if context_mask is None else context_mask.reshape(-1, c_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        c_self_c, c_self_a, c_self_ex = self.c_self(c_self_q, c_self_k, c_self_v, c_self_keep)
-        c_self = c_self_c.view(B, c_self_c.shape[-2], -1)  # (B, C, 128)
+        c_self_k = self.c_self_proj(self.c_self_norm(c))  # (B, C, 128)
+        c_self_v = self.c_self_proj2(self.c_self_norm2(c))  # (B, C, 128)
+        c_self_q = self.c_self_proj3(self.c_self_norm3(c))  # (B, C, 128)
+        c_self, c_self_a, _ = self.c_self(c_self_q, c_self_k, c_self_v, context_mask)  # (B, C, 128)
         if return_attention:
-            attn['c_self'] = c_self_a.view(B, *c_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        c_6 = c_5 + c_self  # (B, C, 128): feature `c@6`
-        c_7 = c_6 + self.c_7_ffn(self.c_7_norm(c_6))  # (B, C, 128): feature `c@7`
-        y_5 = self.conv_q_q_1_conv[0](self.conv_q_q_1_norm[0](q).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
-        q_2 = q + F.relu(y_5)  # (B, Q, 128): feature `q@2`
-        y_6 = self.conv_q_q_1_conv[1](self.conv_q_q_1_norm[1](q_2).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
-        q_3 = q_2 + F.relu(y_6)  # (B, Q, 128): feature `q@3`
-        y_7 = self.conv_q_q_1_conv[2](self.conv_q_q_1_norm[2](q_3).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
-        q_4 = q_3 + F.relu(y_7)  # (B, Q, 128): feature `q@4`
-        y_8 = self.conv_q_q_1_conv[3](self.conv_q_q_1_norm[3](q_4).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
-        q_5 = q_4 + F.relu(y_8)  # (B, Q, 128): feature `q@5`
+            attn['c_self'] = c_self_a  # (B, H, C, C)
+        c = c + c_self  # (B, C, 128): feature `c`, updated (eq. 37)
+        c = c + self.c_7_ffn(self.c_7_norm(c))  # (B, C, 128): feature `c`, updated (eq. 37)
+        for i in range(4):  # `conv_q`: 4 hops (eq. 41-42)
+            y_2 = self.conv_q_q_1_conv[i](self.conv_q_q_1_norm[i](q).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
+            q = q + F.relu(y_2)  # (B, Q, 128): feature `q`, updated (eq. 37)
         # attention `q_self`: multiplicative score, global alignment, 8 heads
-        q_self_k = self.q_self_proj(self.q_self_norm(q_5))  # (B, Q, 128)
-        q_self_v = self.q_self_proj2(self.q_self_norm2(q_5))  # (B, Q, 128)
-        q_self_q = self.q_self_proj3(self.q_self_norm3(q_5))  # (B, Q, 128)
-        q_self_keep = None if question_mask is None else question_mask.reshape(-1, q_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        q_self_c, q_self_a, q_self_ex = self.q_self(q_self_q, q_self_k, q_self_v, q_self_keep)
-        q_self = q_self_c.view(B, q_self_c.shape[-2], -1)  # (B, Q, 128)
+        q_self_k = self.q_self_proj(self.q_self_norm(q))  # (B, Q, 128)
+        q_self_v = self.q_self_proj2(self.q_self_norm2(q))  # (B, Q, 128)
+        q_self_q = self.q_self_proj3(self.q_self_norm3(q))  # (B, Q, 128)
+        q_self, q_self_a, _ = self.q_self(q_self_q, q_self_k, q_self_v, question_mask)  # (B, Q, 128)
         if return_attention:
-            attn['q_self'] = q_self_a.view(B, *q_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        q_6 = q_5 + q_self  # (B, Q, 128): feature `q@6`
-        q_7 = q_6 + self.q_7_ffn(self.q_7_norm(q_6))  # (B, Q, 128): feature `q@7`
-        S = (c_7 @ self.S_w[0]).unsqueeze(-1) + (q_7 @ self.S_w[1]).unsqueeze(-2) + (c_7 * self.S_w[2]) @ q_7.transpose(-1, -2)  # (B, C, Q): affinity `S`
+            attn['q_self'] = q_self_a  # (B, H, Q, Q)
+        q = q + q_self  # (B, Q, 128): feature `q`, updated (eq. 37)
+        q = q + self.q_7_ffn(self.q_7_norm(q))  # (B, Q, 128): feature `q`, updated (eq. 37)
+        S = (c @ self.S_w[0]).unsqueeze(-1) + (q @ self.S_w[1]).unsqueeze(-2) + (c * self.S_w[2]) @ q.transpose(-1, -2)  # (B, C, Q): affinity `S`
         # attention `c2q`: affinity score, global alignment
-        c2q_keep = None if question_mask is None else question_mask.reshape(-1, q_7.shape[-2])  # (N, Lk): padding mask of the keys
-        c2q_c, c2q_a, c2q_ex = self.c2q(c_7, q_7, q_7, c2q_keep, affinity=S)
-        c2q = c2q_c.view(B, c2q_c.shape[-2], -1)  # (B, C, 128)
+        c2q, c2q_a, _ = self.c2q(c, q, q, question_mask, affinity=S)  # (B, C, 128)
         if return_attention:
-            attn['c2q'] = c2q_a.view(B, *c2q_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['c2q'] = c2q_a  # (B, H, C, Q)
         # attention `q2c`: affinity score, global alignment
-        q2c_keep = None if context_mask is None else context_mask.reshape(-1, c_7.shape[-2])  # (N, Lk): padding mask of the keys
-        q2c_c, q2c_a, q2c_ex = self.q2c(q_7, c_7, c_7, q2c_keep, affinity=S.transpose(-1, -2))
-        q2c = q2c_c.view(B, q2c_c.shape[-2], -1)  # (B, Q, 128)
+        q2c, q2c_a, _ = self.q2c(q, c, c, context_mask, affinity=S.transpose(-1, -2))  # (B, Q, 128)
         if return_attention:
-            attn['q2c'] = q2c_a.view(B, *q2c_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['q2c'] = q2c_a  # (B, H, Q, C)
         # attention `c2q2c`: affinity score, global alignment
-        c2q2c_keep = None if question_mask is None else question_mask.reshape(-1, q_7.shape[-2])  # (N, Lk): padding mask of the keys
-        c2q2c_c, c2q2c_a, c2q2c_ex = self.c2q2c(c_7, q_7, q2c, c2q2c_keep, affinity=S)
-        c2q2c = c2q2c_c.view(B, c2q2c_c.shape[-2], -1)  # (B, C, 128)
+        c2q2c, c2q2c_a, _ = self.c2q2c(c, q, q2c, question_mask, affinity=S)  # (B, C, 128)
         if return_attention:
-            attn['c2q2c'] = c2q2c_a.view(B, *c2q2c_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m = self.m_linear(torch.cat([c_7, c2q, c2q2c], -1))  # (B, C, 128): feature `m`
-        y_9 = self.model_enc_block_conv_m_1_conv[0](self.model_enc_block_conv_m_1_norm[0](m).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_2 = m + F.relu(y_9)  # (B, C, 128): feature `m@2`
-        y_10 = self.model_enc_block_conv_m_1_conv[1](self.model_enc_block_conv_m_1_norm[1](m_2).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_3 = m_2 + F.relu(y_10)  # (B, C, 128): feature `m@3`
-        # attention `model_enc[1].block[1].self`: multiplicative score, global alignment, 8 heads
-        model_enc1_block1_self_k = self.model_enc_block_self_proj[0](self.model_enc_block_self_norm[0](m_3))  # (B, C, 128)
-        model_enc1_block1_self_v = self.model_enc_block_self_proj2[0](self.model_enc_block_self_norm2[0](m_3))  # (B, C, 128)
-        model_enc1_block1_self_q = self.model_enc_block_self_proj3[0](self.model_enc_block_self_norm3[0](m_3))  # (B, C, 128)
-        model_enc1_block1_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc1_block1_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc1_block1_self_c, model_enc1_block1_self_a, model_enc1_block1_self_ex = self.model_enc_block_self[0](model_enc1_block1_self_q, model_enc1_block1_self_k, model_enc1_block1_self_v, model_enc1_block1_self_keep)
-        model_enc1_block1_self = model_enc1_block1_self_c.view(B, model_enc1_block1_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[1].block[1].self'] = model_enc1_block1_self_a.view(B, *model_enc1_block1_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_4 = m_3 + model_enc1_block1_self  # (B, C, 128): feature `m@4`
-        m_5 = m_4 + self.model_enc_block_m_2_ffn[0](self.model_enc_block_m_2_norm[0](m_4))  # (B, C, 128): feature `m@5`
-        y_11 = self.model_enc_block_conv_m_1_conv[2](self.model_enc_block_conv_m_1_norm[2](m_5).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_6 = m_5 + F.relu(y_11)  # (B, C, 128): feature `m@6`
-        y_12 = self.model_enc_block_conv_m_1_conv[3](self.model_enc_block_conv_m_1_norm[3](m_6).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_7 = m_6 + F.relu(y_12)  # (B, C, 128): feature `m@7`
-        # attention `model_enc[1].block[2].self`: multiplicative score, global alignment, 8 heads
-        model_enc1_block2_self_k = self.model_enc_block_self_proj[1](self.model_enc_block_self_norm[1](m_7))  # (B, C, 128)
-        model_enc1_block2_self_v = self.model_enc_block_self_proj2[1](self.model_enc_block_self_norm2[1](m_7))  # (B, C, 128)
-        model_enc1_block2_self_q = self.model_enc_block_self_proj3[1](self.model_enc_block_self_norm3[1](m_7))  # (B, C, 128)
-        model_enc1_block2_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc1_block2_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc1_block2_self_c, model_enc1_block2_self_a, model_enc1_block2_self_ex = self.model_enc_block_self[1](model_enc1_block2_self_q, model_enc1_block2_self_k, model_enc1_block2_self_v, model_enc1_block2_self_keep)
-        model_enc1_block2_self = model_enc1_block2_self_c.view(B, model_enc1_block2_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[1].block[2].self'] = model_enc1_block2_self_a.view(B, *model_enc1_block2_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_8 = m_7 + model_enc1_block2_self  # (B, C, 128): feature `m@8`
-        m_9 = m_8 + self.model_enc_block_m_2_ffn[1](self.model_enc_block_m_2_norm[1](m_8))  # (B, C, 128): feature `m@9`
-        y_13 = self.model_enc_block_conv_m_1_conv[4](self.model_enc_block_conv_m_1_norm[4](m_9).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_10 = m_9 + F.relu(y_13)  # (B, C, 128): feature `m@10`
-        y_14 = self.model_enc_block_conv_m_1_conv[5](self.model_enc_block_conv_m_1_norm[5](m_10).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_11 = m_10 + F.relu(y_14)  # (B, C, 128): feature `m@11`
-        # attention `model_enc[1].block[3].self`: multiplicative score, global alignment, 8 heads
-        model_enc1_block3_self_k = self.model_enc_block_self_proj[2](self.model_enc_block_self_norm[2](m_11))  # (B, C, 128)
-        model_enc1_block3_self_v = self.model_enc_block_self_proj2[2](self.model_enc_block_self_norm2[2](m_11))  # (B, C, 128)
-        model_enc1_block3_self_q = self.model_enc_block_self_proj3[2](self.model_enc_block_self_norm3[2](m_11))  # (B, C, 128)
-        model_enc1_block3_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc1_block3_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc1_block3_self_c, model_enc1_block3_self_a, model_enc1_block3_self_ex = self.model_enc_block_self[2](model_enc1_block3_self_q, model_enc1_block3_self_k, model_enc1_block3_self_v, model_enc1_block3_self_keep)
-        model_enc1_block3_self = model_enc1_block3_self_c.view(B, model_enc1_block3_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[1].block[3].self'] = model_enc1_block3_self_a.view(B, *model_enc1_block3_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_12 = m_11 + model_enc1_block3_self  # (B, C, 128): feature `m@12`
-        m_13 = m_12 + self.model_enc_block_m_2_ffn[2](self.model_enc_block_m_2_norm[2](m_12))  # (B, C, 128): feature `m@13`
-        y_15 = self.model_enc_block_conv_m_1_conv[6](self.model_enc_block_conv_m_1_norm[6](m_13).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_14 = m_13 + F.relu(y_15)  # (B, C, 128): feature `m@14`
-        y_16 = self.model_enc_block_conv_m_1_conv[7](self.model_enc_block_conv_m_1_norm[7](m_14).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_15 = m_14 + F.relu(y_16)  # (B, C, 128): feature `m@15`
-        # attention `model_enc[1].block[4].self`: multiplicative score, global alignment, 8 heads
-        model_enc1_block4_self_k = self.model_enc_block_self_proj[3](self.model_enc_block_self_norm[3](m_15))  # (B, C, 128)
-        model_enc1_block4_self_v = self.model_enc_block_self_proj2[3](self.model_enc_block_self_norm2[3](m_15))  # (B, C, 128)
-        model_enc1_block4_self_q = self.model_enc_block_self_proj3[3](self.model_enc_block_self_norm3[3](m_15))  # (B, C, 128)
-        model_enc1_block4_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc1_block4_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc1_block4_self_c, model_enc1_block4_self_a, model_enc1_block4_self_ex = self.model_enc_block_self[3](model_enc1_block4_self_q, model_enc1_block4_self_k, model_enc1_block4_self_v, model_enc1_block4_self_keep)
-        model_enc1_block4_self = model_enc1_block4_self_c.view(B, model_enc1_block4_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[1].block[4].self'] = model_enc1_block4_self_a.view(B, *model_enc1_block4_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_16 = m_15 + model_enc1_block4_self  # (B, C, 128): feature `m@16`
-        m_17 = m_16 + self.model_enc_block_m_2_ffn[3](self.model_enc_block_m_2_norm[3](m_16))  # (B, C, 128): feature `m@17`
-        y_17 = self.model_enc_block_conv_m_1_conv[8](self.model_enc_block_conv_m_1_norm[8](m_17).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_18 = m_17 + F.relu(y_17)  # (B, C, 128): feature `m@18`
-        y_18 = self.model_enc_block_conv_m_1_conv[9](self.model_enc_block_conv_m_1_norm[9](m_18).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_19 = m_18 + F.relu(y_18)  # (B, C, 128): feature `m@19`
-        # attention `model_enc[1].block[5].self`: multiplicative score, global alignment, 8 heads
-        model_enc1_block5_self_k = self.model_enc_block_self_proj[4](self.model_enc_block_self_norm[4](m_19))  # (B, C, 128)
-        model_enc1_block5_self_v = self.model_enc_block_self_proj2[4](self.model_enc_block_self_norm2[4](m_19))  # (B, C, 128)
-        model_enc1_block5_self_q = self.model_enc_block_self_proj3[4](self.model_enc_block_self_norm3[4](m_19))  # (B, C, 128)
-        model_enc1_block5_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc1_block5_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc1_block5_self_c, model_enc1_block5_self_a, model_enc1_block5_self_ex = self.model_enc_block_self[4](model_enc1_block5_self_q, model_enc1_block5_self_k, model_enc1_block5_self_v, model_enc1_block5_self_keep)
-        model_enc1_block5_self = model_enc1_block5_self_c.view(B, model_enc1_block5_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[1].block[5].self'] = model_enc1_block5_self_a.view(B, *model_enc1_block5_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_20 = m_19 + model_enc1_block5_self  # (B, C, 128): feature `m@20`
-        m_21 = m_20 + self.model_enc_block_m_2_ffn[4](self.model_enc_block_m_2_norm[4](m_20))  # (B, C, 128): feature `m@21`
-        y_19 = self.model_enc_block_conv_m_1_conv[10](self.model_enc_block_conv_m_1_norm[10](m_21).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_22 = m_21 + F.relu(y_19)  # (B, C, 128): feature `m@22`
-        y_20 = self.model_enc_block_conv_m_1_conv[11](self.model_enc_block_conv_m_1_norm[11](m_22).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_23 = m_22 + F.relu(y_20)  # (B, C, 128): feature `m@23`
-        # attention `model_enc[1].block[6].self`: multiplicative score, global alignment, 8 heads
-        model_enc1_block6_self_k = self.model_enc_block_self_proj[5](self.model_enc_block_self_norm[5](m_23))  # (B, C, 128)
-        model_enc1_block6_self_v = self.model_enc_block_self_proj2[5](self.model_enc_block_self_norm2[5](m_23))  # (B, C, 128)
-        model_enc1_block6_self_q = self.model_enc_block_self_proj3[5](self.model_enc_block_self_norm3[5](m_23))  # (B, C, 128)
-        model_enc1_block6_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc1_block6_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc1_block6_self_c, model_enc1_block6_self_a, model_enc1_block6_self_ex = self.model_enc_block_self[5](model_enc1_block6_self_q, model_enc1_block6_self_k, model_enc1_block6_self_v, model_enc1_block6_self_keep)
-        model_enc1_block6_self = model_enc1_block6_self_c.view(B, model_enc1_block6_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[1].block[6].self'] = model_enc1_block6_self_a.view(B, *model_enc1_block6_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_24 = m_23 + model_enc1_block6_self  # (B, C, 128): feature `m@24`
-        m_25 = m_24 + self.model_enc_block_m_2_ffn[5](self.model_enc_block_m_2_norm[5](m_24))  # (B, C, 128): feature `m@25`
-        y_21 = self.model_enc_block_conv_m_1_conv[12](self.model_enc_block_conv_m_1_norm[12](m_25).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_26 = m_25 + F.relu(y_21)  # (B, C, 128): feature `m@26`
-        y_22 = self.model_enc_block_conv_m_1_conv[13](self.model_enc_block_conv_m_1_norm[13](m_26).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_27 = m_26 + F.relu(y_22)  # (B, C, 128): feature `m@27`
-        # attention `model_enc[1].block[7].self`: multiplicative score, global alignment, 8 heads
-        model_enc1_block7_self_k = self.model_enc_block_self_proj[6](self.model_enc_block_self_norm[6](m_27))  # (B, C, 128)
-        model_enc1_block7_self_v = self.model_enc_block_self_proj2[6](self.model_enc_block_self_norm2[6](m_27))  # (B, C, 128)
-        model_enc1_block7_self_q = self.model_enc_block_self_proj3[6](self.model_enc_block_self_norm3[6](m_27))  # (B, C, 128)
-        model_enc1_block7_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc1_block7_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc1_block7_self_c, model_enc1_block7_self_a, model_enc1_block7_self_ex = self.model_enc_block_self[6](model_enc1_block7_self_q, model_enc1_block7_self_k, model_enc1_block7_self_v, model_enc1_block7_self_keep)
-        model_enc1_block7_self = model_enc1_block7_self_c.view(B, model_enc1_block7_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[1].block[7].self'] = model_enc1_block7_self_a.view(B, *model_enc1_block7_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_28 = m_27 + model_enc1_block7_self  # (B, C, 128): feature `m@28`
-        m_29 = m_28 + self.model_enc_block_m_2_ffn[6](self.model_enc_block_m_2_norm[6](m_28))  # (B, C, 128): feature `m@29`
-        model_enc1_pass_out = m_29  # (B, C, 128): feature `model_enc[1].pass_out`
-        y_23 = self.model_enc_block_conv_m_1_conv[0](self.model_enc_block_conv_m_1_norm[0](m_29).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_30 = m_29 + F.relu(y_23)  # (B, C, 128): feature `m@30`
-        y_24 = self.model_enc_block_conv_m_1_conv[1](self.model_enc_block_conv_m_1_norm[1](m_30).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_31 = m_30 + F.relu(y_24)  # (B, C, 128): feature `m@31`
-        # attention `model_enc[2].block[1].self`: multiplicative score, global alignment, 8 heads
-        model_enc2_block1_self_k = self.model_enc_block_self_proj[0](self.model_enc_block_self_norm[0](m_31))  # (B, C, 128)
-        model_enc2_block1_self_v = self.model_enc_block_self_proj2[0](self.model_enc_block_self_norm2[0](m_31))  # (B, C, 128)
-        model_enc2_block1_self_q = self.model_enc_block_self_proj3[0](self.model_enc_block_self_norm3[0](m_31))  # (B, C, 128)
-        model_enc2_block1_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc2_block1_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc2_block1_self_c, model_enc2_block1_self_a, model_enc2_block1_self_ex = self.model_enc_block_self[0](model_enc2_block1_self_q, model_enc2_block1_self_k, model_enc2_block1_self_v, model_enc2_block1_self_keep)
-        model_enc2_block1_self = model_enc2_block1_self_c.view(B, model_enc2_block1_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[2].block[1].self'] = model_enc2_block1_self_a.view(B, *model_enc2_block1_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_32 = m_31 + model_enc2_block1_self  # (B, C, 128): feature `m@32`
-        m_33 = m_32 + self.model_enc_block_m_2_ffn[0](self.model_enc_block_m_2_norm[0](m_32))  # (B, C, 128): feature `m@33`
-        y_25 = self.model_enc_block_conv_m_1_conv[2](self.model_enc_block_conv_m_1_norm[2](m_33).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_34 = m_33 + F.relu(y_25)  # (B, C, 128): feature `m@34`
-        y_26 = self.model_enc_block_conv_m_1_conv[3](self.model_enc_block_conv_m_1_norm[3](m_34).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_35 = m_34 + F.relu(y_26)  # (B, C, 128): feature `m@35`
-        # attention `model_enc[2].block[2].self`: multiplicative score, global alignment, 8 heads
-        model_enc2_block2_self_k = self.model_enc_block_self_proj[1](self.model_enc_block_self_norm[1](m_35))  # (B, C, 128)
-        model_enc2_block2_self_v = self.model_enc_block_self_proj2[1](self.model_enc_block_self_norm2[1](m_35))  # (B, C, 128)
-        model_enc2_block2_self_q = self.model_enc_block_self_proj3[1](self.model_enc_block_self_norm3[1](m_35))  # (B, C, 128)
-        model_enc2_block2_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc2_block2_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc2_block2_self_c, model_enc2_block2_self_a, model_enc2_block2_self_ex = self.model_enc_block_self[1](model_enc2_block2_self_q, model_enc2_block2_self_k, model_enc2_block2_self_v, model_enc2_block2_self_keep)
-        model_enc2_block2_self = model_enc2_block2_self_c.view(B, model_enc2_block2_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[2].block[2].self'] = model_enc2_block2_self_a.view(B, *model_enc2_block2_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_36 = m_35 + model_enc2_block2_self  # (B, C, 128): feature `m@36`
-        m_37 = m_36 + self.model_enc_block_m_2_ffn[1](self.model_enc_block_m_2_norm[1](m_36))  # (B, C, 128): feature `m@37`
-        y_27 = self.model_enc_block_conv_m_1_conv[4](self.model_enc_block_conv_m_1_norm[4](m_37).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_38 = m_37 + F.relu(y_27)  # (B, C, 128): feature `m@38`
-        y_28 = self.model_enc_block_conv_m_1_conv[5](self.model_enc_block_conv_m_1_norm[5](m_38).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_39 = m_38 + F.relu(y_28)  # (B, C, 128): feature `m@39`
-        # attention `model_enc[2].block[3].self`: multiplicative score, global alignment, 8 heads
-        model_enc2_block3_self_k = self.model_enc_block_self_proj[2](self.model_enc_block_self_norm[2](m_39))  # (B, C, 128)
-        model_enc2_block3_self_v = self.model_enc_block_self_proj2[2](self.model_enc_block_self_norm2[2](m_39))  # (B, C, 128)
-        model_enc2_block3_self_q = self.model_enc_block_self_proj3[2](self.model_enc_block_self_norm3[2](m_39))  # (B, C, 128)
-        model_enc2_block3_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc2_block3_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc2_block3_self_c, model_enc2_block3_self_a, model_enc2_block3_self_ex = self.model_enc_block_self[2](model_enc2_block3_self_q, model_enc2_block3_self_k, model_enc2_block3_self_v, model_enc2_block3_self_keep)
-        model_enc2_block3_self = model_enc2_block3_self_c.view(B, model_enc2_block3_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[2].block[3].self'] = model_enc2_block3_self_a.view(B, *model_enc2_block3_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_40 = m_39 + model_enc2_block3_self  # (B, C, 128): feature `m@40`
-        m_41 = m_40 + self.model_enc_block_m_2_ffn[2](self.model_enc_block_m_2_norm[2](m_40))  # (B, C, 128): feature `m@41`
-        y_29 = self.model_enc_block_conv_m_1_conv[6](self.model_enc_block_conv_m_1_norm[6](m_41).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_42 = m_41 + F.relu(y_29)  # (B, C, 128): feature `m@42`
-        y_30 = self.model_enc_block_conv_m_1_conv[7](self.model_enc_block_conv_m_1_norm[7](m_42).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_43 = m_42 + F.relu(y_30)  # (B, C, 128): feature `m@43`
-        # attention `model_enc[2].block[4].self`: multiplicative score, global alignment, 8 heads
-        model_enc2_block4_self_k = self.model_enc_block_self_proj[3](self.model_enc_block_self_norm[3](m_43))  # (B, C, 128)
-        model_enc2_block4_self_v = self.model_enc_block_self_proj2[3](self.model_enc_block_self_norm2[3](m_43))  # (B, C, 128)
-        model_enc2_block4_self_q = self.model_enc_block_self_proj3[3](self.model_enc_block_self_norm3[3](m_43))  # (B, C, 128)
-        model_enc2_block4_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc2_block4_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc2_block4_self_c, model_enc2_block4_self_a, model_enc2_block4_self_ex = self.model_enc_block_self[3](model_enc2_block4_self_q, model_enc2_block4_self_k, model_enc2_block4_self_v, model_enc2_block4_self_keep)
-        model_enc2_block4_self = model_enc2_block4_self_c.view(B, model_enc2_block4_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[2].block[4].self'] = model_enc2_block4_self_a.view(B, *model_enc2_block4_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_44 = m_43 + model_enc2_block4_self  # (B, C, 128): feature `m@44`
-        m_45 = m_44 + self.model_enc_block_m_2_ffn[3](self.model_enc_block_m_2_norm[3](m_44))  # (B, C, 128): feature `m@45`
-        y_31 = self.model_enc_block_conv_m_1_conv[8](self.model_enc_block_conv_m_1_norm[8](m_45).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_46 = m_45 + F.relu(y_31)  # (B, C, 128): feature `m@46`
-        y_32 = self.model_enc_block_conv_m_1_conv[9](self.model_enc_block_conv_m_1_norm[9](m_46).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_47 = m_46 + F.relu(y_32)  # (B, C, 128): feature `m@47`
-        # attention `model_enc[2].block[5].self`: multiplicative score, global alignment, 8 heads
-        model_enc2_block5_self_k = self.model_enc_block_self_proj[4](self.model_enc_block_self_norm[4](m_47))  # (B, C, 128)
-        model_enc2_block5_self_v = self.model_enc_block_self_proj2[4](self.model_enc_block_self_norm2[4](m_47))  # (B, C, 128)
-        model_enc2_block5_self_q = self.model_enc_block_self_proj3[4](self.model_enc_block_self_norm3[4](m_47))  # (B, C, 128)
-        model_enc2_block5_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc2_block5_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc2_block5_self_c, model_enc2_block5_self_a, model_enc2_block5_self_ex = self.model_enc_block_self[4](model_enc2_block5_self_q, model_enc2_block5_self_k, model_enc2_block5_self_v, model_enc2_block5_self_keep)
-        model_enc2_block5_self = model_enc2_block5_self_c.view(B, model_enc2_block5_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[2].block[5].self'] = model_enc2_block5_self_a.view(B, *model_enc2_block5_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_48 = m_47 + model_enc2_block5_self  # (B, C, 128): feature `m@48`
-        m_49 = m_48 + self.model_enc_block_m_2_ffn[4](self.model_enc_block_m_2_norm[4](m_48))  # (B, C, 128): feature `m@49`
-        y_33 = self.model_enc_block_conv_m_1_conv[10](self.model_enc_block_conv_m_1_norm[10](m_49).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_50 = m_49 + F.relu(y_33)  # (B, C, 128): feature `m@50`
-        y_34 = self.model_enc_block_conv_m_1_conv[11](self.model_enc_block_conv_m_1_norm[11](m_50).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_51 = m_50 + F.relu(y_34)  # (B, C, 128): feature `m@51`
-        # attention `model_enc[2].block[6].self`: multiplicative score, global alignment, 8 heads
-        model_enc2_block6_self_k = self.model_enc_block_self_proj[5](self.model_enc_block_self_norm[5](m_51))  # (B, C, 128)
-        model_enc2_block6_self_v = self.model_enc_block_self_proj2[5](self.model_enc_block_self_norm2[5](m_51))  # (B, C, 128)
-        model_enc2_block6_self_q = self.model_enc_block_self_proj3[5](self.model_enc_block_self_norm3[5](m_51))  # (B, C, 128)
-        model_enc2_block6_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc2_block6_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc2_block6_self_c, model_enc2_block6_self_a, model_enc2_block6_self_ex = self.model_enc_block_self[5](model_enc2_block6_self_q, model_enc2_block6_self_k, model_enc2_block6_self_v, model_enc2_block6_self_keep)
-        model_enc2_block6_self = model_enc2_block6_self_c.view(B, model_enc2_block6_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[2].block[6].self'] = model_enc2_block6_self_a.view(B, *model_enc2_block6_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_52 = m_51 + model_enc2_block6_self  # (B, C, 128): feature `m@52`
-        m_53 = m_52 + self.model_enc_block_m_2_ffn[5](self.model_enc_block_m_2_norm[5](m_52))  # (B, C, 128): feature `m@53`
-        y_35 = self.model_enc_block_conv_m_1_conv[12](self.model_enc_block_conv_m_1_norm[12](m_53).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_54 = m_53 + F.relu(y_35)  # (B, C, 128): feature `m@54`
-        y_36 = self.model_enc_block_conv_m_1_conv[13](self.model_enc_block_conv_m_1_norm[13](m_54).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_55 = m_54 + F.relu(y_36)  # (B, C, 128): feature `m@55`
-        # attention `model_enc[2].block[7].self`: multiplicative score, global alignment, 8 heads
-        model_enc2_block7_self_k = self.model_enc_block_self_proj[6](self.model_enc_block_self_norm[6](m_55))  # (B, C, 128)
-        model_enc2_block7_self_v = self.model_enc_block_self_proj2[6](self.model_enc_block_self_norm2[6](m_55))  # (B, C, 128)
-        model_enc2_block7_self_q = self.model_enc_block_self_proj3[6](self.model_enc_block_self_norm3[6](m_55))  # (B, C, 128)
-        model_enc2_block7_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc2_block7_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc2_block7_self_c, model_enc2_block7_self_a, model_enc2_block7_self_ex = self.model_enc_block_self[6](model_enc2_block7_self_q, model_enc2_block7_self_k, model_enc2_block7_self_v, model_enc2_block7_self_keep)
-        model_enc2_block7_self = model_enc2_block7_self_c.view(B, model_enc2_block7_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[2].block[7].self'] = model_enc2_block7_self_a.view(B, *model_enc2_block7_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_56 = m_55 + model_enc2_block7_self  # (B, C, 128): feature `m@56`
-        m_57 = m_56 + self.model_enc_block_m_2_ffn[6](self.model_enc_block_m_2_norm[6](m_56))  # (B, C, 128): feature `m@57`
-        model_enc2_pass_out = m_57  # (B, C, 128): feature `model_enc[2].pass_out`
-        y_37 = self.model_enc_block_conv_m_1_conv[0](self.model_enc_block_conv_m_1_norm[0](m_57).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_58 = m_57 + F.relu(y_37)  # (B, C, 128): feature `m@58`
-        y_38 = self.model_enc_block_conv_m_1_conv[1](self.model_enc_block_conv_m_1_norm[1](m_58).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_59 = m_58 + F.relu(y_38)  # (B, C, 128): feature `m@59`
-        # attention `model_enc[3].block[1].self`: multiplicative score, global alignment, 8 heads
-        model_enc3_block1_self_k = self.model_enc_block_self_proj[0](self.model_enc_block_self_norm[0](m_59))  # (B, C, 128)
-        model_enc3_block1_self_v = self.model_enc_block_self_proj2[0](self.model_enc_block_self_norm2[0](m_59))  # (B, C, 128)
-        model_enc3_block1_self_q = self.model_enc_block_self_proj3[0](self.model_enc_block_self_norm3[0](m_59))  # (B, C, 128)
-        model_enc3_block1_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc3_block1_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc3_block1_self_c, model_enc3_block1_self_a, model_enc3_block1_self_ex = self.model_enc_block_self[0](model_enc3_block1_self_q, model_enc3_block1_self_k, model_enc3_block1_self_v, model_enc3_block1_self_keep)
-        model_enc3_block1_self = model_enc3_block1_self_c.view(B, model_enc3_block1_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[3].block[1].self'] = model_enc3_block1_self_a.view(B, *model_enc3_block1_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_60 = m_59 + model_enc3_block1_self  # (B, C, 128): feature `m@60`
-        m_61 = m_60 + self.model_enc_block_m_2_ffn[0](self.model_enc_block_m_2_norm[0](m_60))  # (B, C, 128): feature `m@61`
-        y_39 = self.model_enc_block_conv_m_1_conv[2](self.model_enc_block_conv_m_1_norm[2](m_61).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_62 = m_61 + F.relu(y_39)  # (B, C, 128): feature `m@62`
-        y_40 = self.model_enc_block_conv_m_1_conv[3](self.model_enc_block_conv_m_1_norm[3](m_62).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_63 = m_62 + F.relu(y_40)  # (B, C, 128): feature `m@63`
-        # attention `model_enc[3].block[2].self`: multiplicative score, global alignment, 8 heads
-        model_enc3_block2_self_k = self.model_enc_block_self_proj[1](self.model_enc_block_self_norm[1](m_63))  # (B, C, 128)
-        model_enc3_block2_self_v = self.model_enc_block_self_proj2[1](self.model_enc_block_self_norm2[1](m_63))  # (B, C, 128)
-        model_enc3_block2_self_q = self.model_enc_block_self_proj3[1](self.model_enc_block_self_norm3[1](m_63))  # (B, C, 128)
-        model_enc3_block2_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc3_block2_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc3_block2_self_c, model_enc3_block2_self_a, model_enc3_block2_self_ex = self.model_enc_block_self[1](model_enc3_block2_self_q, model_enc3_block2_self_k, model_enc3_block2_self_v, model_enc3_block2_self_keep)
-        model_enc3_block2_self = model_enc3_block2_self_c.view(B, model_enc3_block2_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[3].block[2].self'] = model_enc3_block2_self_a.view(B, *model_enc3_block2_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_64 = m_63 + model_enc3_block2_self  # (B, C, 128): feature `m@64`
-        m_65 = m_64 + self.model_enc_block_m_2_ffn[1](self.model_enc_block_m_2_norm[1](m_64))  # (B, C, 128): feature `m@65`
-        y_41 = self.model_enc_block_conv_m_1_conv[4](self.model_enc_block_conv_m_1_norm[4](m_65).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_66 = m_65 + F.relu(y_41)  # (B, C, 128): feature `m@66`
-        y_42 = self.model_enc_block_conv_m_1_conv[5](self.model_enc_block_conv_m_1_norm[5](m_66).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_67 = m_66 + F.relu(y_42)  # (B, C, 128): feature `m@67`
-        # attention `model_enc[3].block[3].self`: multiplicative score, global alignment, 8 heads
-        model_enc3_block3_self_k = self.model_enc_block_self_proj[2](self.model_enc_block_self_norm[2](m_67))  # (B, C, 128)
-        model_enc3_block3_self_v = self.model_enc_block_self_proj2[2](self.model_enc_block_self_norm2[2](m_67))  # (B, C, 128)
-        model_enc3_block3_self_q = self.model_enc_block_self_proj3[2](self.model_enc_block_self_norm3[2](m_67))  # (B, C, 128)
-        model_enc3_block3_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc3_block3_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc3_block3_self_c, model_enc3_block3_self_a, model_enc3_block3_self_ex = self.model_enc_block_self[2](model_enc3_block3_self_q, model_enc3_block3_self_k, model_enc3_block3_self_v, model_enc3_block3_self_keep)
-        model_enc3_block3_self = model_enc3_block3_self_c.view(B, model_enc3_block3_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[3].block[3].self'] = model_enc3_block3_self_a.view(B, *model_enc3_block3_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_68 = m_67 + model_enc3_block3_self  # (B, C, 128): feature `m@68`
-        m_69 = m_68 + self.model_enc_block_m_2_ffn[2](self.model_enc_block_m_2_norm[2](m_68))  # (B, C, 128): feature `m@69`
-        y_43 = self.model_enc_block_conv_m_1_conv[6](self.model_enc_block_conv_m_1_norm[6](m_69).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_70 = m_69 + F.relu(y_43)  # (B, C, 128): feature `m@70`
-        y_44 = self.model_enc_block_conv_m_1_conv[7](self.model_enc_block_conv_m_1_norm[7](m_70).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_71 = m_70 + F.relu(y_44)  # (B, C, 128): feature `m@71`
-        # attention `model_enc[3].block[4].self`: multiplicative score, global alignment, 8 heads
-        model_enc3_block4_self_k = self.model_enc_block_self_proj[3](self.model_enc_block_self_norm[3](m_71))  # (B, C, 128)
-        model_enc3_block4_self_v = self.model_enc_block_self_proj2[3](self.model_enc_block_self_norm2[3](m_71))  # (B, C, 128)
-        model_enc3_block4_self_q = self.model_enc_block_self_proj3[3](self.model_enc_block_self_norm3[3](m_71))  # (B, C, 128)
-        model_enc3_block4_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc3_block4_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc3_block4_self_c, model_enc3_block4_self_a, model_enc3_block4_self_ex = self.model_enc_block_self[3](model_enc3_block4_self_q, model_enc3_block4_self_k, model_enc3_block4_self_v, model_enc3_block4_self_keep)
-        model_enc3_block4_self = model_enc3_block4_self_c.view(B, model_enc3_block4_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[3].block[4].self'] = model_enc3_block4_self_a.view(B, *model_enc3_block4_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_72 = m_71 + model_enc3_block4_self  # (B, C, 128): feature `m@72`
-        m_73 = m_72 + self.model_enc_block_m_2_ffn[3](self.model_enc_block_m_2_norm[3](m_72))  # (B, C, 128): feature `m@73`
-        y_45 = self.model_enc_block_conv_m_1_conv[8](self.model_enc_block_conv_m_1_norm[8](m_73).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_74 = m_73 + F.relu(y_45)  # (B, C, 128): feature `m@74`
-        y_46 = self.model_enc_block_conv_m_1_conv[9](self.model_enc_block_conv_m_1_norm[9](m_74).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_75 = m_74 + F.relu(y_46)  # (B, C, 128): feature `m@75`
-        # attention `model_enc[3].block[5].self`: multiplicative score, global alignment, 8 heads
-        model_enc3_block5_self_k = self.model_enc_block_self_proj[4](self.model_enc_block_self_norm[4](m_75))  # (B, C, 128)
-        model_enc3_block5_self_v = self.model_enc_block_self_proj2[4](self.model_enc_block_self_norm2[4](m_75))  # (B, C, 128)
-        model_enc3_block5_self_q = self.model_enc_block_self_proj3[4](self.model_enc_block_self_norm3[4](m_75))  # (B, C, 128)
-        model_enc3_block5_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc3_block5_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc3_block5_self_c, model_enc3_block5_self_a, model_enc3_block5_self_ex = self.model_enc_block_self[4](model_enc3_block5_self_q, model_enc3_block5_self_k, model_enc3_block5_self_v, model_enc3_block5_self_keep)
-        model_enc3_block5_self = model_enc3_block5_self_c.view(B, model_enc3_block5_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[3].block[5].self'] = model_enc3_block5_self_a.view(B, *model_enc3_block5_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_76 = m_75 + model_enc3_block5_self  # (B, C, 128): feature `m@76`
-        m_77 = m_76 + self.model_enc_block_m_2_ffn[4](self.model_enc_block_m_2_norm[4](m_76))  # (B, C, 128): feature `m@77`
-        y_47 = self.model_enc_block_conv_m_1_conv[10](self.model_enc_block_conv_m_1_norm[10](m_77).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_78 = m_77 + F.relu(y_47)  # (B, C, 128): feature `m@78`
-        y_48 = self.model_enc_block_conv_m_1_conv[11](self.model_enc_block_conv_m_1_norm[11](m_78).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_79 = m_78 + F.relu(y_48)  # (B, C, 128): feature `m@79`
-        # attention `model_enc[3].block[6].self`: multiplicative score, global alignment, 8 heads
-        model_enc3_block6_self_k = self.model_enc_block_self_proj[5](self.model_enc_block_self_norm[5](m_79))  # (B, C, 128)
-        model_enc3_block6_self_v = self.model_enc_block_self_proj2[5](self.model_enc_block_self_norm2[5](m_79))  # (B, C, 128)
-        model_enc3_block6_self_q = self.model_enc_block_self_proj3[5](self.model_enc_block_self_norm3[5](m_79))  # (B, C, 128)
-        model_enc3_block6_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc3_block6_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc3_block6_self_c, model_enc3_block6_self_a, model_enc3_block6_self_ex = self.model_enc_block_self[5](model_enc3_block6_self_q, model_enc3_block6_self_k, model_enc3_block6_self_v, model_enc3_block6_self_keep)
-        model_enc3_block6_self = model_enc3_block6_self_c.view(B, model_enc3_block6_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[3].block[6].self'] = model_enc3_block6_self_a.view(B, *model_enc3_block6_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_80 = m_79 + model_enc3_block6_self  # (B, C, 128): feature `m@80`
-        m_81 = m_80 + self.model_enc_block_m_2_ffn[5](self.model_enc_block_m_2_norm[5](m_80))  # (B, C, 128): feature `m@81`
-        y_49 = self.model_enc_block_conv_m_1_conv[12](self.model_enc_block_conv_m_1_norm[12](m_81).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_82 = m_81 + F.relu(y_49)  # (B, C, 128): feature `m@82`
-        y_50 = self.model_enc_block_conv_m_1_conv[13](self.model_enc_block_conv_m_1_norm[13](m_82).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-        m_83 = m_82 + F.relu(y_50)  # (B, C, 128): feature `m@83`
-        # attention `model_enc[3].block[7].self`: multiplicative score, global alignment, 8 heads
-        model_enc3_block7_self_k = self.model_enc_block_self_proj[6](self.model_enc_block_self_norm[6](m_83))  # (B, C, 128)
-        model_enc3_block7_self_v = self.model_enc_block_self_proj2[6](self.model_enc_block_self_norm2[6](m_83))  # (B, C, 128)
-        model_enc3_block7_self_q = self.model_enc_block_self_proj3[6](self.model_enc_block_self_norm3[6](m_83))  # (B, C, 128)
-        model_enc3_block7_self_keep = None if context_mask is None else context_mask.reshape(-1, model_enc3_block7_self_k.shape[-2])  # (N, Lk): padding mask of the keys
-        model_enc3_block7_self_c, model_enc3_block7_self_a, model_enc3_block7_self_ex = self.model_enc_block_self[6](model_enc3_block7_self_q, model_enc3_block7_self_k, model_enc3_block7_self_v, model_enc3_block7_self_keep)
-        model_enc3_block7_self = model_enc3_block7_self_c.view(B, model_enc3_block7_self_c.shape[-2], -1)  # (B, C, 128)
-        if return_attention:
-            attn['model_enc[3].block[7].self'] = model_enc3_block7_self_a.view(B, *model_enc3_block7_self_a.shape[1:])  # (B, ..., H, Lq, Lk)
-        m_84 = m_83 + model_enc3_block7_self  # (B, C, 128): feature `m@84`
-        m_85 = m_84 + self.model_enc_block_m_2_ffn[6](self.model_enc_block_m_2_norm[6](m_84))  # (B, C, 128): feature `m@85`
-        model_enc3_pass_out = m_85  # (B, C, 128): feature `model_enc[3].pass_out`
-        start = self.start_head(torch.cat([model_enc1_pass_out, model_enc2_pass_out], -1))  # (B, C, 1): output `start`
-        end = self.end_head(torch.cat([model_enc1_pass_out, model_enc3_pass_out], -1))  # (B, C, 1): output `end`
+            attn['c2q2c'] = c2q2c_a  # (B, H, C, Q)
+        m = self.m_linear(torch.cat([c, c2q, c2q2c], -1))  # (B, C, 128): feature `m`
+        pass_out_hops = []  # `model_enc.pass_out` of every hop
+        for i in range(3):  # `model_enc`: 3 hops (eq. 41-42)
+            for j in range(7):  # `model_enc.block`: 7 hops (eq. 41-42)
+                for k in range(2):  # `model_enc.block.conv`: 2 hops (eq. 41-42)
+                    y_3 = self.model_enc_block_conv_m_1_conv[2 * j + k](self.model_enc_block_conv_m_1_norm[2 * j + k](m).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
+                    m = m + F.relu(y_3)  # (B, C, 128): feature `m`, updated (eq. 37)
+                # attention `model_enc.block.self`: multiplicative score, global alignment, 8 heads
+                model_enc_block_self_k = self.model_enc_block_self_proj[j](self.model_enc_block_self_norm[j](m))  # (B, C, 128)
+                model_enc_block_self_v = self.model_enc_block_self_proj2[j](self.model_enc_block_self_norm2[j](m))  # (B, C, 128)
+                model_enc_block_self_q = self.model_enc_block_self_proj3[j](self.model_enc_block_self_norm3[j](m))  # (B, C, 128)
+                model_enc_block_self, model_enc_block_self_a, _ = self.model_enc_block_self[j](model_enc_block_self_q, model_enc_block_self_k, model_enc_block_self_v, context_mask)  # (B, C, 128)
+                if return_attention:
+                    attn[f"model_enc[{i + 1}].block[{j + 1}].self"] = model_enc_block_self_a  # (B, H, C, C)
+                m = m + model_enc_block_self  # (B, C, 128): feature `m`, updated (eq. 37)
+                m = m + self.model_enc_block_m_2_ffn[j](self.model_enc_block_m_2_norm[j](m))  # (B, C, 128): feature `m`, updated (eq. 37)
+            model_enc_pass_out = m  # (B, C, 128): feature `pass_out`
+            pass_out_hops.append(model_enc_pass_out)
+        start = self.start_head(torch.cat([pass_out_hops[0], pass_out_hops[1]], -1))  # (B, C, 1): output `start`
+        end = self.end_head(torch.cat([pass_out_hops[0], model_enc_pass_out], -1))  # (B, C, 1): output `end`
         return Output({'start': start, 'end': end}, attn, log_probs, penalty, capsules, features)
 
 

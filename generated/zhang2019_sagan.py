@@ -128,7 +128,6 @@ class Model(nn.Module):
     def forward(self, x, return_attention: bool = False) -> Output:
         cfg = self.cfg
         check_input('x', x, (cfg.x_0, cfg.x_1, cfg.C), False, '(B, x_0, x_1, 256)')
-        B = x.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         f = x.flatten(-3, -2)  # (B, x_0*x_1, 256): feature `f`
@@ -136,10 +135,9 @@ class Model(nn.Module):
         self_k = self.self_proj(f)  # (B, x_0*x_1, 32)
         self_v = self.self_proj2(f)  # (B, x_0*x_1, 32)
         self_q = self.self_proj3(f)  # (B, x_0*x_1, 32)
-        self_c, self_a, self_ex = self.self(self_q, self_k, self_v, None)
-        self_2 = self_c.view(B, self_c.shape[-2], -1)  # (B, x_0*x_1, 32)
+        self_2, self_a, _ = self.self(self_q, self_k, self_v, None)  # (B, x_0*x_1, 32)
         if return_attention:
-            attn['self'] = self_a.view(B, *self_a.shape[1:])  # (B, ..., H, Lq, Lk)
+            attn['self'] = self_a  # (B, H, x_0*x_1, x_0*x_1)
         y = self.y_gamma * self.y_proj(self_2) + f  # (B, x_0*x_1, 256): output `y`
         return Output(y, attn, log_probs, penalty, capsules, features)
 

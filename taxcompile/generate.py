@@ -132,14 +132,18 @@ class Generator:
         self.helpers: set[str] = set()
         self.classes: dict[str, str] = {}  # class name -> source
         self.class_key: dict[tuple, str] = {}
-        self.locals = Names(RESERVED | {i.id for i in self.m.inputs}
-                            | {i.id + "_mask" for i in self.m.inputs})
+        self.reserved = RESERVED | {i.id for i in self.m.inputs} | \
+            {i.id + "_mask" for i in self.m.inputs} | {"i", "j", "k", "l"}
+        self.locals = Names(self.reserved)
         self.attrs = Names(MODULE_ATTRS)
         self.module_of: dict[tuple, str] = {}  # sharing key -> attribute expression
         self.lists: dict[str, int] = {}  # ModuleList attribute -> its length
         self.vars: dict[str, Var] = {}
         self.shared = self._shared_levels()
         self.step: dict | None = None  # inside a decoder loop: {"axis", "region", "t"}
+        self.list_pos: dict[tuple, tuple[str, int]] = {}  # per-hop module -> (list, index)
+        self.loop_levels: dict[int, str] = {}  # repeat depth -> loop variable, while in a loop
+        self.frozen = False  # second pass: modules exist already
         self.used_cfg: set[str] = set()
         self.attn_names: list[str] = []
 
@@ -185,8 +189,11 @@ class Generator:
     def module(self, n, suffix: str, ctor: str, comment: str = "") -> str:
         """Register (once per sharing key) a submodule; return the expression naming it."""
         key = self.share_key(n) + (suffix,)
+        if key in self.list_pos and self.loop_levels:
+            return self.list_expr(key)
         if key in self.module_of:
             return self.module_of[key]
+        assert not self.frozen, f"module {key} was not registered by the first pass"
         h = getattr(n, "hop", None)
         if h is None:
             attr = self.attrs.new(ident(n.id) + ("_" + suffix if suffix else ""))
@@ -212,9 +219,27 @@ class Generator:
                 attr = self.module_of[lkey]
                 pos = len(self.lists[attr])
                 self.lists[attr].append(ctor)
+                self.list_pos[key] = (attr, pos)
                 expr = f"self.{attr}[{pos}]"
         self.module_of[key] = expr
         return expr
+
+    def list_expr(self, key: tuple) -> str:
+        """``self.attr[i]``: a per-hop module inside a loop over hops (its index is linear
+        in the loop variables, as the first pass registered the hops in order)."""
+        attr, base = self.list_pos[key]
+        template, idx, suffix = key[0], key[1], key[2:]
+        terms = []
+        for depth, var in sorted(self.loop_levels.items()):
+            if depth >= len(idx) or idx[depth] == "*":
+                continue
+            nxt = list(idx)
+            nxt[depth] = idx[depth] + 1
+            other = self.list_pos.get((template, tuple(nxt)) + suffix)
+            stride = other[1] - base if other else 1
+            terms.append(var if stride == 1 else f"{stride} * {var}")
+        expr = " + ".join(terms + ([str(base)] if base or not terms else []))
+        return f"self.{attr}[{expr}]"
 
     # ---- shapes -----------------------------------------------------------------
 
@@ -253,8 +278,9 @@ class Generator:
     @staticmethod
     def atom(code: str) -> str:
         """Parenthesise an expression before calling a method on it."""
-        return code if re.fullmatch(r"[\w.]+(\[\d+\])?(\(.*\))?(\.\w+)*", code) and \
-            code.count("(") == code.count(")") and " + " not in code.split("(")[0] else f"({code})"
+        return code if re.fullmatch(r"[\w.]+(\[[\w +*]+\])?(\(.*\))?(\.\w+)*", code) and \
+            code.count("(") == code.count(")") and \
+            " + " not in re.sub(r"\[[^\]]*\]", "", code).split("(")[0] else f"({code})"
 
     def named(self, x: Var, want: str) -> Var:
         """x, bound to a local name unless it already is one (so it is computed once)."""
@@ -526,13 +552,47 @@ class Generator:
 
     # ---- nodes ------------------------------------------------------------------------
 
+    def want(self, n) -> str:
+        """A local's name: the node's id, or inside a loop over hops its statement."""
+        if self.loop_levels and getattr(n, "hop", None) is not None:
+            return ident(n.hop.template)
+        return ident(n.id)
+
+    def reuse(self, n) -> str | None:
+        """``update x = …`` assigns to the name of the version it replaces when nothing
+        reads that version any more (so the code reads ``x = norm(x + c)``)."""
+        m = re.fullmatch(r"(.+)@(\d+)", n.id)
+        if not self.frozen or m is None:
+            return None
+        base, k = m.group(1), int(m.group(2))
+        prev = base if k == 2 else f"{base}@{k - 1}"
+        v = self.vars.get(prev)
+        if v is None or not re.fullmatch(r"\w+", v.name) or prev not in self.g:
+            return None
+        if v.name in {i.id for i in self.m.inputs}:
+            return None  # inputs keep their names
+        if all(r == n.id or r in self.emitted for r in self.g.successors(prev)):
+            return v.name
+        return None
+
+    def key_code(self, n) -> str:
+        """The node id as a Python string; inside loops an f-string over the loop variables."""
+        if not self.loop_levels or getattr(n, "hop", None) is None:
+            return repr(n.id)
+        segs = self.segments(n)
+        parts = []
+        for depth, (a, i) in enumerate(segs):
+            var = self.loop_levels.get(depth)
+            parts.append(f"{a}[{{{var} + 1}}]" if var else f"{a}[{i}]")
+        return 'f"' + ".".join(parts) + "." + n.name + '"'
+
     def node(self, n: ir.Node) -> None:
-        want = ident(n.id)
+        want = self.want(n)
         shape = self.cm.shapes[n.id]
         v = self.expr(n.expr, n, want)
-        where = f"{n.kind_} `{n.id}`"
+        where = f"{n.kind_} `{n.name}`" + (", updated (eq. 37)" if "@" in n.id else "")
         if self.step is None:
-            name = self.locals.new(want)
+            name = self.reuse(n) or self.locals.new(want)
             self.fwd.append(f"{name} = {v.name}  # {self.shape_comment(shape)}: {where}")
         else:
             name = self.step["names"].setdefault(n.id, self.locals.new(want + "_t"))
@@ -569,8 +629,9 @@ class Generator:
         if capsule:
             ctor.append(f"capsules={self.sym(n, 'capsules', n.capsules)}")
         mod = self.module(n, "", f"{cls}({', '.join(ctor)})")
-        name = ident(n.id)
-        self.fwd.append(f"# attention `{n.id}`: {self.describe(n, info)}")
+        name = self.want(n)
+        self.fwd.append(f"# attention `{n.hop.template if n.hop and self.loop_levels else n.id}`: "
+                        f"{self.describe(n, info)}")
         k = self.named(k, f"{name}_k")
         v = k if n.values == n.keys else self.named(v, f"{name}_v")
         groups = " x ".join(info.groups)
@@ -591,8 +652,12 @@ class Generator:
                            f"{'1, ' * extra}-1).expand(*{k.name}.shape[:{1 + G}], -1)"
                 qq = self.tmp(f"{self.atom(code)}.reshape(-1, 1, {q.name}.shape[-1])", q.shape,
                               f"{name}_q1", "(N, 1, d_q): one query per group")
-        kmask = self.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])")
-        if kmask != "None":
+        mk = self.mask_of(k)
+        if G == 0 and mk is not None and not mk[1]:
+            kmask = mk[0]  # already (B, Lk)
+        else:
+            kmask = self.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])")
+        if kmask != "None" and kmask.startswith("("):
             kmask = self.tmp(kmask[1:-1], k.shape, f"{name}_keep", "(N, Lk): padding mask of the keys")
         call = f"{mod}({qq}, {kk}, {vv}, {kmask}"
         if n.affinity:
@@ -612,32 +677,42 @@ class Generator:
                                 A.shape, f"{name}_A", "(N, Lq, Lk): padded query rows left out")
             call += f", affinity={code}"
         call += ")"
-        c, a, ex = (self.locals.new(f"{name}_c"), self.locals.new(f"{name}_a"),
-                    self.locals.new(f"{name}_ex"))
-        self.fwd.append(f"{c}, {a}, {ex} = {call}")
         shape = self.cm.shapes[n.id]
         lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
         single = info.query_mode != "sequence" or (n.affinity and n.score.fn in ("additive", "max_pool"))
-        if capsule:
+        direct = G == 0 and not single and not capsule and self.step is None
+        needs_ex = n.align.fn in ("hard", "reinforced") or n.penalty is not None or capsule
+        c = self.locals.new(name if direct else f"{name}_c")
+        a = self.locals.new(f"{name}_a")
+        ex = self.locals.new(f"{name}_ex") if needs_ex else "_"
+        self.fwd.append(f"{c}, {a}, {ex} = {call}" + (f"  # {self.shape_comment(shape)}" if direct else ""))
+        if direct:
+            out_code = None
+        elif capsule:
             out_code = f"{c}.view({star(lead)}, {c}.shape[-2], -1)"
         elif single:
             out_code = f"{c}.view({star(lead)}, -1)"
         else:
             out_code = f"{c}.view({star(lead)}, {c}.shape[-2], -1)"
         comment = self.shape_comment(shape, lq="1" if self.step else None)
-        if self.step is None:
+        if direct:
+            res = c
+        elif self.step is None:
             res = self.locals.new(name)
         else:
             res = self.step["names"].setdefault(n.id, self.locals.new(name + "_t"))
-        self.fwd.append(f"{res} = {out_code}  # {comment}")
+        if out_code is not None:
+            self.fwd.append(f"{res} = {out_code}  # {comment}")
         self.vars[n.id] = Var(res, shape, k.mask if single or capsule else q.mask if q else None,
                               v.dim, None if single or capsule or q is None else q.mask_code)
         wshape = f"{star(lead)}, *{a}.shape[1:]"
-        key = repr(n.id)
+        key = self.key_code(n)
         if self.step is None:
-            self.fwd.append(f"if return_attention:")
-            self.fwd.append(f"    attn[{key}] = {a}.view({wshape})  # (B, ..., H, Lq, Lk"
-                            f"{', d_v / H' if n.dimensionality == 'multi' else ''})")
+            wdims = ", ".join(["B", *info.groups, "H", q.shape.axes[-1] if not single and not capsule
+                               else "C" if capsule else "1", info.attended] +
+                              (["d_v / H"] if n.dimensionality == "multi" else []))
+            self.fwd.append("if return_attention:")
+            self.fwd.append(f"    attn[{key}] = {a if not G else f'{a}.view({wshape})'}  # ({wdims})")
         else:
             self.step["weights"].append((key, a, wshape, n))
         if n.align.fn in ("hard", "reinforced"):
@@ -767,6 +842,199 @@ class Generator:
         if n.mask != "none":
             lines.append(f"Mask: {n.mask} (keys a query position may see).")
         return lines
+
+    # ---- emission order: nodes, decoder loops and loops over hops ----------------------
+
+    def emit_one(self, node_id: str) -> None:
+        nd = self.m.node(node_id)
+        if node_id in self.loops:
+            n, op, att = self.loops[node_id]
+            self.emitted.update(self.decoder_loop(n, op, att, self.g))
+        elif node_id in self.emitted:
+            return
+        elif isinstance(nd, ir.Attention):
+            self.attention(nd)
+        else:
+            self.node(nd)
+        self.emitted.add(node_id)
+
+    def emit_unrolled(self, ids: list[str]) -> None:
+        self.emitted: set[str] = set()
+        for node_id in ids:
+            if node_id not in self.emitted:
+                self.emit_one(node_id)
+
+    @staticmethod
+    def segments(n) -> list[tuple[str, int]]:
+        """A hop node's place: ``model_enc[1].block[3]`` -> [("model_enc", 1), ("block", 3)]."""
+        h = getattr(n, "hop", None)
+        if h is None:
+            return []
+        return [(a, int(i)) for a, i in re.findall(r"(\w+)\[(\d+)\]", f"{h.block}[{h.index}]")]
+
+    def emit_scope(self, ids: list[str], depth: int) -> None:
+        """Emit ``ids`` (a top-level scope or one hop's body): plain nodes, and every
+        repeat instance one level down as a single item, in dependency order."""
+        if depth == 0:
+            self.emitted = set()
+        item_of: dict[str, tuple] = {}
+        for node_id in ids:
+            segs = self.segments(self.m.node(node_id))
+            region = any(node_id in self.region_of(x) for x in self.loops)
+            if len(segs) > depth and not region:
+                item_of[node_id] = ("block", tuple(segs[:depth]), segs[depth][0])
+            else:
+                item_of[node_id] = ("node", node_id)
+        cg = nx.DiGraph()
+        rank: dict[tuple, int] = {}
+        for pos, node_id in enumerate(ids):
+            it = item_of[node_id]
+            cg.add_node(it)
+            rank.setdefault(it, pos)
+        for node_id in ids:
+            for d in self.g.predecessors(node_id) if node_id in self.g else ():
+                if d in item_of and item_of[d] != item_of[node_id]:
+                    cg.add_edge(item_of[d], item_of[node_id])
+        if not nx.is_directed_acyclic_graph(cg):  # a repeat interleaved with outside nodes
+            for node_id in ids:
+                if node_id not in self.emitted:
+                    self.emit_one(node_id)
+            return
+        order = list(nx.lexicographical_topological_sort(cg, key=lambda it: f"{rank[it]:06d}"))
+        members: dict[tuple, list[str]] = {}
+        for node_id in ids:
+            members.setdefault(item_of[node_id], []).append(node_id)
+        self.scope_pos = {node_id: order.index(item_of[node_id]) for node_id in ids}
+        for it in order:
+            if it[0] == "node":
+                if it[1] not in self.emitted:
+                    self.emit_one(it[1])
+            else:
+                self.emit_block(members[it], depth)
+
+    def region_of(self, node_id: str) -> set[str]:
+        if node_id not in self.regions:
+            n, op, att = self.loops[node_id]
+            self.regions[node_id] = (nx.descendants(self.g, n.id) & nx.ancestors(self.g, att)) \
+                | {n.id, att}
+        return self.regions[node_id]
+
+    def emit_block(self, members: list[str], depth: int) -> None:
+        """One repeat instance: a loop over its hops when every hop is the first hop with
+        other weights (eq. 41-42), else hop by hop."""
+        hops: dict[int, list[str]] = {}
+        for node_id in members:
+            hops.setdefault(self.segments(self.m.node(node_id))[depth][1], []).append(node_id)
+        plan = self.loop_plan(hops, depth) if len(hops) > 1 else None
+        if plan is None:
+            for k in sorted(hops):
+                saved = getattr(self, "scope_pos", {})
+                self.emit_scope(hops[k], depth + 1)
+                self.scope_pos = saved
+            return
+        self.emit_loop(hops, depth, plan)
+
+    def rel(self, node_id: str, depth: int) -> tuple:
+        """A hop node's identity inside its hop: its statement and any deeper hop indexes."""
+        n = self.m.node(node_id)
+        return (n.hop.template, tuple(self.segments(n)[depth + 1:]))
+
+    def loop_plan(self, hops: dict[int, list[str]], depth: int) -> dict | None:
+        """What a loop over these hops carries from one hop to the next, or None when the
+        hops are not the same computation (then they are written out one by one)."""
+        first = {self.rel(x, depth): x for x in hops[1]}
+        if len(first) != len(hops[1]):
+            return None
+        carried: dict[str, tuple] = {}  # value before the repeat -> what replaces it
+        members = {x for ids in hops.values() for x in ids}
+        for k in sorted(hops)[1:]:
+            here = {self.rel(x, depth): x for x in hops[k]}
+            prev = set(hops[k - 1])
+            if set(here) != set(first):
+                return None
+            for r, nk in here.items():
+                n1 = self.m.node(first[r])
+                d1s, dks = checks.deps(n1), checks.deps(self.m.node(nk))
+                if len(d1s) != len(dks) or checks.deps(n1, delayed=True):
+                    return None
+                for d1, dk in zip(d1s, dks):
+                    if d1 in hops[1]:
+                        if dk not in hops[k] or self.rel(dk, depth) != self.rel(d1, depth):
+                            return None
+                    elif dk == d1:
+                        continue  # read unchanged by every hop
+                    elif dk in prev and d1 not in members:
+                        if carried.setdefault(d1, self.rel(dk, depth)) != self.rel(dk, depth):
+                            return None
+                    else:
+                        return None
+        return {"carried": carried, "first": first}
+
+    def emit_loop(self, hops: dict[int, list[str]], depth: int, plan: dict) -> None:
+        N = len(hops)
+        first, carried = plan["first"], plan["carried"]
+        members = {x for ids in hops.values() for x in ids}
+        var = "ijkl"[depth] if depth < 4 else f"i{depth}"
+        n0 = self.m.node(hops[1][0])
+        block = ".".join(f"{a}[{i}]" for a, i in self.segments(n0)[:depth]) + \
+            ("." if depth else "") + self.segments(n0)[depth][0]
+        block_name = re.sub(r"\[\d+\]", "", block)
+        # the carried values: each keeps one name through the loop
+        saved = {}
+        for x0, r in carried.items():
+            v = self.vars[x0]
+            outside = [s for s in self.g.successors(x0) if s not in members]
+            if outside or not re.fullmatch(r"\w+", v.name):
+                name = self.locals.new(ident(self.m.node(x0).name if hasattr(self.m.node(x0), "name") else x0))
+                self.fwd.append(f"{name} = {v.name}  # carried from hop to hop")
+            else:
+                name = v.name
+            saved[x0] = v
+            self.vars[x0] = Var(name, v.shape, v.mask, v.dim, v.mask_code)
+        self.carry_names = {r: self.vars[x0].name for x0, r in carried.items()}
+        # values read after the loop from a hop other than the last
+        lists: dict[tuple, str] = {}
+        for k, ids in hops.items():
+            for x in ids:
+                if k < N and any(s not in members for s in self.g.successors(x)):
+                    r = self.rel(x, depth)
+                    if r not in lists:
+                        lists[r] = self.locals.new(ident(r[0].split(".")[-1]) + "_hops")
+                        self.fwd.append(f"{lists[r]} = []  # `{r[0]}` of every hop")
+        self.fwd.append(f"for {var} in range({N}):  # `{block_name}`: {N} hops (eq. 41-42)")
+        outer = self.fwd
+        self.fwd = []
+        self.loop_levels[depth] = var
+        saved_pos = getattr(self, "scope_pos", {})
+        self.emit_scope(hops[1], depth + 1)
+        self.scope_pos = saved_pos
+        del self.loop_levels[depth]
+        for x0, r in carried.items():
+            y1 = self.vars[first[r]].name
+            if y1 != self.vars[x0].name:
+                self.fwd.append(f"{self.vars[x0].name} = {y1}  # to the next hop")
+        for r, lst in lists.items():
+            self.fwd.append(f"{lst}.append({self.vars[first[r]].name})")
+        outer.extend("    " + line for line in self.fwd)
+        self.fwd = outer
+        # after the loop: the last hop's values are the loop's locals
+        last = {self.rel(x, depth): x for x in hops[N]}
+        for r, x1 in first.items():
+            if x1 not in self.vars:
+                continue  # a middle hop of an inner loop: nothing outside reads it
+            v = self.vars[x1]
+            self.vars[last[r]] = v
+            for k in range(1, N):
+                xk = {self.rel(x, depth): x for x in hops[k]}[r]
+                if r in lists:
+                    self.vars[xk] = Var(f"{lists[r]}[{k - 1}]", v.shape, v.mask, v.dim, v.mask_code)
+        for x0, r in carried.items():
+            if self.vars[x0].name == saved[x0].name:
+                self.vars[x0] = saved[x0]
+            self.vars[last[r]] = Var(self.vars[x0].name, self.vars[last[r]].shape,
+                                     self.vars[last[r]].mask, self.vars[last[r]].dim,
+                                     self.vars[last[r]].mask_code)
+        self.emitted.update(members)
 
     # ---- the decoder loop (feed = ATT) ------------------------------------------------
 
@@ -901,7 +1169,8 @@ class Generator:
         sinks = [nd.id for nd in m.nodes if isinstance(nd, ir.Attention)
                  or (isinstance(nd, ir.Node) and nd.kind_ == "output")]
         live = set(sinks).union(*(nx.ancestors(g, x) for x in sinks if x in g))
-        done: set[str] = {nd.id for nd in m.nodes if isinstance(nd, ir.Node) and nd.id not in live}
+        done: set[str] = {nd.id for nd in m.nodes if isinstance(nd, ir.Node) and nd.id not in live
+                          and nd.hop is None}
         fwd_head: list[str] = []
         # inputs: check shapes, pick up B
         inputs = list(m.inputs)
@@ -913,21 +1182,16 @@ class Generator:
                                     dim_of(inp.dim, dict(inp.sym).get("dim")))
             if dict(inp.sym).get("dim"):
                 self._use(dict(inp.sym)["dim"])
-        self.fwd = []
-        for node_id in self.cm.order:
-            if node_id in done:
-                continue
-            nd = m.node(node_id)
-            if isinstance(nd, ir.Input):
-                continue
-            if node_id in loops:
-                n, op, att = loops[node_id]
-                done.update(self.decoder_loop(n, op, att, g))
-                continue
-            if isinstance(nd, ir.Attention):
-                self.attention(nd)
-            else:
-                self.node(nd)
+        self.g, self.loops, self.regions = g, loops, {}
+        ids = [i for i in self.cm.order if i not in done and not isinstance(m.node(i), ir.Input)]
+        # pass 1, hop by hop: registers every module (and helpers, classes) in order
+        self.fwd, saved_vars = [], dict(self.vars)
+        self.emit_unrolled(ids)
+        # pass 2: the forward pass, with a loop for each `repeat` whose hops agree
+        self.frozen, self.fwd, self.vars = True, [], saved_vars
+        self.locals = Names(self.reserved)
+        self.op_counts = {}
+        self.emit_scope(ids, 0)
         body = self.fwd
         outputs = [n for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
         if not outputs:  # no output model: the last attention module's context
@@ -939,6 +1203,8 @@ class Generator:
         checks_lines = self.input_checks(inputs)
         examples = self.examples(inputs)
         uses_cfg = any("cfg." in line for line in checks_lines + body)
+        if not any(re.search(r"\bB\b", line.split("#")[0]) for line in body):
+            fwd_head = [x for x in fwd_head if not x.startswith("B = ")]
         fwd = (["cfg = self.cfg"] if uses_cfg else []) + checks_lines + fwd_head + [
             "attn, log_probs, capsules, features = {}, {}, {}, {}",
             "penalty = 0.0"] + body + [
