@@ -43,7 +43,7 @@ class Config:
     @classmethod
     def tiny(cls) -> "Config":
         """The same architecture at toy sizes, for tests and smoke runs."""
-        return cls(vocab=50, d_emb=8, u=8, d_a=8, r=4, classes=8, d_mlp=8)
+        return cls(vocab=50, d_emb=16, u=16, d_a=16, r=4, d_mlp=16)
 
 
 @dataclass

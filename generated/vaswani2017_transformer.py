@@ -36,13 +36,14 @@ import torch.nn as nn
 class Config:
     d_model: int = 512
     heads: int = 8  # attention heads (eq. 38)
+    layers: int = 6
     d_ff: int = 2048
     vocab: int = 37000  # vocabulary size
 
     @classmethod
     def tiny(cls) -> "Config":
         """The same architecture at toy sizes, for tests and smoke runs."""
-        return cls(d_model=8, heads=4, d_ff=8, vocab=50)
+        return cls(d_model=16, heads=4, layers=2, d_ff=16, vocab=50)
 
 
 @dataclass
@@ -172,28 +173,29 @@ class Model(nn.Module):
         self.cfg = cfg
         self.x_embed = nn.Embedding(cfg.vocab, cfg.d_model)
         self.y_embed = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.encoder_self_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(6))  # one per hop; W F (eq. 1)
-        self.encoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(6))  # one per hop; W F (eq. 1)
-        self.encoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(6))  # one per hop; W F (eq. 1)
-        self.encoder_self = nn.ModuleList(EncoderSelf(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(6))  # one per hop
-        self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(6))  # one per hop
-        self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(6))  # one per hop
-        self.encoder_x_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(6))  # one per hop
-        self.decoder_self_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(6))  # one per hop; W F (eq. 1)
-        self.decoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(6))  # one per hop; W F (eq. 1)
-        self.decoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(6))  # one per hop; W F (eq. 1)
-        self.decoder_self = nn.ModuleList(DecoderSelf(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(6))  # one per hop
-        self.decoder_y_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(6))  # one per hop
-        self.decoder_cross_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(6))  # one per hop; W F (eq. 1)
-        self.decoder_cross_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(6))  # one per hop; W F (eq. 1)
-        self.decoder_cross_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(6))  # one per hop; W F (eq. 1)
-        self.decoder_cross = nn.ModuleList(EncoderSelf(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(6))  # one per hop
-        self.decoder_y_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(6))  # one per hop
-        self.decoder_y_3_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(6))  # one per hop
-        self.decoder_y_3_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(6))  # one per hop
+        self.encoder_self_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.encoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.encoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.encoder_self = nn.ModuleList(EncoderSelf(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
+        self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
+        self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(cfg.layers))  # one per hop
+        self.encoder_x_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
+        self.decoder_self_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.decoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.decoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.decoder_self = nn.ModuleList(DecoderSelf(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
+        self.decoder_y_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
+        self.decoder_cross_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.decoder_cross_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.decoder_cross_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.decoder_cross = nn.ModuleList(EncoderSelf(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
+        self.decoder_y_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
+        self.decoder_y_3_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(cfg.layers))  # one per hop
+        self.decoder_y_3_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
         self.logits_head = nn.Linear(cfg.d_model, cfg.vocab)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False) -> Output:
+        cfg = self.cfg
         check_input('src', src, (None,), True, '(B, S)')
         check_mask('src', src_mask, src.shape[:2])
         check_input('tgt', tgt, (None,), True, '(B, T)')
@@ -202,7 +204,7 @@ class Model(nn.Module):
         penalty = 0.0
         x = sinusoid(self.x_embed(src))  # (B, S, 512): feature `x`
         y = sinusoid(self.y_embed(tgt))  # (B, T, 512): feature `y`
-        for i in range(6):  # `encoder`: 6 hops (eq. 41-42)
+        for i in range(cfg.layers):  # `encoder`: 6 hops (eq. 41-42)
             # attention `encoder.self`: scaled multiplicative score, global alignment, 8 heads
             encoder_self_k = self.encoder_self_proj[i](x)  # (B, S, 512)
             encoder_self_v = self.encoder_self_proj2[i](x)  # (B, S, 512)
@@ -212,7 +214,7 @@ class Model(nn.Module):
                 attn[f"encoder[{i + 1}].self"] = encoder_self_a  # (B, H, S, S)
             x = self.encoder_x_1_norm[i](x + encoder_self)  # (B, S, 512): feature `x`, updated (eq. 37)
             x = self.encoder_x_2_norm[i](x + self.encoder_x_2_ffn[i](x))  # (B, S, 512): feature `x`, updated (eq. 37)
-        for i in range(6):  # `decoder`: 6 hops (eq. 41-42)
+        for i in range(cfg.layers):  # `decoder`: 6 hops (eq. 41-42)
             # attention `decoder.self`: scaled multiplicative score, global alignment, 8 heads, causal mask
             decoder_self_k = self.decoder_self_proj[i](y)  # (B, T, 512)
             decoder_self_v = self.decoder_self_proj2[i](y)  # (B, T, 512)

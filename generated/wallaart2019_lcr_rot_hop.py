@@ -36,13 +36,14 @@ import torch.nn as nn
 class Config:
     d_emb: int = 300
     hidden: int = 300
+    hops: int = 3
     vocab: int = 20000  # vocabulary size
     classes: int = 3
 
     @classmethod
     def tiny(cls) -> "Config":
         """The same architecture at toy sizes, for tests and smoke runs."""
-        return cls(d_emb=16, hidden=16, vocab=50)
+        return cls(d_emb=16, hidden=16, hops=2, vocab=50)
 
 
 @dataclass
@@ -156,13 +157,14 @@ class Model(nn.Module):
         self.ft_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.fr_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.fr_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
-        self.hop_ctx_l = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(3))  # one per hop
-        self.hop_ctx_r = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(3))  # one per hop
-        self.hop_tgt_l = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(3))  # one per hop
-        self.hop_tgt_r = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(3))  # one per hop
+        self.hop_ctx_l = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
+        self.hop_ctx_r = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
+        self.hop_tgt_l = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
+        self.hop_tgt_r = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
         self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
 
     def forward(self, left, target, right, left_mask=None, target_mask=None, right_mask=None, return_attention: bool = False) -> Output:
+        cfg = self.cfg
         check_input('left', left, (None,), True, '(B, L)')
         check_mask('left', left_mask, left.shape[:2])
         check_input('target', target, (None,), True, '(B, T)')
@@ -177,7 +179,7 @@ class Model(nn.Module):
         fr = rnn(self.fr_bilstm, self.fr_embed(right), right_mask)  # (B, R, 600): feature `fr`
         q_l = pool(ft, target_mask, "mean")  # (B, 600): query `q_l`
         q_r = pool(ft, target_mask, "mean")  # (B, 600): query `q_r`
-        for i in range(3):  # `hop`: 3 hops (eq. 41-42)
+        for i in range(cfg.hops):  # `hop`: 3 hops (eq. 41-42)
             # attention `hop.ctx_l`: activated general score, global alignment
             hop_ctx_l_q1 = q_l.reshape(-1, 1, q_l.shape[-1])  # (N, 1, d_q): one query per group
             hop_ctx_l_c, hop_ctx_l_a, _ = self.hop_ctx_l[i](hop_ctx_l_q1, fl, fl, left_mask)

@@ -36,13 +36,14 @@ class Config:
     vocab: int = 30000  # vocabulary size
     d: int = 200
     heads: int = 4  # attention heads (eq. 38)
+    layers: int = 2
     d_ff: int = 400
     tags: int = 19
 
     @classmethod
     def tiny(cls) -> "Config":
         """The same architecture at toy sizes, for tests and smoke runs."""
-        return cls(vocab=50, d=8, d_ff=8, tags=8)
+        return cls(vocab=50, d=16, d_ff=16, tags=16)
 
 
 @dataclass
@@ -188,16 +189,17 @@ class Model(nn.Module):
         self.en_gv_linear = nn.Linear(300, cfg.d)
         self.meta_q = nn.Parameter(torch.randn(cfg.d) * (cfg.d) ** -0.5)  # a learned query (eq. 34)
         self.meta = Meta(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
-        self.encoder_self_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(2))  # one per hop; W F (eq. 1)
-        self.encoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(2))  # one per hop; W F (eq. 1)
-        self.encoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(2))  # one per hop; W F (eq. 1)
-        self.encoder_self = nn.ModuleList(EncoderSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads, d_w=cfg.d) for _ in range(2))  # one per hop
-        self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(2))  # one per hop
-        self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d)) for _ in range(2))  # one per hop
-        self.encoder_x_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(2))  # one per hop
+        self.encoder_self_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.encoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.encoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.encoder_self = nn.ModuleList(EncoderSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads, d_w=cfg.d) for _ in range(cfg.layers))  # one per hop
+        self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(cfg.layers))  # one per hop
+        self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d)) for _ in range(cfg.layers))  # one per hop
+        self.encoder_x_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(cfg.layers))  # one per hop
         self.labels_head = nn.Linear(cfg.d, cfg.tags)
 
     def forward(self, tweet, tweet_mask=None, return_attention: bool = False) -> Output:
+        cfg = self.cfg
         check_input('tweet', tweet, (None,), True, '(B, L)')
         check_mask('tweet', tweet_mask, tweet.shape[:2])
         B = tweet.shape[0]
@@ -216,7 +218,7 @@ class Model(nn.Module):
         if return_attention:
             attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])  # (B, L, H, 1, reps.reps)
         x = sinusoid(meta)  # (B, L, 200): feature `x`
-        for i in range(2):  # `encoder`: 2 hops (eq. 41-42)
+        for i in range(cfg.layers):  # `encoder`: 2 hops (eq. 41-42)
             # attention `encoder.self`: additive score, global alignment, 4 heads
             encoder_self_k = self.encoder_self_proj[i](x)  # (B, L, 200)
             encoder_self_v = self.encoder_self_proj2[i](x)  # (B, L, 200)

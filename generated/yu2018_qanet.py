@@ -46,7 +46,7 @@ class Config:
     @classmethod
     def tiny(cls) -> "Config":
         """The same architecture at toy sizes, for tests and smoke runs."""
-        return cls(d=8, heads=4, d_emb=8, vocab=50)
+        return cls(d=16, heads=4, d_emb=16, vocab=50)
 
 
 @dataclass

@@ -111,28 +111,31 @@ def spec_text(c: Combo) -> str:
         f"    input x: sequence[N, d] (N = {N})",
     ]
     if c.query_type == "basic":
-        lines.append("    input s: sequence[T, d]  # an auxiliary input nothing attends over")
+        lines += ["    # the query is an auxiliary input that nothing attends over",
+                  "    input s: sequence[T, d]"]
     if c.query_type == "specialized":
         lines += [
             "    input y: sequence[M, d]",
             "    # the query is the context of another module, over another input",
             "    attention pre { query = learned(d)  features = y  score = additive }",
         ]
-    fields = [f"query = {'q' if hop else query}", "features = x", f"score = {c.score}"]
+    fields = [("query", "q" if hop else query), ("features", "x"), ("score", c.score)]
     if c.align != "global":
-        fields.append(f"align = {ALIGN_TEXT.get(c.align, c.align)}")
+        fields.append(("align", ALIGN_TEXT.get(c.align, c.align)))
     if c.dimensionality == "multi":
-        fields.append("dimensionality = multi")
+        fields.append(("dimensionality", "multi"))
     if c.multiplicity == "multi_head":
-        fields.append(f"heads = {HEADS}")
+        fields.append(("heads", str(HEADS)))
     if c.multiplicity == "capsule":
-        fields.append(f"capsules = {CAPSULES}")
-    body = ["    attention att {"] + [f"        {f}" for f in fields] + ["    }"]
+        fields.append(("capsules", str(CAPSULES)))
+    width = max(len(k) for k, _ in fields)
+    body = ["    attention att {"] + [f"        {k:<{width}} = {v}" for k, v in fields] + ["    }"]
     if hop:
-        lines.append(f"    feature q = {query}  # the query stream, refined by every hop")
+        lines.append("    # the query stream: each hop's context refines it (eq. 41-42)")
+        lines.append(f"    feature q = {query}")
         lines.append(f"    repeat hop {HOPS} {{")
         lines += ["    " + b for b in body]
-        lines.append("        update q = q + att  # eq. 41-42")
+        lines.append("        update q = q + att")
         lines.append("    }")
     else:
         lines += body

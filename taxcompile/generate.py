@@ -144,6 +144,8 @@ class Generator:
         self.list_pos: dict[tuple, tuple[str, int]] = {}  # per-hop module -> (list, index)
         self.loop_levels: dict[int, str] = {}  # repeat depth -> loop variable, while in a loop
         self.frozen = False  # second pass: modules exist already
+        self.list_block: dict[str, str] = {}  # ModuleList -> its top-level repeat
+        self.counts: dict[str, str] = {}  # top-level repeat -> its count as a Config expression
         self.used_cfg: set[str] = set()
         self.attn_names: list[str] = []
 
@@ -215,6 +217,7 @@ class Generator:
                     attr = self.attrs.new(base)
                     self.module_of[lkey] = attr
                     self.lists[attr] = []
+                    self.list_block[attr] = h.template.split(".")[0]
                     self.init.append(("list", attr, comment))
                 attr = self.module_of[lkey]
                 pos = len(self.lists[attr])
@@ -970,6 +973,12 @@ class Generator:
                         return None
         return {"carried": carried, "first": first}
 
+    def count_is_free(self, block: str) -> bool:
+        """A top-level repeat's count can be a Config field when its per-hop modules are
+        plain lists indexed by the loop variable (nested repeats keep their counts)."""
+        inner = [k for k in self.list_pos if k[0].startswith(block + ".")]
+        return all(len(k[1]) == 1 for k in inner)
+
     def emit_loop(self, hops: dict[int, list[str]], depth: int, plan: dict) -> None:
         N = len(hops)
         first, carried = plan["first"], plan["carried"]
@@ -1001,7 +1010,13 @@ class Generator:
                     if r not in lists:
                         lists[r] = self.locals.new(ident(r[0].split(".")[-1]) + "_hops")
                         self.fwd.append(f"{lists[r]} = []  # `{r[0]}` of every hop")
-        self.fwd.append(f"for {var} in range({N}):  # `{block_name}`: {N} hops (eq. 41-42)")
+        count = str(N)
+        sym = n0.hop.count_sym if depth == 0 else None
+        if sym and not lists and self.count_is_free(block_name):
+            self._use(sym)
+            count = str(dim_of(N, sym))
+            self.counts[block_name] = count
+        self.fwd.append(f"for {var} in range({count}):  # `{block_name}`: {N} hops (eq. 41-42)")
         outer = self.fwd
         self.fwd = []
         self.loop_levels[depth] = var
@@ -1241,8 +1256,9 @@ class Generator:
                 _, attr, comment = line
                 ctors = self.lists[attr]
                 note = "one per hop" + (f"; {comment}" if comment else "")
+                count = self.counts.get(self.list_block.get(attr), str(len(ctors)))
                 if all(c == ctors[0] for c in ctors):
-                    init.append(f"self.{attr} = nn.ModuleList({ctors[0]} for _ in range({len(ctors)}))  # {note}")
+                    init.append(f"self.{attr} = nn.ModuleList({ctors[0]} for _ in range({count}))  # {note}")
                 else:
                     init.append(f"self.{attr} = nn.ModuleList([  # {note}")
                     init.extend(f"    {c}," for c in ctors)
@@ -1321,15 +1337,14 @@ class Generator:
                 continue
             role = roles.get(nme, "dim")
             comment = {"heads": "attention heads (eq. 38)", "vocab": "vocabulary size",
+                       "count": "hops of a repeat (eq. 41-42)",
                        "axis": "a fixed axis length", "dim": "", "count": ""}.get(role, "")
             fields.append({"name": nme, "type": typ, "value": repr(v), "comment": comment})
             if typ == "int":
-                small = {"heads": min(v, 4), "vocab": min(v, 50), "axis": min(v, 6),
+                small = {"heads": min(v, 4), "vocab": min(v, 50), "axis": min(v, 6), "count": min(v, 2),
                          "capsules": v, "window": min(v, 2)}.get(role)
-                if small is None:
-                    small = min(v, 2 * max(heads) if heads else 16)
-                    if heads:
-                        small = max(4, 2 * max(min(h, 4) for h in heads))
+                if small is None:  # a feature size: 16, a multiple of the tiny head count
+                    small = min(v, 4 * max(min(h, 4) for h in heads) if heads else 16)
                 if small != v:
                     tiny.append(f"{nme}={small}")
         for axis, size in self.axis_fields.items():
@@ -1360,6 +1375,9 @@ class Generator:
                 for k, v in s.items():
                     if k.startswith("size:"):
                         mark(v, "axis")
+            h = getattr(n, "hop", None)
+            if h is not None and h.count_sym:
+                mark(h.count_sym, "count")
             if isinstance(n, ir.Attention):
                 mark(s.get("heads"), "heads")
                 mark(s.get("capsules"), "capsules")

@@ -100,6 +100,7 @@ class Hop(_Frozen):
     shared: bool  # weights shared across hops
     template: str  # the statement without hop indexes, e.g. "decoder.cross"
     outer: tuple[int, ...] = ()  # hop indexes of enclosing repeats, outermost first
+    count_sym: str | None = None  # the hop count's constant expression (generated Config)
 
     @property
     def first(self) -> bool:

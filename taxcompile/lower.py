@@ -690,6 +690,7 @@ class Lowerer:
         for i in range(1, count + 1):
             inner = Scope(f"{block}[{i}].", scope,
                           hop=ir.Hop(block=block, index=i, count=count, shared=shared,
+                                     count_sym=self.sym(s.count, scope),
                                      outer=scope.hop.outer + (scope.hop.index,) if scope.hop else (),
                                      template=template))
             before = len(self.c.diagnostics)

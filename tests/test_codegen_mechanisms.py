@@ -825,9 +825,10 @@ def test_self_attention_with_projected_query_and_residual_norm(gen):
     _, model = make(gen, """
     model m {
         input x: sequence[L, 8]
-        attention sa { query = project(x)  features = x  score = scaled_multiplicative }
-        update x = norm(x + sa)
-        output out = identity(x)
+        feature f = identity(x)
+        attention sa { query = project(f)  features = f  score = scaled_multiplicative }
+        update f = norm(f + sa)
+        output out = identity(f)
     }
     """)
     x = randn(2, 5, 8, seed=41)

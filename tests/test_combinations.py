@@ -97,6 +97,13 @@ def test_there_are_1296_combinations():
     assert [c for c, _ in C.enumerate()] == COMBOS
 
 
+def test_specs_are_formatted():
+    from taxcompile.fmt import format_text
+
+    unformatted = [c.name for c, text in C.enumerate() if format_text(text, "combo.attn") != text]
+    assert not unformatted, unformatted[:10]
+
+
 def test_check_refuses_exactly_the_invalid_combinations():
     problems = []
     for c, r in checked().items():
