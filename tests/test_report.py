@@ -88,6 +88,31 @@ def test_paper_pages_inline_the_diagram_and_highlight_the_spec(site):
     assert "<li><em>Multi-Head</em>: attention <code>encoder.self</code> has 8 heads</li>" in vaswani
 
 
+def test_paper_pages_show_heatmaps_and_the_generated_code(site):
+    from PIL import Image
+
+    from taxcompile import pipeline
+
+    for spec in sorted(SPECS.glob("*.attn")):
+        cs = pipeline.load(spec)
+        page = site / "papers" / f"{spec.stem}.html"
+        text = page.read_text(encoding="utf-8")
+        for cm in cs.models:
+            model = cm.model.name
+            assert f'<img src="{spec.stem}/{model}.png"' in text, (page.name, model)
+            png = site / "papers" / spec.stem / f"{model}.png"
+            img = Image.open(png).convert("RGB")
+            assert img.width > 200 and img.height > 150
+            # viridis: weights drawn from dark purple to yellow, one panel per module
+            colours = img.getcolors(maxcolors=1 << 24)
+            assert len(colours) > 50, f"{png}: a blank heatmap"
+            assert f"<code>generated/{spec.stem}_{model}.py</code>" in text
+        # the generated code, highlighted as Python
+        assert text.count('<span class="nc">Model</span>') == len(cs.models)
+    vaswani = (site / "papers" / "vaswani2017.html").read_text(encoding="utf-8")
+    assert "encoder.self" in vaswani and "transformer.png" in vaswani
+
+
 def test_a_spec_error_writes_nothing(tmp_path):
     bad = tmp_path / "bad.attn"
     bad.write_text('paper p { cite = "X" }\nmodel m { feature x = nope(1) }\n')
