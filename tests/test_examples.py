@@ -22,6 +22,10 @@ EXPECTED = {
     "attention_via_attention": dict(feature_multiplicity="Singular",
                                     feature_levels="Attention-via-Attention",
                                     query_type="Specialized + Basic"),
+    # Coarse (mean of the other input) and fine (max-pooled affinity, eq. 13 and 16) together.
+    "multi_grained_coattention": dict(feature_multiplicity="Multi-Grained Co-attention",
+                                      query_type="Specialized",
+                                      scoring="Multiplicative + General"),
     # eq. 41-42 with shared weights: the same memory read three times.
     "memory_network": dict(query_multiplicity="Multi-Hop", query_type="Basic",
                            feature_levels="Single-Level"),
