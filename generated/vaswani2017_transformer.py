@@ -36,7 +36,7 @@ import torch.nn as nn
 class Config:
     d_model: int = 512
     heads: int = 8  # attention heads (eq. 38)
-    layers: int = 6
+    layers: int = 6  # hops of a repeat (eq. 41-42)
     d_ff: int = 2048
     vocab: int = 37000  # vocabulary size
 

@@ -36,7 +36,7 @@ import torch.nn as nn
 class Config:
     d_emb: int = 300
     hidden: int = 300
-    hops: int = 3
+    hops: int = 3  # hops of a repeat (eq. 41-42)
     vocab: int = 20000  # vocabulary size
     classes: int = 3
 

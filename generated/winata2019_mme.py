@@ -36,7 +36,7 @@ class Config:
     vocab: int = 30000  # vocabulary size
     d: int = 200
     heads: int = 4  # attention heads (eq. 38)
-    layers: int = 2
+    layers: int = 2  # hops of a repeat (eq. 41-42)
     d_ff: int = 400
     tags: int = 19
 

@@ -180,7 +180,7 @@ class Model(nn.Module):
         att = torch.cat(steps['att'], 1)  # (B, T, 512)
         if return_attention:
             attn['att'] = torch.cat(steps["weights:" + 'att'], -2)
-        log_probs['att'] = torch.stack(steps["log_prob:" + 'att'], -1)
+        log_probs['att'] = torch.cat(steps["log_prob:" + 'att'], -1)
         logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, att], -1))))  # (B, T, 10000): output `logits`
         return Output(logits, attn, log_probs, penalty, capsules, features)
 

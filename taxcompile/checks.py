@@ -362,6 +362,13 @@ class Checker:
                      f"project one side, e.g. `query = project({_base_ref(n.query) or '…'}, "
                      f"{k.dim})`")
             return None
+        if sc.fn == "concat" and q is not None:
+            self.err(sc.loc, "the concat score w^T W [q; k_l] = w^T W1 q + w^T W2 k_l is linear: "
+                     "the query adds the same number to every key's score, which the alignment "
+                     "cancels, so the query would be ignored",
+                     "use `score = additive(…)` (a non-linearity between q and k, eq. 6), or "
+                     "score the keys alone by dropping the query (eq. 33)")
+            return None
         if sc.fn == "location":
             size = self.cm.sizes.get(attended)
             if size is None:
@@ -391,10 +398,6 @@ class Checker:
                     self.err(n.loc, f"{where}: {what} = {d} is not divisible by heads = {n.heads}",
                              "each head gets an equal slice (eq. 38)")
                     return None
-            if sc.fn == "location":
-                self.err(sc.loc, "the location score has no keys to project per head",
-                         "use one head with `score = location`")
-                return None
         if n.dimensionality == "multi":
             if sc.fn not in ("additive", "concat"):
                 self.err(sc.loc, f"multi-dimensional attention scores each feature with "

@@ -360,8 +360,11 @@ class Classifier:
                 cell.add("Parallel Co-attention", f"attention {self.q(i)} relates {partners} to "
                          f"its keys {how}")
             return
+        # in turn: the query is the context of a co-attention module over one of the
+        # partner inputs (a refined query over the same input is a hop, eq. 41-42)
         sequential = [i for i in coarse if any(
             isinstance(self.m.node(x), ir.Attention) and x in cross and x != i
+            and cross[x][0] & cross[i][1]
             for x in self.expr_ancestors(self.m.node(i).query))]
         if sequential:
             for i in sequential:

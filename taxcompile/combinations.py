@@ -11,6 +11,7 @@ No torch here: the matrix is written by the front end alone."""
 
 from __future__ import annotations
 
+import builtins
 import re
 import sys
 from collections import Counter, defaultdict
@@ -318,27 +319,24 @@ def _products(cs: list[Combo]) -> list[list[list[str]]]:
         size *= len(v)
     if size == len(cs):
         return [values]
-    # split on the first dimension that varies, and merge values whose rest agrees
-    i = next(i for i, v in enumerate_(values) if len(v) > 1)
-    parts: dict[str, list[Combo]] = defaultdict(list)
-    for c in cs:
-        parts[getattr(c, FIELDS[i])].append(c)
-    merged: dict[str, list[str]] = {}
-    rest_of: dict[str, list[list[list[str]]]] = {}
-    for v in values[i]:
-        terms = _products(parts[v])
-        key = repr([t[:i] + t[i + 1:] for t in terms])
-        merged.setdefault(key, []).append(v)
-        rest_of[key] = terms
-    out = []
-    for key, vs in merged.items():
-        for t in rest_of[key]:
-            out.append(t[:i] + [vs] + t[i + 1:])
-    return out
-
-
-def enumerate_(xs):
-    return zip(range(len(xs)), xs)
+    # split on the dimension that gives the fewest products; merge values whose rest agrees
+    best: list[list[list[str]]] | None = None
+    for i in (i for i, v in builtins.enumerate(values) if len(v) > 1):
+        parts: dict[str, list[Combo]] = defaultdict(list)
+        for c in cs:
+            parts[getattr(c, FIELDS[i])].append(c)
+        merged: dict[str, list[str]] = {}
+        rest_of: dict[str, list[list[list[str]]]] = {}
+        for v in values[i]:
+            terms = _products(parts[v])
+            key = repr([t[:i] + t[i + 1:] for t in terms])
+            merged.setdefault(key, []).append(v)
+            rest_of[key] = terms
+        out = [t[:i] + [vs] + t[i + 1:] for key, vs in merged.items() for t in rest_of[key]]
+        if best is None or len(out) < len(best):
+            best = out
+    assert best is not None
+    return best
 
 
 def _order(field: str):

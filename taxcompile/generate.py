@@ -10,7 +10,6 @@ citation are escaped with ``repr``-safe text.
 from __future__ import annotations
 
 import builtins
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -722,7 +721,7 @@ class Generator:
             if self.step is None:
                 self.fwd.append(f"log_probs[{key}] = {ex}[\"log_prob\"]")
             else:
-                self.step["logp"].append((key, ex))
+                self.step["logp"].append((key, ex, n))
         if n.penalty is not None:
             self.fwd.append(f"penalty = penalty + {ex}[\"penalty\"]")
         if capsule:
@@ -1077,10 +1076,6 @@ class Generator:
         axis = x.shape.axes[-1]
         seq = self.tmp(x.name, x.shape, ident(n.id) + "_in",
                        f"{self.shape_comment(x.shape)}: the decoder's inputs, all steps")
-        att = self.m.node(att_id)
-        d_ctx = None
-        # the context size: values' feature size, known from shapes
-        d_ctx_int = self.cm.shapes[att_id].dim
         kind = op.fn
         hidden, layers = self.p(op, "hidden"), self.p(op, "layers")
         self.step = {"axis": axis, "region": region, "op": op, "names": {}, "weights": [],
@@ -1111,7 +1106,7 @@ class Generator:
                 self.fwd.append(f"{steps}.setdefault({node_id!r}, []).append({self.vars[node_id].name})")
         for key, a, wshape, nd in self.step["weights"]:
             self.fwd.append(f"{steps}.setdefault(\"weights:\" + {key}, []).append({a}.view({wshape}))")
-        for key, ex in self.step["logp"]:
+        for key, ex, _ in self.step["logp"]:
             self.fwd.append(f"{steps}.setdefault(\"log_prob:\" + {key}, []).append({ex}[\"log_prob\"])")
         body = self.fwd
         self.fwd = saved
@@ -1131,17 +1126,17 @@ class Generator:
                                      None, v.dim)
         for key, a, wshape, nd in self.step["weights"]:
             dim = -3 if nd.dimensionality == "multi" else -2
-            self.fwd.append(f"if return_attention:")
+            self.fwd.append("if return_attention:")
             self.fwd.append(f"    attn[{key}] = torch.cat({steps}[\"weights:\" + {key}], {dim})")
-        for key, ex in self.step["logp"]:
-            self.fwd.append(f"log_probs[{key}] = torch.stack({steps}[\"log_prob:\" + {key}], -1)")
+        for key, ex, nd in self.step["logp"]:
+            how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
+            self.fwd.append(f"log_probs[{key}] = torch.{how}({steps}[\"log_prob:\" + {key}], -1)")
         self.step = None
         return order
 
     def emit_feed_step(self, e, n):
         st = self.step
         kind, hidden, layers, x = st["kind"], st["hidden"], st["layers"], st["x"]
-        d_ctx = self.cm.shapes[st["att"]].dim
         cell = "nn.LSTMCell" if kind == "lstm" else "nn.GRUCell"
         ctx_dim = self.vars_dim_hint(st["att"])
         ctor = (f"nn.ModuleList({cell}({x.dim} + {ctx_dim} if i == 0 else {hidden}, {hidden}) "
@@ -1338,7 +1333,7 @@ class Generator:
             role = roles.get(nme, "dim")
             comment = {"heads": "attention heads (eq. 38)", "vocab": "vocabulary size",
                        "count": "hops of a repeat (eq. 41-42)",
-                       "axis": "a fixed axis length", "dim": "", "count": ""}.get(role, "")
+                       "axis": "a fixed axis length", "dim": ""}.get(role, "")
             fields.append({"name": nme, "type": typ, "value": repr(v), "comment": comment})
             if typ == "int":
                 small = {"heads": min(v, 4), "vocab": min(v, 50), "axis": min(v, 6), "count": min(v, 2),

@@ -26,13 +26,12 @@ COMBOS = C.combos()
 
 # ---- the expected validity, from the survey ---------------------------------------------
 
-@functools.total_ordering
 class Rule:
-    def __init__(self, name: str, applies, says: str, why: str):
-        self.name, self.applies, self.says, self.why = name, applies, says, why
+    """A reason a combination is invalid: when it applies, what `check`'s error says,
+    the equations behind it, and what the line the error points at holds."""
 
-    def __lt__(self, other):
-        return self.name < other.name
+    def __init__(self, name: str, applies, says: str, why: str, at: str):
+        self.name, self.applies, self.says, self.why, self.at = name, applies, says, why, at
 
     def __repr__(self):
         return self.name
@@ -44,37 +43,31 @@ RULES = [
     # concat is that form without the activation. The other scores give one number per key.
     Rule("multi-dimensional needs an additive score",
          lambda c: c.dimensionality == "multi" and c.score not in ("additive", "concat"),
-         "multi-dimensional attention scores each feature", "eq. 31"),
+         "multi-dimensional attention scores each feature", "eq. 31", "score"),
     # eq. 26: hard attention samples one position and takes its whole value vector;
     # multi-dimensional weights are a distribution per feature (eq. 32).
     Rule("hard alignment is not multi-dimensional",
          lambda c: c.dimensionality == "multi" and c.align == "hard",
-         "hard alignment picks one value vector", "eq. 26, 32"),
+         "hard alignment picks one value vector", "eq. 26, 32", "align"),
     # eq. 43: each capsule (class) has its own learned query q_c; a query that comes
     # from an input or another module is not one per class.
     Rule("capsules learn their queries",
          lambda c: c.multiplicity == "capsule" and c.query_type != "self_attentive",
-         "capsule-based attention learns one query per class", "eq. 43"),
+         "capsule-based attention learns one query per class", "eq. 43", "attention att"),
+    # Table II's concat, w^T W [q; k_l] = w^T W1 q + w^T W2 k_l, is linear: the query term
+    # is the same for every key and every alignment here is shift-invariant per query, so
+    # the query could never change the weights. (Every combination has a query.)
+    Rule("concat ignores a query",
+         lambda c: c.score == "concat",
+         "the concat score w^T W [q; k_l] = w^T W1 q + w^T W2 k_l is linear", "Table II",
+         "score"),
 ]
-
-# Refused by `check` although the survey's math allows them (reported as mismatches;
-# test_disputed_refusals_are_valid_math below is a strict xfail until check accepts them).
-# eq. 38-40: every head projects the query, q^(j) = W_q^(j) q; a location score
-# e^(j) = W_a^(j) q^(j) needs no keys, so each head has its own scores over the same
-# fixed-length keys and its own projected values.
-DISPUTED = [
-    Rule("location score with heads",
-         lambda c: c.score == "location" and c.multiplicity == "multi_head",
-         "the location score has no keys to project per head", "eq. 38-40"),
-]
+# Location with heads is valid: eq. 38-40 give each head its own projected query,
+# e^(j) = W_a^(j) q^(j), over the same fixed-length keys.
 
 
 def expected(c: C.Combo) -> list[Rule]:
     return [r for r in RULES if r.applies(c)]
-
-
-def disputed(c: C.Combo) -> list[Rule]:
-    return [r for r in DISPUTED if r.applies(c)]
 
 
 # ---- what check does --------------------------------------------------------------------
@@ -107,37 +100,32 @@ def test_specs_are_formatted():
 def test_check_refuses_exactly_the_invalid_combinations():
     problems = []
     for c, r in checked().items():
-        rules, known = expected(c), disputed(c)
+        rules = expected(c)
         if not isinstance(r, SpecError):
-            if rules or known:
-                problems.append(f"{c.name}: accepted, but {rules + known} forbid it")
+            if rules:
+                problems.append(f"{c.name}: accepted, but {rules} forbid it")
             continue
         messages = [d.message for d in r.diagnostics]
-        if not rules and not known:
+        if not rules:
             problems.append(f"{c.name}: refused for no reason of the survey: {messages}")
             continue
         # check reports the first rule it finds; every error must be one of the expected
         for m in messages:
-            if not any(rule.says in m for rule in rules + known):
-                problems.append(f"{c.name}: error {m!r} is not one of {rules + known}")
+            if not any(rule.says in m for rule in rules):
+                problems.append(f"{c.name}: error {m!r} is not one of {rules}")
     assert not problems, "\n".join(problems[:30]) + f"\n({len(problems)} in all)"
 
 
 def test_counts():
     verdicts = checked()
     refused = [c for c in COMBOS if isinstance(verdicts[c], SpecError)]
-    assert len(refused) == sum(bool(expected(c) or disputed(c)) for c in COMBOS)
-    assert (len(COMBOS) - len(refused), len(refused)) == (622, 674)
+    assert len(refused) == sum(bool(expected(c)) for c in COMBOS)
+    assert (len(COMBOS) - len(refused), len(refused)) == (530, 766)
 
 
 # ---- every valid combination runs and classifies back -----------------------------------
 
-SCORE_PARAMS_NOT_TRAINED = {
-    # concat: e = w^T W1 q + w^T W2 k_l; the query term is the same for every key, so
-    # every alignment here (shift-invariant per row) cancels it: W1, and a capsule's
-    # learned queries, get no gradient (test_concat_score_depends_on_the_query).
-    "concat": ("W1", "queries"),
-}
+SCORE_PARAMS_NOT_TRAINED: dict[str, tuple[str, ...]] = {}
 
 
 def load_module(src: str, name: str, tmp_path):
@@ -245,7 +233,7 @@ def test_valid_combinations_run_and_classify_back(score, tmp_path):
                 trained[key] = max(trained.get(key, 0.0), g)
     finally:
         torch.set_num_threads(threads)
-    assert ran == sum(c.score == score and not (expected(c) or disputed(c)) for c in COMBOS)
+    assert ran == sum(c.score == score and not expected(c) for c in COMBOS)
     # Over all combinations of an alignment and dimensionality, every parameter of the
     # attention module is trained by something (a sparse alignment or a sampled subset
     # can zero one combination's gradients, not all of them).
@@ -256,23 +244,13 @@ def test_valid_combinations_run_and_classify_back(score, tmp_path):
     assert not problems, "\n".join(problems[:40]) + f"\n({len(problems)} in all)"
 
 
-@pytest.mark.xfail(strict=True, reason="concat (w^T W [q; k], Table II without the "
-                   "non-linearity) adds the same query term to every key's score, so the "
-                   "alignment cancels it: the query never changes the weights")
-def test_concat_score_depends_on_the_query(tmp_path):
+def test_location_with_heads_is_valid(tmp_path):
     pytest.importorskip("torch")
-    c = C.Combo("concat", "global", "single", "self_attentive", "singular")
-    problems, grads = run_combo(c, checked()[c], tmp_path)
-    assert not problems
-    assert grads["W1"] > 1e-6
-
-
-@pytest.mark.xfail(strict=True, reason="check refuses `score = location` with `heads`, "
-                   "though eq. 38-40 give each head its own projected query to score from")
-def test_disputed_refusals_are_valid_math(tmp_path):
-    for c in COMBOS:
-        if disputed(c) and not expected(c):
-            assert not isinstance(checked()[c], SpecError), c.name
+    c = C.Combo("location", "global", "single", "basic", "multi_head")
+    verdict = checked()[c]
+    assert not isinstance(verdict, SpecError), verdict
+    problems, grads = run_combo(c, verdict, tmp_path)
+    assert not problems and grads["W"] > 0
 
 
 # ---- refusals through the command line ---------------------------------------------------
@@ -280,7 +258,7 @@ def test_disputed_refusals_are_valid_math(tmp_path):
 def one_per_reason():
     seen, out = set(), []
     for c in COMBOS:
-        rules = tuple(expected(c) + disputed(c))
+        rules = tuple(expected(c))
         if len(rules) == 1 and rules not in seen:
             seen.add(rules)
             out.append((c, rules[0]))
@@ -301,11 +279,13 @@ def test_cli_check_says_why(combo, rule, tmp_path, capsys):
     line, col = (int(x) for x in loc.split(":"))
     assert 1 <= line <= len(C.spec_text(combo).splitlines()) and col >= 1, err
     assert rule.says in first, err
+    assert C.spec_text(combo).splitlines()[line - 1].strip().startswith(rule.at), err
+    assert err.splitlines()[1].strip().startswith(rule.at), err  # the source line is shown
 
 
 def test_reasons_cover_every_rule():
     """Each rule refuses some combination alone, so each is tested through the CLI."""
-    assert {r for _, r in one_per_reason()} == set(RULES + DISPUTED)
+    assert {r for _, r in one_per_reason()} == set(RULES)
 
 
 # ---- the committed matrix ------------------------------------------------------------------
