@@ -65,8 +65,10 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
     if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
-    if tokens and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool):
-        raise ValueError(f"input `{name}`: expected integer token ids, got {x.dtype}")
+    if tokens and x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+    if not tokens and not x.is_floating_point():
+        raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
@@ -167,17 +169,20 @@ class Model(nn.Module):
         cfg = self.cfg
         check_input('question', question, (None,), True, '(B, T)')
         check_mask('question', question_mask, question.shape[:2])
-        check_input('image', image, (cfg.H, cfg.W, 512), False, '(B, H, W, 512)')
+        check_input('image', image, (cfg.H, cfg.W, 512), False, f"(B, {cfg.H}, {cfg.W}, 512)")
         B = question.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         v = self.v_linear(image.flatten(-3, -2))  # (B, H*W, 512): feature `v`
         qw = self.qw_embed(question)  # (B, T, 512): feature `qw`
-        y = self.qp_conv(qw.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
-        y_2 = self.qp_conv2(qw.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
-        y_3 = self.qp_conv3(qw.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
+        h = qw if question_mask is None else qw.masked_fill(~question_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
+        y = self.qp_conv(h.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
+        h_2 = qw if question_mask is None else qw.masked_fill(~question_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
+        y_2 = self.qp_conv2(h_2.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
+        h_3 = qw if question_mask is None else qw.masked_fill(~question_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
+        y_3 = self.qp_conv3(h_3.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
         qp = torch.stack([F.relu(y), F.relu(y_2), F.relu(y_3)], -2).amax(-2)  # (B, T, 512): feature `qp`
-        qs = rnn(self.qs_lstm, qp)  # (B, T, 512): feature `qs`
+        qs = rnn(self.qs_lstm, qp, question_mask)  # (B, T, 512): feature `qs`
         C_w = torch.tanh(qw @ self.C_w_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_w`
         # attention `img_w`: additive score, global alignment
         img_w_A = C_w if question_mask is None else C_w.masked_fill(~question_mask.reshape(-1, qw.shape[-2], 1), 0.0)  # (N, Lq, Lk): padded query rows left out
@@ -192,23 +197,25 @@ class Model(nn.Module):
             attn['q_w'] = q_w_a  # (B, H, 1, T)
         C_p = torch.tanh(qp @ self.C_p_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_p`
         # attention `img_p`: additive score, global alignment
-        img_p_c, img_p_a, _ = self.img_p(qp, v, v, None, affinity=C_p)
+        img_p_A = C_p if question_mask is None else C_p.masked_fill(~question_mask.reshape(-1, qp.shape[-2], 1), 0.0)  # (N, Lq, Lk): padded query rows left out
+        img_p_c, img_p_a, _ = self.img_p(qp, v, v, None, affinity=img_p_A)
         img_p = img_p_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['img_p'] = img_p_a  # (B, H, 1, H*W)
         # attention `q_p`: additive score, global alignment
-        q_p_c, q_p_a, _ = self.q_p(v, qp, qp, None, affinity=C_p.transpose(-1, -2))
+        q_p_c, q_p_a, _ = self.q_p(v, qp, qp, question_mask, affinity=C_p.transpose(-1, -2))
         q_p = q_p_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['q_p'] = q_p_a  # (B, H, 1, T)
         C_s = torch.tanh(qs @ self.C_s_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_s`
         # attention `img_s`: additive score, global alignment
-        img_s_c, img_s_a, _ = self.img_s(qs, v, v, None, affinity=C_s)
+        img_s_A = C_s if question_mask is None else C_s.masked_fill(~question_mask.reshape(-1, qs.shape[-2], 1), 0.0)  # (N, Lq, Lk): padded query rows left out
+        img_s_c, img_s_a, _ = self.img_s(qs, v, v, None, affinity=img_s_A)
         img_s = img_s_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['img_s'] = img_s_a  # (B, H, 1, H*W)
         # attention `q_s`: additive score, global alignment
-        q_s_c, q_s_a, _ = self.q_s(v, qs, qs, None, affinity=C_s.transpose(-1, -2))
+        q_s_c, q_s_a, _ = self.q_s(v, qs, qs, question_mask, affinity=C_s.transpose(-1, -2))
         q_s = q_s_c.view(B, -1)  # (B, 512)
         if return_attention:
             attn['q_s'] = q_s_a  # (B, H, 1, T)

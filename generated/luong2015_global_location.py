@@ -68,8 +68,10 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
     if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
-    if tokens and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool):
-        raise ValueError(f"input `{name}`: expected integer token ids, got {x.dtype}")
+    if tokens and x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+    if not tokens and not x.is_floating_point():
+        raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
@@ -152,7 +154,7 @@ class Model(nn.Module):
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False) -> Output:
         cfg = self.cfg
-        check_input('src', src, (cfg.L,), True, '(B, L)')
+        check_input('src', src, (cfg.L,), True, f"(B, {cfg.L})")
         check_mask('src', src_mask, src.shape[:2])
         check_input('tgt', tgt, (None,), True, '(B, T)')
         check_mask('tgt', tgt_mask, tgt.shape[:2])

@@ -64,8 +64,10 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
     if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
-    if tokens and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool):
-        raise ValueError(f"input `{name}`: expected integer token ids, got {x.dtype}")
+    if tokens and x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+    if not tokens and not x.is_floating_point():
+        raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
@@ -228,7 +230,7 @@ class Model(nn.Module):
 
     def forward(self, image, return_attention: bool = False) -> Output:
         cfg = self.cfg
-        check_input('image', image, (cfg.H, cfg.W, 1), False, '(B, H, W, 1)')
+        check_input('image', image, (cfg.H, cfg.W, 1), False, f"(B, {cfg.H}, {cfg.W}, 1)")
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         x0 = image.flatten(-3, -2)  # (B, H*W, 1): feature `x0`

@@ -62,8 +62,10 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
     if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
-    if tokens and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool):
-        raise ValueError(f"input `{name}`: expected integer token ids, got {x.dtype}")
+    if tokens and x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+    if not tokens and not x.is_floating_point():
+        raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
@@ -104,7 +106,9 @@ class EncoderSelf(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
         super().__init__()
-        assert d_q % heads == 0 and d_k % heads == 0 and d_v % heads == 0, "heads must divide d_q, d_k, d_v (eq. 38)"
+        if d_q % heads or d_k % heads or d_v % heads:
+            raise ValueError(f"EncoderSelf: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
+                             f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
         self.heads = heads
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
@@ -138,7 +142,9 @@ class DecoderSelf(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
         super().__init__()
-        assert d_q % heads == 0 and d_k % heads == 0 and d_v % heads == 0, "heads must divide d_q, d_k, d_v (eq. 38)"
+        if d_q % heads or d_k % heads or d_v % heads:
+            raise ValueError(f"DecoderSelf: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
+                             f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
         self.heads = heads
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 

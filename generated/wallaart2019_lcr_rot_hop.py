@@ -62,8 +62,10 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
     if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
-    if tokens and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool):
-        raise ValueError(f"input `{name}`: expected integer token ids, got {x.dtype}")
+    if tokens and x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+    if not tokens and not x.is_floating_point():
+        raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
@@ -85,8 +87,9 @@ def pool(x: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Tensor:
     """Mean, max or sum over the positions (second-to-last axis) of x, skipping padding."""
     if mask is not None:
         m = mask.unsqueeze(-1)
-        if how == "max":
-            return x.masked_fill(~m, torch.finfo(x.dtype).min).amax(-2)
+        if how == "max":  # nothing to pool over a fully padded group: 0
+            top = x.masked_fill(~m, torch.finfo(x.dtype).min).amax(-2)
+            return top.masked_fill(~m.any(-2), 0.0)
         x = x * m
         if how == "mean":
             return x.sum(-2) / m.sum(-2).clamp_min(1)

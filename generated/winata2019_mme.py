@@ -62,8 +62,10 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
     if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
-    if tokens and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool):
-        raise ValueError(f"input `{name}`: expected integer token ids, got {x.dtype}")
+    if tokens and x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+    if not tokens and not x.is_floating_point():
+        raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
@@ -141,7 +143,9 @@ class EncoderSelf(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
         super().__init__()
-        assert d_q % heads == 0 and d_k % heads == 0 and d_v % heads == 0, "heads must divide d_q, d_k, d_v (eq. 38)"
+        if d_q % heads or d_k % heads or d_v % heads:
+            raise ValueError(f"EncoderSelf: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
+                             f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
         self.heads = heads
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
@@ -223,7 +227,7 @@ class Model(nn.Module):
             encoder_self_k = self.encoder_self_proj[i](x)  # (B, L, 200)
             encoder_self_v = self.encoder_self_proj2[i](x)  # (B, L, 200)
             encoder_self_q = self.encoder_self_proj3[i](x)  # (B, L, 200)
-            encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, None)  # (B, L, 200)
+            encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, tweet_mask)  # (B, L, 200)
             if return_attention:
                 attn[f"encoder[{i + 1}].self"] = encoder_self_a  # (B, H, L, L)
             x = self.encoder_x_1_norm[i](x + encoder_self)  # (B, L, 200): feature `x`, updated (eq. 37)

@@ -65,8 +65,10 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
     if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
-    if tokens and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool):
-        raise ValueError(f"input `{name}`: expected integer token ids, got {x.dtype}")
+    if tokens and x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+    if not tokens and not x.is_floating_point():
+        raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
@@ -107,7 +109,9 @@ class CSelf(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
         super().__init__()
-        assert d_q % heads == 0 and d_k % heads == 0 and d_v % heads == 0, "heads must divide d_q, d_k, d_v (eq. 38)"
+        if d_q % heads or d_k % heads or d_v % heads:
+            raise ValueError(f"CSelf: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
+                             f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
         self.heads = heads
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
@@ -221,7 +225,9 @@ class Model(nn.Module):
         c = sinusoid(self.c_linear(self.c_embed(context)))  # (B, C, 128): feature `c`
         q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, Q, 128): feature `q`
         for i in range(4):  # `conv_c`: 4 hops (eq. 41-42)
-            y = self.conv_c_c_1_conv[i](self.conv_c_c_1_norm[i](c).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
+            h = self.conv_c_c_1_norm[i](c)  # (B, C, 128)
+            h_2 = h if context_mask is None else h.masked_fill(~context_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
+            y = self.conv_c_c_1_conv[i](h_2.transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
             c = c + F.relu(y)  # (B, C, 128): feature `c`, updated (eq. 37)
         # attention `c_self`: multiplicative score, global alignment, 8 heads
         c_self_k = self.c_self_proj(self.c_self_norm(c))  # (B, C, 128)
@@ -233,7 +239,9 @@ class Model(nn.Module):
         c = c + c_self  # (B, C, 128): feature `c`, updated (eq. 37)
         c = c + self.c_7_ffn(self.c_7_norm(c))  # (B, C, 128): feature `c`, updated (eq. 37)
         for i in range(4):  # `conv_q`: 4 hops (eq. 41-42)
-            y_2 = self.conv_q_q_1_conv[i](self.conv_q_q_1_norm[i](q).transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
+            h_3 = self.conv_q_q_1_norm[i](q)  # (B, Q, 128)
+            h_4 = h_3 if question_mask is None else h_3.masked_fill(~question_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
+            y_2 = self.conv_q_q_1_conv[i](h_4.transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
             q = q + F.relu(y_2)  # (B, Q, 128): feature `q`, updated (eq. 37)
         # attention `q_self`: multiplicative score, global alignment, 8 heads
         q_self_k = self.q_self_proj(self.q_self_norm(q))  # (B, Q, 128)
@@ -262,7 +270,9 @@ class Model(nn.Module):
         for i in range(3):  # `model_enc`: 3 hops (eq. 41-42)
             for j in range(7):  # `model_enc.block`: 7 hops (eq. 41-42)
                 for k in range(2):  # `model_enc.block.conv`: 2 hops (eq. 41-42)
-                    y_3 = self.model_enc_block_conv_m_1_conv[2 * j + k](self.model_enc_block_conv_m_1_norm[2 * j + k](m).transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
+                    h_5 = self.model_enc_block_conv_m_1_norm[2 * j + k](m)  # (B, C, 128)
+                    h_6 = h_5 if context_mask is None else h_5.masked_fill(~context_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
+                    y_3 = self.model_enc_block_conv_m_1_conv[2 * j + k](h_6.transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
                     m = m + F.relu(y_3)  # (B, C, 128): feature `m`, updated (eq. 37)
                 # attention `model_enc.block.self`: multiplicative score, global alignment, 8 heads
                 model_enc_block_self_k = self.model_enc_block_self_proj[j](self.model_enc_block_self_norm[j](m))  # (B, C, 128)

@@ -61,8 +61,10 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
     if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
-    if tokens and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool):
-        raise ValueError(f"input `{name}`: expected integer token ids, got {x.dtype}")
+    if tokens and x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+    if not tokens and not x.is_floating_point():
+        raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
@@ -127,7 +129,7 @@ class Model(nn.Module):
 
     def forward(self, x, return_attention: bool = False) -> Output:
         cfg = self.cfg
-        check_input('x', x, (cfg.x_0, cfg.x_1, cfg.C), False, '(B, x_0, x_1, 256)')
+        check_input('x', x, (cfg.x_0, cfg.x_1, cfg.C), False, f"(B, {cfg.x_0}, {cfg.x_1}, {cfg.C})")
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         f = x.flatten(-3, -2)  # (B, x_0*x_1, 256): feature `f`

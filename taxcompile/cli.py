@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import __version__
 from .diagnostics import SpecError
-from .files import write_atomic
+from .files import write_all_atomic, write_atomic
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 
@@ -161,7 +161,7 @@ def cmd_compile(args) -> int:
                 return EXIT_SPEC
             files[target] = generate.generate(cs, cm, source)
     # files an earlier compile of these specs wrote that no model produces any more
-    sources = {generate.source_name(p) for p, _, _ in results}
+    sources = {generate.safe_source(generate.source_name(p)) for p, _, _ in results}
     orphans = [f for f in sorted(out_dir.glob("*.py")) if f not in files
                and generate.generated_from(f) in sources]
     stale = [f for f, text in files.items()
@@ -177,12 +177,12 @@ def cmd_compile(args) -> int:
             return EXIT_SPEC
         print(f"{out_dir}: {len(files)} files up to date")
         return EXIT_OK
-    for f in stale:
-        try:
-            write_atomic(f, files[f])
-        except OSError as e:
-            print(f"taxcompile: error: cannot write {f}: {e.strerror or e}", file=sys.stderr)
-            return EXIT_SPEC
+    try:
+        write_all_atomic({f: files[f] for f in stale})
+    except OSError as e:
+        print(f"taxcompile: error: cannot write {e.filename or out_dir}: {e.strerror or e} "
+              "(nothing written)", file=sys.stderr)
+        return EXIT_SPEC
     for f in orphans:
         f.unlink()
         print(f"removed {f} (no model produces it any more)")

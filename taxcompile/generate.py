@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -375,6 +376,13 @@ class Generator:
         mod = self.module(n, self.suffix(n, "conv"),
                           f"nn.Conv1d({x.dim}, {d}, {k}, padding=\"same\")")
         out_shape = self.shape_comment(checks.Shape(x.shape.axes, e.param("d")))
+        mk = self.mask_of(x)
+        if mk is not None:  # padding must not leak into real positions through the kernel
+            name, suffix = mk
+            xin = x.name if re.fullmatch(r"\w+", x.name) else self.tmp(x.name, x.shape, "h", self.shape_comment(x.shape))
+            padded = self.tmp(f"{xin} if {name} is None else {xin}.masked_fill(~{name}{suffix}.unsqueeze(-1), 0.0)",
+                              x.shape, "h", "padded positions set to zero")
+            x = Var(padded, x.shape, x.mask, x.dim, x.mask_code)
         if len(x.shape.axes) == 1:  # (B, L, d): Conv1d wants (B, d, L)
             y = self.tmp(f"{mod}({self.atom(x.name)}.transpose(1, 2)).transpose(1, 2)", x.shape, "y",
                          out_shape + ": convolve over positions")
@@ -454,7 +462,7 @@ class Generator:
     def emit_stack(self, e, a, n):
         shape = self.cm.shapes[n.id] if isinstance(n, ir.Node) and n.expr is e else \
             checks.Shape(a[0].shape.axes + (f"{n.id}.reps",), a[0].shape.dim)
-        return Var(f"torch.stack([{', '.join(v.name for v in a)}], -2)", shape, None, a[0].dim)
+        return Var(f"torch.stack([{', '.join(v.name for v in a)}], -2)", shape, a[0].mask, a[0].dim)
 
     def _pool(self, e, a, n, how):
         x = a[0]
@@ -1294,9 +1302,14 @@ class Generator:
             if inp.dim is not None:
                 exp.append(self.sym(inp, "dim", inp.dim))
                 dims.append(str(inp.dim))
-            want = "(" + ", ".join(dims) + ")"
+            shown = ["B"] + [ax if size is None else "{" + e + "}"
+                             for ax, size, e in zip(inp.axes, inp.sizes, exp)]
+            if inp.dim is not None:
+                shown.append("{" + exp[-1] + "}" if not exp[-1].isdigit() else exp[-1])
+            want = "(" + ", ".join(shown) + ")"
+            want = f'f"{want}"' if "{" in want else repr(want)
             out.append(f"check_input({inp.id!r}, {inp.id}, ({', '.join(exp)}{',' if len(exp) == 1 else ''}), "
-                       f"{'True' if inp.kind == 'tokens' else 'False'}, {want!r})")
+                       f"{'True' if inp.kind == 'tokens' else 'False'}, {want})")
             if inp.kind in MASKABLE:
                 out.append(f"check_mask({inp.id!r}, {inp.id}_mask, {inp.id}.shape[:{1 + len(inp.axes)}])")
         self.helpers.add("check_input")
@@ -1418,11 +1431,16 @@ def star(lead: str) -> str:
     return lead[:-1] if lead.endswith(",") else f"*{lead}"
 
 
+def safe_source(source: str) -> str:
+    """The spec path as the header writes it, percent-encoded so that it holds only
+    ASCII letters, digits and ``_ . / + - %`` and two paths never read the same."""
+    return urllib.parse.quote(source, safe="/._-+")
+
+
 def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, source: str) -> str:
     """The generated file's text. ``source`` (the spec's path) is reduced to safe characters:
     it is the one string from outside a spec's identifiers that reaches the output."""
-    source = re.sub(r"[^\w./+-]", "_", source)
-    src = Generator(cs, cm, source).run()
+    src = Generator(cs, cm, safe_source(source)).run()
     src = "\n".join(line.rstrip() for line in src.split("\n"))
     code = src.split("import torch.nn.functional as F", 1)[1]
     if not re.search(r"\bmath\.", code):

@@ -225,9 +225,6 @@ def score_ref(kind: str, P: dict, h: int = 0, act: str = "tanh"):
     if kind == "additive":  # eq. 6: w^T act(W1 q + W2 k + b)
         b = P["b"][h] if "b" in P else 0.0
         return lambda q, k: P["w"][h] @ ACT[act](q @ P["W1"][h] + k @ P["W2"][h] + b)
-    if kind == "concat":  # seed 003: w^T W [q; k], no non-linearity
-        W = torch.cat([P["W1"][h], P["W2"][h]], 0)  # (d_q + d_k, d_w)
-        return lambda q, k: P["w"][h] @ (torch.cat([q, k]) @ W)
     if kind == "multiplicative":
         return lambda q, k: q @ k
     if kind == "scaled_multiplicative":
@@ -305,23 +302,21 @@ def qkv_inputs(dq=6, dk=8, dv=5, N=2, Lq=3, Lk=6, seed=1, pad=None, qscale=1.0):
 
 SCORES = [
     # (spec score, reference kind, activation, d_q)
-    ("additive(d_w = 7, act = tanh)", "additive", "tanh", 6),
-    ("additive(d_w = 7, act = relu, bias = false)", "additive", "relu", 6),
-    ("concat(d_w = 7)", "concat", "none", 6),
-    ("multiplicative", "multiplicative", "none", 8),
-    ("scaled_multiplicative", "scaled_multiplicative", "none", 8),
-    ("general", "general", "none", 6),
-    ("biased_general", "biased_general", "none", 6),
-    ("activated_general(act = tanh)", "activated_general", "tanh", 6),
-    ("activated_general(act = sigmoid)", "activated_general", "sigmoid", 6),
-    ("similarity(kind = cosine)", "cosine", "none", 8),
-    ("similarity(kind = l2)", "l2", "none", 8),
+    pytest.param("additive(d_w = 7, act = tanh)", "additive", "tanh", 6, id="additive-tanh"),
+    pytest.param("additive(d_w = 7, act = relu, bias = false)", "additive", "relu", 6, id="additive-relu-nobias"),
+    pytest.param("multiplicative", "multiplicative", "none", 8, id="multiplicative"),
+    pytest.param("scaled_multiplicative", "scaled_multiplicative", "none", 8, id="scaled_multiplicative"),
+    pytest.param("general", "general", "none", 6, id="general"),
+    pytest.param("biased_general", "biased_general", "none", 6, id="biased_general"),
+    pytest.param("activated_general(act = tanh)", "activated_general", "tanh", 6, id="activated_general-tanh"),
+    pytest.param("activated_general(act = sigmoid)", "activated_general", "sigmoid", 6,
+                 id="activated_general-sigmoid"),
+    pytest.param("similarity(kind = cosine)", "cosine", "none", 8, id="similarity-cosine"),
+    pytest.param("similarity(kind = l2)", "l2", "none", 8, id="similarity-l2"),
 ]
-SCORE_IDS = [s[0].split("(")[0] + ("" if "(" not in s[0] else "-" + s[2] if "act" in s[0] else "")
-             + ("-l2" if "l2" in s[0] else "-cos" if "cosine" in s[0] else "") for s in SCORES]
 
 
-@pytest.mark.parametrize("score,kind,act,dq", SCORES, ids=SCORE_IDS)
+@pytest.mark.parametrize("score,kind,act,dq", SCORES)
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "padded"])
 def test_score_matches_reference(gen, score, kind, act, dq, masked):
     _, model = make(gen, qkv_spec(score, dq))
@@ -336,7 +331,7 @@ def test_score_matches_reference(gen, score, kind, act, dq, masked):
     check_soft_invariants(a[:, 0], keep)
 
 
-@pytest.mark.parametrize("score,kind,act,dq", SCORES, ids=SCORE_IDS)
+@pytest.mark.parametrize("score,kind,act,dq", SCORES)
 def test_score_gradcheck(gen, score, kind, act, dq):
     _, model = make(gen, qkv_spec(score, dq))
     q, k, v, mask = qkv_inputs(dq=dq, Lq=2, Lk=4, pad={1: 1})
@@ -372,6 +367,66 @@ def test_location_score(gen):
     c2, a2, _ = model.att(q, k * 3 + 1, v, mask)
     close(a2[:, 0], attend_ref(rows, D(v), keep_of(mask, 2, 3, 6))[0])
     gradcheck_module(model.att, q[:, :2], k, v, mask)
+    # the keys' axis has the fixed length the score was built for
+    with pytest.raises(ValueError):
+        model.att(q, k[:, :5], v[:, :5], None)
+
+
+def test_location_score_multi_head(gen):
+    """With H heads each head predicts its own scores from its slice of the query,
+    e^(j) = W_a^(j) q^(j) + b^(j) (eq. 38-39), then c = W_O concat(c^(j)) (eq. 40)."""
+    H = 2
+    _, model = make(gen, qkv_spec("location", dq=6, dv=4, fixed_L=6, extra=f"heads = {H}"), L=6)
+    q, k, v, mask = qkv_inputs(dq=6, dv=4, Lk=6)
+    c, a, _ = model.att(q, k, v, mask)
+    assert a.shape == (2, H, 3, 6)
+    P = params(model.att)  # W: (H, d_q / H, n_keys), b: (H, n_keys)
+    keep = keep_of(mask, 2, 3, 6)
+    ctx = []
+    for h in range(H):
+        qs, vs = D(q)[..., 3 * h:3 * (h + 1)], D(v)[..., 2 * h:2 * (h + 1)]
+        ref_a, ref_c = attend_ref(lambda n, i: qs[n, i] @ P["W"][h] + P["b"][h], vs, keep)
+        close(a[:, h], ref_a)
+        ctx.append(ref_c)
+    close(c, torch.cat(ctx, -1) @ P["out.weight"].T + P["out.bias"])
+    gradcheck_module(model.att, q[:, :2], k, v, mask)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("score,act", [("concat(d_w = 7)", "none"), ("additive(d_w = 7, act = tanh)", "tanh"),
+                                       ("additive(d_w = 7, act = relu, bias = false)", "relu")],
+                         ids=["concat", "additive-tanh", "additive-relu"])
+def test_scores_without_a_query(gen, score, act, heads):
+    """No query (eq. 33): e_l = w^T act(W k_l + b); concat is the same without the
+    non-linearity (w^T W k_l, seed 003). With H heads: H rows of weights over the full keys,
+    each with its own w and a shared W (Lin et al.), c = W_O concat(A V)."""
+    _, model = make(gen, f"""
+    model m {{
+        input x: sequence[L, 8]
+        input z: sequence[L, 4]
+        attention att {{ keys = x  values = z  score = {score}  heads = {heads} }}
+        output out = identity(att)
+    }}
+    """)
+    _, k, v, mask = qkv_inputs(dv=4)
+    c, a, _ = model.att(None, k, v, mask)
+    assert a.shape == (2, heads, 1, 6)
+    P = params(model.att)
+    keep = keep_of(mask, 2, 1, 6)
+    ctx = []
+    for h in range(heads):
+        def rows(n, _i, h=h):
+            Wk = D(k)[n] @ P["W.weight"].T + (P["W.bias"] if "W.bias" in P else 0.0)  # (Lk, d_w)
+            return ACT[act](Wk) @ P["w"][h]
+        ref_a, ref_c = attend_ref(rows, D(v), keep)
+        close(a[:, h], ref_a)
+        check_soft_invariants(a[:, h], keep)
+        ctx.append(ref_c)
+    ref = torch.cat(ctx, -1)
+    if heads > 1:
+        ref = ref @ P["out.weight"].T + P["out.bias"]
+    close(c, ref)
+    gradcheck_module(model.att, None, k, v, mask)
 
 
 # ---- alignment ---------------------------------------------------------------------------------------
@@ -407,6 +462,11 @@ def test_hard_alignment_eval_is_the_argmax(gen):
     assert torch.equal(D(a[:, 0]), one_hot), "hard weights are one-hot at the most likely key"
     close(c, D(v)[torch.arange(2)[:, None], m])  # c = v_m
     close(ex["log_prob"][:, 0], p.gather(-1, m.unsqueeze(-1)).squeeze(-1).log())
+    # deterministic in eval(): the same query always takes the same key
+    n = 300
+    _, a_rep, _ = model.att(q[:1].expand(n, -1, -1), k[:1].expand(n, -1, -1), v[:1].expand(n, -1, -1),
+                            mask[:1].expand(n, -1))
+    assert (a_rep == a[:1]).all()
     # through the model: Output.log_probs
     out = model(x=k, y=q, z=v, x_mask=mask, return_attention=True)
     close(out.log_probs["att"][:, 0], p.gather(-1, m.unsqueeze(-1)).squeeze(-1).log())
@@ -552,8 +612,13 @@ def test_reinforced_eval_picks_pi_over_half(gen):
     _, model = make(gen, qkv_spec("general", align="reinforced"), seed=5)
     model.eval()
     q, k, v, mask = qkv_inputs(Lk=8, pad={1: 2})
+    # pi_l = sigmoid(k_l[0]) with chosen k_l[0]: some keys just below and just above 1/2
     with torch.no_grad():
-        model.att.policy.weight.mul_(4)  # a decisive policy
+        model.att.policy.weight.zero_()
+        model.att.policy.weight[0, 0] = 1.0
+        model.att.policy.bias.zero_()
+    k[:, :, 0] = torch.tensor([[-2.0, -0.2, 0.1, 2.0, -0.05, 0.3, -1.0, 1.0],
+                               [0.2, -0.1, 1.5, -2.0, 0.05, -0.3, 3.0, 3.0]])
     P = params(model.att)
     pi = torch.sigmoid(D(k) @ P["policy.weight"][0] + P["policy.bias"][0])
     pick = pi > 0.5
@@ -723,8 +788,8 @@ HEAD_SCORES = [
     ("general", "general", "none", 6),
     ("biased_general", "biased_general", "none", 6),
     ("activated_general(act = tanh)", "activated_general", "tanh", 6),
-    ("concat(d_w = 6)", "concat", "none", 6),
     ("similarity(kind = cosine)", "cosine", "none", 8),
+    ("similarity(kind = l2)", "l2", "none", 8),
 ]
 
 
@@ -1086,7 +1151,6 @@ def test_multi_hop(gen, shared):
     if not shared:
         ptrs = {p.data_ptr() for m in atts for p in m.parameters()}
         assert len(ptrs) == 3 * 4, "each hop has its own weights"
-        assert isinstance(model.o if hasattr(model, "o") else model.hop_o, nn.ModuleList)
     x, u0 = randn(2, 6, 8, seed=91), randn(2, 8, seed=92)
     mask = tail_mask(2, 6, {1: 2})
     out = model(x=x, u0=u0, x_mask=mask, return_attention=True)
