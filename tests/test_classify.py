@@ -127,7 +127,7 @@ def test_hierarchical_groups():
 
 
 @pytest.mark.parametrize("score,label", [
-    ("additive(d_w = 8)", "Additive"), ("concat(d_w = 8)", "Additive"),
+    ("additive(d_w = 8)", "Additive"),
     ("multiplicative", "Multiplicative"), ("scaled_multiplicative", "Scaled Multiplicative"),
     ("general", "General"), ("biased_general", "Biased General"),
     ("activated_general(act = relu)", "Activated General"),
@@ -141,6 +141,16 @@ def test_score_labels(score, label):
     """))
     assert row["scoring"] == label
     assert row["query_type"] == "Basic"  # an auxiliary input the model never attends over
+
+
+def test_concat_score_is_additive_and_scores_keys_alone():
+    """Table II's concat, W[q; k], is the additive family without a non-linearity; with a
+    query it is refused (the alignment would cancel the query), alone it scores the keys."""
+    row = classify_text(spec("""
+    input x: sequence[L, 16]
+    attention a {  features = x  score = concat(d_w = 8) }
+    """))
+    assert row["scoring"] == "Additive" and row["query_type"] == "Self-Attentive"
 
 
 @pytest.mark.parametrize("align,label", [
