@@ -108,6 +108,7 @@ class Att(nn.Module):
 
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
+    start: the position of the first query (a decoder step passes its t).
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
@@ -117,11 +118,11 @@ class Att(nn.Module):
         self.window = window  # D: attend to [p - D, p + D] (eq. 27)
         self.sigma = window / 2  # eq. 29: sigma = D / 2 (Luong et al.)
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, start=0):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
-        pos = torch.arange(Lq, device=k.device, dtype=k.dtype).expand(N, Lq)  # (N, Lq): p = t (eq. 27)
+        pos = (start + torch.arange(Lq, device=k.device, dtype=k.dtype)).expand(N, Lq)  # (N, Lq): p = t (eq. 27)
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
@@ -173,7 +174,7 @@ class Model(nn.Module):
             ht_h, ht_state = cell_step(self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state)  # (B, hidden)
             ht_t = ht_h.unsqueeze(1)  # (B, 1, 1000): query `ht`, one step
             # attention `att`: multiplicative score, local alignment
-            att_c, att_a, _ = self.att(ht_t, h, h, src_mask)
+            att_c, att_a, _ = self.att(ht_t, h, h, src_mask, start=t)
             att_t = att_c.view(B, att_c.shape[-2], -1)  # (B, 1, 1000)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('ht', []).append(ht_t)

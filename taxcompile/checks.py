@@ -129,9 +129,18 @@ class Checker:
         rank = {n.id: f"{i:06d}" for i, n in enumerate(m.nodes)}
         order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
         self.cm = CheckedModel(m, {}, {}, {}, {}, order)
+        fixed_by: dict[str, ir.Input] = {}
         for n in m.inputs:
             for a, s in zip(n.axes, n.sizes):
-                self.cm.sizes.setdefault(a, s)
+                if s is not None:
+                    other = fixed_by.setdefault(a, n)
+                    size = other.sizes[other.axes.index(a)]
+                    if size != s:
+                        self.err(n.loc, f"axis `{a}` has length {s} here but {size} in input "
+                                 f"`{other.id}`", "one axis has one length in every input")
+                    self.cm.sizes[a] = s
+                else:
+                    self.cm.sizes.setdefault(a, None)
                 self.cm.axis_origin.setdefault(a, n.id)
         for node_id in order:
             n = ids[node_id]

@@ -686,6 +686,8 @@ class Generator:
                                 f"~{mname}{suffix}.reshape(-1, {q.name}.shape[-2], 1), {fill})",
                                 A.shape, f"{name}_A", "(N, Lq, Lk): padded query rows left out")
             call += f", affinity={code}"
+        if self.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
+            call += ", start=t"  # p = t: this step's position (eq. 27)
         call += ")"
         shape = self.cm.shapes[n.id]
         lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
@@ -1280,9 +1282,16 @@ class Generator:
             masked=any(i.kind in MASKABLE for i in inputs))
         return src
 
+    def fixed(self, inp: ir.Input, axis: str) -> tuple[ir.Input, int | None]:
+        """The input that fixes ``axis``'s length (this one, or another with the same axis)."""
+        for other in [inp, *self.m.inputs]:
+            if axis in other.axes and other.sizes[other.axes.index(axis)] is not None:
+                return other, other.sizes[other.axes.index(axis)]
+        return inp, None
+
     def input_size(self, inp: ir.Input, axis: str) -> str:
         """A fixed axis length: its constant's Config field, or a field named after the axis."""
-        size = inp.sizes[inp.axes.index(axis)]
+        inp, size = self.fixed(inp, axis)
         if dict(inp.sym).get("size:" + axis):
             return self.sym(inp, "size:" + axis, size)
         self.axis_fields.setdefault(axis, size)
@@ -1293,7 +1302,8 @@ class Generator:
         for inp in inputs:
             dims = ["B"]
             exp = []
-            for ax, size in zip(inp.axes, inp.sizes):
+            sizes = [self.fixed(inp, ax)[1] for ax in inp.axes]
+            for ax, size in zip(inp.axes, sizes):
                 if size is not None:
                     exp.append(self.input_size(inp, ax))
                 else:
@@ -1303,7 +1313,7 @@ class Generator:
                 exp.append(self.sym(inp, "dim", inp.dim))
                 dims.append(str(inp.dim))
             shown = ["B"] + [ax if size is None else "{" + e + "}"
-                             for ax, size, e in zip(inp.axes, inp.sizes, exp)]
+                             for ax, size, e in zip(inp.axes, sizes, exp)]
             if inp.dim is not None:
                 shown.append("{" + exp[-1] + "}" if not exp[-1].isdigit() else exp[-1])
             want = "(" + ", ".join(shown) + ")"
@@ -1397,16 +1407,16 @@ class Generator:
         free = {}
         primes = [7, 5, 6, 4, 3]
         for inp in inputs:
-            for ax, size in zip(inp.axes, inp.sizes):
-                if size is None and ax not in free:
+            for ax in inp.axes:
+                if self.fixed(inp, ax)[1] is None and ax not in free:
                     free[ax] = primes[len(free) % len(primes)] + 2
         for ax, size in free.items():
             lines.append(f"{ax} = {size}  # a free axis: any length works")
         lines.append("out = {}")
         for inp in inputs:
             dims = ["B"]
-            for ax, size in zip(inp.axes, inp.sizes):
-                dims.append(ax if size is None else self.input_size(inp, ax))
+            for ax in inp.axes:
+                dims.append(ax if self.fixed(inp, ax)[1] is None else self.input_size(inp, ax))
             if inp.kind == "tokens":
                 vocab = self.sym(inp, "vocab", inp.vocab)
                 lines.append(f"out[{inp.id!r}] = torch.randint(0, {vocab}, ({', '.join(dims)}), generator=g)")

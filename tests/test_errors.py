@@ -290,6 +290,16 @@ CASES: list[Case] = [
          BODY, 54, "the location score predicts one weight per key from the query alone, so "
          "`S` needs a fixed length",
          "give the axis a length where the input is declared, e.g. `(…, S = 50)`"),
+    Case("concat_with_query", spec(attn("query = mean(x)  keys = x  score = concat")),
+         BODY, 54, "the concat score w^T W [q; k_l] = w^T W1 q + w^T W2 k_l is linear: the "
+         "query adds the same number to every key's score, which the alignment cancels, so "
+         "the query would be ignored",
+         "use `score = additive(…)` (a non-linearity between q and k, eq. 6), or score the "
+         "keys alone by dropping the query (eq. 33)"),
+    Case("axis_lengths_disagree", spec("input y: sequence[L, 8] (L = 6)",
+                                       "input z: sequence[L, 8] (L = 7)"),
+         BODY + 1, 11, "axis `L` has length 7 here but 6 in input `y`",
+         "one axis has one length in every input"),
     Case("multi_dimensional_non_additive", spec(attn("query = project(x)  keys = x  "
                                                      "score = general  dimensionality = multi")),
          BODY, 57, "multi-dimensional attention scores each feature with W_d^T act(W1 q + W2 k "
