@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import re
+import textwrap
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -807,7 +808,8 @@ class Generator:
         class A:
             pass
         a = A()
-        a.cls, a.title, a.doc = name, doc[0], doc[1:]
+        a.cls, a.title, a.doc = name, "\n    ".join(doc[:doc.index("")]), \
+            [line for line in doc[doc.index("") + 1:]]
         a.query = "capsules" if n.capsules else query
         a.query_note = "no query: self-attentive (eq. 33)"
         a.split, a.heads, a.multi = split, n.heads, n.dimensionality == "multi"
@@ -834,13 +836,18 @@ class Generator:
               "max_pool": "max-pooled affinity scores (eq. 16)"}[n.score.fn]
         if n.affinity and n.score.fn == "additive":
             sc = "aggregate additive score over an affinity matrix (eq. 14-15)"
+        elif n.query is None and n.score.fn == "additive":
+            sc = "additive score of the keys alone, w^T act(W k + b) (eq. 33)"
+        elif n.query is None and n.score.fn == "concat":
+            sc = "concat score of the keys alone, w^T W k (Table II, eq. 33)"
         al = {"global": "global (soft) alignment (eq. 25)",
               "hard": "hard alignment: sample one position (eq. 26)",
               "local": f"local alignment, {n.align.position} position (eq. 27-29)",
               "reinforced": "reinforced alignment: a policy picks the subset, softmax over it",
               "sparsemax": "sparsemax alignment (seed 000)",
               "entmax": "1.5-entmax alignment"}[n.align.fn]
-        lines = [f"Attention module `{n.hop.template if n.hop else n.name}`: {sc}, {al}.", ""]
+        title = f"Attention module `{n.hop.template if n.hop else n.name}`: {sc}, {al}."
+        lines = textwrap.wrap(title, 92) + [""]
         if n.heads > 1:
             lines.append("Multi-head (eq. 38-40): " + (
                 "q, k, v split into H slices, one score per head, contexts joined by W_O."
@@ -853,7 +860,8 @@ class Generator:
             lines.append("Capsule-based (eq. 43-45): a learned query per class, p_c and r_c.")
         if n.mask != "none":
             lines.append(f"Mask: {n.mask} (keys a query position may see).")
-        return lines
+        cut = lines.index("") + 1
+        return lines[:cut] + [w for line in lines[cut:] for w in textwrap.wrap(line, 92)]
 
     # ---- emission order: nodes, decoder loops and loops over hops ----------------------
 
@@ -1272,7 +1280,8 @@ class Generator:
                 init.append(line)
         helpers = [self.env.get_template(f"helpers/{h}.py.j2").render().rstrip()
                    for h in sorted(self.helpers)]
-        title = f"{safe_text(paper.title) or paper.id}: `{m.name}`, generated from its .attn spec."
+        title = "\n".join(textwrap.wrap(f"{safe_text(paper.title) or paper.id}: model `{m.name}`, "
+                                        "generated from its .attn spec.", 88))
         src = self.env.get_template("model.py.j2").render(
             source=self.source, title=title, doc=doc, config=config, properties=props, tiny=tiny,
             outputs=[o.id for o in outputs], helpers=helpers,
