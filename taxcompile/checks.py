@@ -415,7 +415,9 @@ class Checker:
                 return None
             if n.align.fn == "hard":
                 self.err(n.align.loc, "hard alignment picks one value vector (eq. 26); "
-                         "multi-dimensional weights need a distribution per feature (eq. 32)")
+                         "multi-dimensional weights need a distribution per feature (eq. 32)",
+                         "use `dimensionality = single` with `align = hard`, or a soft "
+                         "alignment with `dimensionality = multi`")
                 return None
         if n.capsules:
             if not (isinstance(n.query, ir.Op) and n.query.fn == "learned"):

@@ -307,7 +307,8 @@ CASES: list[Case] = [
     Case("hard_multi_dimensional", spec(attn("query = project(x)  keys = x  score = additive  "
                                              "dimensionality = multi  align = hard")),
          BODY, 99, "hard alignment picks one value vector (eq. 26); multi-dimensional weights "
-         "need a distribution per feature (eq. 32)", ""),
+         "need a distribution per feature (eq. 32)", "use `dimensionality = single` with "
+         "`align = hard`, or a soft alignment with `dimensionality = multi`"),
     Case("capsules_without_learned_query", spec(attn("query = project(x)  keys = x  "
                                                      "score = general  capsules = 3")),
          BODY, 15, "attention `b`: capsule-based attention learns one query per class (eq. 43)",
