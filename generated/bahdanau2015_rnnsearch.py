@@ -174,21 +174,20 @@ class Model(nn.Module):
         s_in = self.s_embed(tgt)  # (B, T, 620): the decoder's inputs, all steps
         s_state = None
         steps = {}  # node -> its value at every step
-        att_prev = s_in.new_zeros(*s_in.shape[:1], 2 * cfg.hidden)  # (B, d_v): no context before the first step
+        att_prev = s_in.new_zeros(B, 2 * cfg.hidden)  # (B, d_v): no context before the first step
         for t in range(s_in.shape[1]):  # one decoder step per position of T
             s_h, s_state = cell_step(self.s_gru_cells, torch.cat([s_in.select(1, t), att_prev], -1), s_state)  # (B, hidden)
             s_t = s_h.unsqueeze(1)  # (B, 1, 1000): query `s`, one step
             # attention `att`: additive score, global alignment
-            att_c, att_a, _ = self.att(s_t, h, h, src_mask)
-            att_t = att_c.view(B, att_c.shape[-2], -1)  # (B, 1, 2000)
+            att_t, att_a, _ = self.att(s_t, h, h, src_mask)  # (B, 1, 2000)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('s', []).append(s_t)
             steps.setdefault('att', []).append(att_t)
-            steps.setdefault("weights:" + 'att', []).append(att_a.view(B, *att_a.shape[1:]))
+            steps.setdefault('weights:att', []).append(att_a)
         s = torch.cat(steps['s'], 1)  # (B, T, 1000)
         att = torch.cat(steps['att'], 1)  # (B, T, 2000)
         if return_attention:
-            attn['att'] = torch.cat(steps["weights:" + 'att'], -2)
+            attn['att'] = torch.cat(steps['weights:att'], -2)
         logits = self.logits_head(self.logits_linear(torch.cat([s, att], -1)))  # (B, T, 30000): output `logits`
         return Output(logits, attn, log_probs, penalty, capsules, features)
 

@@ -179,7 +179,7 @@ class Model(nn.Module):
         # attention `meta`: additive score, global alignment, one per L
         # one attention per group: N = B x L
         meta_q = self.meta_q.expand(B, -1)  # (B, 256)
-        meta_q1 = meta_q.view(B, *reps.shape[1:1], 1, -1).expand(*reps.shape[:2], -1).reshape(-1, 1, meta_q.shape[-1])  # (N, 1, d_q): one query per group
+        meta_q1 = meta_q.view(B, 1, -1).expand(*reps.shape[:2], -1).reshape(-1, 1, meta_q.shape[-1])  # (N, 1, d_q): one query per group
         meta_c, meta_a, _ = self.meta(meta_q1, reps.flatten(0, 1), reps.flatten(0, 1), None)
         meta = meta_c.view(*reps.shape[:2], -1)  # (B, L, 256)
         if return_attention:

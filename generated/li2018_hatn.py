@@ -163,7 +163,7 @@ class Model(nn.Module):
         # attention `p_word`: additive score, global alignment, one per S
         # one attention per group: N = B x S
         p_word_q = self.p_word_q.expand(B, -1)  # (B, 300)
-        p_word_q1 = p_word_q.view(B, *xp.shape[1:1], 1, -1).expand(*xp.shape[:2], -1).reshape(-1, 1, p_word_q.shape[-1])  # (N, 1, d_q): one query per group
+        p_word_q1 = p_word_q.view(B, 1, -1).expand(*xp.shape[:2], -1).reshape(-1, 1, p_word_q.shape[-1])  # (N, 1, d_q): one query per group
         p_word_keep = None if doc_mask is None else doc_mask.reshape(-1, xp.shape[-2])  # (N, Lk): padding mask of the keys
         p_word_c, p_word_a, _ = self.p_word(p_word_q1, xp.flatten(0, 1), xp.flatten(0, 1), p_word_keep)
         p_word = p_word_c.view(*xp.shape[:2], -1)  # (B, S, 300)
@@ -172,16 +172,15 @@ class Model(nn.Module):
         # attention `p_sent`: additive score, global alignment
         p_sent_k = p_word + self.p_sent_pos.weight[: p_word.shape[-2]]  # (B, S, 300)
         p_sent_q = self.p_sent_q.expand(B, -1)  # (B, 300)
-        p_sent_q1 = p_sent_q.reshape(-1, 1, p_sent_q.shape[-1])  # (N, 1, d_q): one query per group
         p_sent_keep = None if doc_mask is None else doc_mask.any(-1).reshape(-1, p_sent_k.shape[-2])  # (N, Lk): padding mask of the keys
-        p_sent_c, p_sent_a, _ = self.p_sent(p_sent_q1, p_sent_k, p_sent_k, p_sent_keep)
+        p_sent_c, p_sent_a, _ = self.p_sent(p_sent_q.unsqueeze(1), p_sent_k, p_sent_k, p_sent_keep)
         p_sent = p_sent_c.view(B, -1)  # (B, 300)
         if return_attention:
             attn['p_sent'] = p_sent_a  # (B, H, 1, S)
         # attention `np_word`: additive score, global alignment, one per S
         # one attention per group: N = B x S
         np_word_q = self.np_word_q.expand(B, -1)  # (B, 300)
-        np_word_q1 = np_word_q.view(B, *xn.shape[1:1], 1, -1).expand(*xn.shape[:2], -1).reshape(-1, 1, np_word_q.shape[-1])  # (N, 1, d_q): one query per group
+        np_word_q1 = np_word_q.view(B, 1, -1).expand(*xn.shape[:2], -1).reshape(-1, 1, np_word_q.shape[-1])  # (N, 1, d_q): one query per group
         np_word_keep = None if masked_mask is None else masked_mask.reshape(-1, xn.shape[-2])  # (N, Lk): padding mask of the keys
         np_word_c, np_word_a, _ = self.np_word(np_word_q1, xn.flatten(0, 1), xn.flatten(0, 1), np_word_keep)
         np_word = np_word_c.view(*xn.shape[:2], -1)  # (B, S, 300)
@@ -190,9 +189,8 @@ class Model(nn.Module):
         # attention `np_sent`: additive score, global alignment
         np_sent_k = np_word + self.np_sent_pos.weight[: np_word.shape[-2]]  # (B, S, 300)
         np_sent_q = self.np_sent_q.expand(B, -1)  # (B, 300)
-        np_sent_q1 = np_sent_q.reshape(-1, 1, np_sent_q.shape[-1])  # (N, 1, d_q): one query per group
         np_sent_keep = None if masked_mask is None else masked_mask.any(-1).reshape(-1, np_sent_k.shape[-2])  # (N, Lk): padding mask of the keys
-        np_sent_c, np_sent_a, _ = self.np_sent(np_sent_q1, np_sent_k, np_sent_k, np_sent_keep)
+        np_sent_c, np_sent_a, _ = self.np_sent(np_sent_q.unsqueeze(1), np_sent_k, np_sent_k, np_sent_keep)
         np_sent = np_sent_c.view(B, -1)  # (B, 300)
         if return_attention:
             attn['np_sent'] = np_sent_a  # (B, H, 1, S)

@@ -171,21 +171,20 @@ class Model(nn.Module):
         ht_in = self.ht_embed(tgt)  # (B, T, 1000): the decoder's inputs, all steps
         ht_state = None
         steps = {}  # node -> its value at every step
-        att_prev = ht_in.new_zeros(*ht_in.shape[:1], cfg.hidden)  # (B, d_v): no context before the first step
+        att_prev = ht_in.new_zeros(B, cfg.hidden)  # (B, d_v): no context before the first step
         for t in range(ht_in.shape[1]):  # one decoder step per position of T
             ht_h, ht_state = cell_step(self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state)  # (B, hidden)
             ht_t = ht_h.unsqueeze(1)  # (B, 1, 1000): query `ht`, one step
             # attention `att`: multiplicative score, local alignment
-            att_c, att_a, _ = self.att(ht_t, h, h, src_mask, start=t)
-            att_t = att_c.view(B, att_c.shape[-2], -1)  # (B, 1, 1000)
+            att_t, att_a, _ = self.att(ht_t, h, h, src_mask, start=t)  # (B, 1, 1000)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('ht', []).append(ht_t)
             steps.setdefault('att', []).append(att_t)
-            steps.setdefault("weights:" + 'att', []).append(att_a.view(B, *att_a.shape[1:]))
+            steps.setdefault('weights:att', []).append(att_a)
         ht = torch.cat(steps['ht'], 1)  # (B, T, 1000)
         att = torch.cat(steps['att'], 1)  # (B, T, 1000)
         if return_attention:
-            attn['att'] = torch.cat(steps["weights:" + 'att'], -2)
+            attn['att'] = torch.cat(steps['weights:att'], -2)
         h_att = torch.tanh(self.h_att_linear(torch.cat([att, ht], -1)))  # (B, T, 1000): feature `h_att`
         logits = self.logits_head(h_att)  # (B, T, 50000): output `logits`
         return Output(logits, attn, log_probs, penalty, capsules, features)

@@ -187,26 +187,22 @@ class Model(nn.Module):
         q_r = pool(ft, target_mask, "mean")  # (B, 600): query `q_r`
         for i in range(cfg.hops):  # `hop`: 3 hops (eq. 41-42)
             # attention `hop.ctx_l`: activated general score, global alignment
-            hop_ctx_l_q1 = q_l.reshape(-1, 1, q_l.shape[-1])  # (N, 1, d_q): one query per group
-            hop_ctx_l_c, hop_ctx_l_a, _ = self.hop_ctx_l[i](hop_ctx_l_q1, fl, fl, left_mask)
+            hop_ctx_l_c, hop_ctx_l_a, _ = self.hop_ctx_l[i](q_l.unsqueeze(1), fl, fl, left_mask)
             hop_ctx_l = hop_ctx_l_c.view(B, -1)  # (B, 600)
             if return_attention:
                 attn[f"hop[{i + 1}].ctx_l"] = hop_ctx_l_a  # (B, H, 1, L)
             # attention `hop.ctx_r`: activated general score, global alignment
-            hop_ctx_r_q1 = q_r.reshape(-1, 1, q_r.shape[-1])  # (N, 1, d_q): one query per group
-            hop_ctx_r_c, hop_ctx_r_a, _ = self.hop_ctx_r[i](hop_ctx_r_q1, fr, fr, right_mask)
+            hop_ctx_r_c, hop_ctx_r_a, _ = self.hop_ctx_r[i](q_r.unsqueeze(1), fr, fr, right_mask)
             hop_ctx_r = hop_ctx_r_c.view(B, -1)  # (B, 600)
             if return_attention:
                 attn[f"hop[{i + 1}].ctx_r"] = hop_ctx_r_a  # (B, H, 1, R)
             # attention `hop.tgt_l`: activated general score, global alignment
-            hop_tgt_l_q1 = hop_ctx_l.reshape(-1, 1, hop_ctx_l.shape[-1])  # (N, 1, d_q): one query per group
-            hop_tgt_l_c, hop_tgt_l_a, _ = self.hop_tgt_l[i](hop_tgt_l_q1, ft, ft, target_mask)
+            hop_tgt_l_c, hop_tgt_l_a, _ = self.hop_tgt_l[i](hop_ctx_l.unsqueeze(1), ft, ft, target_mask)
             hop_tgt_l = hop_tgt_l_c.view(B, -1)  # (B, 600)
             if return_attention:
                 attn[f"hop[{i + 1}].tgt_l"] = hop_tgt_l_a  # (B, H, 1, T)
             # attention `hop.tgt_r`: activated general score, global alignment
-            hop_tgt_r_q1 = hop_ctx_r.reshape(-1, 1, hop_ctx_r.shape[-1])  # (N, 1, d_q): one query per group
-            hop_tgt_r_c, hop_tgt_r_a, _ = self.hop_tgt_r[i](hop_tgt_r_q1, ft, ft, target_mask)
+            hop_tgt_r_c, hop_tgt_r_a, _ = self.hop_tgt_r[i](hop_ctx_r.unsqueeze(1), ft, ft, target_mask)
             hop_tgt_r = hop_tgt_r_c.view(B, -1)  # (B, 600)
             if return_attention:
                 attn[f"hop[{i + 1}].tgt_r"] = hop_tgt_r_a  # (B, H, 1, T)

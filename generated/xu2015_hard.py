@@ -168,23 +168,22 @@ class Model(nn.Module):
         h_in = self.h_embed(caption)  # (B, T, 512): the decoder's inputs, all steps
         h_state = None
         steps = {}  # node -> its value at every step
-        att_prev = h_in.new_zeros(*h_in.shape[:1], 512)  # (B, d_v): no context before the first step
+        att_prev = h_in.new_zeros(B, 512)  # (B, d_v): no context before the first step
         for t in range(h_in.shape[1]):  # one decoder step per position of T
             h_h, h_state = cell_step(self.h_lstm_cells, torch.cat([h_in.select(1, t), att_prev], -1), h_state)  # (B, hidden)
             h_t = h_h.unsqueeze(1)  # (B, 1, 1000): query `h`, one step
             # attention `att`: additive score, hard alignment
-            att_c, att_a, att_ex = self.att(h_t, a, a, None)
-            att_t = att_c.view(B, att_c.shape[-2], -1)  # (B, 1, 512)
+            att_t, att_a, att_ex = self.att(h_t, a, a, None)  # (B, 1, 512)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('h', []).append(h_t)
             steps.setdefault('att', []).append(att_t)
-            steps.setdefault("weights:" + 'att', []).append(att_a.view(B, *att_a.shape[1:]))
-            steps.setdefault("log_prob:" + 'att', []).append(att_ex["log_prob"])
+            steps.setdefault('weights:att', []).append(att_a)
+            steps.setdefault('log_prob:att', []).append(att_ex["log_prob"])
         h = torch.cat(steps['h'], 1)  # (B, T, 1000)
         att = torch.cat(steps['att'], 1)  # (B, T, 512)
         if return_attention:
-            attn['att'] = torch.cat(steps["weights:" + 'att'], -2)
-        log_probs['att'] = torch.cat(steps["log_prob:" + 'att'], -1)
+            attn['att'] = torch.cat(steps['weights:att'], -2)
+        log_probs['att'] = torch.cat(steps['log_prob:att'], -1)
         logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, att], -1))))  # (B, T, 10000): output `logits`
         return Output(logits, attn, log_probs, penalty, capsules, features)
 

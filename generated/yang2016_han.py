@@ -163,7 +163,7 @@ class Model(nn.Module):
         # attention `word`: additive score, global alignment, one per S
         # one attention per group: N = B x S
         word_q = self.word_q.expand(B, -1)  # (B, 100)
-        word_q1 = word_q.view(B, *h.shape[1:1], 1, -1).expand(*h.shape[:2], -1).reshape(-1, 1, word_q.shape[-1])  # (N, 1, d_q): one query per group
+        word_q1 = word_q.view(B, 1, -1).expand(*h.shape[:2], -1).reshape(-1, 1, word_q.shape[-1])  # (N, 1, d_q): one query per group
         word_keep = None if doc_mask is None else doc_mask.reshape(-1, h.shape[-2])  # (N, Lk): padding mask of the keys
         word_c, word_a, _ = self.word(word_q1, h.flatten(0, 1), h.flatten(0, 1), word_keep)
         word = word_c.view(*h.shape[:2], -1)  # (B, S, 100)
@@ -172,9 +172,8 @@ class Model(nn.Module):
         hs = rnn(self.hs_bigru, word, (None if doc_mask is None else doc_mask.any(-1)))  # (B, S, 100): feature `hs`
         # attention `sentence`: additive score, global alignment
         sentence_q = self.sentence_q.expand(B, -1)  # (B, 100)
-        sentence_q1 = sentence_q.reshape(-1, 1, sentence_q.shape[-1])  # (N, 1, d_q): one query per group
         sentence_keep = None if doc_mask is None else doc_mask.any(-1).reshape(-1, hs.shape[-2])  # (N, Lk): padding mask of the keys
-        sentence_c, sentence_a, _ = self.sentence(sentence_q1, hs, hs, sentence_keep)
+        sentence_c, sentence_a, _ = self.sentence(sentence_q.unsqueeze(1), hs, hs, sentence_keep)
         sentence = sentence_c.view(B, -1)  # (B, 100)
         if return_attention:
             attn['sentence'] = sentence_a  # (B, H, 1, S)

@@ -657,12 +657,17 @@ class Generator:
                 qq = f"{q.name}.flatten(0, {G})" if G else q.name
             else:
                 extra = G - len(q.shape.axes)
-                code = q.name
-                if extra:
-                    code = f"{q.name}.view(B, *{k.name}.shape[1:{1 + len(q.shape.axes)}], " \
-                           f"{'1, ' * extra}-1).expand(*{k.name}.shape[:{1 + G}], -1)"
-                qq = self.tmp(f"{self.atom(code)}.reshape(-1, 1, {q.name}.shape[-1])", q.shape,
-                              f"{name}_q1", "(N, 1, d_q): one query per group")
+                if not G:
+                    qq = f"{q.name}.unsqueeze(1)"
+                else:
+                    code = q.name
+                    if extra:  # the same query for every group below its own axes
+                        m = len(q.shape.axes)
+                        kept = f"*{k.name}.shape[1:{1 + m}], " if m else ""
+                        code = f"{q.name}.view(B, {kept}{'1, ' * extra}-1)" \
+                               f".expand(*{k.name}.shape[:{1 + G}], -1)"
+                    qq = self.tmp(f"{self.atom(code)}.reshape(-1, 1, {q.name}.shape[-1])", q.shape,
+                                  f"{name}_q1", "(N, 1, d_q): one query per group")
         mk = self.mask_of(k)
         if G == 0 and mk is not None and not mk[1]:
             kmask = mk[0]  # already (B, Lk)
@@ -693,12 +698,16 @@ class Generator:
         shape = self.cm.shapes[n.id]
         lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
         single = info.query_mode != "sequence" or (n.affinity and n.score.fn in ("additive", "max_pool"))
-        direct = G == 0 and not single and not capsule and self.step is None
+        direct = G == 0 and not single and not capsule
         needs_ex = n.align.fn in ("hard", "reinforced") or n.penalty is not None or capsule
-        c = self.locals.new(name if direct else f"{name}_c")
+        if direct and self.step is not None:
+            c = self.step["names"].setdefault(n.id, self.locals.new(name + "_t"))
+        else:
+            c = self.locals.new(name if direct else f"{name}_c")
         a = self.locals.new(f"{name}_a")
         ex = self.locals.new(f"{name}_ex") if needs_ex else "_"
-        self.fwd.append(f"{c}, {a}, {ex} = {call}" + (f"  # {self.shape_comment(shape)}" if direct else ""))
+        self.fwd.append(f"{c}, {a}, {ex} = {call}" + (
+            f"  # {self.shape_comment(shape, lq='1' if self.step else None)}" if direct else ""))
         if direct:
             out_code = None
         elif capsule:
@@ -1105,8 +1114,7 @@ class Generator:
         self.fwd.append(f"{state} = None")
         self.step["ctx"], self.step["state"] = ctx, state
         self.fwd.append(f"{steps} = {{}}  # node -> its value at every step")
-        self.fwd.append(f"{ctx} = {seq}.new_zeros(*{seq}.shape[:{len(x.shape.axes)}], "
-                        f"None)  # (B, d_v): no context before the first step")
+        self.fwd.append(f"{ctx} = {seq}.new_zeros(B, None)  # (B, d_v): no context before the first step")
         self.ctx_line = len(self.fwd) - 1
         self.fwd.append(f"for t in range({seq}.shape[{len(x.shape.axes)}]):  # one decoder step per position of {axis}")
         saved = self.fwd
@@ -1123,9 +1131,10 @@ class Generator:
             if node_id == att_id or any(s not in region for s in g.successors(node_id)):
                 self.fwd.append(f"{steps}.setdefault({node_id!r}, []).append({self.vars[node_id].name})")
         for key, a, wshape, nd in self.step["weights"]:
-            self.fwd.append(f"{steps}.setdefault(\"weights:\" + {key}, []).append({a}.view({wshape}))")
+            w = a if wshape.startswith("B, ") else f"{a}.view({wshape})"
+            self.fwd.append(f"{steps}.setdefault({self.step_key('weights', key)}, []).append({w})")
         for key, ex, _ in self.step["logp"]:
-            self.fwd.append(f"{steps}.setdefault(\"log_prob:\" + {key}, []).append({ex}[\"log_prob\"])")
+            self.fwd.append(f"{steps}.setdefault({self.step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
         body = self.fwd
         self.fwd = saved
         self.fwd.extend("    " + line for line in body)
@@ -1145,12 +1154,17 @@ class Generator:
         for key, a, wshape, nd in self.step["weights"]:
             dim = -3 if nd.dimensionality == "multi" else -2
             self.fwd.append("if return_attention:")
-            self.fwd.append(f"    attn[{key}] = torch.cat({steps}[\"weights:\" + {key}], {dim})")
+            self.fwd.append(f"    attn[{key}] = torch.cat({steps}[{self.step_key('weights', key)}], {dim})")
         for key, ex, nd in self.step["logp"]:
             how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
-            self.fwd.append(f"log_probs[{key}] = torch.{how}({steps}[\"log_prob:\" + {key}], -1)")
+            self.fwd.append(f"log_probs[{key}] = torch.{how}({steps}[{self.step_key('log_prob', key)}], -1)")
         self.step = None
         return order
+
+    @staticmethod
+    def step_key(what: str, key: str) -> str:
+        """``'weights:att'``: where a decoder loop collects a module's per-step values."""
+        return repr(f"{what}:{eval_repr(key)}")
 
     def emit_feed_step(self, e, n):
         st = self.step
@@ -1443,6 +1457,12 @@ class Generator:
                              f".contiguous()")
         lines.append("return {name: x.to(device) for name, x in out.items()}")
         return lines
+
+
+def eval_repr(text: str) -> str:
+    """The string a ``repr`` wrote (node ids hold no quotes or backslashes)."""
+    assert text[0] == text[-1] == "'" and "\\" not in text, text
+    return text[1:-1]
 
 
 def star(lead: str) -> str:
