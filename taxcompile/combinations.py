@@ -250,6 +250,13 @@ def render(results: dict[Combo, list[tuple[str, str]] | None]) -> str:
         out.append(f"| R{number[r]} | {_cell(r[0])} | {_cell(r[1])} | {count[r]} |")
     out += [
         "",
+        "Every combination here has a query (Self-Attentive is built with a learned query,",
+        "eq. 34), so `concat` is refused throughout. Without a query (eq. 33) `concat`",
+        "scores the keys alone and compiles with every alignment but local (whose window",
+        "a query places), both dimensionalities",
+        "and several heads; `tests/test_codegen_mechanisms.py` checks it against its",
+        "equation.",
+        "",
         "## The matrix",
         "",
         "Rows are score × dimensionality, columns alignments. A cell lists, per reason,",
