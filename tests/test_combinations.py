@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import sys
 from collections import Counter
 
@@ -18,6 +19,7 @@ import pytest
 
 from conftest import ROOT
 from taxcompile import combinations as C
+from taxcompile import generate
 from taxcompile.diagnostics import SpecError
 from taxcompile.pipeline import load_text
 
@@ -302,3 +304,41 @@ def test_docs_matrix_counts():
     refused = Counter(isinstance(verdicts[c], SpecError) for c in COMBOS)
     assert f"- **valid**: {refused[False]}\n" in text
     assert f"- **refused** by `taxcompile check`: {refused[True]}\n" in text
+
+
+QUERYLESS = """paper p {{ cite = "X" }}
+model m {{
+    input x: sequence[N, 8]
+    attention att {{ features = x  score = {score}  align = {align}  dimensionality = {dim}  heads = {heads} }}
+    output y = classify(att, 3)
+}}
+"""
+
+
+@pytest.mark.parametrize("score", ["concat(d_w = 8)", "additive(d_w = 8)"])
+def test_scores_without_a_query(score, tmp_path):
+    """Eq. 33: `concat` and `additive` score the keys alone with every alignment but local
+    (whose window a query places); hard alignment stays single-dimensional (R2)."""
+    torch = pytest.importorskip("torch")
+    aligns = ["global", "hard", "local(D = 2)", "reinforced", "sparsemax", "entmax"]
+    for align, dim, heads in itertools.product(aligns, ["single", "multi"], [1, 2]):
+        text = QUERYLESS.format(score=score, align=align, dim=dim, heads=heads)
+        try:
+            cs = load_text(text, "q.attn")
+        except SpecError as e:
+            why = e.diagnostics[0].message
+            assert align.startswith("local") and "local alignment centres a window" in why \
+                or align == "hard" and dim == "multi" and "hard alignment picks" in why, why
+            continue
+        assert not align.startswith("local") and not (align == "hard" and dim == "multi")
+        name = f"ql_{score[:3]}_{aligns.index(align)}_{dim}_{heads}"
+        mod = load_module(generate.generate(cs, cs.models[0], "q.attn"), name, tmp_path)
+        cfg = mod.Config.tiny()
+        model = mod.Model(cfg)
+        out = model(**mod.example_inputs(cfg=cfg), return_attention=True)
+        assert out.output.shape == (2, 3) and torch.isfinite(out.output).all()
+        w = out.attention["att"]
+        assert w.shape[:3] == (2, heads, 1), w.shape
+        loss = out.output.sum() - sum(lp.sum() for lp in out.log_probs.values())  # REINFORCE
+        loss.backward()
+        assert model.att.W.weight.grad is not None, (align, dim, heads)
