@@ -106,7 +106,7 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class Att(nn.Module):
+class AdditiveAttention(nn.Module):
     """Attention module `att`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
     alignment (eq. 25).
 
@@ -157,7 +157,7 @@ class Model(nn.Module):
         self.h_bigru = nn.GRU(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.s_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.s_gru_cells = nn.ModuleList(nn.GRUCell(cfg.d_emb + 2 * cfg.hidden if i == 0 else cfg.hidden, cfg.hidden) for i in range(1))  # input feeding: [x_t; c_(t-1)]
-        self.att = Att(d_q=cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
+        self.att = AdditiveAttention(d_q=cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
         self.logits_linear = nn.Linear(cfg.hidden + 2 * cfg.hidden, cfg.maxout)
         self.logits_head = nn.Linear(cfg.maxout, cfg.vocab)
 

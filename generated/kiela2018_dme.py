@@ -111,7 +111,7 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class Meta(nn.Module):
+class AdditiveAttention(nn.Module):
     """Attention module `meta`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
     alignment (eq. 25).
 
@@ -163,7 +163,7 @@ class Model(nn.Module):
         self.fasttext_embed = nn.Embedding(cfg.vocab, 300)
         self.fasttext_linear = nn.Linear(300, cfg.d_t)
         self.meta_q = nn.Parameter(torch.randn(cfg.d_t) * (cfg.d_t) ** -0.5)  # a learned query (eq. 34)
-        self.meta = Meta(d_q=cfg.d_t, d_k=cfg.d_t, d_v=cfg.d_t, heads=1, d_w=cfg.d_t)
+        self.meta = AdditiveAttention(d_q=cfg.d_t, d_k=cfg.d_t, d_v=cfg.d_t, heads=1, d_w=cfg.d_t)
         self.h_bilstm = nn.LSTM(cfg.d_t, cfg.hidden, batch_first=True, bidirectional=True)
         self.label_head = nn.Linear(2 * cfg.hidden, cfg.classes)
 

@@ -85,7 +85,7 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-class PWord(nn.Module):
+class AdditiveAttention(nn.Module):
     """Attention module `p_word`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
     alignment (eq. 25).
 
@@ -137,15 +137,15 @@ class Model(nn.Module):
         self.xn_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.xn_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
         self.p_word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.p_word = PWord(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
+        self.p_word = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
         self.p_sent_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
         self.p_sent_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.p_sent = PWord(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
+        self.p_sent = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
         self.np_word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.np_word = PWord(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
+        self.np_word = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
         self.np_sent_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
         self.np_sent_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.np_sent = PWord(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
+        self.np_sent = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
         self.label_head = nn.Linear(cfg.d_emb + cfg.d_emb, cfg.classes)
 
     def forward(self, doc, masked, doc_mask=None, masked_mask=None, return_attention: bool = False) -> Output:

@@ -114,7 +114,7 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
     return x + pe.to(x.dtype)
 
 
-class VSelf(nn.Module):
+class ScaledMultiplicativeAttention(nn.Module):
     """Attention module `v_self`: scaled multiplicative score q^T k / sqrt(d_k) (Table II), global
     (soft) alignment (eq. 25).
 
@@ -158,19 +158,19 @@ class Model(nn.Module):
         self.v_self_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
         self.v_self_proj2 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
         self.v_self_proj3 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
-        self.v_self = VSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
+        self.v_self = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.v_2_norm = nn.LayerNorm(cfg.d)
         self.v_3_ffn = nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d))
         self.v_3_norm = nn.LayerNorm(cfg.d)
         self.q_self_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
         self.q_self_proj2 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
         self.q_self_proj3 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
-        self.q_self = VSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
+        self.q_self = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.q_2_norm = nn.LayerNorm(cfg.d)
         self.q_3_ffn = nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d))
         self.q_3_norm = nn.LayerNorm(cfg.d)
-        self.q_guided_video = VSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
-        self.v_guided_question = VSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
+        self.q_guided_video = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
+        self.v_guided_question = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.fused_norm = nn.LayerNorm(cfg.d)
         self.fused_norm2 = nn.LayerNorm(cfg.d)
         self.answer_head = nn.Linear(cfg.d + cfg.d, cfg.answers)

@@ -99,7 +99,7 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class M(nn.Module):
+class QuerylessMultiHeadAdditiveAttention(nn.Module):
     """Attention module `M`: additive score of the keys alone, w^T act(W k + b) (eq. 33), global
     (soft) alignment (eq. 25).
 
@@ -151,7 +151,7 @@ class Model(nn.Module):
         self.cfg = cfg
         self.H_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.H_bilstm = nn.LSTM(cfg.d_emb, cfg.u, batch_first=True, bidirectional=True)
-        self.M = M(d_k=2 * cfg.u, d_v=2 * cfg.u, heads=cfg.r, d_w=cfg.d_a)
+        self.M = QuerylessMultiHeadAdditiveAttention(d_k=2 * cfg.u, d_v=2 * cfg.u, heads=cfg.r, d_w=cfg.d_a)
         self.label_linear = nn.Linear(2 * cfg.u, cfg.d_mlp)
         self.label_head = nn.Linear(cfg.d_mlp, cfg.classes)
 

@@ -102,7 +102,7 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class ImgW(nn.Module):
+class CoAttentionAdditiveAttention(nn.Module):
     """Attention module `img_w`: aggregate additive score over an affinity matrix (eq. 14-15),
     global (soft) alignment (eq. 25).
 
@@ -154,14 +154,14 @@ class Model(nn.Module):
         self.qp_conv3 = nn.Conv1d(cfg.d, cfg.d, 3, padding="same")
         self.qs_lstm = nn.LSTM(cfg.d, cfg.d, batch_first=True)
         self.C_w_W = nn.Parameter(torch.randn(cfg.d, cfg.d) * (cfg.d) ** -0.5)  # W_A (eq. 12)
-        self.img_w = ImgW(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
-        self.q_w = ImgW(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.img_w = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.q_w = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
         self.C_p_W = nn.Parameter(torch.randn(cfg.d, cfg.d) * (cfg.d) ** -0.5)  # W_A (eq. 12)
-        self.img_p = ImgW(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
-        self.q_p = ImgW(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.img_p = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.q_p = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
         self.C_s_W = nn.Parameter(torch.randn(cfg.d, cfg.d) * (cfg.d) ** -0.5)  # W_A (eq. 12)
-        self.img_s = ImgW(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
-        self.q_s = ImgW(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.img_s = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.q_s = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
         self.h_w_linear = nn.Linear(cfg.d, cfg.d)
         self.h_p_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
         self.h_s_linear = nn.Linear(cfg.d + cfg.d, cfg.d)

@@ -105,7 +105,7 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class Att(nn.Module):
+class LocationAttention(nn.Module):
     """Attention module `att`: location score W_a q (Luong et al.), global (soft) alignment (eq.
     25).
 
@@ -150,7 +150,7 @@ class Model(nn.Module):
         self.h_lstm = nn.LSTM(cfg.hidden, cfg.hidden, num_layers=cfg.layers, batch_first=True)
         self.ht_embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.ht_lstm_cells = nn.ModuleList(nn.LSTMCell(cfg.hidden + cfg.hidden if i == 0 else cfg.hidden, cfg.hidden) for i in range(cfg.layers))  # input feeding: [x_t; c_(t-1)]
-        self.att = Att(d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, n_keys=cfg.L)
+        self.att = LocationAttention(d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, n_keys=cfg.L)
         self.h_att_linear = nn.Linear(cfg.hidden + cfg.hidden, cfg.hidden)
         self.logits_head = nn.Linear(cfg.hidden, cfg.vocab)
 

@@ -87,86 +87,8 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-class Gate3(nn.Module):
+class MultiDimAdditiveAttention(nn.Module):
     """Attention module `gate3`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
-
-    Multi-dimensional (eq. 30-32): one weight per key and feature.
-    q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
-    key_mask: (N, Lk) bool, True = attend.
-    Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk, d_v / H) and a dict of extras.
-    """
-
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
-        super().__init__()
-        self.heads = heads
-        # eq. 31: e = W_d^T act(W1 q + W2 k + b), per head
-        self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
-        self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
-        self.b = nn.Parameter(torch.zeros(heads, d_w))
-        self.w = nn.Parameter(torch.randn(heads, d_w, d_v // heads) * d_w ** -0.5)  # W_d (eq. 31)
-
-    def forward(self, q, k, v, key_mask=None):
-        N, Lk, _ = k.shape
-        extras = {}
-        Lq = q.shape[1]
-        q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
-        k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
-        v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
-        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        h = wq.unsqueeze(3) + wk.unsqueeze(2) + self.b[:, None, None, :]  # (N, H, Lq, Lk, d_w)
-        h = F.relu(h)
-        e = torch.einsum("nhqkw,hwd->nhqkd", h, self.w)  # (N, H, Lq, Lk, d_v / H)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        keep = None if keep is None else keep.unsqueeze(-1)  # (N, 1, Lq, Lk, 1): per feature (eq. 32)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
-        c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
-        c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
-        return c, a, extras
-
-
-class Gate2(nn.Module):
-    """Attention module `gate2`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
-
-    Multi-dimensional (eq. 30-32): one weight per key and feature.
-    q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
-    key_mask: (N, Lk) bool, True = attend.
-    Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk, d_v / H) and a dict of extras.
-    """
-
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
-        super().__init__()
-        self.heads = heads
-        # eq. 31: e = W_d^T act(W1 q + W2 k + b), per head
-        self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
-        self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
-        self.b = nn.Parameter(torch.zeros(heads, d_w))
-        self.w = nn.Parameter(torch.randn(heads, d_w, d_v // heads) * d_w ** -0.5)  # W_d (eq. 31)
-
-    def forward(self, q, k, v, key_mask=None):
-        N, Lk, _ = k.shape
-        extras = {}
-        Lq = q.shape[1]
-        q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
-        k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
-        v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
-        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        h = wq.unsqueeze(3) + wk.unsqueeze(2) + self.b[:, None, None, :]  # (N, H, Lq, Lk, d_w)
-        h = F.relu(h)
-        e = torch.einsum("nhqkw,hwd->nhqkd", h, self.w)  # (N, H, Lq, Lk, d_v / H)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        keep = None if keep is None else keep.unsqueeze(-1)  # (N, 1, Lq, Lk, 1): per feature (eq. 32)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
-        c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
-        c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
-        return c, a, extras
-
-
-class Gate1(nn.Module):
-    """Attention module `gate1`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
     alignment (eq. 25).
 
     Multi-dimensional (eq. 30-32): one weight per key and feature.
@@ -222,11 +144,11 @@ class Model(nn.Module):
         self.x3_conv2 = nn.Conv1d(cfg.f3, cfg.f3, 3, padding="same")
         self.b_conv = nn.Conv1d(cfg.f3, cfg.f4, 3, padding="same")
         self.b_conv2 = nn.Conv1d(cfg.f4, cfg.f4, 3, padding="same")
-        self.gate3 = Gate3(d_q=cfg.f4, d_k=cfg.f3, d_v=cfg.f3, heads=1, d_w=cfg.f3)
+        self.gate3 = MultiDimAdditiveAttention(d_q=cfg.f4, d_k=cfg.f3, d_v=cfg.f3, heads=1, d_w=cfg.f3)
         self.d3_conv = nn.Conv1d(cfg.f3 + cfg.f4, cfg.f3, 3, padding="same")
-        self.gate2 = Gate2(d_q=cfg.f3, d_k=cfg.f2, d_v=cfg.f2, heads=1, d_w=cfg.f2)
+        self.gate2 = MultiDimAdditiveAttention(d_q=cfg.f3, d_k=cfg.f2, d_v=cfg.f2, heads=1, d_w=cfg.f2)
         self.d2_conv = nn.Conv1d(cfg.f2 + cfg.f3, cfg.f2, 3, padding="same")
-        self.gate1 = Gate1(d_q=cfg.f2, d_k=cfg.f1, d_v=cfg.f1, heads=1, d_w=cfg.f1)
+        self.gate1 = MultiDimAdditiveAttention(d_q=cfg.f2, d_k=cfg.f1, d_v=cfg.f1, heads=1, d_w=cfg.f1)
         self.d1_conv = nn.Conv1d(cfg.f1 + cfg.f2, cfg.f1, 3, padding="same")
         self.segmentation_head = nn.Linear(cfg.f1, cfg.classes)
 

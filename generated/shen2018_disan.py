@@ -83,7 +83,7 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-class Fw(nn.Module):
+class ForwardMultiDimAdditiveAttention(nn.Module):
     """Attention module `fw`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
     alignment (eq. 25).
 
@@ -125,7 +125,7 @@ class Fw(nn.Module):
         return c, a, extras
 
 
-class Bw(nn.Module):
+class BackwardMultiDimAdditiveAttention(nn.Module):
     """Attention module `bw`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
     alignment (eq. 25).
 
@@ -167,7 +167,7 @@ class Bw(nn.Module):
         return c, a, extras
 
 
-class S2t(nn.Module):
+class QuerylessMultiDimAdditiveAttention(nn.Module):
     """Attention module `s2t`: additive score of the keys alone, w^T act(W k + b) (eq. 33), global
     (soft) alignment (eq. 25).
 
@@ -212,11 +212,11 @@ class Model(nn.Module):
         self.cfg = cfg
         self.x_embed = nn.Embedding(cfg.vocab, cfg.d)
         self.x_linear = nn.Linear(cfg.d, cfg.d)
-        self.fw = Fw(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
-        self.bw = Bw(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.fw = ForwardMultiDimAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.bw = BackwardMultiDimAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
         self.u_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
         self.u_linear2 = nn.Linear(cfg.d + cfg.d, cfg.d)
-        self.s2t = S2t(d_k=cfg.d + cfg.d, d_v=cfg.d + cfg.d, heads=1, d_w=cfg.d)
+        self.s2t = QuerylessMultiDimAdditiveAttention(d_k=cfg.d + cfg.d, d_v=cfg.d + cfg.d, heads=1, d_w=cfg.d)
         self.label_head = nn.Linear(cfg.d + cfg.d, cfg.classes)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:

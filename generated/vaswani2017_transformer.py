@@ -95,7 +95,7 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
     return x + pe.to(x.dtype)
 
 
-class EncoderSelf(nn.Module):
+class MultiHeadScaledMultiplicativeAttention(nn.Module):
     """Attention module `encoder.self`: scaled multiplicative score q^T k / sqrt(d_k) (Table II),
     global (soft) alignment (eq. 25).
 
@@ -109,7 +109,7 @@ class EncoderSelf(nn.Module):
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
         super().__init__()
         if d_q % heads or d_k % heads or d_v % heads:
-            raise ValueError(f"EncoderSelf: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
+            raise ValueError(f"MultiHeadScaledMultiplicativeAttention: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
                              f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
         self.heads = heads
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
@@ -131,7 +131,7 @@ class EncoderSelf(nn.Module):
         return c, a, extras
 
 
-class DecoderSelf(nn.Module):
+class CausalMultiHeadScaledMultiplicativeAttention(nn.Module):
     """Attention module `decoder.self`: scaled multiplicative score q^T k / sqrt(d_k) (Table II),
     global (soft) alignment (eq. 25).
 
@@ -146,7 +146,7 @@ class DecoderSelf(nn.Module):
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
         super().__init__()
         if d_q % heads or d_k % heads or d_v % heads:
-            raise ValueError(f"DecoderSelf: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
+            raise ValueError(f"CausalMultiHeadScaledMultiplicativeAttention: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
                              f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
         self.heads = heads
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
@@ -185,19 +185,19 @@ class Model(nn.Module):
         self.encoder_self_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
         self.encoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
         self.encoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.encoder_self = nn.ModuleList(EncoderSelf(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
+        self.encoder_self = nn.ModuleList(MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
         self.decoder_self_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
         self.decoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
         self.decoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.decoder_self = nn.ModuleList(DecoderSelf(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
+        self.decoder_self = nn.ModuleList(CausalMultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
         self.decoder_y_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
         self.decoder_cross_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
         self.decoder_cross_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
         self.decoder_cross_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.decoder_cross = nn.ModuleList(EncoderSelf(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
+        self.decoder_cross = nn.ModuleList(MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
         self.decoder_y_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
         self.decoder_y_3_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(cfg.layers))  # one per hop
         self.decoder_y_3_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop

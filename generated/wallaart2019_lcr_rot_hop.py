@@ -116,7 +116,7 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class HopCtxL(nn.Module):
+class ActivatedGeneralAttention(nn.Module):
     """Attention module `hop.ctx_l`: activated general score act(k^T W q + b) (Table II), global
     (soft) alignment (eq. 25).
 
@@ -163,10 +163,10 @@ class Model(nn.Module):
         self.ft_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.fr_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.fr_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
-        self.hop_ctx_l = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
-        self.hop_ctx_r = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
-        self.hop_tgt_l = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
-        self.hop_tgt_r = nn.ModuleList(HopCtxL(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
+        self.hop_ctx_l = nn.ModuleList(ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
+        self.hop_ctx_r = nn.ModuleList(ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
+        self.hop_tgt_l = nn.ModuleList(ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
+        self.hop_tgt_r = nn.ModuleList(ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
         self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
 
     def forward(self, left, target, right, left_mask=None, target_mask=None, right_mask=None, return_attention: bool = False) -> Output:

@@ -110,7 +110,7 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class Capsule(nn.Module):
+class CapsuleMultiplicativeAttention(nn.Module):
     """Attention module `capsule`: multiplicative score q^T k (Table II), global (soft) alignment
     (eq. 25).
 
@@ -157,7 +157,7 @@ class Model(nn.Module):
         self.cfg = cfg
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.h_lstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True)
-        self.capsule = Capsule(d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, capsules=3)
+        self.capsule = CapsuleMultiplicativeAttention(d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, capsules=3)
         self.p_linear = nn.Linear(cfg.hidden, 1)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:

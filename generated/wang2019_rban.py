@@ -112,7 +112,7 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class A2q(nn.Module):
+class AdditiveReinforcedAttention(nn.Module):
     """Attention module `a2q`: additive score w^T act(W1 q + W2 k + b) (eq. 6), reinforced
     alignment: a policy picks the subset, softmax over it.
 
@@ -176,8 +176,8 @@ class Model(nn.Module):
         self.fq_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.fa_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.fa_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
-        self.a2q = A2q(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=(2 * cfg.hidden))
-        self.q2a = A2q(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=(2 * cfg.hidden))
+        self.a2q = AdditiveReinforcedAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=(2 * cfg.hidden))
+        self.q2a = AdditiveReinforcedAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=(2 * cfg.hidden))
         self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
 
     def forward(self, question, answer, question_mask=None, answer_mask=None, return_attention: bool = False) -> Output:

@@ -96,7 +96,7 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
     return x + pe.to(x.dtype)
 
 
-class Meta(nn.Module):
+class AdditiveAttention(nn.Module):
     """Attention module `meta`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
     alignment (eq. 25).
 
@@ -133,7 +133,7 @@ class Meta(nn.Module):
         return c, a, extras
 
 
-class EncoderSelf(nn.Module):
+class MultiHeadAdditiveAttention(nn.Module):
     """Attention module `encoder.self`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global
     (soft) alignment (eq. 25).
 
@@ -147,7 +147,7 @@ class EncoderSelf(nn.Module):
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
         super().__init__()
         if d_q % heads or d_k % heads or d_v % heads:
-            raise ValueError(f"EncoderSelf: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
+            raise ValueError(f"MultiHeadAdditiveAttention: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
                              f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
         self.heads = heads
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
@@ -195,11 +195,11 @@ class Model(nn.Module):
         self.en_gv_embed = nn.Embedding(cfg.vocab, 300)
         self.en_gv_linear = nn.Linear(300, cfg.d)
         self.meta_q = nn.Parameter(torch.randn(cfg.d) * (cfg.d) ** -0.5)  # a learned query (eq. 34)
-        self.meta = Meta(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.meta = AdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
         self.encoder_self_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
         self.encoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
         self.encoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.encoder_self = nn.ModuleList(EncoderSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads, d_w=cfg.d) for _ in range(cfg.layers))  # one per hop
+        self.encoder_self = nn.ModuleList(MultiHeadAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads, d_w=cfg.d) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d)) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(cfg.layers))  # one per hop

@@ -93,7 +93,7 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-class Att(nn.Module):
+class AdditiveAttention(nn.Module):
     """Attention module `att`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
     alignment (eq. 25).
 
@@ -142,7 +142,7 @@ class Model(nn.Module):
         self.cfg = cfg
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.h_lstm_cells = nn.ModuleList(nn.LSTMCell(cfg.d_emb + 512 if i == 0 else cfg.hidden, cfg.hidden) for i in range(1))  # input feeding: [x_t; c_(t-1)]
-        self.att = Att(d_q=cfg.hidden, d_k=512, d_v=512, heads=1, d_w=cfg.d_w)
+        self.att = AdditiveAttention(d_q=cfg.hidden, d_k=512, d_v=512, heads=1, d_w=cfg.d_w)
         self.logits_linear = nn.Linear(cfg.hidden + 512, cfg.d_emb)
         self.logits_head = nn.Linear(cfg.d_emb, cfg.vocab)
 

@@ -97,7 +97,7 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class Word(nn.Module):
+class AdditiveAttention(nn.Module):
     """Attention module `word`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
     alignment (eq. 25).
 
@@ -147,10 +147,10 @@ class Model(nn.Module):
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.h_bigru = nn.GRU(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.word = Word(d_q=cfg.d_w, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
+        self.word = AdditiveAttention(d_q=cfg.d_w, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
         self.hs_bigru = nn.GRU(2 * cfg.hidden, cfg.hidden, batch_first=True, bidirectional=True)
         self.sentence_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.sentence = Word(d_q=cfg.d_w, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
+        self.sentence = AdditiveAttention(d_q=cfg.d_w, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
         self.label_head = nn.Linear(2 * cfg.hidden, cfg.classes)
 
     def forward(self, doc, doc_mask=None, return_attention: bool = False) -> Output:

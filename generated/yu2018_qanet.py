@@ -99,7 +99,7 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
     return x + pe.to(x.dtype)
 
 
-class CSelf(nn.Module):
+class MultiHeadMultiplicativeAttention(nn.Module):
     """Attention module `c_self`: multiplicative score q^T k (Table II), global (soft) alignment
     (eq. 25).
 
@@ -113,7 +113,7 @@ class CSelf(nn.Module):
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
         super().__init__()
         if d_q % heads or d_k % heads or d_v % heads:
-            raise ValueError(f"CSelf: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
+            raise ValueError(f"MultiHeadMultiplicativeAttention: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
                              f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
         self.heads = heads
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
@@ -135,7 +135,7 @@ class CSelf(nn.Module):
         return c, a, extras
 
 
-class C2q(nn.Module):
+class CoAttentionAffinityAttention(nn.Module):
     """Attention module `c2q`: scores read off an affinity matrix (eq. 12-13), global (soft)
     alignment (eq. 25).
 
@@ -185,7 +185,7 @@ class Model(nn.Module):
         self.c_self_proj2 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
         self.c_self_norm3 = nn.LayerNorm(cfg.d)
         self.c_self_proj3 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
-        self.c_self = CSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
+        self.c_self = MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
         self.c_7_norm = nn.LayerNorm(cfg.d)
         self.c_7_ffn = nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d))
         self.conv_q_q_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(4))  # one per hop
@@ -196,13 +196,13 @@ class Model(nn.Module):
         self.q_self_proj2 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
         self.q_self_norm3 = nn.LayerNorm(cfg.d)
         self.q_self_proj3 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
-        self.q_self = CSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
+        self.q_self = MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
         self.q_7_norm = nn.LayerNorm(cfg.d)
         self.q_7_ffn = nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d))
         self.S_w = nn.Parameter(torch.randn(3, cfg.d) * (cfg.d) ** -0.5)  # w_A = [w1; w2; w3] (eq. 13)
-        self.c2q = C2q(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
-        self.q2c = C2q(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
-        self.c2q2c = C2q(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
+        self.c2q = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
+        self.q2c = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
+        self.c2q2c = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.m_linear = nn.Linear(cfg.d + cfg.d + cfg.d, cfg.d)
         self.model_enc_block_conv_m_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(14))  # one per hop
         self.model_enc_block_conv_m_1_conv = nn.ModuleList(nn.Conv1d(cfg.d, cfg.d, 5, padding="same") for _ in range(14))  # one per hop
@@ -212,7 +212,7 @@ class Model(nn.Module):
         self.model_enc_block_self_proj2 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W F (eq. 1)
         self.model_enc_block_self_norm3 = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
         self.model_enc_block_self_proj3 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W F (eq. 1)
-        self.model_enc_block_self = nn.ModuleList(CSelf(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads) for _ in range(7))  # one per hop
+        self.model_enc_block_self = nn.ModuleList(MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads) for _ in range(7))  # one per hop
         self.model_enc_block_m_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
         self.model_enc_block_m_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d)) for _ in range(7))  # one per hop
         self.start_head = nn.Linear(cfg.d + cfg.d, 1)

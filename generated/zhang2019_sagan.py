@@ -84,7 +84,7 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-class Self(nn.Module):
+class MultiplicativeAttention(nn.Module):
     """Attention module `self`: multiplicative score q^T k (Table II), global (soft) alignment (eq.
     25).
 
@@ -125,7 +125,7 @@ class Model(nn.Module):
         self.self_proj = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W F (eq. 1)
         self.self_proj2 = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W F (eq. 1)
         self.self_proj3 = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W F (eq. 1)
-        self.self = Self(d_q=cfg.C_k, d_k=cfg.C_k, d_v=cfg.C_k, heads=1)
+        self.self = MultiplicativeAttention(d_q=cfg.C_k, d_k=cfg.C_k, d_v=cfg.C_k, heads=1)
         self.y_proj = nn.Linear(cfg.C_k, cfg.C, bias=False)  # W F (eq. 1)
         self.y_gamma = nn.Parameter(torch.zeros(()))  # gamma, starts at 0 (SAGAN)
 

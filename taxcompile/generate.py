@@ -15,6 +15,7 @@ import textwrap
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import jinja2
 import networkx as nx
@@ -247,9 +248,6 @@ class Generator:
 
     # ---- shapes -----------------------------------------------------------------
 
-    def B(self) -> str:
-        return "B"
-
     def shape_comment(self, s: checks.Shape, lq: str | None = None) -> str:
         axes = ["B"] + [a if lq is None or a != self.step_axis() else "1" for a in s.axes]
         if s.dim is not None:
@@ -299,11 +297,8 @@ class Generator:
         return name
 
     def unary(self, e, x: Var, code: str, dim: Dim | None = None, shape=None) -> Var:
-        sh = shape or self.cm_shape(e, x)
+        sh = shape or x.shape
         return Var(code, sh, x.mask, dim if dim is not None else x.dim, x.mask_code)
-
-    def cm_shape(self, e, x: Var) -> checks.Shape:
-        return x.shape
 
     def emit_embed(self, e, a, n):
         x = a[0]
@@ -777,13 +772,13 @@ class Generator:
     def attention_class(self, n: ir.Attention, info, q, k, v) -> str:
         query = "none" if n.query is None else "given"
         split = n.heads > 1 and query != "none"
-        key = (n.score.model_dump(exclude={"loc", "sym"}) | {"align": n.align.model_dump(
+        key = (n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
             exclude={"loc", "sym", "window"})}, n.heads > 1, split, n.dimensionality, bool(n.capsules),
             n.mask, n.penalty, query, bool(n.affinity), n.align.window)
         key = repr(key)
         if key in self.class_key:
             return self.class_key[key]
-        name = camel(n.hop.template if n.hop else n.name)
+        name = self.class_name(n)
         taken = set(self.classes) | {"Model", "Config", "Output"}
         base, i = name, 2
         while name in taken:
@@ -814,22 +809,42 @@ class Generator:
         if n.align.fn == "entmax":
             self.helpers.add("entmax15")
 
-        class A:
-            pass
-        a = A()
-        a.cls, a.title, a.doc = name, "\n    ".join(doc[:doc.index("")]), \
-            [line for line in doc[doc.index("") + 1:]]
-        a.query = "capsules" if n.capsules else query
-        a.query_note = "no query: self-attentive (eq. 33)"
-        a.split, a.heads, a.multi = split, n.heads, n.dimensionality == "multi"
-        a.capsules, a.mask, a.mask_expr, a.penalty = n.capsules, n.mask, mask_expr, n.penalty
-        a.affinity, a.score, a.align, a.lq, a.init_args = bool(n.affinity), n.score, n.align, lq, init_args
-        a.act = lambda x, act=n.score.act: ACT[act].format(x)
+        cut = doc.index("")
+        a = SimpleNamespace(
+            cls=name, title="\n    ".join(doc[:cut]), doc=doc[cut + 1:],
+            query="capsules" if n.capsules else query,
+            query_note="no query: self-attentive (eq. 33)", split=split, heads=n.heads,
+            multi=n.dimensionality == "multi", capsules=n.capsules, mask=n.mask,
+            mask_expr=mask_expr, penalty=n.penalty, affinity=bool(n.affinity), score=n.score,
+            align=n.align, lq=lq, init_args=init_args,
+            act=lambda x, act=n.score.act: ACT[act].format(x))
         src = self.env.get_template("attention.py.j2").render(a=a)
         src = re.sub(r"\n{3,}", "\n\n", src)
         self.classes[name] = src.rstrip() + "\n"
         self.class_key[key] = name
         return name
+
+    @staticmethod
+    def class_name(n: ir.Attention) -> str:
+        """Named after its mechanisms, e.g. ``CausalMultiHeadScaledMultiplicativeAttention``:
+        modules with the same mechanisms share the class."""
+        parts = [n.mask.title() if n.mask != "none" else ""]
+        if n.query is None:
+            parts.append("Queryless")  # eq. 33
+        if n.heads > 1:
+            parts.append("MultiHead")
+        if n.capsules:
+            parts.append("Capsule")
+        if n.dimensionality == "multi":
+            parts.append("MultiDim")
+        if n.affinity:
+            parts.append("CoAttention")
+        parts.append({"max_pool": "MaxPool", "affinity": "Affinity"}.get(n.score.fn, camel(n.score.fn)))
+        if n.score.fn == "similarity":
+            parts.append("L2" if n.score.similarity == "l2" else "Cosine")
+        if n.align.fn != "global":
+            parts.append(camel(n.align.fn) + ("Monotonic" if n.align.position == "monotonic" else ""))
+        return "".join(parts) + "Attention"
 
     def class_doc(self, n: ir.Attention) -> list[str]:
         sc = {"additive": "additive score w^T act(W1 q + W2 k + b) (eq. 6)",
