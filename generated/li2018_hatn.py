@@ -138,12 +138,12 @@ class Model(nn.Module):
         self.xn_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
         self.p_word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
         self.p_word = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
-        self.p_sent_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
+        self.p_sent_k_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
         self.p_sent_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
         self.p_sent = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
         self.np_word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
         self.np_word = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
-        self.np_sent_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
+        self.np_sent_k_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
         self.np_sent_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
         self.np_sent = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
         self.label_head = nn.Linear(cfg.d_emb + cfg.d_emb, cfg.classes)
@@ -170,7 +170,7 @@ class Model(nn.Module):
         if return_attention:
             attn['p_word'] = p_word_a.view(*xp.shape[:2], *p_word_a.shape[1:])  # (B, S, H, 1, W)
         # attention `p_sent`: additive score, global alignment
-        p_sent_k = p_word + self.p_sent_pos.weight[: p_word.shape[-2]]  # (B, S, 300)
+        p_sent_k = p_word + self.p_sent_k_pos.weight[: p_word.shape[-2]]  # (B, S, 300)
         p_sent_q = self.p_sent_q.expand(B, -1)  # (B, 300)
         p_sent_keep = None if doc_mask is None else doc_mask.any(-1).reshape(-1, p_sent_k.shape[-2])  # (N, Lk): padding mask of the keys
         p_sent_c, p_sent_a, _ = self.p_sent(p_sent_q.unsqueeze(1), p_sent_k, p_sent_k, p_sent_keep)
@@ -187,7 +187,7 @@ class Model(nn.Module):
         if return_attention:
             attn['np_word'] = np_word_a.view(*xn.shape[:2], *np_word_a.shape[1:])  # (B, S, H, 1, W)
         # attention `np_sent`: additive score, global alignment
-        np_sent_k = np_word + self.np_sent_pos.weight[: np_word.shape[-2]]  # (B, S, 300)
+        np_sent_k = np_word + self.np_sent_k_pos.weight[: np_word.shape[-2]]  # (B, S, 300)
         np_sent_q = self.np_sent_q.expand(B, -1)  # (B, 300)
         np_sent_keep = None if masked_mask is None else masked_mask.any(-1).reshape(-1, np_sent_k.shape[-2])  # (N, Lk): padding mask of the keys
         np_sent_c, np_sent_a, _ = self.np_sent(np_sent_q.unsqueeze(1), np_sent_k, np_sent_k, np_sent_keep)

@@ -182,21 +182,21 @@ class Model(nn.Module):
         self.cfg = cfg
         self.x_embed = nn.Embedding(cfg.vocab, cfg.d_model)
         self.y_embed = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.encoder_self_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.encoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.encoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.encoder_self_k_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_K F (eq. 1)
+        self.encoder_self_v_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_V F (eq. 1)
+        self.encoder_self_q_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_Q F (eq. 35)
         self.encoder_self = nn.ModuleList(MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
-        self.decoder_self_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.decoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.decoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.decoder_self_k_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_K F (eq. 1)
+        self.decoder_self_v_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_V F (eq. 1)
+        self.decoder_self_q_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_Q F (eq. 35)
         self.decoder_self = nn.ModuleList(CausalMultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
         self.decoder_y_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
-        self.decoder_cross_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.decoder_cross_proj2 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.decoder_cross_proj3 = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.decoder_cross_k_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_K F (eq. 1)
+        self.decoder_cross_v_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_V F (eq. 1)
+        self.decoder_cross_q_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_Q F (eq. 35)
         self.decoder_cross = nn.ModuleList(MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
         self.decoder_y_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
         self.decoder_y_3_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(cfg.layers))  # one per hop
@@ -215,9 +215,9 @@ class Model(nn.Module):
         y = sinusoid(self.y_embed(tgt))  # (B, T, 512): feature `y`
         for i in range(cfg.layers):  # `encoder`: 6 hops (eq. 41-42)
             # attention `encoder.self`: scaled multiplicative score, global alignment, 8 heads
-            encoder_self_k = self.encoder_self_proj[i](x)  # (B, S, 512)
-            encoder_self_v = self.encoder_self_proj2[i](x)  # (B, S, 512)
-            encoder_self_q = self.encoder_self_proj3[i](x)  # (B, S, 512)
+            encoder_self_k = self.encoder_self_k_proj[i](x)  # (B, S, 512)
+            encoder_self_v = self.encoder_self_v_proj[i](x)  # (B, S, 512)
+            encoder_self_q = self.encoder_self_q_proj[i](x)  # (B, S, 512)
             encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, src_mask)  # (B, S, 512)
             if return_attention:
                 attn[f"encoder[{i + 1}].self"] = encoder_self_a  # (B, H, S, S)
@@ -225,17 +225,17 @@ class Model(nn.Module):
             x = self.encoder_x_2_norm[i](x + self.encoder_x_2_ffn[i](x))  # (B, S, 512): feature `x`, updated (eq. 37)
         for i in range(cfg.layers):  # `decoder`: 6 hops (eq. 41-42)
             # attention `decoder.self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-            decoder_self_k = self.decoder_self_proj[i](y)  # (B, T, 512)
-            decoder_self_v = self.decoder_self_proj2[i](y)  # (B, T, 512)
-            decoder_self_q = self.decoder_self_proj3[i](y)  # (B, T, 512)
+            decoder_self_k = self.decoder_self_k_proj[i](y)  # (B, T, 512)
+            decoder_self_v = self.decoder_self_v_proj[i](y)  # (B, T, 512)
+            decoder_self_q = self.decoder_self_q_proj[i](y)  # (B, T, 512)
             decoder_self, decoder_self_a, _ = self.decoder_self[i](decoder_self_q, decoder_self_k, decoder_self_v, tgt_mask)  # (B, T, 512)
             if return_attention:
                 attn[f"decoder[{i + 1}].self"] = decoder_self_a  # (B, H, T, T)
             y = self.decoder_y_1_norm[i](y + decoder_self)  # (B, T, 512): feature `y`, updated (eq. 37)
             # attention `decoder.cross`: scaled multiplicative score, global alignment, 8 heads
-            decoder_cross_k = self.decoder_cross_proj[i](x)  # (B, S, 512)
-            decoder_cross_v = self.decoder_cross_proj2[i](x)  # (B, S, 512)
-            decoder_cross_q = self.decoder_cross_proj3[i](y)  # (B, T, 512)
+            decoder_cross_k = self.decoder_cross_k_proj[i](x)  # (B, S, 512)
+            decoder_cross_v = self.decoder_cross_v_proj[i](x)  # (B, S, 512)
+            decoder_cross_q = self.decoder_cross_q_proj[i](y)  # (B, T, 512)
             decoder_cross, decoder_cross_a, _ = self.decoder_cross[i](decoder_cross_q, decoder_cross_k, decoder_cross_v, src_mask)  # (B, T, 512)
             if return_attention:
                 attn[f"decoder[{i + 1}].cross"] = decoder_cross_a  # (B, H, T, S)

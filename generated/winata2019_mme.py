@@ -196,9 +196,9 @@ class Model(nn.Module):
         self.en_gv_linear = nn.Linear(300, cfg.d)
         self.meta_q = nn.Parameter(torch.randn(cfg.d) * (cfg.d) ** -0.5)  # a learned query (eq. 34)
         self.meta = AdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
-        self.encoder_self_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.encoder_self_proj2 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
-        self.encoder_self_proj3 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W F (eq. 1)
+        self.encoder_self_k_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W_K F (eq. 1)
+        self.encoder_self_v_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W_V F (eq. 1)
+        self.encoder_self_q_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W_Q F (eq. 35)
         self.encoder_self = nn.ModuleList(MultiHeadAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads, d_w=cfg.d) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(cfg.layers))  # one per hop
         self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d)) for _ in range(cfg.layers))  # one per hop
@@ -227,9 +227,9 @@ class Model(nn.Module):
         x = sinusoid(meta)  # (B, L, 200): feature `x`
         for i in range(cfg.layers):  # `encoder`: 2 hops (eq. 41-42)
             # attention `encoder.self`: additive score, global alignment, 4 heads
-            encoder_self_k = self.encoder_self_proj[i](x)  # (B, L, 200)
-            encoder_self_v = self.encoder_self_proj2[i](x)  # (B, L, 200)
-            encoder_self_q = self.encoder_self_proj3[i](x)  # (B, L, 200)
+            encoder_self_k = self.encoder_self_k_proj[i](x)  # (B, L, 200)
+            encoder_self_v = self.encoder_self_v_proj[i](x)  # (B, L, 200)
+            encoder_self_q = self.encoder_self_q_proj[i](x)  # (B, L, 200)
             encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, tweet_mask)  # (B, L, 200)
             if return_attention:
                 attn[f"encoder[{i + 1}].self"] = encoder_self_a  # (B, H, L, L)

@@ -179,23 +179,23 @@ class Model(nn.Module):
         self.q_linear = nn.Linear(cfg.d_emb, cfg.d)
         self.conv_c_c_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(4))  # one per hop
         self.conv_c_c_1_conv = nn.ModuleList(nn.Conv1d(cfg.d, cfg.d, 7, padding="same") for _ in range(4))  # one per hop
-        self.c_self_norm = nn.LayerNorm(cfg.d)
-        self.c_self_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
-        self.c_self_norm2 = nn.LayerNorm(cfg.d)
-        self.c_self_proj2 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
-        self.c_self_norm3 = nn.LayerNorm(cfg.d)
-        self.c_self_proj3 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
+        self.c_self_k_norm = nn.LayerNorm(cfg.d)
+        self.c_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
+        self.c_self_v_norm = nn.LayerNorm(cfg.d)
+        self.c_self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
+        self.c_self_q_norm = nn.LayerNorm(cfg.d)
+        self.c_self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
         self.c_self = MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
         self.c_7_norm = nn.LayerNorm(cfg.d)
         self.c_7_ffn = nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d))
         self.conv_q_q_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(4))  # one per hop
         self.conv_q_q_1_conv = nn.ModuleList(nn.Conv1d(cfg.d, cfg.d, 7, padding="same") for _ in range(4))  # one per hop
-        self.q_self_norm = nn.LayerNorm(cfg.d)
-        self.q_self_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
-        self.q_self_norm2 = nn.LayerNorm(cfg.d)
-        self.q_self_proj2 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
-        self.q_self_norm3 = nn.LayerNorm(cfg.d)
-        self.q_self_proj3 = nn.Linear(cfg.d, cfg.d, bias=False)  # W F (eq. 1)
+        self.q_self_k_norm = nn.LayerNorm(cfg.d)
+        self.q_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
+        self.q_self_v_norm = nn.LayerNorm(cfg.d)
+        self.q_self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
+        self.q_self_q_norm = nn.LayerNorm(cfg.d)
+        self.q_self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
         self.q_self = MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
         self.q_7_norm = nn.LayerNorm(cfg.d)
         self.q_7_ffn = nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d))
@@ -206,12 +206,12 @@ class Model(nn.Module):
         self.m_linear = nn.Linear(cfg.d + cfg.d + cfg.d, cfg.d)
         self.model_enc_block_conv_m_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(14))  # one per hop
         self.model_enc_block_conv_m_1_conv = nn.ModuleList(nn.Conv1d(cfg.d, cfg.d, 5, padding="same") for _ in range(14))  # one per hop
-        self.model_enc_block_self_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
-        self.model_enc_block_self_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W F (eq. 1)
-        self.model_enc_block_self_norm2 = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
-        self.model_enc_block_self_proj2 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W F (eq. 1)
-        self.model_enc_block_self_norm3 = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
-        self.model_enc_block_self_proj3 = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W F (eq. 1)
+        self.model_enc_block_self_k_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
+        self.model_enc_block_self_k_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W_K F (eq. 1)
+        self.model_enc_block_self_v_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
+        self.model_enc_block_self_v_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W_V F (eq. 1)
+        self.model_enc_block_self_q_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
+        self.model_enc_block_self_q_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W_Q F (eq. 35)
         self.model_enc_block_self = nn.ModuleList(MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads) for _ in range(7))  # one per hop
         self.model_enc_block_m_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
         self.model_enc_block_m_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d)) for _ in range(7))  # one per hop
@@ -233,9 +233,9 @@ class Model(nn.Module):
             y = self.conv_c_c_1_conv[i](h_2.transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
             c = c + F.relu(y)  # (B, C, 128): feature `c`, updated (eq. 37)
         # attention `c_self`: multiplicative score, global alignment, 8 heads
-        c_self_k = self.c_self_proj(self.c_self_norm(c))  # (B, C, 128)
-        c_self_v = self.c_self_proj2(self.c_self_norm2(c))  # (B, C, 128)
-        c_self_q = self.c_self_proj3(self.c_self_norm3(c))  # (B, C, 128)
+        c_self_k = self.c_self_k_proj(self.c_self_k_norm(c))  # (B, C, 128)
+        c_self_v = self.c_self_v_proj(self.c_self_v_norm(c))  # (B, C, 128)
+        c_self_q = self.c_self_q_proj(self.c_self_q_norm(c))  # (B, C, 128)
         c_self, c_self_a, _ = self.c_self(c_self_q, c_self_k, c_self_v, context_mask)  # (B, C, 128)
         if return_attention:
             attn['c_self'] = c_self_a  # (B, H, C, C)
@@ -247,9 +247,9 @@ class Model(nn.Module):
             y_2 = self.conv_q_q_1_conv[i](h_4.transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
             q = q + F.relu(y_2)  # (B, Q, 128): feature `q`, updated (eq. 37)
         # attention `q_self`: multiplicative score, global alignment, 8 heads
-        q_self_k = self.q_self_proj(self.q_self_norm(q))  # (B, Q, 128)
-        q_self_v = self.q_self_proj2(self.q_self_norm2(q))  # (B, Q, 128)
-        q_self_q = self.q_self_proj3(self.q_self_norm3(q))  # (B, Q, 128)
+        q_self_k = self.q_self_k_proj(self.q_self_k_norm(q))  # (B, Q, 128)
+        q_self_v = self.q_self_v_proj(self.q_self_v_norm(q))  # (B, Q, 128)
+        q_self_q = self.q_self_q_proj(self.q_self_q_norm(q))  # (B, Q, 128)
         q_self, q_self_a, _ = self.q_self(q_self_q, q_self_k, q_self_v, question_mask)  # (B, Q, 128)
         if return_attention:
             attn['q_self'] = q_self_a  # (B, H, Q, Q)
@@ -278,9 +278,9 @@ class Model(nn.Module):
                     y_3 = self.model_enc_block_conv_m_1_conv[2 * j + k](h_6.transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
                     m = m + F.relu(y_3)  # (B, C, 128): feature `m`, updated (eq. 37)
                 # attention `model_enc.block.self`: multiplicative score, global alignment, 8 heads
-                model_enc_block_self_k = self.model_enc_block_self_proj[j](self.model_enc_block_self_norm[j](m))  # (B, C, 128)
-                model_enc_block_self_v = self.model_enc_block_self_proj2[j](self.model_enc_block_self_norm2[j](m))  # (B, C, 128)
-                model_enc_block_self_q = self.model_enc_block_self_proj3[j](self.model_enc_block_self_norm3[j](m))  # (B, C, 128)
+                model_enc_block_self_k = self.model_enc_block_self_k_proj[j](self.model_enc_block_self_k_norm[j](m))  # (B, C, 128)
+                model_enc_block_self_v = self.model_enc_block_self_v_proj[j](self.model_enc_block_self_v_norm[j](m))  # (B, C, 128)
+                model_enc_block_self_q = self.model_enc_block_self_q_proj[j](self.model_enc_block_self_q_norm[j](m))  # (B, C, 128)
                 model_enc_block_self, model_enc_block_self_a, _ = self.model_enc_block_self[j](model_enc_block_self_q, model_enc_block_self_k, model_enc_block_self_v, context_mask)  # (B, C, 128)
                 if return_attention:
                     attn[f"model_enc[{i + 1}].block[{j + 1}].self"] = model_enc_block_self_a  # (B, H, C, C)

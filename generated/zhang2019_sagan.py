@@ -122,9 +122,9 @@ class Model(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self.self_proj = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W F (eq. 1)
-        self.self_proj2 = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W F (eq. 1)
-        self.self_proj3 = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W F (eq. 1)
+        self.self_k_proj = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W_K F (eq. 1)
+        self.self_v_proj = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W_V F (eq. 1)
+        self.self_q_proj = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W_Q F (eq. 35)
         self.self = MultiplicativeAttention(d_q=cfg.C_k, d_k=cfg.C_k, d_v=cfg.C_k, heads=1)
         self.y_proj = nn.Linear(cfg.C_k, cfg.C, bias=False)  # W F (eq. 1)
         self.y_gamma = nn.Parameter(torch.zeros(()))  # gamma, starts at 0 (SAGAN)
@@ -136,9 +136,9 @@ class Model(nn.Module):
         penalty = 0.0
         f = x.flatten(-3, -2)  # (B, x_0*x_1, 256): feature `f`
         # attention `self`: multiplicative score, global alignment
-        self_k = self.self_proj(f)  # (B, x_0*x_1, 32)
-        self_v = self.self_proj2(f)  # (B, x_0*x_1, 32)
-        self_q = self.self_proj3(f)  # (B, x_0*x_1, 32)
+        self_k = self.self_k_proj(f)  # (B, x_0*x_1, 32)
+        self_v = self.self_v_proj(f)  # (B, x_0*x_1, 32)
+        self_q = self.self_q_proj(f)  # (B, x_0*x_1, 32)
         self_2, self_a, _ = self.self(self_q, self_k, self_v, None)  # (B, x_0*x_1, 32)
         if return_attention:
             attn['self'] = self_a  # (B, H, x_0*x_1, x_0*x_1)

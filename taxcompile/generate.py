@@ -146,6 +146,7 @@ class Generator:
         self.list_pos: dict[tuple, tuple[str, int]] = {}  # per-hop module -> (list, index)
         self.loop_levels: dict[int, str] = {}  # repeat depth -> loop variable, while in a loop
         self.frozen = False  # second pass: modules exist already
+        self.role = ""  # "k", "v" or "q" while emitting an attention module's inputs
         self.list_block: dict[str, str] = {}  # ModuleList -> its top-level repeat
         self.counts: dict[str, str] = {}  # top-level repeat -> its count as a Config expression
         self.used_cfg: set[str] = set()
@@ -325,12 +326,17 @@ class Generator:
     def emit_project(self, e, a, n):
         x = a[0]
         d = self.p(e, "d") if e.param("d") is not None else x.dim
-        mod = self.module(n, self.suffix(n, "proj"), f"nn.Linear({x.dim}, {d}, bias=False)", "W F (eq. 1)")
+        mod = self.module(n, self.suffix(n, "proj"), f"nn.Linear({x.dim}, {d}, bias=False)",
+                          {"k": "W_K F (eq. 1)", "v": "W_V F (eq. 1)", "q": "W_Q F (eq. 35)"}.get(
+                              self.role, "W F (eq. 1)"))
         return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("d") or x.shape.dim),
                    x.mask, d, x.mask_code)
 
     def suffix(self, n, base: str) -> str:
-        """Distinct suffixes for several ops of one kind inside one statement."""
+        """Distinct suffixes for several ops of one kind inside one statement; inside an
+        attention module's key/value/query models they start with the role (``q_proj``)."""
+        if self.role and base != self.role:
+            base = f"{self.role}_{base}"
         count = self.op_counts.setdefault((n.id, base), 0)
         self.op_counts[(n.id, base)] = count + 1
         return base if count == 0 else f"{base}{count + 1}"
@@ -610,12 +616,17 @@ class Generator:
 
     def attention(self, n: ir.Attention) -> None:
         info = self.cm.attention[n.id]
+        # the modules of the key, value and query models are named after their role
+        self.role = "k"
         k = self.expr(n.keys, n, "k")
+        self.role = "v"
         v = self.expr(n.values, n, "v") if n.values != n.keys else k
         q = None
         capsule = n.capsules > 0
         if n.query is not None and not capsule:
+            self.role = "q"
             q = self.expr(n.query, n, "q")
+        self.role = ""
         G = len(info.groups)
         cls = self.attention_class(n, info, q, k, v)
         args = {"d_q": q.dim if q is not None else (k.dim if capsule else None), "d_k": k.dim,
