@@ -109,6 +109,10 @@ class Checker:
                     self.err(n.loc, f"`{d}` is referenced but not defined")
                     continue
                 g.add_edge(d, n.id)
+            if len(deps(n, delayed=True)) > 1:
+                self.err(n.loc, f"`{n.id}` has {len(deps(n, delayed=True))} recurrent models with "
+                         "`feed`; a statement runs one decoder step by step",
+                         "give each decoder its own statement")
             for d in deps(n, delayed=True):
                 if d not in ids or not isinstance(ids[d], ir.Attention):
                     self.err(n.loc, f"`feed = {d}` must name an attention module",

@@ -296,6 +296,13 @@ CASES: list[Case] = [
          "the query would be ignored",
          "use `score = additive(…)` (a non-linearity between q and k, eq. 6), or score the "
          "keys alone by dropping the query (eq. 33)"),
+    Case("two_feeds_in_one_statement",
+         PAPER + "model m {\n    input t: tokens[T] (vocab = 9, autoregressive)\n"
+         "    input s: sequence[S, 8]\n"
+         "    query h = gru(gru(embed(t, 8), 8, feed = a), 8, feed = a)\n"
+         "    attention a { query = h  keys = s  score = multiplicative }\n}\n",
+         5, 11, "`h` has 2 recurrent models with `feed`; a statement runs one decoder step by step",
+         "give each decoder its own statement"),
     Case("axis_lengths_disagree", spec("input y: sequence[L, 8] (L = 6)",
                                        "input z: sequence[L, 8] (L = 7)"),
          BODY + 1, 11, "axis `L` has length 7 here but 6 in input `y`",
