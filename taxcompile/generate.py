@@ -9,7 +9,9 @@ citation are escaped with ``repr``-safe text.
 
 from __future__ import annotations
 
+import ast
 import builtins
+import operator
 import re
 import textwrap
 import urllib.parse
@@ -87,6 +89,29 @@ class Dim:
                        else f"{n} * {self}",))
 
 
+def evaluate(text: str, env: dict[str, int | float]) -> int | float:
+    """The value of a size expression the generator wrote (numbers, ``cfg.NAME``, + - * / //
+    and parentheses), for checking ``Config.tiny()``; anything else is refused."""
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv}
+
+    def go(node):
+        if isinstance(node, ast.Expression):
+            return go(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "cfg":
+            return env[node.attr]
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return ops[type(node.op)](go(node.left), go(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -go(node.operand)
+        raise ValueError(f"not a size expression: {text}")
+
+    return go(ast.parse(text, mode="eval"))
+
+
 def cfg_expr(text: str) -> str:
     """``d_model // heads`` -> ``cfg.d_model // cfg.heads`` (text built by lower.sym from
     checked identifiers and numbers only)."""
@@ -147,6 +172,8 @@ class Generator:
         self.loop_levels: dict[int, str] = {}  # repeat depth -> loop variable, while in a loop
         self.frozen = False  # second pass: modules exist already
         self.role = ""  # "k", "v" or "q" while emitting an attention module's inputs
+        self.equal: list[tuple[Dim, Dim]] = []  # sizes the code needs equal (for Config.tiny())
+        self.divides: list[tuple[Dim, str]] = []  # (size, heads): heads must divide the size
         self.list_block: dict[str, str] = {}  # ModuleList -> its top-level repeat
         self.counts: dict[str, str] = {}  # top-level repeat -> its count as a Config expression
         self.used_cfg: set[str] = set()
@@ -444,6 +471,7 @@ class Generator:
         return self.unary(e, a[0], f"torch.sigmoid({a[0].name})")
 
     def emit_add(self, e, a, n):
+        self.equal.append((a[0].dim, a[1].dim))
         return Var(f"{a[0].name} + {a[1].name}", a[0].shape, a[0].mask or a[1].mask, a[0].dim, a[0].mask_code)
 
     def emit_concat(self, e, a, n):
@@ -462,6 +490,7 @@ class Generator:
                    checks.Shape(widest.shape.axes, sum(v.shape.dim for v in a)), widest.mask, dim)
 
     def emit_stack(self, e, a, n):
+        self.equal.extend((a[0].dim, v.dim) for v in a[1:])
         shape = self.cm.shapes[n.id] if isinstance(n, ir.Node) and n.expr is e else \
             checks.Shape(a[0].shape.axes + (f"{n.id}.reps",), a[0].shape.dim)
         return Var(f"torch.stack([{', '.join(v.name for v in a)}], -2)", shape, a[0].mask, a[0].dim)
@@ -517,6 +546,8 @@ class Generator:
         x = self.named(self.expr(e.args[0], n, ""), ident(n.id) + "_a")
         y = self.named(self.expr(e.args[1], n, ""), ident(n.id) + "_b")
         form = e.param("form", "bilinear")
+        if form != "bilinear":
+            self.equal.append((x.dim, y.dim))
         act = ACT[e.param("act", "none")]
         if form == "bilinear":
             W = self.module(n, "W", f"nn.Parameter(torch.randn({x.dim}, {y.dim}) * ({x.dim}) ** -0.5)",
@@ -628,6 +659,11 @@ class Generator:
             q = self.expr(n.query, n, "q")
         self.role = ""
         G = len(info.groups)
+        if q is not None and n.score.fn in ("multiplicative", "scaled_multiplicative", "similarity"):
+            self.equal.append((q.dim, k.dim))
+        if n.heads > 1:
+            heads = self.sym(n, "heads", n.heads)
+            self.divides.extend((d.dim, heads) for d in (q, k, v) if d is not None)
         cls = self.attention_class(n, info, q, k, v)
         args = {"d_q": q.dim if q is not None else (k.dim if capsule else None), "d_k": k.dim,
                 "d_v": v.dim}
@@ -1414,6 +1450,7 @@ class Generator:
                     small = min(v, 4 * max(min(h, 4) for h in heads) if heads else 16)
                 if small != v:
                     tiny.append(f"{nme}={small}")
+        tiny = self.consistent_tiny(fields, props, tiny, roles)
         for axis, size in self.axis_fields.items():
             if axis in consts or any(f["name"] == axis for f in fields):
                 continue
@@ -1426,6 +1463,36 @@ class Generator:
                            "comment": "longest sequence for learned position embeddings"})
             tiny.append("max_len=64")
         return fields, props, tiny
+
+    def consistent_tiny(self, fields, props, tiny, roles) -> list[str]:
+        """Shrink sizes for Config.tiny() only as far as the model stays consistent: a size
+        tied to a literal in the spec (``bigru(x, 32)`` beside ``let d = 64``) keeps its value."""
+        default = {f["name"]: (int(f["value"]) if f["type"] == "int" else float(f["value"]))
+                   for f in fields}
+
+        def ok(values: dict) -> bool:
+            env = dict(values)
+            for p in props:  # derived constants, in definition order
+                try:
+                    env[p["name"]] = evaluate(p["expr"].replace("self.", "cfg."), env)
+                except (ValueError, KeyError, ZeroDivisionError):
+                    return False
+            try:
+                return all(evaluate(str(a), env) == evaluate(str(b), env) for a, b in self.equal) \
+                    and all(evaluate(str(d), env) % evaluate(h, env) == 0 for d, h in self.divides
+                            if str(d) and h)
+            except (ValueError, KeyError, ZeroDivisionError):
+                return False
+
+        proposals = [dict(t.split("=", 1) for t in tiny)]
+        # first all sizes; then leave feature sizes (and then heads) at their defaults
+        proposals.append({k: v for k, v in proposals[0].items() if roles.get(k, "dim") != "dim"})
+        proposals.append({k: v for k, v in proposals[1].items() if roles.get(k) != "heads"})
+        for prop in proposals:
+            values = dict(default) | {k: int(v) for k, v in prop.items()}
+            if ok(values):
+                return [f"{k}={v}" for k, v in prop.items()]
+        return []
 
     def roles(self) -> dict[str, str]:
         """What each constant sizes, to pick toy sizes for Config.tiny()."""

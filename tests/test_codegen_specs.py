@@ -1243,3 +1243,32 @@ def test_in_process_generation_matches_the_command_line(gen_dir, tmp_path):
     for v in VARIANTS[::4]:
         assert _compile_one(v, tmp_path).read_bytes() == (gen_dir / f"{v.name}.py").read_bytes(), \
             v.name
+
+
+def test_tiny_config_keeps_sizes_tied_to_literals(tmp_path):
+    """`bigru(x, 32)` gives 64 features, which `learned(d)` must match while `let d = 64`:
+    Config.tiny() may not shrink d alone, but it still shrinks what is free (the vocabulary)."""
+    text = """paper tie { cite = "T" }
+let d = 64
+let vocab = 1000
+model m {
+    input x: tokens[N] (vocab = vocab)
+    feature h = bigru(embed(x, d), 32)
+    attention a { query = learned(d)  features = h  score = multiplicative }
+    output y = classify(a, 3)
+}
+"""
+    cs = pipeline.load_text(text, "tie.attn")
+    path = tmp_path / "tie_m.py"
+    path.write_text(generate.generate(cs, cs.models[0], "tie.attn"), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("tie_m", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["tie_m"] = mod
+    try:
+        spec.loader.exec_module(mod)
+        cfg = mod.Config.tiny()
+        assert (cfg.d, cfg.vocab) == (64, 50)
+        out = mod.Model(cfg)(**mod.example_inputs(cfg=cfg))
+        assert out.output.shape == (2, 3)
+    finally:
+        del sys.modules["tie_m"]
