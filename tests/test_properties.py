@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from taxcompile import generate
 from taxcompile.classify import DIMENSIONS
 from taxcompile.diagnostics import SpecError
 from taxcompile.pipeline import classify_spec, load_text
@@ -76,6 +77,8 @@ def assert_front_end_ok(text: str, file: str = "mutant.attn") -> str:
         assert dim in row, (dim, row)
         assert isinstance(row[dim], str) and row[dim].strip(), (dim, row)
     assert len([d for d in DIMENSIONS if row[d].strip()]) == 8
+    for cm in cs.models:  # what check accepts, the generator compiles to valid Python
+        compile(generate.generate(cs, cm, file), file, "exec")
     return "ok"
 
 
