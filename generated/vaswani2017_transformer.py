@@ -182,25 +182,63 @@ class Model(nn.Module):
         self.cfg = cfg
         self.x_embed = nn.Embedding(cfg.vocab, cfg.d_model)
         self.y_embed = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.encoder_self_k_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_K F (eq. 1)
-        self.encoder_self_v_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_V F (eq. 1)
-        self.encoder_self_q_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_Q F (eq. 35)
-        self.encoder_self = nn.ModuleList(MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
-        self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
-        self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(cfg.layers))  # one per hop
-        self.encoder_x_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
-        self.decoder_self_k_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_K F (eq. 1)
-        self.decoder_self_v_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_V F (eq. 1)
-        self.decoder_self_q_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_Q F (eq. 35)
-        self.decoder_self = nn.ModuleList(CausalMultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
-        self.decoder_y_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
-        self.decoder_cross_k_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_K F (eq. 1)
-        self.decoder_cross_v_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_V F (eq. 1)
-        self.decoder_cross_q_proj = nn.ModuleList(nn.Linear(cfg.d_model, cfg.d_model, bias=False) for _ in range(cfg.layers))  # one per hop; W_Q F (eq. 35)
-        self.decoder_cross = nn.ModuleList(MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads) for _ in range(cfg.layers))  # one per hop
-        self.decoder_y_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
-        self.decoder_y_3_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)) for _ in range(cfg.layers))  # one per hop
-        self.decoder_y_3_norm = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.layers))  # one per hop
+        self.encoder_self_k_proj = nn.ModuleList(  # one per hop; W_K F (eq. 1)
+            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            for _ in range(cfg.layers))
+        self.encoder_self_v_proj = nn.ModuleList(  # one per hop; W_V F (eq. 1)
+            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            for _ in range(cfg.layers))
+        self.encoder_self_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
+            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            for _ in range(cfg.layers))
+        self.encoder_self = nn.ModuleList(  # one per hop
+            MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads)
+            for _ in range(cfg.layers))
+        self.encoder_x_1_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d_model)
+            for _ in range(cfg.layers))
+        self.encoder_x_2_ffn = nn.ModuleList(  # one per hop
+            nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
+            for _ in range(cfg.layers))
+        self.encoder_x_2_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d_model)
+            for _ in range(cfg.layers))
+        self.decoder_self_k_proj = nn.ModuleList(  # one per hop; W_K F (eq. 1)
+            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            for _ in range(cfg.layers))
+        self.decoder_self_v_proj = nn.ModuleList(  # one per hop; W_V F (eq. 1)
+            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            for _ in range(cfg.layers))
+        self.decoder_self_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
+            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            for _ in range(cfg.layers))
+        self.decoder_self = nn.ModuleList(  # one per hop
+            CausalMultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads)
+            for _ in range(cfg.layers))
+        self.decoder_y_1_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d_model)
+            for _ in range(cfg.layers))
+        self.decoder_cross_k_proj = nn.ModuleList(  # one per hop; W_K F (eq. 1)
+            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            for _ in range(cfg.layers))
+        self.decoder_cross_v_proj = nn.ModuleList(  # one per hop; W_V F (eq. 1)
+            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            for _ in range(cfg.layers))
+        self.decoder_cross_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
+            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            for _ in range(cfg.layers))
+        self.decoder_cross = nn.ModuleList(  # one per hop
+            MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads)
+            for _ in range(cfg.layers))
+        self.decoder_y_2_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d_model)
+            for _ in range(cfg.layers))
+        self.decoder_y_3_ffn = nn.ModuleList(  # one per hop
+            nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
+            for _ in range(cfg.layers))
+        self.decoder_y_3_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d_model)
+            for _ in range(cfg.layers))
         self.logits_head = nn.Linear(cfg.d_model, cfg.vocab)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False) -> Output:

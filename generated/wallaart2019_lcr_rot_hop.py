@@ -163,10 +163,18 @@ class Model(nn.Module):
         self.ft_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.fr_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.fr_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
-        self.hop_ctx_l = nn.ModuleList(ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
-        self.hop_ctx_r = nn.ModuleList(ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
-        self.hop_tgt_l = nn.ModuleList(ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
-        self.hop_tgt_r = nn.ModuleList(ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1) for _ in range(cfg.hops))  # one per hop
+        self.hop_ctx_l = nn.ModuleList(  # one per hop
+            ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1)
+            for _ in range(cfg.hops))
+        self.hop_ctx_r = nn.ModuleList(  # one per hop
+            ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1)
+            for _ in range(cfg.hops))
+        self.hop_tgt_l = nn.ModuleList(  # one per hop
+            ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1)
+            for _ in range(cfg.hops))
+        self.hop_tgt_r = nn.ModuleList(  # one per hop
+            ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1)
+            for _ in range(cfg.hops))
         self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
 
     def forward(self, left, target, right, left_mask=None, target_mask=None, right_mask=None, return_attention: bool = False) -> Output:

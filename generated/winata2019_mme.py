@@ -196,13 +196,27 @@ class Model(nn.Module):
         self.en_gv_linear = nn.Linear(300, cfg.d)
         self.meta_q = nn.Parameter(torch.randn(cfg.d) * (cfg.d) ** -0.5)  # a learned query (eq. 34)
         self.meta = AdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
-        self.encoder_self_k_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W_K F (eq. 1)
-        self.encoder_self_v_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W_V F (eq. 1)
-        self.encoder_self_q_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(cfg.layers))  # one per hop; W_Q F (eq. 35)
-        self.encoder_self = nn.ModuleList(MultiHeadAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads, d_w=cfg.d) for _ in range(cfg.layers))  # one per hop
-        self.encoder_x_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(cfg.layers))  # one per hop
-        self.encoder_x_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d)) for _ in range(cfg.layers))  # one per hop
-        self.encoder_x_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(cfg.layers))  # one per hop
+        self.encoder_self_k_proj = nn.ModuleList(  # one per hop; W_K F (eq. 1)
+            nn.Linear(cfg.d, cfg.d, bias=False)
+            for _ in range(cfg.layers))
+        self.encoder_self_v_proj = nn.ModuleList(  # one per hop; W_V F (eq. 1)
+            nn.Linear(cfg.d, cfg.d, bias=False)
+            for _ in range(cfg.layers))
+        self.encoder_self_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
+            nn.Linear(cfg.d, cfg.d, bias=False)
+            for _ in range(cfg.layers))
+        self.encoder_self = nn.ModuleList(  # one per hop
+            MultiHeadAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads, d_w=cfg.d)
+            for _ in range(cfg.layers))
+        self.encoder_x_1_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d)
+            for _ in range(cfg.layers))
+        self.encoder_x_2_ffn = nn.ModuleList(  # one per hop
+            nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d))
+            for _ in range(cfg.layers))
+        self.encoder_x_2_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d)
+            for _ in range(cfg.layers))
         self.labels_head = nn.Linear(cfg.d, cfg.tags)
 
     def forward(self, tweet, tweet_mask=None, return_attention: bool = False) -> Output:

@@ -178,7 +178,9 @@ class Model(nn.Module):
         self.q_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.q_linear = nn.Linear(cfg.d_emb, cfg.d)
         self.conv_c_c_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(4))  # one per hop
-        self.conv_c_c_1_conv = nn.ModuleList(nn.Conv1d(cfg.d, cfg.d, 7, padding="same") for _ in range(4))  # one per hop
+        self.conv_c_c_1_conv = nn.ModuleList(  # one per hop
+            nn.Conv1d(cfg.d, cfg.d, 7, padding="same")
+            for _ in range(4))
         self.c_self_k_norm = nn.LayerNorm(cfg.d)
         self.c_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
         self.c_self_v_norm = nn.LayerNorm(cfg.d)
@@ -189,7 +191,9 @@ class Model(nn.Module):
         self.c_7_norm = nn.LayerNorm(cfg.d)
         self.c_7_ffn = nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d))
         self.conv_q_q_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(4))  # one per hop
-        self.conv_q_q_1_conv = nn.ModuleList(nn.Conv1d(cfg.d, cfg.d, 7, padding="same") for _ in range(4))  # one per hop
+        self.conv_q_q_1_conv = nn.ModuleList(  # one per hop
+            nn.Conv1d(cfg.d, cfg.d, 7, padding="same")
+            for _ in range(4))
         self.q_self_k_norm = nn.LayerNorm(cfg.d)
         self.q_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
         self.q_self_v_norm = nn.LayerNorm(cfg.d)
@@ -204,17 +208,39 @@ class Model(nn.Module):
         self.q2c = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.c2q2c = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.m_linear = nn.Linear(cfg.d + cfg.d + cfg.d, cfg.d)
-        self.model_enc_block_conv_m_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(14))  # one per hop
-        self.model_enc_block_conv_m_1_conv = nn.ModuleList(nn.Conv1d(cfg.d, cfg.d, 5, padding="same") for _ in range(14))  # one per hop
-        self.model_enc_block_self_k_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
-        self.model_enc_block_self_k_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W_K F (eq. 1)
-        self.model_enc_block_self_v_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
-        self.model_enc_block_self_v_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W_V F (eq. 1)
-        self.model_enc_block_self_q_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
-        self.model_enc_block_self_q_proj = nn.ModuleList(nn.Linear(cfg.d, cfg.d, bias=False) for _ in range(7))  # one per hop; W_Q F (eq. 35)
-        self.model_enc_block_self = nn.ModuleList(MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads) for _ in range(7))  # one per hop
-        self.model_enc_block_m_2_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(7))  # one per hop
-        self.model_enc_block_m_2_ffn = nn.ModuleList(nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d)) for _ in range(7))  # one per hop
+        self.model_enc_block_conv_m_1_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d)
+            for _ in range(14))
+        self.model_enc_block_conv_m_1_conv = nn.ModuleList(  # one per hop
+            nn.Conv1d(cfg.d, cfg.d, 5, padding="same")
+            for _ in range(14))
+        self.model_enc_block_self_k_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d)
+            for _ in range(7))
+        self.model_enc_block_self_k_proj = nn.ModuleList(  # one per hop; W_K F (eq. 1)
+            nn.Linear(cfg.d, cfg.d, bias=False)
+            for _ in range(7))
+        self.model_enc_block_self_v_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d)
+            for _ in range(7))
+        self.model_enc_block_self_v_proj = nn.ModuleList(  # one per hop; W_V F (eq. 1)
+            nn.Linear(cfg.d, cfg.d, bias=False)
+            for _ in range(7))
+        self.model_enc_block_self_q_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d)
+            for _ in range(7))
+        self.model_enc_block_self_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
+            nn.Linear(cfg.d, cfg.d, bias=False)
+            for _ in range(7))
+        self.model_enc_block_self = nn.ModuleList(  # one per hop
+            MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
+            for _ in range(7))
+        self.model_enc_block_m_2_norm = nn.ModuleList(  # one per hop
+            nn.LayerNorm(cfg.d)
+            for _ in range(7))
+        self.model_enc_block_m_2_ffn = nn.ModuleList(  # one per hop
+            nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d))
+            for _ in range(7))
         self.start_head = nn.Linear(cfg.d + cfg.d, 1)
         self.end_head = nn.Linear(cfg.d + cfg.d, 1)
 

@@ -1347,7 +1347,12 @@ class Generator:
                 note = "one per hop" + (f"; {comment}" if comment else "")
                 count = self.counts.get(self.list_block.get(attr), str(len(ctors)))
                 if all(c == ctors[0] for c in ctors):
-                    init.append(f"self.{attr} = nn.ModuleList({ctors[0]} for _ in range({count}))  # {note}")
+                    line = f"self.{attr} = nn.ModuleList({ctors[0]} for _ in range({count}))  # {note}"
+                    if len(line) > 92:  # one module per line, nanoGPT style
+                        init.extend([f"self.{attr} = nn.ModuleList(  # {note}",
+                                     f"    {ctors[0]}", f"    for _ in range({count}))"])
+                    else:
+                        init.append(line)
                 else:
                     init.append(f"self.{attr} = nn.ModuleList([  # {note}")
                     init.extend(f"    {c}," for c in ctors)
