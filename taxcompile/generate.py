@@ -287,13 +287,13 @@ class Generator:
 
     # ---- expressions ------------------------------------------------------------
 
-    def expr(self, e: ir.Expr, n, hint: str) -> Var:
+    def expr(self, e: ir.Expr, n) -> Var:
         if isinstance(e, ir.Ref):
             return self.ref(e.node)
         args = [] if e.fn == "affinity" else e.args
         if e.param("feed") and self.step is not None and e is self.step["op"]:
             return self.emit_feed_step(e, n)
-        vals = [self.expr(a, n, hint) for a in args]
+        vals = [self.expr(a, n) for a in args]
         out = getattr(self, "emit_" + e.fn)(e, vals, n)
         return out
 
@@ -543,8 +543,8 @@ class Generator:
         return Var(f"{mod}({x.name})", checks.Shape(x.shape.axes, e.param("classes")), x.mask, c, x.mask_code)
 
     def emit_affinity(self, e, a, n):
-        x = self.named(self.expr(e.args[0], n, ""), ident(n.id) + "_a")
-        y = self.named(self.expr(e.args[1], n, ""), ident(n.id) + "_b")
+        x = self.named(self.expr(e.args[0], n), ident(n.id) + "_a")
+        y = self.named(self.expr(e.args[1], n), ident(n.id) + "_b")
         form = e.param("form", "bilinear")
         if form != "bilinear":
             self.equal.append((x.dim, y.dim))
@@ -632,7 +632,7 @@ class Generator:
     def node(self, n: ir.Node) -> None:
         want = self.want(n)
         shape = self.cm.shapes[n.id]
-        v = self.expr(n.expr, n, want)
+        v = self.expr(n.expr, n)
         where = f"{n.kind_} `{n.name}`" + (", updated (eq. 37)" if "@" in n.id else "")
         if self.step is None:
             name = self.reuse(n) or self.locals.new(want)
@@ -649,14 +649,14 @@ class Generator:
         info = self.cm.attention[n.id]
         # the modules of the key, value and query models are named after their role
         self.role = "k"
-        k = self.expr(n.keys, n, "k")
+        k = self.expr(n.keys, n)
         self.role = "v"
-        v = self.expr(n.values, n, "v") if n.values != n.keys else k
+        v = self.expr(n.values, n) if n.values != n.keys else k
         q = None
         capsule = n.capsules > 0
         if n.query is not None and not capsule:
             self.role = "q"
-            q = self.expr(n.query, n, "q")
+            q = self.expr(n.query, n)
         self.role = ""
         G = len(info.groups)
         if q is not None and n.score.fn in ("multiplicative", "scaled_multiplicative", "similarity"):
@@ -1161,7 +1161,7 @@ class Generator:
         region = (nx.descendants(g, n.id) & nx.ancestors(g, att_id)) | {n.id, att_id}
         order = [x for x in self.cm.order if x in region]
         inner = op.args[0]
-        x = self.expr(inner, n, "x")
+        x = self.expr(inner, n)
         axis = x.shape.axes[-1]
         seq = self.tmp(x.name, x.shape, ident(n.id) + "_in",
                        f"{self.shape_comment(x.shape)}: the decoder's inputs, all steps")
@@ -1250,7 +1250,7 @@ class Generator:
         self.fwd = []
         try:
             step, self.step = self.step, None
-            v = self.expr(att.values, att, "v")
+            v = self.expr(att.values, att)
             dim = v.dim
         finally:
             self.step = step
