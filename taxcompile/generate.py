@@ -1226,7 +1226,7 @@ class Generator:
     @staticmethod
     def step_key(what: str, key: str) -> str:
         """``'weights:att'``: where a decoder loop collects a module's per-step values."""
-        return repr(f"{what}:{eval_repr(key)}")
+        return repr(f"{what}:{unrepr(key)}")
 
     def emit_feed_step(self, e, n):
         st = self.step
@@ -1557,7 +1557,7 @@ class Generator:
         return lines
 
 
-def eval_repr(text: str) -> str:
+def unrepr(text: str) -> str:
     """The string a ``repr`` wrote (node ids hold no quotes or backslashes)."""
     assert text[0] == text[-1] == "'" and "\\" not in text, text
     return text[1:-1]
