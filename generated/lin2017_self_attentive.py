@@ -15,7 +15,7 @@ Table III classification, derived from the spec's structure:
     query multiplicity: Multi-Head
 
 Attention modules:
-    M: additive score, global alignment, 30 heads
+    M: additive score, global alignment, 30 heads, penalty 1
 
 Usage:
     model = Model(Config())
@@ -162,7 +162,7 @@ class Model(nn.Module):
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         H = rnn(self.H_bilstm, self.H_embed(sent), sent_mask)  # (B, N, 600): feature `H`
-        # attention `M`: additive score, global alignment, 30 heads
+        # attention `M`: additive score, global alignment, 30 heads, penalty 1
         M_c, M_a, M_ex = self.M(None, H, H, sent_mask)
         M = M_c.view(B, -1)  # (B, 600)
         if return_attention:

@@ -105,17 +105,7 @@ def attention_label(a: ir.Attention) -> list[str]:
         align = f"local, D = {al.window}, {al.position}" + (", gaussian" if al.gaussian else "")
     lines = [f"attention {a.name}", f"score: {score}" + (f" ({', '.join(extra)})" if extra else ""),
              f"align: {align}"]
-    more = []
-    if a.heads > 1:
-        more.append(f"{a.heads} heads")
-    if a.dimensionality == "multi":
-        more.append("multi-dimensional")
-    if a.capsules:
-        more.append(f"{a.capsules} capsules")
-    if a.mask != "none":
-        more.append(f"{a.mask} mask")
-    if a.penalty is not None:
-        more.append(f"penalty {a.penalty:g}")
+    more = a.traits()
     if more:
         lines.append(" · ".join(more))
     return lines

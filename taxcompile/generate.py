@@ -794,15 +794,7 @@ class Generator:
         self.attn_names.append(n.id)
 
     def describe(self, n: ir.Attention, info) -> str:
-        bits = [n.score.fn.replace("_", " ") + " score", n.align.fn + " alignment"]
-        if n.heads > 1:
-            bits.append(f"{n.heads} heads")
-        if n.dimensionality == "multi":
-            bits.append("multi-dimensional")
-        if n.capsules:
-            bits.append(f"{n.capsules} capsules")
-        if n.mask != "none":
-            bits.append(f"{n.mask} mask")
+        bits = [n.score.fn.replace("_", " ") + " score", n.align.fn + " alignment", *n.traits()]
         if info.groups:
             bits.append("one per " + " x ".join(info.groups))
         return ", ".join(bits)

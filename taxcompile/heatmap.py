@@ -6,33 +6,16 @@ report is written."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
-import sys
-import tempfile
 import warnings
-from pathlib import Path
+
+from .run import load_module
 
 MAX_PANELS = 6
 
 
 class HeatmapUnavailable(Exception):
     """torch or matplotlib is not installed."""
-
-
-def load_module(source: str, name: str):
-    """Import generated source as a module (through a temporary file, like any import)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{name}.py"
-        path.write_text(source, encoding="utf-8")
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # dataclasses look their module up while the class is built
-        try:
-            spec.loader.exec_module(mod)
-        finally:
-            sys.modules.pop(name, None)
-    return mod
 
 
 def weights(source: str, name: str, cm) -> dict:

@@ -152,6 +152,21 @@ class Attention(_Frozen):
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
 
+    def traits(self) -> list[str]:
+        """The module's mechanisms beyond score and alignment, as short phrases."""
+        out = []
+        if self.heads > 1:
+            out.append(f"{self.heads} heads")
+        if self.dimensionality == "multi":
+            out.append("multi-dimensional")
+        if self.capsules:
+            out.append(f"{self.capsules} capsules")
+        if self.mask != "none":
+            out.append(f"{self.mask} mask")
+        if self.penalty is not None:
+            out.append(f"penalty {self.penalty:g}")
+        return out
+
 
 AnyNode = Union[Input, Node, Attention]
 

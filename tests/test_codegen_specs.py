@@ -1245,7 +1245,7 @@ def test_in_process_generation_matches_the_command_line(gen_dir, tmp_path):
             v.name
 
 
-def test_tiny_config_keeps_sizes_tied_to_literals(tmp_path):
+def test_tiny_config_keeps_sizes_tied_to_literals():
     """`bigru(x, 32)` gives 64 features, which `learned(d)` must match while `let d = 64`:
     Config.tiny() may not shrink d alone, but it still shrinks what is free (the vocabulary)."""
     text = """paper tie { cite = "T" }
@@ -1258,17 +1258,11 @@ model m {
     output y = classify(a, 3)
 }
 """
+    from taxcompile.run import load_module
+
     cs = pipeline.load_text(text, "tie.attn")
-    path = tmp_path / "tie_m.py"
-    path.write_text(generate.generate(cs, cs.models[0], "tie.attn"), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("tie_m", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["tie_m"] = mod
-    try:
-        spec.loader.exec_module(mod)
-        cfg = mod.Config.tiny()
-        assert (cfg.d, cfg.vocab) == (64, 50)
-        out = mod.Model(cfg)(**mod.example_inputs(cfg=cfg))
-        assert out.output.shape == (2, 3)
-    finally:
-        del sys.modules["tie_m"]
+    mod = load_module(generate.generate(cs, cs.models[0], "tie.attn"), "tie_m")
+    cfg = mod.Config.tiny()
+    assert (cfg.d, cfg.vocab) == (64, 50)
+    out = mod.Model(cfg)(**mod.example_inputs(cfg=cfg))
+    assert out.output.shape == (2, 3)

@@ -10,9 +10,7 @@ compared with what `check` does."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
-import sys
 from collections import Counter
 
 import pytest
@@ -22,6 +20,7 @@ from taxcompile import combinations as C
 from taxcompile import generate
 from taxcompile.diagnostics import SpecError
 from taxcompile.pipeline import load_text
+from taxcompile.run import load_module
 
 COMBOS = C.combos()
 
@@ -127,23 +126,6 @@ def test_counts():
 
 # ---- every valid combination runs and classifies back -----------------------------------
 
-SCORE_PARAMS_NOT_TRAINED: dict[str, tuple[str, ...]] = {}
-
-
-def load_module(src: str, name: str, tmp_path):
-    path = tmp_path / f"{name}.py"
-    path.write_text(src, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # before exec: the module defines dataclasses
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return mod
-
-
 def run_combo(c: C.Combo, cs, tmp_path) -> tuple[list[str], dict[str, float]]:
     """Problems found, and the largest |gradient| of each attention parameter."""
     import torch
@@ -153,44 +135,41 @@ def run_combo(c: C.Combo, cs, tmp_path) -> tuple[list[str], dict[str, float]]:
     problems: list[str] = []
     src = generate(cs, cs.models[0], "combo.attn")
     name = f"combo_{c.model}"
-    mod = load_module(src, name, tmp_path)
-    try:
-        torch.manual_seed(0)
-        cfg = mod.Config()
-        model = mod.Model(cfg)
-        model.train()
-        out = model(**mod.example_inputs(cfg=cfg))
-        if not torch.isfinite(out.output).all():
-            problems.append("non-finite output")
-        loss = out.output.pow(2).mean()
-        if c.align in ("hard", "reinforced"):  # REINFORCE terms: the sample has no gradient
-            if not out.log_probs:
-                problems.append("hard/reinforced alignment returned no log_probs")
-            for lp in out.log_probs.values():
-                loss = loss - lp.sum()
-        if c.multiplicity == "capsule":
-            if not out.capsules:
-                problems.append("capsule attention returned no capsules")
-            target = torch.zeros(out.output.shape[0], dtype=torch.long)
-            loss = loss + model.capsule_loss(out, target)
-        if not torch.isfinite(loss):
-            problems.append(f"non-finite loss {loss}")
-        loss.backward()
-        grads: dict[str, float] = {}
-        att = [n for n, _ in model.named_children() if n in ("att", "hop_att")]
-        if not att:
-            problems.append(f"no attention module in {[n for n, _ in model.named_children()]}")
-        for pname, p in model.named_parameters():
-            if p.grad is None:
-                problems.append(f"parameter {pname} got no gradient")
-            elif not torch.isfinite(p.grad).all():
-                problems.append(f"parameter {pname} has a non-finite gradient")
-            elif pname.split(".")[0] in att:
-                leaf = pname.split(".", 2)[-1] if pname.startswith("hop_att.") else \
-                    pname.split(".", 1)[1]
-                grads[leaf] = max(grads.get(leaf, 0.0), float(p.grad.abs().max()))
-    finally:
-        del sys.modules[name]
+    mod = load_module(src, name)
+    torch.manual_seed(0)
+    cfg = mod.Config()
+    model = mod.Model(cfg)
+    model.train()
+    out = model(**mod.example_inputs(cfg=cfg))
+    if not torch.isfinite(out.output).all():
+        problems.append("non-finite output")
+    loss = out.output.pow(2).mean()
+    if c.align in ("hard", "reinforced"):  # REINFORCE terms: the sample has no gradient
+        if not out.log_probs:
+            problems.append("hard/reinforced alignment returned no log_probs")
+        for lp in out.log_probs.values():
+            loss = loss - lp.sum()
+    if c.multiplicity == "capsule":
+        if not out.capsules:
+            problems.append("capsule attention returned no capsules")
+        target = torch.zeros(out.output.shape[0], dtype=torch.long)
+        loss = loss + model.capsule_loss(out, target)
+    if not torch.isfinite(loss):
+        problems.append(f"non-finite loss {loss}")
+    loss.backward()
+    grads: dict[str, float] = {}
+    att = [n for n, _ in model.named_children() if n in ("att", "hop_att")]
+    if not att:
+        problems.append(f"no attention module in {[n for n, _ in model.named_children()]}")
+    for pname, p in model.named_parameters():
+        if p.grad is None:
+            problems.append(f"parameter {pname} got no gradient")
+        elif not torch.isfinite(p.grad).all():
+            problems.append(f"parameter {pname} has a non-finite gradient")
+        elif pname.split(".")[0] in att:
+            leaf = pname.split(".", 2)[-1] if pname.startswith("hop_att.") else \
+                pname.split(".", 1)[1]
+            grads[leaf] = max(grads.get(leaf, 0.0), float(p.grad.abs().max()))
     return problems, grads
 
 
@@ -239,9 +218,8 @@ def test_valid_combinations_run_and_classify_back(score, tmp_path):
     # Over all combinations of an alignment and dimensionality, every parameter of the
     # attention module is trained by something (a sparse alignment or a sampled subset
     # can zero one combination's gradients, not all of them).
-    skip = SCORE_PARAMS_NOT_TRAINED.get(score, ())
     for (align, dim, leaf), g in sorted(trained.items()):
-        if g == 0.0 and leaf.split(".")[0] not in skip:
+        if g == 0.0:
             problems.append(f"{score} × {align} × {dim}: `{leaf}` never gets a gradient")
     assert not problems, "\n".join(problems[:40]) + f"\n({len(problems)} in all)"
 
@@ -332,7 +310,7 @@ def test_scores_without_a_query(score, tmp_path):
             continue
         assert not align.startswith("local") and not (align == "hard" and dim == "multi")
         name = f"ql_{score[:3]}_{aligns.index(align)}_{dim}_{heads}"
-        mod = load_module(generate.generate(cs, cs.models[0], "q.attn"), name, tmp_path)
+        mod = load_module(generate.generate(cs, cs.models[0], "q.attn"), name)
         cfg = mod.Config.tiny()
         model = mod.Model(cfg)
         out = model(**mod.example_inputs(cfg=cfg), return_attention=True)

@@ -437,14 +437,11 @@ def test_excerpt_is_the_reported_line(where, sep):
 
 
 @settings(max_examples=150, **COMMON)
-@given(case=generated_specs())
-def test_generated_specs_compile_and_run(case, tmp_path_factory):
+@given(generated_specs())
+def test_generated_specs_compile_and_run(case):
     """Whatever `check` accepts compiles to Python that runs forward and backward."""
-    import importlib.util
-    import sys
-
     torch = pytest.importorskip("torch")
-    from taxcompile import generate
+    from taxcompile.run import load_module
 
     text, _ = case
     try:
@@ -456,20 +453,12 @@ def test_generated_specs_compile_and_run(case, tmp_path_factory):
     for cm in cs.models:
         src = generate.generate(cs, cm, "gen.attn")
         compile(src, "gen.py", "exec")  # valid Python
-        path = tmp_path_factory.mktemp("gen") / "gen_model.py"
-        path.write_text(src, encoding="utf-8")
-        spec = importlib.util.spec_from_file_location("gen_model", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["gen_model"] = mod
-        try:
-            spec.loader.exec_module(mod)
-            cfg = mod.Config.tiny()
-            model = mod.Model(cfg)
-            out = model(**mod.example_inputs(cfg=cfg))
-            outs = out.output.values() if isinstance(out.output, dict) else [out.output]
-            loss = sum(o.float().mean() for o in outs) + out.penalty \
-                - sum(lp.sum() for lp in out.log_probs.values())
-            assert torch.isfinite(loss), text
-            loss.backward()
-        finally:
-            del sys.modules["gen_model"]
+        mod = load_module(src, "gen_model")
+        cfg = mod.Config.tiny()
+        model = mod.Model(cfg)
+        out = model(**mod.example_inputs(cfg=cfg))
+        outs = out.output.values() if isinstance(out.output, dict) else [out.output]
+        loss = sum(o.float().mean() for o in outs) + out.penalty \
+            - sum(lp.sum() for lp in out.log_probs.values())
+        assert torch.isfinite(loss), text
+        loss.backward()
