@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -127,17 +128,23 @@ class ScaledMultiplicativeAttention(nn.Module):
         super().__init__()
         self.heads = heads
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
         keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
-        c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        if need_weights:
+            e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
+            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
+            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (N, H, Lq, d_v / H)
+            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -155,16 +162,12 @@ class Model(nn.Module):
         self.v_linear = nn.Linear(cfg.d_frame, cfg.d)
         self.q_embed = nn.Embedding(cfg.vocab, cfg.d_word)
         self.q_linear = nn.Linear(cfg.d_word, cfg.d)
-        self.v_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
-        self.v_self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
-        self.v_self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
+        self.v_self_qkv_proj = nn.Linear(cfg.d, 3 * cfg.d, bias=False)  # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
         self.v_self = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.v_2_norm = nn.LayerNorm(cfg.d)
         self.v_3_ffn = nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d))
         self.v_3_norm = nn.LayerNorm(cfg.d)
-        self.q_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
-        self.q_self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
-        self.q_self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
+        self.q_self_qkv_proj = nn.Linear(cfg.d, 3 * cfg.d, bias=False)  # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
         self.q_self = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.q_2_norm = nn.LayerNorm(cfg.d)
         self.q_3_ffn = nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d))
@@ -185,30 +188,26 @@ class Model(nn.Module):
         penalty = 0.0
         v = sinusoid(self.v_linear(video))  # (B, F, 512): feature `v`
         q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, N, 512): feature `q`
+        v_self_q, v_self_k, v_self_v = self.v_self_qkv_proj(v).chunk(3, -1)  # (B, F, 512) each
         # attention `v_self`: scaled multiplicative score, global alignment
-        v_self_k = self.v_self_k_proj(v)  # (B, F, 512)
-        v_self_v = self.v_self_v_proj(v)  # (B, F, 512)
-        v_self_q = self.v_self_q_proj(v)  # (B, F, 512)
-        v_self, v_self_a, _ = self.v_self(v_self_q, v_self_k, v_self_v, video_mask)  # (B, F, 512)
+        v_self, v_self_a, _ = self.v_self(v_self_q, v_self_k, v_self_v, video_mask, need_weights=return_attention)  # (B, F, 512)
         if return_attention:
             attn['v_self'] = v_self_a  # (B, H, F, F)
         v = self.v_2_norm(v + v_self)  # (B, F, 512): feature `v`, updated (eq. 37)
         v = self.v_3_norm(v + self.v_3_ffn(v))  # (B, F, 512): feature `v`, updated (eq. 37)
+        q_self_q, q_self_k, q_self_v = self.q_self_qkv_proj(q).chunk(3, -1)  # (B, N, 512) each
         # attention `q_self`: scaled multiplicative score, global alignment
-        q_self_k = self.q_self_k_proj(q)  # (B, N, 512)
-        q_self_v = self.q_self_v_proj(q)  # (B, N, 512)
-        q_self_q = self.q_self_q_proj(q)  # (B, N, 512)
-        q_self, q_self_a, _ = self.q_self(q_self_q, q_self_k, q_self_v, question_mask)  # (B, N, 512)
+        q_self, q_self_a, _ = self.q_self(q_self_q, q_self_k, q_self_v, question_mask, need_weights=return_attention)  # (B, N, 512)
         if return_attention:
             attn['q_self'] = q_self_a  # (B, H, N, N)
         q = self.q_2_norm(q + q_self)  # (B, N, 512): feature `q`, updated (eq. 37)
         q = self.q_3_norm(q + self.q_3_ffn(q))  # (B, N, 512): feature `q`, updated (eq. 37)
         # attention `q_guided_video`: scaled multiplicative score, global alignment
-        q_guided_video, q_guided_video_a, _ = self.q_guided_video(q, v, v, video_mask)  # (B, N, 512)
+        q_guided_video, q_guided_video_a, _ = self.q_guided_video(q, v, v, video_mask, need_weights=return_attention)  # (B, N, 512)
         if return_attention:
             attn['q_guided_video'] = q_guided_video_a  # (B, H, N, F)
         # attention `v_guided_question`: scaled multiplicative score, global alignment
-        v_guided_question, v_guided_question_a, _ = self.v_guided_question(v, q, q, question_mask)  # (B, F, 512)
+        v_guided_question, v_guided_question_a, _ = self.v_guided_question(v, q, q, question_mask, need_weights=return_attention)  # (B, F, 512)
         if return_attention:
             attn['v_guided_question'] = v_guided_question_a  # (B, H, F, N)
         fused = torch.cat([pool(self.fused_norm(v + v_guided_question), video_mask, "mean"), pool(self.fused_norm2(q + q_guided_video), question_mask, "mean")], -1)  # (B, 1024): feature `fused`

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -117,17 +118,23 @@ class MultiplicativeAttention(nn.Module):
         super().__init__()
         self.heads = heads
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
         keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
-        c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        if need_weights:
+            e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
+            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
+            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)  # (N, H, Lq, d_v / H)
+            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -168,11 +175,12 @@ class Model(nn.Module):
             ht_h, ht_state = cell_step(self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state)  # (B, hidden)
             ht_t = ht_h.unsqueeze(1)  # (B, 1, 1000): query `ht`, one step
             # attention `att`: multiplicative score, global alignment
-            att_t, att_a, _ = self.att(ht_t, h, h, src_mask)  # (B, 1, 1000)
+            att_t, att_a, _ = self.att(ht_t, h, h, src_mask, need_weights=return_attention)  # (B, 1, 1000)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('ht', []).append(ht_t)
             steps.setdefault('att', []).append(att_t)
-            steps.setdefault('weights:att', []).append(att_a)
+            if return_attention:
+                steps.setdefault('weights:att', []).append(att_a)
         ht = torch.cat(steps['ht'], 1)  # (B, T, 1000)
         att = torch.cat(steps['att'], 1)  # (B, T, 1000)
         if return_attention:

@@ -176,7 +176,8 @@ class Model(nn.Module):
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('ht', []).append(ht_t)
             steps.setdefault('att', []).append(att_t)
-            steps.setdefault('weights:att', []).append(att_a)
+            if return_attention:
+                steps.setdefault('weights:att', []).append(att_a)
         ht = torch.cat(steps['ht'], 1)  # (B, T, 1000)
         att = torch.cat(steps['att'], 1)  # (B, T, 1000)
         if return_attention:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -81,6 +82,37 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
                          f"got {mask.dtype} {tuple(mask.shape)}")
 
 
+def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
+               start: int, window: int, scale: float, sigma: float | None) -> torch.Tensor:
+    """Local alignment (eq. 27, 29) without the (Lq, Lk) score matrix. Query i sits at
+    p = start + i and attends to the keys [p - D, p + D]. Queries go in blocks of Bq, and each
+    block reads one slab of Bq + 2D keys, so time and memory grow as O(Lq (Bq + 2D) d), not
+    O(Lq Lk d). Same numbers as the explicit path.
+
+    q: (N, H, Lq, d); k: (N, H, Lk, d); v: (N, H, Lk, d_v); key_mask: (N, Lk) bool, True = attend.
+    Returns c: (N, H, Lq, d_v).
+    """
+    N, H, Lq, _ = q.shape
+    Lk, D = k.shape[2], window
+    Bq = min(Lq, max(D, 32))  # queries per block
+    nb = -(-Lq // Bq)  # blocks
+    W = Bq + 2 * D  # keys per slab
+    pos = start - D + torch.arange(nb * Bq + 2 * D, device=q.device)  # key position of each slab row
+    idx = pos.clamp(0, Lk - 1)
+    ok = (pos >= 0) & (pos < Lk)  # (P,): slab rows past either end hold no key
+    ok = ok if key_mask is None else ok & key_mask[:, idx]  # (P,), or (N, P) with a key mask
+    q = F.pad(q, (0, 0, 0, nb * Bq - Lq)).view(N, H, nb, Bq, -1)  # (N, H, nb, Bq, d)
+    k = k[:, :, idx].unfold(2, W, Bq)  # (N, H, nb, d, W): slab j holds positions start + j Bq - D + w
+    v = v[:, :, idx].unfold(2, W, Bq).transpose(-1, -2)  # (N, H, nb, W, d_v)
+    dist = torch.arange(W, device=q.device) - D - torch.arange(Bq, device=q.device).unsqueeze(1)  # (Bq, W): l - p
+    keep = (dist.abs() <= D) & ok.unfold(-1, W, Bq).unsqueeze(-2)  # (N | 1, nb, Bq, W)
+    a = masked_softmax(q @ k * scale, keep.unsqueeze(-4), dim=-1)  # (N, H, nb, Bq, W): softmax in the window (eq. 27)
+    if sigma is not None:
+        a = a * torch.exp(-dist.to(a.dtype) ** 2 / (2 * sigma ** 2))  # favour positions near p (eq. 29)
+    c = (a @ v).view(N, H, nb * Bq, -1)  # (N, H, nb Bq, d_v)
+    return c[:, :, :Lq]
+
+
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
     """Softmax over `dim` (eq. 25) in which masked positions (keep = False) get exactly
     zero weight; a row with nothing to attend to gets all zeros, not NaN."""
@@ -120,7 +152,7 @@ class MultiplicativeLocalMonotonicAttention(nn.Module):
         self.window = window  # D: attend to [p - D, p + D] (eq. 27)
         self.sigma = window / 2  # eq. 29: sigma = D / 2 (Luong et al.)
 
-    def forward(self, q, k, v, key_mask=None, start=0):
+    def forward(self, q, k, v, key_mask=None, start=0, need_weights=True):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -128,14 +160,18 @@ class MultiplicativeLocalMonotonicAttention(nn.Module):
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
         keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        dist = torch.arange(Lk, device=k.device, dtype=k.dtype) - pos.unsqueeze(-1)  # (N, Lq, Lk): l - p
-        win = (dist.abs() <= self.window).unsqueeze(1)  # (N, 1, Lq, Lk): inside [p - D, p + D]
-        a = masked_softmax(e, win if keep is None else keep & win, dim=3)  # softmax in the window (eq. 27)
-        g = torch.exp(-dist ** 2 / (2 * self.sigma ** 2)).unsqueeze(1)  # (N, 1, Lq, Lk): eq. 29
-        a = a * g  # favour positions near p (not renormalised)
-        c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        if need_weights:
+            e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
+            dist = torch.arange(Lk, device=k.device, dtype=k.dtype) - pos.unsqueeze(-1)  # (N, Lq, Lk): l - p
+            win = (dist.abs() <= self.window).unsqueeze(1)  # (N, 1, Lq, Lk): inside [p - D, p + D]
+            a = masked_softmax(e, win if keep is None else keep & win, dim=3)  # softmax in the window (eq. 27)
+            g = torch.exp(-dist ** 2 / (2 * self.sigma ** 2)).unsqueeze(1)  # (N, 1, Lq, Lk): eq. 29
+            a = a * g  # favour positions near p (not renormalised)
+            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = local_band(q, k, v, key_mask, start, self.window, 1.0, self.sigma)  # (N, H, Lq, d_v / H)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -176,11 +212,12 @@ class Model(nn.Module):
             ht_h, ht_state = cell_step(self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state)  # (B, hidden)
             ht_t = ht_h.unsqueeze(1)  # (B, 1, 1000): query `ht`, one step
             # attention `att`: multiplicative score, local alignment
-            att_t, att_a, _ = self.att(ht_t, h, h, src_mask, start=t)  # (B, 1, 1000)
+            att_t, att_a, _ = self.att(ht_t, h, h, src_mask, start=t, need_weights=return_attention)  # (B, 1, 1000)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('ht', []).append(ht_t)
             steps.setdefault('att', []).append(att_t)
-            steps.setdefault('weights:att', []).append(att_a)
+            if return_attention:
+                steps.setdefault('weights:att', []).append(att_a)
         ht = torch.cat(steps['ht'], 1)  # (B, T, 1000)
         att = torch.cat(steps['att'], 1)  # (B, T, 1000)
         if return_attention:

@@ -81,6 +81,33 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
                          f"got {mask.dtype} {tuple(mask.shape)}")
 
 
+def local_gather(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
+                 pos: torch.Tensor, window: int, scale: float, sigma: float | None) -> torch.Tensor:
+    """Local alignment (eq. 27-29) at predicted positions p (eq. 28) without the (Lq, Lk) score
+    matrix: each query gathers the 2D + 1 keys l = ceil(p - D), ..., the only ones with
+    |l - p| <= D, so time and memory grow as O(Lq D d). Same numbers as the explicit path.
+
+    q: (N, H, Lq, d); k: (N, H, Lk, d); v: (N, H, Lk, d_v); key_mask: (N, Lk) bool, True = attend;
+    pos: (N, Lq). Returns c: (N, H, Lq, d_v).
+    """
+    N, H, Lq, _ = q.shape
+    Lk, D = k.shape[2], window
+    l = torch.ceil(pos.detach() - D).long().unsqueeze(-1) + torch.arange(2 * D + 1, device=q.device)  # (N, Lq, 2D + 1)
+    dist = l.to(pos.dtype) - pos.unsqueeze(-1)  # (N, Lq, 2D + 1): l - p
+    keep = (dist.abs() <= D) & (l >= 0) & (l < Lk)
+    l = l.clamp(0, Lk - 1).flatten(1)  # (N, Lq (2D + 1))
+    if key_mask is not None:
+        keep = keep & key_mask.gather(1, l).view_as(keep)
+    idx = l[:, None, :, None]  # (N, 1, Lq (2D + 1), 1)
+    kg = k.gather(2, idx.expand(N, H, -1, k.shape[-1])).view(N, H, Lq, 2 * D + 1, -1)  # (N, H, Lq, 2D + 1, d)
+    vg = v.gather(2, idx.expand(N, H, -1, v.shape[-1])).view(N, H, Lq, 2 * D + 1, -1)  # (N, H, Lq, 2D + 1, d_v)
+    e = (q.unsqueeze(-2) @ kg.transpose(-1, -2)).squeeze(-2) * scale  # (N, H, Lq, 2D + 1)
+    a = masked_softmax(e, keep.unsqueeze(1), dim=-1)  # softmax in the window (eq. 27)
+    if sigma is not None:
+        a = a * torch.exp(-dist ** 2 / (2 * sigma ** 2)).unsqueeze(1)  # favour positions near p (eq. 29)
+    return (a.unsqueeze(-2) @ vg).squeeze(-2)  # (N, H, Lq, d_v)
+
+
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
     """Softmax over `dim` (eq. 25) in which masked positions (keep = False) get exactly
     zero weight; a row with nothing to attend to gets all zeros, not NaN."""
@@ -121,7 +148,7 @@ class MultiplicativeLocalAttention(nn.Module):
         self.W_p = nn.Linear(d_q, d_q, bias=False)  # p = S sigmoid(w_p^T tanh(W_p q)) (eq. 28)
         self.w_p = nn.Linear(d_q, 1, bias=False)
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -130,14 +157,18 @@ class MultiplicativeLocalAttention(nn.Module):
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
         keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        dist = torch.arange(Lk, device=k.device, dtype=k.dtype) - pos.unsqueeze(-1)  # (N, Lq, Lk): l - p
-        win = (dist.abs() <= self.window).unsqueeze(1)  # (N, 1, Lq, Lk): inside [p - D, p + D]
-        a = masked_softmax(e, win if keep is None else keep & win, dim=3)  # softmax in the window (eq. 27)
-        g = torch.exp(-dist ** 2 / (2 * self.sigma ** 2)).unsqueeze(1)  # (N, 1, Lq, Lk): eq. 29
-        a = a * g  # favour positions near p (not renormalised)
-        c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        if need_weights:
+            e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
+            dist = torch.arange(Lk, device=k.device, dtype=k.dtype) - pos.unsqueeze(-1)  # (N, Lq, Lk): l - p
+            win = (dist.abs() <= self.window).unsqueeze(1)  # (N, 1, Lq, Lk): inside [p - D, p + D]
+            a = masked_softmax(e, win if keep is None else keep & win, dim=3)  # softmax in the window (eq. 27)
+            g = torch.exp(-dist ** 2 / (2 * self.sigma ** 2)).unsqueeze(1)  # (N, 1, Lq, Lk): eq. 29
+            a = a * g  # favour positions near p (not renormalised)
+            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = local_gather(q, k, v, key_mask, pos, self.window, 1.0, self.sigma)  # (N, H, Lq, d_v / H)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -178,11 +209,12 @@ class Model(nn.Module):
             ht_h, ht_state = cell_step(self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state)  # (B, hidden)
             ht_t = ht_h.unsqueeze(1)  # (B, 1, 1000): query `ht`, one step
             # attention `att`: multiplicative score, local alignment
-            att_t, att_a, _ = self.att(ht_t, h, h, src_mask)  # (B, 1, 1000)
+            att_t, att_a, _ = self.att(ht_t, h, h, src_mask, need_weights=return_attention)  # (B, 1, 1000)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('ht', []).append(ht_t)
             steps.setdefault('att', []).append(att_t)
-            steps.setdefault('weights:att', []).append(att_a)
+            if return_attention:
+                steps.setdefault('weights:att', []).append(att_a)
         ht = torch.cat(steps['ht'], 1)  # (B, T, 1000)
         att = torch.cat(steps['att'], 1)  # (B, T, 1000)
         if return_attention:

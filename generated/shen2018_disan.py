@@ -56,6 +56,61 @@ class Output:
     features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
 
 
+class AdditiveScore(torch.autograd.Function):
+    """e_ij = w^T act(wq_i + wk_j) (eq. 6, 31) for every query i and key j without holding the
+    (N, H, Lq, Lk, d_w) tensor: queries go in blocks of about 2^20 elements, and backward
+    recomputes each block instead of saving it. Peak memory is one block, not B Lq Lk d_w.
+
+    wq: (N, H, Lq, d_w); wk: (N, H, Lk, d_w), the bias added; w: (H, d_w) or (H, d_w, d_e).
+    Returns e: (N, H, Lq, Lk) or (N, H, Lq, Lk, d_e).
+    """
+
+    BLOCK = 1 << 20
+
+    @staticmethod
+    def rows(wq: torch.Tensor, wk: torch.Tensor) -> int:
+        N, H, _, d_w = wq.shape
+        return max(1, AdditiveScore.BLOCK // (N * H * wk.shape[2] * d_w))
+
+    @staticmethod
+    def block(wq, wk, w, act):
+        h = wq.unsqueeze(3) + wk.unsqueeze(2)  # (N, H, n, Lk, d_w): one block of queries
+        h = h if act is None else act(h)
+        return torch.einsum("nhqkw,hw->nhqk" if w.dim() == 2 else "nhqkw,hwe->nhqke", h, w)
+
+    @staticmethod
+    def forward(ctx, wq, wk, w, act):
+        ctx.save_for_backward(wq, wk, w)
+        ctx.act = act
+        n = AdditiveScore.rows(wq, wk)
+        return torch.cat([AdditiveScore.block(wq[:, :, i:i + n], wk, w, act)
+                          for i in range(0, wq.shape[2], n)], 2)
+
+    @staticmethod
+    def backward(ctx, g):
+        wq, wk, w = ctx.saved_tensors
+        n = AdditiveScore.rows(wq, wk)
+        wk_, w_ = wk.detach().requires_grad_(), w.detach().requires_grad_()
+        gq, gk, gw = [], torch.zeros_like(wk), torch.zeros_like(w)
+        for i in range(0, wq.shape[2], n):
+            with torch.enable_grad():  # recompute this block, then differentiate it
+                wq_ = wq[:, :, i:i + n].detach().requires_grad_()
+                e = AdditiveScore.block(wq_, wk_, w_, ctx.act)
+                dq, dk, dw = torch.autograd.grad(e, (wq_, wk_, w_), g[:, :, i:i + n])
+            gq.append(dq)
+            gk += dk
+            gw += dw
+        return torch.cat(gq, 2), gk, gw, None
+
+
+def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> torch.Tensor:
+    """AdditiveScore in eager mode; under torch.compile the broadcast form, which the compiler
+    fuses into one kernel (it never writes the (N, H, Lq, Lk, d_w) tensor either)."""
+    if torch.compiler.is_compiling():
+        return AdditiveScore.block(wq, wk, w, act)
+    return AdditiveScore.apply(wq, wk, w, act)
+
+
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
@@ -112,9 +167,9 @@ class ForwardMultiDimAdditiveAttention(nn.Module):
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        h = wq.unsqueeze(3) + wk.unsqueeze(2) + self.b[:, None, None, :]  # (N, H, Lq, Lk, d_w)
-        h = torch.tanh(h)
-        e = torch.einsum("nhqkw,hwd->nhqkd", h, self.w)  # (N, H, Lq, Lk, d_v / H)
+        wk = wk + self.b[:, None, :]  # W2 k_l + b
+        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk, d_v / H)
         keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril(-1)  # (Lq, Lk): forward mask
         keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
         keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
@@ -154,9 +209,9 @@ class BackwardMultiDimAdditiveAttention(nn.Module):
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        h = wq.unsqueeze(3) + wk.unsqueeze(2) + self.b[:, None, None, :]  # (N, H, Lq, Lk, d_w)
-        h = torch.tanh(h)
-        e = torch.einsum("nhqkw,hwd->nhqkd", h, self.w)  # (N, H, Lq, Lk, d_v / H)
+        wk = wk + self.b[:, None, :]  # W2 k_l + b
+        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk, d_v / H)
         keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).triu(1)  # (Lq, Lk): backward mask
         keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
         keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)

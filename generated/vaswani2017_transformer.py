@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -114,7 +115,7 @@ class MultiHeadScaledMultiplicativeAttention(nn.Module):
         self.heads = heads
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}
@@ -122,10 +123,16 @@ class MultiHeadScaledMultiplicativeAttention(nn.Module):
         q = q.view(N, Lq, H, -1).transpose(1, 2)  # (N, H, Lq, d_q / H): q^(j) (eq. 38)
         k = k.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
         v = v.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_v / H): V^(j)
-        e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
         keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
-        c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        if need_weights:
+            e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
+            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
+            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (N, H, Lq, d_v / H)
+            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         c = self.out(c)  # (N, Lq, d_v): c = W_O concat(c^(1), ..., c^(H)) (eq. 40)
         return c, a, extras
@@ -151,7 +158,7 @@ class CausalMultiHeadScaledMultiplicativeAttention(nn.Module):
         self.heads = heads
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}
@@ -159,12 +166,19 @@ class CausalMultiHeadScaledMultiplicativeAttention(nn.Module):
         q = q.view(N, Lq, H, -1).transpose(1, 2)  # (N, H, Lq, d_q / H): q^(j) (eq. 38)
         k = k.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
         v = v.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_v / H): V^(j)
-        e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
         keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril()  # (Lq, Lk): causal mask
         keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
         keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
-        c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        if need_weights:
+            e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
+            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
+            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = F.scaled_dot_product_attention(q, k, v, attn_mask=None if key_mask is None else keep,
+                                               is_causal=key_mask is None)  # (N, H, Lq, d_v / H)
+            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         c = self.out(c)  # (N, Lq, d_v): c = W_O concat(c^(1), ..., c^(H)) (eq. 40)
         return c, a, extras
@@ -182,14 +196,8 @@ class Model(nn.Module):
         self.cfg = cfg
         self.x_embed = nn.Embedding(cfg.vocab, cfg.d_model)
         self.y_embed = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.encoder_self_k_proj = nn.ModuleList(  # one per hop; W_K F (eq. 1)
-            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-            for _ in range(cfg.layers))
-        self.encoder_self_v_proj = nn.ModuleList(  # one per hop; W_V F (eq. 1)
-            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-            for _ in range(cfg.layers))
-        self.encoder_self_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
-            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.encoder_self_qkv_proj = nn.ModuleList(  # one per hop; W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+            nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
             for _ in range(cfg.layers))
         self.encoder_self = nn.ModuleList(  # one per hop
             MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads)
@@ -203,14 +211,8 @@ class Model(nn.Module):
         self.encoder_x_2_norm = nn.ModuleList(  # one per hop
             nn.LayerNorm(cfg.d_model)
             for _ in range(cfg.layers))
-        self.decoder_self_k_proj = nn.ModuleList(  # one per hop; W_K F (eq. 1)
-            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-            for _ in range(cfg.layers))
-        self.decoder_self_v_proj = nn.ModuleList(  # one per hop; W_V F (eq. 1)
-            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-            for _ in range(cfg.layers))
-        self.decoder_self_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
-            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.decoder_self_qkv_proj = nn.ModuleList(  # one per hop; W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+            nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
             for _ in range(cfg.layers))
         self.decoder_self = nn.ModuleList(  # one per hop
             CausalMultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads)
@@ -218,11 +220,8 @@ class Model(nn.Module):
         self.decoder_y_1_norm = nn.ModuleList(  # one per hop
             nn.LayerNorm(cfg.d_model)
             for _ in range(cfg.layers))
-        self.decoder_cross_k_proj = nn.ModuleList(  # one per hop; W_K F (eq. 1)
-            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-            for _ in range(cfg.layers))
-        self.decoder_cross_v_proj = nn.ModuleList(  # one per hop; W_V F (eq. 1)
-            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.decoder_cross_kv_proj = nn.ModuleList(  # one per hop; W_K, W_V stacked: one matmul (eq. 1, 35)
+            nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=False)
             for _ in range(cfg.layers))
         self.decoder_cross_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
             nn.Linear(cfg.d_model, cfg.d_model, bias=False)
@@ -252,29 +251,24 @@ class Model(nn.Module):
         x = sinusoid(self.x_embed(src))  # (B, S, 512): feature `x`
         y = sinusoid(self.y_embed(tgt))  # (B, T, 512): feature `y`
         for i in range(cfg.layers):  # `encoder`: 6 hops (eq. 41-42)
+            encoder_self_q, encoder_self_k, encoder_self_v = self.encoder_self_qkv_proj[i](x).chunk(3, -1)  # (B, S, 512) each
             # attention `encoder.self`: scaled multiplicative score, global alignment, 8 heads
-            encoder_self_k = self.encoder_self_k_proj[i](x)  # (B, S, 512)
-            encoder_self_v = self.encoder_self_v_proj[i](x)  # (B, S, 512)
-            encoder_self_q = self.encoder_self_q_proj[i](x)  # (B, S, 512)
-            encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, src_mask)  # (B, S, 512)
+            encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, src_mask, need_weights=return_attention)  # (B, S, 512)
             if return_attention:
                 attn[f"encoder[{i + 1}].self"] = encoder_self_a  # (B, H, S, S)
             x = self.encoder_x_1_norm[i](x + encoder_self)  # (B, S, 512): feature `x`, updated (eq. 37)
             x = self.encoder_x_2_norm[i](x + self.encoder_x_2_ffn[i](x))  # (B, S, 512): feature `x`, updated (eq. 37)
         for i in range(cfg.layers):  # `decoder`: 6 hops (eq. 41-42)
+            decoder_self_q, decoder_self_k, decoder_self_v = self.decoder_self_qkv_proj[i](y).chunk(3, -1)  # (B, T, 512) each
             # attention `decoder.self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-            decoder_self_k = self.decoder_self_k_proj[i](y)  # (B, T, 512)
-            decoder_self_v = self.decoder_self_v_proj[i](y)  # (B, T, 512)
-            decoder_self_q = self.decoder_self_q_proj[i](y)  # (B, T, 512)
-            decoder_self, decoder_self_a, _ = self.decoder_self[i](decoder_self_q, decoder_self_k, decoder_self_v, tgt_mask)  # (B, T, 512)
+            decoder_self, decoder_self_a, _ = self.decoder_self[i](decoder_self_q, decoder_self_k, decoder_self_v, tgt_mask, need_weights=return_attention)  # (B, T, 512)
             if return_attention:
                 attn[f"decoder[{i + 1}].self"] = decoder_self_a  # (B, H, T, T)
             y = self.decoder_y_1_norm[i](y + decoder_self)  # (B, T, 512): feature `y`, updated (eq. 37)
+            decoder_cross_k, decoder_cross_v = self.decoder_cross_kv_proj[i](x).chunk(2, -1)  # (B, S, 512) each
             # attention `decoder.cross`: scaled multiplicative score, global alignment, 8 heads
-            decoder_cross_k = self.decoder_cross_k_proj[i](x)  # (B, S, 512)
-            decoder_cross_v = self.decoder_cross_v_proj[i](x)  # (B, S, 512)
             decoder_cross_q = self.decoder_cross_q_proj[i](y)  # (B, T, 512)
-            decoder_cross, decoder_cross_a, _ = self.decoder_cross[i](decoder_cross_q, decoder_cross_k, decoder_cross_v, src_mask)  # (B, T, 512)
+            decoder_cross, decoder_cross_a, _ = self.decoder_cross[i](decoder_cross_q, decoder_cross_k, decoder_cross_v, src_mask, need_weights=return_attention)  # (B, T, 512)
             if return_attention:
                 attn[f"decoder[{i + 1}].cross"] = decoder_cross_a  # (B, H, T, S)
             y = self.decoder_y_2_norm[i](y + decoder_cross)  # (B, T, 512): feature `y`, updated (eq. 37)

@@ -127,7 +127,7 @@ class CapsuleMultiplicativeAttention(nn.Module):
         self.prob = nn.Parameter(torch.zeros(capsules, d_v))  # w_c (eq. 44)
         self.prob_bias = nn.Parameter(torch.zeros(capsules))  # b_c (eq. 44)
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
         extras = {}
         q = self.queries.expand(N, -1, -1)  # (N, C, d_q)
@@ -135,10 +135,16 @@ class CapsuleMultiplicativeAttention(nn.Module):
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
         keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
-        c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        if need_weights:
+            e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
+            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
+            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)  # (N, H, Lq, d_v / H)
+            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         p = torch.sigmoid((c * self.prob).sum(-1) + self.prob_bias)  # (N, C): p_c (eq. 44)
         extras["capsule"] = (p, p.unsqueeze(-1) * c)  # r_c = p_c c_c (eq. 45)
@@ -168,7 +174,7 @@ class Model(nn.Module):
         penalty = 0.0
         h = rnn(self.h_lstm, self.h_embed(sent), sent_mask)  # (B, N, 256): feature `h`
         # attention `capsule`: multiplicative score, global alignment, 3 capsules
-        capsule_c, capsule_a, capsule_ex = self.capsule(None, h, h, sent_mask)
+        capsule_c, capsule_a, capsule_ex = self.capsule(None, h, h, sent_mask, need_weights=return_attention)
         capsule = capsule_c.view(B, capsule_c.shape[-2], -1)  # (B, capsule.capsules, 256)
         if return_attention:
             attn['capsule'] = capsule_a  # (B, H, C, N)

@@ -118,7 +118,7 @@ class MultiHeadMultiplicativeAttention(nn.Module):
         self.heads = heads
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}
@@ -126,10 +126,16 @@ class MultiHeadMultiplicativeAttention(nn.Module):
         q = q.view(N, Lq, H, -1).transpose(1, 2)  # (N, H, Lq, d_q / H): q^(j) (eq. 38)
         k = k.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
         v = v.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_v / H): V^(j)
-        e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
         keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
-        c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        if need_weights:
+            e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
+            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
+            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)  # (N, H, Lq, d_v / H)
+            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         c = self.out(c)  # (N, Lq, d_v): c = W_O concat(c^(1), ..., c^(H)) (eq. 40)
         return c, a, extras
@@ -262,7 +268,7 @@ class Model(nn.Module):
         c_self_k = self.c_self_k_proj(self.c_self_k_norm(c))  # (B, C, 128)
         c_self_v = self.c_self_v_proj(self.c_self_v_norm(c))  # (B, C, 128)
         c_self_q = self.c_self_q_proj(self.c_self_q_norm(c))  # (B, C, 128)
-        c_self, c_self_a, _ = self.c_self(c_self_q, c_self_k, c_self_v, context_mask)  # (B, C, 128)
+        c_self, c_self_a, _ = self.c_self(c_self_q, c_self_k, c_self_v, context_mask, need_weights=return_attention)  # (B, C, 128)
         if return_attention:
             attn['c_self'] = c_self_a  # (B, H, C, C)
         c = c + c_self  # (B, C, 128): feature `c`, updated (eq. 37)
@@ -276,7 +282,7 @@ class Model(nn.Module):
         q_self_k = self.q_self_k_proj(self.q_self_k_norm(q))  # (B, Q, 128)
         q_self_v = self.q_self_v_proj(self.q_self_v_norm(q))  # (B, Q, 128)
         q_self_q = self.q_self_q_proj(self.q_self_q_norm(q))  # (B, Q, 128)
-        q_self, q_self_a, _ = self.q_self(q_self_q, q_self_k, q_self_v, question_mask)  # (B, Q, 128)
+        q_self, q_self_a, _ = self.q_self(q_self_q, q_self_k, q_self_v, question_mask, need_weights=return_attention)  # (B, Q, 128)
         if return_attention:
             attn['q_self'] = q_self_a  # (B, H, Q, Q)
         q = q + q_self  # (B, Q, 128): feature `q`, updated (eq. 37)
@@ -307,7 +313,7 @@ class Model(nn.Module):
                 model_enc_block_self_k = self.model_enc_block_self_k_proj[j](self.model_enc_block_self_k_norm[j](m))  # (B, C, 128)
                 model_enc_block_self_v = self.model_enc_block_self_v_proj[j](self.model_enc_block_self_v_norm[j](m))  # (B, C, 128)
                 model_enc_block_self_q = self.model_enc_block_self_q_proj[j](self.model_enc_block_self_q_norm[j](m))  # (B, C, 128)
-                model_enc_block_self, model_enc_block_self_a, _ = self.model_enc_block_self[j](model_enc_block_self_q, model_enc_block_self_k, model_enc_block_self_v, context_mask)  # (B, C, 128)
+                model_enc_block_self, model_enc_block_self_a, _ = self.model_enc_block_self[j](model_enc_block_self_q, model_enc_block_self_k, model_enc_block_self_v, context_mask, need_weights=return_attention)  # (B, C, 128)
                 if return_attention:
                     attn[f"model_enc[{i + 1}].block[{j + 1}].self"] = model_enc_block_self_a  # (B, H, C, C)
                 m = m + model_enc_block_self  # (B, C, 128): feature `m`, updated (eq. 37)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -97,17 +98,23 @@ class MultiplicativeAttention(nn.Module):
         super().__init__()
         self.heads = heads
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
         keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
-        c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        if need_weights:
+            e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
+            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
+            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)  # (N, H, Lq, d_v / H)
+            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -122,9 +129,7 @@ class Model(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self.self_k_proj = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W_K F (eq. 1)
-        self.self_v_proj = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W_V F (eq. 1)
-        self.self_q_proj = nn.Linear(cfg.C, cfg.C_k, bias=False)  # W_Q F (eq. 35)
+        self.self_qkv_proj = nn.Linear(cfg.C, 3 * cfg.C_k, bias=False)  # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
         self.self = MultiplicativeAttention(d_q=cfg.C_k, d_k=cfg.C_k, d_v=cfg.C_k, heads=1)
         self.y_proj = nn.Linear(cfg.C_k, cfg.C, bias=False)  # W F (eq. 1)
         self.y_gamma = nn.Parameter(torch.zeros(()))  # gamma, starts at 0 (SAGAN)
@@ -135,11 +140,9 @@ class Model(nn.Module):
         attn, log_probs, capsules, features = {}, {}, {}, {}
         penalty = 0.0
         f = x.flatten(-3, -2)  # (B, x_0*x_1, 256): feature `f`
+        self_q, self_k, self_v = self.self_qkv_proj(f).chunk(3, -1)  # (B, x_0*x_1, 32) each
         # attention `self`: multiplicative score, global alignment
-        self_k = self.self_k_proj(f)  # (B, x_0*x_1, 32)
-        self_v = self.self_v_proj(f)  # (B, x_0*x_1, 32)
-        self_q = self.self_q_proj(f)  # (B, x_0*x_1, 32)
-        self_2, self_a, _ = self.self(self_q, self_k, self_v, None)  # (B, x_0*x_1, 32)
+        self_2, self_a, _ = self.self(self_q, self_k, self_v, None, need_weights=return_attention)  # (B, x_0*x_1, 32)
         if return_attention:
             attn['self'] = self_a  # (B, H, x_0*x_1, x_0*x_1)
         y = self.y_gamma * self.y_proj(self_2) + f  # (B, x_0*x_1, 256): output `y`

@@ -28,6 +28,8 @@ TEMPLATES = Path(__file__).parent / "templates" / "codegen"
 
 ACT = {"tanh": "torch.tanh({})", "relu": "F.relu({})", "sigmoid": "torch.sigmoid({})",
        "gelu": "F.gelu({})", "elu": "F.elu({})", "none": "{}", None: "{}"}
+ACT_FN = {"tanh": "torch.tanh", "relu": "F.relu", "sigmoid": "torch.sigmoid", "gelu": "F.gelu",
+          "elu": "F.elu", "none": "None", None: "None"}
 
 MASKABLE = ("tokens", "sequence", "set")
 
@@ -647,16 +649,17 @@ class Generator:
 
     def attention(self, n: ir.Attention) -> None:
         info = self.cm.attention[n.id]
+        capsule = n.capsules > 0
+        fused = self.fused_projections(n)
         # the modules of the key, value and query models are named after their role
         self.role = "k"
-        k = self.expr(n.keys, n)
+        k = fused.get("k") or self.expr(n.keys, n)
         self.role = "v"
-        v = self.expr(n.values, n) if n.values != n.keys else k
+        v = (fused.get("v") or self.expr(n.values, n)) if n.values != n.keys else k
         q = None
-        capsule = n.capsules > 0
         if n.query is not None and not capsule:
             self.role = "q"
-            q = self.expr(n.query, n)
+            q = fused.get("q") or self.expr(n.query, n)
         self.role = ""
         G = len(info.groups)
         if q is not None and n.score.fn in ("multiplicative", "scaled_multiplicative", "similarity"):
@@ -736,6 +739,8 @@ class Generator:
             call += f", affinity={code}"
         if self.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
             call += ", start=t"  # p = t: this step's position (eq. 27)
+        if self.fast_path(n, self.dot_form(n)):
+            call += ", need_weights=return_attention"  # otherwise a fast path skips the weights
         call += ")"
         shape = self.cm.shapes[n.id]
         lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
@@ -793,6 +798,41 @@ class Generator:
             self.fwd.append(f"features[{key}] = pool({v.name}, {vm}, \"mean\")  # f: the mean feature vector")
         self.attn_names.append(n.id)
 
+    def fused_projections(self, n: ir.Attention) -> dict[str, Var]:
+        """Queries, keys and values that are projections of one feature (self-attention:
+        W_Q F, W_K F, W_V F, eq. 1 and 35) come from one stacked matmul: a single
+        nn.Linear whose output is split, so the feature is read once."""
+        if self.step is not None:
+            return {}  # a decoder step projects one position of the query only
+        roles = {"q": n.query if n.query is not None and not n.capsules else None, "k": n.keys,
+                 "v": n.values if n.values != n.keys else None}
+        by_source: dict[str, list[str]] = {}
+        for r, e in roles.items():
+            if isinstance(e, ir.Op) and e.fn == "project" and isinstance(e.args[0], ir.Ref):
+                by_source.setdefault(e.args[0].node, []).append(r)
+        out: dict[str, Var] = {}
+        for source, rs in by_source.items():
+            if len(rs) < 2:
+                continue
+            x = self.ref(source)
+            dims = [self.p(roles[r], "d") if roles[r].param("d") is not None else x.dim for r in rs]
+            width = str(dims[0]) if len(rs) == 1 else " + ".join(f"{d}" for d in dims)
+            if len({str(d) for d in dims}) == 1:
+                width = f"{len(rs)} * {dims[0]}" if dims[0].terms else str(dims[0].times(len(rs)))
+            eqs = {"q": "W_Q", "k": "W_K", "v": "W_V"}
+            mod = self.module(n, "".join(rs) + "_proj", f"nn.Linear({x.dim}, {width}, bias=False)",
+                              f"{', '.join(eqs[r] for r in rs)} stacked: one matmul (eq. 1, 35)")
+            want = self.want(n)
+            names = [self.locals.new(f"{want}_{r}") for r in rs]
+            split = f"chunk({len(rs)}, -1)" if len({str(d) for d in dims}) == 1 else \
+                f"split([{', '.join(str(d) for d in dims)}], -1)"
+            shapes = [checks.Shape(x.shape.axes, roles[r].param("d") or x.shape.dim) for r in rs]
+            self.fwd.append(f"{', '.join(names)} = {mod}({x.name}).{split}  # "
+                            f"{self.shape_comment(shapes[0])} each")
+            for r, name, d, sh in zip(rs, names, dims, shapes):
+                out[r] = Var(name, sh, x.mask, d, x.mask_code)
+        return out
+
     def describe(self, n: ir.Attention, info) -> str:
         bits = [n.score.fn.replace("_", " ") + " score", n.align.fn + " alignment", *n.traits()]
         if info.groups:
@@ -847,6 +887,14 @@ class Generator:
             self.helpers.add("sparsemax")
         if n.align.fn == "entmax":
             self.helpers.add("entmax15")
+        dot = self.dot_form(n)
+        fast = self.fast_path(n, dot)
+        if fast == "band":
+            self.helpers.add("local_band")
+        elif fast == "gather":
+            self.helpers.add("local_gather")
+        if n.score.fn == "additive" and query != "none" and not n.affinity:
+            self.helpers.add("additive_score")
 
         cut = doc.index("")
         a = SimpleNamespace(
@@ -855,13 +903,43 @@ class Generator:
             query_note="no query: self-attentive (eq. 33)", split=split, heads=n.heads,
             multi=n.dimensionality == "multi", capsules=n.capsules, mask=n.mask,
             mask_expr=mask_expr, penalty=n.penalty, affinity=bool(n.affinity), score=n.score,
-            align=n.align, lq=lq, init_args=init_args,
-            act=lambda x, act=n.score.act: ACT[act].format(x))
+            align=n.align, lq=lq, init_args=init_args, dot=dot, fast=fast,
+            act=lambda x, act=n.score.act: ACT[act].format(x), act_fn=ACT_FN[n.score.act])
         src = self.env.get_template("attention.py.j2").render(a=a)
         src = re.sub(r"\n{3,}", "\n\n", src)
         self.classes[name] = src.rstrip() + "\n"
         self.class_key[key] = name
         return name
+
+    @staticmethod
+    def dot_form(n: ir.Attention) -> SimpleNamespace | None:
+        """Scores that are a dot product of (transformed) q and k, e = q'^T k' * scale: the
+        ones a fused attention kernel can compute."""
+        if n.query is None and not n.capsules or n.affinity or n.dimensionality == "multi":
+            return None
+        fn = n.score.fn
+        if fn == "scaled_multiplicative":
+            return SimpleNamespace(scale=" / math.sqrt(k.shape[-1])", sdpa_scale="",
+                                   scale_value="k.shape[-1] ** -0.5", what="q^T k_l / sqrt(d_k)")
+        what = {"multiplicative": "q^T k_l (Table II, multiplicative)", "general": "k_l^T W q",
+                "biased_general": "k_l^T (W q + b)"}.get(fn)
+        if fn == "similarity" and n.score.similarity != "l2":
+            what = "cos(q, k_l) (Table II, similarity)"
+        if what is None:
+            return None
+        return SimpleNamespace(scale="", sdpa_scale=", scale=1.0", scale_value="1.0", what=what)
+
+    @staticmethod
+    def fast_path(n: ir.Attention, dot) -> str | None:
+        """Which fast path the module takes when nobody asks for its weights: "sdpa" (a fused
+        kernel), "band" or "gather" (local attention in O(L D)), or None."""
+        if dot is None or n.penalty is not None:
+            return None
+        if n.align.fn in ("global", "reinforced"):
+            return "sdpa"
+        if n.align.fn == "local" and n.mask == "none":
+            return "band" if n.align.position == "monotonic" else "gather"
+        return None
 
     @staticmethod
     def class_name(n: ir.Attention) -> str:
@@ -1186,7 +1264,8 @@ class Generator:
                 self.fwd.append(f"{steps}.setdefault({node_id!r}, []).append({self.vars[node_id].name})")
         for key, a, wshape, nd in self.step["weights"]:
             w = a if wshape.startswith("B, ") else f"{a}.view({wshape})"
-            self.fwd.append(f"{steps}.setdefault({self.step_key('weights', key)}, []).append({w})")
+            self.fwd.append("if return_attention:")
+            self.fwd.append(f"    {steps}.setdefault({self.step_key('weights', key)}, []).append({w})")
         for key, ex, _ in self.step["logp"]:
             self.fwd.append(f"{steps}.setdefault({self.step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
         body = self.fwd
