@@ -3,7 +3,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp-install
 
-.PHONY: venv install graphviz test demo clean
+.PHONY: venv install graphviz test demo bench clean
 
 venv: $(BIN)/python
 
@@ -54,6 +54,10 @@ demo: install
 	@echo "  diagrams/*.svg   a diagram of every model"
 	@echo "  site/index.html  Table III with every cell linked to its rationale, diagrams,"
 	@echo "                   attention heatmaps and the generated code"
+
+# Generated code against PyTorch baselines measured in the same run (see README).
+bench: install
+	$(BIN)/python -m benchmarks --quick --json bench.json --plot bench_local_scaling.png
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info
