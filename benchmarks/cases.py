@@ -16,7 +16,7 @@ from torch import nn
 
 from taxcompile import generate, pipeline, run
 
-from .harness import alternate, gemm_gflops, median_time, peak_bytes
+from .harness import alternate, median_time, peak_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = Path(__file__).resolve().parent / "specs"

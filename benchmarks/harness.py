@@ -15,7 +15,6 @@ import sys
 import time
 from typing import Callable
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 
@@ -70,9 +69,3 @@ def peak_bytes(fn: Callable[[], object]) -> int:
         total += nbytes
         peak = max(peak, total)
     return peak
-
-
-def gemm_gflops(n: int, repeats: int) -> float:
-    """GFLOP/s of a dense n x n float32 matmul: the machine's practical peak."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    return 2 * n ** 3 / median_time(lambda: a @ b, repeats) / 1e9

@@ -93,7 +93,8 @@ def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
     Returns c: (N, H, Lq, d_v).
     """
     N, H, Lq, _ = q.shape
-    Lk, D = k.shape[2], window
+    Lk = k.shape[2]
+    D = min(window, max(Lk - 1 - start, start + Lq - 1, 0))  # a wider window reaches no more keys
     Bq = min(Lq, max(D, 32))  # queries per block
     nb = -(-Lq // Bq)  # blocks
     W = Bq + 2 * D  # keys per slab

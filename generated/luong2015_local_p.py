@@ -88,10 +88,11 @@ def local_gather(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: to
     |l - p| <= D, so time and memory grow as O(Lq D d). Same numbers as the explicit path.
 
     q: (N, H, Lq, d); k: (N, H, Lk, d); v: (N, H, Lk, d_v); key_mask: (N, Lk) bool, True = attend;
-    pos: (N, Lq). Returns c: (N, H, Lq, d_v).
+    pos: (N, Lq), each in [0, Lk]. Returns c: (N, H, Lq, d_v).
     """
     N, H, Lq, _ = q.shape
-    Lk, D = k.shape[2], window
+    Lk = k.shape[2]
+    D = min(window, Lk)  # p lies in [0, Lk] (eq. 28), so a wider window reaches no more keys
     l = torch.ceil(pos.detach() - D).long().unsqueeze(-1) + torch.arange(2 * D + 1, device=q.device)  # (N, Lq, 2D + 1)
     dist = l.to(pos.dtype) - pos.unsqueeze(-1)  # (N, Lq, 2D + 1): l - p
     keep = (dist.abs() <= D) & (l >= 0) & (l < Lk)

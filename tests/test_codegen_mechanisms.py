@@ -14,18 +14,14 @@ compares in float32 within 1e-5. Differentiable mechanisms are also put through
 from __future__ import annotations
 
 import copy
-import importlib.util
-import itertools
 import math
-import sys
-import textwrap
 
 import pytest
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from taxcompile import generate, pipeline  # noqa: E402
+from torch_support import inline_builder  # noqa: E402
 
 ATOL = 1e-5
 DT = torch.float64
@@ -38,36 +34,13 @@ paper mech {
 }
 """
 
-_ids = itertools.count()
-
-
 # ---- compiling and loading ----------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def gen(tmp_path_factory):
     """gen(body, model=None) -> the imported generated module of one model of the spec."""
-    root = tmp_path_factory.mktemp("generated")
-    cache: dict = {}
-
-    def build(body: str, model: str | None = None):
-        key = (body, model)
-        if key not in cache:
-            text = HEADER + textwrap.dedent(body)
-            cs = pipeline.load_text(text, "t.attn")
-            cm = cs.models[0] if model is None else next(m for m in cs.models if m.model.name == model)
-            src = generate.generate(cs, cm, "t.attn")
-            name = f"_taxcompile_mech_{next(_ids)}"
-            path = root / f"{name}.py"
-            path.write_text(src, encoding="utf-8")
-            spec = importlib.util.spec_from_file_location(name, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod  # the file defines dataclasses
-            spec.loader.exec_module(mod)
-            cache[key] = mod
-        return cache[key]
-
-    return build
+    return inline_builder(tmp_path_factory.mktemp("generated"), HEADER, "_taxcompile_mech")
 
 
 def randomize(module: nn.Module, seed: int = 0, scale: float = 0.5) -> None:

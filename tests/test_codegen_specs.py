@@ -16,7 +16,6 @@ full-size forward pass of a cheap spec.
 from __future__ import annotations
 
 import ast
-import contextlib
 import copy
 import dataclasses
 import importlib.util
@@ -36,6 +35,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from taxcompile import generate, ir, pipeline  # noqa: E402
+from torch_support import fast_cpu  # noqa: E402
 
 # cnn(kernel = 2) with padding="same" (Lu et al.'s phrase features): torch warns, harmlessly
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
@@ -194,22 +194,6 @@ def bump_zero_gates(model) -> None:
         for p in model.parameters():
             if p.dim() == 0 and p.item() == 0:
                 p.fill_(0.5)
-
-
-@contextlib.contextmanager
-def fast_cpu():
-    """Subnormal floats make some training steps of the deeper models 100x slower on CPU:
-    flush them to zero, on one thread (the flag is per thread; these models are too small
-    to gain from more)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    supported = torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        if supported:
-            torch.set_flush_denormal(False)
-        torch.set_num_threads(threads)
 
 
 def source_inputs(m: ir.Model, ids, seen=None) -> set[str]:

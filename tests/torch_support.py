@@ -1,0 +1,56 @@
+"""Helpers shared by the tests of generated PyTorch code (imported only by tests that
+have already skipped when torch is missing)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import itertools
+import sys
+import textwrap
+
+import torch
+
+from taxcompile import generate, pipeline
+
+_ids = itertools.count()
+
+
+@contextlib.contextmanager
+def fast_cpu():
+    """Subnormal floats make some training steps of the deeper models 100x slower on CPU:
+    flush them to zero, on one thread (the flag is per thread; these test sizes are too
+    small to gain from more, and on a busy machine a second thread makes each op wait)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    supported = torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        if supported:
+            torch.set_flush_denormal(False)
+        torch.set_num_threads(threads)
+
+
+def inline_builder(root, header: str, prefix: str):
+    """build(body, model=None) -> the imported generated module of one model of the spec
+    `header + body`, compiled once per body into `root`."""
+    cache: dict = {}
+
+    def build(body: str, model: str | None = None):
+        key = (body, model)
+        if key not in cache:
+            cs = pipeline.load_text(header + textwrap.dedent(body), "t.attn")
+            cm = cs.models[0] if model is None else next(m for m in cs.models if m.model.name == model)
+            src = generate.generate(cs, cm, "t.attn")
+            name = f"{prefix}_{next(_ids)}"
+            path = root / f"{name}.py"
+            path.write_text(src, encoding="utf-8")
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod  # the file defines dataclasses
+            spec.loader.exec_module(mod)
+            cache[key] = mod
+        return cache[key]
+
+    return build
