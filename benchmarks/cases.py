@@ -204,7 +204,8 @@ def local(s: Settings) -> list[dict]:
     big_local, big_full, small_local = _local_step(loc, hi), _local_step(full, hi), _local_step(loc, lo)
     return [
         row("local_scaling", f"local attention (D=64), L={hi}, forward + backward",
-            f"the same at L={lo}", times[hi][0], times[lo][0], scale, "<= 10", scale <= 10, peak_bytes(big_local), peak_bytes(small_local),
+            f"the same at L={lo}", times[hi][0], times[lo][0], scale, "<= 10", scale <= 10,
+            peak_bytes(big_local), peak_bytes(small_local),
             curve={str(L): {"local_s": t[0], "global_s": t[1]} for L, t in times.items()}),
         row("local_vs_global", f"local attention (D=64), L={hi}, forward + backward",
             f"global attention (fused SDPA), L={hi}", times[hi][0], times[hi][1], vs, "<= 0.2",

@@ -166,19 +166,23 @@ class CausalMultiHeadScaledMultiplicativeAttention(nn.Module):
         q = q.view(N, Lq, H, -1).transpose(1, 2)  # (N, H, Lq, d_q / H): q^(j) (eq. 38)
         k = k.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
         v = v.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_v / H): V^(j)
-        keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril()  # (Lq, Lk): causal mask
-        keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
-        keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
         if need_weights:
+            keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril()  # (Lq, Lk): causal mask
+            keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+            keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
             e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
-            c = F.scaled_dot_product_attention(q, k, v, attn_mask=None if key_mask is None else keep,
-                                               is_causal=key_mask is None)  # (N, H, Lq, d_v / H)
-            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
-                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
+            if key_mask is None:  # the kernel applies the causal mask itself
+                c = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (N, H, Lq, d_v / H)
+            else:
+                keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril()  # (Lq, Lk): causal mask
+                keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+                keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
+                c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (N, H, Lq, d_v / H)
+                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)  # no key left: c = 0, as masked_softmax gives
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         c = self.out(c)  # (N, Lq, d_v): c = W_O concat(c^(1), ..., c^(H)) (eq. 40)
         return c, a, extras

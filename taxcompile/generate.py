@@ -816,16 +816,16 @@ class Generator:
                 continue
             x = self.ref(source)
             dims = [self.p(roles[r], "d") if roles[r].param("d") is not None else x.dim for r in rs]
-            width = str(dims[0]) if len(rs) == 1 else " + ".join(f"{d}" for d in dims)
             if len({str(d) for d in dims}) == 1:
-                width = f"{len(rs)} * {dims[0]}" if dims[0].terms else str(dims[0].times(len(rs)))
+                width, split = str(dims[0].times(len(rs))), f"chunk({len(rs)}, -1)"
+            else:
+                width = " + ".join(str(d) for d in dims)
+                split = f"split([{', '.join(str(d) for d in dims)}], -1)"
             eqs = {"q": "W_Q", "k": "W_K", "v": "W_V"}
             mod = self.module(n, "".join(rs) + "_proj", f"nn.Linear({x.dim}, {width}, bias=False)",
                               f"{', '.join(eqs[r] for r in rs)} stacked: one matmul (eq. 1, 35)")
             want = self.want(n)
             names = [self.locals.new(f"{want}_{r}") for r in rs]
-            split = f"chunk({len(rs)}, -1)" if len({str(d) for d in dims}) == 1 else \
-                f"split([{', '.join(str(d) for d in dims)}], -1)"
             shapes = [checks.Shape(x.shape.axes, roles[r].param("d") or x.shape.dim) for r in rs]
             self.fwd.append(f"{', '.join(names)} = {mod}({x.name}).{split}  # "
                             f"{self.shape_comment(shapes[0])} each")
