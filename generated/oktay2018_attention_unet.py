@@ -60,59 +60,81 @@ class Output:
     features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
 
 
-class AdditiveScore(torch.autograd.Function):
-    """e_ij = w^T act(wq_i + wk_j) (eq. 6, 31) for every query i and key j without holding the
-    (N, H, Lq, Lk, d_w) tensor: queries go in blocks of about 2^20 elements, and backward
-    recomputes each block instead of saving it. Peak memory is one block, not B Lq Lk d_w.
+def additive_context(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act, v: torch.Tensor,
+                     keep: torch.Tensor | None) -> torch.Tensor:
+    """Multi-dimensional additive attention (eq. 30-32) without its weights: per block of
+    queries the scores (N, H, n, Lk, d_e), their softmax over the keys per feature and the
+    context, recomputed in backward, so neither act(...) nor the weights are held whole.
 
-    wq: (N, H, Lq, d_w); wk: (N, H, Lk, d_w), the bias added; w: (H, d_w) or (H, d_w, d_e).
-    Returns e: (N, H, Lq, Lk) or (N, H, Lq, Lk, d_e).
+    v: (N, H, Lk, d_e); keep: (N | 1, 1, Lq | 1, Lk, 1) bool or None. Returns c: (N, H, Lq, d_e).
     """
+    def rows(keep, wq, wk, w, v):
+        a = masked_softmax(additive_block(wq, wk, w, act), keep, dim=3)  # (N, H, n, Lk, d_e)
+        return (a * v.unsqueeze(2)).sum(3)  # c = sum_l a_l ∘ v_l (eq. 30)
+
+    if torch.compiler.is_compiling():
+        return rows(keep, wq, wk, w, v)
+    return QueryBlocks.apply(rows, keep, wq, wk, w, v)
+
+
+class QueryBlocks(torch.autograd.Function):
+    """out = fn(keep, q, *xs), computed over blocks of queries (axis 2 of q and of keep) of
+    about BLOCK elements each. Nothing fn builds is saved: backward recomputes one block at a
+    time, so peak memory is one block's, never the whole (N, H, Lq, Lk, d_w) tensor."""
 
     BLOCK = 1 << 20
 
     @staticmethod
-    def rows(wq: torch.Tensor, wk: torch.Tensor) -> int:
-        N, H, _, d_w = wq.shape
-        return max(1, AdditiveScore.BLOCK // (N * H * wk.shape[2] * d_w))
+    def rows(q: torch.Tensor, k: torch.Tensor) -> int:
+        """Queries per block, for q: (N, H, Lq, d_w) against k: (N, H, Lk, d_w)."""
+        N, H, _, d_w = q.shape
+        return max(1, QueryBlocks.BLOCK // (N * H * k.shape[2] * d_w))
 
     @staticmethod
-    def block(wq, wk, w, act):
-        h = wq.unsqueeze(3) + wk.unsqueeze(2)  # (N, H, n, Lk, d_w): one block of queries
-        h = h if act is None else act(h)
-        return torch.einsum("nhqkw,hw->nhqk" if w.dim() == 2 else "nhqkw,hwe->nhqke", h, w)
+    def part(keep, i: int, n: int):
+        return keep if keep is None or keep.shape[2] == 1 else keep[:, :, i:i + n]
 
     @staticmethod
-    def forward(ctx, wq, wk, w, act):
-        ctx.save_for_backward(wq, wk, w)
-        ctx.act = act
-        n = AdditiveScore.rows(wq, wk)
-        return torch.cat([AdditiveScore.block(wq[:, :, i:i + n], wk, w, act)
-                          for i in range(0, wq.shape[2], n)], 2)
+    def forward(ctx, fn, keep, q, *xs):
+        n = QueryBlocks.rows(q, xs[0])
+        ctx.fn, ctx.n = fn, n
+        ctx.save_for_backward(keep, q, *xs)
+        return torch.cat([fn(QueryBlocks.part(keep, i, n), q[:, :, i:i + n], *xs)
+                          for i in range(0, q.shape[2], n)], 2)
 
     @staticmethod
     def backward(ctx, g):
-        wq, wk, w = ctx.saved_tensors
-        n = AdditiveScore.rows(wq, wk)
-        wk_, w_ = wk.detach().requires_grad_(), w.detach().requires_grad_()
-        gq, gk, gw = [], torch.zeros_like(wk), torch.zeros_like(w)
-        for i in range(0, wq.shape[2], n):
+        keep, q, *xs = ctx.saved_tensors
+        xs = [x.detach().requires_grad_() for x in xs]
+        gq, gxs = [], [torch.zeros_like(x) for x in xs]
+        for i in range(0, q.shape[2], ctx.n):
             with torch.enable_grad():  # recompute this block, then differentiate it
-                wq_ = wq[:, :, i:i + n].detach().requires_grad_()
-                e = AdditiveScore.block(wq_, wk_, w_, ctx.act)
-                dq, dk, dw = torch.autograd.grad(e, (wq_, wk_, w_), g[:, :, i:i + n])
-            gq.append(dq)
-            gk += dk
-            gw += dw
-        return torch.cat(gq, 2), gk, gw, None
+                qi = q[:, :, i:i + ctx.n].detach().requires_grad_()
+                out = ctx.fn(QueryBlocks.part(keep, i, ctx.n), qi, *xs)
+                d = torch.autograd.grad(out, (qi, *xs), g[:, :, i:i + ctx.n])
+            gq.append(d[0])
+            for acc, di in zip(gxs, d[1:]):
+                acc += di
+        return (None, None, torch.cat(gq, 2), *gxs)
+
+
+def additive_block(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> torch.Tensor:
+    """e = w^T act(wq_i + wk_j) (eq. 6, 31) for a block of queries: (N, H, n, Lk[, d_e])."""
+    h = wq.unsqueeze(3) + wk.unsqueeze(2)  # (N, H, n, Lk, d_w)
+    h = h if act is None else act(h)
+    return torch.einsum("nhqkw,hw->nhqk" if w.dim() == 2 else "nhqkw,hwe->nhqke", h, w)
 
 
 def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> torch.Tensor:
-    """AdditiveScore in eager mode; under torch.compile the broadcast form, which the compiler
-    fuses into one kernel (it never writes the (N, H, Lq, Lk, d_w) tensor either)."""
+    """e = w^T act(wq_i + wk_j) for every query i and key j without holding act(...) whole.
+
+    wq: (N, H, Lq, d_w); wk: (N, H, Lk, d_w), the bias added; w: (H, d_w) or (H, d_w, d_e).
+    Returns e: (N, H, Lq, Lk) or (N, H, Lq, Lk, d_e). Under torch.compile the plain broadcast
+    form, which the compiler fuses (it does not write the (N, H, Lq, Lk, d_w) tensor either).
+    """
     if torch.compiler.is_compiling():
-        return AdditiveScore.block(wq, wk, w, act)
-    return AdditiveScore.apply(wq, wk, w, act)
+        return additive_block(wq, wk, w, act)
+    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
@@ -161,7 +183,7 @@ class MultiDimAdditiveAttention(nn.Module):
         self.b = nn.Parameter(torch.zeros(heads, d_w))
         self.w = nn.Parameter(torch.randn(heads, d_w, d_v // heads) * d_w ** -0.5)  # W_d (eq. 31)
 
-    def forward(self, q, k, v, key_mask=None):
+    def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -171,12 +193,16 @@ class MultiDimAdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
-        e = additive_score(wq, wk, self.w, F.relu)  # (N, H, Lq, Lk, d_v / H)
         keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         keep = None if keep is None else keep.unsqueeze(-1)  # (N, 1, Lq, Lk, 1): per feature (eq. 32)
-        a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
-        c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
+        if need_weights:
+            # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+            e = additive_score(wq, wk, self.w, F.relu)  # (N, H, Lq, Lk, d_v / H)
+            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
+            c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
+        else:  # fast path: the weights are never materialised
+            a = None
+            c = additive_context(wq, wk, self.w, F.relu, v, keep)  # (N, H, Lq, d_v / H): blockwise
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -226,19 +252,19 @@ class Model(nn.Module):
         y_8 = self.b_conv2(F.relu(y_7).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 128): convolve over positions
         b = F.relu(y_8)  # (B, H*W, 128): feature `b`
         # attention `gate3`: additive score, global alignment, multi-dimensional
-        gate3, gate3_a, _ = self.gate3(b, x3, x3, None)  # (B, H*W, 64)
+        gate3, gate3_a, _ = self.gate3(b, x3, x3, None, need_weights=return_attention)  # (B, H*W, 64)
         if return_attention:
             attn['gate3'] = gate3_a  # (B, H, H*W, H*W, d_v / H)
         y_9 = self.d3_conv(torch.cat([gate3, F.interpolate(b.movedim(-1, 1), size=x3.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 64): convolve over positions
         d3 = F.relu(y_9)  # (B, H*W, 64): feature `d3`
         # attention `gate2`: additive score, global alignment, multi-dimensional
-        gate2, gate2_a, _ = self.gate2(d3, x2, x2, None)  # (B, H*W, 32)
+        gate2, gate2_a, _ = self.gate2(d3, x2, x2, None, need_weights=return_attention)  # (B, H*W, 32)
         if return_attention:
             attn['gate2'] = gate2_a  # (B, H, H*W, H*W, d_v / H)
         y_10 = self.d2_conv(torch.cat([gate2, F.interpolate(d3.movedim(-1, 1), size=x2.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 32): convolve over positions
         d2 = F.relu(y_10)  # (B, H*W, 32): feature `d2`
         # attention `gate1`: additive score, global alignment, multi-dimensional
-        gate1, gate1_a, _ = self.gate1(d2, x1, x1, None)  # (B, H*W, 16)
+        gate1, gate1_a, _ = self.gate1(d2, x1, x1, None, need_weights=return_attention)  # (B, H*W, 16)
         if return_attention:
             attn['gate1'] = gate1_a  # (B, H, H*W, H*W, d_v / H)
         y_11 = self.d1_conv(torch.cat([gate1, F.interpolate(d2.movedim(-1, 1), size=x1.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 16): convolve over positions

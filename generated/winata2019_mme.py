@@ -58,59 +58,64 @@ class Output:
     features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
 
 
-class AdditiveScore(torch.autograd.Function):
-    """e_ij = w^T act(wq_i + wk_j) (eq. 6, 31) for every query i and key j without holding the
-    (N, H, Lq, Lk, d_w) tensor: queries go in blocks of about 2^20 elements, and backward
-    recomputes each block instead of saving it. Peak memory is one block, not B Lq Lk d_w.
-
-    wq: (N, H, Lq, d_w); wk: (N, H, Lk, d_w), the bias added; w: (H, d_w) or (H, d_w, d_e).
-    Returns e: (N, H, Lq, Lk) or (N, H, Lq, Lk, d_e).
-    """
+class QueryBlocks(torch.autograd.Function):
+    """out = fn(keep, q, *xs), computed over blocks of queries (axis 2 of q and of keep) of
+    about BLOCK elements each. Nothing fn builds is saved: backward recomputes one block at a
+    time, so peak memory is one block's, never the whole (N, H, Lq, Lk, d_w) tensor."""
 
     BLOCK = 1 << 20
 
     @staticmethod
-    def rows(wq: torch.Tensor, wk: torch.Tensor) -> int:
-        N, H, _, d_w = wq.shape
-        return max(1, AdditiveScore.BLOCK // (N * H * wk.shape[2] * d_w))
+    def rows(q: torch.Tensor, k: torch.Tensor) -> int:
+        """Queries per block, for q: (N, H, Lq, d_w) against k: (N, H, Lk, d_w)."""
+        N, H, _, d_w = q.shape
+        return max(1, QueryBlocks.BLOCK // (N * H * k.shape[2] * d_w))
 
     @staticmethod
-    def block(wq, wk, w, act):
-        h = wq.unsqueeze(3) + wk.unsqueeze(2)  # (N, H, n, Lk, d_w): one block of queries
-        h = h if act is None else act(h)
-        return torch.einsum("nhqkw,hw->nhqk" if w.dim() == 2 else "nhqkw,hwe->nhqke", h, w)
+    def part(keep, i: int, n: int):
+        return keep if keep is None or keep.shape[2] == 1 else keep[:, :, i:i + n]
 
     @staticmethod
-    def forward(ctx, wq, wk, w, act):
-        ctx.save_for_backward(wq, wk, w)
-        ctx.act = act
-        n = AdditiveScore.rows(wq, wk)
-        return torch.cat([AdditiveScore.block(wq[:, :, i:i + n], wk, w, act)
-                          for i in range(0, wq.shape[2], n)], 2)
+    def forward(ctx, fn, keep, q, *xs):
+        n = QueryBlocks.rows(q, xs[0])
+        ctx.fn, ctx.n = fn, n
+        ctx.save_for_backward(keep, q, *xs)
+        return torch.cat([fn(QueryBlocks.part(keep, i, n), q[:, :, i:i + n], *xs)
+                          for i in range(0, q.shape[2], n)], 2)
 
     @staticmethod
     def backward(ctx, g):
-        wq, wk, w = ctx.saved_tensors
-        n = AdditiveScore.rows(wq, wk)
-        wk_, w_ = wk.detach().requires_grad_(), w.detach().requires_grad_()
-        gq, gk, gw = [], torch.zeros_like(wk), torch.zeros_like(w)
-        for i in range(0, wq.shape[2], n):
+        keep, q, *xs = ctx.saved_tensors
+        xs = [x.detach().requires_grad_() for x in xs]
+        gq, gxs = [], [torch.zeros_like(x) for x in xs]
+        for i in range(0, q.shape[2], ctx.n):
             with torch.enable_grad():  # recompute this block, then differentiate it
-                wq_ = wq[:, :, i:i + n].detach().requires_grad_()
-                e = AdditiveScore.block(wq_, wk_, w_, ctx.act)
-                dq, dk, dw = torch.autograd.grad(e, (wq_, wk_, w_), g[:, :, i:i + n])
-            gq.append(dq)
-            gk += dk
-            gw += dw
-        return torch.cat(gq, 2), gk, gw, None
+                qi = q[:, :, i:i + ctx.n].detach().requires_grad_()
+                out = ctx.fn(QueryBlocks.part(keep, i, ctx.n), qi, *xs)
+                d = torch.autograd.grad(out, (qi, *xs), g[:, :, i:i + ctx.n])
+            gq.append(d[0])
+            for acc, di in zip(gxs, d[1:]):
+                acc += di
+        return (None, None, torch.cat(gq, 2), *gxs)
+
+
+def additive_block(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> torch.Tensor:
+    """e = w^T act(wq_i + wk_j) (eq. 6, 31) for a block of queries: (N, H, n, Lk[, d_e])."""
+    h = wq.unsqueeze(3) + wk.unsqueeze(2)  # (N, H, n, Lk, d_w)
+    h = h if act is None else act(h)
+    return torch.einsum("nhqkw,hw->nhqk" if w.dim() == 2 else "nhqkw,hwe->nhqke", h, w)
 
 
 def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> torch.Tensor:
-    """AdditiveScore in eager mode; under torch.compile the broadcast form, which the compiler
-    fuses into one kernel (it never writes the (N, H, Lq, Lk, d_w) tensor either)."""
+    """e = w^T act(wq_i + wk_j) for every query i and key j without holding act(...) whole.
+
+    wq: (N, H, Lq, d_w); wk: (N, H, Lk, d_w), the bias added; w: (H, d_w) or (H, d_w, d_e).
+    Returns e: (N, H, Lq, Lk) or (N, H, Lq, Lk, d_e). Under torch.compile the plain broadcast
+    form, which the compiler fuses (it does not write the (N, H, Lq, Lk, d_w) tensor either).
+    """
     if torch.compiler.is_compiling():
-        return AdditiveScore.block(wq, wk, w, act)
-    return AdditiveScore.apply(wq, wk, w, act)
+        return additive_block(wq, wk, w, act)
+    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
@@ -179,9 +184,9 @@ class AdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
+        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
@@ -223,9 +228,9 @@ class MultiHeadAdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
+        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side

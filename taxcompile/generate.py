@@ -893,6 +893,8 @@ class Generator:
             self.helpers.add("local_band")
         elif fast == "gather":
             self.helpers.add("local_gather")
+        elif fast == "blocks":
+            self.helpers.add("additive_context")
         if n.score.fn == "additive" and query != "none" and not n.affinity:
             self.helpers.add("additive_score")
 
@@ -932,9 +934,14 @@ class Generator:
     @staticmethod
     def fast_path(n: ir.Attention, dot) -> str | None:
         """Which fast path the module takes when nobody asks for its weights: "sdpa" (a fused
-        kernel), "band" or "gather" (local attention in O(L D)), or None."""
-        if dot is None or n.penalty is not None:
+        kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
+        additive attention over blocks of queries), or None."""
+        if n.penalty is not None:
             return None
+        if dot is None:
+            additive_rows = n.score.fn == "additive" and n.dimensionality == "multi" and \
+                (n.query is not None or n.capsules) and not n.affinity
+            return "blocks" if additive_rows and n.align.fn == "global" else None
         if n.align.fn in ("global", "reinforced"):
             return "sdpa"
         if n.align.fn == "local" and n.mask == "none":

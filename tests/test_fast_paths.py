@@ -9,7 +9,7 @@ A generated module called with ``need_weights=False`` (what ``Model`` does unles
   query with no key left must still get c = 0, as ``masked_softmax`` gives;
 - "band": local alignment at p = start + i (eq. 27) through ``local_band``, block by block;
 - "gather": local alignment at predicted positions (eq. 28) through ``local_gather``;
-- additive scores with a query go through ``AdditiveScore`` (blocks of queries, recomputed in
+- additive scores with a query go through ``additive_score`` (``QueryBlocks``: blocks of queries, recomputed in
   backward) whether or not the weights are asked for;
 - self-attention over ``project(x)`` uses one stacked ``nn.Linear`` for W_Q, W_K, W_V.
 
@@ -18,7 +18,7 @@ A generated module called with ``need_weights=False`` (what ``Model`` does unles
    example that has no key;
 2. local band and gather: block edges, D wider than the sequences, decoder steps (Lq = 1,
    start = t), positions on and between the grid and outside the keys;
-3. AdditiveScore against the broadcast formula with small blocks, and its peak allocation;
+3. additive_score against the broadcast formula with small blocks, and its peak allocation;
 4. every committed generated/*.py model at Config.tiny(): return_attention=False vs True;
 5. the stacked projections against separate matmuls with the weight's row slices (an
    independent multi-head Transformer for generated/vaswani2017_transformer.py).
@@ -481,7 +481,7 @@ def test_local_gather_at_chosen_positions(gen, D, sigma):
     close(got.double(), local_ref(q, k, v, key_mask, p, D, 0.7, sigma).detach())
 
 
-# ---- 3. AdditiveScore: blocks of queries, recomputed in backward -----------------------------
+# ---- 3. additive_score: blocks of queries, recomputed in backward -----------------------------
 
 ACTS = {"tanh": torch.tanh, "relu": F.relu, "sigmoid": torch.sigmoid, "gelu": F.gelu,
         "elu": F.elu, "none": None}
@@ -523,10 +523,10 @@ BLOCKS = [(1, 1), (180, 3), (240, 4), (1 << 20, (1 << 20) // 60)]
 @pytest.mark.parametrize("block,rows", BLOCKS, ids=[f"block{b}" for b, _ in BLOCKS])
 @pytest.mark.parametrize("act", list(ACTS))
 def test_additive_score_matches_the_broadcast_formula(additive_mod, monkeypatch, act, block, rows, multi):
-    AS = additive_mod.AdditiveScore
+    AS = additive_mod.QueryBlocks
     monkeypatch.setattr(AS, "BLOCK", block)
-    blocks = Counter(AS.block)
-    monkeypatch.setattr(AS, "block", staticmethod(blocks))
+    blocks = Counter(additive_mod.additive_block)
+    monkeypatch.setattr(additive_mod, "additive_block", blocks)
     N, H, Lq, Lk, d_w = 2, 2, 7, 5, 3
     fn = ACTS[act]
     for dtype in (torch.float32, DT):
@@ -551,13 +551,14 @@ def test_additive_score_matches_the_broadcast_formula(additive_mod, monkeypatch,
 @pytest.mark.parametrize("act", ["tanh", "gelu", "elu"])
 def test_additive_score_gradcheck(additive_mod, monkeypatch, act):
     """The hand-written backward (recompute each block) against finite differences."""
-    AS = additive_mod.AdditiveScore
+    AS = additive_mod.QueryBlocks
     monkeypatch.setattr(AS, "BLOCK", 24)  # N H Lk d_w = 1 * 2 * 3 * 2 = 12: blocks of 2 queries
     for w_shape in ((2, 2), (2, 2, 3)):
         wq = randn(1, 2, 5, 2, seed=1, dtype=DT).requires_grad_()
         wk = randn(1, 2, 3, 2, seed=2, dtype=DT).requires_grad_()
         w = randn(*w_shape, seed=3, dtype=DT).requires_grad_()
-        assert torch.autograd.gradcheck(lambda a, b, c: AS.apply(a, b, c, ACTS[act]), (wq, wk, w))
+        assert torch.autograd.gradcheck(lambda a, b, c: additive_mod.additive_score(a, b, c, ACTS[act]),
+                                         (wq, wk, w))
 
 
 @pytest.mark.parametrize("act", list(ACTS))
@@ -566,7 +567,7 @@ def test_additive_modules_match_the_formula(gen, monkeypatch, act):
     without bias) with small blocks: their weights and contexts equal eq. 6 / 31 written out
     here with their parameters, and so do the gradients (float64)."""
     mod = gen(ADDITIVE_SPEC.format(act=act))
-    monkeypatch.setattr(mod.AdditiveScore, "BLOCK", 100)
+    monkeypatch.setattr(mod.QueryBlocks, "BLOCK", 100)
     model = randomize(mod.Model(mod.Config()), seed=2)
     fn = ACTS[act]
     q, k = randn(3, 7, 6, seed=1), randn(3, 5, 8, seed=2)
@@ -598,6 +599,17 @@ def test_additive_modules_match_the_formula(gen, monkeypatch, act):
                 rc = rc @ P["out.weight"].T + P["out.bias"]
             close(a, ra, what=f"{name} weights")
             close(c, rc, what=f"{name} context")
+            if name == "multi":  # the weights-free path: additive_context
+                fast, none, _ = a64(qs, ks, ks, key_mask, need_weights=False)
+                assert none is None
+                close(fast, rc, what=f"{name} context, fast path")
+                if dtype == DT:
+                    r = randn(*c.shape, seed=5, dtype=DT)
+                    ts = [qs, ks, *P.values()]
+                    got = torch.autograd.grad((fast * r).sum(), ts)
+                    want = torch.autograd.grad((rc * r).sum(), ts, retain_graph=True)
+                    for n, x, y in zip(["q", "k", *P], got, want):
+                        close(x, y, what=f"{name} fast path: gradient of {n}")
             if dtype == DT:
                 r = randn(*c.shape, seed=5, dtype=DT)
                 ts = [qs, ks, *P.values()]
@@ -633,7 +645,7 @@ def test_additive_score_never_allocates_the_whole_broadcast(additive_mod, monkey
     """Forward and backward with blocks of 4 queries of 64: no allocation comes near the
     (N, H, Lq, Lk, d_w) tensor (1 MiB), while the broadcast formula does allocate it (so the
     measurement can see it)."""
-    AS = additive_mod.AdditiveScore
+    AS = additive_mod.QueryBlocks
     N, H, Lq, Lk, d_w = 2, 2, 64, 64, 16
     full = N * H * Lq * Lk * d_w * 4
     monkeypatch.setattr(AS, "BLOCK", 1 << 14)
