@@ -6,9 +6,10 @@ Names here are resolved node ids: ``x``, ``x@2`` (second version of ``x`` after 
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict
 
 from .diagnostics import Location
 
@@ -172,18 +173,20 @@ AnyNode = Union[Input, Node, Attention]
 
 
 class Model(_Frozen):
-    _index: dict[str, "AnyNode"] | None = PrivateAttr(default=None)
-
     name: str
     base: str | None = None
     nodes: tuple[AnyNode, ...]
     consts: tuple[tuple[str, Scalar, str | None], ...] = ()  # the model's own `let`s
     loc: Location
 
+    @cached_property
+    def by_id(self) -> dict[str, AnyNode]:
+        """Nodes by id, built once (the model is frozen; a plain attribute lookup after
+        that, unlike a pydantic private attribute)."""
+        return {n.id: n for n in self.nodes}
+
     def node(self, node_id: str) -> AnyNode:
-        if self._index is None:  # built once: the model is frozen
-            self._index = {n.id: n for n in self.nodes}
-        return self._index[node_id]
+        return self.by_id[node_id]
 
     @property
     def attentions(self) -> tuple[Attention, ...]:
