@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 
 @dataclass
@@ -92,6 +93,8 @@ def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
     q: (N, H, Lq, d); k: (N, H, Lk, d); v: (N, H, Lk, d_v); key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, H, Lq, d_v).
     """
+    if flex_applies(q, sigma):
+        return local_flex(q, k, v, key_mask, lambda b, i: start + i, window, scale)
     N, H, Lq, _ = q.shape
     Lk = k.shape[2]
     D = min(window, max(Lk - 1 - start, start + Lq - 1, 0))  # a wider window reaches no more keys
@@ -112,6 +115,31 @@ def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
         a = a * torch.exp(-dist.to(a.dtype) ** 2 / (2 * sigma ** 2))  # favour positions near p (eq. 29)
     c = (a @ v).view(N, H, nb * Bq, -1)  # (N, H, nb Bq, d_v)
     return c[:, :, :Lq]
+
+
+def local_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
+               position, window: int, scale: float) -> torch.Tensor:
+    """Local alignment (eq. 27) through FlexAttention: a block mask keeps the keys within D of
+    each query's position p = position(b, i), so the compiled kernel skips the blocks outside
+    every window. Taken under torch.compile on CUDA, and on CPU for inference (FlexAttention
+    does not train on CPU), when there is no Gaussian factor (eq. 29 scales the weights after
+    the softmax, which a score modification cannot express).
+
+    q: (N, H, Lq, d); k: (N, H, Lk, d); v: (N, H, Lk, d_v). Returns c: (N, H, Lq, d_v).
+    """
+    N, H, Lq, _ = q.shape
+
+    def keep(b, h, i, l):
+        inside = (l - position(b, i)).abs() <= window
+        return inside if key_mask is None else inside & key_mask[b, l]
+
+    block = create_block_mask(keep, N, None, Lq, k.shape[2], device=q.device)
+    return flex_attention(q, k, v, block_mask=block, scale=scale)
+
+
+def flex_applies(q: torch.Tensor, sigma: float | None) -> bool:
+    """Whether local_flex may take over: compiled, no Gaussian, and CUDA or no gradient."""
+    return torch.compiler.is_compiling() and sigma is None and (q.is_cuda or not torch.is_grad_enabled())
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:

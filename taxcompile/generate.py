@@ -889,10 +889,8 @@ class Generator:
             self.helpers.add("entmax15")
         dot = self.dot_form(n)
         fast = self.fast_path(n, dot)
-        if fast == "band":
-            self.helpers.add("local_band")
-        elif fast == "gather":
-            self.helpers.add("local_gather")
+        if fast in ("band", "gather"):
+            self.helpers.update({f"local_{fast}", "local_flex"})
         elif fast == "blocks":
             self.helpers.add("additive_context")
         if n.score.fn == "additive" and query != "none" and not n.affinity:
@@ -1443,7 +1441,7 @@ class Generator:
                                         "generated from its .attn spec.", 88))
         src = self.env.get_template("model.py.j2").render(
             source=self.source, title=title, doc=doc, config=config, properties=props, tiny=tiny,
-            outputs=[o.id for o in outputs], helpers=helpers,
+            outputs=[o.id for o in outputs], helpers=helpers, helper_names=self.helpers,
             classes=[self.classes[c].rstrip() for c in self.classes], model_doc=model_doc,
             init=init, args=args, forward=fwd, examples=examples,
             capsule_loss=any(a.capsules for a in m.attentions),

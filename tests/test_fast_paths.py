@@ -883,3 +883,67 @@ def test_transformer_stacked_projections_match_separate_matmuls():
             # the reference is sensitive to which slice is which
             wrong = transformer_ref(mod, model, **inputs, swap_kv=True)
             assert (wrong - want).abs().max() > 1e-2
+
+
+# ---- FlexAttention under torch.compile --------------------------------------------------------
+
+FLEX_SPEC = """
+model m {{
+    input x: sequence[L, 32]
+    attention att {{ query = project(x)  features = x  score = scaled_multiplicative
+                    align = local(D = 5, position = {position}, gaussian = false)  heads = 2 }}
+    output o = identity(att)
+}}
+"""
+
+
+@pytest.mark.parametrize("position", ["monotonic", "predictive"])
+def test_compiled_local_attention_uses_flex_attention_for_inference(gen, position):
+    """Under torch.compile, CPU inference without a Gaussian goes through FlexAttention's
+    block mask (the traced graph holds flex_attention), with the explicit path's numbers,
+    padding masks included; with gradients on, the banded path is traced instead."""
+    mod = gen(FLEX_SPEC.format(position=position))
+    model = randomize(mod.Model(mod.Config()), seed=3).eval()
+    x = randn(2, 40, 32, seed=1)
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask[1, 29:] = False
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend=record, fullgraph=True)
+        for m in (mask, None):
+            with torch.no_grad():
+                want = model(x=x, x_mask=m, return_attention=True).output
+                got = compiled(x=x, x_mask=m).output
+            close(got, want, what=f"flex, mask={m is not None}")
+        assert graphs and all("flex_attention" in g for g in graphs)
+        graphs.clear()
+        compiled(x=x, x_mask=mask).output.sum().backward()  # training: the band, not flex
+        assert graphs and not any("flex_attention" in g for g in graphs)
+    finally:
+        torch._dynamo.reset()
+
+
+def test_compiled_local_attention_inductor_kernel():
+    """One real inductor compile of the FlexAttention path (CPU inference)."""
+    torch._dynamo.reset()
+    mod = load_module((ROOT / "generated" / "luong2015_local_m.py").read_text(encoding="utf-8"),
+                      "_taxcompile_fast_flex_helper")
+    q, k, v = (randn(2, 2, 50, 16, seed=s) for s in (1, 2, 3))
+    key_mask = torch.ones(2, 50, dtype=torch.bool)
+    key_mask[0, 41:] = False
+    flex = torch.compile(mod.local_band, fullgraph=True)
+    try:
+        with torch.no_grad():
+            got = flex(q, k, v, key_mask, 0, 4, 0.25, None)
+    finally:
+        torch._dynamo.reset()
+    dist = torch.arange(50) - torch.arange(50).unsqueeze(1)
+    keep = (dist.abs() <= 4) & key_mask[:, None, None, :]
+    want = masked_softmax_ref(q @ k.transpose(-1, -2) * 0.25, keep) @ v
+    close(got, want, what="inductor flex")
