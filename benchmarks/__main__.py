@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="PNG of the local-attention scaling case (default: %(default)s)")
     ap.add_argument("--only", action="append", help="run only these case functions")
     args = ap.parse_args(argv)
-    settings = cases.Settings(repeats=3 if args.quick else 9,
+    settings = cases.Settings(repeats=7 if args.quick else 15,
                               local_lengths=(1024, 2048, 4096, 8192))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
           f"{'quick' if args.quick else 'full'} run", flush=True)
