@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from taxcompile import generate, pipeline, run
+from taxcompile import codegen, pipeline, run
 
 from .harness import alternate, median_time, peak_bytes
 
@@ -32,7 +32,7 @@ def build(spec: str, model: str):
     """The generated module of one model of a benchmark spec."""
     cs = pipeline.load(SPECS / spec)
     cm = next(m for m in cs.models if m.model.name == model)
-    return run.load_module(generate.generate(cs, cm, f"benchmarks/specs/{spec}"), f"bench_{model}")
+    return run.load_module(codegen.generate(cs, cm, f"benchmarks/specs/{spec}"), f"bench_{model}")
 
 
 def row(case, candidate, baseline, c_s, b_s, ratio, target, met, c_peak=None, b_peak=None, **extra):
@@ -60,8 +60,8 @@ def _mha(B=8, L=512, d=512, h=8):
     base = nn.MultiheadAttention(d, h, batch_first=True)
     with torch.no_grad():  # the same weights (MHA's in-projection bias starts at 0)
         cand.self_qkv_proj.weight.copy_(base.in_proj_weight)
-        cand.self.out.weight.copy_(base.out_proj.weight)
-        cand.self.out.bias.copy_(base.out_proj.bias)
+        cand.self_attn.out.weight.copy_(base.out_proj.weight)
+        cand.self_attn.out.bias.copy_(base.out_proj.bias)
     x = torch.randn(B, L, d)
     with torch.no_grad():
         ref = base(x, x, x, need_weights=False)[0]

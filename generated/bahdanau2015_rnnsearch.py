@@ -48,11 +48,8 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `logits`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -112,11 +109,14 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     """
     if torch.compiler.is_compiling():
         return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
+    return QueryBlocks.apply(
+        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
+    )
 
 
-def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None) -> tuple[torch.Tensor, list]:
-    """One step of a stack of GRU or LSTM cells; returns the top layer's output and the new state."""
+def cell_step(cells: nn.ModuleList, x: torch.Tensor,
+              state: list | None) -> tuple[torch.Tensor, list]:
+    """One step of a stack of GRU or LSTM cells: the top layer's output and the new state."""
     new = []
     for i, cell in enumerate(cells):
         s = cell(x, None if state is None else state[i])
@@ -128,11 +128,14 @@ def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None) -> tupl
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -141,6 +144,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -161,23 +177,30 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class AdditiveAttention(nn.Module):
-    """Attention module `att`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft) alignment
+    (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -194,8 +217,8 @@ class AdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
@@ -207,7 +230,7 @@ class Model(nn.Module):
     """`rnnsearch`: inputs src (B, S), tgt (B, T).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -216,48 +239,59 @@ class Model(nn.Module):
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.h_bigru = nn.GRU(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.s_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
-        self.s_gru_cells = nn.ModuleList(nn.GRUCell(cfg.d_emb + 2 * cfg.hidden if i == 0 else cfg.hidden, cfg.hidden) for i in range(1))  # input feeding: [x_t; c_(t-1)]
-        self.att = AdditiveAttention(d_q=cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
+        # input feeding: [x_t; c_(t-1)]
+        self.s_gru_cells = nn.ModuleList(
+            nn.GRUCell(cfg.d_emb + 2 * cfg.hidden if i == 0 else cfg.hidden, cfg.hidden)
+            for i in range(1)
+        )
+        self.att = AdditiveAttention(
+            d_q=cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w
+        )
         self.logits_linear = nn.Linear(cfg.hidden + 2 * cfg.hidden, cfg.maxout)
         self.logits_head = nn.Linear(cfg.maxout, cfg.vocab)
 
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False) -> Output:
+    def forward(
+        self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False
+    ) -> Output:
         cfg = self.cfg
-        check_input('src', src, (None,), True, '(B, S)')
+        check_input('src', src, (None,), tokens=True, want='(B, S)')
         check_mask('src', src_mask, src.shape[:2])
-        check_input('tgt', tgt, (None,), True, '(B, T)')
+        check_input('tgt', tgt, (None,), tokens=True, want='(B, T)')
         check_mask('tgt', tgt_mask, tgt.shape[:2])
         B = src.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        h = rnn(self.h_bigru, self.h_embed(src), src_mask)  # (B, S, 2000): feature `h`
-        s_in = self.s_embed(tgt)  # (B, T, 620): the decoder's inputs, all steps
+        attn = {}  # module -> its weights, when return_attention
+        h = rnn(self.h_bigru, self.h_embed(src), src_mask)  # (B, S, 2 * hidden): feature `h`
+        s_in = self.s_embed(tgt)  # (B, T, d_emb): the decoder's inputs, all steps
         s_state = None
         steps = {}  # node -> its value at every step
         att_prev = s_in.new_zeros(B, 2 * cfg.hidden)  # (B, d_v): no context before the first step
         for t in range(s_in.shape[1]):  # one decoder step per position of T
-            s_h, s_state = cell_step(self.s_gru_cells, torch.cat([s_in.select(1, t), att_prev], -1), s_state)  # (B, hidden)
-            s_t = s_h.unsqueeze(1)  # (B, 1, 1000): query `s`, one step
+            # (B, hidden)
+            s_h, s_state = cell_step(
+                self.s_gru_cells, torch.cat([s_in.select(1, t), att_prev], -1), s_state
+            )
+            s_t = s_h.unsqueeze(1)  # (B, 1, hidden): query `s`, one step
             # attention `att`: additive score, global alignment
-            att_t, att_a, _ = self.att(s_t, h, h, src_mask)  # (B, 1, 2000)
+            att_t, att_a, _ = self.att(s_t, h, h, src_mask)  # (B, 1, 2 * hidden)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('s', []).append(s_t)
             steps.setdefault('att', []).append(att_t)
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
-        s = torch.cat(steps['s'], 1)  # (B, T, 1000)
-        att = torch.cat(steps['att'], 1)  # (B, T, 2000)
+        s = torch.cat(steps['s'], 1)  # (B, T, hidden)
+        att = torch.cat(steps['att'], 1)  # (B, T, 2 * hidden)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
-        logits = self.logits_head(self.logits_linear(torch.cat([s, att], -1)))  # (B, T, 30000): output `logits`
-        return Output(logits, attn, log_probs, penalty, capsules, features)
+        # (B, T, vocab): output `logits`
+        logits = self.logits_head(self.logits_linear(torch.cat([s, att], -1)))
+        return Output(logits, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

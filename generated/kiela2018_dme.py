@@ -47,11 +47,8 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `label`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -111,17 +108,22 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     """
     if torch.compiler.is_compiling():
         return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
+    return QueryBlocks.apply(
+        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
+    )
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -130,6 +132,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -166,23 +181,30 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class AdditiveAttention(nn.Module):
-    """Attention module `meta`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft) alignment
+    (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -199,8 +221,8 @@ class AdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
@@ -212,7 +234,7 @@ class Model(nn.Module):
     """`dme`: inputs sent (B, L).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -222,38 +244,41 @@ class Model(nn.Module):
         self.glove_linear = nn.Linear(300, cfg.d_t)
         self.fasttext_embed = nn.Embedding(cfg.vocab, 300)
         self.fasttext_linear = nn.Linear(300, cfg.d_t)
-        self.meta_q = nn.Parameter(torch.randn(cfg.d_t) * (cfg.d_t) ** -0.5)  # a learned query (eq. 34)
+        # a learned query (eq. 34)
+        self.meta_q = nn.Parameter(torch.randn(cfg.d_t) * (cfg.d_t) ** -0.5)
         self.meta = AdditiveAttention(d_q=cfg.d_t, d_k=cfg.d_t, d_v=cfg.d_t, heads=1, d_w=cfg.d_t)
         self.h_bilstm = nn.LSTM(cfg.d_t, cfg.hidden, batch_first=True, bidirectional=True)
         self.label_head = nn.Linear(2 * cfg.hidden, cfg.classes)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:
-        check_input('sent', sent, (None,), True, '(B, L)')
+        check_input('sent', sent, (None,), tokens=True, want='(B, L)')
         check_mask('sent', sent_mask, sent.shape[:2])
         B = sent.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        glove = self.glove_linear(self.glove_embed(sent))  # (B, L, 256): feature `glove`
-        fasttext = self.fasttext_linear(self.fasttext_embed(sent))  # (B, L, 256): feature `fasttext`
-        reps = torch.stack([glove, fasttext], -2)  # (B, L, reps.reps, 256): feature `reps`
+        attn = {}  # module -> its weights, when return_attention
+        glove = self.glove_linear(self.glove_embed(sent))  # (B, L, d_t): feature `glove`
+        # (B, L, d_t): feature `fasttext`
+        fasttext = self.fasttext_linear(self.fasttext_embed(sent))
+        reps = torch.stack([glove, fasttext], -2)  # (B, L, reps.reps, d_t): feature `reps`
         # attention `meta`: additive score, global alignment, one per L
         # one attention per group: N = B x L
-        meta_q = self.meta_q.expand(B, -1)  # (B, 256)
-        meta_q1 = meta_q.view(B, 1, -1).expand(*reps.shape[:2], -1).reshape(-1, 1, meta_q.shape[-1])  # (N, 1, d_q): one query per group
+        meta_q = self.meta_q.expand(B, -1)  # (B, d_t)
+        # (N, 1, d_q): one query per group
+        meta_q1 = meta_q.view(B, 1, -1).expand(*reps.shape[:2], -1).reshape(-1, 1, meta_q.shape[-1])
         meta_c, meta_a, _ = self.meta(meta_q1, reps.flatten(0, 1), reps.flatten(0, 1), None)
-        meta = meta_c.view(*reps.shape[:2], -1)  # (B, L, 256)
+        meta = meta_c.view(*reps.shape[:2], -1)  # (B, L, d_t)
         if return_attention:
-            attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])  # (B, L, H, 1, reps.reps)
-        h = rnn(self.h_bilstm, meta, sent_mask)  # (B, L, 1024): feature `h`
-        label = self.label_head(pool(h, sent_mask, "max"))  # (B, 3): output `label`
-        return Output(label, attn, log_probs, penalty, capsules, features)
+            # (B, L, H, 1, reps.reps)
+            attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])
+        h = rnn(self.h_bilstm, meta, sent_mask)  # (B, L, 2 * hidden): feature `h`
+        label = self.label_head(pool(h, sent_mask, "max"))  # (B, classes): output `label`
+        return Output(label, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

@@ -51,11 +51,8 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `label`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -115,17 +112,22 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     """
     if torch.compiler.is_compiling():
         return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
+    return QueryBlocks.apply(
+        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
+    )
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -134,6 +136,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -146,17 +161,20 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
 
 
 class AdditiveAttention(nn.Module):
-    """Attention module `p_word`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft) alignment
+    (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -173,8 +191,8 @@ class AdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
@@ -186,7 +204,7 @@ class Model(nn.Module):
     """`hatn`: inputs doc (B, S, W), masked (B, S, W).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -196,73 +214,104 @@ class Model(nn.Module):
         self.xp_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
         self.xn_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.xn_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
-        self.p_word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.p_word = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
+        # a learned query (eq. 34)
+        self.p_word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)
+        self.p_word = AdditiveAttention(
+            d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w
+        )
         self.p_sent_k_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
-        self.p_sent_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.p_sent = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
-        self.np_word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.np_word = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
+        # a learned query (eq. 34)
+        self.p_sent_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)
+        self.p_sent = AdditiveAttention(
+            d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w
+        )
+        # a learned query (eq. 34)
+        self.np_word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)
+        self.np_word = AdditiveAttention(
+            d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w
+        )
         self.np_sent_k_pos = nn.Embedding(cfg.max_len, cfg.d_emb)  # learned positions
-        self.np_sent_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.np_sent = AdditiveAttention(d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w)
+        # a learned query (eq. 34)
+        self.np_sent_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)
+        self.np_sent = AdditiveAttention(
+            d_q=cfg.d_w, d_k=cfg.d_emb, d_v=cfg.d_emb, heads=1, d_w=cfg.d_w
+        )
         self.label_head = nn.Linear(cfg.d_emb + cfg.d_emb, cfg.classes)
 
-    def forward(self, doc, masked, doc_mask=None, masked_mask=None, return_attention: bool = False) -> Output:
-        check_input('doc', doc, (None, None), True, '(B, S, W)')
+    def forward(
+        self, doc, masked, doc_mask=None, masked_mask=None, return_attention: bool = False
+    ) -> Output:
+        check_input('doc', doc, (None, None), tokens=True, want='(B, S, W)')
         check_mask('doc', doc_mask, doc.shape[:3])
-        check_input('masked', masked, (None, None), True, '(B, S, W)')
+        check_input('masked', masked, (None, None), tokens=True, want='(B, S, W)')
         check_mask('masked', masked_mask, masked.shape[:3])
         B = doc.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        h = self.xp_embed(doc)  # (B, S, W, 300)
-        xp = h + self.xp_pos.weight[: h.shape[-2]]  # (B, S, W, 300): feature `xp`
-        h_2 = self.xn_embed(masked)  # (B, S, W, 300)
-        xn = h_2 + self.xn_pos.weight[: h_2.shape[-2]]  # (B, S, W, 300): feature `xn`
+        attn = {}  # module -> its weights, when return_attention
+        h = self.xp_embed(doc)  # (B, S, W, d_emb)
+        xp = h + self.xp_pos.weight[: h.shape[-2]]  # (B, S, W, d_emb): feature `xp`
+        h_2 = self.xn_embed(masked)  # (B, S, W, d_emb)
+        xn = h_2 + self.xn_pos.weight[: h_2.shape[-2]]  # (B, S, W, d_emb): feature `xn`
         # attention `p_word`: additive score, global alignment, one per S
         # one attention per group: N = B x S
-        p_word_q = self.p_word_q.expand(B, -1)  # (B, 300)
-        p_word_q1 = p_word_q.view(B, 1, -1).expand(*xp.shape[:2], -1).reshape(-1, 1, p_word_q.shape[-1])  # (N, 1, d_q): one query per group
-        p_word_keep = None if doc_mask is None else doc_mask.reshape(-1, xp.shape[-2])  # (N, Lk): padding mask of the keys
-        p_word_c, p_word_a, _ = self.p_word(p_word_q1, xp.flatten(0, 1), xp.flatten(0, 1), p_word_keep)
-        p_word = p_word_c.view(*xp.shape[:2], -1)  # (B, S, 300)
+        p_word_q = self.p_word_q.expand(B, -1)  # (B, d_w)
+        # (N, 1, d_q): one query per group
+        p_word_q1 = p_word_q.view(B, 1, -1).expand(*xp.shape[:2], -1).reshape(
+            -1, 1, p_word_q.shape[-1]
+        )
+        # (N, Lk): padding mask of the keys
+        p_word_keep = None if doc_mask is None else doc_mask.reshape(-1, xp.shape[-2])
+        p_word_c, p_word_a, _ = self.p_word(
+            p_word_q1, xp.flatten(0, 1), xp.flatten(0, 1), p_word_keep
+        )
+        p_word = p_word_c.view(*xp.shape[:2], -1)  # (B, S, d_emb)
         if return_attention:
             attn['p_word'] = p_word_a.view(*xp.shape[:2], *p_word_a.shape[1:])  # (B, S, H, 1, W)
         # attention `p_sent`: additive score, global alignment
-        p_sent_k = p_word + self.p_sent_k_pos.weight[: p_word.shape[-2]]  # (B, S, 300)
-        p_sent_q = self.p_sent_q.expand(B, -1)  # (B, 300)
-        p_sent_keep = None if doc_mask is None else doc_mask.any(-1).reshape(-1, p_sent_k.shape[-2])  # (N, Lk): padding mask of the keys
+        p_sent_k = p_word + self.p_sent_k_pos.weight[: p_word.shape[-2]]  # (B, S, d_emb)
+        p_sent_q = self.p_sent_q.expand(B, -1)  # (B, d_w)
+        # (N, Lk): padding mask of the keys
+        p_sent_keep = None if doc_mask is None else doc_mask.any(-1).reshape(-1, p_sent_k.shape[-2])
         p_sent_c, p_sent_a, _ = self.p_sent(p_sent_q.unsqueeze(1), p_sent_k, p_sent_k, p_sent_keep)
-        p_sent = p_sent_c.view(B, -1)  # (B, 300)
+        p_sent = p_sent_c.view(B, -1)  # (B, d_emb)
         if return_attention:
             attn['p_sent'] = p_sent_a  # (B, H, 1, S)
         # attention `np_word`: additive score, global alignment, one per S
         # one attention per group: N = B x S
-        np_word_q = self.np_word_q.expand(B, -1)  # (B, 300)
-        np_word_q1 = np_word_q.view(B, 1, -1).expand(*xn.shape[:2], -1).reshape(-1, 1, np_word_q.shape[-1])  # (N, 1, d_q): one query per group
-        np_word_keep = None if masked_mask is None else masked_mask.reshape(-1, xn.shape[-2])  # (N, Lk): padding mask of the keys
-        np_word_c, np_word_a, _ = self.np_word(np_word_q1, xn.flatten(0, 1), xn.flatten(0, 1), np_word_keep)
-        np_word = np_word_c.view(*xn.shape[:2], -1)  # (B, S, 300)
+        np_word_q = self.np_word_q.expand(B, -1)  # (B, d_w)
+        # (N, 1, d_q): one query per group
+        np_word_q1 = np_word_q.view(B, 1, -1).expand(*xn.shape[:2], -1).reshape(
+            -1, 1, np_word_q.shape[-1]
+        )
+        # (N, Lk): padding mask of the keys
+        np_word_keep = None if masked_mask is None else masked_mask.reshape(-1, xn.shape[-2])
+        np_word_c, np_word_a, _ = self.np_word(
+            np_word_q1, xn.flatten(0, 1), xn.flatten(0, 1), np_word_keep
+        )
+        np_word = np_word_c.view(*xn.shape[:2], -1)  # (B, S, d_emb)
         if return_attention:
             attn['np_word'] = np_word_a.view(*xn.shape[:2], *np_word_a.shape[1:])  # (B, S, H, 1, W)
         # attention `np_sent`: additive score, global alignment
-        np_sent_k = np_word + self.np_sent_k_pos.weight[: np_word.shape[-2]]  # (B, S, 300)
-        np_sent_q = self.np_sent_q.expand(B, -1)  # (B, 300)
-        np_sent_keep = None if masked_mask is None else masked_mask.any(-1).reshape(-1, np_sent_k.shape[-2])  # (N, Lk): padding mask of the keys
-        np_sent_c, np_sent_a, _ = self.np_sent(np_sent_q.unsqueeze(1), np_sent_k, np_sent_k, np_sent_keep)
-        np_sent = np_sent_c.view(B, -1)  # (B, 300)
+        np_sent_k = np_word + self.np_sent_k_pos.weight[: np_word.shape[-2]]  # (B, S, d_emb)
+        np_sent_q = self.np_sent_q.expand(B, -1)  # (B, d_w)
+        # (N, Lk): padding mask of the keys
+        np_sent_keep = None if masked_mask is None else masked_mask.any(-1).reshape(
+            -1, np_sent_k.shape[-2]
+        )
+        np_sent_c, np_sent_a, _ = self.np_sent(
+            np_sent_q.unsqueeze(1), np_sent_k, np_sent_k, np_sent_keep
+        )
+        np_sent = np_sent_c.view(B, -1)  # (B, d_emb)
         if return_attention:
             attn['np_sent'] = np_sent_a  # (B, H, 1, S)
-        label = self.label_head(torch.cat([p_sent, np_sent], -1))  # (B, 2): output `label`
-        return Output(label, attn, log_probs, penalty, capsules, features)
+        label = self.label_head(torch.cat([p_sent, np_sent], -1))  # (B, classes): output `label`
+        return Output(label, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

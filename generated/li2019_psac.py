@@ -54,21 +54,21 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `answer`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -77,6 +77,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -108,7 +121,10 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
     """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.)."""
     L, d = x.shape[-2], x.shape[-1]
     pos = torch.arange(L, device=x.device, dtype=torch.float32).unsqueeze(1)  # (L, 1)
-    freq = torch.exp(torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    # 10000^(-2i / d): one frequency per (sin, cos) pair of dimensions
+    freq = torch.exp(
+        torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d)
+    )
     pe = torch.zeros(L, d, device=x.device, dtype=torch.float32)  # (L, d)
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
@@ -116,17 +132,20 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
 
 
 class ScaledMultiplicativeAttention(nn.Module):
-    """Attention module `v_self`: scaled multiplicative score q^T k / sqrt(d_k) (Table II), global
-    (soft) alignment (eq. 25).
+    """Attention with the scaled multiplicative score q^T k / sqrt(d_k) (Table II), global (soft)
+    alignment (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
 
     def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
@@ -135,16 +154,21 @@ class ScaledMultiplicativeAttention(nn.Module):
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         if need_weights:
-            e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+            # e = q^T k_l / sqrt(d_k)
+            e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk)
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
-            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (N, H, Lq, d_v / H)
-            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
-                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
+            if self.mask == "causal" and key_mask is None:  # the kernel applies the mask itself
+                c = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+                c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+                if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                    c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -153,7 +177,7 @@ class Model(nn.Module):
     """`psac`: inputs video (B, F, 2048), question (B, N).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -162,64 +186,96 @@ class Model(nn.Module):
         self.v_linear = nn.Linear(cfg.d_frame, cfg.d)
         self.q_embed = nn.Embedding(cfg.vocab, cfg.d_word)
         self.q_linear = nn.Linear(cfg.d_word, cfg.d)
-        self.v_self_qkv_proj = nn.Linear(cfg.d, 3 * cfg.d, bias=False)  # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        self.v_self_qkv_proj = nn.Linear(cfg.d, 3 * cfg.d, bias=False)
         self.v_self = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.v_2_norm = nn.LayerNorm(cfg.d)
-        self.v_3_ffn = nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d))
+        self.v_3_ffn = nn.Sequential(
+            nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d)
+        )
         self.v_3_norm = nn.LayerNorm(cfg.d)
-        self.q_self_qkv_proj = nn.Linear(cfg.d, 3 * cfg.d, bias=False)  # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        self.q_self_qkv_proj = nn.Linear(cfg.d, 3 * cfg.d, bias=False)
         self.q_self = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.q_2_norm = nn.LayerNorm(cfg.d)
-        self.q_3_ffn = nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d))
+        self.q_3_ffn = nn.Sequential(
+            nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d)
+        )
         self.q_3_norm = nn.LayerNorm(cfg.d)
-        self.q_guided_video = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
-        self.v_guided_question = ScaledMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
+        self.q_guided_video = ScaledMultiplicativeAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1
+        )
+        self.v_guided_question = ScaledMultiplicativeAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1
+        )
         self.fused_norm = nn.LayerNorm(cfg.d)
         self.fused_norm2 = nn.LayerNorm(cfg.d)
         self.answer_head = nn.Linear(cfg.d + cfg.d, cfg.answers)
 
-    def forward(self, video, question, video_mask=None, question_mask=None, return_attention: bool = False) -> Output:
+    def forward(
+        self, video, question, video_mask=None, question_mask=None, return_attention: bool = False
+    ) -> Output:
         cfg = self.cfg
-        check_input('video', video, (None, cfg.d_frame), False, f"(B, F, {cfg.d_frame})")
+        check_input(
+            'video', video, (None, cfg.d_frame), tokens=False, want=f"(B, F, {cfg.d_frame})"
+        )
         check_mask('video', video_mask, video.shape[:2])
-        check_input('question', question, (None,), True, '(B, N)')
+        check_input('question', question, (None,), tokens=True, want='(B, N)')
         check_mask('question', question_mask, question.shape[:2])
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        v = sinusoid(self.v_linear(video))  # (B, F, 512): feature `v`
-        q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, N, 512): feature `q`
-        v_self_q, v_self_k, v_self_v = self.v_self_qkv_proj(v).chunk(3, -1)  # (B, F, 512) each
+        attn = {}  # module -> its weights, when return_attention
+        v = sinusoid(self.v_linear(video))  # (B, F, d): feature `v`
+        q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, N, d): feature `q`
+        v_self_q, v_self_k, v_self_v = self.v_self_qkv_proj(v).chunk(3, -1)  # (B, F, d) each
         # attention `v_self`: scaled multiplicative score, global alignment
-        v_self, v_self_a, _ = self.v_self(v_self_q, v_self_k, v_self_v, video_mask, need_weights=return_attention)  # (B, F, 512)
+        # (B, F, d)
+        v_self, v_self_a, _ = self.v_self(
+            v_self_q, v_self_k, v_self_v, video_mask, need_weights=return_attention
+        )
         if return_attention:
             attn['v_self'] = v_self_a  # (B, H, F, F)
-        v = self.v_2_norm(v + v_self)  # (B, F, 512): feature `v`, updated (eq. 37)
-        v = self.v_3_norm(v + self.v_3_ffn(v))  # (B, F, 512): feature `v`, updated (eq. 37)
-        q_self_q, q_self_k, q_self_v = self.q_self_qkv_proj(q).chunk(3, -1)  # (B, N, 512) each
+        v = self.v_2_norm(v + v_self)  # (B, F, d): feature `v`, updated (eq. 37)
+        v = self.v_3_norm(v + self.v_3_ffn(v))  # (B, F, d): feature `v`, updated (eq. 37)
+        q_self_q, q_self_k, q_self_v = self.q_self_qkv_proj(q).chunk(3, -1)  # (B, N, d) each
         # attention `q_self`: scaled multiplicative score, global alignment
-        q_self, q_self_a, _ = self.q_self(q_self_q, q_self_k, q_self_v, question_mask, need_weights=return_attention)  # (B, N, 512)
+        # (B, N, d)
+        q_self, q_self_a, _ = self.q_self(
+            q_self_q, q_self_k, q_self_v, question_mask, need_weights=return_attention
+        )
         if return_attention:
             attn['q_self'] = q_self_a  # (B, H, N, N)
-        q = self.q_2_norm(q + q_self)  # (B, N, 512): feature `q`, updated (eq. 37)
-        q = self.q_3_norm(q + self.q_3_ffn(q))  # (B, N, 512): feature `q`, updated (eq. 37)
+        q = self.q_2_norm(q + q_self)  # (B, N, d): feature `q`, updated (eq. 37)
+        q = self.q_3_norm(q + self.q_3_ffn(q))  # (B, N, d): feature `q`, updated (eq. 37)
         # attention `q_guided_video`: scaled multiplicative score, global alignment
-        q_guided_video, q_guided_video_a, _ = self.q_guided_video(q, v, v, video_mask, need_weights=return_attention)  # (B, N, 512)
+        # (B, N, d)
+        q_guided_video, q_guided_video_a, _ = self.q_guided_video(
+            q, v, v, video_mask, need_weights=return_attention
+        )
         if return_attention:
             attn['q_guided_video'] = q_guided_video_a  # (B, H, N, F)
         # attention `v_guided_question`: scaled multiplicative score, global alignment
-        v_guided_question, v_guided_question_a, _ = self.v_guided_question(v, q, q, question_mask, need_weights=return_attention)  # (B, F, 512)
+        # (B, F, d)
+        v_guided_question, v_guided_question_a, _ = self.v_guided_question(
+            v, q, q, question_mask, need_weights=return_attention
+        )
         if return_attention:
             attn['v_guided_question'] = v_guided_question_a  # (B, H, F, N)
-        fused = torch.cat([pool(self.fused_norm(v + v_guided_question), video_mask, "mean"), pool(self.fused_norm2(q + q_guided_video), question_mask, "mean")], -1)  # (B, 1024): feature `fused`
-        answer = self.answer_head(fused)  # (B, 1746): output `answer`
-        return Output(answer, attn, log_probs, penalty, capsules, features)
+        # (B, d + d): feature `fused`
+        fused = torch.cat(
+            [
+                pool(self.fused_norm(v + v_guided_question), video_mask, "mean"),
+                pool(self.fused_norm2(q + q_guided_video), question_mask, "mean")
+            ],
+            -1
+        )
+        answer = self.answer_head(fused)  # (B, answers): output `answer`
+        return Output(answer, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

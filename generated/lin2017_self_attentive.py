@@ -51,21 +51,22 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `label`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
     penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -74,6 +75,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -94,25 +108,32 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class QuerylessMultiHeadAdditiveAttention(nn.Module):
-    """Attention module `M`: additive score of the keys alone, w^T act(W k + b) (eq. 33), global
+    """Attention with the additive score of the keys alone, w^T act(W k + b) (eq. 33), global
     (soft) alignment (eq. 25).
 
     Multi-head (eq. 38-40): H rows of weights over the same keys (Lin et al.'s r-row annotation
     matrix), contexts joined by W_O.
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: None (no query: self-attentive (eq. 33)); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, 1, d_v), a: (N, H, 1, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 33: e = w^T act(W k + b), W shared; one w per head (Lin et al.'s W_s2 rows)
         self.W = nn.Linear(d_k, d_w, bias=False)
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
@@ -128,12 +149,14 @@ class QuerylessMultiHeadAdditiveAttention(nn.Module):
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         h = torch.tanh(self.W(k[:, 0]))  # (N, Lk, d_w)
         e = (h @ self.w.t()).transpose(1, 2).unsqueeze(2)  # (N, H, 1, Lk)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         A = a.transpose(1, 2)  # (N, Lq, H, Lk): the r-row annotation matrix per query
         eye = torch.eye(H, device=a.device, dtype=a.dtype)
-        extras["penalty"] = self.penalty * ((A @ A.transpose(-1, -2) - eye) ** 2).sum((-1, -2)).mean()
+        extras["penalty"] = self.penalty * (
+            ((A @ A.transpose(-1, -2) - eye) ** 2).sum((-1, -2)).mean()
+        )
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         c = self.out(c)  # (N, Lq, d_v): c = W_O concat(c^(1), ..., c^(H)) (eq. 40)
         return c, a, extras
@@ -143,7 +166,7 @@ class Model(nn.Module):
     """`self_attentive`: inputs sent (B, N).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention, penalty).
     """
 
     def __init__(self, cfg: Config):
@@ -151,32 +174,34 @@ class Model(nn.Module):
         self.cfg = cfg
         self.H_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.H_bilstm = nn.LSTM(cfg.d_emb, cfg.u, batch_first=True, bidirectional=True)
-        self.M = QuerylessMultiHeadAdditiveAttention(d_k=2 * cfg.u, d_v=2 * cfg.u, heads=cfg.r, d_w=cfg.d_a)
+        self.M = QuerylessMultiHeadAdditiveAttention(
+            d_k=2 * cfg.u, d_v=2 * cfg.u, heads=cfg.r, d_w=cfg.d_a
+        )
         self.label_linear = nn.Linear(2 * cfg.u, cfg.d_mlp)
         self.label_head = nn.Linear(cfg.d_mlp, cfg.classes)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:
-        check_input('sent', sent, (None,), True, '(B, N)')
+        check_input('sent', sent, (None,), tokens=True, want='(B, N)')
         check_mask('sent', sent_mask, sent.shape[:2])
         B = sent.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        H = rnn(self.H_bilstm, self.H_embed(sent), sent_mask)  # (B, N, 600): feature `H`
+        attn = {}  # module -> its weights, when return_attention
+        penalties = []
+        H = rnn(self.H_bilstm, self.H_embed(sent), sent_mask)  # (B, N, 2 * u): feature `H`
         # attention `M`: additive score, global alignment, 30 heads, penalty 1
         M_c, M_a, M_ex = self.M(None, H, H, sent_mask)
-        M = M_c.view(B, -1)  # (B, 600)
+        M = M_c.view(B, -1)  # (B, 2 * u)
         if return_attention:
             attn['M'] = M_a  # (B, H, 1, N)
-        penalty = penalty + M_ex["penalty"]
-        label = self.label_head(F.relu(self.label_linear(M)))  # (B, 5): output `label`
-        return Output(label, attn, log_probs, penalty, capsules, features)
+        penalties.append(M_ex["penalty"])
+        label = self.label_head(F.relu(self.label_linear(M)))  # (B, classes): output `label`
+        return Output(label, attn, penalty=sum(penalties))
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

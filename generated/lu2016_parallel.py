@@ -54,21 +54,21 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `answer`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -77,6 +77,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -97,23 +110,30 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class CoAttentionAdditiveAttention(nn.Module):
-    """Attention module `img_w`: aggregate additive score over an affinity matrix (eq. 14-15),
-    global (soft) alignment (eq. 25).
+    """Attention with the aggregate additive score over an affinity matrix (eq. 14-15), global
+    (soft) alignment (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend; affinity: (N, Lq, Lk), rows = query positions.
     Returns c: (N, 1, d_v), a: (N, H, 1, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 14-15: e = w^T act(W_q (A^T Q) + W_k K + b), one score per key
         self.W_q = nn.Linear(d_q, d_w, bias=False)
         self.W_k = nn.Linear(d_k, d_w, bias=True)
@@ -130,7 +150,7 @@ class CoAttentionAdditiveAttention(nn.Module):
         e = self.w(torch.tanh(self.W_q(Aq) + self.W_k(k[:, 0])))  # (N, Lk, 1)
         e = e.view(N, 1, 1, Lk)  # (N, H, Lq, Lk), Lq = 1: one context per input
         Lq = 1
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
@@ -141,7 +161,7 @@ class Model(nn.Module):
     """`parallel`: inputs question (B, T), image (B, H, W, 512).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -149,90 +169,116 @@ class Model(nn.Module):
         self.cfg = cfg
         self.v_linear = nn.Linear(512, cfg.d)
         self.qw_embed = nn.Embedding(cfg.vocab, cfg.d)
-        self.qp_conv = nn.Conv1d(cfg.d, cfg.d, 1, padding="same")
-        self.qp_conv2 = nn.Conv1d(cfg.d, cfg.d, 2, padding="same")
-        self.qp_conv3 = nn.Conv1d(cfg.d, cfg.d, 3, padding="same")
+        self.qp_conv = nn.Conv1d(cfg.d, cfg.d, kernel_size=1, padding="same")
+        self.qp_conv2 = nn.Conv1d(cfg.d, cfg.d, kernel_size=2, padding="same")
+        self.qp_conv3 = nn.Conv1d(cfg.d, cfg.d, kernel_size=3, padding="same")
         self.qs_lstm = nn.LSTM(cfg.d, cfg.d, batch_first=True)
         self.C_w_W = nn.Parameter(torch.randn(cfg.d, cfg.d) * (cfg.d) ** -0.5)  # W_A (eq. 12)
-        self.img_w = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.img_w = CoAttentionAdditiveAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d
+        )
         self.q_w = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
         self.C_p_W = nn.Parameter(torch.randn(cfg.d, cfg.d) * (cfg.d) ** -0.5)  # W_A (eq. 12)
-        self.img_p = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.img_p = CoAttentionAdditiveAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d
+        )
         self.q_p = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
         self.C_s_W = nn.Parameter(torch.randn(cfg.d, cfg.d) * (cfg.d) ** -0.5)  # W_A (eq. 12)
-        self.img_s = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.img_s = CoAttentionAdditiveAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d
+        )
         self.q_s = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
         self.h_w_linear = nn.Linear(cfg.d, cfg.d)
         self.h_p_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
         self.h_s_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
         self.answer_head = nn.Linear(cfg.d, cfg.answers)
 
-    def forward(self, question, image, question_mask=None, return_attention: bool = False) -> Output:
+    def forward(
+        self, question, image, question_mask=None, return_attention: bool = False
+    ) -> Output:
         cfg = self.cfg
-        check_input('question', question, (None,), True, '(B, T)')
+        check_input('question', question, (None,), tokens=True, want='(B, T)')
         check_mask('question', question_mask, question.shape[:2])
-        check_input('image', image, (cfg.H, cfg.W, 512), False, f"(B, {cfg.H}, {cfg.W}, 512)")
+        check_input(
+            'image', image, (cfg.H, cfg.W, 512), tokens=False, want=f"(B, {cfg.H}, {cfg.W}, 512)"
+        )
         B = question.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        v = self.v_linear(image.flatten(-3, -2))  # (B, H*W, 512): feature `v`
-        qw = self.qw_embed(question)  # (B, T, 512): feature `qw`
-        h = qw if question_mask is None else qw.masked_fill(~question_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
-        y = self.qp_conv(h.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
-        h_2 = qw if question_mask is None else qw.masked_fill(~question_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
-        y_2 = self.qp_conv2(h_2.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
-        h_3 = qw if question_mask is None else qw.masked_fill(~question_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
-        y_3 = self.qp_conv3(h_3.transpose(1, 2)).transpose(1, 2)  # (B, T, 512): convolve over positions
-        qp = torch.stack([F.relu(y), F.relu(y_2), F.relu(y_3)], -2).amax(-2)  # (B, T, 512): feature `qp`
-        qs = rnn(self.qs_lstm, qp, question_mask)  # (B, T, 512): feature `qs`
+        attn = {}  # module -> its weights, when return_attention
+        v = self.v_linear(image.flatten(-3, -2))  # (B, H*W, d): feature `v`
+        qw = self.qw_embed(question)  # (B, T, d): feature `qw`
+        # padded positions set to zero
+        h = qw if question_mask is None else qw.masked_fill(~question_mask.unsqueeze(-1), 0.0)
+        y = self.qp_conv(h.transpose(1, 2)).transpose(1, 2)  # (B, T, d): convolve over positions
+        # padded positions set to zero
+        h_2 = qw if question_mask is None else qw.masked_fill(~question_mask.unsqueeze(-1), 0.0)
+        # (B, T, d): convolve over positions
+        y_2 = self.qp_conv2(h_2.transpose(1, 2)).transpose(1, 2)
+        # padded positions set to zero
+        h_3 = qw if question_mask is None else qw.masked_fill(~question_mask.unsqueeze(-1), 0.0)
+        # (B, T, d): convolve over positions
+        y_3 = self.qp_conv3(h_3.transpose(1, 2)).transpose(1, 2)
+        # (B, T, d): feature `qp`
+        qp = torch.stack([F.relu(y), F.relu(y_2), F.relu(y_3)], -2).amax(-2)
+        qs = rnn(self.qs_lstm, qp, question_mask)  # (B, T, d): feature `qs`
         C_w = torch.tanh(qw @ self.C_w_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_w`
         # attention `img_w`: additive score, global alignment
-        img_w_A = C_w if question_mask is None else C_w.masked_fill(~question_mask.reshape(-1, qw.shape[-2], 1), 0.0)  # (N, Lq, Lk): padded query rows left out
+        # (N, Lq, Lk): padded query rows left out
+        img_w_A = C_w if question_mask is None else C_w.masked_fill(
+            ~question_mask.reshape(-1, qw.shape[-2], 1), 0.0
+        )
         img_w_c, img_w_a, _ = self.img_w(qw, v, v, None, affinity=img_w_A)
-        img_w = img_w_c.view(B, -1)  # (B, 512)
+        img_w = img_w_c.view(B, -1)  # (B, d)
         if return_attention:
             attn['img_w'] = img_w_a  # (B, H, 1, H*W)
         # attention `q_w`: additive score, global alignment
         q_w_c, q_w_a, _ = self.q_w(v, qw, qw, question_mask, affinity=C_w.transpose(-1, -2))
-        q_w = q_w_c.view(B, -1)  # (B, 512)
+        q_w = q_w_c.view(B, -1)  # (B, d)
         if return_attention:
             attn['q_w'] = q_w_a  # (B, H, 1, T)
         C_p = torch.tanh(qp @ self.C_p_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_p`
         # attention `img_p`: additive score, global alignment
-        img_p_A = C_p if question_mask is None else C_p.masked_fill(~question_mask.reshape(-1, qp.shape[-2], 1), 0.0)  # (N, Lq, Lk): padded query rows left out
+        # (N, Lq, Lk): padded query rows left out
+        img_p_A = C_p if question_mask is None else C_p.masked_fill(
+            ~question_mask.reshape(-1, qp.shape[-2], 1), 0.0
+        )
         img_p_c, img_p_a, _ = self.img_p(qp, v, v, None, affinity=img_p_A)
-        img_p = img_p_c.view(B, -1)  # (B, 512)
+        img_p = img_p_c.view(B, -1)  # (B, d)
         if return_attention:
             attn['img_p'] = img_p_a  # (B, H, 1, H*W)
         # attention `q_p`: additive score, global alignment
         q_p_c, q_p_a, _ = self.q_p(v, qp, qp, question_mask, affinity=C_p.transpose(-1, -2))
-        q_p = q_p_c.view(B, -1)  # (B, 512)
+        q_p = q_p_c.view(B, -1)  # (B, d)
         if return_attention:
             attn['q_p'] = q_p_a  # (B, H, 1, T)
         C_s = torch.tanh(qs @ self.C_s_W @ v.transpose(-1, -2))  # (B, T, H*W): affinity `C_s`
         # attention `img_s`: additive score, global alignment
-        img_s_A = C_s if question_mask is None else C_s.masked_fill(~question_mask.reshape(-1, qs.shape[-2], 1), 0.0)  # (N, Lq, Lk): padded query rows left out
+        # (N, Lq, Lk): padded query rows left out
+        img_s_A = C_s if question_mask is None else C_s.masked_fill(
+            ~question_mask.reshape(-1, qs.shape[-2], 1), 0.0
+        )
         img_s_c, img_s_a, _ = self.img_s(qs, v, v, None, affinity=img_s_A)
-        img_s = img_s_c.view(B, -1)  # (B, 512)
+        img_s = img_s_c.view(B, -1)  # (B, d)
         if return_attention:
             attn['img_s'] = img_s_a  # (B, H, 1, H*W)
         # attention `q_s`: additive score, global alignment
         q_s_c, q_s_a, _ = self.q_s(v, qs, qs, question_mask, affinity=C_s.transpose(-1, -2))
-        q_s = q_s_c.view(B, -1)  # (B, 512)
+        q_s = q_s_c.view(B, -1)  # (B, d)
         if return_attention:
             attn['q_s'] = q_s_a  # (B, H, 1, T)
-        h_w = torch.tanh(self.h_w_linear(q_w + img_w))  # (B, 512): feature `h_w`
-        h_p = torch.tanh(self.h_p_linear(torch.cat([q_p + img_p, h_w], -1)))  # (B, 512): feature `h_p`
-        h_s = torch.tanh(self.h_s_linear(torch.cat([q_s + img_s, h_p], -1)))  # (B, 512): feature `h_s`
-        answer = self.answer_head(h_s)  # (B, 1000): output `answer`
-        return Output(answer, attn, log_probs, penalty, capsules, features)
+        h_w = torch.tanh(self.h_w_linear(q_w + img_w))  # (B, d): feature `h_w`
+        # (B, d): feature `h_p`
+        h_p = torch.tanh(self.h_p_linear(torch.cat([q_p + img_p, h_w], -1)))
+        # (B, d): feature `h_s`
+        h_s = torch.tanh(self.h_s_linear(torch.cat([q_s + img_s, h_p], -1)))
+        answer = self.answer_head(h_s)  # (B, answers): output `answer`
+        return Output(answer, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

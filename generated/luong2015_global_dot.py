@@ -47,15 +47,13 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `logits`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None) -> tuple[torch.Tensor, list]:
-    """One step of a stack of GRU or LSTM cells; returns the top layer's output and the new state."""
+def cell_step(cells: nn.ModuleList, x: torch.Tensor,
+              state: list | None) -> tuple[torch.Tensor, list]:
+    """One step of a stack of GRU or LSTM cells: the top layer's output and the new state."""
     new = []
     for i, cell in enumerate(cells):
         s = cell(x, None if state is None else state[i])
@@ -67,11 +65,14 @@ def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None) -> tupl
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -80,6 +81,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -100,23 +114,29 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class MultiplicativeAttention(nn.Module):
-    """Attention module `att`: multiplicative score q^T k (Table II), global (soft) alignment (eq.
-    25).
+    """Attention with the multiplicative score q^T k (Table II), global (soft) alignment (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
 
     def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
@@ -125,16 +145,20 @@ class MultiplicativeAttention(nn.Module):
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         if need_weights:
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
             e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
-            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)  # (N, H, Lq, d_v / H)
-            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
-                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
+            if self.mask == "causal" and key_mask is None:  # the kernel applies the mask itself
+                c = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+            else:
+                keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+                c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)
+                if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                    c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -143,7 +167,7 @@ class Model(nn.Module):
     """`global_dot`: inputs src (B, S), tgt (B, T).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -152,49 +176,59 @@ class Model(nn.Module):
         self.h_embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.h_lstm = nn.LSTM(cfg.hidden, cfg.hidden, num_layers=cfg.layers, batch_first=True)
         self.ht_embed = nn.Embedding(cfg.vocab, cfg.hidden)
-        self.ht_lstm_cells = nn.ModuleList(nn.LSTMCell(cfg.hidden + cfg.hidden if i == 0 else cfg.hidden, cfg.hidden) for i in range(cfg.layers))  # input feeding: [x_t; c_(t-1)]
+        # input feeding: [x_t; c_(t-1)]
+        self.ht_lstm_cells = nn.ModuleList(
+            nn.LSTMCell(cfg.hidden + cfg.hidden if i == 0 else cfg.hidden, cfg.hidden)
+            for i in range(cfg.layers)
+        )
         self.att = MultiplicativeAttention(d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1)
         self.h_att_linear = nn.Linear(cfg.hidden + cfg.hidden, cfg.hidden)
         self.logits_head = nn.Linear(cfg.hidden, cfg.vocab)
 
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False) -> Output:
+    def forward(
+        self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False
+    ) -> Output:
         cfg = self.cfg
-        check_input('src', src, (None,), True, '(B, S)')
+        check_input('src', src, (None,), tokens=True, want='(B, S)')
         check_mask('src', src_mask, src.shape[:2])
-        check_input('tgt', tgt, (None,), True, '(B, T)')
+        check_input('tgt', tgt, (None,), tokens=True, want='(B, T)')
         check_mask('tgt', tgt_mask, tgt.shape[:2])
         B = src.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        h = rnn(self.h_lstm, self.h_embed(src), src_mask)  # (B, S, 1000): feature `h`
-        ht_in = self.ht_embed(tgt)  # (B, T, 1000): the decoder's inputs, all steps
+        attn = {}  # module -> its weights, when return_attention
+        h = rnn(self.h_lstm, self.h_embed(src), src_mask)  # (B, S, hidden): feature `h`
+        ht_in = self.ht_embed(tgt)  # (B, T, hidden): the decoder's inputs, all steps
         ht_state = None
         steps = {}  # node -> its value at every step
         att_prev = ht_in.new_zeros(B, cfg.hidden)  # (B, d_v): no context before the first step
         for t in range(ht_in.shape[1]):  # one decoder step per position of T
-            ht_h, ht_state = cell_step(self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state)  # (B, hidden)
-            ht_t = ht_h.unsqueeze(1)  # (B, 1, 1000): query `ht`, one step
+            # (B, hidden)
+            ht_h, ht_state = cell_step(
+                self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state
+            )
+            ht_t = ht_h.unsqueeze(1)  # (B, 1, hidden): query `ht`, one step
             # attention `att`: multiplicative score, global alignment
-            att_t, att_a, _ = self.att(ht_t, h, h, src_mask, need_weights=return_attention)  # (B, 1, 1000)
+            # (B, 1, hidden)
+            att_t, att_a, _ = self.att(ht_t, h, h, src_mask, need_weights=return_attention)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('ht', []).append(ht_t)
             steps.setdefault('att', []).append(att_t)
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
-        ht = torch.cat(steps['ht'], 1)  # (B, T, 1000)
-        att = torch.cat(steps['att'], 1)  # (B, T, 1000)
+        ht = torch.cat(steps['ht'], 1)  # (B, T, hidden)
+        att = torch.cat(steps['att'], 1)  # (B, T, hidden)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
-        h_att = torch.tanh(self.h_att_linear(torch.cat([att, ht], -1)))  # (B, T, 1000): feature `h_att`
-        logits = self.logits_head(h_att)  # (B, T, 50000): output `logits`
-        return Output(logits, attn, log_probs, penalty, capsules, features)
+        # (B, T, hidden): feature `h_att`
+        h_att = torch.tanh(self.h_att_linear(torch.cat([att, ht], -1)))
+        logits = self.logits_head(h_att)  # (B, T, vocab): output `logits`
+        return Output(logits, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

@@ -48,15 +48,13 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `logits`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None) -> tuple[torch.Tensor, list]:
-    """One step of a stack of GRU or LSTM cells; returns the top layer's output and the new state."""
+def cell_step(cells: nn.ModuleList, x: torch.Tensor,
+              state: list | None) -> tuple[torch.Tensor, list]:
+    """One step of a stack of GRU or LSTM cells: the top layer's output and the new state."""
     new = []
     for i, cell in enumerate(cells):
         s = cell(x, None if state is None else state[i])
@@ -68,11 +66,14 @@ def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None) -> tupl
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -81,6 +82,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
@@ -101,18 +115,23 @@ def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
     Bq = min(Lq, max(D, 32))  # queries per block
     nb = -(-Lq // Bq)  # blocks
     W = Bq + 2 * D  # keys per slab
-    pos = start - D + torch.arange(nb * Bq + 2 * D, device=q.device)  # key position of each slab row
+    # (P,), P = nb Bq + 2D: the key position of each slab row
+    pos = start - D + torch.arange(nb * Bq + 2 * D, device=q.device)
     idx = pos.clamp(0, Lk - 1)
     ok = (pos >= 0) & (pos < Lk)  # (P,): slab rows past either end hold no key
     ok = ok if key_mask is None else ok & key_mask[:, idx]  # (P,), or (N, P) with a key mask
     q = F.pad(q, (0, 0, 0, nb * Bq - Lq)).view(N, H, nb, Bq, -1)  # (N, H, nb, Bq, d)
-    k = k[:, :, idx].unfold(2, W, Bq)  # (N, H, nb, d, W): slab j holds positions start + j Bq - D + w
+    # slab j holds the keys at positions start + j Bq - D + w, w < W
+    k = k[:, :, idx].unfold(2, W, Bq)  # (N, H, nb, d, W)
     v = v[:, :, idx].unfold(2, W, Bq).transpose(-1, -2)  # (N, H, nb, W, d_v)
-    dist = torch.arange(W, device=q.device) - D - torch.arange(Bq, device=q.device).unsqueeze(1)  # (Bq, W): l - p
+    # (Bq, W): l - p, for query b of a block and row w of its slab
+    dist = torch.arange(W, device=q.device) - D - torch.arange(Bq, device=q.device).unsqueeze(1)
     keep = (dist.abs() <= D) & ok.unfold(-1, W, Bq).unsqueeze(-2)  # (N | 1, nb, Bq, W)
-    a = masked_softmax(q @ k * scale, keep.unsqueeze(-4), dim=-1)  # (N, H, nb, Bq, W): softmax in the window (eq. 27)
+    # softmax in the window (eq. 27)
+    a = masked_softmax(q @ k * scale, keep.unsqueeze(-4), dim=-1)  # (N, H, nb, Bq, W)
     if sigma is not None:
-        a = a * torch.exp(-dist.to(a.dtype) ** 2 / (2 * sigma ** 2))  # favour positions near p (eq. 29)
+        # favour positions near p (eq. 29)
+        a = a * torch.exp(-dist.to(a.dtype) ** 2 / (2 * sigma ** 2))
     c = (a @ v).view(N, H, nb * Bq, -1)  # (N, H, nb Bq, d_v)
     return c[:, :, :Lq]
 
@@ -139,7 +158,9 @@ def local_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
 
 def flex_applies(q: torch.Tensor, sigma: float | None) -> bool:
     """Whether local_flex may take over: compiled, no Gaussian, and CUDA or no gradient."""
-    return torch.compiler.is_compiling() and sigma is None and (q.is_cuda or not torch.is_grad_enabled())
+    return torch.compiler.is_compiling() and sigma is None and (
+        q.is_cuda or not torch.is_grad_enabled()
+    )
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -160,24 +181,31 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class MultiplicativeLocalMonotonicAttention(nn.Module):
-    """Attention module `att`: multiplicative score q^T k (Table II), local alignment, monotonic
+    """Attention with the multiplicative score q^T k (Table II), local alignment, monotonic
     position (eq. 27-29).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     start: the position of the first query (a decoder step passes its t).
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, window: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, window: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         self.window = window  # D: attend to [p - D, p + D] (eq. 27)
         self.sigma = window / 2  # eq. 29: sigma = D / 2 (Luong et al.)
 
@@ -185,22 +213,26 @@ class MultiplicativeLocalMonotonicAttention(nn.Module):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
-        pos = (start + torch.arange(Lq, device=k.device, dtype=k.dtype)).expand(N, Lq)  # (N, Lq): p = t (eq. 27)
+        # p = t (eq. 27): query i sits at start + i
+        pos = (start + torch.arange(Lq, device=k.device, dtype=k.dtype)).expand(N, Lq)  # (N, Lq)
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        if need_weights:
+        if need_weights or self.mask != "none":
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
             e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
-            dist = torch.arange(Lk, device=k.device, dtype=k.dtype) - pos.unsqueeze(-1)  # (N, Lq, Lk): l - p
+            # (N, Lq, Lk): l - p, each key's distance from the window's centre
+            dist = torch.arange(Lk, device=k.device, dtype=k.dtype) - pos.unsqueeze(-1)
             win = (dist.abs() <= self.window).unsqueeze(1)  # (N, 1, Lq, Lk): inside [p - D, p + D]
-            a = masked_softmax(e, win if keep is None else keep & win, dim=3)  # softmax in the window (eq. 27)
+            # softmax in the window (eq. 27)
+            a = masked_softmax(e, win if keep is None else keep & win, dim=3)
             g = torch.exp(-dist ** 2 / (2 * self.sigma ** 2)).unsqueeze(1)  # (N, 1, Lq, Lk): eq. 29
             a = a * g  # favour positions near p (not renormalised)
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
-            c = local_band(q, k, v, key_mask, start, self.window, 1.0, self.sigma)  # (N, H, Lq, d_v / H)
+            # (N, H, Lq, d_v / H), reading only the keys in each window
+            c = local_band(q, k, v, key_mask, start, self.window, 1.0, self.sigma)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -209,7 +241,7 @@ class Model(nn.Module):
     """`local_m`: inputs src (B, S), tgt (B, T).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -218,49 +250,61 @@ class Model(nn.Module):
         self.h_embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.h_lstm = nn.LSTM(cfg.hidden, cfg.hidden, num_layers=cfg.layers, batch_first=True)
         self.ht_embed = nn.Embedding(cfg.vocab, cfg.hidden)
-        self.ht_lstm_cells = nn.ModuleList(nn.LSTMCell(cfg.hidden + cfg.hidden if i == 0 else cfg.hidden, cfg.hidden) for i in range(cfg.layers))  # input feeding: [x_t; c_(t-1)]
-        self.att = MultiplicativeLocalMonotonicAttention(d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, window=10)
+        # input feeding: [x_t; c_(t-1)]
+        self.ht_lstm_cells = nn.ModuleList(
+            nn.LSTMCell(cfg.hidden + cfg.hidden if i == 0 else cfg.hidden, cfg.hidden)
+            for i in range(cfg.layers)
+        )
+        self.att = MultiplicativeLocalMonotonicAttention(
+            d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, window=10
+        )
         self.h_att_linear = nn.Linear(cfg.hidden + cfg.hidden, cfg.hidden)
         self.logits_head = nn.Linear(cfg.hidden, cfg.vocab)
 
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False) -> Output:
+    def forward(
+        self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False
+    ) -> Output:
         cfg = self.cfg
-        check_input('src', src, (None,), True, '(B, S)')
+        check_input('src', src, (None,), tokens=True, want='(B, S)')
         check_mask('src', src_mask, src.shape[:2])
-        check_input('tgt', tgt, (None,), True, '(B, T)')
+        check_input('tgt', tgt, (None,), tokens=True, want='(B, T)')
         check_mask('tgt', tgt_mask, tgt.shape[:2])
         B = src.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        h = rnn(self.h_lstm, self.h_embed(src), src_mask)  # (B, S, 1000): feature `h`
-        ht_in = self.ht_embed(tgt)  # (B, T, 1000): the decoder's inputs, all steps
+        attn = {}  # module -> its weights, when return_attention
+        h = rnn(self.h_lstm, self.h_embed(src), src_mask)  # (B, S, hidden): feature `h`
+        ht_in = self.ht_embed(tgt)  # (B, T, hidden): the decoder's inputs, all steps
         ht_state = None
         steps = {}  # node -> its value at every step
         att_prev = ht_in.new_zeros(B, cfg.hidden)  # (B, d_v): no context before the first step
         for t in range(ht_in.shape[1]):  # one decoder step per position of T
-            ht_h, ht_state = cell_step(self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state)  # (B, hidden)
-            ht_t = ht_h.unsqueeze(1)  # (B, 1, 1000): query `ht`, one step
+            # (B, hidden)
+            ht_h, ht_state = cell_step(
+                self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state
+            )
+            ht_t = ht_h.unsqueeze(1)  # (B, 1, hidden): query `ht`, one step
             # attention `att`: multiplicative score, local alignment
-            att_t, att_a, _ = self.att(ht_t, h, h, src_mask, start=t, need_weights=return_attention)  # (B, 1, 1000)
+            # (B, 1, hidden)
+            att_t, att_a, _ = self.att(ht_t, h, h, src_mask, start=t, need_weights=return_attention)
             att_prev = att_t.squeeze(1)  # fed to the next step
             steps.setdefault('ht', []).append(ht_t)
             steps.setdefault('att', []).append(att_t)
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
-        ht = torch.cat(steps['ht'], 1)  # (B, T, 1000)
-        att = torch.cat(steps['att'], 1)  # (B, T, 1000)
+        ht = torch.cat(steps['ht'], 1)  # (B, T, hidden)
+        att = torch.cat(steps['att'], 1)  # (B, T, hidden)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
-        h_att = torch.tanh(self.h_att_linear(torch.cat([att, ht], -1)))  # (B, T, 1000): feature `h_att`
-        logits = self.logits_head(h_att)  # (B, T, 50000): output `logits`
-        return Output(logits, attn, log_probs, penalty, capsules, features)
+        # (B, T, hidden): feature `h_att`
+        h_att = torch.tanh(self.h_att_linear(torch.cat([att, ht], -1)))
+        logits = self.logits_head(h_att)  # (B, T, vocab): output `logits`
+        return Output(logits, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

@@ -53,11 +53,8 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `segmentation`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def additive_context(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act, v: torch.Tensor,
@@ -134,17 +131,22 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     """
     if torch.compiler.is_compiling():
         return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
+    return QueryBlocks.apply(
+        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
+    )
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -153,6 +155,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -165,18 +180,21 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
 
 
 class MultiDimAdditiveAttention(nn.Module):
-    """Attention module `gate3`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft) alignment
+    (eq. 25).
 
     Multi-dimensional (eq. 30-32): one weight per key and feature.
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk, d_v / H) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 31: e = W_d^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -193,16 +211,21 @@ class MultiDimAdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        keep = None if keep is None else keep.unsqueeze(-1)  # (N, 1, Lq, Lk, 1): per feature (eq. 32)
         if need_weights:
-            # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+            # the same keys for every feature (eq. 32)
+            keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
+            # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
             e = additive_score(wq, wk, self.w, F.relu)  # (N, H, Lq, Lk, d_v / H)
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
             c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
         else:  # fast path: the weights are never materialised
             a = None
-            c = additive_context(wq, wk, self.w, F.relu, v, keep)  # (N, H, Lq, d_v / H): blockwise
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+            # the same keys for every feature (eq. 32)
+            keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
+            # blockwise over the queries
+            c = additive_context(wq, wk, self.w, F.relu, v, keep)  # (N, H, Lq, d_v / H)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -211,66 +234,117 @@ class Model(nn.Module):
     """`attention_unet`: inputs image (B, H, W, 1).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self.x1_conv = nn.Conv1d(1, cfg.f1, 3, padding="same")
-        self.x1_conv2 = nn.Conv1d(cfg.f1, cfg.f1, 3, padding="same")
-        self.x2_conv = nn.Conv1d(cfg.f1, cfg.f2, 3, padding="same")
-        self.x2_conv2 = nn.Conv1d(cfg.f2, cfg.f2, 3, padding="same")
-        self.x3_conv = nn.Conv1d(cfg.f2, cfg.f3, 3, padding="same")
-        self.x3_conv2 = nn.Conv1d(cfg.f3, cfg.f3, 3, padding="same")
-        self.b_conv = nn.Conv1d(cfg.f3, cfg.f4, 3, padding="same")
-        self.b_conv2 = nn.Conv1d(cfg.f4, cfg.f4, 3, padding="same")
-        self.gate3 = MultiDimAdditiveAttention(d_q=cfg.f4, d_k=cfg.f3, d_v=cfg.f3, heads=1, d_w=cfg.f3)
-        self.d3_conv = nn.Conv1d(cfg.f3 + cfg.f4, cfg.f3, 3, padding="same")
-        self.gate2 = MultiDimAdditiveAttention(d_q=cfg.f3, d_k=cfg.f2, d_v=cfg.f2, heads=1, d_w=cfg.f2)
-        self.d2_conv = nn.Conv1d(cfg.f2 + cfg.f3, cfg.f2, 3, padding="same")
-        self.gate1 = MultiDimAdditiveAttention(d_q=cfg.f2, d_k=cfg.f1, d_v=cfg.f1, heads=1, d_w=cfg.f1)
-        self.d1_conv = nn.Conv1d(cfg.f1 + cfg.f2, cfg.f1, 3, padding="same")
+        self.x1_conv = nn.Conv1d(1, cfg.f1, kernel_size=3, padding="same")
+        self.x1_conv2 = nn.Conv1d(cfg.f1, cfg.f1, kernel_size=3, padding="same")
+        self.x2_conv = nn.Conv1d(cfg.f1, cfg.f2, kernel_size=3, padding="same")
+        self.x2_conv2 = nn.Conv1d(cfg.f2, cfg.f2, kernel_size=3, padding="same")
+        self.x3_conv = nn.Conv1d(cfg.f2, cfg.f3, kernel_size=3, padding="same")
+        self.x3_conv2 = nn.Conv1d(cfg.f3, cfg.f3, kernel_size=3, padding="same")
+        self.b_conv = nn.Conv1d(cfg.f3, cfg.f4, kernel_size=3, padding="same")
+        self.b_conv2 = nn.Conv1d(cfg.f4, cfg.f4, kernel_size=3, padding="same")
+        self.gate3 = MultiDimAdditiveAttention(
+            d_q=cfg.f4, d_k=cfg.f3, d_v=cfg.f3, heads=1, d_w=cfg.f3
+        )
+        self.d3_conv = nn.Conv1d(cfg.f3 + cfg.f4, cfg.f3, kernel_size=3, padding="same")
+        self.gate2 = MultiDimAdditiveAttention(
+            d_q=cfg.f3, d_k=cfg.f2, d_v=cfg.f2, heads=1, d_w=cfg.f2
+        )
+        self.d2_conv = nn.Conv1d(cfg.f2 + cfg.f3, cfg.f2, kernel_size=3, padding="same")
+        self.gate1 = MultiDimAdditiveAttention(
+            d_q=cfg.f2, d_k=cfg.f1, d_v=cfg.f1, heads=1, d_w=cfg.f1
+        )
+        self.d1_conv = nn.Conv1d(cfg.f1 + cfg.f2, cfg.f1, kernel_size=3, padding="same")
         self.segmentation_head = nn.Linear(cfg.f1, cfg.classes)
 
     def forward(self, image, return_attention: bool = False) -> Output:
         cfg = self.cfg
-        check_input('image', image, (cfg.H, cfg.W, 1), False, f"(B, {cfg.H}, {cfg.W}, 1)")
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
+        check_input(
+            'image', image, (cfg.H, cfg.W, 1), tokens=False, want=f"(B, {cfg.H}, {cfg.W}, 1)"
+        )
+        attn = {}  # module -> its weights, when return_attention
         x0 = image.flatten(-3, -2)  # (B, H*W, 1): feature `x0`
-        y = self.x1_conv(x0.transpose(1, 2)).transpose(1, 2)  # (B, H*W, 16): convolve over positions
-        y_2 = self.x1_conv2(F.relu(y).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 16): convolve over positions
-        x1 = F.relu(y_2)  # (B, H*W, 16): feature `x1`
-        y_3 = self.x2_conv(x1.transpose(1, 2)).transpose(1, 2)  # (B, H*W, 32): convolve over positions
-        y_4 = self.x2_conv2(F.relu(y_3).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 32): convolve over positions
-        x2 = F.relu(y_4)  # (B, H*W, 32): feature `x2`
-        y_5 = self.x3_conv(x2.transpose(1, 2)).transpose(1, 2)  # (B, H*W, 64): convolve over positions
-        y_6 = self.x3_conv2(F.relu(y_5).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 64): convolve over positions
-        x3 = F.relu(y_6)  # (B, H*W, 64): feature `x3`
-        y_7 = self.b_conv(x3.transpose(1, 2)).transpose(1, 2)  # (B, H*W, 128): convolve over positions
-        y_8 = self.b_conv2(F.relu(y_7).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 128): convolve over positions
-        b = F.relu(y_8)  # (B, H*W, 128): feature `b`
+        # (B, H*W, f1): convolve over positions
+        y = self.x1_conv(x0.transpose(1, 2)).transpose(1, 2)
+        # (B, H*W, f1): convolve over positions
+        y_2 = self.x1_conv2(F.relu(y).transpose(1, 2)).transpose(1, 2)
+        x1 = F.relu(y_2)  # (B, H*W, f1): feature `x1`
+        # (B, H*W, f2): convolve over positions
+        y_3 = self.x2_conv(x1.transpose(1, 2)).transpose(1, 2)
+        # (B, H*W, f2): convolve over positions
+        y_4 = self.x2_conv2(F.relu(y_3).transpose(1, 2)).transpose(1, 2)
+        x2 = F.relu(y_4)  # (B, H*W, f2): feature `x2`
+        # (B, H*W, f3): convolve over positions
+        y_5 = self.x3_conv(x2.transpose(1, 2)).transpose(1, 2)
+        # (B, H*W, f3): convolve over positions
+        y_6 = self.x3_conv2(F.relu(y_5).transpose(1, 2)).transpose(1, 2)
+        x3 = F.relu(y_6)  # (B, H*W, f3): feature `x3`
+        # (B, H*W, f4): convolve over positions
+        y_7 = self.b_conv(x3.transpose(1, 2)).transpose(1, 2)
+        # (B, H*W, f4): convolve over positions
+        y_8 = self.b_conv2(F.relu(y_7).transpose(1, 2)).transpose(1, 2)
+        b = F.relu(y_8)  # (B, H*W, f4): feature `b`
         # attention `gate3`: additive score, global alignment, multi-dimensional
-        gate3, gate3_a, _ = self.gate3(b, x3, x3, None, need_weights=return_attention)  # (B, H*W, 64)
+        # (B, H*W, f3)
+        gate3, gate3_a, _ = self.gate3(b, x3, x3, None, need_weights=return_attention)
         if return_attention:
             attn['gate3'] = gate3_a  # (B, H, H*W, H*W, d_v / H)
-        y_9 = self.d3_conv(torch.cat([gate3, F.interpolate(b.movedim(-1, 1), size=x3.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 64): convolve over positions
-        d3 = F.relu(y_9)  # (B, H*W, 64): feature `d3`
+        # (B, H*W, f3): convolve over positions
+        y_9 = self.d3_conv(
+            torch.cat(
+                [
+                    gate3,
+                    F.interpolate(
+                        b.movedim(-1, 1), size=x3.shape[1:-1], mode="nearest"
+                    ).movedim(1, -1)
+                ],
+                -1
+            ).transpose(1, 2)
+        ).transpose(1, 2)
+        d3 = F.relu(y_9)  # (B, H*W, f3): feature `d3`
         # attention `gate2`: additive score, global alignment, multi-dimensional
-        gate2, gate2_a, _ = self.gate2(d3, x2, x2, None, need_weights=return_attention)  # (B, H*W, 32)
+        # (B, H*W, f2)
+        gate2, gate2_a, _ = self.gate2(d3, x2, x2, None, need_weights=return_attention)
         if return_attention:
             attn['gate2'] = gate2_a  # (B, H, H*W, H*W, d_v / H)
-        y_10 = self.d2_conv(torch.cat([gate2, F.interpolate(d3.movedim(-1, 1), size=x2.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 32): convolve over positions
-        d2 = F.relu(y_10)  # (B, H*W, 32): feature `d2`
+        # (B, H*W, f2): convolve over positions
+        y_10 = self.d2_conv(
+            torch.cat(
+                [
+                    gate2,
+                    F.interpolate(
+                        d3.movedim(-1, 1), size=x2.shape[1:-1], mode="nearest"
+                    ).movedim(1, -1)
+                ],
+                -1
+            ).transpose(1, 2)
+        ).transpose(1, 2)
+        d2 = F.relu(y_10)  # (B, H*W, f2): feature `d2`
         # attention `gate1`: additive score, global alignment, multi-dimensional
-        gate1, gate1_a, _ = self.gate1(d2, x1, x1, None, need_weights=return_attention)  # (B, H*W, 16)
+        # (B, H*W, f1)
+        gate1, gate1_a, _ = self.gate1(d2, x1, x1, None, need_weights=return_attention)
         if return_attention:
             attn['gate1'] = gate1_a  # (B, H, H*W, H*W, d_v / H)
-        y_11 = self.d1_conv(torch.cat([gate1, F.interpolate(d2.movedim(-1, 1), size=x1.shape[1:-1], mode="nearest").movedim(1, -1)], -1).transpose(1, 2)).transpose(1, 2)  # (B, H*W, 16): convolve over positions
-        d1 = F.relu(y_11)  # (B, H*W, 16): feature `d1`
-        segmentation = self.segmentation_head(d1)  # (B, H*W, 2): output `segmentation`
-        return Output(segmentation, attn, log_probs, penalty, capsules, features)
+        # (B, H*W, f1): convolve over positions
+        y_11 = self.d1_conv(
+            torch.cat(
+                [
+                    gate1,
+                    F.interpolate(
+                        d2.movedim(-1, 1), size=x1.shape[1:-1], mode="nearest"
+                    ).movedim(1, -1)
+                ],
+                -1
+            ).transpose(1, 2)
+        ).transpose(1, 2)
+        d1 = F.relu(y_11)  # (B, H*W, f1): feature `d1`
+        segmentation = self.segmentation_head(d1)  # (B, H*W, classes): output `segmentation`
+        return Output(segmentation, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

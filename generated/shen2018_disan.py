@@ -49,11 +49,8 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `label`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def additive_context(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act, v: torch.Tensor,
@@ -130,17 +127,22 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     """
     if torch.compiler.is_compiling():
         return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
+    return QueryBlocks.apply(
+        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
+    )
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -149,6 +151,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -160,20 +175,22 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-class ForwardMultiDimAdditiveAttention(nn.Module):
-    """Attention module `fw`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
+class MultiDimAdditiveAttention(nn.Module):
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft) alignment
+    (eq. 25).
 
     Multi-dimensional (eq. 30-32): one weight per key and feature.
-    Mask: forward (keys a query position may see).
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk, d_v / H) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 31: e = W_d^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -190,81 +207,41 @@ class ForwardMultiDimAdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril(-1)  # (Lq, Lk): forward mask
-        keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
-        keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
-        keep = keep.unsqueeze(-1)  # (N, 1, Lq, Lk, 1): per feature (eq. 32)
         if need_weights:
-            # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+            # the same keys for every feature (eq. 32)
+            keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
+            # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
             e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk, d_v / H)
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
             c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
         else:  # fast path: the weights are never materialised
             a = None
-            c = additive_context(wq, wk, self.w, torch.tanh, v, keep)  # (N, H, Lq, d_v / H): blockwise
-        c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
-        return c, a, extras
-
-
-class BackwardMultiDimAdditiveAttention(nn.Module):
-    """Attention module `bw`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
-
-    Multi-dimensional (eq. 30-32): one weight per key and feature.
-    Mask: backward (keys a query position may see).
-    q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
-    key_mask: (N, Lk) bool, True = attend.
-    Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk, d_v / H) and a dict of extras.
-    """
-
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
-        super().__init__()
-        self.heads = heads
-        # eq. 31: e = W_d^T act(W1 q + W2 k + b), per head
-        self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
-        self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
-        self.b = nn.Parameter(torch.zeros(heads, d_w))
-        self.w = nn.Parameter(torch.randn(heads, d_w, d_v // heads) * d_w ** -0.5)  # W_d (eq. 31)
-
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
-        N, Lk, _ = k.shape
-        extras = {}
-        Lq = q.shape[1]
-        q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
-        k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
-        v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
-        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).triu(1)  # (Lq, Lk): backward mask
-        keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
-        keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
-        keep = keep.unsqueeze(-1)  # (N, 1, Lq, Lk, 1): per feature (eq. 32)
-        if need_weights:
-            # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
-            e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk, d_v / H)
-            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
-            c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
-        else:  # fast path: the weights are never materialised
-            a = None
-            c = additive_context(wq, wk, self.w, torch.tanh, v, keep)  # (N, H, Lq, d_v / H): blockwise
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+            # the same keys for every feature (eq. 32)
+            keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
+            # blockwise over the queries
+            c = additive_context(wq, wk, self.w, torch.tanh, v, keep)  # (N, H, Lq, d_v / H)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
 
 class QuerylessMultiDimAdditiveAttention(nn.Module):
-    """Attention module `s2t`: additive score of the keys alone, w^T act(W k + b) (eq. 33), global
+    """Attention with the additive score of the keys alone, w^T act(W k + b) (eq. 33), global
     (soft) alignment (eq. 25).
 
     Multi-dimensional (eq. 30-32): one weight per key and feature.
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: None (no query: self-attentive (eq. 33)); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, 1, d_v), a: (N, H, 1, Lk, d_v / H) and a dict of extras.
     """
 
-    def __init__(self, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 33: e = w^T act(W k + b), W shared; one w per head (Lin et al.'s W_s2 rows)
         self.W = nn.Linear(d_k, d_w, bias=True)
         self.w = nn.Parameter(torch.randn(heads, d_w, d_v) * d_w ** -0.5)  # W_d per head (eq. 31)
@@ -277,8 +254,9 @@ class QuerylessMultiDimAdditiveAttention(nn.Module):
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         h = F.elu(self.W(k[:, 0]))  # (N, Lk, d_w)
         e = torch.einsum("nlw,hwd->nhld", h, self.w).unsqueeze(2)  # (N, H, 1, Lk, d_v)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        keep = None if keep is None else keep.unsqueeze(-1)  # (N, 1, Lq, Lk, 1): per feature (eq. 32)
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # the same keys for every feature (eq. 32)
+        keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
         c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
@@ -289,7 +267,7 @@ class Model(nn.Module):
     """`disan`: inputs sent (B, L).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -297,43 +275,51 @@ class Model(nn.Module):
         self.cfg = cfg
         self.x_embed = nn.Embedding(cfg.vocab, cfg.d)
         self.x_linear = nn.Linear(cfg.d, cfg.d)
-        self.fw = ForwardMultiDimAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
-        self.bw = BackwardMultiDimAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.fw = MultiDimAdditiveAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d, mask="forward"
+        )
+        self.bw = MultiDimAdditiveAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d, mask="backward"
+        )
         self.u_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
         self.u_linear2 = nn.Linear(cfg.d + cfg.d, cfg.d)
-        self.s2t = QuerylessMultiDimAdditiveAttention(d_k=cfg.d + cfg.d, d_v=cfg.d + cfg.d, heads=1, d_w=cfg.d)
+        self.s2t = QuerylessMultiDimAdditiveAttention(
+            d_k=cfg.d + cfg.d, d_v=cfg.d + cfg.d, heads=1, d_w=cfg.d
+        )
         self.label_head = nn.Linear(cfg.d + cfg.d, cfg.classes)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:
-        check_input('sent', sent, (None,), True, '(B, L)')
+        check_input('sent', sent, (None,), tokens=True, want='(B, L)')
         check_mask('sent', sent_mask, sent.shape[:2])
         B = sent.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        x = F.elu(self.x_linear(self.x_embed(sent)))  # (B, L, 300): feature `x`
+        attn = {}  # module -> its weights, when return_attention
+        x = F.elu(self.x_linear(self.x_embed(sent)))  # (B, L, d): feature `x`
         # attention `fw`: additive score, global alignment, multi-dimensional, forward mask
-        fw, fw_a, _ = self.fw(x, x, x, sent_mask, need_weights=return_attention)  # (B, L, 300)
+        fw, fw_a, _ = self.fw(x, x, x, sent_mask, need_weights=return_attention)  # (B, L, d)
         if return_attention:
             attn['fw'] = fw_a  # (B, H, L, L, d_v / H)
         # attention `bw`: additive score, global alignment, multi-dimensional, backward mask
-        bw, bw_a, _ = self.bw(x, x, x, sent_mask, need_weights=return_attention)  # (B, L, 300)
+        bw, bw_a, _ = self.bw(x, x, x, sent_mask, need_weights=return_attention)  # (B, L, d)
         if return_attention:
             attn['bw'] = bw_a  # (B, H, L, L, d_v / H)
-        u = torch.cat([self.u_linear(torch.cat([x, fw], -1)), self.u_linear2(torch.cat([x, bw], -1))], -1)  # (B, L, 600): feature `u`
+        # (B, L, d + d): feature `u`
+        u = torch.cat(
+            [self.u_linear(torch.cat([x, fw], -1)), self.u_linear2(torch.cat([x, bw], -1))], -1
+        )
         # attention `s2t`: additive score, global alignment, multi-dimensional
         s2t_c, s2t_a, _ = self.s2t(None, u, u, sent_mask)
-        s2t = s2t_c.view(B, -1)  # (B, 600)
+        s2t = s2t_c.view(B, -1)  # (B, d + d)
         if return_attention:
             attn['s2t'] = s2t_a  # (B, H, 1, L, d_v / H)
-        label = self.label_head(s2t)  # (B, 3): output `label`
-        return Output(label, attn, log_probs, penalty, capsules, features)
+        label = self.label_head(s2t)  # (B, classes): output `label`
+        return Output(label, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

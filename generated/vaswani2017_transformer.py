@@ -51,21 +51,21 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `logits`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -74,6 +74,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -89,7 +102,10 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
     """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.)."""
     L, d = x.shape[-2], x.shape[-1]
     pos = torch.arange(L, device=x.device, dtype=torch.float32).unsqueeze(1)  # (L, 1)
-    freq = torch.exp(torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    # 10000^(-2i / d): one frequency per (sin, cos) pair of dimensions
+    freq = torch.exp(
+        torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d)
+    )
     pe = torch.zeros(L, d, device=x.device, dtype=torch.float32)  # (L, d)
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
@@ -97,65 +113,27 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
 
 
 class MultiHeadScaledMultiplicativeAttention(nn.Module):
-    """Attention module `encoder.self`: scaled multiplicative score q^T k / sqrt(d_k) (Table II),
-    global (soft) alignment (eq. 25).
+    """Attention with the scaled multiplicative score q^T k / sqrt(d_k) (Table II), global (soft)
+    alignment (eq. 25).
 
     Multi-head (eq. 38-40): q, k, v split into H slices, one score per head, contexts joined by
     W_O.
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
         if d_q % heads or d_k % heads or d_v % heads:
-            raise ValueError(f"MultiHeadScaledMultiplicativeAttention: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
-                             f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
+            raise ValueError(
+                f"MultiHeadScaledMultiplicativeAttention: heads = {heads} must divide "
+                f"d_q = {d_q}, d_k = {d_k} and d_v = {d_v} (eq. 38: each head gets an equal slice)"
+            )
         self.heads = heads
-        self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
-
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
-        N, Lk, _ = k.shape
-        H = self.heads
-        extras = {}
-        Lq = q.shape[1]
-        q = q.view(N, Lq, H, -1).transpose(1, 2)  # (N, H, Lq, d_q / H): q^(j) (eq. 38)
-        k = k.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
-        v = v.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_v / H): V^(j)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        if need_weights:
-            e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
-            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
-            c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
-        else:  # fast path: the weights are never materialised
-            a = None
-            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (N, H, Lq, d_v / H)
-            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
-                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
-        c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
-        c = self.out(c)  # (N, Lq, d_v): c = W_O concat(c^(1), ..., c^(H)) (eq. 40)
-        return c, a, extras
-
-
-class CausalMultiHeadScaledMultiplicativeAttention(nn.Module):
-    """Attention module `decoder.self`: scaled multiplicative score q^T k / sqrt(d_k) (Table II),
-    global (soft) alignment (eq. 25).
-
-    Multi-head (eq. 38-40): q, k, v split into H slices, one score per head, contexts joined by
-    W_O.
-    Mask: causal (keys a query position may see).
-    q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
-    key_mask: (N, Lk) bool, True = attend.
-    Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
-    """
-
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
-        super().__init__()
-        if d_q % heads or d_k % heads or d_v % heads:
-            raise ValueError(f"CausalMultiHeadScaledMultiplicativeAttention: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
-                             f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
-        self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
     def forward(self, q, k, v, key_mask=None, need_weights=True):
@@ -167,32 +145,113 @@ class CausalMultiHeadScaledMultiplicativeAttention(nn.Module):
         k = k.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
         v = v.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_v / H): V^(j)
         if need_weights:
-            keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril()  # (Lq, Lk): causal mask
-            keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
-            keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
-            e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk): q^T k_l / sqrt(d_k)
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+            # e = q^T k_l / sqrt(d_k)
+            e = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])  # (N, H, Lq, Lk)
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
-            if key_mask is None:  # the kernel applies the causal mask itself
-                c = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (N, H, Lq, d_v / H)
+            if self.mask == "causal" and key_mask is None:  # the kernel applies the mask itself
+                c = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
-                keep = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril()  # (Lq, Lk): causal mask
-                keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
-                keep = keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
-                c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (N, H, Lq, d_v / H)
-                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)  # no key left: c = 0, as masked_softmax gives
+                keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+                c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+                if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                    c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         c = self.out(c)  # (N, Lq, d_v): c = W_O concat(c^(1), ..., c^(H)) (eq. 40)
         return c, a, extras
+
+
+class EncoderLayer(nn.Module):
+    """One hop of `encoder` (eq. 41-42): self, x."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        self.self_qkv_proj = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.self_attn = MultiHeadScaledMultiplicativeAttention(
+            d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads
+        )
+        self.x_1_norm = nn.LayerNorm(cfg.d_model)
+        self.x_2_ffn = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)
+        )
+        self.x_2_norm = nn.LayerNorm(cfg.d_model)
+
+    def forward(
+        self, x, src_mask, attn: dict, at: str = "", return_attention: bool = False
+    ) -> torch.Tensor:
+        # (B, S, d_model) each
+        self_attn_q, self_attn_k, self_attn_v = self.self_qkv_proj(x).chunk(3, -1)
+        # attention `self`: scaled multiplicative score, global alignment, 8 heads
+        # (B, S, d_model)
+        self_attn, self_attn_a, _ = self.self_attn(
+            self_attn_q, self_attn_k, self_attn_v, src_mask, need_weights=return_attention
+        )
+        if return_attention:
+            attn[f"{at}self"] = self_attn_a  # (B, H, S, S)
+        x = self.x_1_norm(x + self_attn)  # (B, S, d_model): feature `x`, updated (eq. 37)
+        x = self.x_2_norm(x + self.x_2_ffn(x))  # (B, S, d_model): feature `x`, updated (eq. 37)
+        return x
+
+
+class DecoderLayer(nn.Module):
+    """One hop of `decoder` (eq. 41-42): cross, self, y."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        self.self_qkv_proj = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.self_attn = MultiHeadScaledMultiplicativeAttention(
+            d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads, mask="causal"
+        )
+        self.y_1_norm = nn.LayerNorm(cfg.d_model)
+        # W_K, W_V stacked: one matmul (eq. 1, 35)
+        self.cross_kv_proj = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=False)
+        self.cross_q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)  # W_Q F (eq. 35)
+        self.cross = MultiHeadScaledMultiplicativeAttention(
+            d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads
+        )
+        self.y_2_norm = nn.LayerNorm(cfg.d_model)
+        self.y_3_ffn = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)
+        )
+        self.y_3_norm = nn.LayerNorm(cfg.d_model)
+
+    def forward(
+        self, y, tgt_mask, x, src_mask, attn: dict, at: str = "", return_attention: bool = False
+    ) -> torch.Tensor:
+        # (B, T, d_model) each
+        self_attn_q, self_attn_k, self_attn_v = self.self_qkv_proj(y).chunk(3, -1)
+        # attention `self`: scaled multiplicative score, global alignment, 8 heads, causal mask
+        # (B, T, d_model)
+        self_attn, self_attn_a, _ = self.self_attn(
+            self_attn_q, self_attn_k, self_attn_v, tgt_mask, need_weights=return_attention
+        )
+        if return_attention:
+            attn[f"{at}self"] = self_attn_a  # (B, H, T, T)
+        y = self.y_1_norm(y + self_attn)  # (B, T, d_model): feature `y`, updated (eq. 37)
+        cross_k, cross_v = self.cross_kv_proj(x).chunk(2, -1)  # (B, S, d_model) each
+        # attention `cross`: scaled multiplicative score, global alignment, 8 heads
+        cross_q = self.cross_q_proj(y)  # (B, T, d_model)
+        # (B, T, d_model)
+        cross, cross_a, _ = self.cross(
+            cross_q, cross_k, cross_v, src_mask, need_weights=return_attention
+        )
+        if return_attention:
+            attn[f"{at}cross"] = cross_a  # (B, H, T, S)
+        y = self.y_2_norm(y + cross)  # (B, T, d_model): feature `y`, updated (eq. 37)
+        y = self.y_3_norm(y + self.y_3_ffn(y))  # (B, T, d_model): feature `y`, updated (eq. 37)
+        return y
 
 
 class Model(nn.Module):
     """`transformer`: inputs src (B, S), tgt (B, T).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -200,92 +259,40 @@ class Model(nn.Module):
         self.cfg = cfg
         self.x_embed = nn.Embedding(cfg.vocab, cfg.d_model)
         self.y_embed = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.encoder_self_qkv_proj = nn.ModuleList(  # one per hop; W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
-            nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
-            for _ in range(cfg.layers))
-        self.encoder_self = nn.ModuleList(  # one per hop
-            MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads)
-            for _ in range(cfg.layers))
-        self.encoder_x_1_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d_model)
-            for _ in range(cfg.layers))
-        self.encoder_x_2_ffn = nn.ModuleList(  # one per hop
-            nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
-            for _ in range(cfg.layers))
-        self.encoder_x_2_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d_model)
-            for _ in range(cfg.layers))
-        self.decoder_self_qkv_proj = nn.ModuleList(  # one per hop; W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
-            nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
-            for _ in range(cfg.layers))
-        self.decoder_self = nn.ModuleList(  # one per hop
-            CausalMultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads)
-            for _ in range(cfg.layers))
-        self.decoder_y_1_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d_model)
-            for _ in range(cfg.layers))
-        self.decoder_cross_kv_proj = nn.ModuleList(  # one per hop; W_K, W_V stacked: one matmul (eq. 1, 35)
-            nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=False)
-            for _ in range(cfg.layers))
-        self.decoder_cross_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
-            nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-            for _ in range(cfg.layers))
-        self.decoder_cross = nn.ModuleList(  # one per hop
-            MultiHeadScaledMultiplicativeAttention(d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads)
-            for _ in range(cfg.layers))
-        self.decoder_y_2_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d_model)
-            for _ in range(cfg.layers))
-        self.decoder_y_3_ffn = nn.ModuleList(  # one per hop
-            nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
-            for _ in range(cfg.layers))
-        self.decoder_y_3_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d_model)
-            for _ in range(cfg.layers))
+        # one per hop (eq. 41-42)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
+        # one per hop (eq. 41-42)
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
         self.logits_head = nn.Linear(cfg.d_model, cfg.vocab)
 
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
-        check_input('src', src, (None,), True, '(B, S)')
+    def forward(
+        self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False
+    ) -> Output:
+        check_input('src', src, (None,), tokens=True, want='(B, S)')
         check_mask('src', src_mask, src.shape[:2])
-        check_input('tgt', tgt, (None,), True, '(B, T)')
+        check_input('tgt', tgt, (None,), tokens=True, want='(B, T)')
         check_mask('tgt', tgt_mask, tgt.shape[:2])
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        x = sinusoid(self.x_embed(src))  # (B, S, 512): feature `x`
-        y = sinusoid(self.y_embed(tgt))  # (B, T, 512): feature `y`
-        for i in range(cfg.layers):  # `encoder`: 6 hops (eq. 41-42)
-            encoder_self_q, encoder_self_k, encoder_self_v = self.encoder_self_qkv_proj[i](x).chunk(3, -1)  # (B, S, 512) each
-            # attention `encoder.self`: scaled multiplicative score, global alignment, 8 heads
-            encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, src_mask, need_weights=return_attention)  # (B, S, 512)
-            if return_attention:
-                attn[f"encoder[{i + 1}].self"] = encoder_self_a  # (B, H, S, S)
-            x = self.encoder_x_1_norm[i](x + encoder_self)  # (B, S, 512): feature `x`, updated (eq. 37)
-            x = self.encoder_x_2_norm[i](x + self.encoder_x_2_ffn[i](x))  # (B, S, 512): feature `x`, updated (eq. 37)
-        for i in range(cfg.layers):  # `decoder`: 6 hops (eq. 41-42)
-            decoder_self_q, decoder_self_k, decoder_self_v = self.decoder_self_qkv_proj[i](y).chunk(3, -1)  # (B, T, 512) each
-            # attention `decoder.self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-            decoder_self, decoder_self_a, _ = self.decoder_self[i](decoder_self_q, decoder_self_k, decoder_self_v, tgt_mask, need_weights=return_attention)  # (B, T, 512)
-            if return_attention:
-                attn[f"decoder[{i + 1}].self"] = decoder_self_a  # (B, H, T, T)
-            y = self.decoder_y_1_norm[i](y + decoder_self)  # (B, T, 512): feature `y`, updated (eq. 37)
-            decoder_cross_k, decoder_cross_v = self.decoder_cross_kv_proj[i](x).chunk(2, -1)  # (B, S, 512) each
-            # attention `decoder.cross`: scaled multiplicative score, global alignment, 8 heads
-            decoder_cross_q = self.decoder_cross_q_proj[i](y)  # (B, T, 512)
-            decoder_cross, decoder_cross_a, _ = self.decoder_cross[i](decoder_cross_q, decoder_cross_k, decoder_cross_v, src_mask, need_weights=return_attention)  # (B, T, 512)
-            if return_attention:
-                attn[f"decoder[{i + 1}].cross"] = decoder_cross_a  # (B, H, T, S)
-            y = self.decoder_y_2_norm[i](y + decoder_cross)  # (B, T, 512): feature `y`, updated (eq. 37)
-            y = self.decoder_y_3_norm[i](y + self.decoder_y_3_ffn[i](y))  # (B, T, 512): feature `y`, updated (eq. 37)
-        logits = self.logits_head(y)  # (B, T, 37000): output `logits`
-        return Output(logits, attn, log_probs, penalty, capsules, features)
+        attn = {}  # module -> its weights, when return_attention
+        x = sinusoid(self.x_embed(src))  # (B, S, d_model): feature `x`
+        y = sinusoid(self.y_embed(tgt))  # (B, T, d_model): feature `y`
+        for i, layer in enumerate(self.encoder):  # `encoder`: 6 hops (eq. 41-42)
+            x = layer(
+                x, src_mask, attn=attn, at=f"encoder[{i + 1}].", return_attention=return_attention
+            )
+        for i, layer in enumerate(self.decoder):  # `decoder`: 6 hops (eq. 41-42)
+            y = layer(
+                y, tgt_mask, x, src_mask, attn=attn, at=f"decoder[{i + 1}].",
+                return_attention=return_attention
+            )
+        logits = self.logits_head(y)  # (B, T, vocab): output `logits`
+        return Output(logits, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

@@ -52,21 +52,21 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `polarity`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -75,6 +75,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -111,24 +124,33 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class ActivatedGeneralAttention(nn.Module):
-    """Attention module `hop.ctx_l`: activated general score act(k^T W q + b) (Table II), global
-    (soft) alignment (eq. 25).
+    """Attention with the activated general score act(k^T W q + b) (Table II), global (soft)
+    alignment (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
-        self.W = nn.Parameter(torch.randn(heads, d_k // heads, d_q // heads) * (d_q // heads) ** -0.5)
+        self.mask = mask  # structural mask: which keys a query position may see
+        self.W = nn.Parameter(
+            torch.randn(heads, d_k // heads, d_q // heads) * (d_q // heads) ** -0.5
+        )
         self.b = nn.Parameter(torch.zeros(heads))
 
     def forward(self, q, k, v, key_mask=None):
@@ -139,19 +161,68 @@ class ActivatedGeneralAttention(nn.Module):
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         Wq = torch.einsum("hde,nhqe->nhqd", self.W, q)  # (N, H, Lq, d_k / H): W q
-        e = torch.tanh(Wq @ k.transpose(-1, -2) + self.b[:, None, None])  # (N, H, Lq, Lk): act(k_l^T W q + b)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
+        # e = act(k_l^T W q + b)
+        e = torch.tanh(Wq @ k.transpose(-1, -2) + self.b[:, None, None])  # (N, H, Lq, Lk)
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
 
+class HopLayer(nn.Module):
+    """One hop of `hop` (eq. 41-42): ctx_l, ctx_r, q_l, q_r, tgt_l, tgt_r."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.ctx_l = ActivatedGeneralAttention(
+            d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1
+        )
+        self.ctx_r = ActivatedGeneralAttention(
+            d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1
+        )
+        self.tgt_l = ActivatedGeneralAttention(
+            d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1
+        )
+        self.tgt_r = ActivatedGeneralAttention(
+            d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1
+        )
+
+    def forward(
+        self, q_l, q_r, fl, left_mask, fr, right_mask, ft, target_mask, attn: dict, at: str = "",
+        return_attention: bool = False
+    ) -> tuple:
+        B = q_l.shape[0]
+        # attention `ctx_l`: activated general score, global alignment
+        ctx_l_c, ctx_l_a, _ = self.ctx_l(q_l.unsqueeze(1), fl, fl, left_mask)
+        ctx_l = ctx_l_c.view(B, -1)  # (B, 2 * hidden)
+        if return_attention:
+            attn[f"{at}ctx_l"] = ctx_l_a  # (B, H, 1, L)
+        # attention `ctx_r`: activated general score, global alignment
+        ctx_r_c, ctx_r_a, _ = self.ctx_r(q_r.unsqueeze(1), fr, fr, right_mask)
+        ctx_r = ctx_r_c.view(B, -1)  # (B, 2 * hidden)
+        if return_attention:
+            attn[f"{at}ctx_r"] = ctx_r_a  # (B, H, 1, R)
+        # attention `tgt_l`: activated general score, global alignment
+        tgt_l_c, tgt_l_a, _ = self.tgt_l(ctx_l.unsqueeze(1), ft, ft, target_mask)
+        tgt_l = tgt_l_c.view(B, -1)  # (B, 2 * hidden)
+        if return_attention:
+            attn[f"{at}tgt_l"] = tgt_l_a  # (B, H, 1, T)
+        # attention `tgt_r`: activated general score, global alignment
+        tgt_r_c, tgt_r_a, _ = self.tgt_r(ctx_r.unsqueeze(1), ft, ft, target_mask)
+        tgt_r = tgt_r_c.view(B, -1)  # (B, 2 * hidden)
+        if return_attention:
+            attn[f"{at}tgt_r"] = tgt_r_a  # (B, H, 1, T)
+        q_l = tgt_l  # (B, 2 * hidden): query `q_l`, updated (eq. 37)
+        q_r = tgt_r  # (B, 2 * hidden): query `q_r`, updated (eq. 37)
+        return q_l, q_r, ctx_l, ctx_r, tgt_l, tgt_r
+
+
 class Model(nn.Module):
     """`lcr_rot_hop`: inputs left (B, L), target (B, T), right (B, R).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -163,68 +234,44 @@ class Model(nn.Module):
         self.ft_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.fr_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.fr_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
-        self.hop_ctx_l = nn.ModuleList(  # one per hop
-            ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1)
-            for _ in range(cfg.hops))
-        self.hop_ctx_r = nn.ModuleList(  # one per hop
-            ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1)
-            for _ in range(cfg.hops))
-        self.hop_tgt_l = nn.ModuleList(  # one per hop
-            ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1)
-            for _ in range(cfg.hops))
-        self.hop_tgt_r = nn.ModuleList(  # one per hop
-            ActivatedGeneralAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1)
-            for _ in range(cfg.hops))
-        self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
+        self.hop = nn.ModuleList(HopLayer(cfg) for _ in range(cfg.hops))  # one per hop (eq. 41-42)
+        self.polarity_head = nn.Linear(
+            2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden + 2 * cfg.hidden, cfg.classes
+        )
 
-    def forward(self, left, target, right, left_mask=None, target_mask=None, right_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
-        check_input('left', left, (None,), True, '(B, L)')
+    def forward(
+        self, left, target, right, left_mask=None, target_mask=None, right_mask=None,
+        return_attention: bool = False
+    ) -> Output:
+        check_input('left', left, (None,), tokens=True, want='(B, L)')
         check_mask('left', left_mask, left.shape[:2])
-        check_input('target', target, (None,), True, '(B, T)')
+        check_input('target', target, (None,), tokens=True, want='(B, T)')
         check_mask('target', target_mask, target.shape[:2])
-        check_input('right', right, (None,), True, '(B, R)')
+        check_input('right', right, (None,), tokens=True, want='(B, R)')
         check_mask('right', right_mask, right.shape[:2])
-        B = left.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        fl = rnn(self.fl_bilstm, self.fl_embed(left), left_mask)  # (B, L, 600): feature `fl`
-        ft = rnn(self.ft_bilstm, self.ft_embed(target), target_mask)  # (B, T, 600): feature `ft`
-        fr = rnn(self.fr_bilstm, self.fr_embed(right), right_mask)  # (B, R, 600): feature `fr`
-        q_l = pool(ft, target_mask, "mean")  # (B, 600): query `q_l`
-        q_r = pool(ft, target_mask, "mean")  # (B, 600): query `q_r`
-        for i in range(cfg.hops):  # `hop`: 3 hops (eq. 41-42)
-            # attention `hop.ctx_l`: activated general score, global alignment
-            hop_ctx_l_c, hop_ctx_l_a, _ = self.hop_ctx_l[i](q_l.unsqueeze(1), fl, fl, left_mask)
-            hop_ctx_l = hop_ctx_l_c.view(B, -1)  # (B, 600)
-            if return_attention:
-                attn[f"hop[{i + 1}].ctx_l"] = hop_ctx_l_a  # (B, H, 1, L)
-            # attention `hop.ctx_r`: activated general score, global alignment
-            hop_ctx_r_c, hop_ctx_r_a, _ = self.hop_ctx_r[i](q_r.unsqueeze(1), fr, fr, right_mask)
-            hop_ctx_r = hop_ctx_r_c.view(B, -1)  # (B, 600)
-            if return_attention:
-                attn[f"hop[{i + 1}].ctx_r"] = hop_ctx_r_a  # (B, H, 1, R)
-            # attention `hop.tgt_l`: activated general score, global alignment
-            hop_tgt_l_c, hop_tgt_l_a, _ = self.hop_tgt_l[i](hop_ctx_l.unsqueeze(1), ft, ft, target_mask)
-            hop_tgt_l = hop_tgt_l_c.view(B, -1)  # (B, 600)
-            if return_attention:
-                attn[f"hop[{i + 1}].tgt_l"] = hop_tgt_l_a  # (B, H, 1, T)
-            # attention `hop.tgt_r`: activated general score, global alignment
-            hop_tgt_r_c, hop_tgt_r_a, _ = self.hop_tgt_r[i](hop_ctx_r.unsqueeze(1), ft, ft, target_mask)
-            hop_tgt_r = hop_tgt_r_c.view(B, -1)  # (B, 600)
-            if return_attention:
-                attn[f"hop[{i + 1}].tgt_r"] = hop_tgt_r_a  # (B, H, 1, T)
-            q_l = hop_tgt_l  # (B, 600): query `q_l`, updated (eq. 37)
-            q_r = hop_tgt_r  # (B, 600): query `q_r`, updated (eq. 37)
-        polarity = self.polarity_head(torch.cat([hop_ctx_l, hop_ctx_r, hop_tgt_l, hop_tgt_r], -1))  # (B, 3): output `polarity`
-        return Output(polarity, attn, log_probs, penalty, capsules, features)
+        attn = {}  # module -> its weights, when return_attention
+        fl = rnn(self.fl_bilstm, self.fl_embed(left), left_mask)  # (B, L, 2 * hidden): feature `fl`
+        # (B, T, 2 * hidden): feature `ft`
+        ft = rnn(self.ft_bilstm, self.ft_embed(target), target_mask)
+        # (B, R, 2 * hidden): feature `fr`
+        fr = rnn(self.fr_bilstm, self.fr_embed(right), right_mask)
+        q_l = pool(ft, target_mask, "mean")  # (B, 2 * hidden): query `q_l`
+        q_r = pool(ft, target_mask, "mean")  # (B, 2 * hidden): query `q_r`
+        for i, layer in enumerate(self.hop):  # `hop`: 3 hops (eq. 41-42)
+            q_l, q_r, hop_ctx_l, hop_ctx_r, hop_tgt_l, hop_tgt_r = layer(
+                q_l, q_r, fl, left_mask, fr, right_mask, ft, target_mask, attn=attn,
+                at=f"hop[{i + 1}].", return_attention=return_attention
+            )
+        # (B, classes): output `polarity`
+        polarity = self.polarity_head(torch.cat([hop_ctx_l, hop_ctx_r, hop_tgt_l, hop_tgt_r], -1))
+        return Output(polarity, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

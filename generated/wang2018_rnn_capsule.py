@@ -46,21 +46,25 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `p`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
+    # module -> (p_c, r_c) (eq. 43-45)
+    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # capsule module -> mean feature vector f
+    features: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -69,6 +73,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -105,25 +122,32 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class CapsuleMultiplicativeAttention(nn.Module):
-    """Attention module `capsule`: multiplicative score q^T k (Table II), global (soft) alignment
-    (eq. 25).
+    """Attention with the multiplicative score q^T k (Table II), global (soft) alignment (eq. 25).
 
     Capsule-based (eq. 43-45): a learned query per class, p_c and r_c.
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: None (no query: self-attentive (eq. 33)); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, C, d_v), a: (N, H, C, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, capsules: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, capsules: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
-        self.queries = nn.Parameter(torch.randn(capsules, d_q) * d_q ** -0.5)  # q_c, one per class (eq. 43)
+        self.mask = mask  # structural mask: which keys a query position may see
+        # q_c: one learned query per class (eq. 43)
+        self.queries = nn.Parameter(torch.randn(capsules, d_q) * d_q ** -0.5)
         self.prob = nn.Parameter(torch.zeros(capsules, d_v))  # w_c (eq. 44)
         self.prob_bias = nn.Parameter(torch.zeros(capsules))  # b_c (eq. 44)
 
@@ -135,16 +159,20 @@ class CapsuleMultiplicativeAttention(nn.Module):
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         if need_weights:
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
             e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
-            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)  # (N, H, Lq, d_v / H)
-            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
-                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
+            if self.mask == "causal" and key_mask is None:  # the kernel applies the mask itself
+                c = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+            else:
+                keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+                c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)
+                if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                    c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         p = torch.sigmoid((c * self.prob).sum(-1) + self.prob_bias)  # (N, C): p_c (eq. 44)
         extras["capsule"] = (p, p.unsqueeze(-1) * c)  # r_c = p_c c_c (eq. 45)
@@ -155,7 +183,7 @@ class Model(nn.Module):
     """`rnn_capsule`: inputs sent (B, N).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention, capsules, features).
     """
 
     def __init__(self, cfg: Config):
@@ -163,30 +191,36 @@ class Model(nn.Module):
         self.cfg = cfg
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.h_lstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True)
-        self.capsule = CapsuleMultiplicativeAttention(d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, capsules=3)
+        self.capsule = CapsuleMultiplicativeAttention(
+            d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, capsules=3
+        )
         self.p_linear = nn.Linear(cfg.hidden, 1)
 
     def forward(self, sent, sent_mask=None, return_attention: bool = False) -> Output:
-        check_input('sent', sent, (None,), True, '(B, N)')
+        check_input('sent', sent, (None,), tokens=True, want='(B, N)')
         check_mask('sent', sent_mask, sent.shape[:2])
         B = sent.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        h = rnn(self.h_lstm, self.h_embed(sent), sent_mask)  # (B, N, 256): feature `h`
+        attn = {}  # module -> its weights, when return_attention
+        capsules = {}
+        features = {}
+        h = rnn(self.h_lstm, self.h_embed(sent), sent_mask)  # (B, N, hidden): feature `h`
         # attention `capsule`: multiplicative score, global alignment, 3 capsules
-        capsule_c, capsule_a, capsule_ex = self.capsule(None, h, h, sent_mask, need_weights=return_attention)
-        capsule = capsule_c.view(B, capsule_c.shape[-2], -1)  # (B, capsule.capsules, 256)
+        capsule_c, capsule_a, capsule_ex = self.capsule(
+            None, h, h, sent_mask, need_weights=return_attention
+        )
+        capsule = capsule_c.view(B, capsule_c.shape[-2], -1)  # (B, capsule.capsules, hidden)
         if return_attention:
             attn['capsule'] = capsule_a  # (B, H, C, N)
         capsules['capsule'] = tuple(x.view(B, *x.shape[1:]) for x in capsule_ex["capsule"])
         features['capsule'] = pool(h, sent_mask, "mean")  # f: the mean feature vector
         p = torch.sigmoid(self.p_linear(capsule))  # (B, capsule.capsules, 1): output `p`
-        return Output(p, attn, log_probs, penalty, capsules, features)
+        return Output(p, attn, capsules=capsules, features=features)
 
     def capsule_loss(self, out: Output, target: torch.Tensor) -> torch.Tensor:
         """Wang et al.'s joint loss for capsule-based attention (eq. 43-45): the true class's
         capsule is active (p_c -> 1) and its representation r_c agrees with the mean feature
-        vector f (dot product); the other capsules are inactive and disagree. target: (B,) class ids."""
+        vector f (dot product); the other capsules are inactive and disagree.
+        target: (B,) class ids."""
         loss = 0.0
         for name, (p, r) in out.capsules.items():
             f = out.features[name]  # (B, ..., d_v)
@@ -202,8 +236,8 @@ class Model(nn.Module):
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

@@ -48,11 +48,10 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `polarity`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
+    # hard / reinforced: log p(sample), for REINFORCE
+    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -112,17 +111,22 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     """
     if torch.compiler.is_compiling():
         return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
+    return QueryBlocks.apply(
+        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
+    )
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -131,6 +135,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -167,23 +184,30 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class AdditiveReinforcedAttention(nn.Module):
-    """Attention module `a2q`: additive score w^T act(W1 q + W2 k + b) (eq. 6), reinforced
-    alignment: a policy picks the subset, softmax over it.
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), reinforced alignment: a
+    policy picks the subset, softmax over it.
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -195,7 +219,7 @@ class AdditiveReinforcedAttention(nn.Module):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
-        pi = torch.sigmoid(self.policy(k)).squeeze(-1)  # (N, Lk): the agent's policy over feature vectors
+        pi = torch.sigmoid(self.policy(k)).squeeze(-1)  # (N, Lk): pi_l, the agent's policy
         if self.training:
             pick = torch.bernoulli(pi.detach()).bool()  # sample a subset (the agent's action)
         else:
@@ -213,8 +237,8 @@ class AdditiveReinforcedAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
         a = masked_softmax(e, keep, dim=3)  # soft alignment over the picked subset (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
@@ -226,7 +250,7 @@ class Model(nn.Module):
     """`rban`: inputs question (B, Q), answer (B, A).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention, log_probs).
     """
 
     def __init__(self, cfg: Config):
@@ -236,39 +260,50 @@ class Model(nn.Module):
         self.fq_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.fa_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.fa_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
-        self.a2q = AdditiveReinforcedAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=(2 * cfg.hidden))
-        self.q2a = AdditiveReinforcedAttention(d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=(2 * cfg.hidden))
+        self.a2q = AdditiveReinforcedAttention(
+            d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1,
+            d_w=(2 * cfg.hidden)
+        )
+        self.q2a = AdditiveReinforcedAttention(
+            d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1,
+            d_w=(2 * cfg.hidden)
+        )
         self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
 
-    def forward(self, question, answer, question_mask=None, answer_mask=None, return_attention: bool = False) -> Output:
-        check_input('question', question, (None,), True, '(B, Q)')
+    def forward(
+        self, question, answer, question_mask=None, answer_mask=None, return_attention: bool = False
+    ) -> Output:
+        check_input('question', question, (None,), tokens=True, want='(B, Q)')
         check_mask('question', question_mask, question.shape[:2])
-        check_input('answer', answer, (None,), True, '(B, A)')
+        check_input('answer', answer, (None,), tokens=True, want='(B, A)')
         check_mask('answer', answer_mask, answer.shape[:2])
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        fq = rnn(self.fq_bilstm, self.fq_embed(question), question_mask)  # (B, Q, 300): feature `fq`
-        fa = rnn(self.fa_bilstm, self.fa_embed(answer), answer_mask)  # (B, A, 300): feature `fa`
+        attn = {}  # module -> its weights, when return_attention
+        log_probs = {}
+        # (B, Q, 2 * hidden): feature `fq`
+        fq = rnn(self.fq_bilstm, self.fq_embed(question), question_mask)
+        # (B, A, 2 * hidden): feature `fa`
+        fa = rnn(self.fa_bilstm, self.fa_embed(answer), answer_mask)
         # attention `a2q`: additive score, reinforced alignment
-        a2q, a2q_a, a2q_ex = self.a2q(fa, fq, fq, question_mask)  # (B, A, 300)
+        a2q, a2q_a, a2q_ex = self.a2q(fa, fq, fq, question_mask)  # (B, A, 2 * hidden)
         if return_attention:
             attn['a2q'] = a2q_a  # (B, H, A, Q)
         log_probs['a2q'] = a2q_ex["log_prob"]
         # attention `q2a`: additive score, reinforced alignment
-        q2a, q2a_a, q2a_ex = self.q2a(fq, fa, fa, answer_mask)  # (B, Q, 300)
+        q2a, q2a_a, q2a_ex = self.q2a(fq, fa, fa, answer_mask)  # (B, Q, 2 * hidden)
         if return_attention:
             attn['q2a'] = q2a_a  # (B, H, Q, A)
         log_probs['q2a'] = q2a_ex["log_prob"]
-        pooled = torch.cat([pool(a2q, answer_mask, "mean"), pool(q2a, question_mask, "mean")], -1)  # (B, 600): feature `pooled`
-        polarity = self.polarity_head(pooled)  # (B, 3): output `polarity`
-        return Output(polarity, attn, log_probs, penalty, capsules, features)
+        # (B, 2 * hidden + 2 * hidden): feature `pooled`
+        pooled = torch.cat([pool(a2q, answer_mask, "mean"), pool(q2a, question_mask, "mean")], -1)
+        polarity = self.polarity_head(pooled)  # (B, classes): output `polarity`
+        return Output(polarity, attn, log_probs=log_probs)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

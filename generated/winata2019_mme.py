@@ -51,11 +51,8 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `labels`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -115,17 +112,22 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     """
     if torch.compiler.is_compiling():
         return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
+    return QueryBlocks.apply(
+        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
+    )
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -134,6 +136,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -149,7 +164,10 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
     """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.)."""
     L, d = x.shape[-2], x.shape[-1]
     pos = torch.arange(L, device=x.device, dtype=torch.float32).unsqueeze(1)  # (L, 1)
-    freq = torch.exp(torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    # 10000^(-2i / d): one frequency per (sin, cos) pair of dimensions
+    freq = torch.exp(
+        torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d)
+    )
     pe = torch.zeros(L, d, device=x.device, dtype=torch.float32)  # (L, d)
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
@@ -157,17 +175,20 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
 
 
 class AdditiveAttention(nn.Module):
-    """Attention module `meta`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft) alignment
+    (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -184,8 +205,8 @@ class AdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
@@ -194,22 +215,27 @@ class AdditiveAttention(nn.Module):
 
 
 class MultiHeadAdditiveAttention(nn.Module):
-    """Attention module `encoder.self`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global
-    (soft) alignment (eq. 25).
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft) alignment
+    (eq. 25).
 
     Multi-head (eq. 38-40): q, k, v split into H slices, one score per head, contexts joined by
     W_O.
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         if d_q % heads or d_k % heads or d_v % heads:
-            raise ValueError(f"MultiHeadAdditiveAttention: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
-                             f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
+            raise ValueError(
+                f"MultiHeadAdditiveAttention: heads = {heads} must divide "
+                f"d_q = {d_q}, d_k = {d_k} and d_v = {d_v} (eq. 38: each head gets an equal slice)"
+            )
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -228,8 +254,8 @@ class MultiHeadAdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
@@ -238,11 +264,43 @@ class MultiHeadAdditiveAttention(nn.Module):
         return c, a, extras
 
 
+class EncoderLayer(nn.Module):
+    """One hop of `encoder` (eq. 41-42): self, x."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        self.self_qkv_proj = nn.Linear(cfg.d, 3 * cfg.d, bias=False)
+        self.self_attn = MultiHeadAdditiveAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads, d_w=cfg.d
+        )
+        self.x_1_norm = nn.LayerNorm(cfg.d)
+        self.x_2_ffn = nn.Sequential(
+            nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d)
+        )
+        self.x_2_norm = nn.LayerNorm(cfg.d)
+
+    def forward(
+        self, x, tweet_mask, attn: dict, at: str = "", return_attention: bool = False
+    ) -> torch.Tensor:
+        self_attn_q, self_attn_k, self_attn_v = self.self_qkv_proj(x).chunk(3, -1)  # (B, L, d) each
+        # attention `self`: additive score, global alignment, 4 heads
+        # (B, L, d)
+        self_attn, self_attn_a, _ = self.self_attn(
+            self_attn_q, self_attn_k, self_attn_v, tweet_mask
+        )
+        if return_attention:
+            attn[f"{at}self"] = self_attn_a  # (B, H, L, L)
+        x = self.x_1_norm(x + self_attn)  # (B, L, d): feature `x`, updated (eq. 37)
+        x = self.x_2_norm(x + self.x_2_ffn(x))  # (B, L, d): feature `x`, updated (eq. 37)
+        return x
+
+
 class Model(nn.Module):
     """`mme`: inputs tweet (B, L).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -256,60 +314,43 @@ class Model(nn.Module):
         self.en_gv_linear = nn.Linear(300, cfg.d)
         self.meta_q = nn.Parameter(torch.randn(cfg.d) * (cfg.d) ** -0.5)  # a learned query (eq. 34)
         self.meta = AdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
-        self.encoder_self_qkv_proj = nn.ModuleList(  # one per hop; W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
-            nn.Linear(cfg.d, 3 * cfg.d, bias=False)
-            for _ in range(cfg.layers))
-        self.encoder_self = nn.ModuleList(  # one per hop
-            MultiHeadAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads, d_w=cfg.d)
-            for _ in range(cfg.layers))
-        self.encoder_x_1_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d)
-            for _ in range(cfg.layers))
-        self.encoder_x_2_ffn = nn.ModuleList(  # one per hop
-            nn.Sequential(nn.Linear(cfg.d, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d))
-            for _ in range(cfg.layers))
-        self.encoder_x_2_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d)
-            for _ in range(cfg.layers))
+        # one per hop (eq. 41-42)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.labels_head = nn.Linear(cfg.d, cfg.tags)
 
     def forward(self, tweet, tweet_mask=None, return_attention: bool = False) -> Output:
-        cfg = self.cfg
-        check_input('tweet', tweet, (None,), True, '(B, L)')
+        check_input('tweet', tweet, (None,), tokens=True, want='(B, L)')
         check_mask('tweet', tweet_mask, tweet.shape[:2])
         B = tweet.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        en_ft = self.en_ft_linear(self.en_ft_embed(tweet))  # (B, L, 200): feature `en_ft`
-        es_ft = self.es_ft_linear(self.es_ft_embed(tweet))  # (B, L, 200): feature `es_ft`
-        en_gv = self.en_gv_linear(self.en_gv_embed(tweet))  # (B, L, 200): feature `en_gv`
-        reps = torch.stack([en_ft, es_ft, en_gv], -2)  # (B, L, reps.reps, 200): feature `reps`
+        attn = {}  # module -> its weights, when return_attention
+        en_ft = self.en_ft_linear(self.en_ft_embed(tweet))  # (B, L, d): feature `en_ft`
+        es_ft = self.es_ft_linear(self.es_ft_embed(tweet))  # (B, L, d): feature `es_ft`
+        en_gv = self.en_gv_linear(self.en_gv_embed(tweet))  # (B, L, d): feature `en_gv`
+        reps = torch.stack([en_ft, es_ft, en_gv], -2)  # (B, L, reps.reps, d): feature `reps`
         # attention `meta`: additive score, global alignment, one per L
         # one attention per group: N = B x L
-        meta_q = self.meta_q.expand(B, -1)  # (B, 200)
-        meta_q1 = meta_q.view(B, 1, -1).expand(*reps.shape[:2], -1).reshape(-1, 1, meta_q.shape[-1])  # (N, 1, d_q): one query per group
+        meta_q = self.meta_q.expand(B, -1)  # (B, d)
+        # (N, 1, d_q): one query per group
+        meta_q1 = meta_q.view(B, 1, -1).expand(*reps.shape[:2], -1).reshape(-1, 1, meta_q.shape[-1])
         meta_c, meta_a, _ = self.meta(meta_q1, reps.flatten(0, 1), reps.flatten(0, 1), None)
-        meta = meta_c.view(*reps.shape[:2], -1)  # (B, L, 200)
+        meta = meta_c.view(*reps.shape[:2], -1)  # (B, L, d)
         if return_attention:
-            attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])  # (B, L, H, 1, reps.reps)
-        x = sinusoid(meta)  # (B, L, 200): feature `x`
-        for i in range(cfg.layers):  # `encoder`: 2 hops (eq. 41-42)
-            encoder_self_q, encoder_self_k, encoder_self_v = self.encoder_self_qkv_proj[i](x).chunk(3, -1)  # (B, L, 200) each
-            # attention `encoder.self`: additive score, global alignment, 4 heads
-            encoder_self, encoder_self_a, _ = self.encoder_self[i](encoder_self_q, encoder_self_k, encoder_self_v, tweet_mask)  # (B, L, 200)
-            if return_attention:
-                attn[f"encoder[{i + 1}].self"] = encoder_self_a  # (B, H, L, L)
-            x = self.encoder_x_1_norm[i](x + encoder_self)  # (B, L, 200): feature `x`, updated (eq. 37)
-            x = self.encoder_x_2_norm[i](x + self.encoder_x_2_ffn[i](x))  # (B, L, 200): feature `x`, updated (eq. 37)
-        labels = self.labels_head(x)  # (B, L, 19): output `labels`
-        return Output(labels, attn, log_probs, penalty, capsules, features)
+            # (B, L, H, 1, reps.reps)
+            attn['meta'] = meta_a.view(*reps.shape[:2], *meta_a.shape[1:])
+        x = sinusoid(meta)  # (B, L, d): feature `x`
+        for i, layer in enumerate(self.encoder):  # `encoder`: 2 hops (eq. 41-42)
+            x = layer(
+                x, tweet_mask, attn=attn, at=f"encoder[{i + 1}].", return_attention=return_attention
+            )
+        labels = self.labels_head(x)  # (B, L, tags): output `labels`
+        return Output(labels, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

@@ -50,11 +50,10 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `logits`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
+    # hard / reinforced: log p(sample), for REINFORCE
+    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -114,11 +113,14 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     """
     if torch.compiler.is_compiling():
         return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
+    return QueryBlocks.apply(
+        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
+    )
 
 
-def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None) -> tuple[torch.Tensor, list]:
-    """One step of a stack of GRU or LSTM cells; returns the top layer's output and the new state."""
+def cell_step(cells: nn.ModuleList, x: torch.Tensor,
+              state: list | None) -> tuple[torch.Tensor, list]:
+    """One step of a stack of GRU or LSTM cells: the top layer's output and the new state."""
     new = []
     for i, cell in enumerate(cells):
         s = cell(x, None if state is None else state[i])
@@ -130,11 +132,14 @@ def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None) -> tupl
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -143,6 +148,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -155,17 +173,20 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
 
 
 class AdditiveHardAttention(nn.Module):
-    """Attention module `att`: additive score w^T act(W1 q + W2 k + b) (eq. 6), hard alignment:
-    sample one position (eq. 26).
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), hard alignment: sample
+    one position (eq. 26).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -183,18 +204,22 @@ class AdditiveHardAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
         p = masked_softmax(e, keep, dim=3)  # (N, H, Lq, Lk): the distribution to sample from
         if self.training:  # eq. 26: sample one position m ~ p ...
-            m = torch.multinomial(p.reshape(-1, Lk) + (p.reshape(-1, Lk).sum(-1, keepdim=True) == 0), 1)
+            # a row with no key left samples uniformly (multinomial rejects all-zero rows)
+            m = torch.multinomial(
+                p.reshape(-1, Lk) + (p.reshape(-1, Lk).sum(-1, keepdim=True) == 0), 1
+            )
             m = m.view(N, H, Lq)
         else:  # ... and take the most likely one at test time
             m = p.argmax(-1)  # (N, H, Lq)
         a = F.one_hot(m, Lk).to(p.dtype) * (p.sum(-1, keepdim=True) > 0)  # (N, H, Lq, Lk): one-hot
-        # log p(m): add -log_prob * reward to the loss for REINFORCE (the sample has no gradient)
-        extras["log_prob"] = p.gather(-1, m.unsqueeze(-1)).squeeze(-1).clamp_min(1e-30).log()  # (N, H, Lq)
+        # log p(m), (N, H, Lq): add -log_prob * reward to the loss for REINFORCE
+        # (the sample has no gradient)
+        extras["log_prob"] = p.gather(-1, m.unsqueeze(-1)).squeeze(-1).clamp_min(1e-30).log()
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
@@ -204,34 +229,43 @@ class Model(nn.Module):
     """`hard`: inputs image (B, image_0, image_1, 512), caption (B, T).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention, log_probs).
     """
 
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
-        self.h_lstm_cells = nn.ModuleList(nn.LSTMCell(cfg.d_emb + 512 if i == 0 else cfg.hidden, cfg.hidden) for i in range(1))  # input feeding: [x_t; c_(t-1)]
+        # input feeding: [x_t; c_(t-1)]
+        self.h_lstm_cells = nn.ModuleList(
+            nn.LSTMCell(cfg.d_emb + 512 if i == 0 else cfg.hidden, cfg.hidden) for i in range(1)
+        )
         self.att = AdditiveHardAttention(d_q=cfg.hidden, d_k=512, d_v=512, heads=1, d_w=cfg.d_w)
         self.logits_linear = nn.Linear(cfg.hidden + 512, cfg.d_emb)
         self.logits_head = nn.Linear(cfg.d_emb, cfg.vocab)
 
     def forward(self, image, caption, caption_mask=None, return_attention: bool = False) -> Output:
         cfg = self.cfg
-        check_input('image', image, (cfg.image_0, cfg.image_1, 512), False, f"(B, {cfg.image_0}, {cfg.image_1}, 512)")
-        check_input('caption', caption, (None,), True, '(B, T)')
+        check_input(
+            'image', image, (cfg.image_0, cfg.image_1, 512), tokens=False,
+            want=f"(B, {cfg.image_0}, {cfg.image_1}, 512)"
+        )
+        check_input('caption', caption, (None,), tokens=True, want='(B, T)')
         check_mask('caption', caption_mask, caption.shape[:2])
         B = image.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
+        attn = {}  # module -> its weights, when return_attention
+        log_probs = {}
         a = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
-        h_in = self.h_embed(caption)  # (B, T, 512): the decoder's inputs, all steps
+        h_in = self.h_embed(caption)  # (B, T, d_emb): the decoder's inputs, all steps
         h_state = None
         steps = {}  # node -> its value at every step
         att_prev = h_in.new_zeros(B, 512)  # (B, d_v): no context before the first step
         for t in range(h_in.shape[1]):  # one decoder step per position of T
-            h_h, h_state = cell_step(self.h_lstm_cells, torch.cat([h_in.select(1, t), att_prev], -1), h_state)  # (B, hidden)
-            h_t = h_h.unsqueeze(1)  # (B, 1, 1000): query `h`, one step
+            # (B, hidden)
+            h_h, h_state = cell_step(
+                self.h_lstm_cells, torch.cat([h_in.select(1, t), att_prev], -1), h_state
+            )
+            h_t = h_h.unsqueeze(1)  # (B, 1, hidden): query `h`, one step
             # attention `att`: additive score, hard alignment
             att_t, att_a, att_ex = self.att(h_t, a, a, None)  # (B, 1, 512)
             att_prev = att_t.squeeze(1)  # fed to the next step
@@ -240,20 +274,21 @@ class Model(nn.Module):
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
             steps.setdefault('log_prob:att', []).append(att_ex["log_prob"])
-        h = torch.cat(steps['h'], 1)  # (B, T, 1000)
+        h = torch.cat(steps['h'], 1)  # (B, T, hidden)
         att = torch.cat(steps['att'], 1)  # (B, T, 512)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
         log_probs['att'] = torch.cat(steps['log_prob:att'], -1)
-        logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, att], -1))))  # (B, T, 10000): output `logits`
-        return Output(logits, attn, log_probs, penalty, capsules, features)
+        # (B, T, vocab): output `logits`
+        logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, att], -1))))
+        return Output(logits, attn, log_probs=log_probs)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

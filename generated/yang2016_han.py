@@ -49,11 +49,8 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `label`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -113,17 +110,22 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     """
     if torch.compiler.is_compiling():
         return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
+    return QueryBlocks.apply(
+        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
+    )
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -132,6 +134,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -152,23 +167,30 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
         y = layer(x)[0]
     else:
         lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        y = nn.utils.rnn.pad_packed_sequence(layer(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
+        y = nn.utils.rnn.pad_packed_sequence(
+            layer(packed)[0], batch_first=True, total_length=x.shape[1]
+        )[0]
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
 class AdditiveAttention(nn.Module):
-    """Attention module `word`: additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft)
-    alignment (eq. 25).
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft) alignment
+    (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
         self.W1 = nn.Parameter(torch.randn(heads, d_q // heads, d_w) * (d_q // heads) ** -0.5)
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
@@ -185,8 +207,8 @@ class AdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
-        # e = w^T act(W1 q + W2 k_l + b) block by block: never all of (N, H, Lq, Lk, d_w) at once
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
@@ -198,7 +220,7 @@ class Model(nn.Module):
     """`han`: inputs doc (B, S, W).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -206,46 +228,55 @@ class Model(nn.Module):
         self.cfg = cfg
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.h_bigru = nn.GRU(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
-        self.word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.word = AdditiveAttention(d_q=cfg.d_w, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
+        # a learned query (eq. 34)
+        self.word_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)
+        self.word = AdditiveAttention(
+            d_q=cfg.d_w, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w
+        )
         self.hs_bigru = nn.GRU(2 * cfg.hidden, cfg.hidden, batch_first=True, bidirectional=True)
-        self.sentence_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)  # a learned query (eq. 34)
-        self.sentence = AdditiveAttention(d_q=cfg.d_w, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
+        # a learned query (eq. 34)
+        self.sentence_q = nn.Parameter(torch.randn(cfg.d_w) * (cfg.d_w) ** -0.5)
+        self.sentence = AdditiveAttention(
+            d_q=cfg.d_w, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w
+        )
         self.label_head = nn.Linear(2 * cfg.hidden, cfg.classes)
 
     def forward(self, doc, doc_mask=None, return_attention: bool = False) -> Output:
-        check_input('doc', doc, (None, None), True, '(B, S, W)')
+        check_input('doc', doc, (None, None), tokens=True, want='(B, S, W)')
         check_mask('doc', doc_mask, doc.shape[:3])
         B = doc.shape[0]
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        h = rnn(self.h_bigru, self.h_embed(doc), doc_mask)  # (B, S, W, 100): feature `h`
+        attn = {}  # module -> its weights, when return_attention
+        h = rnn(self.h_bigru, self.h_embed(doc), doc_mask)  # (B, S, W, 2 * hidden): feature `h`
         # attention `word`: additive score, global alignment, one per S
         # one attention per group: N = B x S
-        word_q = self.word_q.expand(B, -1)  # (B, 100)
-        word_q1 = word_q.view(B, 1, -1).expand(*h.shape[:2], -1).reshape(-1, 1, word_q.shape[-1])  # (N, 1, d_q): one query per group
-        word_keep = None if doc_mask is None else doc_mask.reshape(-1, h.shape[-2])  # (N, Lk): padding mask of the keys
+        word_q = self.word_q.expand(B, -1)  # (B, d_w)
+        # (N, 1, d_q): one query per group
+        word_q1 = word_q.view(B, 1, -1).expand(*h.shape[:2], -1).reshape(-1, 1, word_q.shape[-1])
+        # (N, Lk): padding mask of the keys
+        word_keep = None if doc_mask is None else doc_mask.reshape(-1, h.shape[-2])
         word_c, word_a, _ = self.word(word_q1, h.flatten(0, 1), h.flatten(0, 1), word_keep)
-        word = word_c.view(*h.shape[:2], -1)  # (B, S, 100)
+        word = word_c.view(*h.shape[:2], -1)  # (B, S, 2 * hidden)
         if return_attention:
             attn['word'] = word_a.view(*h.shape[:2], *word_a.shape[1:])  # (B, S, H, 1, W)
-        hs = rnn(self.hs_bigru, word, (None if doc_mask is None else doc_mask.any(-1)))  # (B, S, 100): feature `hs`
+        # (B, S, 2 * hidden): feature `hs`
+        hs = rnn(self.hs_bigru, word, (None if doc_mask is None else doc_mask.any(-1)))
         # attention `sentence`: additive score, global alignment
-        sentence_q = self.sentence_q.expand(B, -1)  # (B, 100)
-        sentence_keep = None if doc_mask is None else doc_mask.any(-1).reshape(-1, hs.shape[-2])  # (N, Lk): padding mask of the keys
+        sentence_q = self.sentence_q.expand(B, -1)  # (B, d_w)
+        # (N, Lk): padding mask of the keys
+        sentence_keep = None if doc_mask is None else doc_mask.any(-1).reshape(-1, hs.shape[-2])
         sentence_c, sentence_a, _ = self.sentence(sentence_q.unsqueeze(1), hs, hs, sentence_keep)
-        sentence = sentence_c.view(B, -1)  # (B, 100)
+        sentence = sentence_c.view(B, -1)  # (B, 2 * hidden)
         if return_attention:
             attn['sentence'] = sentence_a  # (B, H, 1, S)
-        label = self.label_head(sentence)  # (B, 5): output `label`
-        return Output(label, attn, log_probs, penalty, capsules, features)
+        label = self.label_head(sentence)  # (B, classes): output `label`
+        return Output(label, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

@@ -53,22 +53,22 @@ class Config:
 
 @dataclass
 class Output:
-    output: dict[str, torch.Tensor]
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    output: dict[str, torch.Tensor]  # output name -> tensor
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -77,6 +77,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -92,7 +105,10 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
     """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.)."""
     L, d = x.shape[-2], x.shape[-1]
     pos = torch.arange(L, device=x.device, dtype=torch.float32).unsqueeze(1)  # (L, 1)
-    freq = torch.exp(torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    # 10000^(-2i / d): one frequency per (sin, cos) pair of dimensions
+    freq = torch.exp(
+        torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d)
+    )
     pe = torch.zeros(L, d, device=x.device, dtype=torch.float32)  # (L, d)
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
@@ -100,22 +116,26 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
 
 
 class MultiHeadMultiplicativeAttention(nn.Module):
-    """Attention module `c_self`: multiplicative score q^T k (Table II), global (soft) alignment
-    (eq. 25).
+    """Attention with the multiplicative score q^T k (Table II), global (soft) alignment (eq. 25).
 
     Multi-head (eq. 38-40): q, k, v split into H slices, one score per head, contexts joined by
     W_O.
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
         if d_q % heads or d_k % heads or d_v % heads:
-            raise ValueError(f"MultiHeadMultiplicativeAttention: heads = {heads} must divide d_q = {d_q}, d_k = {d_k} "
-                             f"and d_v = {d_v} (eq. 38: each head gets an equal slice)")
+            raise ValueError(
+                f"MultiHeadMultiplicativeAttention: heads = {heads} must divide "
+                f"d_q = {d_q}, d_k = {d_k} and d_v = {d_v} (eq. 38: each head gets an equal slice)"
+            )
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
     def forward(self, q, k, v, key_mask=None, need_weights=True):
@@ -126,33 +146,40 @@ class MultiHeadMultiplicativeAttention(nn.Module):
         q = q.view(N, Lq, H, -1).transpose(1, 2)  # (N, H, Lq, d_q / H): q^(j) (eq. 38)
         k = k.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
         v = v.view(N, Lk, H, -1).transpose(1, 2)  # (N, H, Lk, d_v / H): V^(j)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         if need_weights:
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
             e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
-            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)  # (N, H, Lq, d_v / H)
-            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
-                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
+            if self.mask == "causal" and key_mask is None:  # the kernel applies the mask itself
+                c = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+            else:
+                keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+                c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)
+                if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                    c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         c = self.out(c)  # (N, Lq, d_v): c = W_O concat(c^(1), ..., c^(H)) (eq. 40)
         return c, a, extras
 
 
 class CoAttentionAffinityAttention(nn.Module):
-    """Attention module `c2q`: scores read off an affinity matrix (eq. 12-13), global (soft)
-    alignment (eq. 25).
+    """Attention with the scores read off an affinity matrix (eq. 12-13), global (soft) alignment
+    (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend; affinity: (N, Lq, Lk), rows = query positions.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
 
     def forward(self, q, k, v, key_mask=None, affinity=None):
         N, Lk, _ = k.shape
@@ -162,18 +189,130 @@ class CoAttentionAffinityAttention(nn.Module):
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         e = affinity.unsqueeze(1)  # (N, 1, Lq, Lk): the affinity matrix's rows are the scores
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
         c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
 
+class ConvCLayer(nn.Module):
+    """One hop of `conv_c` (eq. 41-42): c."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.c_1_norm = nn.LayerNorm(cfg.d)
+        self.c_1_conv = nn.Conv1d(cfg.d, cfg.d, kernel_size=7, padding="same")
+
+    def forward(self, c, context_mask) -> torch.Tensor:
+        h = self.c_1_norm(c)  # (B, C, d)
+        # padded positions set to zero
+        h_2 = h if context_mask is None else h.masked_fill(~context_mask.unsqueeze(-1), 0.0)
+        y = self.c_1_conv(h_2.transpose(1, 2)).transpose(1, 2)  # (B, C, d): convolve over positions
+        c = c + F.relu(y)  # (B, C, d): feature `c`, updated (eq. 37)
+        return c
+
+
+class ConvQLayer(nn.Module):
+    """One hop of `conv_q` (eq. 41-42): q."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.q_1_norm = nn.LayerNorm(cfg.d)
+        self.q_1_conv = nn.Conv1d(cfg.d, cfg.d, kernel_size=7, padding="same")
+
+    def forward(self, q, question_mask) -> torch.Tensor:
+        h = self.q_1_norm(q)  # (B, Q, d)
+        # padded positions set to zero
+        h_2 = h if question_mask is None else h.masked_fill(~question_mask.unsqueeze(-1), 0.0)
+        y = self.q_1_conv(h_2.transpose(1, 2)).transpose(1, 2)  # (B, Q, d): convolve over positions
+        q = q + F.relu(y)  # (B, Q, d): feature `q`, updated (eq. 37)
+        return q
+
+
+class ModelEncBlockConvLayer(nn.Module):
+    """One hop of `model_enc.block.conv` (eq. 41-42): m."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.m_1_norm = nn.LayerNorm(cfg.d)
+        self.m_1_conv = nn.Conv1d(cfg.d, cfg.d, kernel_size=5, padding="same")
+
+    def forward(self, m, context_mask) -> torch.Tensor:
+        h = self.m_1_norm(m)  # (B, C, d)
+        # padded positions set to zero
+        h_2 = h if context_mask is None else h.masked_fill(~context_mask.unsqueeze(-1), 0.0)
+        y = self.m_1_conv(h_2.transpose(1, 2)).transpose(1, 2)  # (B, C, d): convolve over positions
+        m = m + F.relu(y)  # (B, C, d): feature `m`, updated (eq. 37)
+        return m
+
+
+class ModelEncBlockLayer(nn.Module):
+    """One hop of `model_enc.block` (eq. 41-42): m, self."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        # one per hop (eq. 41-42)
+        self.conv = nn.ModuleList(ModelEncBlockConvLayer(cfg) for _ in range(2))
+        self.self_k_norm = nn.LayerNorm(cfg.d)
+        self.self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
+        self.self_v_norm = nn.LayerNorm(cfg.d)
+        self.self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
+        self.self_q_norm = nn.LayerNorm(cfg.d)
+        self.self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
+        self.self_attn = MultiHeadMultiplicativeAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads
+        )
+        self.m_2_norm = nn.LayerNorm(cfg.d)
+        self.m_2_ffn = nn.Sequential(
+            nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d)
+        )
+
+    def forward(
+        self, m, context_mask, attn: dict, at: str = "", return_attention: bool = False
+    ) -> torch.Tensor:
+        for layer in self.conv:  # `model_enc.block.conv`: 2 hops (eq. 41-42)
+            m = layer(m, context_mask)
+        # attention `self`: multiplicative score, global alignment, 8 heads
+        self_attn_k = self.self_k_proj(self.self_k_norm(m))  # (B, C, d)
+        self_attn_v = self.self_v_proj(self.self_v_norm(m))  # (B, C, d)
+        self_attn_q = self.self_q_proj(self.self_q_norm(m))  # (B, C, d)
+        # (B, C, d)
+        self_attn, self_attn_a, _ = self.self_attn(
+            self_attn_q, self_attn_k, self_attn_v, context_mask, need_weights=return_attention
+        )
+        if return_attention:
+            attn[f"{at}self"] = self_attn_a  # (B, H, C, C)
+        m = m + self_attn  # (B, C, d): feature `m`, updated (eq. 37)
+        m = m + self.m_2_ffn(self.m_2_norm(m))  # (B, C, d): feature `m`, updated (eq. 37)
+        return m
+
+
+class ModelEncLayer(nn.Module):
+    """One hop of `model_enc` (eq. 41-42): m, pass_out, self."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        # one per hop (eq. 41-42)
+        self.block = nn.ModuleList(ModelEncBlockLayer(cfg) for _ in range(7))
+
+    def forward(
+        self, m, context_mask, attn: dict, at: str = "", return_attention: bool = False
+    ) -> tuple:
+        for j, layer in enumerate(self.block):  # `model_enc.block`: 7 hops (eq. 41-42)
+            m = layer(
+                m, context_mask, attn=attn, at=f"{at}block[{j + 1}].",
+                return_attention=return_attention
+            )
+        pass_out = m  # (B, C, d): feature `pass_out`
+        return m, pass_out
+
+
 class Model(nn.Module):
     """`qanet`: inputs context (B, C), question (B, Q).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
@@ -183,153 +322,119 @@ class Model(nn.Module):
         self.c_linear = nn.Linear(cfg.d_emb, cfg.d)
         self.q_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.q_linear = nn.Linear(cfg.d_emb, cfg.d)
-        self.conv_c_c_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(4))  # one per hop
-        self.conv_c_c_1_conv = nn.ModuleList(  # one per hop
-            nn.Conv1d(cfg.d, cfg.d, 7, padding="same")
-            for _ in range(4))
+        self.conv_c = nn.ModuleList(ConvCLayer(cfg) for _ in range(4))  # one per hop (eq. 41-42)
         self.c_self_k_norm = nn.LayerNorm(cfg.d)
         self.c_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
         self.c_self_v_norm = nn.LayerNorm(cfg.d)
         self.c_self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
         self.c_self_q_norm = nn.LayerNorm(cfg.d)
         self.c_self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
-        self.c_self = MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
+        self.c_self = MultiHeadMultiplicativeAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads
+        )
         self.c_7_norm = nn.LayerNorm(cfg.d)
-        self.c_7_ffn = nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d))
-        self.conv_q_q_1_norm = nn.ModuleList(nn.LayerNorm(cfg.d) for _ in range(4))  # one per hop
-        self.conv_q_q_1_conv = nn.ModuleList(  # one per hop
-            nn.Conv1d(cfg.d, cfg.d, 7, padding="same")
-            for _ in range(4))
+        self.c_7_ffn = nn.Sequential(
+            nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d)
+        )
+        self.conv_q = nn.ModuleList(ConvQLayer(cfg) for _ in range(4))  # one per hop (eq. 41-42)
         self.q_self_k_norm = nn.LayerNorm(cfg.d)
         self.q_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
         self.q_self_v_norm = nn.LayerNorm(cfg.d)
         self.q_self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
         self.q_self_q_norm = nn.LayerNorm(cfg.d)
         self.q_self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
-        self.q_self = MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
+        self.q_self = MultiHeadMultiplicativeAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads
+        )
         self.q_7_norm = nn.LayerNorm(cfg.d)
-        self.q_7_ffn = nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d))
-        self.S_w = nn.Parameter(torch.randn(3, cfg.d) * (cfg.d) ** -0.5)  # w_A = [w1; w2; w3] (eq. 13)
+        self.q_7_ffn = nn.Sequential(
+            nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d)
+        )
+        # w_A = [w1; w2; w3] (eq. 13)
+        self.S_w = nn.Parameter(torch.randn(3, cfg.d) * (cfg.d) ** -0.5)
         self.c2q = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.q2c = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.c2q2c = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.m_linear = nn.Linear(cfg.d + cfg.d + cfg.d, cfg.d)
-        self.model_enc_block_conv_m_1_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d)
-            for _ in range(14))
-        self.model_enc_block_conv_m_1_conv = nn.ModuleList(  # one per hop
-            nn.Conv1d(cfg.d, cfg.d, 5, padding="same")
-            for _ in range(14))
-        self.model_enc_block_self_k_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d)
-            for _ in range(7))
-        self.model_enc_block_self_k_proj = nn.ModuleList(  # one per hop; W_K F (eq. 1)
-            nn.Linear(cfg.d, cfg.d, bias=False)
-            for _ in range(7))
-        self.model_enc_block_self_v_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d)
-            for _ in range(7))
-        self.model_enc_block_self_v_proj = nn.ModuleList(  # one per hop; W_V F (eq. 1)
-            nn.Linear(cfg.d, cfg.d, bias=False)
-            for _ in range(7))
-        self.model_enc_block_self_q_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d)
-            for _ in range(7))
-        self.model_enc_block_self_q_proj = nn.ModuleList(  # one per hop; W_Q F (eq. 35)
-            nn.Linear(cfg.d, cfg.d, bias=False)
-            for _ in range(7))
-        self.model_enc_block_self = nn.ModuleList(  # one per hop
-            MultiHeadMultiplicativeAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads)
-            for _ in range(7))
-        self.model_enc_block_m_2_norm = nn.ModuleList(  # one per hop
-            nn.LayerNorm(cfg.d)
-            for _ in range(7))
-        self.model_enc_block_m_2_ffn = nn.ModuleList(  # one per hop
-            nn.Sequential(nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d))
-            for _ in range(7))
+        self.model_enc = ModelEncLayer(cfg)  # one `model_enc` hop, shared by all 3
         self.start_head = nn.Linear(cfg.d + cfg.d, 1)
         self.end_head = nn.Linear(cfg.d + cfg.d, 1)
 
-    def forward(self, context, question, context_mask=None, question_mask=None, return_attention: bool = False) -> Output:
-        check_input('context', context, (None,), True, '(B, C)')
+    def forward(
+        self, context, question, context_mask=None, question_mask=None,
+        return_attention: bool = False
+    ) -> Output:
+        check_input('context', context, (None,), tokens=True, want='(B, C)')
         check_mask('context', context_mask, context.shape[:2])
-        check_input('question', question, (None,), True, '(B, Q)')
+        check_input('question', question, (None,), tokens=True, want='(B, Q)')
         check_mask('question', question_mask, question.shape[:2])
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        c = sinusoid(self.c_linear(self.c_embed(context)))  # (B, C, 128): feature `c`
-        q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, Q, 128): feature `q`
-        for i in range(4):  # `conv_c`: 4 hops (eq. 41-42)
-            h = self.conv_c_c_1_norm[i](c)  # (B, C, 128)
-            h_2 = h if context_mask is None else h.masked_fill(~context_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
-            y = self.conv_c_c_1_conv[i](h_2.transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-            c = c + F.relu(y)  # (B, C, 128): feature `c`, updated (eq. 37)
+        attn = {}  # module -> its weights, when return_attention
+        c = sinusoid(self.c_linear(self.c_embed(context)))  # (B, C, d): feature `c`
+        q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, Q, d): feature `q`
+        for layer in self.conv_c:  # `conv_c`: 4 hops (eq. 41-42)
+            c = layer(c, context_mask)
         # attention `c_self`: multiplicative score, global alignment, 8 heads
-        c_self_k = self.c_self_k_proj(self.c_self_k_norm(c))  # (B, C, 128)
-        c_self_v = self.c_self_v_proj(self.c_self_v_norm(c))  # (B, C, 128)
-        c_self_q = self.c_self_q_proj(self.c_self_q_norm(c))  # (B, C, 128)
-        c_self, c_self_a, _ = self.c_self(c_self_q, c_self_k, c_self_v, context_mask, need_weights=return_attention)  # (B, C, 128)
+        c_self_k = self.c_self_k_proj(self.c_self_k_norm(c))  # (B, C, d)
+        c_self_v = self.c_self_v_proj(self.c_self_v_norm(c))  # (B, C, d)
+        c_self_q = self.c_self_q_proj(self.c_self_q_norm(c))  # (B, C, d)
+        # (B, C, d)
+        c_self, c_self_a, _ = self.c_self(
+            c_self_q, c_self_k, c_self_v, context_mask, need_weights=return_attention
+        )
         if return_attention:
             attn['c_self'] = c_self_a  # (B, H, C, C)
-        c = c + c_self  # (B, C, 128): feature `c`, updated (eq. 37)
-        c = c + self.c_7_ffn(self.c_7_norm(c))  # (B, C, 128): feature `c`, updated (eq. 37)
-        for i in range(4):  # `conv_q`: 4 hops (eq. 41-42)
-            h_3 = self.conv_q_q_1_norm[i](q)  # (B, Q, 128)
-            h_4 = h_3 if question_mask is None else h_3.masked_fill(~question_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
-            y_2 = self.conv_q_q_1_conv[i](h_4.transpose(1, 2)).transpose(1, 2)  # (B, Q, 128): convolve over positions
-            q = q + F.relu(y_2)  # (B, Q, 128): feature `q`, updated (eq. 37)
+        c = c + c_self  # (B, C, d): feature `c`, updated (eq. 37)
+        c = c + self.c_7_ffn(self.c_7_norm(c))  # (B, C, d): feature `c`, updated (eq. 37)
+        for layer in self.conv_q:  # `conv_q`: 4 hops (eq. 41-42)
+            q = layer(q, question_mask)
         # attention `q_self`: multiplicative score, global alignment, 8 heads
-        q_self_k = self.q_self_k_proj(self.q_self_k_norm(q))  # (B, Q, 128)
-        q_self_v = self.q_self_v_proj(self.q_self_v_norm(q))  # (B, Q, 128)
-        q_self_q = self.q_self_q_proj(self.q_self_q_norm(q))  # (B, Q, 128)
-        q_self, q_self_a, _ = self.q_self(q_self_q, q_self_k, q_self_v, question_mask, need_weights=return_attention)  # (B, Q, 128)
+        q_self_k = self.q_self_k_proj(self.q_self_k_norm(q))  # (B, Q, d)
+        q_self_v = self.q_self_v_proj(self.q_self_v_norm(q))  # (B, Q, d)
+        q_self_q = self.q_self_q_proj(self.q_self_q_norm(q))  # (B, Q, d)
+        # (B, Q, d)
+        q_self, q_self_a, _ = self.q_self(
+            q_self_q, q_self_k, q_self_v, question_mask, need_weights=return_attention
+        )
         if return_attention:
             attn['q_self'] = q_self_a  # (B, H, Q, Q)
-        q = q + q_self  # (B, Q, 128): feature `q`, updated (eq. 37)
-        q = q + self.q_7_ffn(self.q_7_norm(q))  # (B, Q, 128): feature `q`, updated (eq. 37)
-        S = (c @ self.S_w[0]).unsqueeze(-1) + (q @ self.S_w[1]).unsqueeze(-2) + (c * self.S_w[2]) @ q.transpose(-1, -2)  # (B, C, Q): affinity `S`
+        q = q + q_self  # (B, Q, d): feature `q`, updated (eq. 37)
+        q = q + self.q_7_ffn(self.q_7_norm(q))  # (B, Q, d): feature `q`, updated (eq. 37)
+        # (B, C, Q): affinity `S`
+        S = (c @ self.S_w[0]).unsqueeze(-1) + (q @ self.S_w[1]).unsqueeze(-2) + (
+            c * self.S_w[2]
+        ) @ q.transpose(-1, -2)
         # attention `c2q`: affinity score, global alignment
-        c2q, c2q_a, _ = self.c2q(c, q, q, question_mask, affinity=S)  # (B, C, 128)
+        c2q, c2q_a, _ = self.c2q(c, q, q, question_mask, affinity=S)  # (B, C, d)
         if return_attention:
             attn['c2q'] = c2q_a  # (B, H, C, Q)
         # attention `q2c`: affinity score, global alignment
-        q2c, q2c_a, _ = self.q2c(q, c, c, context_mask, affinity=S.transpose(-1, -2))  # (B, Q, 128)
+        q2c, q2c_a, _ = self.q2c(q, c, c, context_mask, affinity=S.transpose(-1, -2))  # (B, Q, d)
         if return_attention:
             attn['q2c'] = q2c_a  # (B, H, Q, C)
         # attention `c2q2c`: affinity score, global alignment
-        c2q2c, c2q2c_a, _ = self.c2q2c(c, q, q2c, question_mask, affinity=S)  # (B, C, 128)
+        c2q2c, c2q2c_a, _ = self.c2q2c(c, q, q2c, question_mask, affinity=S)  # (B, C, d)
         if return_attention:
             attn['c2q2c'] = c2q2c_a  # (B, H, C, Q)
-        m = self.m_linear(torch.cat([c, c2q, c2q2c], -1))  # (B, C, 128): feature `m`
+        m = self.m_linear(torch.cat([c, c2q, c2q2c], -1))  # (B, C, d): feature `m`
         pass_out_hops = []  # `model_enc.pass_out` of every hop
         for i in range(3):  # `model_enc`: 3 hops (eq. 41-42)
-            for j in range(7):  # `model_enc.block`: 7 hops (eq. 41-42)
-                for k in range(2):  # `model_enc.block.conv`: 2 hops (eq. 41-42)
-                    h_5 = self.model_enc_block_conv_m_1_norm[2 * j + k](m)  # (B, C, 128)
-                    h_6 = h_5 if context_mask is None else h_5.masked_fill(~context_mask.unsqueeze(-1), 0.0)  # padded positions set to zero
-                    y_3 = self.model_enc_block_conv_m_1_conv[2 * j + k](h_6.transpose(1, 2)).transpose(1, 2)  # (B, C, 128): convolve over positions
-                    m = m + F.relu(y_3)  # (B, C, 128): feature `m`, updated (eq. 37)
-                # attention `model_enc.block.self`: multiplicative score, global alignment, 8 heads
-                model_enc_block_self_k = self.model_enc_block_self_k_proj[j](self.model_enc_block_self_k_norm[j](m))  # (B, C, 128)
-                model_enc_block_self_v = self.model_enc_block_self_v_proj[j](self.model_enc_block_self_v_norm[j](m))  # (B, C, 128)
-                model_enc_block_self_q = self.model_enc_block_self_q_proj[j](self.model_enc_block_self_q_norm[j](m))  # (B, C, 128)
-                model_enc_block_self, model_enc_block_self_a, _ = self.model_enc_block_self[j](model_enc_block_self_q, model_enc_block_self_k, model_enc_block_self_v, context_mask, need_weights=return_attention)  # (B, C, 128)
-                if return_attention:
-                    attn[f"model_enc[{i + 1}].block[{j + 1}].self"] = model_enc_block_self_a  # (B, H, C, C)
-                m = m + model_enc_block_self  # (B, C, 128): feature `m`, updated (eq. 37)
-                m = m + self.model_enc_block_m_2_ffn[j](self.model_enc_block_m_2_norm[j](m))  # (B, C, 128): feature `m`, updated (eq. 37)
-            model_enc_pass_out = m  # (B, C, 128): feature `pass_out`
+            m, model_enc_pass_out = self.model_enc(
+                m, context_mask, attn=attn, at=f"model_enc[{i + 1}].",
+                return_attention=return_attention
+            )
             pass_out_hops.append(model_enc_pass_out)
-        start = self.start_head(torch.cat([pass_out_hops[0], pass_out_hops[1]], -1))  # (B, C, 1): output `start`
-        end = self.end_head(torch.cat([pass_out_hops[0], model_enc_pass_out], -1))  # (B, C, 1): output `end`
-        return Output({'start': start, 'end': end}, attn, log_probs, penalty, capsules, features)
+        # (B, C, 1): output `start`
+        start = self.start_head(torch.cat([pass_out_hops[0], pass_out_hops[1]], -1))
+        # (B, C, 1): output `end`
+        end = self.end_head(torch.cat([pass_out_hops[0], model_enc_pass_out], -1))
+        return Output({'start': start, 'end': end}, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",
                    cfg: Config | None = None) -> dict[str, torch.Tensor]:
     """Random valid inputs for Model(cfg): free axes get the lengths below, and each
-    sequence gets a padding mask (True = keep) with its last positions padded in all but the first
-    example."""
+    sequence gets a padding mask (True = keep) with its last positions padded in all but the
+    first example."""
     cfg = cfg or Config()
     g = torch.Generator().manual_seed(seed)
     B = batch_size

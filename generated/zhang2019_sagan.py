@@ -51,21 +51,21 @@ class Config:
 @dataclass
 class Output:
     output: torch.Tensor  # `y`
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # module -> weights (return_attention=True)
-    log_probs: dict[str, torch.Tensor] = field(default_factory=dict)  # hard / reinforced: log p(sample)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
-    capsules: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # (p_c, r_c)
-    features: dict[str, torch.Tensor] = field(default_factory=dict)  # capsule module -> mean feature f
+    # module -> weights (return_attention=True)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
     """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
-    if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
+        raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
+                         f"got {type(x).__name__}")
+    wrong = any(s is not None and s != n for s, n in zip(sizes, x.shape[1:]))
+    if x.dim() != 1 + len(sizes) or wrong:
         raise ValueError(f"input `{name}`: expected shape {want}, got {tuple(x.shape)}")
     if tokens and x.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
+        raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), "
+                         f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
 
@@ -74,6 +74,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
         raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
                          f"got {mask.dtype} {tuple(mask.shape)}")
+
+
+def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
+    padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    if mask == "none":
+        return None if key_mask is None else key_mask[:, None, None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
+    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
+    return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
 def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -86,17 +99,19 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
 
 
 class MultiplicativeAttention(nn.Module):
-    """Attention module `self`: multiplicative score q^T k (Table II), global (soft) alignment (eq.
-    25).
+    """Attention with the multiplicative score q^T k (Table II), global (soft) alignment (eq. 25).
 
+    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
+    "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int):
+    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
         self.heads = heads
+        self.mask = mask  # structural mask: which keys a query position may see
 
     def forward(self, q, k, v, key_mask=None, need_weights=True):
         N, Lk, _ = k.shape
@@ -105,16 +120,20 @@ class MultiplicativeAttention(nn.Module):
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
-        keep = None if key_mask is None else key_mask.view(N, 1, 1, Lk)  # (N, 1, 1, Lk)
         if need_weights:
+            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
             e = q @ k.transpose(-1, -2)  # (N, H, Lq, Lk): q^T k_l (Table II, multiplicative)
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25)
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
-            c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)  # (N, H, Lq, d_v / H)
-            if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
-                c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
+            if self.mask == "causal" and key_mask is None:  # the kernel applies the mask itself
+                c = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+            else:
+                keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+                c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)
+                if keep is not None:  # a query with no key left gets c = 0, as masked_softmax gives
+                    c = c.masked_fill(~keep.any(-1, keepdim=True), 0.0)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -123,30 +142,37 @@ class Model(nn.Module):
     """`sagan`: inputs x (B, x_0, x_1, 256).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
-    Returns Output(output, attention, log_probs, penalty, capsules, features).
+    Returns Output(output, attention).
     """
 
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self.self_qkv_proj = nn.Linear(cfg.C, 3 * cfg.C_k, bias=False)  # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
-        self.self = MultiplicativeAttention(d_q=cfg.C_k, d_k=cfg.C_k, d_v=cfg.C_k, heads=1)
+        # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        self.self_qkv_proj = nn.Linear(cfg.C, 3 * cfg.C_k, bias=False)
+        self.self_attn = MultiplicativeAttention(d_q=cfg.C_k, d_k=cfg.C_k, d_v=cfg.C_k, heads=1)
         self.y_proj = nn.Linear(cfg.C_k, cfg.C, bias=False)  # W F (eq. 1)
         self.y_gamma = nn.Parameter(torch.zeros(()))  # gamma, starts at 0 (SAGAN)
 
     def forward(self, x, return_attention: bool = False) -> Output:
         cfg = self.cfg
-        check_input('x', x, (cfg.x_0, cfg.x_1, cfg.C), False, f"(B, {cfg.x_0}, {cfg.x_1}, {cfg.C})")
-        attn, log_probs, capsules, features = {}, {}, {}, {}
-        penalty = 0.0
-        f = x.flatten(-3, -2)  # (B, x_0*x_1, 256): feature `f`
-        self_q, self_k, self_v = self.self_qkv_proj(f).chunk(3, -1)  # (B, x_0*x_1, 32) each
+        check_input(
+            'x', x, (cfg.x_0, cfg.x_1, cfg.C), tokens=False,
+            want=f"(B, {cfg.x_0}, {cfg.x_1}, {cfg.C})"
+        )
+        attn = {}  # module -> its weights, when return_attention
+        f = x.flatten(-3, -2)  # (B, x_0*x_1, C): feature `f`
+        # (B, x_0*x_1, C_k) each
+        self_attn_q, self_attn_k, self_attn_v = self.self_qkv_proj(f).chunk(3, -1)
         # attention `self`: multiplicative score, global alignment
-        self_2, self_a, _ = self.self(self_q, self_k, self_v, None, need_weights=return_attention)  # (B, x_0*x_1, 32)
+        # (B, x_0*x_1, C_k)
+        self_attn, self_attn_a, _ = self.self_attn(
+            self_attn_q, self_attn_k, self_attn_v, None, need_weights=return_attention
+        )
         if return_attention:
-            attn['self'] = self_a  # (B, H, x_0*x_1, x_0*x_1)
-        y = self.y_gamma * self.y_proj(self_2) + f  # (B, x_0*x_1, 256): output `y`
-        return Output(y, attn, log_probs, penalty, capsules, features)
+            attn['self'] = self_attn_a  # (B, H, x_0*x_1, x_0*x_1)
+        y = self.y_gamma * self.y_proj(self_attn) + f  # (B, x_0*x_1, C): output `y`
+        return Output(y, attn)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

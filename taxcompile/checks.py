@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from . import ir
+from . import ir, ops
 from .diagnostics import Collector, Location, SpecError
 
 
@@ -47,6 +47,15 @@ class CheckedModel:
     axis_origin: dict[str, str]  # axis -> input or node that created it
     attention: dict[str, AttentionInfo]
     order: list[str]  # node ids, dependencies first
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The model graph (``graph.build``), built once and shared by every later stage."""
+        g = self.__dict__.get("_graph")
+        if g is None:
+            from .graph import build
+            g = self.__dict__["_graph"] = build(self)
+        return g
 
 
 @dataclass
@@ -181,8 +190,7 @@ class Checker:
                     self.err(a.loc, f"`{_name(a)}` holds token ids; embed them first",
                              "e.g. `embed(src, 512)`")
                     return None
-        fn = getattr(self, "shape_" + e.fn)
-        return fn(e, args, node_id)
+        return ops.OPS[e.fn].shape(self, e, args, node_id)
 
     def node(self, n: ir.Node) -> Shape | None:
         if n.kind_ == "affinity":
@@ -195,6 +203,7 @@ class Checker:
             return False
         return True
 
+    @ops.shape_rule("embed")
     def shape_embed(self, e, a, nid):
         if a[0].dim is not None:
             self.err(e.args[0].loc, f"`embed` reads token ids, but `{_name(e.args[0])}` "
@@ -202,41 +211,46 @@ class Checker:
             return None
         return Shape(a[0].axes, int(e.param("d")))
 
+    @ops.shape_rule("linear")
     def shape_linear(self, e, a, nid):
         return Shape(a[0].axes, int(e.param("d")))
 
+    @ops.shape_rule("project")
     def shape_project(self, e, a, nid):
         return Shape(a[0].axes, int(e.param("d", a[0].dim)))
 
+    @ops.shape_rule("lstm", "gru")
     def shape_lstm(self, e, a, nid):
         if not self._seq(e, a[0], "runs over a sequence"):
             return None
         return Shape(a[0].axes, int(e.param("hidden")))
 
-    shape_gru = shape_lstm
 
+    @ops.shape_rule("bilstm", "bigru")
     def shape_bilstm(self, e, a, nid):
         if not self._seq(e, a[0], "runs over a sequence"):
             return None
         return Shape(a[0].axes, 2 * int(e.param("hidden")))
 
-    shape_bigru = shape_bilstm
 
+    @ops.shape_rule("cnn")
     def shape_cnn(self, e, a, nid):
         if not self._seq(e, a[0], "convolves over positions"):
             return None
         return Shape(a[0].axes, int(e.param("d")))
 
+    @ops.shape_rule("identity", "scale", "norm", "tanh", "relu", "sigmoid", "ffn")
     def _same(self, e, a, nid):
         return a[0]
 
-    shape_identity = shape_scale = shape_norm = shape_tanh = shape_relu = shape_sigmoid = shape_ffn = _same
 
+    @ops.shape_rule("positional")
     def shape_positional(self, e, a, nid):
         if not self._seq(e, a[0], "encodes positions"):
             return None
         return a[0]
 
+    @ops.shape_rule("add")
     def shape_add(self, e, a, nid):
         if a[0] != a[1]:
             self.err(e.loc, f"cannot add `{_name(e.args[0])}` {a[0]} and "
@@ -245,6 +259,7 @@ class Checker:
             return None
         return a[0]
 
+    @ops.shape_rule("concat")
     def shape_concat(self, e, a, nid):
         widest = max(a, key=lambda s: len(s.axes))
         for arg, s in zip(e.args, a):
@@ -254,6 +269,7 @@ class Checker:
                 return None
         return Shape(widest.axes, sum(s.dim for s in a))
 
+    @ops.shape_rule("stack")
     def shape_stack(self, e, a, nid):
         if len(a) < 2:
             self.err(e.loc, "`stack` needs at least two representations")
@@ -268,13 +284,14 @@ class Checker:
         self.cm.axis_origin[axis] = nid
         return Shape(a[0].axes + (axis,), a[0].dim)
 
+    @ops.shape_rule("mean", "max", "sum")
     def _pool(self, e, a, nid):
         if not self._seq(e, a[0], "pools over positions"):
             return None
         return Shape(a[0].axes[:-1], a[0].dim)
 
-    shape_mean = shape_max = shape_sum = _pool
 
+    @ops.shape_rule("flatten")
     def shape_flatten(self, e, a, nid):
         s = a[0]
         if len(s.axes) < 2:
@@ -287,15 +304,18 @@ class Checker:
         self.cm.axis_origin[axis] = self.cm.axis_origin.get(x, nid)
         return Shape(s.axes[:-2] + (axis,), s.dim)
 
+    @ops.shape_rule("resize")
     def shape_resize(self, e, a, nid):
         if len(a[0].axes) != len(a[1].axes):
             self.err(e.loc, f"cannot resize {a[0]} to the positions of {a[1]}")
             return None
         return Shape(a[1].axes, a[0].dim)
 
+    @ops.shape_rule("learned")
     def shape_learned(self, e, a, nid):
         return Shape((), int(e.param("d")))
 
+    @ops.shape_rule("classify")
     def shape_classify(self, e, a, nid):
         return Shape(a[0].axes, int(e.param("classes")))
 
@@ -305,6 +325,10 @@ class Checker:
         a = [self.shape(x, n.id) for x in e.args]
         if any(s is None for s in a):
             return None
+        return self.affinity_shape(e, a)
+
+    @ops.shape_rule("affinity")
+    def shape_affinity(self, e, a, nid):
         return self.affinity_shape(e, a)
 
     def affinity_shape(self, e: ir.Op, a: list[Shape]) -> Shape | None:

@@ -13,7 +13,7 @@ import networkx as nx
 
 from . import ir
 from .checks import CheckedModel
-from .graph import build, dataflow
+from .graph import dataflow
 
 DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations", "scoring",
               "alignment", "dimensionality", "query_type", "query_multiplicity")
@@ -90,7 +90,7 @@ class Classifier:
     def __init__(self, cm: CheckedModel):
         self.cm = cm
         self.m = cm.model
-        self.g = build(cm)
+        self.g = cm.graph
         self.dag = dataflow(self.g)
         self.atts = [n for n in self.m.nodes if isinstance(n, ir.Attention)]
         self.cells = {d: Cell() for d in DIMENSIONS}

@@ -143,7 +143,7 @@ def cmd_diagram(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from . import generate
+    from . import codegen
 
     results, failed = _load_all(args.paths)
     if failed:
@@ -152,18 +152,18 @@ def cmd_compile(args) -> int:
     out_dir = Path(args.output)
     files: dict[Path, str] = {}
     for path, _, cs in results:
-        source = generate.source_name(path)
+        source = codegen.source_name(path)
         for cm in cs.models:
-            target = out_dir / generate.output_name(cs, cm)
+            target = out_dir / codegen.output_name(cs, cm)
             if target in files:
                 print(f"taxcompile: error: two specs write {target} (paper ids must differ)",
                       file=sys.stderr)
                 return EXIT_SPEC
-            files[target] = generate.generate(cs, cm, source)
+            files[target] = codegen.generate(cs, cm, source)
     # files an earlier compile of these specs wrote that no model produces any more
-    sources = {generate.safe_source(generate.source_name(p)) for p, _, _ in results}
+    sources = {codegen.safe_source(codegen.source_name(p)) for p, _, _ in results}
     orphans = [f for f in sorted(out_dir.glob("*.py")) if f not in files
-               and generate.generated_from(f) in sources]
+               and codegen.generated_from(f) in sources]
     stale = [f for f, text in files.items()
              if not f.is_file() or f.read_bytes() != text.encode("utf-8")]
     if args.check:

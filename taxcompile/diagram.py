@@ -25,7 +25,7 @@ from .checks import CheckedModel, CheckedSpec
 from .classify import classify_model
 from .files import write_atomic
 from .graph import edges as graph_edges
-from .lower import OPS
+from .ops import OPS
 
 FORMATS = ("svg", "png", "pdf", "dot")
 
@@ -59,9 +59,10 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
         if outside and getattr(n, "hop", None) is not None and "@" not in n.id:
             return n.id
         return _name(m, e.node)
-    if e.fn == "add":
-        return " + ".join(expr_text(m, a, outside) for a in e.args)
-    sig = OPS.get(e.fn, ())
+    op = OPS[e.fn]
+    if op.infix:
+        return f" {op.label} ".join(expr_text(m, a, outside) for a in e.args)
+    sig = op.params
     defaults = {p.name: p.default for p in sig}
     order = {p.name: i for i, p in enumerate(sig)}  # as the signature reads, not sorted
     parts = [expr_text(m, a, outside) for a in e.args]
@@ -71,7 +72,7 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
         elif defaults.get(key) != value:
             parts.append(str(value) if key in ("d", "hidden", "d_ff", "classes")
                          else f"{key} = {_scalar(value)}")
-    return f"{e.fn}({', '.join(parts)})"
+    return f"{op.label}({', '.join(parts)})"
 
 
 def _scalar(v) -> str:

@@ -11,74 +11,19 @@ from dataclasses import dataclass, field
 
 from . import ast, ir
 from .diagnostics import Collector, Location
+from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabulary)
+from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
 
 MAX_HOPS = 64
 MAX_INT = 1 << 24
 MAX_NODES = 5000
 
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
-ACTS = ("none", "tanh", "relu", "sigmoid", "gelu", "elu")
-
-
-@dataclass(frozen=True)
-class P:
-    """One parameter of a feature-model operation."""
-
-    name: str
-    type: str  # node | nodes | int | float | bool | enum
-    required: bool = True
-    default: ir.Scalar | None = None
-    choices: tuple[str, ...] = ()
 
 
 def _sig(*params: P) -> tuple[P, ...]:
     return params
 
-
-def node(name: str = "x") -> P:
-    return P(name, "node")
-
-
-def pint(name: str, required: bool = True, default: int | None = None) -> P:
-    return P(name, "int", required, default)
-
-
-def enum(name: str, choices: tuple[str, ...], default: str) -> P:
-    return P(name, "enum", False, default, choices)
-
-
-# The feature, query and output models the language offers (Fig. 1: feature model,
-# query model, output model), with their parameters.
-OPS: dict[str, tuple[P, ...]] = {
-    "embed": _sig(node("tokens"), pint("d")),
-    "linear": _sig(node(), pint("d"), enum("act", ACTS, "none"), P("bias", "bool", False, True)),
-    "project": _sig(node(), pint("d", False)),
-    "lstm": _sig(node(), pint("hidden"), pint("layers", False, 1), P("feed", "node", False)),
-    "gru": _sig(node(), pint("hidden"), pint("layers", False, 1), P("feed", "node", False)),
-    "bilstm": _sig(node(), pint("hidden"), pint("layers", False, 1)),
-    "bigru": _sig(node(), pint("hidden"), pint("layers", False, 1)),
-    "cnn": _sig(node(), pint("d"), pint("kernel", False, 3), enum("act", ACTS, "relu")),
-    "identity": _sig(node()),
-    "positional": _sig(node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
-    "norm": _sig(node()),
-    "scale": _sig(node()),
-    "ffn": _sig(node(), pint("d_ff"), enum("act", ACTS, "relu")),
-    "tanh": _sig(node()),
-    "relu": _sig(node()),
-    "sigmoid": _sig(node()),
-    "concat": _sig(P("parts", "nodes")),
-    "stack": _sig(P("parts", "nodes")),
-    "mean": _sig(node()),
-    "max": _sig(node()),
-    "sum": _sig(node()),
-    "flatten": _sig(node()),
-    "resize": _sig(node(), node("like")),
-    "learned": _sig(pint("d")),
-    "classify": _sig(node(), pint("classes")),
-    "affinity": _sig(node("a"), node("b"),
-                     enum("form", ("bilinear", "trilinear", "dot", "scaled_dot"), "bilinear"),
-                     enum("act", ACTS, "none")),
-}
 
 SCORES: dict[str, tuple[P, ...]] = {
     "additive": _sig(pint("d_w", False), enum("act", ACTS, "tanh"), P("bias", "bool", False, True)),

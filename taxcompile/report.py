@@ -18,7 +18,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from . import __version__, diagram, generate, pipeline, table
+from . import __version__, codegen, diagram, pipeline, table
 from .classify import DIMENSIONS
 from .lexer import AttnLexer
 
@@ -105,8 +105,8 @@ def build(paths: list[str], out: Path) -> tuple[list[Path], list[str]]:
                     for v in row.variants]
         code = []
         for cm in page.checked.models:
-            name = generate.output_name(page.checked, cm)
-            src = generate.generate(page.checked, cm, generate.source_name(page.file))
+            name = codegen.output_name(page.checked, cm)
+            src = codegen.generate(page.checked, cm, codegen.source_name(page.file))
             png, why = None, ""
             try:
                 from . import heatmap

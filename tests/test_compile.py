@@ -16,6 +16,7 @@ for them ``fullgraph=True`` must raise (so that the list stays accurate) and
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import warnings
@@ -133,8 +134,8 @@ def tensors(out) -> dict[str, torch.Tensor]:
         else:
             raise TypeError(f"{name}: unexpected {type(x).__name__}")
 
-    for f in ("output", "attention", "log_probs", "penalty", "capsules", "features"):
-        walk(f, getattr(out, f))
+    for f in dataclasses.fields(out):  # output, attention, and what else the model fills
+        walk(f.name, getattr(out, f.name))
     return found
 
 

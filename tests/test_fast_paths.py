@@ -743,9 +743,10 @@ def input_sets(mod, cfg) -> list[dict]:
 def output_list(out) -> list[torch.Tensor]:
     o = out.output
     ys = [o[k] for k in sorted(o)] if isinstance(o, dict) else [o]
-    ys += [out.log_probs[k] for k in sorted(out.log_probs)]
-    ys += [x for k in sorted(out.capsules) for x in out.capsules[k]]
-    if torch.is_tensor(out.penalty):
+    log_probs, capsules = getattr(out, "log_probs", {}), getattr(out, "capsules", {})
+    ys += [log_probs[k] for k in sorted(log_probs)]
+    ys += [x for k in sorted(capsules) for x in capsules[k]]
+    if torch.is_tensor(getattr(out, "penalty", None)):
         ys.append(out.penalty)
     return ys
 
@@ -843,27 +844,27 @@ def transformer_ref(mod, model, src, tgt, src_mask, tgt_mask, swap_kv: bool = Fa
     kv = (slice(2 * d, 3 * d), slice(d, 2 * d)) if swap_kv else (slice(d, 2 * d), slice(2 * d, 3 * d))
     x = mod.sinusoid(model.x_embed(src))
     y = mod.sinusoid(model.y_embed(tgt))
-    for i in range(cfg.layers):
-        W = model.encoder_self_qkv_proj[i].weight
+    for layer in model.encoder:
+        W = layer.self_qkv_proj.weight
         assert W.shape == (3 * d, d)
         q, k, v = x @ W[0:d].T, x @ W[kv[0]].T, x @ W[kv[1]].T
-        c = mha_ref(q, k, v, sm[:, None, :].expand(B, S, S), H, model.encoder_self[i].out)
-        x = model.encoder_x_1_norm[i](x + c)
-        x = model.encoder_x_2_norm[i](x + model.encoder_x_2_ffn[i](x))
+        c = mha_ref(q, k, v, sm[:, None, :].expand(B, S, S), H, layer.self_attn.out)
+        x = layer.x_1_norm(x + c)
+        x = layer.x_2_norm(x + layer.x_2_ffn(x))
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    for i in range(cfg.layers):
-        W = model.decoder_self_qkv_proj[i].weight
+    for layer in model.decoder:
+        W = layer.self_qkv_proj.weight
         q, k, v = y @ W[0:d].T, y @ W[kv[0]].T, y @ W[kv[1]].T
-        c = mha_ref(q, k, v, causal & tm[:, None, :], H, model.decoder_self[i].out)
-        y = model.decoder_y_1_norm[i](y + c)
-        Wkv = model.decoder_cross_kv_proj[i].weight
+        c = mha_ref(q, k, v, causal & tm[:, None, :], H, layer.self_attn.out)
+        y = layer.y_1_norm(y + c)
+        Wkv = layer.cross_kv_proj.weight
         assert Wkv.shape == (2 * d, d)
         ks, vs = (slice(d, 2 * d), slice(0, d)) if swap_kv else (slice(0, d), slice(d, 2 * d))
-        q = y @ model.decoder_cross_q_proj[i].weight.T
+        q = y @ layer.cross_q_proj.weight.T
         c = mha_ref(q, x @ Wkv[ks].T, x @ Wkv[vs].T, sm[:, None, :].expand(B, T, S), H,
-                    model.decoder_cross[i].out)
-        y = model.decoder_y_2_norm[i](y + c)
-        y = model.decoder_y_3_norm[i](y + model.decoder_y_3_ffn[i](y))
+                    layer.cross.out)
+        y = layer.y_2_norm(y + c)
+        y = layer.y_3_norm(y + layer.y_3_ffn(y))
     return model.logits_head(y)
 
 

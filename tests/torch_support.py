@@ -11,7 +11,7 @@ import textwrap
 
 import torch
 
-from taxcompile import generate, pipeline
+from taxcompile import codegen, pipeline
 
 _ids = itertools.count()
 
@@ -42,7 +42,7 @@ def inline_builder(root, header: str, prefix: str):
         if key not in cache:
             cs = pipeline.load_text(header + textwrap.dedent(body), "t.attn")
             cm = cs.models[0] if model is None else next(m for m in cs.models if m.model.name == model)
-            src = generate.generate(cs, cm, "t.attn")
+            src = codegen.generate(cs, cm, "t.attn")
             name = f"{prefix}_{next(_ids)}"
             path = root / f"{name}.py"
             path.write_text(src, encoding="utf-8")

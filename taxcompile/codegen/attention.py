@@ -1,0 +1,211 @@
+"""Plan rules of attention statements: the wiring in forward(): the key, value and query
+models, one attention per group, padding masks, and the records (weights, log p, penalty,
+capsules). The classes themselves are planned by ``classes.py``."""
+
+from __future__ import annotations
+
+from .. import checks, ir
+from .classes import attention_class, dot_form, fast_path
+from .frame import Var
+from .names import atom, dim_of
+
+DOT_SCORES = ("multiplicative", "scaled_multiplicative", "similarity")
+
+
+def plan_attention(p, n: ir.Attention) -> None:
+    info = p.cm.attention[n.id]
+    capsule = n.capsules > 0
+    fused = fused_projections(p, n)
+    # the modules of the key, value and query models are named after their role
+    p.role = "k"
+    k = fused.get("k") or p.expr(n.keys, n)
+    p.role = "v"
+    v = (fused.get("v") or p.expr(n.values, n)) if n.values != n.keys else k
+    q = None
+    if n.query is not None and not capsule:
+        p.role = "q"
+        q = fused.get("q") or p.expr(n.query, n)
+    p.role = ""
+    G = len(info.groups)
+    if q is not None and n.score.fn in DOT_SCORES:
+        p.equal.append((q.dim, k.dim))
+    if n.heads > 1:
+        heads = p.sym(n, "heads", n.heads)
+        p.divides.extend((d.dim, heads) for d in (q, k, v) if d is not None)
+    cls = attention_class(p, n)
+    ctor = [f"d_q={q.dim if q is not None else k.dim}"] if q is not None or capsule else []
+    ctor += [f"d_k={k.dim}", f"d_v={v.dim}", f"heads={p.sym(n, 'heads', n.heads)}"]
+    if n.score.fn in ("additive", "concat"):
+        sym = dict(n.score.sym).get("d_w")
+        if sym:
+            p.use_sym(sym)
+        d_w = dim_of(n.score.d_w, sym) if n.score.d_w else \
+            (q.dim if q is not None and not capsule else k.dim)
+        ctor.append(f"d_w={d_w}")
+    if n.score.fn == "location":
+        ctor.append(f"n_keys={p.axis_size_code(info.attended)}")
+    if n.align.fn == "local":
+        ctor.append(f"window={p.sym(n.align, 'D', n.align.window)}")
+    if capsule:
+        ctor.append(f"capsules={p.sym(n, 'capsules', n.capsules)}")
+    if n.mask != "none":
+        ctor.append(f"mask=\"{n.mask}\"")
+    mod = p.module(n, "", f"{cls}({', '.join(ctor)})")
+    name = p.want(n)
+    p.frame.note(f"attention `{n.name}`: {describe(n, info)}")
+    k = p.named(k, f"{name}_k")
+    v = k if n.values == n.keys else p.named(v, f"{name}_v")
+    kk = f"{k.name}.flatten(0, {G})" if G else k.name
+    vv = f"{v.name}.flatten(0, {G})" if G else v.name
+    if G:
+        p.frame.note(f"one attention per group: N = B x {' x '.join(info.groups)}")
+    qq = "None"
+    if q is not None:
+        q = p.named(q, f"{name}_q")
+        if info.query_mode == "sequence" or n.affinity:
+            qq = f"{q.name}.flatten(0, {G})" if G else q.name
+        elif not G:
+            qq = f"{q.name}.unsqueeze(1)"
+        else:
+            code, extra = q.name, G - len(q.shape.axes)
+            if extra:  # the same query for every group below its own axes
+                m = len(q.shape.axes)
+                kept = f"*{k.name}.shape[1:{1 + m}], " if m else ""
+                code = f"{q.name}.view(B, {kept}{'1, ' * extra}-1)" \
+                       f".expand(*{k.name}.shape[:{1 + G}], -1)"
+            qq = p.tmp(f"{atom(code)}.reshape(-1, 1, {q.name}.shape[-1])", f"{name}_q1",
+                       "(N, 1, d_q): one query per group")
+    mk = p.mask_of(k)
+    kmask = mk[0] if G == 0 and mk is not None and not mk[1] else \
+        p.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])")
+    if kmask != "None" and kmask.startswith("("):
+        kmask = p.tmp(kmask[1:-1], f"{name}_keep", "(N, Lk): padding mask of the keys")
+    args = [qq, kk, vv, kmask]
+    if n.affinity:
+        args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
+    if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
+        args.append("start=t")  # p = t: this step's position (eq. 27)
+    if fast_path(n, dot_form(n)):
+        args.append("need_weights=return_attention")  # else a fast path skips the weights
+    call = f"{mod}({', '.join(args)})"
+    record(p, n, info, q, k, v, G, call, name, capsule)
+
+
+def affinity_arg(p, n, info, q, G: int, name: str) -> str:
+    """The affinity matrix (eq. 12-13) as the module reads it: rows = query positions."""
+    A = p.ref(n.affinity)
+    code = A.name
+    if A.shape.axes[-1] != info.attended:
+        code = f"{code}.transpose(-1, -2)"
+    code = f"{code}.flatten(0, {G})" if G else code
+    qmask = p.mask_of(q) if q is not None else None
+    if qmask and n.score.fn in ("additive", "max_pool"):
+        # padded query positions must not add to (eq. 14-15) or win (eq. 16) a score
+        mname, suffix = qmask
+        fill = "0.0" if n.score.fn == "additive" else f"torch.finfo({A.name}.dtype).min"
+        code = p.tmp(f"{code} if {mname} is None else {code}.masked_fill("
+                     f"~{mname}{suffix}.reshape(-1, {q.name}.shape[-2], 1), {fill})",
+                     f"{name}_A", "(N, Lq, Lk): padded query rows left out")
+    return code
+
+
+def record(p, n, info, q, k, v, G, call, name, capsule) -> None:
+    """Call the module; keep its context, and its weights and extras in the records."""
+    shape = p.cm.shapes[n.id]
+    step = p.step is not None
+    lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
+    single = info.query_mode != "sequence" or \
+        (n.affinity and n.score.fn in ("additive", "max_pool"))  # one context per group
+    direct = G == 0 and not single and not capsule
+    needs_ex = n.align.fn in ("hard", "reinforced") or n.penalty is not None or capsule
+    locs = p.frame.locals
+    if direct and step:
+        c = p.step["names"].setdefault(n.id, locs.new(name + "_t"))
+    else:
+        c = locs.new(name if direct else f"{name}_c")
+    a = locs.new(f"{name}_a")
+    ex = locs.new(f"{name}_ex") if needs_ex else "_"
+    comment = p.shape(shape, step=step, dim=v.dim)
+    p.frame.emit(f"{c}, {a}, {ex} = {call}", comment if direct else "")
+    if direct:
+        res = c
+    else:
+        res = p.step["names"].setdefault(n.id, locs.new(name + "_t")) if step else locs.new(name)
+        lead_s = lead[:-1] if lead.endswith(",") else f"*{lead}"
+        rest = "" if single and not capsule else f"{c}.shape[-2], "
+        p.frame.emit(f"{res} = {c}.view({lead_s}, {rest}-1)", comment)
+    p.frame.vars[n.id] = Var(res, shape, k.mask if single or capsule else q.mask if q else None,
+                             v.dim, None if single or capsule or q is None else q.mask_code)
+    wshape = f"{lead[:-1] if lead.endswith(',') else '*' + lead}, *{a}.shape[1:]"
+    key = p.key_code(n)
+    rec = p.frame.records
+    rec.add("attn")
+    if not step:
+        wdims = ", ".join(["B", *info.groups, "H", q.shape.axes[-1] if not single and not capsule
+                           else "C" if capsule else "1", info.attended] +
+                          (["d_v / H"] if n.dimensionality == "multi" else []))
+        p.frame.emit("if return_attention:")
+        p.frame.indent += 1
+        p.frame.emit(f"attn[{key}] = {a if not G else f'{a}.view({wshape})'}", f"({wdims})")
+        p.frame.indent -= 1
+    else:
+        p.step["weights"].append((key, a, wshape, n))
+    if n.align.fn in ("hard", "reinforced"):
+        rec.add("log_probs")
+        if not step:
+            p.frame.emit(f"log_probs[{key}] = {ex}[\"log_prob\"]")
+        else:
+            p.step["logp"].append((key, ex, n))
+    if n.penalty is not None:
+        rec.add("penalties")
+        p.frame.emit(f"penalties.append({ex}[\"penalty\"])")
+    if capsule:
+        rec.update(("capsules", "features"))
+        lead_s = lead[:-1] if lead.endswith(",") else f"*{lead}"
+        p.frame.emit(f"capsules[{key}] = tuple(x.view({lead_s}, *x.shape[1:]) "
+                     f"for x in {ex}[\"capsule\"])")
+        p.helpers.add("pool")
+        p.frame.emit(f"features[{key}] = pool({v.name}, {p.mask_arg(v)}, \"mean\")",
+                     "f: the mean feature vector")
+
+
+def fused_projections(p, n: ir.Attention) -> dict[str, Var]:
+    """Queries, keys and values that are projections of one feature (self-attention:
+    W_Q F, W_K F, W_V F, eq. 1 and 35) come from one stacked matmul: a single nn.Linear
+    whose output is split, so the feature is read once."""
+    if p.step is not None:
+        return {}  # a decoder step projects one position of the query only
+    roles = {"q": n.query if n.query is not None and not n.capsules else None, "k": n.keys,
+             "v": n.values if n.values != n.keys else None}
+    by_source: dict[str, list[str]] = {}
+    for r, e in roles.items():
+        if isinstance(e, ir.Op) and e.fn == "project" and isinstance(e.args[0], ir.Ref):
+            by_source.setdefault(e.args[0].node, []).append(r)
+    out: dict[str, Var] = {}
+    for source, rs in by_source.items():
+        if len(rs) < 2:
+            continue
+        x = p.ref(source)
+        dims = [p.p(roles[r], "d") if roles[r].param("d") is not None else x.dim for r in rs]
+        if len({str(d) for d in dims}) == 1:
+            width, split = str(dims[0].times(len(rs))), f"chunk({len(rs)}, -1)"
+        else:
+            width = " + ".join(str(d) for d in dims)
+            split = f"split([{', '.join(str(d) for d in dims)}], -1)"
+        eqs = {"q": "W_Q", "k": "W_K", "v": "W_V"}
+        mod = p.module(n, "".join(rs) + "_proj", f"nn.Linear({x.dim}, {width}, bias=False)",
+                       f"{', '.join(eqs[r] for r in rs)} stacked: one matmul (eq. 1, 35)")
+        names = [p.frame.locals.new(f"{p.want(n)}_{r}") for r in rs]
+        shapes = [checks.Shape(x.shape.axes, roles[r].param("d") or x.shape.dim) for r in rs]
+        p.frame.emit(f"{', '.join(names)} = {mod}({x.name}).{split}",
+                     f"{p.shape(shapes[0], dim=dims[0])} each")
+        for r, name, d, sh in zip(rs, names, dims, shapes):
+            out[r] = Var(name, sh, x.mask, d, x.mask_code)
+    return out
+
+
+def describe(n: ir.Attention, info) -> str:
+    bits = [n.score.fn.replace("_", " ") + " score", n.align.fn + " alignment", *n.traits()]
+    if info.groups:
+        bits.append("one per " + " x ".join(info.groups))
+    return ", ".join(bits)

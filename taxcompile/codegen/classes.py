@@ -1,0 +1,208 @@
+"""Attention classes: one per mechanism combination, rendered by ``attention.py.j2`` with
+one template per score (``score/<fn>.py.j2``) and per alignment (``align/<fn>.py.j2``)."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import ir
+from .features import ACT, ACT_FN
+from .names import camel
+from .plan import AttentionClass
+
+
+@dataclass(frozen=True)
+class DotForm:
+    """A score that is a dot product of (transformed) q and k, e = q'^T k' * scale."""
+
+    scale: str  # applied to q @ k^T in the explicit path
+    sdpa_scale: str  # the keyword for scaled_dot_product_attention
+    scale_value: str
+    what: str
+
+
+@dataclass(frozen=True)
+class AttentionView:
+    """What ``attention.py.j2`` and its score/align templates read."""
+
+    cls: str
+    title: str
+    doc: tuple[str, ...]
+    query: str  # "given" | "none" | "capsules"
+    query_note: str
+    split: bool  # heads split q, k, v (eq. 38)
+    heads: int
+    multi: bool
+    capsules: int
+    penalty: float | None
+    affinity: bool
+    score: ir.Score
+    align: ir.Align
+    lq: str
+    init_args: tuple[str, ...]
+    dot: DotForm | None
+    fast: str | None
+    act: Callable[[str], str]
+    act_fn: str
+
+
+def dot_form(n: ir.Attention) -> DotForm | None:
+    """Scores that are a dot product of (transformed) q and k, e = q'^T k' * scale: the
+    ones a fused attention kernel can compute."""
+    if n.query is None and not n.capsules or n.affinity or n.dimensionality == "multi":
+        return None
+    fn = n.score.fn
+    if fn == "scaled_multiplicative":
+        return DotForm(" / math.sqrt(k.shape[-1])", "", "k.shape[-1] ** -0.5",
+                       "q^T k_l / sqrt(d_k)")
+    what = {"multiplicative": "q^T k_l (Table II, multiplicative)", "general": "k_l^T W q",
+            "biased_general": "k_l^T (W q + b)"}.get(fn)
+    if fn == "similarity" and n.score.similarity != "l2":
+        what = "cos(q, k_l) (Table II, similarity)"
+    if what is None:
+        return None
+    return DotForm("", ", scale=1.0", "1.0", what)
+
+
+def fast_path(n: ir.Attention, dot: DotForm | None) -> str | None:
+    """Which fast path the module takes when nobody asks for its weights: "sdpa" (a fused
+    kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
+    additive attention over blocks of queries), or None."""
+    if n.penalty is not None:
+        return None
+    if dot is None:
+        additive_rows = n.score.fn == "additive" and n.dimensionality == "multi" and \
+            (n.query is not None or n.capsules) and not n.affinity
+        return "blocks" if additive_rows and n.align.fn == "global" else None
+    if n.align.fn in ("global", "reinforced"):
+        return "sdpa"
+    if n.align.fn == "local":
+        return "band" if n.align.position == "monotonic" else "gather"
+    return None
+
+
+def attention_class(p, n: ir.Attention) -> str:
+    """The class of ``n``'s mechanisms, planned once per combination (a structural mask is
+    a constructor argument, not another class)."""
+    query = "none" if n.query is None else "given"
+    split = n.heads > 1 and query != "none"
+    key = repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
+        exclude={"loc", "sym", "window"})}, n.heads > 1, split, n.dimensionality,
+        bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window))
+    if key in p.class_key:
+        return p.class_key[key]
+    name = class_name(n)
+    taken = set(p.classes) | {"Model", "Config", "Output"} | {b.name for b in p.blocks}
+    base, i = name, 2
+    while name in taken:
+        name, i = f"{base}{i}", i + 1
+    init_args = ["d_q: int"] if query != "none" or n.capsules else []
+    init_args += ["d_k: int", "d_v: int", "heads: int"]
+    if n.score.fn in ("additive", "concat"):
+        init_args.append("d_w: int")
+    if n.score.fn == "location":
+        init_args.append("n_keys: int")
+    if n.align.fn == "local":
+        init_args.append("window: int")
+    if n.capsules:
+        init_args.append("capsules: int")
+    init_args.append("mask: str = \"none\"")
+    lq = "C" if n.capsules else ("1" if query == "none" or n.score.fn == "max_pool" or
+                                 (n.affinity and n.score.fn == "additive") else "Lq")
+    p.helpers.add("key_keep")
+    if n.align.fn in ("global", "hard", "local", "reinforced"):
+        p.helpers.add("masked_softmax")
+    if n.align.fn == "sparsemax":
+        p.helpers.add("sparsemax")
+    if n.align.fn == "entmax":
+        p.helpers.add("entmax15")
+    dot = dot_form(n)
+    fast = fast_path(n, dot)
+    if fast in ("band", "gather"):
+        p.helpers.update({f"local_{fast}", "local_flex"})
+    elif fast == "blocks":
+        p.helpers.add("additive_context")
+    if n.score.fn == "additive" and query != "none" and not n.affinity:
+        p.helpers.add("additive_score")
+    doc = class_doc(n)
+    cut = doc.index("")
+    view = AttentionView(
+        cls=name, title="\n    ".join(doc[:cut]), doc=tuple(doc[cut + 1:]),
+        query="capsules" if n.capsules else query,
+        query_note="no query: self-attentive (eq. 33)", split=split, heads=n.heads,
+        multi=n.dimensionality == "multi", capsules=n.capsules, penalty=n.penalty,
+        affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
+        init_args=tuple(init_args), dot=dot, fast=fast,
+        act=lambda x, act=n.score.act: ACT[act].format(x), act_fn=ACT_FN[n.score.act])
+    p.classes[name] = AttentionClass(name, view)
+    p.class_key[key] = name
+    return name
+
+
+def class_name(n: ir.Attention) -> str:
+    """Named after its mechanisms, e.g. ``MultiHeadScaledMultiplicativeAttention``: modules
+    with the same mechanisms share the class."""
+    parts = []
+    if n.query is None:
+        parts.append("Queryless")  # eq. 33
+    if n.heads > 1:
+        parts.append("MultiHead")
+    if n.capsules:
+        parts.append("Capsule")
+    if n.dimensionality == "multi":
+        parts.append("MultiDim")
+    if n.affinity:
+        parts.append("CoAttention")
+    parts.append({"max_pool": "MaxPool", "affinity": "Affinity"}.get(n.score.fn, camel(n.score.fn)))
+    if n.score.fn == "similarity":
+        parts.append("L2" if n.score.similarity == "l2" else "Cosine")
+    if n.align.fn != "global":
+        parts.append(camel(n.align.fn) + ("Monotonic" if n.align.position == "monotonic" else ""))
+    return "".join(parts) + "Attention"
+
+
+SCORE_DOC = {
+    "additive": "additive score w^T act(W1 q + W2 k + b) (eq. 6)",
+    "concat": "concat score w^T W [q; k] (Table II)",
+    "multiplicative": "multiplicative score q^T k (Table II)",
+    "scaled_multiplicative": "scaled multiplicative score q^T k / sqrt(d_k) (Table II)",
+    "general": "general score k^T W q (Table II)",
+    "biased_general": "biased general score k^T (W q + b) (Table II)",
+    "activated_general": "activated general score act(k^T W q + b) (Table II)",
+    "location": "location score W_a q (Luong et al.)",
+    "affinity": "scores read off an affinity matrix (eq. 12-13)",
+    "max_pool": "max-pooled affinity scores (eq. 16)"}
+
+
+def class_doc(n: ir.Attention) -> list[str]:
+    sc = SCORE_DOC.get(n.score.fn, f"similarity score ({n.score.similarity or 'cosine'}) "
+                                   "(Table II)")
+    if n.affinity and n.score.fn == "additive":
+        sc = "aggregate additive score over an affinity matrix (eq. 14-15)"
+    elif n.query is None and n.score.fn == "additive":
+        sc = "additive score of the keys alone, w^T act(W k + b) (eq. 33)"
+    elif n.query is None and n.score.fn == "concat":
+        sc = "concat score of the keys alone, w^T W k (Table II, eq. 33)"
+    al = {"global": "global (soft) alignment (eq. 25)",
+          "hard": "hard alignment: sample one position (eq. 26)",
+          "local": f"local alignment, {n.align.position} position (eq. 27-29)",
+          "reinforced": "reinforced alignment: a policy picks the subset, softmax over it",
+          "sparsemax": "sparsemax alignment (seed 000)",
+          "entmax": "1.5-entmax alignment"}[n.align.fn]
+    lines = textwrap.wrap(f"Attention with the {sc}, {al}.", 92) + [""]
+    if n.heads > 1:
+        lines.append("Multi-head (eq. 38-40): " + (
+            "q, k, v split into H slices, one score per head, contexts joined by W_O."
+            if n.query is not None else
+            "H rows of weights over the same keys (Lin et al.'s r-row annotation "
+            "matrix), contexts joined by W_O."))
+    if n.dimensionality == "multi":
+        lines.append("Multi-dimensional (eq. 30-32): one weight per key and feature.")
+    if n.capsules:
+        lines.append("Capsule-based (eq. 43-45): a learned query per class, p_c and r_c.")
+    lines.append("mask: which keys a query position may see besides the padding: \"none\", "
+                 "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
+    cut = lines.index("") + 1
+    return lines[:cut] + [w for line in lines[cut:] for w in textwrap.wrap(line, 92)]

@@ -1,0 +1,112 @@
+"""The generated ``Config``: a field per constant the model's sizes use, properties for
+derived constants, and ``Config.tiny()`` sizes that keep the model consistent."""
+
+from __future__ import annotations
+
+from .. import ir
+from .names import NAME, cfg_expr, evaluate, sym_names
+from .plan import ConfigField, ConfigPlan, ConfigProperty
+
+ROLE_COMMENT = {"heads": "attention heads (eq. 38)", "vocab": "vocabulary size",
+                "count": "hops of a repeat (eq. 41-42)", "axis": "a fixed axis length"}
+
+
+def plan_config(p) -> ConfigPlan:
+    consts = dict(p.cs.spec.constants)
+    syms = dict(p.cs.spec.const_syms)
+    for name, v, s in p.m.consts:
+        consts[name], syms[name] = v, s
+    need = closure(p.used_cfg, syms)
+    fields, props, tiny = [], [], {}
+    roles = constant_roles(p.m)
+    heads = [v for name, v in consts.items() if roles.get(name) == "heads"]
+    for name, v in consts.items():
+        if name not in need or isinstance(v, (bool, str)):
+            continue
+        typ = "int" if isinstance(v, int) else "float"
+        if syms.get(name):
+            props.append(ConfigProperty(name, typ, cfg_expr(syms[name]).replace("cfg.", "self.")))
+            continue
+        role = roles.get(name, "dim")
+        fields.append(ConfigField(name, typ, repr(v), ROLE_COMMENT.get(role, "")))
+        if typ == "int":
+            small = {"heads": min(v, 4), "vocab": min(v, 50), "axis": min(v, 6),
+                     "count": min(v, 2), "capsules": v, "window": min(v, 2)}.get(role)
+            if small is None:  # a feature size: 16, a multiple of the tiny head count
+                small = min(v, 4 * max(min(h, 4) for h in heads) if heads else 16)
+            if small != v:
+                tiny[name] = small
+    tiny = consistent_tiny(p, fields, props, tiny, roles)
+    for axis, size in p.axis_fields.items():
+        if axis in consts or any(f.name == axis for f in fields):
+            continue
+        fields.append(ConfigField(axis, "int", repr(size), f"length of axis {axis}"))
+        if size > 6:
+            tiny[axis] = 6
+    if p.need_max_len:
+        fields.append(ConfigField("max_len", "int", "512",
+                                  "longest sequence for learned position embeddings"))
+        tiny["max_len"] = 64
+    return ConfigPlan(tuple(fields), tuple(props), tuple((k, str(v)) for k, v in tiny.items()))
+
+
+def closure(used: set[str], syms: dict[str, str | None]) -> set[str]:
+    """The constants ``used`` names, and every constant they are derived from."""
+    need, todo = set(used), list(used)
+    while todo:
+        s = syms.get(todo.pop())
+        for dep in sym_names(s) if s else ():
+            if dep not in need:
+                need.add(dep)
+                todo.append(dep)
+    return need
+
+
+def consistent_tiny(p, fields, props, tiny: dict[str, int], roles) -> dict[str, int]:
+    """Shrink sizes for Config.tiny() only as far as the model stays consistent: a size
+    tied to a literal in the spec (``bigru(x, 32)`` beside ``let d = 64``) keeps its value."""
+    default = {f.name: (int(f.value) if f.type == "int" else float(f.value)) for f in fields}
+
+    def ok(values: dict) -> bool:
+        env = dict(values)
+        try:
+            for prop in props:  # derived constants, in definition order
+                env[prop.name] = evaluate(prop.expr.replace("self.", "cfg."), env)
+            return all(evaluate(str(a), env) == evaluate(str(b), env) for a, b in p.equal) \
+                and all(evaluate(str(d), env) % evaluate(h, env) == 0 for d, h in p.divides
+                        if str(d) and h)
+        except (ValueError, KeyError, ZeroDivisionError):
+            return False
+
+    # first all sizes; then leave feature sizes (and then heads) at their defaults
+    proposals = [tiny, {k: v for k, v in tiny.items() if roles.get(k, "dim") != "dim"}]
+    proposals.append({k: v for k, v in proposals[1].items() if roles.get(k) != "heads"})
+    for prop in proposals:
+        if ok(default | prop):
+            return prop
+    return {}
+
+
+def constant_roles(m: ir.Model) -> dict[str, str]:
+    """What each constant sizes, to pick toy sizes for Config.tiny()."""
+    out: dict[str, str] = {}
+
+    def mark(sym: str | None, role: str) -> None:
+        if sym and NAME.fullmatch(sym):
+            out.setdefault(sym, role)
+
+    for n in m.nodes:
+        s = dict(getattr(n, "sym", ()))
+        if isinstance(n, ir.Input):
+            mark(s.get("vocab"), "vocab")
+            for k, v in s.items():
+                if k.startswith("size:"):
+                    mark(v, "axis")
+        h = getattr(n, "hop", None)
+        if h is not None and h.count_sym:
+            mark(h.count_sym, "count")
+        if isinstance(n, ir.Attention):
+            mark(s.get("heads"), "heads")
+            mark(s.get("capsules"), "capsules")
+            mark(dict(n.align.sym).get("D"), "window")
+    return out

@@ -1,0 +1,268 @@
+"""Plan rules of the feature, query and output models: one function per operator,
+registered in ``taxcompile.ops``. Each takes the planner, the IR op, its planned arguments
+and the node, registers the submodules it needs and returns the result's ``Var``."""
+
+from __future__ import annotations
+
+from .. import checks, ir
+from ..ops import plan_rule
+from .frame import Var
+from .names import Dim, atom, is_name
+
+ACT = {"tanh": "torch.tanh({})", "relu": "F.relu({})", "sigmoid": "torch.sigmoid({})",
+       "gelu": "F.gelu({})", "elu": "F.elu({})", "none": "{}", None: "{}"}
+ACT_FN = {"tanh": "torch.tanh", "relu": "F.relu", "sigmoid": "torch.sigmoid", "gelu": "F.gelu",
+          "elu": "F.elu", "none": "None", None: "None"}
+ACT_MODULE = {"relu": "nn.ReLU()", "tanh": "nn.Tanh()", "sigmoid": "nn.Sigmoid()",
+              "gelu": "nn.GELU()", "elu": "nn.ELU()", "none": "nn.Identity()"}
+
+
+def same(x: Var, code: str) -> Var:
+    """x's shape, mask and size under another expression."""
+    return Var(code, x.shape, x.mask, x.dim, x.mask_code)
+
+
+def resized(x: Var, code: str, size: int | None, dim: Dim) -> Var:
+    return Var(code, checks.Shape(x.shape.axes, size), x.mask, dim, x.mask_code)
+
+
+def local(p, x: Var, want: str = "h") -> str:
+    """x's expression bound to a local, unless it is a name already."""
+    return x.name if is_name(x.name) else p.tmp(x.name, want, p.shape(x.shape, dim=x.dim))
+
+
+@plan_rule("embed")
+def embed(p, e, a, n):
+    x, src = a[0], token_source(p, e.args[0])
+    d = p.p(e, "d")
+    mod = p.module(n, "embed", f"nn.Embedding({p.sym(src, 'vocab', src.vocab)}, {d})")
+    return resized(x, f"{mod}({x.name})", e.param("d"), d)
+
+
+def token_source(p, e: ir.Expr) -> ir.Input:
+    while isinstance(e, ir.Op):
+        e = e.args[0]
+    node = p.m.node(e.node)
+    assert isinstance(node, ir.Input), "embed reads token ids, which only inputs hold"
+    return node
+
+
+@plan_rule("linear")
+def linear(p, e, a, n):
+    x, d = a[0], p.p(e, "d")
+    bias = "" if e.param("bias", True) else ", bias=False"
+    mod = p.module(n, p.suffix(n, "linear"), f"nn.Linear({x.dim}, {d}{bias})")
+    return resized(x, ACT[e.param("act", "none")].format(f"{mod}({x.name})"), e.param("d"), d)
+
+
+@plan_rule("project")
+def project(p, e, a, n):
+    x = a[0]
+    d = p.p(e, "d") if e.param("d") is not None else x.dim
+    role = {"k": "W_K F (eq. 1)", "v": "W_V F (eq. 1)", "q": "W_Q F (eq. 35)"}
+    mod = p.module(n, p.suffix(n, "proj"), f"nn.Linear({x.dim}, {d}, bias=False)",
+                   role.get(p.role, "W F (eq. 1)"))
+    return resized(x, f"{mod}({x.name})", e.param("d") or x.shape.dim, d)
+
+
+def _rnn(p, e, a, n, kind: str, bidir: bool):
+    x = a[0]
+    hidden, layers = p.p(e, "hidden"), p.p(e, "layers")
+    extra = f", num_layers={layers}" if str(layers) != "1" else ""
+    cls = "nn.LSTM" if kind == "lstm" else "nn.GRU"
+    mod = p.module(n, p.suffix(n, ("bi" if bidir else "") + kind),
+                   f"{cls}({x.dim}, {hidden}{extra}, batch_first=True"
+                   f"{', bidirectional=True' if bidir else ''})")
+    p.helpers.add("rnn")
+    mask = p.mask_arg(x)
+    dim = hidden.times(2) if bidir else hidden
+    size = int(e.param("hidden")) * (2 if bidir else 1)
+    return resized(x, f"rnn({mod}, {x.name}{', ' + mask if mask != 'None' else ''})", size, dim)
+
+
+@plan_rule("lstm", "gru")
+def rnn(p, e, a, n):
+    assert not e.param("feed"), "recurrent models with `feed` are planned as decoder loops"
+    return _rnn(p, e, a, n, e.fn, False)
+
+
+@plan_rule("bilstm", "bigru")
+def birnn(p, e, a, n):
+    return _rnn(p, e, a, n, e.fn[2:], True)
+
+
+@plan_rule("cnn")
+def cnn(p, e, a, n):
+    x, d = a[0], p.p(e, "d")
+    k = int(e.param("kernel", 3))
+    mod = p.module(n, p.suffix(n, "conv"),
+                   f"nn.Conv1d({x.dim}, {d}, kernel_size={k}, padding=\"same\")")
+    out_shape = p.shape(checks.Shape(x.shape.axes, e.param("d")), dim=d)
+    mk = p.mask_of(x)
+    if mk is not None:  # padding must not leak into real positions through the kernel
+        name, suffix = mk
+        xin = local(p, x)
+        padded = p.tmp(f"{xin} if {name} is None else "
+                       f"{xin}.masked_fill(~{name}{suffix}.unsqueeze(-1), 0.0)",
+                       "h", "padded positions set to zero")
+        x = same(x, padded)
+    if len(x.shape.axes) == 1:  # (B, L, d): Conv1d wants (B, d, L)
+        y = p.tmp(f"{mod}({atom(x.name)}.transpose(1, 2)).transpose(1, 2)", "y",
+                  out_shape + ": convolve over positions")
+    else:
+        xin = local(p, x)
+        xs = p.tmp(f"{xin}.reshape(-1, {xin}.shape[-2], {xin}.shape[-1])", "xs",
+                   "(N, L, d): leading axes folded into the batch")
+        y = p.tmp(f"{mod}({xs}.transpose(1, 2)).transpose(1, 2).reshape(*{xin}.shape[:-1], -1)",
+                  "y", out_shape + ": convolve over positions")
+    return resized(x, ACT[e.param("act", "relu")].format(y), e.param("d"), d)
+
+
+@plan_rule("identity")
+def identity(p, e, a, n):
+    return a[0]
+
+
+@plan_rule("positional")
+def positional(p, e, a, n):
+    x = a[0]
+    if e.param("kind", "sinusoid") == "sinusoid":
+        p.helpers.add("sinusoid")
+        return same(x, f"sinusoid({x.name})")
+    axis = x.shape.axes[-1]
+    if p.cm.sizes.get(axis):
+        length = p.axis_size_code(axis)
+    else:
+        length, p.need_max_len = "cfg.max_len", True
+    mod = p.module(n, p.suffix(n, "pos"), f"nn.Embedding({length}, {x.dim})", "learned positions")
+    xin = local(p, x)
+    return same(x, f"{xin} + {mod}.weight[: {xin}.shape[-2]]")
+
+
+@plan_rule("norm")
+def norm(p, e, a, n):
+    mod = p.module(n, p.suffix(n, "norm"), f"nn.LayerNorm({a[0].dim})")
+    return same(a[0], f"{mod}({a[0].name})")
+
+
+@plan_rule("scale")
+def scale(p, e, a, n):
+    mod = p.module(n, p.suffix(n, "gamma"), "nn.Parameter(torch.zeros(()))",
+                   "gamma, starts at 0 (SAGAN)")
+    return same(a[0], f"{mod} * {atom(a[0].name)}")
+
+
+@plan_rule("ffn")
+def ffn(p, e, a, n):
+    x, d_ff = a[0], p.p(e, "d_ff")
+    act = ACT_MODULE[e.param("act", "relu")]
+    mod = p.module(n, p.suffix(n, "ffn"),
+                   f"nn.Sequential(nn.Linear({x.dim}, {d_ff}), {act}, nn.Linear({d_ff}, {x.dim}))")
+    return same(x, f"{mod}({x.name})")
+
+
+@plan_rule("tanh", "relu", "sigmoid")
+def activation(p, e, a, n):
+    return same(a[0], ACT[e.fn].format(a[0].name))
+
+
+@plan_rule("add")
+def add(p, e, a, n):
+    p.equal.append((a[0].dim, a[1].dim))
+    return Var(f"{a[0].name} + {a[1].name}", a[0].shape, a[0].mask or a[1].mask, a[0].dim,
+               a[0].mask_code)
+
+
+@plan_rule("concat")
+def concat(p, e, a, n):
+    widest = max(a, key=lambda v: len(v.shape.axes))
+    parts = []
+    for v in a:
+        if len(v.shape.axes) < len(widest.shape.axes):
+            p.helpers.add("broadcast")
+            parts.append(f"broadcast({v.name}, {widest.name})")
+        else:
+            parts.append(v.name)
+    dim = Dim()
+    for v in a:
+        dim = dim + v.dim
+    return Var(f"torch.cat([{', '.join(parts)}], -1)",
+               checks.Shape(widest.shape.axes, sum(v.shape.dim for v in a)), widest.mask, dim)
+
+
+@plan_rule("stack")
+def stack(p, e, a, n):
+    p.equal.extend((a[0].dim, v.dim) for v in a[1:])
+    shape = p.cm.shapes[n.id] if isinstance(n, ir.Node) and n.expr is e else \
+        checks.Shape(a[0].shape.axes + (f"{n.id}.reps",), a[0].shape.dim)
+    return Var(f"torch.stack([{', '.join(v.name for v in a)}], -2)", shape, a[0].mask, a[0].dim)
+
+
+@plan_rule("mean", "max", "sum")
+def pool(p, e, a, n):
+    x = a[0]
+    mask = p.mask_arg(x)
+    shape = checks.Shape(x.shape.axes[:-1], x.shape.dim)
+    if mask == "None":  # no padding over these positions
+        return Var(f"{atom(x.name)}.{'amax' if e.fn == 'max' else e.fn}(-2)", shape, x.mask, x.dim)
+    p.helpers.add("pool")
+    return Var(f"pool({x.name}, {mask}, \"{e.fn}\")", shape, x.mask, x.dim)
+
+
+@plan_rule("flatten")
+def flatten(p, e, a, n):
+    x = a[0]
+    ax = x.shape.axes
+    mk = p.mask_of(x)
+    return Var(f"{atom(x.name)}.flatten(-3, -2)",
+               checks.Shape(ax[:-2] + (f"{ax[-2]}*{ax[-1]}",), x.shape.dim), None, x.dim,
+               (mk[0], mk[1] + ".flatten(-2)") if mk else None)
+
+
+@plan_rule("resize")
+def resize(p, e, a, n):
+    x, like = a
+    if not like.shape.axes:
+        return x
+    code = (f"F.interpolate({atom(x.name)}.movedim(-1, 1), size={atom(like.name)}.shape[1:-1], "
+            f"mode=\"nearest\").movedim(1, -1)")
+    return Var(code, checks.Shape(like.shape.axes, x.shape.dim), like.mask, x.dim, like.mask_code)
+
+
+@plan_rule("learned")
+def learned(p, e, a, n):
+    d = p.p(e, "d")
+    mod = p.module(n, p.suffix(n, "q"), f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
+                   "a learned query (eq. 34)")
+    return Var(f"{mod}.expand(B, -1)", checks.Shape((), e.param("d")), None, d)
+
+
+@plan_rule("classify")
+def classify(p, e, a, n):
+    x, c = a[0], p.p(e, "classes")
+    mod = p.module(n, p.suffix(n, "head"), f"nn.Linear({x.dim}, {c})")
+    return resized(x, f"{mod}({x.name})", e.param("classes"), c)
+
+
+@plan_rule("affinity")
+def affinity(p, e, a, n):
+    """An affinity matrix between two sets of feature vectors (eq. 12-13)."""
+    x = p.named(p.expr(e.args[0], n), p.want(n) + "_a")
+    y = p.named(p.expr(e.args[1], n), p.want(n) + "_b")
+    form = e.param("form", "bilinear")
+    if form != "bilinear":
+        p.equal.append((x.dim, y.dim))
+    if form == "bilinear":
+        W = p.module(n, "W", f"nn.Parameter(torch.randn({x.dim}, {y.dim}) * ({x.dim}) ** -0.5)",
+                     "W_A (eq. 12)")
+        code = f"{x.name} @ {W} @ {y.name}.transpose(-1, -2)"
+    elif form == "trilinear":
+        w = p.module(n, "w", f"nn.Parameter(torch.randn(3, {x.dim}) * ({x.dim}) ** -0.5)",
+                     "w_A = [w1; w2; w3] (eq. 13)")
+        code = (f"({x.name} @ {w}[0]).unsqueeze(-1) + ({y.name} @ {w}[1]).unsqueeze(-2)"
+                f" + ({x.name} * {w}[2]) @ {y.name}.transpose(-1, -2)")
+    elif form == "dot":
+        code = f"{x.name} @ {y.name}.transpose(-1, -2)"
+    else:
+        code = f"{x.name} @ {y.name}.transpose(-1, -2) / math.sqrt({x.name}.shape[-1])"
+    return Var(ACT[e.param("act", "none")].format(code), p.cm.shapes[n.id], None, Dim())

@@ -1,0 +1,93 @@
+"""A function being planned (``Model.forward`` or a block's ``forward``) and the module
+class that owns its submodules."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .. import checks
+from .names import MODULE_ATTRS, Dim, Names, ident
+from .plan import Stmt, Submodule
+
+
+@dataclass
+class Var:
+    """A tensor in forward(): its Python expression, shape and padding-mask source."""
+
+    name: str
+    shape: checks.Shape
+    mask: str | None = None  # input id whose mask covers this tensor's positions
+    dim: Dim = field(default_factory=Dim)
+    mask_code: tuple[str, str] | None = None  # (mask argument, transform) when not plain
+
+
+class Owner:
+    """The submodules of one generated nn.Module class, in registration order."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.subs: list[Submodule] = []
+        self.attrs = Names(MODULE_ATTRS)
+        self.by_key: dict[tuple, str] = {}  # sharing key -> ``self.attr``
+
+    def add(self, want: str, ctor: str, comment: str = "") -> str:
+        attr = self.attrs.new(want)
+        self.subs.append(Submodule(attr, ctor, comment))
+        return f"self.{attr}"
+
+
+class Frame:
+    """The statements, locals and free variables of one forward()."""
+
+    def __init__(self, owner: Owner, reserved: set[str], parent: "Frame | None" = None,
+                 depth: int = 0, at: str | None = None):
+        self.owner = owner
+        self.parent = parent
+        self.depth = depth  # repeat nesting of the block this frame is the body of
+        self.at = at  # the attention-key prefix parameter, in a block
+        self.locals = Names(reserved)
+        self.body: list[Stmt] = []
+        self.indent = 0
+        self.vars: dict[str, Var] = {}
+        self.free: dict[str, str] = {}  # a name of the caller -> this frame's parameter
+        self.records: set[str] = set()  # record containers the body writes to
+
+    def emit(self, code: str, comment: str = "") -> None:
+        self.body.append(Stmt(code, comment, self.indent))
+
+    def note(self, comment: str) -> None:
+        self.body.append(Stmt("", comment, self.indent))
+
+    def lookup(self, node_id: str) -> Var | None:
+        """A node's value here; one of the caller's becomes a parameter of this frame."""
+        if node_id in self.vars:
+            return self.vars[node_id]
+        if self.parent is None:
+            return None
+        outer = self.parent.lookup(node_id)
+        if outer is None:
+            return None
+        v = Var(self.param(outer.name, node_id), outer.shape, outer.mask, outer.dim,
+                outer.mask_code)
+        self.vars[node_id] = v
+        return v
+
+    def param(self, code: str, node_id: str) -> str:
+        """The caller's value ``code`` (valid in the caller) as a parameter of this frame."""
+        if code not in self.free:
+            want = code if re.fullmatch(r"\w+", code) else ident(node_id.split(".")[-1])
+            self.free[code] = want if want not in self.locals.taken and \
+                re.fullmatch(r"\w+", code) else self.locals.new(want)
+            self.locals.taken.add(self.free[code])
+        return self.free[code]
+
+    def use(self, name: str) -> str:
+        """A name every function has under the same name (a padding mask), read here."""
+        if self.parent is None:
+            return name
+        if name not in self.free:
+            self.parent.use(name)
+            self.free[name] = name
+            self.locals.taken.add(name)
+        return name

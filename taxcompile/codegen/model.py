@@ -1,0 +1,179 @@
+"""The rest of a file's plan: the Model class (input checks, the planned forward(),
+its records), the ``Output`` fields, the module docstring and ``example_inputs``."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+from .. import checks, classify, ir
+from . import config
+from .attention import describe
+from .names import safe_text
+from .plan import FilePlan, ModuleClass, OutputField, Stmt
+
+MASKABLE = ("tokens", "sequence", "set")
+
+RECORDS = {  # record container in forward() -> the Output field it fills
+    "log_probs": OutputField("log_probs", "dict[str, torch.Tensor]", "field(default_factory=dict)",
+                             "hard / reinforced: log p(sample), for REINFORCE"),
+    "penalties": OutputField("penalty", "torch.Tensor | float", "0.0",
+                             "Lin et al.'s ||AA^T - I||_F^2, times its coefficient"),
+    "capsules": OutputField("capsules", "dict[str, tuple[torch.Tensor, torch.Tensor]]",
+                            "field(default_factory=dict)", "module -> (p_c, r_c) (eq. 43-45)"),
+    "features": OutputField("features", "dict[str, torch.Tensor]", "field(default_factory=dict)",
+                            "capsule module -> mean feature vector f"),
+}
+
+
+def fixed(m: ir.Model, inp: ir.Input, axis: str) -> tuple[ir.Input, int | None]:
+    """The input that fixes ``axis``'s length (this one, or another with the same axis)."""
+    for other in [inp, *m.inputs]:
+        if axis in other.axes and other.sizes[other.axes.index(axis)] is not None:
+            return other, other.sizes[other.axes.index(axis)]
+    return inp, None
+
+
+def input_size(p, inp: ir.Input, axis: str) -> str:
+    """A fixed axis length: its constant's Config field, or a field named after the axis."""
+    inp, size = fixed(p.m, inp, axis)
+    if dict(inp.sym).get("size:" + axis):
+        return p.sym(inp, "size:" + axis, size)
+    p.axis_fields.setdefault(axis, size)
+    return f"cfg.{axis}"
+
+
+def axis_size_code(p, axis: str) -> str:
+    for inp in p.m.inputs:
+        if axis in inp.axes and inp.sizes[inp.axes.index(axis)] is not None:
+            return input_size(p, inp, axis)
+    if "*" in axis:
+        a, b = axis.split("*", 1)
+        return f"{axis_size_code(p, a)} * {axis_size_code(p, b)}"
+    return repr(p.cm.sizes[axis])
+
+
+def input_checks(p) -> list[Stmt]:
+    out = []
+    for inp in p.m.inputs:
+        sizes = [fixed(p.m, inp, ax)[1] for ax in inp.axes]
+        exp = [input_size(p, inp, ax) if size is not None else "None"
+               for ax, size in zip(inp.axes, sizes)]
+        shown = ["B"] + [ax if size is None else "{" + e + "}"
+                         for ax, size, e in zip(inp.axes, sizes, exp)]
+        if inp.dim is not None:
+            exp.append(p.sym(inp, "dim", inp.dim))
+            shown.append("{" + exp[-1] + "}" if not exp[-1].isdigit() else exp[-1])
+        want = "(" + ", ".join(shown) + ")"
+        want = f'f"{want}"' if "{" in want else repr(want)
+        sizes_code = f"({', '.join(exp)}{',' if len(exp) == 1 else ''})"
+        out.append(Stmt(f"check_input({inp.id!r}, {inp.id}, {sizes_code}, "
+                        f"tokens={inp.kind == 'tokens'}, want={want})"))
+        if inp.kind in MASKABLE:
+            out.append(Stmt(f"check_mask({inp.id!r}, {inp.id}_mask, "
+                            f"{inp.id}.shape[:{1 + len(inp.axes)}])"))
+    p.helpers.add("check_input")
+    return out
+
+
+def examples(p) -> list[str]:
+    lines, free = [], {}
+    primes = [7, 5, 6, 4, 3]
+    for inp in p.m.inputs:
+        for ax in inp.axes:
+            if fixed(p.m, inp, ax)[1] is None and ax not in free:
+                free[ax] = primes[len(free) % len(primes)] + 2
+    for ax, size in free.items():
+        lines.append(f"{ax} = {size}  # a free axis: any length works")
+    lines.append("out = {}")
+    for inp in p.m.inputs:
+        dims = ["B"] + [ax if fixed(p.m, inp, ax)[1] is None else input_size(p, inp, ax)
+                        for ax in inp.axes]
+        if inp.kind == "tokens":
+            vocab = p.sym(inp, "vocab", inp.vocab)
+            lines.append(f"out[{inp.id!r}] = torch.randint(0, {vocab}, ({', '.join(dims)}), "
+                         "generator=g)")
+        else:
+            dims.append(p.sym(inp, "dim", inp.dim))
+            lines.append(f"out[{inp.id!r}] = torch.randn({', '.join(dims)}, generator=g)")
+    for inp in p.m.inputs:
+        if inp.kind in MASKABLE:
+            lines.append(f"L = out[{inp.id!r}].shape[{len(inp.axes)}]")
+            lines.append("keep = torch.arange(L) < torch.randint((L + 1) // 2, L + 1, (B,), "
+                         f"generator=g).view(B, {'1, ' * (len(inp.axes) - 1)}1)")
+            lines.append("keep[0] = True")
+            lines.append(f"out[{inp.id + '_mask'!r}] = keep.expand(out[{inp.id!r}]"
+                         f".shape[:{1 + len(inp.axes)}]).contiguous()")
+    lines.append("return {name: x.to(device) for name, x in out.items()}")
+    return lines
+
+
+def uses(stmts, word: str) -> bool:
+    return any(re.search(rf"(?<![\w.'\"]){word}\b", s.code) for s in stmts)
+
+
+def file_plan(p) -> FilePlan:
+    m, f = p.m, p.frame
+    head, example = input_checks(p), examples(p)  # these may add Config fields
+    cfg = config.plan_config(p)
+    outputs = [n for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
+    if not outputs:  # no output model: the last attention module's context
+        outputs = [m.attentions[-1]]
+    assert {o.id for o in outputs} == p.returned
+    if len(outputs) == 1:
+        ret = f.vars[outputs[0].id].name
+    else:
+        ret = "{" + ", ".join(f"{o.id!r}: {f.vars[o.id].name}" for o in outputs) + "}"
+    body = list(f.body)
+    if uses(body, "B"):
+        head.append(Stmt(f"B = {m.inputs[0].id}.shape[0]"))
+    if uses(head + body, r"cfg\."):
+        head.insert(0, Stmt("cfg = self.cfg"))
+    records = sorted(f.records - {"attn"})
+    head.append(Stmt("attn = {}", "module -> its weights, when return_attention"))
+    for r in records:
+        head.append(Stmt(f"{r} = {'[]' if r == 'penalties' else '{}'}"))
+    fields = [OutputField("output", "torch.Tensor" if len(outputs) == 1 else
+                          "dict[str, torch.Tensor]", None,
+                          f"`{outputs[0].id}`" if len(outputs) == 1 else "output name -> tensor"),
+              OutputField("attention", "dict[str, torch.Tensor]", "field(default_factory=dict)",
+                          "module -> weights (return_attention=True)")]
+    fields += [RECORDS[r] for r in records]
+    kw = [f"{RECORDS[r].name}={'sum(penalties)' if r == 'penalties' else r}" for r in records]
+    body.append(Stmt(f"return Output({', '.join([ret, 'attn'] + kw)})"))
+    params = [i.id for i in m.inputs] + [f"{i.id}_mask=None" for i in m.inputs
+                                         if i.kind in MASKABLE]
+    params.append("return_attention: bool = False")
+    shapes = ", ".join(f"{i.id} {p.shape(checks.Shape(i.axes, i.dim))}" for i in m.inputs)
+    model_doc = (f"`{m.name}`: inputs {shapes}.", "",
+                 "Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence "
+                 "inputs.", f"Returns Output({', '.join(x.name for x in fields)}).")
+    model = ModuleClass("Model", model_doc, tuple(f.owner.subs), tuple(params), "Output",
+                        tuple(head + body), keeps_cfg=True)
+    paper = p.cs.spec.paper
+    title = "\n".join(textwrap.wrap(f"{safe_text(paper.title) or paper.id}: model `{m.name}`, "
+                                    "generated from its .attn spec.", 88))
+    return FilePlan(
+        source=p.source, title=title, doc=tuple(file_doc(p)), config=cfg, outputs=tuple(fields),
+        helpers=tuple(sorted(p.helpers)),
+        attention_classes=tuple(p.classes[c] for c in p.classes), blocks=tuple(p.blocks),
+        model=model, capsule_loss=any(a.capsules for a in m.attentions),
+        examples=tuple(example), masked=any(i.kind in MASKABLE for i in m.inputs),
+        flex="local_flex" in p.helpers)
+
+
+def file_doc(p) -> list[str]:
+    m, paper = p.m, p.cs.spec.paper
+    row = classify.classify_model(p.cm)
+    doc = [f"Model `{m.name}` of {safe_text(paper.cite)}"
+           f"{f' ({paper.year})' if paper.year else ''}"
+           f"{f', ref. [{paper.ref}] of the survey' if paper.ref else ''}.", "",
+           "Table III classification, derived from the spec's structure:"]
+    for d in classify.DIMENSIONS:
+        doc.append(f"    {d.replace('_', ' ')}: {row.cells[d].text(d)}")
+    doc += ["", "Attention modules:"]
+    for a in m.attentions:
+        if a.hop is None or a.hop.first:
+            line = f"{a.hop.template if a.hop else a.id}: {describe(a, p.cm.attention[a.id])}"
+            doc += ["    " + w for w in textwrap.wrap(line, 88)]
+    return doc

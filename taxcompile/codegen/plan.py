@@ -1,0 +1,101 @@
+"""The codegen plan: what a generated file contains, between the IR and the text.
+
+Frozen dataclasses built in one pass by ``planner.plan`` from a checked model; ``emit``
+renders them through the templates in ``templates/codegen/``. Code fragments in a plan are
+built from validated identifiers and numbers only (never spec text)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    name: str
+    type: str  # "int" | "float"
+    value: str  # the default, as Python source
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class ConfigProperty:
+    """A derived size (``let d_k = d_model / heads``): a property over the fields."""
+
+    name: str
+    type: str
+    expr: str  # over ``self.FIELD``
+
+
+@dataclass(frozen=True)
+class ConfigPlan:
+    fields: tuple[ConfigField, ...]
+    properties: tuple[ConfigProperty, ...]
+    tiny: tuple[tuple[str, str], ...]  # field -> its toy size in Config.tiny()
+
+
+@dataclass(frozen=True)
+class OutputField:
+    """A field of the generated ``Output`` dataclass."""
+
+    name: str
+    type: str
+    default: str | None  # None: a required field
+    comment: str
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """One line of a forward(): ``code  # comment`` at a nesting ``depth`` (inside a for or
+    an if). ``code`` empty: a comment line."""
+
+    code: str
+    comment: str = ""
+    depth: int = 0
+
+
+@dataclass(frozen=True)
+class Submodule:
+    """``self.attr = ctor  # comment`` in a module's __init__."""
+
+    attr: str
+    ctor: str
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class ModuleClass:
+    """A generated ``nn.Module``: the Model, or a ``Block`` per ``repeat`` body (eq. 41-42)."""
+
+    name: str
+    doc: tuple[str, ...]
+    submodules: tuple[Submodule, ...]
+    params: tuple[str, ...]  # forward()'s parameters after ``self``
+    returns: str  # the return annotation
+    body: tuple[Stmt, ...]
+    keeps_cfg: bool = False  # forward() reads self.cfg
+
+
+@dataclass(frozen=True)
+class AttentionClass:
+    """An attention module class, one per mechanism combination (rendered from
+    ``attention.py.j2`` with its view)."""
+
+    name: str
+    view: object  # templates' typed view: see attention.AttentionView
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    source: str  # the spec's path, percent-encoded
+    title: str
+    doc: tuple[str, ...]
+    config: ConfigPlan
+    outputs: tuple[OutputField, ...]
+    helpers: tuple[str, ...]  # templates/codegen/helpers/<name>.py.j2, in order
+    attention_classes: tuple[AttentionClass, ...]
+    blocks: tuple[ModuleClass, ...]  # innermost first
+    model: ModuleClass
+    capsule_loss: bool
+    examples: tuple[str, ...]  # the body of example_inputs()
+    masked: bool  # some input takes a padding mask
+    flex: bool  # imports FlexAttention

@@ -1,0 +1,278 @@
+"""Stage 7a: a checked model -> its ``FilePlan``.
+
+The planner walks the model's nodes once, in dependency order. Feature models are planned
+by the rule registered for their operator (``features.py``, through ``taxcompile.ops``),
+attention statements by ``attention.py``, ``repeat`` bodies and decoder loops by
+``repeat.py``; ``config.py`` picks the Config and ``model.py`` the rest of the file."""
+
+from __future__ import annotations
+
+import re
+
+import networkx as nx
+
+from .. import checks, graph, ir, ops
+from . import attention, features, model, repeat  # noqa: F401 (features: plan rules)
+from .frame import Frame, Owner, Var
+from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
+from .plan import FilePlan
+
+MASKABLE = ("tokens", "sequence", "set")
+
+
+class Planner:
+    """Model-level state shared by the planning stages; the function being planned is
+    ``self.frame``."""
+
+    def __init__(self, cs: checks.CheckedSpec, cm: checks.CheckedModel, source: str):
+        self.cs, self.cm, self.m = cs, cm, cm.model
+        self.source = source
+        self.g = graph.dataflow(cm.graph)  # the model graph (built once), without feed edges
+        self.helpers: set[str] = set()
+        self.classes: dict[str, object] = {}  # attention class name -> its plan
+        self.class_key: dict[str, str] = {}
+        self.blocks: list = []  # ModuleClass plans of repeat bodies, innermost first
+        self.block_names = Names({"Model", "Config", "Output"})
+        self.reserved = RESERVED | {i.id for i in self.m.inputs} | \
+            {i.id + "_mask" for i in self.m.inputs} | {"i", "j", "k", "l"}
+        self.used_cfg: set[str] = set()
+        self.equal: list[tuple[Dim, Dim]] = []  # sizes the code needs equal (Config.tiny())
+        self.divides: list[tuple[Dim, str]] = []  # (size, heads): heads must divide the size
+        self.axis_fields: dict[str, int] = {}
+        self.need_max_len = False
+        self.records: set[str] = set()  # Output fields the model fills besides output/attention
+        self.op_counts: dict = {}
+        self.role = ""  # "k", "v" or "q" while planning an attention module's inputs
+        self.step: dict | None = None  # inside a decoder loop
+        self.emitted: set[str] = set()
+        self.frame = Frame(Owner("Model"), self.reserved)
+
+    # ---- symbols ------------------------------------------------------------------
+
+    def p(self, op: ir.Op, name: str) -> Dim:
+        sym = dict(op.sym).get(name)
+        if sym:
+            self.use_sym(sym)
+        return dim_of(op.param(name), sym)
+
+    def use_sym(self, sym: str) -> None:
+        self.used_cfg.update(re.findall(r"(?<![\w.])([A-Za-z_]\w*)", sym))
+
+    def sym(self, obj, key: str, value) -> str:
+        s = dict(getattr(obj, "sym", ())).get(key)
+        if s:
+            self.use_sym(s)
+            return str(dim_of(value, s))
+        return repr(value)
+
+    # ---- modules and locals ----------------------------------------------------------
+
+    def share_key(self, n) -> tuple:
+        """Nodes that use the same weights get the same key: a node, or in a shared repeat
+        written out hop by hop, its statement (eq. 41-42)."""
+        h = getattr(n, "hop", None)
+        if h is None:
+            return (n.id,)
+        levels = h.template.split(".")[:-1]
+        idx = list(h.outer) + [h.index]
+        key = []
+        for depth, i in enumerate(idx):
+            path = ".".join(levels[: depth + 1])
+            key.append("*" if self.shared.get(path) else i)
+        return (h.template, tuple(key[self.frame.depth:]))
+
+    def module(self, n, suffix: str, ctor: str, comment: str = "") -> str:
+        """Register (once per sharing key) a submodule of the class being planned."""
+        owner = self.frame.owner
+        key = self.share_key(n) + (suffix,)
+        if key not in owner.by_key:
+            want = self.attr_name(n) + ("_" + suffix if suffix else "")
+            if want in MODULE_ATTRS:  # an attention module called `self`
+                want += "_attn"
+            owner.by_key[key] = owner.add(want, ctor, comment)
+        return owner.by_key[key]
+
+    def attr_name(self, n) -> str:
+        """A submodule's name: its statement, relative to the block that owns it."""
+        h = getattr(n, "hop", None)
+        if h is None:
+            return ident(n.id)
+        parts = h.template.split(".")
+        segs = repeat.segments(n)
+        if all(i == "*" for i in self.share_key(n)[1]) or len(segs) <= self.frame.depth:
+            return ident("_".join(parts[self.frame.depth:]))
+        # a hop written out inside this class: its hop numbers keep it apart
+        return ident(re.sub(r"^(\w+\[\d+\]\.){%d}" % self.frame.depth, "", n.id))
+
+    def tmp(self, code: str, want: str, comment: str = "") -> str:
+        name = self.frame.locals.new(want)
+        self.frame.emit(f"{name} = {code}", comment)
+        return name
+
+    def named(self, x: Var, want: str) -> Var:
+        """x, bound to a local name unless it already is one (so it is computed once)."""
+        if re.fullmatch(r"\w+", x.name):
+            return x
+        name = self.tmp(x.name, want, self.shape(x.shape, step=self.step is not None, dim=x.dim))
+        return Var(name, x.shape, x.mask, x.dim, x.mask_code)
+
+    def suffix(self, n, base: str) -> str:
+        """Distinct suffixes for several ops of one kind inside one statement; inside an
+        attention module's key/value/query models they start with the role (``q_proj``)."""
+        if self.role and base != self.role:
+            base = f"{self.role}_{base}"
+        count = self.op_counts.setdefault((n.id, base), 0)
+        self.op_counts[(n.id, base)] = count + 1
+        return base if count == 0 else f"{base}{count + 1}"
+
+    def axis_size_code(self, axis: str) -> str:
+        return model.axis_size_code(self, axis)
+
+    # ---- shapes -------------------------------------------------------------------------
+
+    def shape(self, s: checks.Shape, step: bool = False, dim: Dim | None = None) -> str:
+        """A shape comment, symbolic in the Config's names: ``(B, S, d_model)``."""
+        axes = ["B"] + [a if not step or a != self.step_axis() else "1" for a in s.axes]
+        if dim is not None and (dim.terms or dim.const):
+            axes.append(dim.shown())
+        elif s.dim is not None:
+            axes.append(str(s.dim))
+        return "(" + ", ".join(axes) + ")"
+
+    def step_axis(self) -> str | None:
+        return self.step["axis"] if self.step else None
+
+    # ---- expressions ----------------------------------------------------------------------
+
+    def expr(self, e: ir.Expr, n) -> Var:
+        if isinstance(e, ir.Ref):
+            return self.ref(e.node)
+        if e.param("feed") and self.step is not None and e is self.step["op"]:
+            return repeat.feed_step(self, e, n)
+        args = [] if e.fn == "affinity" else [self.expr(a, n) for a in e.args]
+        return ops.OPS[e.fn].plan(self, e, args, n)
+
+    def ref(self, node_id: str) -> Var:
+        v = self.frame.lookup(node_id)
+        assert v is not None, f"`{node_id}` is read before it is planned"
+        if self.step is not None and node_id not in self.step["region"] and \
+                self.step["axis"] in v.shape.axes:
+            i = 1 + v.shape.axes.index(self.step["axis"])
+            return Var(f"{v.name}.narrow({i}, t, 1)", v.shape, v.mask, v.dim)
+        return v
+
+    # ---- masks ------------------------------------------------------------------------------
+
+    def mask_of(self, x: Var) -> tuple[str, str] | None:
+        """The padding mask over x's positions: (the input's mask argument, what to apply to
+        it), or None when x's positions are not an input's."""
+        if x.mask_code is not None:
+            self.frame.use(x.mask_code[0])
+            return x.mask_code
+        if x.mask is None:
+            return None
+        inp = self.m.node(x.mask)
+        extra = len(inp.axes) - len(x.shape.axes)
+        if extra < 0 or tuple(inp.axes[: len(x.shape.axes)]) != x.shape.axes:
+            return None
+        suffix = ""
+        if extra:  # a group is real when any of its positions is
+            suffix = f".flatten(-{extra + 1}).any(-1)" if extra > 1 else ".any(-1)"
+        if self.step is not None and self.step["axis"] in x.shape.axes:
+            suffix += f".narrow({1 + x.shape.axes.index(self.step['axis'])}, t, 1)"
+        return self.frame.use(f"{inp.id}_mask"), suffix
+
+    def mask_arg(self, x: Var, then: str = "") -> str:
+        mk = self.mask_of(x)
+        if mk is None:
+            return "None"
+        name, suffix = mk
+        if not suffix and not then:
+            return name
+        return f"(None if {name} is None else {name}{suffix}{then})"
+
+    # ---- nodes ---------------------------------------------------------------------------------
+
+    def want(self, n) -> str:
+        """A local's name: the node's id, or inside a block its statement."""
+        if getattr(n, "hop", None) is not None and self.frame.depth:
+            want = ident(n.hop.template.split(".", self.frame.depth)[-1])
+        else:
+            want = ident(n.id)
+        return want + "_attn" if want in RESERVED else want
+
+    def reuse(self, n) -> str | None:
+        """``update x = …`` assigns to the name of the version it replaces when nothing
+        reads that version any more (so the code reads ``x = norm(x + c)``)."""
+        mt = re.fullmatch(r"(.+)@(\d+)", n.id)
+        if mt is None:
+            return None
+        base, k = mt.group(1), int(mt.group(2))
+        prev = base if k == 2 else f"{base}@{k - 1}"
+        v = self.frame.vars.get(prev)
+        if v is None or not re.fullmatch(r"\w+", v.name) or prev not in self.g:
+            return None
+        if v.name in {i.id for i in self.m.inputs} or v.name in self.frame.free.values():
+            return None  # inputs and parameters keep their names
+        if all(r == n.id or r in self.emitted for r in self.g.successors(prev)):
+            return v.name
+        return None
+
+    def key_code(self, n) -> str:
+        """The node id as a Python string; in a block an f-string after its ``at`` prefix."""
+        if self.frame.at is None:
+            return repr(n.id)
+        rel = re.sub(r"^(\w+\[\d+\]\.){%d}" % self.frame.depth, "", n.id)
+        return f'f"{{at}}{rel}"'
+
+    def node(self, n: ir.Node) -> None:
+        shape = self.cm.shapes[n.id]
+        v = self.expr(n.expr, n)
+        where = f"{n.kind_} `{n.name}`" + (", updated (eq. 37)" if "@" in n.id else "")
+        if self.step is None:
+            name = self.reuse(n) or self.frame.locals.new(self.want(n))
+            self.frame.emit(f"{name} = {v.name}", f"{self.shape(shape, dim=v.dim)}: {where}")
+        else:
+            name = self.step["names"].setdefault(n.id, self.frame.locals.new(self.want(n) + "_t"))
+            self.frame.emit(f"{name} = {v.name}",
+                            f"{self.shape(shape, step=True, dim=v.dim)}: {where}, one step")
+        self.frame.vars[n.id] = Var(name, shape, v.mask if n.kind_ != "affinity" else None, v.dim,
+                                    v.mask_code if n.kind_ != "affinity" else None)
+
+    def emit_one(self, node_id: str) -> None:
+        nd = self.m.node(node_id)
+        if node_id in self.loops:
+            n, op, att = self.loops[node_id]
+            self.emitted.update(repeat.decoder_loop(self, n, op, att))
+        elif node_id in self.emitted:
+            return
+        elif isinstance(nd, ir.Attention):
+            attention.plan_attention(self, nd)
+        else:
+            self.node(nd)
+        self.emitted.add(node_id)
+
+    # ---- the whole file --------------------------------------------------------------------------
+
+    def run(self) -> FilePlan:
+        m = self.m
+        self.shared = repeat.shared_levels(m)
+        self.loops = {n.id: (n, op, att) for n, op, att in repeat.feed_regions(m)}
+        self.regions: dict[str, set[str]] = {}
+        # features nothing reads (e.g. a last hop's query update): no code for them
+        sinks = [nd.id for nd in m.nodes if isinstance(nd, ir.Attention)
+                 or (isinstance(nd, ir.Node) and nd.kind_ == "output")]
+        live = set(sinks).union(*(nx.ancestors(self.g, x) for x in sinks if x in self.g))
+        dead = {nd.id for nd in m.nodes if isinstance(nd, ir.Node) and nd.id not in live
+                and nd.hop is None}
+        for inp in m.inputs:
+            self.frame.vars[inp.id] = Var(inp.id, checks.Shape(inp.axes, inp.dim),
+                                          inp.id if inp.kind in MASKABLE else None,
+                                          dim_of(inp.dim, dict(inp.sym).get("dim")))
+            if dict(inp.sym).get("dim"):
+                self.use_sym(dict(inp.sym)["dim"])
+        outputs = [n.id for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
+        self.returned = set(outputs or [m.attentions[-1].id])  # what forward() returns
+        ids = [i for i in self.cm.order if i not in dead and not isinstance(m.node(i), ir.Input)]
+        repeat.plan_scope(self, ids, 0)
+        return model.file_plan(self)

@@ -1,0 +1,363 @@
+"""Plan rules of ``repeat`` blocks and decoder loops.
+
+A repeat whose hops are the same computation (eq. 41-42) becomes a ``Block`` class, its
+body planned once; the model (or the enclosing block) holds one instance per hop in an
+``nn.ModuleList``, or one instance for ``repeat … shared``, and loops over them. A repeat
+whose hops differ is written out hop by hop. A recurrent model with ``feed =`` becomes a
+loop over time steps inside forward()."""
+
+from __future__ import annotations
+
+import re
+
+import networkx as nx
+
+from .. import checks, ir
+from .attention import plan_attention
+from .frame import Frame, Owner, Var
+from .names import camel, dim_of, ident
+from .plan import ModuleClass, Stmt
+
+
+def shared_levels(m: ir.Model) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    for n in m.nodes:
+        h = getattr(n, "hop", None)
+        if h is not None:
+            out[re.sub(r"\[\d+\]", "", h.block)] = h.shared
+    return out
+
+
+def segments(n) -> list[tuple[str, int]]:
+    """A hop node's place: ``model_enc[1].block[3]`` -> [("model_enc", 1), ("block", 3)]."""
+    h = getattr(n, "hop", None)
+    if h is None:
+        return []
+    return [(a, int(i)) for a, i in re.findall(r"(\w+)\[(\d+)\]", f"{h.block}[{h.index}]")]
+
+
+def feed_regions(m: ir.Model) -> list[tuple[ir.Node, ir.Op, str]]:
+    out = []
+    for n in m.nodes:
+        if isinstance(n, ir.Node):
+            stack = [n.expr]
+            while stack:
+                e = stack.pop()
+                if isinstance(e, ir.Op):
+                    if e.param("feed"):
+                        out.append((n, e, str(e.param("feed"))))
+                    stack.extend(e.args)
+    return out
+
+
+def region_of(p, node_id: str) -> set[str]:
+    if node_id not in p.regions:
+        n, op, att = p.loops[node_id]
+        p.regions[node_id] = (nx.descendants(p.g, n.id) & nx.ancestors(p.g, att)) | {n.id, att}
+    return p.regions[node_id]
+
+
+# ---- scopes and repeats ---------------------------------------------------------------
+
+
+def plan_scope(p, ids: list[str], depth: int) -> None:
+    """Plan ``ids`` (the top level or one hop's body): plain nodes, and every repeat one
+    level down as a single item, in dependency order."""
+    item_of: dict[str, tuple] = {}
+    for node_id in ids:
+        segs = segments(p.m.node(node_id))
+        region = any(node_id in region_of(p, x) for x in p.loops)
+        if len(segs) > depth and not region:
+            item_of[node_id] = ("block", tuple(segs[:depth]), segs[depth][0])
+        else:
+            item_of[node_id] = ("node", node_id)
+    cg = nx.DiGraph()
+    rank: dict[tuple, int] = {}
+    for pos, node_id in enumerate(ids):
+        cg.add_node(item_of[node_id])
+        rank.setdefault(item_of[node_id], pos)
+    for node_id in ids:
+        for d in p.g.predecessors(node_id):
+            if d in item_of and item_of[d] != item_of[node_id]:
+                cg.add_edge(item_of[d], item_of[node_id])
+    if not nx.is_directed_acyclic_graph(cg):  # a repeat interleaved with outside nodes
+        for node_id in ids:
+            p.emit_one(node_id)
+        return
+    members: dict[tuple, list[str]] = {}
+    for node_id in ids:
+        members.setdefault(item_of[node_id], []).append(node_id)
+    for it in nx.lexicographical_topological_sort(cg, key=lambda it: f"{rank[it]:06d}"):
+        if it[0] == "node":
+            p.emit_one(it[1])
+        else:
+            plan_repeat(p, members[it], depth)
+
+
+def plan_repeat(p, members: list[str], depth: int) -> None:
+    """One repeat instance: a Block when every hop is the first hop with other weights
+    (eq. 41-42), else hop by hop."""
+    hops: dict[int, list[str]] = {}
+    for node_id in members:
+        hops.setdefault(segments(p.m.node(node_id))[depth][1], []).append(node_id)
+    lp = loop_plan(p, hops, depth)
+    if lp is None:
+        for k in sorted(hops):
+            plan_scope(p, hops[k], depth + 1)
+    else:
+        plan_block(p, hops, depth, lp)
+
+
+def rel(p, node_id: str, depth: int) -> tuple:
+    """A hop node's identity inside its hop: its statement and any deeper hop indexes."""
+    n = p.m.node(node_id)
+    return (n.hop.template, tuple(segments(n)[depth + 1:]))
+
+
+def loop_plan(p, hops: dict[int, list[str]], depth: int) -> dict | None:
+    """What a loop over these hops carries from one hop to the next, or None when the
+    hops are not the same computation (then they are written out one by one)."""
+    first = {rel(p, x, depth): x for x in hops[1]}
+    if len(first) != len(hops[1]):
+        return None
+    carried: dict[str, tuple] = {}  # value before the repeat -> what replaces it
+    members = {x for ids in hops.values() for x in ids}
+    for k in sorted(hops)[1:]:
+        here = {rel(p, x, depth): x for x in hops[k]}
+        prev = set(hops[k - 1])
+        if set(here) != set(first):
+            return None
+        for r, nk in here.items():
+            n1 = p.m.node(first[r])
+            d1s, dks = checks.deps(n1), checks.deps(p.m.node(nk))
+            if len(d1s) != len(dks) or checks.deps(n1, delayed=True):
+                return None
+            for d1, dk in zip(d1s, dks):
+                if d1 in hops[1]:
+                    if dk not in hops[k] or rel(p, dk, depth) != rel(p, d1, depth):
+                        return None
+                elif dk == d1:
+                    continue  # read unchanged by every hop
+                elif dk in prev and d1 not in members:
+                    if carried.setdefault(d1, rel(p, dk, depth)) != rel(p, dk, depth):
+                        return None
+                else:
+                    return None
+    return {"carried": carried, "first": first}
+
+
+def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
+    """A Block class for the body, and the loop over its instances."""
+    N, first, carried = len(hops), lp["first"], lp["carried"]
+    members = {x for ids in hops.values() for x in ids}
+    outer = p.frame
+    n0 = p.m.node(hops[1][0])
+    segs = segments(n0)
+    path = ".".join(a for a, _ in segs[: depth + 1])
+    name = segs[depth][0]
+    cls = p.block_names.new(camel(path.replace(".", "_")) + "Layer")
+    # values carried from hop to hop: each keeps one name in the caller
+    carry_names: dict[str, str] = {}
+    for x0 in carried:
+        v = p.ref(x0)
+        if any(s not in members for s in p.g.successors(x0)) or not re.fullmatch(r"\w+", v.name):
+            carry_names[x0] = p.tmp(v.name, ident(getattr(p.m.node(x0), "name", x0)),
+                                    "carried from hop to hop")
+        else:
+            carry_names[x0] = v.name
+    # the body, planned once in the block's own forward()
+    inner = Frame(Owner(cls), p.reserved, parent=outer, depth=depth + 1, at="at")
+    params = []
+    for x0 in carried:
+        v = p.ref(x0)
+        param = inner.locals.new(carry_names[x0])
+        inner.vars[x0] = Var(param, v.shape, v.mask, v.dim, v.mask_code)
+        params.append(param)
+    p.frame, saved_step = inner, p.step
+    plan_scope(p, hops[1], depth + 1)
+    p.frame = outer
+    # what the caller reads back: the carried values, then values read after the loop
+    outs = [first[r] for r in carried.values()]
+    read = {x for ids in hops.values() for x in ids
+            if x in p.returned or any(s not in members for s in p.g.successors(x))}
+    out_rel = {rel(p, x, depth) for x in read}
+    outs += [first[r] for r in first if r in out_rel and first[r] not in outs]
+    body = list(inner.body)
+    codes = [s.code for s in body]
+    uses = lambda word: any(re.search(rf"(?<![\w.'\"]){word}\b", c) for c in codes)  # noqa: E731
+    head = []
+    if uses("B"):
+        tensor = params[0] if params else next(iter(inner.free.values()))
+        head.append(Stmt(f"B = {tensor}.shape[0]"))
+    if uses(r"cfg\."):
+        head.append(Stmt("cfg = self.cfg"))
+    ret = [inner.vars[x].name for x in outs]
+    body = head + body + [Stmt(f"return {', '.join(ret)}" if ret else "return None")]
+    sig = params + list(inner.free.values())
+    sig += [f"{r}: {'list' if r == 'penalties' else 'dict'}" for r in sorted(inner.records)]
+    if inner.records:
+        sig.append("at: str = \"\"")
+    if uses("return_attention"):
+        sig.append("return_attention: bool = False")
+    doc = (f"One hop of `{path}` (eq. 41-42): "
+           f"{', '.join(sorted({p.m.node(x).name for x in hops[1]}))}.",)
+    p.blocks.append(ModuleClass(cls, doc, tuple(inner.owner.subs), tuple(sig),
+                                "tuple" if len(ret) > 1 else "torch.Tensor", tuple(body),
+                                keeps_cfg=uses(r"cfg\.")))
+    # the caller: one instance per hop, or one shared by every hop
+    count = str(N)
+    lists = {rel(p, x, depth) for k, ids in hops.items() if k < N for x in ids if x in read}
+    sym = n0.hop.count_sym if depth == 0 else None
+    if sym and not lists:
+        p.use_sym(sym)
+        count = str(dim_of(N, sym))
+    shared = p.shared.get(path)
+    if shared:
+        mod = p.frame.owner.add(name, f"{cls}(cfg)", f"one `{name}` hop, shared by all {N}")
+    else:
+        mod = p.frame.owner.add(name, f"nn.ModuleList({cls}(cfg) for _ in range({count}))",
+                                "one per hop (eq. 41-42)")
+    var = "ijkl"[depth] if depth < 4 else f"i{depth}"
+    hop_lists = {}
+    for r in sorted(lists, key=str):
+        hop_lists[r] = p.tmp("[]", ident(r[0].split(".")[-1]) + "_hops", f"`{r[0]}` of every hop")
+    results = [carry_names[x0] for x0 in carried]
+    for x in outs[len(carried):]:
+        results.append(p.frame.locals.new(p.want(p.m.node(x)) if depth else
+                                          ident(p.m.node(x).hop.template)))
+    args = [carry_names[x0] for x0 in carried] + list(inner.free)
+    args += [f"{r}={r}" for r in sorted(inner.records)]
+    outer.records.update(inner.records)
+    if inner.records:
+        prefix = "{at}" if outer.at else ""
+        args.append(f"at=f\"{prefix}{name}[{{{var} + 1}}].\"")
+    if uses("return_attention"):
+        args.append("return_attention=return_attention")
+    if shared:
+        p.frame.emit(f"for {var} in range({count}):", f"`{path}`: {N} hops (eq. 41-42)")
+        call = f"{mod}({', '.join(args)})"
+    elif inner.records:
+        p.frame.emit(f"for {var}, layer in enumerate({mod}):", f"`{path}`: {N} hops (eq. 41-42)")
+        call = f"layer({', '.join(args)})"
+    else:
+        p.frame.emit(f"for layer in {mod}:", f"`{path}`: {N} hops (eq. 41-42)")
+        call = f"layer({', '.join(args)})"
+    p.frame.indent += 1
+    p.frame.emit(f"{', '.join(results)} = {call}" if results else call)
+    for r, lst in hop_lists.items():
+        p.frame.emit(f"{lst}.append({results[outs.index(first[r])]})")
+    p.frame.indent -= 1
+    # after the loop: the last hop's values are the loop's results
+    last = {rel(p, x, depth): x for x in hops[N]}
+    for x, res in zip(outs, results):
+        r = rel(p, x, depth)
+        v = inner.vars[x]
+        outer.vars[last[r]] = Var(res, v.shape, v.mask, v.dim, v.mask_code)
+        if r in hop_lists:
+            for k in range(1, N):
+                xk = {rel(p, y, depth): y for y in hops[k]}[r]
+                outer.vars[xk] = Var(f"{hop_lists[r]}[{k - 1}]", v.shape, v.mask, v.dim,
+                                     v.mask_code)
+    p.step = saved_step
+    p.emitted.update(members)
+
+
+# ---- the decoder loop (feed = ATT) --------------------------------------------------------
+
+
+def decoder_loop(p, n: ir.Node, op: ir.Op, att_id: str) -> list[str]:
+    """Run the recurrent model one step at a time, feeding it the attention module's
+    previous context (input feeding); the nodes between them run inside the loop."""
+    f = p.frame
+    region = region_of(p, n.id)
+    order = [x for x in p.cm.order if x in region]
+    x = p.expr(op.args[0], n)
+    axis = x.shape.axes[-1]
+    pos = len(x.shape.axes)
+    seq = p.tmp(x.name, p.want(n) + "_in",
+                f"{p.shape(x.shape, dim=x.dim)}: the decoder's inputs, all steps")
+    d_v = values_dim(p, att_id)
+    p.step = {"axis": axis, "region": region, "op": op, "names": {}, "weights": [],
+              "logp": [], "seq": seq, "kind": op.fn, "hidden": p.p(op, "hidden"),
+              "layers": p.p(op, "layers"), "x": x, "att": att_id, "ctx_dim": d_v}
+    ctx = f.locals.new(ident(att_id) + "_prev")
+    state = f.locals.new(p.want(n) + "_state")
+    steps = f.locals.new("steps")
+    p.step["ctx"], p.step["state"] = ctx, state
+    f.emit(f"{state} = None")
+    f.emit(f"{steps} = {{}}", "node -> its value at every step")
+    f.emit(f"{ctx} = {seq}.new_zeros(B, {d_v})", "(B, d_v): no context before the first step")
+    f.emit(f"for t in range({seq}.shape[{pos}]):", f"one decoder step per position of {axis}")
+    f.indent += 1
+    for node_id in order:
+        nd = p.m.node(node_id)
+        if isinstance(nd, ir.Attention):
+            plan_attention(p, nd)
+        else:
+            p.node(nd)
+    f.emit(f"{ctx} = {f.vars[att_id].name}.squeeze({pos})", "fed to the next step")
+    for node_id in order:
+        if node_id == att_id or any(s not in region for s in p.g.successors(node_id)):
+            f.emit(f"{steps}.setdefault({node_id!r}, []).append({f.vars[node_id].name})")
+    for key, a, wshape, nd in p.step["weights"]:
+        w = a if wshape.startswith("B, ") else f"{a}.view({wshape})"
+        f.emit("if return_attention:")
+        f.emit(f"    {steps}.setdefault({step_key('weights', key)}, []).append({w})")
+    for key, ex, _ in p.step["logp"]:
+        f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
+    f.indent -= 1
+    for node_id in order:
+        v = f.vars[node_id]
+        if node_id != att_id and all(s in region for s in p.g.successors(node_id)):
+            continue  # only read inside the loop
+        name = f.locals.new(ident(node_id))
+        f.emit(f"{name} = torch.cat({steps}[{node_id!r}], {pos})",
+               p.shape(p.cm.shapes[node_id], dim=v.dim))
+        f.vars[node_id] = Var(name, p.cm.shapes[node_id], x.mask if node_id != att_id else None,
+                              v.dim)
+    for key, a, wshape, nd in p.step["weights"]:
+        dim = -3 if nd.dimensionality == "multi" else -2
+        f.emit("if return_attention:")
+        f.emit(f"    attn[{key}] = torch.cat({steps}[{step_key('weights', key)}], {dim})")
+    for key, ex, nd in p.step["logp"]:
+        how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
+        f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
+    p.step = None
+    return order
+
+
+def step_key(what: str, key: str) -> str:
+    """``'weights:att'``: where a decoder loop collects a module's per-step values."""
+    assert key[0] == key[-1] == "'" and "\\" not in key, key
+    return repr(f"{what}:{key[1:-1]}")
+
+
+def feed_step(p, e: ir.Op, n) -> Var:
+    """One step of the fed recurrent model: x_t and the previous context in, h_t out."""
+    st = p.step
+    kind, hidden, layers, x = st["kind"], st["hidden"], st["layers"], st["x"]
+    cell = "nn.LSTMCell" if kind == "lstm" else "nn.GRUCell"
+    ctor = (f"nn.ModuleList({cell}({x.dim} + {st['ctx_dim']} if i == 0 else {hidden}, {hidden}) "
+            f"for i in range({layers}))")
+    mod = p.module(n, p.suffix(n, kind + "_cells"), ctor, "input feeding: [x_t; c_(t-1)]")
+    p.helpers.add("cell_step")
+    pos = len(x.shape.axes)
+    h = p.frame.locals.new(p.want(n) + "_h")
+    p.frame.emit(f"{h}, {st['state']} = cell_step({mod}, torch.cat([{st['seq']}.select({pos}, t), "
+                 f"{st['ctx']}], -1), {st['state']})", "(B, hidden)")
+    return Var(f"{h}.unsqueeze({pos})", checks.Shape(x.shape.axes, e.param("hidden")), x.mask,
+               hidden)
+
+
+def values_dim(p, att_id: str) -> str:
+    """The fed context's width, as a Config expression: the attention's values' size
+    (planned on a scratch frame, so nothing is registered or written)."""
+    att = p.m.node(att_id)
+    saved = (p.frame, p.step, dict(p.op_counts), set(p.helpers))
+    p.frame = Frame(Owner("scratch"), p.reserved, parent=saved[0], depth=saved[0].depth,
+                    at=saved[0].at)
+    p.step = None
+    try:
+        return str(p.expr(att.values, att).dim)
+    finally:
+        p.frame, p.step, p.op_counts, p.helpers = saved
