@@ -67,6 +67,17 @@ pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even k
 ROOT = Path(__file__).resolve().parent.parent
 LEGACY = Path(__file__).resolve().parent / "data" / "legacy"
 STEMS = sorted(p.stem for p in LEGACY.glob("*.py"))
+
+# Models whose spec was changed on purpose after the codegen redesign (to build the paper's
+# model: dropout, tied weights, decoder timing …): the legacy file is no longer their oracle.
+# stem -> what changed. Each entry names the tests that check the new behaviour instead.
+CHANGED_ON_PURPOSE: dict[str, str] = {}
+
+
+def unchanged(stem: str) -> str:
+    if stem in CHANGED_ON_PURPOSE:
+        pytest.skip(f"{stem} was changed on purpose: {CHANGED_ON_PURPOSE[stem]}")
+    return stem
 SPEC_DIRS = ("specs", "examples")
 
 # The same ops in the same order give bitwise-equal results. A redesign that reorders float32
@@ -387,6 +398,7 @@ def test_map_keys_reports_a_bad_mapping(monkeypatch):
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_same_config_and_inputs(stem):
+    unchanged(stem)
     legacy_mod, new_mod = modules(stem)
     for make in ("tiny", None):
         a = legacy_mod.Config.tiny() if make else legacy_mod.Config()
@@ -405,6 +417,7 @@ def test_same_config_and_inputs(stem):
 @pytest.mark.parametrize("mode", ["eval", "train"])
 @pytest.mark.parametrize("stem", STEMS)
 def test_same_forward(stem, mode):
+    unchanged(stem)
     with isolated():
         legacy, new, legacy_mod, _, cfg = build(stem)
         legacy.train(mode == "train")
@@ -427,6 +440,7 @@ def test_same_forward(stem, mode):
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_same_gradients(stem):
+    unchanged(stem)
     with isolated():
         legacy, new, legacy_mod, _, cfg = build(stem)
         legacy.train()
