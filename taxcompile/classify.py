@@ -44,9 +44,13 @@ ALIGN_LABEL = {"global": "Global", "hard": "Hard", "local": "Local", "reinforced
 TRANSPARENT = {"concat", "project", "linear", "identity"}
 
 
+READINGS = ("table", "text")
+
+
 @dataclass
 class Cell:
     values: dict[str, list[str]] = field(default_factory=dict)  # value -> reasons
+    notes: list[str] = field(default_factory=list)  # where the survey allows two readings
 
     def add(self, value: str, reason: str) -> None:
         reasons = self.values.setdefault(value, [])
@@ -87,7 +91,9 @@ class Classifier:
     def q(self, node_id: str) -> str:
         return f"`{display(self.m, node_id)}`"
 
-    def __init__(self, cm: CheckedModel):
+    def __init__(self, cm: CheckedModel, reading: str = "table"):
+        assert reading in READINGS, reading
+        self.reading = reading
         self.cm = cm
         self.m = cm.model
         self.g = cm.graph
@@ -291,9 +297,19 @@ class Classifier:
             if a.capsules:
                 qm.add("Capsule-Based", f"attention {self.q(a.id)} has one capsule per class "
                        f"({a.capsules}), each with a learned query (eq. 43-45)")
-        # Multi-hop (eq. 41-42): hop s+1 re-reads the same features with a query refined
-        # by hop s's context. Stacks that re-encode their keys at every layer are not
-        # hops in Table III (QANet, PSAC), so depth alone does not count.
+        self.hops()
+        if not qm.values:
+            names = self.listing(list(dict.fromkeys(self.q(a.id) for a in self.atts)))
+            qm.add("Singular", f"one query per prediction, one head and one hop in {names}")
+
+    def hops(self) -> None:
+        """Multi-hop (eq. 41-42): hop s+1 re-reads the same features with a query refined by
+        hop s's context. A stack whose layers also re-encode their keys from the previous
+        layer's output is a hop in the survey's text (§3.3.2 calls the Transformer's stacked
+        self-attention multi-hop) but not in its Table III, which lists QANet, PSAC and
+        Winata et al.'s stacks without Multi-Hop: ``reading`` picks one, and the cell says
+        which it took."""
+        qm = self.cells["query_multiplicity"]
         by_template: dict[str, dict[int, ir.Attention]] = {}
         for a in self.atts:
             if a.hop is not None and a.hop.count > 1:
@@ -301,18 +317,35 @@ class Classifier:
         for template, hops in sorted(by_template.items()):
             for i in sorted(hops):
                 prev, nxt = hops.get(i - 1), hops[i]
-                if prev is None:
+                if prev is None or prev.id not in self.expr_ancestors(nxt.query):
                     continue
-                if self.keys_base(prev) == self.keys_base(nxt) and \
-                        prev.id in self.expr_ancestors(nxt.query):
+                if self.keys_base(prev) == self.keys_base(nxt):
                     keys = ", ".join(self.q(k) for k in sorted(self.keys_base(nxt)))
                     qm.add("Multi-Hop", f"`{template}` runs {nxt.hop.count} hops over "
                            f"{keys}; the query of each hop is refined by the previous hop's "
                            f"context (`{nxt.id}` reads `{prev.id}`, eq. 41-42)")
                     break
-        if not qm.values:
-            names = self.listing(list(dict.fromkeys(self.q(a.id) for a in self.atts)))
-            qm.add("Singular", f"one query per prediction, one head and one hop in {names}")
+                if any(prev.id in self.expr_ancestors(e) for e in (nxt.keys, nxt.values)):
+                    self.stack(template, prev, nxt)
+                    break
+
+    def stack(self, template: str, prev: ir.Attention, nxt: ir.Attention) -> None:
+        """A stack of layers that re-encode queries and keys: counted under the text
+        reading, noted under the table reading."""
+        qm = self.cells["query_multiplicity"]
+        what = (f"`{template}` stacks {nxt.hop.count} layers whose queries and keys both come "
+                f"from the previous layer's output (`{nxt.id}` reads `{prev.id}`)")
+        if self.reading == "text":
+            qm.add("Multi-Hop", f"{what}; the survey's text (§3.3.2) calls such a stack "
+                   "multi-hop (reading: text)")
+            qm.notes.append(f"reading: text. {what}: counted as Multi-Hop, as §3.3.2 reads the "
+                            "Transformer's stack; the survey's Table III does not count such "
+                            "stacks (QANet, PSAC, Winata et al.); `--reading table` follows it")
+        else:
+            qm.notes.append(f"reading: table. {what}: not a hop. The survey's text (§3.3.2) "
+                            "calls such a stack multi-hop, but its Table III counts only hops "
+                            "that re-read the same features and lists QANet, PSAC and Winata "
+                            "et al.'s stacks without Multi-Hop; `--reading text` counts it")
 
     def multiplicity(self) -> None:
         cell = self.cells["feature_multiplicity"]
@@ -461,5 +494,7 @@ class Classifier:
                      "one input: " + self.modules_over())
 
 
-def classify_model(cm: CheckedModel) -> Classification:
-    return Classifier(cm).run()
+def classify_model(cm: CheckedModel, reading: str = "table") -> Classification:
+    """The model's Table III row, derived from its graph. ``reading``: "table" follows the
+    survey's Table III where its text reads a mechanism otherwise, "text" its §3.3.2."""
+    return Classifier(cm, reading).run()

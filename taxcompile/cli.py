@@ -68,7 +68,7 @@ def cmd_classify(args) -> int:
     results, failed = _load_all(args.files)
     docs = []
     for path, _, cs in results:
-        row = pipeline.classify_spec(cs)
+        row = pipeline.classify_spec(cs, args.reading)
         docs.append({
             "file": str(path), "paper": row.paper.cite, "ref": row.paper.ref,
             "row": row.row(),
@@ -76,6 +76,7 @@ def cmd_classify(args) -> int:
                 "model": v.model,
                 "dimensions": {d: [{"value": val, "because": v.cells[d].values[val]}
                                    for val in v.cells[d].labels(d)] for d in DIMENSIONS},
+                "notes": {d: v.cells[d].notes for d in DIMENSIONS if v.cells[d].notes},
             } for v in row.variants],
         })
     if args.format == "json":
@@ -90,6 +91,8 @@ def cmd_classify(args) -> int:
                     for x in vals:
                         for why in x["because"]:
                             print(f"      {x['value']}: {why}")
+                    for note in v["notes"].get(d, ()):
+                        print(f"      note, {note}")
     return EXIT_SPEC if failed else EXIT_OK
 
 
@@ -97,7 +100,7 @@ def cmd_table(args) -> int:
     from . import pipeline, table
 
     results, failed = _load_all(args.paths)
-    rows = [pipeline.classify_spec(cs) for _, explicit, cs in results
+    rows = [pipeline.classify_spec(cs, args.reading) for _, explicit, cs in results
             if explicit or args.all or cs.spec.paper.row is not None]
     sys.stdout.write(table.RENDER[args.format](table.order(rows)))
     return EXIT_SPEC if failed else EXIT_OK
@@ -292,6 +295,10 @@ def make_parser() -> argparse.ArgumentParser:
                        "nodes that justify it.")
     s.add_argument("files", nargs="+", metavar="FILE")
     s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--reading", choices=("table", "text"), default="table",
+                   help="where the survey's text and its Table III disagree (a stack of "
+                   "self-attention layers is multi-hop in §3.3.2, not in Table III): follow "
+                   "the table (default) or the text")
     s.set_defaults(func=cmd_classify)
 
     s = sub.add_parser("table", help="render Table III for specs",
@@ -300,6 +307,10 @@ def make_parser() -> argparse.ArgumentParser:
                        "explicitly are always included.")
     s.add_argument("paths", nargs="+", metavar="PATH")
     s.add_argument("--format", choices=("md", "csv", "latex"), default="md")
+    s.add_argument("--reading", choices=("table", "text"), default="table",
+                   help="where the survey's text and its Table III disagree (a stack of "
+                   "self-attention layers is multi-hop in §3.3.2, not in Table III): follow "
+                   "the table (default) or the text")
     s.add_argument("--all", action="store_true",
                    help="also include papers that are not in the survey's Table III")
     s.set_defaults(func=cmd_table)

@@ -62,8 +62,8 @@ def load(path: str | Path) -> checks.CheckedSpec:
     return load_text(text, file)
 
 
-def classify_spec(cs: checks.CheckedSpec) -> PaperRow:
-    return PaperRow(cs.spec, [classify.classify_model(cm) for cm in cs.models])
+def classify_spec(cs: checks.CheckedSpec, reading: str = "table") -> PaperRow:
+    return PaperRow(cs.spec, [classify.classify_model(cm, reading) for cm in cs.models])
 
 
 def expand(paths: list[str]) -> list[tuple[Path, bool]]:
