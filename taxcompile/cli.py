@@ -53,11 +53,21 @@ def _load_one(file: str, verb: str):
     return EXIT_SPEC if failed else results[0][2]
 
 
+SUMMARY_NAMES = 8  # model names listed by `check` before "… and N more"
+
+
+def _models_summary(names: list[str]) -> str:
+    """``4 models: a, b, c, d``; a long list is cut after ``SUMMARY_NAMES`` names."""
+    shown = ", ".join(names[:SUMMARY_NAMES])
+    if len(names) > SUMMARY_NAMES:
+        shown += f", … and {len(names) - SUMMARY_NAMES:,} more"
+    return f"{len(names):,} model{'s' * (len(names) != 1)}: {shown}"
+
+
 def cmd_check(args) -> int:
     results, failed = _load_all(args.files)
     for path, _, cs in results:
-        names = ", ".join(m.model.name for m in cs.models)
-        print(f"{path}: ok ({len(cs.models)} model{'s' * (len(cs.models) != 1)}: {names})")
+        print(f"{path}: ok ({_models_summary([m.model.name for m in cs.models])})")
     return EXIT_SPEC if failed else EXIT_OK
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import operator
 import re
 import textwrap
@@ -47,7 +48,9 @@ MODULE_ATTRS = {"training", "forward", "to", "cuda", "cpu", "eval", "train", "pa
                 "capsule_loss", "register_parameter", "share_memory", "xpu", "ipu", "mtia"}
 
 
+@functools.lru_cache(maxsize=1)
 def env() -> jinja2.Environment:
+    """One environment for every model: it caches the compiled templates."""
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
                               lstrip_blocks=True, keep_trailing_newline=True,
                               undefined=jinja2.StrictUndefined, autoescape=False)
