@@ -202,7 +202,7 @@ def cmd_compile(args) -> int:
 
 
 def cmd_fmt(args) -> int:
-    from . import fmt, pipeline
+    from . import fmt, parser, pipeline
 
     files = pipeline.expand(args.files)
     if not files:
@@ -211,22 +211,26 @@ def cmd_fmt(args) -> int:
         return EXIT_USAGE
     stale, failed = [], 0
     for path, _ in files:
+        if not path.exists():
+            print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
+            return EXIT_USAGE
+        if not path.is_file():  # fmt rewrites its files: a device or a fifo is no spec
+            print(f"taxcompile: error: {path} is not a regular file", file=sys.stderr)
+            return EXIT_USAGE
         try:
-            if not path.is_file():
-                print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
-                return EXIT_USAGE
             # bytes, not read_text(): keep "\r\n" visible so that it gets normalised
-            text = path.read_bytes().decode("utf-8")
+            data, size = parser.read_bytes(path)
+            if len(data) > parser.MAX_BYTES:
+                parser._screen(data, str(path), size)  # raises: too large
+            text = data.decode("utf-8")
             new = fmt.format_text(text, str(path))
         except SpecError as e:
             print(e.render(), file=sys.stderr)
             failed += 1
             continue
         except UnicodeDecodeError:
-            from .parser import read_source
-
             try:
-                read_source(path)
+                parser._screen(data, str(path), size)
             except SpecError as e:
                 print(e.render(), file=sys.stderr)
             failed += 1
