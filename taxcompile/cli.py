@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import __version__
 from .diagnostics import SpecError
-from .files import write_all_atomic, write_atomic
+from .files import OutputError, write_all_atomic, write_atomic
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 
@@ -138,10 +138,10 @@ def cmd_diagram(args) -> int:
     cs = _load_one(args.file, "`diagram` draws")
     if isinstance(cs, int):
         return cs
-    out = Path(args.output) if args.output else Path(args.file).with_suffix(".svg").name
+    out = Path(args.output) if args.output else Path(Path(args.file).with_suffix(".svg").name)
     try:
-        written, note = diagram.write(cs, Path(out))
-    except diagram.DiagramError as e:
+        written, note = diagram.write(cs, out)
+    except (diagram.DiagramError, OutputError) as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     for path in written:
@@ -187,6 +187,13 @@ def cmd_compile(args) -> int:
             return EXIT_SPEC
         print(f"{out_dir}: {len(files)} files up to date")
         return EXIT_OK
+    # never overwrite a file that taxcompile did not generate (its first line says so)
+    for f in stale:
+        if f.is_symlink() or (f.is_file() and generate.generated_from(f) is None):
+            print(f"taxcompile: error: cannot write {f}: it exists and taxcompile did not "
+                  "generate it (move it away, or choose another -o; nothing written)",
+                  file=sys.stderr)
+            return EXIT_USAGE
     try:
         write_all_atomic({f: files[f] for f in stale})
     except OSError as e:
@@ -263,10 +270,18 @@ def cmd_new(args) -> int:
               "`smith2024`", file=sys.stderr)
         return EXIT_USAGE
     path = Path(args.output or f"{args.name}.attn")
-    if path.exists() and not args.force:
+    if path.is_dir():
+        print(f"taxcompile: error: {path} is a directory; name the file to write, e.g. "
+              f"`-o {path / (args.name + '.attn')}`", file=sys.stderr)
+        return EXIT_USAGE
+    if (path.exists() or path.is_symlink()) and not args.force:
         print(f"taxcompile: error: {path} exists (use --force to overwrite)", file=sys.stderr)
         return EXIT_USAGE
-    write_atomic(path, fmt.starter(args.name))
+    try:
+        write_atomic(path, fmt.starter(args.name))
+    except OSError as e:
+        print(f"taxcompile: error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"wrote {path}: check it with `taxcompile check {path}`")
     return EXIT_OK
 
@@ -274,12 +289,17 @@ def cmd_new(args) -> int:
 def cmd_report(args) -> int:
     from . import report
 
-    try:
-        files, notes = report.build(args.paths, Path(args.output))
-    except SpecError as e:
-        print(e.render(), file=sys.stderr)
+    results, failed = _load_all(args.paths)
+    if failed:
         print("taxcompile: no report written: fix the spec first", file=sys.stderr)
         return EXIT_SPEC
+    spec_dirs = [Path(p) for p in args.paths if Path(p).is_dir()]
+    try:
+        files, notes = report.build([(path, cs) for path, _, cs in results], Path(args.output),
+                                    spec_dirs)
+    except OutputError as e:
+        print(f"taxcompile: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except ValueError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_SPEC
