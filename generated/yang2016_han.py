@@ -116,8 +116,12 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     return QueryBlocks.apply(lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w)
 
 
-def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
-    """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
+def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
+                axes: tuple = (), vocab: int | None = None, validate: bool = True) -> None:
+    """Raise a ValueError naming the input when its shape or dtype is not what the spec says,
+    or when it is empty. With ``validate`` (the default) the values are checked too: token ids
+    in [0, vocab), features finite. The value checks read the data (on a GPU they wait for
+    it), so ``forward(..., validate=False)`` skips them, and so does torch.compile."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, got {type(x).__name__}")
     if x.dim() != 1 + len(sizes) or any(s is not None and s != n for s, n in zip(sizes, x.shape[1:])):
@@ -126,6 +130,22 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         raise ValueError(f"input `{name}`: expected token ids as torch.int64 (or int32), got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
+    for axis, n in zip(("B",) + tuple(axes), x.shape):
+        if n == 0:
+            what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
+            raise ValueError(f"input `{name}`: {what} must be at least 1, got 0 "
+                             f"(shape {tuple(x.shape)}, expected {want})")
+    if not validate or torch.compiler.is_compiling():
+        return
+    if tokens and vocab is not None:
+        lo, hi = int(x.min()), int(x.max())
+        if lo < 0 or hi >= vocab:
+            raise ValueError(f"input `{name}`: token ids must be in [0, {vocab}) (vocab = {vocab}), "
+                             f"got {lo if lo < 0 else hi}")
+    if not tokens and not bool(torch.isfinite(x).all()):
+        bad = x[~torch.isfinite(x)][0].item()
+        raise ValueError(f"input `{name}`: features must be finite, got {bad} "
+                         "(validate=False skips this check)")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
@@ -198,6 +218,7 @@ class Model(nn.Module):
     """`han`: inputs doc (B, S, W).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
+    Inputs are checked; validate=False skips the checks that read their values (token ids < vocab, finite features).
     Returns Output(output, attention, log_probs, penalty, capsules, features).
     """
 
@@ -213,8 +234,9 @@ class Model(nn.Module):
         self.sentence = AdditiveAttention(d_q=cfg.d_w, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w)
         self.label_head = nn.Linear(2 * cfg.hidden, cfg.classes)
 
-    def forward(self, doc, doc_mask=None, return_attention: bool = False) -> Output:
-        check_input('doc', doc, (None, None), True, '(B, S, W)')
+    def forward(self, doc, doc_mask=None, return_attention: bool = False, validate: bool = True) -> Output:
+        cfg = self.cfg
+        check_input('doc', doc, (None, None), True, '(B, S, W)', axes=('S', 'W'), vocab=cfg.vocab, validate=validate)
         check_mask('doc', doc_mask, doc.shape[:3])
         B = doc.shape[0]
         attn, log_probs, capsules, features = {}, {}, {}, {}

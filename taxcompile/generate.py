@@ -36,7 +36,7 @@ MASKABLE = ("tokens", "sequence", "set")
 
 # Local names the generated forward() uses for itself.
 RESERVED = {"self", "cfg", "torch", "nn", "F", "math", "B", "out", "attn", "log_probs", "penalty",
-            "capsules", "features", "return_attention", "t",
+            "capsules", "features", "return_attention", "validate", "t",
             "Output", "Config", "Model", "field", "dataclass", "masked_softmax", "sparsemax",
             "entmax15", "sinusoid", "broadcast", "pool", "rnn", "cell_step", "state", "ctx",
             "example_inputs", "g", "outputs"} | set(dir(builtins))
@@ -1417,6 +1417,8 @@ class Generator:
             f"{i.id} {self.shape_comment(checks.Shape(i.axes, i.dim))}" for i in inputs) + ".",
             "",
             "Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.",
+            "Inputs are checked; validate=False skips the checks that read their values "
+            "(token ids < vocab, finite features).",
             "Returns Output(output, attention, log_probs, penalty, capsules, features)."]
         init = []
         for line in self.init:
@@ -1487,8 +1489,10 @@ class Generator:
                 shown.append("{" + exp[-1] + "}" if not exp[-1].isdigit() else exp[-1])
             want = "(" + ", ".join(shown) + ")"
             want = f'f"{want}"' if "{" in want else repr(want)
+            axes = f"axes={tuple(inp.axes)!r}, " if inp.axes else ""
+            vocab = f"vocab={self.sym(inp, 'vocab', inp.vocab)}, " if inp.kind == "tokens" else ""
             out.append(f"check_input({inp.id!r}, {inp.id}, ({', '.join(exp)}{',' if len(exp) == 1 else ''}), "
-                       f"{'True' if inp.kind == 'tokens' else 'False'}, {want})")
+                       f"{'True' if inp.kind == 'tokens' else 'False'}, {want}, {axes}{vocab}validate=validate)")
             if inp.kind in MASKABLE:
                 out.append(f"check_mask({inp.id!r}, {inp.id}_mask, {inp.id}.shape[:{1 + len(inp.axes)}])")
         self.helpers.add("check_input")

@@ -17,6 +17,8 @@ MAX_INT = 1 << 24
 MAX_NODES = 5000
 
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
+# Inputs become parameters of the generated forward(), which has these of its own.
+FORWARD_OPTIONS = ("self", "return_attention", "validate")
 ACTS = ("none", "tanh", "relu", "sigmoid", "gelu", "elu")
 
 
@@ -531,6 +533,10 @@ class Lowerer:
     def input(self, s: ast.Input, scope: Scope) -> None:
         if scope.hop is not None:
             self.err(s.pos, "inputs are declared at the top of a model, not inside `repeat`")
+            return
+        if s.name in FORWARD_OPTIONS:
+            self.err(s.pos, f"input name `{s.name}` is reserved: the generated model's "
+                     f"`forward()` has its own `{s.name}`", f"pick another name, e.g. `{s.name}_in`")
             return
         node_id = self.bind(scope, s.name, s.pos, "input")
         if node_id is None:

@@ -176,6 +176,10 @@ CASES: list[Case] = [
     # ---- identifiers and duplicates ------------------------------------------------------
     Case("ident_python_keyword", spec("feature class = norm(x)"), BODY, 13,
          "feature name `class` is a Python keyword", IDENT_HINT),
+    Case("input_named_like_a_forward_option",
+         PAPER + MODEL.replace("src", "validate"), 3, 11,
+         "input name `validate` is reserved: the generated model's `forward()` has its own "
+         "`validate`", "pick another name, e.g. `validate_in`"),
     Case("ident_dunder", spec("feature __init__ = norm(x)"), BODY, 13,
          "feature name `__init__` starts with `__` (dunder names are reserved)", IDENT_HINT),
     Case("duplicate_feature", spec("feature x = norm(x)"), BODY, 13,
