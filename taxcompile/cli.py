@@ -246,7 +246,7 @@ def cmd_fmt(args) -> int:
             stale.append(path)
             if not args.check:
                 try:
-                    write_atomic(path, new)
+                    write_atomic(path.resolve(), new)  # through a link: keep the link
                 except OSError as e:
                     print(f"taxcompile: error: cannot write {path}: {e.strerror or e}",
                           file=sys.stderr)

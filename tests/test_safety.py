@@ -403,3 +403,12 @@ def test_no_writing_command_changes_what_it_did_not_write(steps):
         run_steps(world, proj, [
             (command, base + suffix if base != "/proc/x" else base + suffix.lstrip("/"))
             for command, base, suffix in steps])
+
+
+def test_fmt_through_a_symbolic_link_formats_the_spec_and_keeps_the_link(proj):
+    spec = proj / "specs" / "tiny.attn"
+    spec.write_text(TINY.replace("    input", "        input"))  # not formatted
+    (proj / "link.attn").symlink_to("specs/tiny.attn")
+    p = run("fmt", "link.attn", cwd=proj)
+    assert p.returncode == 0, p.stderr
+    assert (proj / "link.attn").is_symlink() and spec.read_text() == TINY
