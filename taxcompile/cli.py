@@ -396,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:  # `taxcompile table specs/ | head`
         return EXIT_OK
+    except OSError as e:  # a path the system refuses (a name too long, a loop of links, …)
+        name = f"{str(e.filename)[:120]}{'…' if len(str(e.filename)) > 120 else ''}: " \
+            if e.filename else ""
+        print(f"taxcompile: error: {name}{e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

@@ -297,6 +297,19 @@ def test_report_of_an_empty_directory_exits_2(proj):
     assert not (proj / "site").exists()
 
 
+@pytest.mark.parametrize("args", [
+    ["check", "LONG"], ["fmt", "LONG"], ["compile", "specs", "-o", "LONG"],
+    ["report", "specs", "-o", "LONG"], ["diagram", "specs/tiny.attn", "-o", "LONG.svg"],
+    ["new", "starter", "-o", "LONG"],
+])
+def test_a_name_the_system_refuses_is_one_line(proj, args):
+    long = "a" * 300  # longer than any file name may be (ENAMETOOLONG)
+    before = snapshot(proj)
+    p = run(*(a.replace("LONG", long) for a in args), cwd=proj)
+    assert_refused(p, "File name too long")
+    assert snapshot(proj) == before
+
+
 # ---- the property: random commands against random existing paths ------------------------
 
 # Paths relative to the project (the current directory); the world around it:
