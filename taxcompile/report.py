@@ -59,7 +59,10 @@ def _svg(cs) -> tuple[str, str]:
                     "(Debian: `apt-get install -y graphviz`).")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "d.svg"
-        diagram.write(cs, out)
+        try:
+            diagram.write(cs, out)
+        except diagram.DiagramError as e:  # `dot` failed: the page says so
+            return "", f"this diagram was not drawn: {e}"
         text = out.read_text(encoding="utf-8")
     return text[text.index("<svg"):], ""  # drop the XML prolog and doctype
 

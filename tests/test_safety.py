@@ -192,6 +192,18 @@ def test_report_directories_have_the_umasks_permissions(proj, umask, dirs, files
         assert stat.S_IMODE(f.stat().st_mode) == files, f
 
 
+def test_report_when_dot_fails_says_so_on_the_page(proj, tmp_path, monkeypatch):
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "dot").write_text("#!/bin/sh\necho 'dot: out of memory' >&2\nexit 1\n")
+    (bin_ / "dot").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    p = run("report", "specs", "-o", "site", cwd=proj)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert "this diagram was not drawn: `dot` failed: dot: out of memory" in p.stderr
+    assert "`dot` failed" in (proj / "site" / "papers" / "tiny.html").read_text()
+
+
 # ---- 2. a bad -o is one line, exit 2, nothing moved -------------------------------------
 
 
