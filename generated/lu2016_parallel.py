@@ -58,8 +58,12 @@ class Output:
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str) -> None:
-    """Raise a ValueError naming the input when its shape or dtype is not what the spec says."""
+def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
+                axes: tuple = (), vocab: int | None = None, validate: bool = True) -> None:
+    """Raise a ValueError naming the input when its shape or dtype is not what the spec says,
+    or when it is empty. With ``validate`` (the default) the values are checked too: token ids
+    in [0, vocab), features finite. The value checks read the data (on a GPU they wait for
+    it), so ``forward(..., validate=False)`` skips them, and so does torch.compile."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
                          f"got {type(x).__name__}")
@@ -71,12 +75,29 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
                          f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
+    for axis, n in zip(("B",) + tuple(axes), x.shape):
+        if n == 0:
+            what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
+            raise ValueError(f"input `{name}`: {what} must be at least 1, got 0 "
+                             f"(shape {tuple(x.shape)}, expected {want})")
+    if not validate or torch.compiler.is_compiling():
+        return
+    if tokens and vocab is not None:
+        lo, hi = torch.stack(torch.aminmax(x)).tolist()  # one pass, one wait for the device
+        if lo < 0 or hi >= vocab:
+            raise ValueError(f"input `{name}`: token ids must be in [0, {vocab}) "
+                             f"(vocab = {vocab}), got {lo if lo < 0 else hi}")
+    # a NaN or an infinity makes the sum non-finite; only then (or on overflow) look closer
+    if not tokens and not bool(torch.isfinite(x.sum())) and not bool(torch.isfinite(x).all()):
+        bad = x[~torch.isfinite(x)][0].item()
+        raise ValueError(f"input `{name}`: features must be finite, got {bad} "
+                         "(validate=False skips this check)")
 
 
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
-        raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape {tuple(shape)}, "
-                         f"got {mask.dtype} {tuple(mask.shape)}")
+        raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape "
+                         f"{tuple(shape)}, got {mask.dtype} {tuple(mask.shape)}")
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
@@ -161,6 +182,8 @@ class Model(nn.Module):
     """`parallel`: inputs question (B, T), image (B, H, W, 512).
 
     Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
+    Inputs are checked; validate=False skips the checks that read their values
+    (token ids < vocab, finite features).
     Returns Output(output, attention).
     """
 
@@ -194,13 +217,18 @@ class Model(nn.Module):
         self.answer_head = nn.Linear(cfg.d, cfg.answers)
 
     def forward(
-        self, question, image, question_mask=None, return_attention: bool = False
+        self, question, image, question_mask=None, return_attention: bool = False,
+        validate: bool = True
     ) -> Output:
         cfg = self.cfg
-        check_input('question', question, (None,), tokens=True, want='(B, T)')
+        check_input(
+            'question', question, (None,), tokens=True, want='(B, T)', axes=('T',), vocab=cfg.vocab,
+            validate=validate
+        )
         check_mask('question', question_mask, question.shape[:2])
         check_input(
-            'image', image, (cfg.H, cfg.W, 512), tokens=False, want=f"(B, {cfg.H}, {cfg.W}, 512)"
+            'image', image, (cfg.H, cfg.W, 512), tokens=False, want=f"(B, {cfg.H}, {cfg.W}, 512)",
+            axes=('H', 'W'), validate=validate
         )
         B = question.shape[0]
         attn = {}  # module -> its weights, when return_attention

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import __version__
 from .diagnostics import SpecError
-from .files import write_all_atomic, write_atomic
+from .files import OutputError, write_all_atomic, write_atomic
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 
@@ -53,11 +53,21 @@ def _load_one(file: str, verb: str):
     return EXIT_SPEC if failed else results[0][2]
 
 
+SUMMARY_NAMES = 8  # model names listed by `check` before "… and N more"
+
+
+def _models_summary(names: list[str]) -> str:
+    """``4 models: a, b, c, d``; a long list is cut after ``SUMMARY_NAMES`` names."""
+    shown = ", ".join(names[:SUMMARY_NAMES])
+    if len(names) > SUMMARY_NAMES:
+        shown += f", … and {len(names) - SUMMARY_NAMES:,} more"
+    return f"{len(names):,} model{'s' * (len(names) != 1)}: {shown}"
+
+
 def cmd_check(args) -> int:
     results, failed = _load_all(args.files)
     for path, _, cs in results:
-        names = ", ".join(m.model.name for m in cs.models)
-        print(f"{path}: ok ({len(cs.models)} model{'s' * (len(cs.models) != 1)}: {names})")
+        print(f"{path}: ok ({_models_summary([m.model.name for m in cs.models])})")
     return EXIT_SPEC if failed else EXIT_OK
 
 
@@ -131,10 +141,10 @@ def cmd_diagram(args) -> int:
     cs = _load_one(args.file, "`diagram` draws")
     if isinstance(cs, int):
         return cs
-    out = Path(args.output) if args.output else Path(args.file).with_suffix(".svg").name
+    out = Path(args.output) if args.output else Path(Path(args.file).with_suffix(".svg").name)
     try:
-        written, note = diagram.write(cs, Path(out))
-    except diagram.DiagramError as e:
+        written, note = diagram.write(cs, out)
+    except (diagram.DiagramError, OutputError) as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     for path in written:
@@ -180,6 +190,13 @@ def cmd_compile(args) -> int:
             return EXIT_SPEC
         print(f"{out_dir}: {len(files)} files up to date")
         return EXIT_OK
+    # never overwrite a file that taxcompile did not generate (its first line says so)
+    for f in stale:
+        if f.is_symlink() or (f.is_file() and codegen.generated_from(f) is None):
+            print(f"taxcompile: error: cannot write {f}: it exists and taxcompile did not "
+                  "generate it (move it away, or choose another -o; nothing written)",
+                  file=sys.stderr)
+            return EXIT_USAGE
     try:
         write_all_atomic({f: files[f] for f in stale})
     except OSError as e:
@@ -195,7 +212,7 @@ def cmd_compile(args) -> int:
 
 
 def cmd_fmt(args) -> int:
-    from . import fmt, pipeline
+    from . import fmt, parser, pipeline
 
     files = pipeline.expand(args.files)
     if not files:
@@ -204,22 +221,26 @@ def cmd_fmt(args) -> int:
         return EXIT_USAGE
     stale, failed = [], 0
     for path, _ in files:
+        if not path.exists():
+            print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
+            return EXIT_USAGE
+        if not path.is_file():  # fmt rewrites its files: a device or a fifo is no spec
+            print(f"taxcompile: error: {path} is not a regular file", file=sys.stderr)
+            return EXIT_USAGE
         try:
-            if not path.is_file():
-                print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
-                return EXIT_USAGE
             # bytes, not read_text(): keep "\r\n" visible so that it gets normalised
-            text = path.read_bytes().decode("utf-8")
+            data, size = parser.read_bytes(path)
+            if len(data) > parser.MAX_BYTES:
+                parser._screen(data, str(path), size)  # raises: too large
+            text = data.decode("utf-8")
             new = fmt.format_text(text, str(path))
         except SpecError as e:
             print(e.render(), file=sys.stderr)
             failed += 1
             continue
         except UnicodeDecodeError:
-            from .parser import read_source
-
             try:
-                read_source(path)
+                parser._screen(data, str(path), size)
             except SpecError as e:
                 print(e.render(), file=sys.stderr)
             failed += 1
@@ -228,7 +249,7 @@ def cmd_fmt(args) -> int:
             stale.append(path)
             if not args.check:
                 try:
-                    write_atomic(path, new)
+                    write_atomic(path.resolve(), new)  # through a link: keep the link
                 except OSError as e:
                     print(f"taxcompile: error: cannot write {path}: {e.strerror or e}",
                           file=sys.stderr)
@@ -252,10 +273,18 @@ def cmd_new(args) -> int:
               "`smith2024`", file=sys.stderr)
         return EXIT_USAGE
     path = Path(args.output or f"{args.name}.attn")
-    if path.exists() and not args.force:
+    if path.is_dir():
+        print(f"taxcompile: error: {path} is a directory; name the file to write, e.g. "
+              f"`-o {path / (args.name + '.attn')}`", file=sys.stderr)
+        return EXIT_USAGE
+    if (path.exists() or path.is_symlink()) and not args.force:
         print(f"taxcompile: error: {path} exists (use --force to overwrite)", file=sys.stderr)
         return EXIT_USAGE
-    write_atomic(path, fmt.starter(args.name))
+    try:
+        write_atomic(path, fmt.starter(args.name))
+    except OSError as e:
+        print(f"taxcompile: error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"wrote {path}: check it with `taxcompile check {path}`")
     return EXIT_OK
 
@@ -263,12 +292,17 @@ def cmd_new(args) -> int:
 def cmd_report(args) -> int:
     from . import report
 
-    try:
-        files, notes = report.build(args.paths, Path(args.output))
-    except SpecError as e:
-        print(e.render(), file=sys.stderr)
+    results, failed = _load_all(args.paths)
+    if failed:
         print("taxcompile: no report written: fix the spec first", file=sys.stderr)
         return EXIT_SPEC
+    spec_dirs = [Path(p) for p in args.paths if Path(p).is_dir()]
+    try:
+        files, notes = report.build([(path, cs) for path, _, cs in results], Path(args.output),
+                                    spec_dirs)
+    except OutputError as e:
+        print(f"taxcompile: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except ValueError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_SPEC
@@ -373,6 +407,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:  # `taxcompile table specs/ | head`
         return EXIT_OK
+    except OSError as e:  # a path the system refuses (a name too long, a loop of links, …)
+        name = f"{str(e.filename)[:120]}{'…' if len(str(e.filename)) > 120 else ''}: " \
+            if e.filename else ""
+        print(f"taxcompile: error: {name}{e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

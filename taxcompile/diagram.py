@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import graphviz
 from . import ir
 from .checks import CheckedModel, CheckedSpec
 from .classify import classify_model
-from .files import write_atomic
+from .files import OutputError, write_atomic
 from .graph import edges as graph_edges
 from .ops import OPS
 
@@ -44,6 +45,73 @@ ROLE = {"query": "q", "keys": "k", "values": "v", "keys+values": "k, v",
 
 class DiagramError(Exception):
     """A diagram that cannot be written (an unknown format, `dot` failing)."""
+
+
+# Every diagram carries this mark (a graph comment in .dot and .svg, a tEXt chunk in
+# .png, a comment line in .pdf), so that `diagram -o FILE` replaces a diagram it drew
+# before and refuses any other file.
+MARK = "taxcompile diagram"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _marked(fmt: str, data: bytes) -> bytes:
+    """Rendered output with ``MARK`` added where the format keeps comments."""
+    if fmt == "png" and data.startswith(PNG_SIGNATURE):
+        end = 8 + 12 + int.from_bytes(data[8:12], "big")  # after the IHDR chunk
+        body = b"tEXt" + b"Software\0" + MARK.encode()
+        chunk = (len(body) - 4).to_bytes(4, "big") + body + \
+            zlib.crc32(body).to_bytes(4, "big")
+        return data[:end] + chunk + data[end:]
+    if fmt == "pdf":
+        # a comment just before `startxref` moves no object that the xref table locates
+        i = data.rfind(b"startxref")
+        if i >= 0:
+            return data[:i] + b"%" + MARK.encode() + b"\n" + data[i:]
+    return data
+
+
+def is_diagram(path: Path) -> bool:
+    """Whether ``path`` is a diagram taxcompile drew (it carries ``MARK``)."""
+    fmt = path.suffix.lstrip(".").lower()
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8192)
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 8192))
+            tail = f.read()
+    except OSError:
+        return False
+    mark = MARK.encode()
+    if fmt == "svg":
+        return b"<!-- " + mark + b" -->" in head
+    if fmt == "dot":
+        return head.startswith(b"digraph ") and b'comment="' + mark + b'"' in head
+    if fmt == "png":
+        return head.startswith(PNG_SIGNATURE) and b"tEXtSoftware\0" + mark in head
+    if fmt == "pdf":
+        return head.startswith(b"%PDF-") and b"%" + mark + b"\n" in tail
+    return False
+
+
+def _check_target(out: Path) -> None:
+    """Refuse to write over anything but a diagram drawn before (nothing written yet)."""
+    where = f"cannot write the diagram to {out}"
+    if out.is_dir():
+        raise OutputError(f"{where}: it is a directory (name the file, e.g. "
+                          f"`-o {out / 'model.svg'}`)")
+    if out.is_symlink() or out.exists():
+        if out.is_symlink() or not out.is_file():
+            raise OutputError(f"{where}: it is not a regular file")
+        if not is_diagram(out):
+            raise OutputError(f"{where}: the file exists and is not a diagram taxcompile "
+                              "drew (move it away, or choose another name)")
+
+
+def _write(out: Path, data: bytes) -> None:
+    try:
+        write_atomic(out, data)
+    except OSError as e:
+        raise OutputError(f"cannot write the diagram to {out}: {e.strerror or e}") from None
 
 
 def _name(m: ir.Model, node_id: str) -> str:
@@ -282,7 +350,7 @@ def build(cs: CheckedSpec) -> graphviz.Digraph:
     p = cs.spec.paper
     title = f"{p.cite}" + (f" {p.year}" if p.year else "") + (f": {p.title}" if p.title else "")
     g = graphviz.Digraph(name=p.id, graph_attr=dict(
-        rankdir="TB", fontname="Helvetica", label=graphviz.escape(title), labelloc="t",
+        comment=MARK, rankdir="TB", fontname="Helvetica", label=graphviz.escape(title), labelloc="t",
         fontsize="16", nodesep="0.3", ranksep="0.45", newrank="true"),
         node_attr=dict(fontname="Helvetica", fontsize="10", margin="0.12,0.06"),
         edge_attr=dict(fontname="Helvetica", color="#555555", arrowsize="0.7"))
@@ -300,14 +368,16 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
     if fmt not in FORMATS:
         raise DiagramError(f"cannot write `{out.name}`: the diagram formats are "
                            + ", ".join(f".{f}" for f in FORMATS))
+    _check_target(out)
     source = build(cs).source
     if fmt == "dot":
-        write_atomic(out, source.encode("utf-8"))
+        _write(out, source.encode("utf-8"))
         return [out], ""
     dot = shutil.which("dot")
     if dot is None:
         dot_path = out.with_suffix(".dot")
-        write_atomic(dot_path, source.encode("utf-8"))
+        _check_target(dot_path)
+        _write(dot_path, source.encode("utf-8"))
         return [dot_path], (f"graphviz's `dot` program was not found, so {out.name} was not "
                             f"drawn; wrote the graph source to {dot_path} instead. Install "
                             "graphviz (Debian: `apt-get install -y graphviz`) to render "
@@ -316,5 +386,5 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
                           timeout=120)
     if done.returncode != 0:
         raise DiagramError(f"`dot` failed: {done.stderr.decode('utf-8', 'replace').strip()}")
-    write_atomic(out, done.stdout)
+    _write(out, _marked(fmt, done.stdout))
     return [out], ""

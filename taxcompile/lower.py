@@ -19,6 +19,8 @@ MAX_INT = 1 << 24
 MAX_NODES = 5000
 
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
+# Inputs become parameters of the generated forward(), which has these of its own.
+FORWARD_OPTIONS = ("self", "return_attention", "validate")
 
 
 def _sig(*params: P) -> tuple[P, ...]:
@@ -207,46 +209,60 @@ class Lowerer:
         Only names that passed ``bad_identifier`` and numbers appear in the text."""
         names: list[str] = []
 
-        def go(x: ast.Expr) -> str:
+        # Parentheses only where Python needs them, so that a long chain `a + b + …`
+        # stays flat (Python refuses more than 200 nested parentheses).
+        prec = {"+": 1, "-": 1, "*": 2, "/": 2}
+
+        def go(x: ast.Expr) -> tuple[str, int]:  # (text, precedence: atoms 4, `-x` 3)
             if isinstance(x, ast.Number):
-                return repr(x.value)
+                return repr(x.value), 4 if x.value >= 0 else 3
             if isinstance(x, ast.Neg):
-                return f"-{go(x.operand)}"
+                inner, p = go(x.operand)
+                return f"-{inner if p >= 3 else f'({inner})'}", 3
             if isinstance(x, ast.Ref):
                 owner = scope
                 while owner is not None and x.name not in owner.consts:
                     owner = owner.parent
                 if owner is None or owner is self.model_scope or owner.parent is None:
                     names.append(x.name)
-                    return x.name
-                return repr(owner.consts[x.name])  # a constant local to a `repeat`
+                    return x.name, 4
+                v = owner.consts[x.name]  # a constant local to a `repeat`
+                return repr(v), 4 if not isinstance(v, (int, float)) or v >= 0 else 3
             if isinstance(x, ast.BinOp):
-                op = x.op
+                op, p = x.op, prec[x.op]
                 if op == "/":
                     op = "//" if isinstance(self.const(x, scope), int) else "/"
-                return f"({go(x.left)} {op} {go(x.right)})"
+                (left, lp), (right, rp) = go(x.left), go(x.right)
+                left = left if lp >= p else f"({left})"
+                right = right if rp > p else f"({right})"
+                return f"{left} {op} {right}", p
             raise AssertionError(type(x))
 
         if isinstance(e, ast.Ref) and e.name in ("true", "false"):
             return None
-        text = go(e)
+        text = go(e)[0]
         if not names:
             return None
-        return text[1:-1] if text.startswith("(") and text.endswith(")") and \
-            text.count("(") == 1 else text
+        return text
 
     def as_int(self, e: ast.Expr, scope: Scope | None, what: str, lo: int = 1,
                hi: int = MAX_INT) -> int | None:
         v = self.const(e, scope)
         if v is None:
             return None
+        shown = str(int(v)) if isinstance(v, float) and v.is_integer() and abs(v) < 1e16 \
+            else _show(v)
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
-            self.err(e.pos, f"{what} must be a whole number, got {_show(v)}")
+            self.err(e.pos, f"{what} must be a whole number, got {shown}")
+            return None
+        if lo == 1 and hi == MAX_INT and not lo <= v <= hi:  # no range of its own
+            self.err(e.pos, f"{what} must be a positive integer, got {shown}" if v < 1 else
+                     f"{what} must be a positive integer of at most {hi:,}, got {shown}")
             return None
         if not lo <= v <= hi:
-            self.err(e.pos, f"{what} must be between {lo} and {hi}, got {v}")
+            self.err(e.pos, f"{what} must be between {lo} and {hi}, got {shown}")
             return None
         return v
 
@@ -463,6 +479,10 @@ class Lowerer:
         if scope.hop is not None:
             self.err(s.pos, "inputs are declared at the top of a model, not inside `repeat`")
             return
+        if s.name in FORWARD_OPTIONS:
+            self.err(s.pos, f"input name `{s.name}` is reserved: the generated model's "
+                     f"`forward()` has its own `{s.name}`", f"pick another name, e.g. `{s.name}_in`")
+            return
         node_id = self.bind(scope, s.name, s.pos, "input")
         if node_id is None:
             return
@@ -519,11 +539,12 @@ class Lowerer:
         if len(set(axes)) != len(axes):
             self.err(s.kind_pos, f"input `{s.name}` repeats an axis name")
             return
-        vocab, auto, view_of = None, False, None
+        vocab, auto, view_of, vocab_given = None, False, None, False
         for a in s.args:
             if isinstance(a, ast.Ref) and a.name == "autoregressive":
                 auto = True
             elif isinstance(a, ast.Kwarg) and a.name == "vocab":
+                vocab_given = True  # a bad value is reported where it is written
                 vocab = self.as_int(a.value, scope, "`vocab`")
                 if t := self.sym(a.value, scope):
                     syms["vocab"] = t
@@ -552,6 +573,8 @@ class Lowerer:
                 self.err(a.pos, f"unknown input option `{name}`",
                          suggest(name, ("vocab", "autoregressive", "of", *axes)))
         if s.kind == "tokens" and vocab is None:
+            if vocab_given:
+                return
             self.err(s.kind_pos, f"token input `{s.name}` needs a vocabulary size",
                      f"write `input {s.name}: tokens[…] (vocab = 30000)`")
             return

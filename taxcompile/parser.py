@@ -8,15 +8,18 @@ traceback. Syntax errors are explained from examples of each mistake (lark's
 from __future__ import annotations
 
 import functools
+import os
+import stat
 from pathlib import Path
 
-from lark import Lark, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark import Lark, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast
 from .diagnostics import Diagnostic, Location, SpecError
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 64  # brackets nested deeper than this are refused before parsing
+MAX_EXPR_DEPTH = 256  # operators and calls inside one another: `a + b + c` counts 2
 
 _GRAMMAR_CANDIDATES = (
     Path(__file__).resolve().parent.parent / "grammar" / "attn.lark",
@@ -212,15 +215,20 @@ def _terminal(name: str) -> str:
     return name.lower()
 
 
-def _screen(data: bytes, file: str) -> str:
-    """Refuse what the parser should never see: huge, binary or undecodable input."""
+def _screen(data: bytes, file: str, size: int | None = None) -> str:
+    """Refuse what the parser should never see: huge, binary or undecodable input.
+    ``size`` is the file's size when ``data`` is only its first ``MAX_BYTES + 1`` bytes
+    (None: unknown, a stream such as /dev/zero)."""
 
     def err(line: int, col: int, msg: str, hint: str, source: str | None = None) -> SpecError:
         return SpecError([Diagnostic(Location(file=file, line=line, column=col), msg, hint)],
                          source)
 
     if len(data) > MAX_BYTES:
-        raise err(1, 1, f"file is too large ({len(data):,} bytes; the limit is {MAX_BYTES:,})",
+        size = len(data) if size is None and not isinstance(data, _Prefix) else size
+        what = f"{size:,} bytes" if size is not None and size > MAX_BYTES else \
+            f"more than {MAX_BYTES:,} bytes"
+        raise err(1, 1, f"file is too large ({what}; the limit is {MAX_BYTES:,})",
                   "a spec describes one paper's models; split it or remove generated text")
     try:
         text = data.decode("utf-8")
@@ -252,6 +260,29 @@ def _screen(data: bytes, file: str) -> str:
     return text
 
 
+_EXPRESSIONS = frozenset({"add", "sub", "mul", "div", "neg", "call"})
+
+
+def _screen_depth(tree: Tree, text: str, file: str) -> None:
+    """Refuse an expression nested deeper than ``MAX_EXPR_DEPTH`` (a flat sum of many
+    terms is a deep tree too) at the expression's own position, before any recursive
+    pass over the tree. Walks the tree without recursion."""
+    stack: list[tuple[Tree, int, Tree | None]] = [(tree, 0, None)]
+    while stack:
+        node, depth, root = stack.pop()
+        if node.data in _EXPRESSIONS:
+            root = root or node
+            depth += 1
+            if depth > MAX_EXPR_DEPTH:
+                loc = Location(file=file, line=getattr(root.meta, "line", 1),
+                               column=getattr(root.meta, "column", 1))
+                raise SpecError([Diagnostic(
+                    loc, f"expression nested more than {MAX_EXPR_DEPTH} deep (each operator "
+                    "and call counts: `a + b + c` is 2 deep)",
+                    "split it into `let` constants or `feature` statements")], text)
+        stack.extend((c, depth, root) for c in node.children if isinstance(c, Tree))
+
+
 def parse_text(text: str, file: str = "<string>") -> ast.Module:
     """Parse spec text into an AST; raise ``SpecError`` on any problem."""
     text = _screen(text.encode("utf-8", "replace"), file)
@@ -259,6 +290,7 @@ def parse_text(text: str, file: str = "<string>") -> ast.Module:
         tree = _parser().parse(text)
     except UnexpectedInput as e:
         raise SpecError([_syntax_error(e, text, file)], text) from None
+    _screen_depth(tree, text, file)
     try:
         return ast.AstBuilder().transform(tree)
     except RecursionError:  # pragma: no cover - depth is screened above
@@ -266,13 +298,30 @@ def parse_text(text: str, file: str = "<string>") -> ast.Module:
                                     "expression nested too deeply")], text) from None
 
 
-def read_source(path: str | Path, display: str | None = None) -> str:
-    """Read and screen a spec file; errors are located ``SpecError``s."""
-    p = Path(path)
+class _Prefix(bytes):
+    """The first ``MAX_BYTES + 1`` bytes of a longer file or stream."""
+
+
+def read_bytes(path: str | Path, display: str | None = None) -> tuple[bytes, int | None]:
+    """At most ``MAX_BYTES + 1`` bytes of a spec file (a longer file, or an endless stream
+    such as /dev/zero, is never read whole), and the file's size when it is a regular
+    file. Errors are located ``SpecError``s."""
     name = display or str(path)
     try:
-        data = p.read_bytes()
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            size = st.st_size if stat.S_ISREG(st.st_mode) else None
+            data = f.read(MAX_BYTES + 1)
     except OSError as e:
+        why = "is a directory" if isinstance(e, IsADirectoryError) else e.strerror or str(e)
         raise SpecError([Diagnostic(Location(file=name, line=1, column=1),
-                                    f"cannot read file: {e.strerror or e}")]) from None
-    return _screen(data, name)
+                                    f"cannot read file: {why}")]) from None
+    if len(data) > MAX_BYTES:
+        data = _Prefix(data)
+    return data, size
+
+
+def read_source(path: str | Path, display: str | None = None) -> str:
+    """Read and screen a spec file; errors are located ``SpecError``s."""
+    data, size = read_bytes(path, display)
+    return _screen(data, display or str(path), size)

@@ -20,6 +20,7 @@ from pygments.lexers import PythonLexer
 
 from . import __version__, codegen, diagram, pipeline, table
 from .classify import DIMENSIONS
+from .files import check_site_dir, make_dirs, remove_dirs, write_site
 from .lexer import AttnLexer
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "report"
@@ -58,19 +59,37 @@ def _svg(cs) -> tuple[str, str]:
                     "(Debian: `apt-get install -y graphviz`).")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "d.svg"
-        diagram.write(cs, out)
+        try:
+            diagram.write(cs, out)
+        except diagram.DiagramError as e:  # `dot` failed: the page says so
+            return "", f"this diagram was not drawn: {e}"
         text = out.read_text(encoding="utf-8")
     return text[text.index("<svg"):], ""  # drop the XML prolog and doctype
 
 
-def build(paths: list[str], out: Path) -> tuple[list[Path], list[str]]:
-    """Write the site to ``out``; returns the pages written and notes for the user.
-    Raises ``SpecError`` (nothing written) when a spec has errors."""
-    files = pipeline.expand(paths)
+def build(specs: list[tuple[Path, object]], out: Path,
+          spec_dirs: list[Path] | tuple = ()) -> tuple[list[Path], list[str]]:
+    """Write the site of the checked ``specs`` (file, CheckedSpec) to ``out``; returns the
+    files written and notes for the user.
+
+    ``out`` holds only what reports wrote: a manifest (``files.MANIFEST``) lists them, and
+    only those are replaced or removed. ``files.OutputError`` (raised before anything is
+    written) refuses a directory that is not the report's: see ``files.check_site_dir``;
+    ``spec_dirs`` are the directories given as inputs."""
+    spec_paths = [Path(p) for p, _ in specs]
+    check_site_dir(out, spec_paths, list(spec_dirs))  # refuse before the slow part
+    created = make_dirs(out, "cannot write the report to")  # fail early where -o cannot be
+    try:
+        return _build(specs, out, spec_paths, list(spec_dirs))
+    except BaseException:
+        remove_dirs(created)  # the directories made for a report that was not written
+        raise
+
+
+def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path]):
     pages: list[Page] = []
     notes: list[str] = []
-    for path, _ in files:
-        cs = pipeline.load(path)
+    for path, cs in specs:
         svg, note = _svg(cs)
         if note and note not in notes:
             notes.append(note)
@@ -126,33 +145,6 @@ def build(paths: list[str], out: Path) -> tuple[list[Path], list[str]]:
             p=row.paper, file=page.file, variants=variants, row=row.row(), dims=DIMENSIONS,
             titles=titles, svg=page.svg, diagram_note=page.note, version=__version__,
             source=highlight(source, AttnLexer(), fmt), code=code)
-    _replace_dir(out, files_out)
+    old = check_site_dir(out, spec_paths, list(spec_dirs))  # as it is now, after rendering
+    write_site(out, files_out, old)
     return [out / name for name in files_out], notes
-
-
-def _replace_dir(out: Path, files: dict[str, str]) -> None:
-    """Write every file into a fresh directory, then swap it in: a failure leaves the
-    old site (or none), never half a site."""
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
-        for name, text in files.items():
-            target = tmp / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(text, bytes):
-                target.write_bytes(text)
-            else:
-                target.write_text(text, encoding="utf-8")
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old"
-            if old.exists():
-                shutil.rmtree(old)
-            out.rename(old)
-        tmp.rename(out)
-        if old is not None:
-            shutil.rmtree(old)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

@@ -357,8 +357,9 @@ def test_generated_file_follows_the_contract(gen_dir, v):
     names = [i.id for i in v.model.inputs]
     sig = inspect.signature(mod.Model.forward)
     assert list(sig.parameters) == ["self", *names, *(i.id + "_mask" for i in v.maskable),
-                                    "return_attention"]
+                                    "return_attention", "validate"]
     assert sig.parameters["return_attention"].default is False
+    assert sig.parameters["validate"].default is True  # value checks of the inputs
     assert all(sig.parameters[i.id + "_mask"].default is None for i in v.maskable)
 
     # example_inputs(batch_size=2, *, seed=0, device="cpu", cfg=None)

@@ -24,7 +24,7 @@ import pytest
 
 from taxcompile import pipeline
 from taxcompile.diagnostics import MAX_REPORTED, SpecError
-from taxcompile.parser import MAX_BYTES, MAX_DEPTH
+from taxcompile.parser import MAX_BYTES, MAX_DEPTH, MAX_EXPR_DEPTH
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "errors"
@@ -176,6 +176,10 @@ CASES: list[Case] = [
     # ---- identifiers and duplicates ------------------------------------------------------
     Case("ident_python_keyword", spec("feature class = norm(x)"), BODY, 13,
          "feature name `class` is a Python keyword", IDENT_HINT),
+    Case("input_named_like_a_forward_option",
+         PAPER + MODEL.replace("src", "validate"), 3, 11,
+         "input name `validate` is reserved: the generated model's `forward()` has its own "
+         "`validate`", "pick another name, e.g. `validate_in`"),
     Case("ident_dunder", spec("feature __init__ = norm(x)"), BODY, 13,
          "feature name `__init__` starts with `__` (dunder names are reserved)", IDENT_HINT),
     Case("duplicate_feature", spec("feature x = norm(x)"), BODY, 13,
@@ -251,6 +255,13 @@ CASES: list[Case] = [
     Case("unknown_constant_suggestion", top("let d_model = 64", "let d = d_modle / 2"), 3, 9,
          "unknown constant `d_modle`", "did you mean `d_model`?"),
     Case("number_out_of_range", top("let d = 1e300 * 1e300"), 2, 9, "number out of range", ""),
+    Case("vocab_zero", PAPER + "let vocab = 0\n" + MODEL.replace("vocab = 100", "vocab = vocab"),
+         4, 35, "`vocab` must be a positive integer, got 0", ""),
+    Case("vocab_too_large", PAPER + MODEL.replace("vocab = 100", "vocab = 1e308"), 3, 35,
+         "`vocab` must be a positive integer of at most 16,777,216, got 1e+308", ""),
+    Case("flat_sum_too_deep", top("let d = " + " + ".join(["1"] * 1000)), 2, 9,
+         f"expression nested more than {MAX_EXPR_DEPTH} deep (each operator and call counts: "
+         "`a + b + c` is 2 deep)", "split it into `let` constants or `feature` statements"),
     # ---- update and cycles -------------------------------------------------------------
     Case("update_undefined", spec("update z = norm(x)"), BODY, 12,
          "cannot update `z`: it is not defined yet", "define it first with `feature z = …`"),

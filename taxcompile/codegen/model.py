@@ -67,8 +67,11 @@ def input_checks(p) -> list[Stmt]:
         want = "(" + ", ".join(shown) + ")"
         want = f'f"{want}"' if "{" in want else repr(want)
         sizes_code = f"({', '.join(exp)}{',' if len(exp) == 1 else ''})"
+        axes = f"axes={tuple(inp.axes)!r}, " if inp.axes else ""
+        vocab = f"vocab={p.sym(inp, 'vocab', inp.vocab)}, " if inp.kind == "tokens" else ""
         out.append(Stmt(f"check_input({inp.id!r}, {inp.id}, {sizes_code}, "
-                        f"tokens={inp.kind == 'tokens'}, want={want})"))
+                        f"tokens={inp.kind == 'tokens'}, want={want}, {axes}{vocab}"
+                        "validate=validate)"))
         if inp.kind in MASKABLE:
             out.append(Stmt(f"check_mask({inp.id!r}, {inp.id}_mask, "
                             f"{inp.id}.shape[:{1 + len(inp.axes)}])"))
@@ -143,11 +146,13 @@ def file_plan(p) -> FilePlan:
     body.append(Stmt(f"return Output({', '.join([ret, 'attn'] + kw)})"))
     params = [i.id for i in m.inputs] + [f"{i.id}_mask=None" for i in m.inputs
                                          if i.kind in MASKABLE]
-    params.append("return_attention: bool = False")
+    params += ["return_attention: bool = False", "validate: bool = True"]
     shapes = ", ".join(f"{i.id} {p.shape(checks.Shape(i.axes, i.dim))}" for i in m.inputs)
     model_doc = (f"`{m.name}`: inputs {shapes}.", "",
                  "Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence "
-                 "inputs.", f"Returns Output({', '.join(x.name for x in fields)}).")
+                 "inputs.", "Inputs are checked; validate=False skips the checks that read "
+                 "their values", "(token ids < vocab, finite features).",
+                 f"Returns Output({', '.join(x.name for x in fields)}).")
     model = ModuleClass("Model", model_doc, tuple(f.owner.subs), tuple(params), "Output",
                         tuple(head + body), keeps_cfg=True)
     paper = p.cs.spec.paper

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 # Local names the generated forward() uses for itself.
 RESERVED = {"self", "cfg", "torch", "nn", "F", "math", "B", "out", "attn", "log_probs", "penalty",
-            "capsules", "features", "return_attention", "t", "at", "layer",
+            "capsules", "features", "return_attention", "validate", "t", "at", "layer",
             "Output", "Config", "Model", "field", "dataclass", "masked_softmax", "sparsemax",
             "entmax15", "sinusoid", "broadcast", "pool", "rnn", "cell_step", "state", "ctx",
             "example_inputs", "g", "outputs", "key_keep", "check_input", "check_mask"} \

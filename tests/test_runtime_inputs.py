@@ -1,0 +1,172 @@
+"""Bad runtime inputs of generated models are ValueErrors that name the input, the allowed
+range and the value: token ids outside [0, vocab), an empty batch or an empty axis, NaN or
+infinite features. ``forward(..., validate=False)`` skips the checks that read the values
+(docs/codegen.md). Every test imports generated code and calls it."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import SPECS  # noqa: E402
+from taxcompile import codegen, ir, pipeline  # noqa: E402
+from taxcompile.run import load_module  # noqa: E402
+
+SPEC_FILES = sorted(SPECS.glob("*.attn"))
+MODELS = [(path, cm.model.name) for path in SPEC_FILES for cm in pipeline.load(path).models]
+
+
+def build(path, model: str):
+    cs = pipeline.load(path)
+    cm = next(m for m in cs.models if m.model.name == model)
+    mod = load_module(codegen.generate(cs, cm, path.name), f"rt_{path.stem}_{model}")
+    torch.manual_seed(0)
+    cfg = mod.Config.tiny()
+    return mod, mod.Model(cfg).eval(), cfg, [n for n in cm.model.nodes
+                                              if isinstance(n, ir.Input)]
+
+
+def call(model, inputs, **kw):
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model(**inputs, **kw)
+
+
+@pytest.fixture(scope="module")
+def rnnsearch():
+    return build(SPECS / "bahdanau2015.attn", "rnnsearch")
+
+
+# ---- token ids ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["vocab", "vocab + 7", "-1"])
+def test_token_ids_outside_the_vocabulary(rnnsearch, bad):
+    mod, model, cfg, _ = rnnsearch
+    inputs = mod.example_inputs(cfg=cfg)
+    value = eval(bad, {"vocab": cfg.vocab})
+    inputs["tgt"][1, 2] = value
+    with pytest.raises(ValueError) as info:
+        call(model, inputs)
+    assert str(info.value) == (f"input `tgt`: token ids must be in [0, {cfg.vocab}) "
+                               f"(vocab = {cfg.vocab}), got {value}")
+
+
+def test_the_last_token_id_is_fine(rnnsearch):
+    mod, model, cfg, _ = rnnsearch
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs["src"][:] = cfg.vocab - 1
+    inputs["tgt"][:] = 0
+    assert call(model, inputs).output.shape[:2] == inputs["tgt"].shape
+
+
+# ---- empty inputs -------------------------------------------------------------------------
+
+
+def test_an_empty_batch(rnnsearch):
+    mod, model, cfg, _ = rnnsearch
+    inputs = {k: v[:0] for k, v in mod.example_inputs(cfg=cfg).items()}
+    with pytest.raises(ValueError) as info:
+        call(model, inputs)
+    assert str(info.value) == ("input `src`: the batch size B must be at least 1, got 0 "
+                               "(shape (0, 9), expected (B, S))")
+
+
+def test_an_empty_sequence(rnnsearch):
+    mod, model, cfg, _ = rnnsearch
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs["src"], inputs["src_mask"] = inputs["src"][:, :0], inputs["src_mask"][:, :0]
+    with pytest.raises(ValueError) as info:
+        call(model, inputs)
+    assert str(info.value) == ("input `src`: the length of axis `S` must be at least 1, got 0 "
+                               "(shape (2, 0), expected (B, S))")
+
+
+# ---- NaN and infinite features ------------------------------------------------------------
+
+
+def feature_model():
+    """A model with a floating-point input (the first spec that has one)."""
+    for path, model in MODELS:
+        mod, m, cfg, inputs = build(path, model)
+        if any(i.kind != "tokens" for i in inputs):
+            return mod, m, cfg, inputs
+    raise AssertionError("no spec has a feature input")
+
+
+@pytest.fixture(scope="module")
+def features():
+    return feature_model()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_features(features, value):
+    mod, model, cfg, inputs_ir = features
+    name = next(i.id for i in inputs_ir if i.kind != "tokens")
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs[name].view(-1)[5] = value
+    with pytest.raises(ValueError) as info:
+        call(model, inputs)
+    assert str(info.value) == (f"input `{name}`: features must be finite, got {value} "
+                               "(validate=False skips this check)")
+
+
+def test_large_finite_features_are_not_refused(features):
+    """The check sums the features first; a sum that overflows is no reason to refuse."""
+    mod, model, cfg, inputs_ir = features
+    name = next(i.id for i in inputs_ir if i.kind != "tokens")
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs[name].fill_(3e38)
+    assert not torch.isfinite(inputs[name].sum())
+    call(model, inputs)  # no ValueError, whatever such features do to the output
+
+
+def test_validate_false_skips_the_value_checks(features):
+    mod, model, cfg, inputs_ir = features
+    name = next(i.id for i in inputs_ir if i.kind != "tokens")
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs[name].view(-1)[5] = float("nan")
+    out = call(model, inputs, validate=False)  # the user asked not to look: NaN goes through
+    outs = out.output.values() if isinstance(out.output, dict) else [out.output]
+    assert any(torch.isnan(o).any() for o in outs)
+    # shapes are still checked
+    with pytest.raises(ValueError, match=rf"input `{name}`: expected shape"):
+        call(model, {**inputs, name: inputs[name][..., :1]}, validate=False)
+
+
+# ---- every generated model ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path, model", MODELS, ids=[f"{p.stem}-{m}" for p, m in MODELS])
+def test_every_model_checks_its_inputs(path, model):
+    mod, m, cfg, inputs_ir = build(path, model)
+    good = mod.example_inputs(cfg=cfg)
+    call(m, good)  # valid inputs still run
+    first = inputs_ir[0].id
+    with pytest.raises(ValueError, match=rf"^input `{first}`: the batch size B must be at least 1, "
+                                         "got 0"):
+        call(m, {k: v[:0] for k, v in good.items()})
+    for inp in inputs_ir:
+        if inp.kind == "tokens":
+            for bad in (-3, 10**9):
+                x = good[inp.id].clone()
+                x.view(-1)[-1] = bad
+                with pytest.raises(ValueError, match=rf"^input `{inp.id}`: token ids must be in "
+                                   rf"\[0, \d+\) \(vocab = \d+\), got {bad}$"):
+                    call(m, {**good, inp.id: x})
+        else:
+            x = good[inp.id].clone()
+            x.view(-1)[0] = float("nan")
+            with pytest.raises(ValueError, match=rf"^input `{inp.id}`: features must be finite"):
+                call(m, {**good, inp.id: x})
+        for i, (axis, size) in enumerate(zip(inp.axes, inp.sizes)):
+            if size is not None:
+                continue  # a fixed length: any other length is a shape error already
+            x = good[inp.id].narrow(1 + i, 0, 0)
+            with pytest.raises(ValueError, match=re.escape(
+                    f"input `{inp.id}`: the length of axis `{axis}` must be at least 1, got 0")):
+                call(m, {**good, inp.id: x})
