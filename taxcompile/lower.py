@@ -19,8 +19,16 @@ MAX_INT = 1 << 24
 MAX_NODES = 5000
 
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
-# Inputs become parameters of the generated forward(), which has these of its own.
+# Inputs become parameters of the generated forward(), which has these of its own: its
+# options, the names its body uses for itself, and the file's modules, classes and helpers.
 FORWARD_OPTIONS = ("self", "return_attention", "validate")
+FORWARD_NAMES = frozenset(FORWARD_OPTIONS) | {
+    "cfg", "B", "at", "layer", "steps", "attn", "log_probs", "penalties", "capsules",
+    "features", "torch", "nn", "F", "math", "field", "dataclass", "annotations", "Output",
+    "Config", "Model", "example_inputs", "check_input", "check_mask", "key_keep",
+    "masked_softmax", "sparsemax", "entmax15", "sinusoid", "broadcast", "pool", "rnn",
+    "cell_step", "additive_score", "additive_context", "local_band", "local_gather",
+    "local_flex", "create_block_mask", "flex_attention", "sum", "tuple", "range", "enumerate"}
 
 
 def _sig(*params: P) -> tuple[P, ...]:
@@ -479,7 +487,7 @@ class Lowerer:
         if scope.hop is not None:
             self.err(s.pos, "inputs are declared at the top of a model, not inside `repeat`")
             return
-        if s.name in FORWARD_OPTIONS:
+        if s.name in FORWARD_NAMES:
             self.err(s.pos, f"input name `{s.name}` is reserved: the generated model's "
                      f"`forward()` has its own `{s.name}`", f"pick another name, e.g. `{s.name}_in`")
             return

@@ -152,3 +152,13 @@ def test_plan_is_a_frozen_description():
     assert dict(plan.config.tiny)["layers"] == "2"
     with pytest.raises(Exception):
         plan.model.name = "Other"  # frozen
+
+
+@pytest.mark.parametrize("name", ["attn", "cfg", "B", "torch", "F", "penalties", "rnn", "sum",
+                                  "validate", "at", "layer"])
+def test_an_input_may_not_shadow_a_name_of_the_generated_forward(name):
+    from taxcompile.diagnostics import SpecError
+    text = (f'paper t {{ cite = "T" }}\nmodel m {{\n    input {name}: sequence[L, 4]\n'
+            f"    attention a {{ features = {name}  score = additive }}\n}}\n")
+    with pytest.raises(SpecError, match=f"input name `{name}` is reserved"):
+        pipeline.load_text(text, "t.attn")

@@ -9,12 +9,10 @@ import operator
 import re
 from dataclasses import dataclass
 
-# Local names the generated forward() uses for itself.
-RESERVED = {"self", "cfg", "torch", "nn", "F", "math", "B", "out", "attn", "log_probs", "penalty",
-            "capsules", "features", "return_attention", "validate", "t", "at", "layer",
-            "Output", "Config", "Model", "field", "dataclass", "masked_softmax", "sparsemax",
-            "entmax15", "sinusoid", "broadcast", "pool", "rnn", "cell_step", "state", "ctx",
-            "example_inputs", "g", "outputs", "key_keep", "check_input", "check_mask"} \
+from ..lower import FORWARD_NAMES
+
+# Local names the generated forward() uses for itself (inputs may not take them either).
+RESERVED = set(FORWARD_NAMES) | {"t", "out", "penalty", "state", "ctx", "g", "outputs"} \
     | set(dir(builtins))
 # Attribute names nn.Module already has.
 MODULE_ATTRS = {"training", "forward", "to", "cuda", "cpu", "eval", "train", "parameters",
