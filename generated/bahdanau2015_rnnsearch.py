@@ -270,7 +270,7 @@ class Model(nn.Module):
         self.att = AdditiveAttention(
             d_q=cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w
         )
-        self.logits_linear = nn.Linear(cfg.hidden + 2 * cfg.hidden, cfg.maxout)
+        self.logits_linear = nn.Linear(cfg.hidden + 2 * cfg.hidden, 2 * cfg.maxout)
         self.logits_head = nn.Linear(cfg.maxout, cfg.vocab)
 
     def forward(
@@ -313,7 +313,9 @@ class Model(nn.Module):
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
         # (B, T, vocab): output `logits`
-        logits = self.logits_head(self.logits_linear(torch.cat([s, att], -1)))
+        logits = self.logits_head(
+            self.logits_linear(torch.cat([s, att], -1)).unflatten(-1, (-1, 2)).amax(-1)
+        )
         return Output(logits, attn)
 
 

@@ -15,7 +15,7 @@ Table III classification, derived from the spec's structure:
     query multiplicity: Multi-Head
 
 Attention modules:
-    M: additive score, global alignment, 30 heads, penalty 1
+    M: additive score, global alignment, 30 heads, heads concatenated, penalty 1
 
 Usage:
     model = Model(Config())
@@ -143,12 +143,12 @@ class QuerylessMultiHeadAdditiveAttention(nn.Module):
     (soft) alignment (eq. 25).
 
     Multi-head (eq. 38-40): H rows of weights over the same keys (Lin et al.'s r-row annotation
-    matrix), contexts joined by W_O.
+    matrix), contexts concatenated, no W_O.
     mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
     "forward" (j < i) or "backward" (j > i, DiSAN).
     q: None (no query: self-attentive (eq. 33)); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
-    Returns c: (N, 1, d_v), a: (N, H, 1, Lk) and a dict of extras.
+    Returns c: (N, 1, H * d_v), a: (N, H, 1, Lk) and a dict of extras.
     """
 
     def __init__(self, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
@@ -158,7 +158,6 @@ class QuerylessMultiHeadAdditiveAttention(nn.Module):
         # eq. 33: e = w^T act(W k + b), W shared; one w per head (Lin et al.'s W_s2 rows)
         self.W = nn.Linear(d_k, d_w, bias=False)
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
-        self.out = nn.Linear(heads * d_v, d_v)  # W_O (eq. 40)
         self.penalty = 1.0  # coefficient of ||A A^T - I||_F^2 (Lin et al.)
 
     def forward(self, q, k, v, key_mask=None):
@@ -178,8 +177,7 @@ class QuerylessMultiHeadAdditiveAttention(nn.Module):
         extras["penalty"] = self.penalty * (
             ((A @ A.transpose(-1, -2) - eye) ** 2).sum((-1, -2)).mean()
         )
-        c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
-        c = self.out(c)  # (N, Lq, d_v): c = W_O concat(c^(1), ..., c^(H)) (eq. 40)
+        c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v): concat(c^(1), ..., c^(H))
         return c, a, extras
 
 
@@ -200,7 +198,7 @@ class Model(nn.Module):
         self.M = QuerylessMultiHeadAdditiveAttention(
             d_k=2 * cfg.u, d_v=2 * cfg.u, heads=cfg.r, d_w=cfg.d_a
         )
-        self.label_linear = nn.Linear(2 * cfg.u, cfg.d_mlp)
+        self.label_linear = nn.Linear(cfg.r * 2 * cfg.u, cfg.d_mlp)
         self.label_head = nn.Linear(cfg.d_mlp, cfg.classes)
 
     def forward(
@@ -216,9 +214,9 @@ class Model(nn.Module):
         attn = {}  # module -> its weights, when return_attention
         penalties = []
         H = rnn(self.H_bilstm, self.H_embed(sent), sent_mask)  # (B, N, 2 * u): feature `H`
-        # attention `M`: additive score, global alignment, 30 heads, penalty 1
+        # attention `M`: additive score, global alignment, 30 heads, heads concatenated, penalty 1
         M_c, M_a, M_ex = self.M(None, H, H, sent_mask)
-        M = M_c.view(B, -1)  # (B, 2 * u)
+        M = M_c.view(B, -1)  # (B, r * 2 * u)
         if return_attention:
             attn['M'] = M_a  # (B, H, 1, N)
         penalties.append(M_ex["penalty"])

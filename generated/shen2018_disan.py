@@ -233,7 +233,8 @@ class MultiDimAdditiveAttention(nn.Module):
             # the same keys for every feature (eq. 32)
             keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
             # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
-            e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk, d_v / H)
+            # (N, H, Lq, Lk, d_v / H)
+            e = additive_score(wq, wk, self.w, lambda h: 5.0 * torch.tanh(h / 5.0))
             a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
             c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
         else:  # fast path: the weights are never materialised
@@ -242,7 +243,8 @@ class MultiDimAdditiveAttention(nn.Module):
             # the same keys for every feature (eq. 32)
             keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
             # blockwise over the queries
-            c = additive_context(wq, wk, self.w, torch.tanh, v, keep)  # (N, H, Lq, d_v / H)
+            # (N, H, Lq, d_v / H)
+            c = additive_context(wq, wk, self.w, lambda h: 5.0 * torch.tanh(h / 5.0), v, keep)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 

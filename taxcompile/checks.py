@@ -126,6 +126,11 @@ class Checker:
                 if d not in ids or not isinstance(ids[d], ir.Attention):
                     self.err(n.loc, f"`feed = {d}` must name an attention module",
                              "a recurrent decoder reads the previous context of an attention module")
+                elif ids[d].heads > 1 and ids[d].heads_out != "project":
+                    self.err(n.loc, f"`feed = {d}`: a decoder reads a context as wide as the "
+                             f"values, and `{d}` has `heads_out = {ids[d].heads_out}`",
+                             "use the default `heads_out = project` (W_O, eq. 40) on a module "
+                             "a decoder reads")
         if len(self.c.diagnostics) > before:
             return None
         try:
@@ -239,9 +244,21 @@ class Checker:
             return None
         return Shape(a[0].axes, int(e.param("d")))
 
-    @ops.shape_rule("identity", "scale", "norm", "tanh", "relu", "sigmoid", "ffn")
+    @ops.shape_rule("identity", "scale", "norm", "tanh", "relu", "sigmoid", "ffn", "gelu", "elu",
+                    "leaky_relu", "softplus", "scaled_tanh")
     def _same(self, e, a, nid):
         return a[0]
+
+    @ops.shape_rule("maxout")
+    def shape_maxout(self, e, a, nid):
+        k = int(e.param("k"))
+        if a[0].dim % k:
+            self.err(e.loc, f"`maxout` takes the max over k = {k} pieces of each feature "
+                     f"vector, but `{_name(e.args[0])}` has {a[0].dim} features, not a "
+                     f"multiple of {k}", f"make the layer before it k·d wide, e.g. "
+                     f"`linear(x, d, act = maxout({k}))`")
+            return None
+        return Shape(a[0].axes, a[0].dim // k)
 
 
     @ops.shape_rule("positional")
@@ -485,7 +502,7 @@ class Checker:
             self.cm.sizes[axis] = n.capsules
             self.cm.axis_origin[axis] = n.id
             ctx_axes = ctx_axes + (axis,)
-        return Shape(ctx_axes, d_v)
+        return Shape(ctx_axes, context_dim(n, d_v))
 
     def affinity_fits(self, n: ir.Attention, q: Shape | None, k: Shape) -> bool:
         aff = self.cm.shapes.get(n.affinity)
@@ -523,6 +540,16 @@ class Checker:
                         self.err(e.loc, "`feed` makes a decoder read its previous context, so the "
                                  "recurrent model must run over an autoregressive input",
                                  "declare the target input with `(…, autoregressive)`")
+
+
+def context_dim(n: ir.Attention, d_v: int) -> int:
+    """The width of a module's context: d_v, or with several heads and no W_O (eq. 40) the
+    heads' contexts side by side (``concat``) or averaged (``mean``). With a query each
+    head reads a d_v/H slice of the values (eq. 38); without one, all of them."""
+    if n.heads < 2 or n.heads_out == "project":
+        return d_v
+    head = d_v // n.heads if n.query is not None else d_v
+    return head * n.heads if n.heads_out == "concat" else head
 
 
 def _base_ref(e: ir.Expr) -> str | None:

@@ -260,7 +260,7 @@ class Classifier:
                 form, act = aff.expr.param("form", "bilinear"), aff.expr.param("act", "none")
                 label = {"dot": "Multiplicative", "scaled_dot": "Scaled Multiplicative",
                          "trilinear": "Multiplicative",
-                         "bilinear": "General" if act == "none" else "Activated General"}[form]
+                         "bilinear": "General" if str(act) == "none" else "Activated General"}[form]
                 how = "the maximum of each row" if s.fn == "max_pool" else "its rows"
                 extra = (" (w^T[k_i; k_j; k_i∘k_j]: an element-wise product of the pair, "
                          "eq. 13)" if form == "trilinear" else "")

@@ -164,8 +164,8 @@ def attention_label(a: ir.Attention) -> list[str]:
     s = a.score
     score = s.fn.replace("_", " ")
     extra = [f"d_w = {s.d_w}"] if s.d_w else []
-    if s.act and s.fn in ("additive", "activated_general") and s.act != "tanh":
-        extra.append(s.act)
+    if s.act and s.fn in ("additive", "activated_general") and s.act.fn != "tanh":
+        extra.append(str(s.act))
     if s.similarity:
         extra.append(s.similarity)
     al = a.align

@@ -23,6 +23,23 @@ class _Frozen(BaseModel):
 # ---- dataflow expressions -----------------------------------------------------
 
 
+class Act(_Frozen):
+    """An activation function, as ``act = …`` names it: ``tanh``, ``leaky_relu(0.2)``,
+    ``scaled_tanh(5)``, ``maxout(2)``. ``params`` holds every parameter of the function
+    (defaults filled in, ``ops.ACTIVATIONS``), so equal activations compare equal."""
+
+    fn: str
+    params: tuple[tuple[str, Union[int, float]], ...] = ()
+
+    def param(self, name: str, default: int | float | None = None) -> int | float | None:
+        return dict(self.params).get(name, default)
+
+    def __str__(self) -> str:
+        if not self.params:
+            return self.fn
+        return f"{self.fn}({', '.join(f'{k} = {v:g}' for k, v in self.params)})"
+
+
 class Ref(_Frozen):
     """A reference to a node: an input, a feature/query/output, an attention
     module (its context vector) or an affinity matrix."""
@@ -38,11 +55,11 @@ class Op(_Frozen):
     kind: Literal["op"] = "op"
     fn: str
     args: tuple["Expr", ...] = ()
-    params: tuple[tuple[str, Scalar], ...] = ()
+    params: tuple[tuple[str, Union[Scalar, Act]], ...] = ()
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
 
-    def param(self, name: str, default: Scalar | None = None) -> Scalar | None:
+    def param(self, name: str, default: Scalar | Act | None = None) -> Scalar | Act | None:
         return dict(self.params).get(name, default)
 
 
@@ -70,7 +87,7 @@ class Score(_Frozen):
                 "biased_general", "activated_general", "similarity", "location",
                 "affinity", "max_pool"]
     d_w: int | None = None  # additive / concat: hidden size of W1 q + W2 k
-    act: str | None = None  # additive / activated_general
+    act: Act | None = None  # additive / activated_general
     bias: bool = True
     similarity: str | None = None  # cosine | l2
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
@@ -146,6 +163,7 @@ class Attention(_Frozen):
     align: Align
     dimensionality: Literal["single", "multi"] = "single"
     heads: int = 1
+    heads_out: Literal["project", "concat", "mean"] = "project"  # how heads join (eq. 40)
     capsules: int = 0
     mask: Literal["none", "causal", "forward", "backward"] = "none"  # within one sequence
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
@@ -158,6 +176,9 @@ class Attention(_Frozen):
         out = []
         if self.heads > 1:
             out.append(f"{self.heads} heads")
+            if self.heads_out != "project":
+                out.append({"concat": "heads concatenated", "mean": "heads averaged"}
+                           [self.heads_out])
         if self.dimensionality == "multi":
             out.append("multi-dimensional")
         if self.capsules:

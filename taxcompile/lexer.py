@@ -38,6 +38,7 @@ FEATURE_MODELS = (
     "embed", "linear", "project", "lstm", "gru", "bilstm", "bigru", "cnn", "identity",
     "positional", "norm", "scale", "ffn", "tanh", "relu", "sigmoid", "concat", "stack",
     "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity",
+    "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh", "maxout",
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (
@@ -54,12 +55,13 @@ OPTIONS = (
     "causal", "forward", "backward",
     "trilinear", "dot", "scaled_dot", "cosine", "l2", "none", "tanh", "relu", "sigmoid",
     "gelu", "elu",
+    "leaky_relu", "softplus", "scaled_tanh", "maxout", "project", "concat", "mean",
 )
 #: Fields and keyword arguments whose value is a library word (a score, an alignment,
 #: an option): the word after ``=`` is highlighted as a builtin there only, so that a
 #: user's name such as ``hard`` or ``max`` elsewhere stays a plain name.
 _OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form",
-                  "mask")
+                  "mask", "heads_out")
 
 _BUILTIN_VALUES = tuple(sorted(set(SCORES + ALIGNMENTS + OPTIONS)))
 _CALLABLES = tuple(sorted(set(FEATURE_MODELS + SCORES + ALIGNMENTS)))

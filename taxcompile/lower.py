@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from . import ast, ir
 from .diagnostics import Collector, Location
 from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabulary)
+from .ops import ACTIVATIONS, act
 from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
 
 MAX_HOPS = 64
@@ -23,7 +24,7 @@ INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
 # options, the names its body uses for itself, and the file's modules, classes and helpers.
 FORWARD_OPTIONS = ("self", "return_attention", "validate")
 FORWARD_NAMES = frozenset(FORWARD_OPTIONS) | {
-    "cfg", "B", "at", "layer", "steps", "attn", "log_probs", "penalties", "capsules",
+    "cfg", "B", "at", "layer", "attn", "log_probs", "penalties", "capsules",
     "features", "torch", "nn", "F", "math", "field", "dataclass", "annotations", "Output",
     "Config", "Model", "example_inputs", "check_input", "check_mask", "key_keep",
     "masked_softmax", "sparsemax", "entmax15", "sinusoid", "broadcast", "pool", "rnn",
@@ -36,13 +37,13 @@ def _sig(*params: P) -> tuple[P, ...]:
 
 
 SCORES: dict[str, tuple[P, ...]] = {
-    "additive": _sig(pint("d_w", False), enum("act", ACTS, "tanh"), P("bias", "bool", False, True)),
+    "additive": _sig(pint("d_w", False), act("tanh"), P("bias", "bool", False, True)),
     "concat": _sig(pint("d_w", False)),
     "multiplicative": (),
     "scaled_multiplicative": (),
     "general": (),
     "biased_general": (),
-    "activated_general": _sig(enum("act", ACTS, "tanh")),
+    "activated_general": _sig(act("tanh")),
     "similarity": _sig(enum("kind", ("cosine", "l2"), "cosine")),
     "location": (),
     "affinity": (),
@@ -65,7 +66,10 @@ ALIGNS: dict[str, tuple[P, ...]] = {
 MASKS = P("mask", "enum", False, "none", ("none", "causal", "forward", "backward"))
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
-                    "heads", "capsules", "mask", "penalty", "affinity")
+                    "heads", "capsules", "mask", "penalty", "affinity", "heads_out")
+# How a multi-head module joins its heads' contexts: W_O concat (eq. 40), the plain concat
+# (Lin et al.'s flattened M), or their mean (GAT's last layer).
+HEADS_OUT = P("heads_out", "enum", False, "project", ("project", "concat", "mean"))
 PAPER_FIELDS = ("cite", "ref", "row", "title", "year")
 
 
@@ -276,13 +280,18 @@ class Lowerer:
 
     def as_param(self, p: P, e: ast.Expr, scope: Scope | None, what: str) -> ir.Scalar | None:
         if p.type == "int":
-            return self.as_int(e, scope, what)
+            return self.as_int(e, scope, what, p.lo)
+        if p.type == "act":
+            return self.as_act(p, e, scope, what)
         if p.type == "float":
             v = self.const(e, scope)
             if v is None:
                 return None
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
                 self.err(e.pos, f"{what} must be a positive number, got {_show(v)}")
+                return None
+            if p.below is not None and v >= p.below:
+                self.err(e.pos, f"{what} must be between 0 and {p.below:g}, got {v:g}")
                 return None
             return float(v)
         if p.type == "bool":
@@ -297,6 +306,59 @@ class Lowerer:
             self.err(e.pos, f"{what} cannot be `{got}`", suggest(got, p.choices))
             return None
         raise AssertionError(p.type)
+
+    def as_act(self, p: P, e: ast.Expr, scope: Scope | None, what: str) -> ir.Act | None:
+        """``act = tanh`` or ``act = leaky_relu(0.2)`` -> ``ir.Act`` (defaults filled in)."""
+        if isinstance(e, ast.Ref) and len(e.parts) == 1:
+            name, pos_args, kwargs = e.name, (), ()
+        elif isinstance(e, ast.Call):
+            name, pos_args, kwargs = e.fn, e.args, e.kwargs
+        else:
+            self.err(e.pos, f"{what} must be an activation function", suggest("", p.choices))
+            return None
+        if name not in ACTIVATIONS:
+            self.err(e.pos, f"unknown activation `{name}`", suggest(name, ACTIVATIONS))
+            return None
+        if name not in p.choices:
+            self.err(e.pos, f"{what} cannot be `{name}`: maxout narrows d·k features to d, "
+                     "and here nothing makes the features k times wider first",
+                     "use `act = maxout(k)` in `linear`, `cnn` or `ffn` (the layer becomes "
+                     "k·d wide), or `maxout(x, k)` as a feature model")
+            return None
+        sig = ACTIVATIONS[name]
+        if len(pos_args) > len(sig):
+            self.err(pos_args[len(sig)].pos, f"`{name}` takes {len(sig) or 'no'} parameter"
+                     f"{'s' if len(sig) != 1 else ''}" + (f" ({', '.join(q.name for q in sig)})"
+                                                          if sig else ""),
+                     f"write `act = {name}`" if not sig else "")
+            return None
+        values: dict[str, ir.Scalar] = {}
+        for q, a in zip(sig, pos_args):
+            values[q.name] = a
+        names = {q.name: q for q in sig}
+        for k in kwargs:
+            if k.name not in names:
+                self.err(k.pos, f"`{name}` has no parameter `{k.name}`",
+                         suggest(k.name, names) if names else f"`{name}` takes no parameters")
+                return None
+            if k.name in values:
+                self.err(k.pos, f"`{k.name}` is given twice")
+                return None
+            values[k.name] = k.value
+        params: list[tuple[str, int | float]] = []
+        for q in sig:
+            if q.name in values:
+                v = self.as_param(q, values[q.name], scope, f"`{q.name}` of `{name}`")
+                if v is None:
+                    return None
+            elif q.required:
+                self.err(e.pos, f"`{name}` needs `{q.name}`",
+                         f"e.g. `{name}({2 if q.type == 'int' else 5})`")
+                return None
+            else:
+                v = q.default
+            params.append((q.name, v))
+        return ir.Act(fn=name, params=tuple(params))
 
     # ---- entry point ----------------------------------------------------------
 
@@ -880,6 +942,11 @@ class Lowerer:
                 else "none")
         penalty = (self.as_param(P("penalty", "float"), f["penalty"].value, scope, "`penalty`")
                    if "penalty" in f else None)
+        heads_out = (self.as_param(HEADS_OUT, f["heads_out"].value, scope, "`heads_out`")
+                     if "heads_out" in f else "project")
+        if "heads_out" in f and heads == 1:
+            self.err(f["heads_out"].pos, "`heads_out` joins the contexts of several heads, "
+                     f"but attention `{s.name}` has one", "set `heads = H`, or drop `heads_out`")
         syms = {k: t for k in ("heads", "capsules") if k in f
                 and (t := self.sym(f[k].value, scope))}
         affinity = None
@@ -901,7 +968,8 @@ class Lowerer:
             return
         self.add_node(ir.Attention(
             id=node_id, name=s.name, query=query, keys=keys, values=values, affinity=affinity,
-            score=score, align=align, dimensionality=dims, heads=heads, capsules=capsules,
+            score=score, align=align, dimensionality=dims, heads=heads,
+            heads_out=heads_out or "project", capsules=capsules,
             mask=mask or "none", penalty=penalty, hop=self.hop_of(scope, s.name),
             sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-Scalar = bool | int | float | str
+from .ir import Act
 
-ACTS = ("none", "tanh", "relu", "sigmoid", "gelu", "elu")
+Scalar = bool | int | float | str
 
 
 @dataclass(frozen=True)
@@ -25,20 +25,48 @@ class P:
     name: str
     type: str  # node | nodes | int | float | bool | enum
     required: bool = True
-    default: Scalar | None = None
+    default: Scalar | Act | None = None
     choices: tuple[str, ...] = ()
+    lo: int = 1  # int: the least value
+    below: float | None = None  # float: values must be below this
 
 
 def node(name: str = "x") -> P:
     return P(name, "node")
 
 
-def pint(name: str, required: bool = True, default: int | None = None) -> P:
-    return P(name, "int", required, default)
+def pint(name: str, required: bool = True, default: int | None = None, lo: int = 1) -> P:
+    return P(name, "int", required, default, lo=lo)
 
 
 def enum(name: str, choices: tuple[str, ...], default: str) -> P:
     return P(name, "enum", False, default, choices)
+
+
+# Activation functions, ``act = NAME`` or ``act = NAME(params)``, with their parameters
+# (defaults as torch's). maxout(k) takes the max over k pieces: d·k features in, d out
+# (Goodfellow et al.), so only a layer that sets its own width takes it as its `act`.
+ACTIVATIONS: dict[str, tuple[P, ...]] = {
+    "none": (),
+    "tanh": (),
+    "relu": (),
+    "sigmoid": (),
+    "gelu": (),
+    "elu": (P("alpha", "float", False, 1.0),),
+    "leaky_relu": (P("slope", "float", False, 0.01, below=1.0),),
+    "softplus": (),
+    "scaled_tanh": (P("c", "float"),),  # c tanh(x / c) (DiSAN)
+    "maxout": (pint("k", lo=2),),
+}
+ACTS = tuple(ACTIVATIONS)
+WIDTH_ACTS = ("maxout",)  # change the feature size
+SAME_WIDTH_ACTS = tuple(a for a in ACTS if a not in WIDTH_ACTS)
+
+
+def act(default: str, choices: tuple[str, ...] = SAME_WIDTH_ACTS) -> P:
+    """An ``act = …`` parameter: an activation from ``choices`` (all but maxout unless the
+    operator widens its layer for it)."""
+    return P("act", "act", False, Act(fn=default), choices)
 
 
 @dataclass
@@ -61,21 +89,27 @@ _RNN = (node(), pint("hidden"), pint("layers", False, 1))
 # query model, output model), with their parameters.
 OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("embed", node("tokens"), pint("d")),
-    _op("linear", node(), pint("d"), enum("act", ACTS, "none"), P("bias", "bool", False, True)),
+    _op("linear", node(), pint("d"), act("none", ACTS), P("bias", "bool", False, True)),
     _op("project", node(), pint("d", False)),
     _op("lstm", *_RNN, P("feed", "node", False)),
     _op("gru", *_RNN, P("feed", "node", False)),
     _op("bilstm", *_RNN),
     _op("bigru", *_RNN),
-    _op("cnn", node(), pint("d"), pint("kernel", False, 3), enum("act", ACTS, "relu")),
+    _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS)),
     _op("identity", node()),
     _op("positional", node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
     _op("norm", node()),
     _op("scale", node()),
-    _op("ffn", node(), pint("d_ff"), enum("act", ACTS, "relu")),
+    _op("ffn", node(), pint("d_ff"), act("relu", ACTS)),
     _op("tanh", node()),
     _op("relu", node()),
     _op("sigmoid", node()),
+    _op("gelu", node()),
+    _op("elu", node(), *ACTIVATIONS["elu"]),
+    _op("leaky_relu", node(), *ACTIVATIONS["leaky_relu"]),
+    _op("softplus", node()),
+    _op("scaled_tanh", node(), *ACTIVATIONS["scaled_tanh"]),
+    _op("maxout", node(), *ACTIVATIONS["maxout"]),
     _op("concat", P("parts", "nodes")),
     _op("stack", P("parts", "nodes")),
     _op("mean", node()),
@@ -87,7 +121,7 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("classify", node(), pint("classes")),
     _op("affinity", node("a"), node("b"),
         enum("form", ("bilinear", "trilinear", "dot", "scaled_dot"), "bilinear"),
-        enum("act", ACTS, "none")),
+        act("none")),
     _op("add", node("a"), node("b"), label="+", infix=True),
 )}
 

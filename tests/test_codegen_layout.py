@@ -162,3 +162,16 @@ def test_an_input_may_not_shadow_a_name_of_the_generated_forward(name):
             f"    attention a {{ features = {name}  score = additive }}\n}}\n")
     with pytest.raises(SpecError, match=f"input name `{name}` is reserved"):
         pipeline.load_text(text, "t.attn")
+
+
+def test_a_decoder_loop_waits_for_everything_it_reads():
+    """Statements may come in any order: a recurrent decoder declared before the encoder
+    features its attention reads (found by the mutation property test)."""
+    text = (ROOT / "specs" / "bahdanau2015.attn").read_text(encoding="utf-8")
+    query = next(line for line in text.splitlines() if line.strip().startswith("query s ="))
+    text = text.replace(query + "\n", "").replace("model rnnsearch {\n",
+                                                   "model rnnsearch {\n" + query + "\n")
+    cs = pipeline.load_text(text, "b.attn")
+    assert cs.models[0].order.index("s") < cs.models[0].order.index("h")
+    src = codegen.generate(cs, cs.models[0], "b.attn")
+    assert src.index("h = rnn(") < src.index("for t in range(")

@@ -1018,8 +1018,8 @@ def _specs_copy(tmp_path: Path) -> Path:
 def test_a_spec_error_writes_nothing(gen_dir, tmp_path):
     specs = _specs_copy(tmp_path)
     text = (specs / "lin2017.attn").read_text(encoding="utf-8")
-    assert "features = H\n" in text
-    broken = text.replace("features = H\n", "features = nowhere\n")
+    assert "features  = H\n" in text
+    broken = text.replace("features  = H\n", "features  = nowhere\n")
     (specs / "lin2017.attn").write_text(broken, encoding="utf-8")
     line = broken[: broken.index("nowhere")].count("\n") + 1
     col = broken.index("nowhere") - broken.rindex("\n", 0, broken.index("nowhere"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import checks, ir
 from .classes import attention_class, dot_form, fast_path
 from .frame import Var
-from .names import atom, dim_of
+from .names import Dim, atom, dim_of
 
 DOT_SCORES = ("multiplicative", "scaled_multiplicative", "similarity")
 
@@ -125,7 +125,8 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> None:
         c = locs.new(name if direct else f"{name}_c")
     a = locs.new(f"{name}_a")
     ex = locs.new(f"{name}_ex") if needs_ex else "_"
-    comment = p.shape(shape, step=step, dim=v.dim)
+    cdim = context_dim(p, n, v.dim)
+    comment = p.shape(shape, step=step, dim=cdim)
     p.frame.emit(f"{c}, {a}, {ex} = {call}", comment if direct else "")
     if direct:
         res = c
@@ -135,7 +136,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> None:
         rest = "" if single and not capsule else f"{c}.shape[-2], "
         p.frame.emit(f"{res} = {c}.view({lead_s}, {rest}-1)", comment)
     p.frame.vars[n.id] = Var(res, shape, k.mask if single or capsule else q.mask if q else None,
-                             v.dim, None if single or capsule or q is None else q.mask_code)
+                             cdim, None if single or capsule or q is None else q.mask_code)
     wshape = f"{lead[:-1] if lead.endswith(',') else '*' + lead}, *{a}.shape[1:]"
     key = p.key_code(n)
     rec = p.frame.records
@@ -167,6 +168,25 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> None:
         p.helpers.add("pool")
         p.frame.emit(f"features[{key}] = pool({v.name}, {p.mask_arg(v)}, \"mean\")",
                      "f: the mean feature vector")
+
+
+def context_dim(p, n: ir.Attention, d_v: Dim) -> Dim:
+    """The context's width as a Config expression (checks.context_dim): d_v, or with
+    ``heads_out = concat`` / ``mean`` the heads side by side / averaged."""
+    if n.heads < 2 or n.heads_out == "project":
+        return d_v
+    heads = p.sym(n, "heads", n.heads)
+    split = n.query is not None
+    if (n.heads_out == "concat") == split:  # H slices of d_v / H side by side; or all of v
+        return d_v
+    if n.heads_out == "concat":
+        if heads.isdigit():
+            return d_v.times(int(heads))
+        return Dim(0, (f"{heads} * ({d_v})" if len(d_v.terms) + bool(d_v.const) > 1
+                       else f"{heads} * {d_v}",))
+    if heads.isdigit() and not d_v.terms:
+        return Dim(d_v.const // int(heads))
+    return Dim(0, (f"({d_v}) // {heads}",))
 
 
 def fused_projections(p, n: ir.Attention) -> dict[str, Var]:

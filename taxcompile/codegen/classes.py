@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import ir
-from .features import ACT, ACT_FN
+from .features import act_call, act_fn
 from .names import camel
+from .pretty import wrap
 from .plan import AttentionClass
 
 
@@ -46,6 +47,15 @@ class AttentionView:
     fast: str | None
     act: Callable[[str], str]
     act_fn: str
+    line: Callable[..., str] = lambda text, indent=8: fit(text, indent)
+    heads_out: str = "project"  # how several heads join: W_O (eq. 40), concat or mean
+    c_width: str = "d_v"  # the context's width
+
+
+def fit(text: str, indent: int = 8) -> str:
+    """A statement of a template written at 8 columns (``indent`` once re-indented),
+    wrapped to 100 columns: an activation with parameters can make it long."""
+    return ("\n" + " " * 8).join(wrap(text, indent, 100))
 
 
 def dot_form(n: ir.Attention) -> DotForm | None:
@@ -90,7 +100,7 @@ def attention_class(p, n: ir.Attention) -> str:
     split = n.heads > 1 and query != "none"
     key = repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
         exclude={"loc", "sym", "window"})}, n.heads > 1, split, n.dimensionality,
-        bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window))
+        bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window, n.heads_out))
     if key in p.class_key:
         return p.class_key[key]
     name = class_name(n)
@@ -135,10 +145,20 @@ def attention_class(p, n: ir.Attention) -> str:
         multi=n.dimensionality == "multi", capsules=n.capsules, penalty=n.penalty,
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
         init_args=tuple(init_args), dot=dot, fast=fast,
-        act=lambda x, act=n.score.act: ACT[act].format(x), act_fn=ACT_FN[n.score.act])
+        act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
+        heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n))
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
+
+
+def context_width(n: ir.Attention) -> str:
+    """The context's width in the class docstring (checks.context_dim)."""
+    if n.heads < 2 or n.heads_out == "project":
+        return "d_v"
+    if n.query is not None:  # H slices of d_v / H (eq. 38)
+        return "d_v" if n.heads_out == "concat" else "d_v / H"
+    return "H * d_v" if n.heads_out == "concat" else "d_v"
 
 
 def class_name(n: ir.Attention) -> str:
@@ -193,11 +213,13 @@ def class_doc(n: ir.Attention) -> list[str]:
           "entmax": "1.5-entmax alignment"}[n.align.fn]
     lines = textwrap.wrap(f"Attention with the {sc}, {al}.", 92) + [""]
     if n.heads > 1:
+        joined = {"project": "joined by W_O", "concat": "concatenated, no W_O",
+                  "mean": "averaged, no W_O"}[n.heads_out]
         lines.append("Multi-head (eq. 38-40): " + (
-            "q, k, v split into H slices, one score per head, contexts joined by W_O."
+            f"q, k, v split into H slices, one score per head, contexts {joined}."
             if n.query is not None else
             "H rows of weights over the same keys (Lin et al.'s r-row annotation "
-            "matrix), contexts joined by W_O."))
+            f"matrix), contexts {joined}."))
     if n.dimensionality == "multi":
         lines.append("Multi-dimensional (eq. 30-32): one weight per key and feature.")
     if n.capsules:

@@ -9,12 +9,66 @@ from ..ops import plan_rule
 from .frame import Var
 from .names import Dim, atom, is_name
 
-ACT = {"tanh": "torch.tanh({})", "relu": "F.relu({})", "sigmoid": "torch.sigmoid({})",
-       "gelu": "F.gelu({})", "elu": "F.elu({})", "none": "{}", None: "{}"}
-ACT_FN = {"tanh": "torch.tanh", "relu": "F.relu", "sigmoid": "torch.sigmoid", "gelu": "F.gelu",
-          "elu": "F.elu", "none": "None", None: "None"}
-ACT_MODULE = {"relu": "nn.ReLU()", "tanh": "nn.Tanh()", "sigmoid": "nn.Sigmoid()",
-              "gelu": "nn.GELU()", "elu": "nn.ELU()", "none": "nn.Identity()"}
+# Activations (ops.ACTIVATIONS) as code: applied to an expression, as a callable, as a module.
+_ACT_FN = {"tanh": "torch.tanh", "relu": "F.relu", "sigmoid": "torch.sigmoid", "gelu": "F.gelu",
+           "elu": "F.elu", "softplus": "F.softplus"}
+_ACT_MODULE = {"relu": "nn.ReLU()", "tanh": "nn.Tanh()", "sigmoid": "nn.Sigmoid()",
+               "gelu": "nn.GELU()", "elu": "nn.ELU()", "softplus": "nn.Softplus()",
+               "none": "nn.Identity()"}
+
+
+def _num(v) -> str:
+    return repr(float(v))
+
+
+def act_call(act: ir.Act | None, x: str) -> str:
+    """act(x) as an expression: ``torch.tanh(x)``, ``F.leaky_relu(x, negative_slope=0.2)``,
+    ``5.0 * torch.tanh(x / 5.0)`` (c tanh(x / c)), ``x.unflatten(-1, (-1, 2)).amax(-1)``
+    (maxout: the max over each run of k consecutive features, Goodfellow et al.)."""
+    if act is None or act.fn == "none":
+        return x
+    if act.fn == "elu" and act.param("alpha", 1.0) != 1.0:
+        return f"F.elu({x}, alpha={_num(act.param('alpha'))})"
+    if act.fn in _ACT_FN:
+        return f"{_ACT_FN[act.fn]}({x})"
+    if act.fn == "leaky_relu":
+        return f"F.leaky_relu({x}, negative_slope={_num(act.param('slope', 0.01))})"
+    if act.fn == "scaled_tanh":
+        c = _num(act.param("c"))
+        return f"{c} * torch.tanh({atom(x)} / {c})"
+    if act.fn == "maxout":
+        return f"{atom(x)}.unflatten(-1, (-1, {int(act.param('k'))})).amax(-1)"
+    raise AssertionError(act.fn)
+
+
+def act_fn(act: ir.Act | None) -> str:
+    """act as a callable (or None for the identity), for helpers that apply it blockwise."""
+    if act is None or act.fn == "none":
+        return "None"
+    if act.fn in _ACT_FN and act_call(act, "h") == f"{_ACT_FN[act.fn]}(h)":
+        return _ACT_FN[act.fn]
+    return f"lambda h: {act_call(act, 'h')}"
+
+
+def act_module(p, act: ir.Act) -> str:
+    """act as an nn.Module (for nn.Sequential); scaled tanh and maxout are small helper
+    classes of the generated file."""
+    if act.fn == "elu" and act.param("alpha", 1.0) != 1.0:
+        return f"nn.ELU(alpha={_num(act.param('alpha'))})"
+    if act.fn == "leaky_relu":
+        return f"nn.LeakyReLU({_num(act.param('slope', 0.01))})"
+    if act.fn == "scaled_tanh":
+        p.helpers.add("scaled_tanh")
+        return f"ScaledTanh({_num(act.param('c'))})"
+    if act.fn == "maxout":
+        p.helpers.add("maxout")
+        return f"Maxout({int(act.param('k'))})"
+    return _ACT_MODULE[act.fn]
+
+
+def widened(act: ir.Act, d):
+    """The width a layer makes for ``act``: k·d before a maxout over k pieces, else d."""
+    return d.times(int(act.param("k"))) if act.fn == "maxout" else d
 
 
 def same(x: Var, code: str) -> Var:
@@ -49,10 +103,10 @@ def token_source(p, e: ir.Expr) -> ir.Input:
 
 @plan_rule("linear")
 def linear(p, e, a, n):
-    x, d = a[0], p.p(e, "d")
+    x, d, act = a[0], p.p(e, "d"), e.param("act")
     bias = "" if e.param("bias", True) else ", bias=False"
-    mod = p.module(n, p.suffix(n, "linear"), f"nn.Linear({x.dim}, {d}{bias})")
-    return resized(x, ACT[e.param("act", "none")].format(f"{mod}({x.name})"), e.param("d"), d)
+    mod = p.module(n, p.suffix(n, "linear"), f"nn.Linear({x.dim}, {widened(act, d)}{bias})")
+    return resized(x, act_call(act, f"{mod}({x.name})"), e.param("d"), d)
 
 
 @plan_rule("project")
@@ -93,11 +147,11 @@ def birnn(p, e, a, n):
 
 @plan_rule("cnn")
 def cnn(p, e, a, n):
-    x, d = a[0], p.p(e, "d")
+    x, d, act = a[0], p.p(e, "d"), e.param("act")
     k = int(e.param("kernel", 3))
     mod = p.module(n, p.suffix(n, "conv"),
-                   f"nn.Conv1d({x.dim}, {d}, kernel_size={k}, padding=\"same\")")
-    out_shape = p.shape(checks.Shape(x.shape.axes, e.param("d")), dim=d)
+                   f"nn.Conv1d({x.dim}, {widened(act, d)}, kernel_size={k}, padding=\"same\")")
+    out_shape = p.shape(checks.Shape(x.shape.axes, e.param("d")), dim=widened(act, d))
     mk = p.mask_of(x)
     if mk is not None:  # padding must not leak into real positions through the kernel
         name, suffix = mk
@@ -115,7 +169,7 @@ def cnn(p, e, a, n):
                    "(N, L, d): leading axes folded into the batch")
         y = p.tmp(f"{mod}({xs}.transpose(1, 2)).transpose(1, 2).reshape(*{xin}.shape[:-1], -1)",
                   "y", out_shape + ": convolve over positions")
-    return resized(x, ACT[e.param("act", "relu")].format(y), e.param("d"), d)
+    return resized(x, act_call(act, y), e.param("d"), d)
 
 
 @plan_rule("identity")
@@ -154,16 +208,26 @@ def scale(p, e, a, n):
 
 @plan_rule("ffn")
 def ffn(p, e, a, n):
-    x, d_ff = a[0], p.p(e, "d_ff")
-    act = ACT_MODULE[e.param("act", "relu")]
+    x, d_ff, act = a[0], p.p(e, "d_ff"), e.param("act")
     mod = p.module(n, p.suffix(n, "ffn"),
-                   f"nn.Sequential(nn.Linear({x.dim}, {d_ff}), {act}, nn.Linear({d_ff}, {x.dim}))")
+                   f"nn.Sequential(nn.Linear({x.dim}, {widened(act, d_ff)}), {act_module(p, act)}, "
+                   f"nn.Linear({d_ff}, {x.dim}))")
     return same(x, f"{mod}({x.name})")
 
 
-@plan_rule("tanh", "relu", "sigmoid")
+@plan_rule("tanh", "relu", "sigmoid", "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh")
 def activation(p, e, a, n):
-    return same(a[0], ACT[e.fn].format(a[0].name))
+    return same(a[0], act_call(ir.Act(fn=e.fn, params=e.params), a[0].name))
+
+
+@plan_rule("maxout")
+def maxout(p, e, a, n):
+    """The max over each run of k consecutive features: d -> d / k (Goodfellow et al.)."""
+    x, k = a[0], int(e.param("k"))
+    p.divides.append((x.dim, str(k)))
+    size = x.shape.dim // k
+    dim = Dim(x.dim.const // k) if not x.dim.terms else Dim(0, (f"({x.dim}) // {k}",))
+    return resized(x, act_call(ir.Act(fn="maxout", params=e.params), x.name), size, dim)
 
 
 @plan_rule("add")
@@ -265,4 +329,4 @@ def affinity(p, e, a, n):
         code = f"{x.name} @ {y.name}.transpose(-1, -2)"
     else:
         code = f"{x.name} @ {y.name}.transpose(-1, -2) / math.sqrt({x.name}.shape[-1])"
-    return Var(ACT[e.param("act", "none")].format(code), p.cm.shapes[n.id], None, Dim())
+    return Var(act_call(e.param("act"), code), p.cm.shapes[n.id], None, Dim())

@@ -66,8 +66,10 @@ def plan_scope(p, ids: list[str], depth: int) -> None:
     item_of: dict[str, tuple] = {}
     for node_id in ids:
         segs = segments(p.m.node(node_id))
-        region = any(node_id in region_of(p, x) for x in p.loops)
-        if len(segs) > depth and not region:
+        loop = next((x for x in p.loops if node_id in region_of(p, x)), None)
+        if loop is not None:  # a decoder loop runs as one item, after all it reads
+            item_of[node_id] = ("node", loop)
+        elif len(segs) > depth:
             item_of[node_id] = ("block", tuple(segs[:depth]), segs[depth][0])
         else:
             item_of[node_id] = ("node", node_id)
