@@ -293,7 +293,7 @@ class Model(nn.Module):
         # (B, H*W, f3)
         gate3, gate3_a, _ = self.gate3(b, x3, x3, None, need_weights=return_attention)
         if return_attention:
-            attn['gate3'] = gate3_a  # (B, H, H*W, H*W, d_v / H)
+            attn['gate3'] = gate3_a  # (B, heads, H*W, H*W, d_v / heads)
         # (B, H*W, f3): convolve over positions
         y_9 = self.d3_conv(
             torch.cat(
@@ -311,7 +311,7 @@ class Model(nn.Module):
         # (B, H*W, f2)
         gate2, gate2_a, _ = self.gate2(d3, x2, x2, None, need_weights=return_attention)
         if return_attention:
-            attn['gate2'] = gate2_a  # (B, H, H*W, H*W, d_v / H)
+            attn['gate2'] = gate2_a  # (B, heads, H*W, H*W, d_v / heads)
         # (B, H*W, f2): convolve over positions
         y_10 = self.d2_conv(
             torch.cat(
@@ -329,7 +329,7 @@ class Model(nn.Module):
         # (B, H*W, f1)
         gate1, gate1_a, _ = self.gate1(d2, x1, x1, None, need_weights=return_attention)
         if return_attention:
-            attn['gate1'] = gate1_a  # (B, H, H*W, H*W, d_v / H)
+            attn['gate1'] = gate1_a  # (B, heads, H*W, H*W, d_v / heads)
         # (B, H*W, f1): convolve over positions
         y_11 = self.d1_conv(
             torch.cat(

@@ -38,6 +38,7 @@ FEATURE_MODELS = (
     "embed", "linear", "project", "lstm", "gru", "bilstm", "bigru", "cnn", "identity",
     "positional", "norm", "scale", "ffn", "tanh", "relu", "sigmoid", "concat", "stack",
     "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity",
+    "conv2d", "maxpool", "upsample",
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (
@@ -45,7 +46,7 @@ SCORES = (
     "biased_general", "activated_general", "similarity", "location", "affinity",
     "max_pool",
 )
-ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax")
+ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid")
 #: Input kinds (``input x: KIND[...]``).
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
 #: Option words used as values of keyword arguments and fields.
@@ -53,12 +54,12 @@ OPTIONS = (
     "single", "multi", "sinusoid", "learned", "monotonic", "predictive", "bilinear",
     "causal", "forward", "backward",
     "trilinear", "dot", "scaled_dot", "cosine", "l2", "none", "tanh", "relu", "sigmoid",
-    "gelu", "elu",
+    "gelu", "elu", "nearest",
 )
 #: Fields and keyword arguments whose value is a library word (a score, an alignment,
 #: an option): the word after ``=`` is highlighted as a builtin there only, so that a
 #: user's name such as ``hard`` or ``max`` elsewhere stays a plain name.
-_OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form",
+_OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form", "mode",
                   "mask")
 
 _BUILTIN_VALUES = tuple(sorted(set(SCORES + ALIGNMENTS + OPTIONS)))
