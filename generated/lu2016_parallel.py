@@ -257,7 +257,7 @@ class Model(nn.Module):
         img_w_c, img_w_a, _ = self.img_w(qw, v, v, None, affinity=img_w_A)
         img_w = img_w_c.view(B, -1)  # (B, d)
         if return_attention:
-            attn['img_w'] = img_w_a  # (B, H, 1, H*W)
+            attn['img_w'] = img_w_a  # (B, heads, 1, H*W)
         # attention `q_w`: additive score, global alignment
         q_w_c, q_w_a, _ = self.q_w(v, qw, qw, question_mask, affinity=C_w.transpose(-1, -2))
         q_w = q_w_c.view(B, -1)  # (B, d)
@@ -272,7 +272,7 @@ class Model(nn.Module):
         img_p_c, img_p_a, _ = self.img_p(qp, v, v, None, affinity=img_p_A)
         img_p = img_p_c.view(B, -1)  # (B, d)
         if return_attention:
-            attn['img_p'] = img_p_a  # (B, H, 1, H*W)
+            attn['img_p'] = img_p_a  # (B, heads, 1, H*W)
         # attention `q_p`: additive score, global alignment
         q_p_c, q_p_a, _ = self.q_p(v, qp, qp, question_mask, affinity=C_p.transpose(-1, -2))
         q_p = q_p_c.view(B, -1)  # (B, d)
@@ -287,7 +287,7 @@ class Model(nn.Module):
         img_s_c, img_s_a, _ = self.img_s(qs, v, v, None, affinity=img_s_A)
         img_s = img_s_c.view(B, -1)  # (B, d)
         if return_attention:
-            attn['img_s'] = img_s_a  # (B, H, 1, H*W)
+            attn['img_s'] = img_s_a  # (B, heads, 1, H*W)
         # attention `q_s`: additive score, global alignment
         q_s_c, q_s_a, _ = self.q_s(v, qs, qs, question_mask, affinity=C_s.transpose(-1, -2))
         q_s = q_s_c.view(B, -1)  # (B, d)

@@ -15,9 +15,9 @@ Table III classification, derived from the spec's structure:
     query multiplicity: Singular
 
 Attention modules:
-    gate3: additive score, global alignment, multi-dimensional
-    gate2: additive score, global alignment, multi-dimensional
-    gate1: additive score, global alignment, multi-dimensional
+    gate3: additive score, sigmoid alignment, multi-dimensional, one per H/4
+    gate2: additive score, sigmoid alignment, multi-dimensional, one per H/2
+    gate1: additive score, sigmoid alignment, multi-dimensional, one per H
 
 Usage:
     model = Model(Config())
@@ -40,14 +40,14 @@ class Config:
     f2: int = 32
     f3: int = 64
     f4: int = 128
-    classes: int = 2
-    H: int = 160  # length of axis H
-    W: int = 160  # length of axis W
+    classes: int = 4
+    H: int = 160  # length of axis H, a multiple of 8 (down-sampled by 8)
+    W: int = 160  # length of axis W, a multiple of 8 (down-sampled by 8)
 
     @classmethod
     def tiny(cls) -> "Config":
         """The same architecture at toy sizes, for tests and smoke runs."""
-        return cls(f2=16, f3=16, f4=16, H=6, W=6)
+        return cls(f2=16, f3=16, f4=16, H=8, W=8)
 
 
 @dataclass
@@ -55,85 +55,6 @@ class Output:
     output: torch.Tensor  # `segmentation`
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-def additive_context(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act, v: torch.Tensor,
-                     keep: torch.Tensor | None) -> torch.Tensor:
-    """Multi-dimensional additive attention (eq. 30-32) without its weights: per block of
-    queries the scores (N, H, n, Lk, d_e), their softmax over the keys per feature and the
-    context, recomputed in backward, so neither act(...) nor the weights are held whole.
-
-    v: (N, H, Lk, d_e); keep: (N | 1, 1, Lq | 1, Lk, 1) bool or None. Returns c: (N, H, Lq, d_e).
-    """
-    def rows(keep, wq, wk, w, v):
-        a = masked_softmax(additive_block(wq, wk, w, act), keep, dim=3)  # (N, H, n, Lk, d_e)
-        return (a * v.unsqueeze(2)).sum(3)  # c = sum_l a_l ∘ v_l (eq. 30)
-
-    if torch.compiler.is_compiling():
-        return rows(keep, wq, wk, w, v)
-    return QueryBlocks.apply(rows, keep, wq, wk, w, v)
-
-
-class QueryBlocks(torch.autograd.Function):
-    """out = fn(keep, q, *xs), computed over blocks of queries (axis 2 of q and of keep) of
-    about BLOCK elements each. Nothing fn builds is saved: backward recomputes one block at a
-    time, so peak memory is one block's, never the whole (N, H, Lq, Lk, d_w) tensor."""
-
-    BLOCK = 1 << 20
-
-    @staticmethod
-    def rows(q: torch.Tensor, k: torch.Tensor) -> int:
-        """Queries per block, for q: (N, H, Lq, d_w) against k: (N, H, Lk, d_w)."""
-        N, H, _, d_w = q.shape
-        return max(1, QueryBlocks.BLOCK // (N * H * k.shape[2] * d_w))
-
-    @staticmethod
-    def part(keep, i: int, n: int):
-        return keep if keep is None or keep.shape[2] == 1 else keep[:, :, i:i + n]
-
-    @staticmethod
-    def forward(ctx, fn, keep, q, *xs):
-        n = QueryBlocks.rows(q, xs[0])
-        ctx.fn, ctx.n = fn, n
-        ctx.save_for_backward(keep, q, *xs)
-        return torch.cat([fn(QueryBlocks.part(keep, i, n), q[:, :, i:i + n], *xs)
-                          for i in range(0, q.shape[2], n)], 2)
-
-    @staticmethod
-    def backward(ctx, g):
-        keep, q, *xs = ctx.saved_tensors
-        xs = [x.detach().requires_grad_() for x in xs]
-        gq, gxs = [], [torch.zeros_like(x) for x in xs]
-        for i in range(0, q.shape[2], ctx.n):
-            with torch.enable_grad():  # recompute this block, then differentiate it
-                qi = q[:, :, i:i + ctx.n].detach().requires_grad_()
-                out = ctx.fn(QueryBlocks.part(keep, i, ctx.n), qi, *xs)
-                d = torch.autograd.grad(out, (qi, *xs), g[:, :, i:i + ctx.n])
-            gq.append(d[0])
-            for acc, di in zip(gxs, d[1:]):
-                acc += di
-        return (None, None, torch.cat(gq, 2), *gxs)
-
-
-def additive_block(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> torch.Tensor:
-    """e = w^T act(wq_i + wk_j) (eq. 6, 31) for a block of queries: (N, H, n, Lk[, d_e])."""
-    h = wq.unsqueeze(3) + wk.unsqueeze(2)  # (N, H, n, Lk, d_w)
-    h = h if act is None else act(h)
-    return torch.einsum("nhqkw,hw->nhqk" if w.dim() == 2 else "nhqkw,hwe->nhqke", h, w)
-
-
-def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> torch.Tensor:
-    """e = w^T act(wq_i + wk_j) for every query i and key j without holding act(...) whole.
-
-    wq: (N, H, Lq, d_w); wk: (N, H, Lk, d_w), the bias added; w: (H, d_w) or (H, d_w, d_e).
-    Returns e: (N, H, Lq, Lk) or (N, H, Lq, Lk, d_e). Under torch.compile the plain broadcast
-    form, which the compiler fuses (it does not write the (N, H, Lq, Lk, d_w) tensor either).
-    """
-    if torch.compiler.is_compiling():
-        return additive_block(wq, wk, w, act)
-    return QueryBlocks.apply(
-        lambda keep, wq, wk, w: additive_block(wq, wk, w, act), None, wq, wk, w
-    )
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
@@ -191,25 +112,17 @@ def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
     return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
-def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torch.Tensor:
-    """Softmax over `dim` (eq. 25) in which masked positions (keep = False) get exactly
-    zero weight; a row with nothing to attend to gets all zeros, not NaN."""
-    if keep is None:
-        return e.softmax(dim)
-    e = e.masked_fill(~keep, torch.finfo(e.dtype).min)
-    return e.softmax(dim).masked_fill(~keep, 0.0)
-
-
-class MultiDimAdditiveAttention(nn.Module):
-    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), global (soft) alignment
-    (eq. 25).
+class MultiDimAdditiveSigmoidAttention(nn.Module):
+    """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), a sigmoid gate per key
+    position, c_l = a_l v_l (Oktay et al.).
 
     Multi-dimensional (eq. 30-32): one weight per key and feature.
-    mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
-    "forward" (j < i) or "backward" (j > i, DiSAN).
+    Per position: a_l = sigmoid(e_l + b_psi) from key l and the query at l (or one query for
+    all), c_l = a_l v_l: the values keep their positions.
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
-    Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk, d_v / H) and a dict of extras.
+    Returns c: (N, Lk, d_v), the gated values, a: (N, H, 1, Lk, d_v / H), the gates,
+    and a dict of extras.
     """
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
@@ -221,8 +134,10 @@ class MultiDimAdditiveAttention(nn.Module):
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
         self.b = nn.Parameter(torch.zeros(heads, d_w))
         self.w = nn.Parameter(torch.randn(heads, d_w, d_v // heads) * d_w ** -0.5)  # W_d (eq. 31)
+        # b_psi: the gate's bias (Oktay et al.: alpha_l = sigmoid(psi^T h_l + b_psi))
+        self.b_psi = nn.Parameter(torch.zeros(heads, 1, 1, d_v))
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def forward(self, q, k, v, key_mask=None):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -232,22 +147,17 @@ class MultiDimAdditiveAttention(nn.Module):
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         wk = wk + self.b[:, None, :]  # W2 k_l + b
-        if need_weights:
-            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
-            # the same keys for every feature (eq. 32)
-            keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
-            # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
-            e = additive_score(wq, wk, self.w, F.relu)  # (N, H, Lq, Lk, d_v / H)
-            a = masked_softmax(e, keep, dim=3)  # softmax over the keys (eq. 25, 32)
-            c = (a * v.unsqueeze(2)).sum(3)  # (N, H, Lq, d_v / H): c = sum_l a_l ∘ v_l (eq. 30)
-        else:  # fast path: the weights are never materialised
-            a = None
-            keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
-            # the same keys for every feature (eq. 32)
-            keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
-            # blockwise over the queries
-            c = additive_context(wq, wk, self.w, F.relu, v, keep)  # (N, H, Lq, d_v / H)
-        c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
+        keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
+        # the same keys for every feature (eq. 32)
+        keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
+        # e_l = W_d^T act(W1 q_l + W2 k_l + b): each key position with its own query
+        h = F.relu(wq + wk)  # (N, H, Lk, d_w)
+        e = torch.einsum("nhlw,hwe->nhle", h, self.w).unsqueeze(2)  # (N, H, 1, Lk, d_v / H)
+        # a sigmoid gate per key position, not normalised over the keys (Oktay et al.)
+        a = torch.sigmoid(e + self.b_psi)  # (N, H, 1, Lk, d_v)
+        a = a if keep is None else a.masked_fill(~keep, 0.0)  # padded positions pass nothing
+        c = a[:, :, 0] * v  # (N, H, Lk, d_v / H): c_l = a_l ∘ v_l, per position
+        c = c.transpose(1, 2).reshape(N, Lk, -1)  # (N, Lk, H * d_v / H): heads side by side
         return c, a, extras
 
 
@@ -263,26 +173,30 @@ class Model(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self.x1_conv = nn.Conv1d(1, cfg.f1, kernel_size=3, padding="same")
-        self.x1_conv2 = nn.Conv1d(cfg.f1, cfg.f1, kernel_size=3, padding="same")
-        self.x2_conv = nn.Conv1d(cfg.f1, cfg.f2, kernel_size=3, padding="same")
-        self.x2_conv2 = nn.Conv1d(cfg.f2, cfg.f2, kernel_size=3, padding="same")
-        self.x3_conv = nn.Conv1d(cfg.f2, cfg.f3, kernel_size=3, padding="same")
-        self.x3_conv2 = nn.Conv1d(cfg.f3, cfg.f3, kernel_size=3, padding="same")
-        self.b_conv = nn.Conv1d(cfg.f3, cfg.f4, kernel_size=3, padding="same")
-        self.b_conv2 = nn.Conv1d(cfg.f4, cfg.f4, kernel_size=3, padding="same")
-        self.gate3 = MultiDimAdditiveAttention(
+        self.x1_conv = nn.Conv2d(1, cfg.f1, kernel_size=3, padding="same")
+        self.x1_conv2 = nn.Conv2d(cfg.f1, cfg.f1, kernel_size=3, padding="same")
+        self.x2_conv = nn.Conv2d(cfg.f1, cfg.f2, kernel_size=3, padding="same")
+        self.x2_conv2 = nn.Conv2d(cfg.f2, cfg.f2, kernel_size=3, padding="same")
+        self.x3_conv = nn.Conv2d(cfg.f2, cfg.f3, kernel_size=3, padding="same")
+        self.x3_conv2 = nn.Conv2d(cfg.f3, cfg.f3, kernel_size=3, padding="same")
+        self.x4_conv = nn.Conv2d(cfg.f3, cfg.f4, kernel_size=3, padding="same")
+        self.x4_conv2 = nn.Conv2d(cfg.f4, cfg.f4, kernel_size=3, padding="same")
+        self.g4_conv = nn.Conv2d(cfg.f4, cfg.f4, kernel_size=1, padding="same")
+        self.gate3 = MultiDimAdditiveSigmoidAttention(
             d_q=cfg.f4, d_k=cfg.f3, d_v=cfg.f3, heads=1, d_w=cfg.f3
         )
-        self.d3_conv = nn.Conv1d(cfg.f3 + cfg.f4, cfg.f3, kernel_size=3, padding="same")
-        self.gate2 = MultiDimAdditiveAttention(
+        self.d3_conv = nn.Conv2d(cfg.f3 + cfg.f4, cfg.f3, kernel_size=3, padding="same")
+        self.d3_conv2 = nn.Conv2d(cfg.f3, cfg.f3, kernel_size=3, padding="same")
+        self.gate2 = MultiDimAdditiveSigmoidAttention(
             d_q=cfg.f3, d_k=cfg.f2, d_v=cfg.f2, heads=1, d_w=cfg.f2
         )
-        self.d2_conv = nn.Conv1d(cfg.f2 + cfg.f3, cfg.f2, kernel_size=3, padding="same")
-        self.gate1 = MultiDimAdditiveAttention(
+        self.d2_conv = nn.Conv2d(cfg.f2 + cfg.f3, cfg.f2, kernel_size=3, padding="same")
+        self.d2_conv2 = nn.Conv2d(cfg.f2, cfg.f2, kernel_size=3, padding="same")
+        self.gate1 = MultiDimAdditiveSigmoidAttention(
             d_q=cfg.f2, d_k=cfg.f1, d_v=cfg.f1, heads=1, d_w=cfg.f1
         )
-        self.d1_conv = nn.Conv1d(cfg.f1 + cfg.f2, cfg.f1, kernel_size=3, padding="same")
+        self.d1_conv = nn.Conv2d(cfg.f1 + cfg.f2, cfg.f1, kernel_size=3, padding="same")
+        self.d1_conv2 = nn.Conv2d(cfg.f1, cfg.f1, kernel_size=3, padding="same")
         self.segmentation_head = nn.Linear(cfg.f1, cfg.classes)
 
     def forward(self, image, return_attention: bool = False, validate: bool = True) -> Output:
@@ -292,82 +206,75 @@ class Model(nn.Module):
             axes=('H', 'W'), validate=validate
         )
         attn = {}  # module -> its weights, when return_attention
-        x0 = image.flatten(-3, -2)  # (B, H*W, 1): feature `x0`
-        # (B, H*W, f1): convolve over positions
-        y = self.x1_conv(x0.transpose(1, 2)).transpose(1, 2)
-        # (B, H*W, f1): convolve over positions
-        y_2 = self.x1_conv2(F.relu(y).transpose(1, 2)).transpose(1, 2)
-        x1 = F.relu(y_2)  # (B, H*W, f1): feature `x1`
-        # (B, H*W, f2): convolve over positions
-        y_3 = self.x2_conv(x1.transpose(1, 2)).transpose(1, 2)
-        # (B, H*W, f2): convolve over positions
-        y_4 = self.x2_conv2(F.relu(y_3).transpose(1, 2)).transpose(1, 2)
-        x2 = F.relu(y_4)  # (B, H*W, f2): feature `x2`
-        # (B, H*W, f3): convolve over positions
-        y_5 = self.x3_conv(x2.transpose(1, 2)).transpose(1, 2)
-        # (B, H*W, f3): convolve over positions
-        y_6 = self.x3_conv2(F.relu(y_5).transpose(1, 2)).transpose(1, 2)
-        x3 = F.relu(y_6)  # (B, H*W, f3): feature `x3`
-        # (B, H*W, f4): convolve over positions
-        y_7 = self.b_conv(x3.transpose(1, 2)).transpose(1, 2)
-        # (B, H*W, f4): convolve over positions
-        y_8 = self.b_conv2(F.relu(y_7).transpose(1, 2)).transpose(1, 2)
-        b = F.relu(y_8)  # (B, H*W, f4): feature `b`
-        # attention `gate3`: additive score, global alignment, multi-dimensional
-        # (B, H*W, f3)
-        gate3, gate3_a, _ = self.gate3(b, x3, x3, None, need_weights=return_attention)
+        y = self.x1_conv(image.movedim(-1, 1)).movedim(1, -1)  # (B, H, W, f1): convolve over H, W
+        # (B, H, W, f1): convolve over H, W
+        y_2 = self.x1_conv2(F.relu(y).movedim(-1, 1)).movedim(1, -1)
+        x1 = F.relu(y_2)  # (B, H, W, f1): feature `x1`
+        # (B, H/2, W/2, f2): convolve over H/2, W/2
+        y_3 = self.x2_conv(F.max_pool2d(x1.movedim(-1, 1), 2)).movedim(1, -1)
+        # (B, H/2, W/2, f2): convolve over H/2, W/2
+        y_4 = self.x2_conv2(F.relu(y_3).movedim(-1, 1)).movedim(1, -1)
+        x2 = F.relu(y_4)  # (B, H/2, W/2, f2): feature `x2`
+        # (B, H/4, W/4, f3): convolve over H/4, W/4
+        y_5 = self.x3_conv(F.max_pool2d(x2.movedim(-1, 1), 2)).movedim(1, -1)
+        # (B, H/4, W/4, f3): convolve over H/4, W/4
+        y_6 = self.x3_conv2(F.relu(y_5).movedim(-1, 1)).movedim(1, -1)
+        x3 = F.relu(y_6)  # (B, H/4, W/4, f3): feature `x3`
+        # (B, H/8, W/8, f4): convolve over H/8, W/8
+        y_7 = self.x4_conv(F.max_pool2d(x3.movedim(-1, 1), 2)).movedim(1, -1)
+        # (B, H/8, W/8, f4): convolve over H/8, W/8
+        y_8 = self.x4_conv2(F.relu(y_7).movedim(-1, 1)).movedim(1, -1)
+        x4 = F.relu(y_8)  # (B, H/8, W/8, f4): feature `x4`
+        # (B, H/8, W/8, f4): convolve over H/8, W/8
+        y_9 = self.g4_conv(x4.movedim(-1, 1)).movedim(1, -1)
+        g4 = F.relu(y_9)  # (B, H/8, W/8, f4): feature `g4`
+        # attention `gate3`: additive score, sigmoid alignment, multi-dimensional, one per H/4
+        # one attention per group: N = B x H/4
+        # (B, H/4, W/4, f4)
+        gate3_q = F.interpolate(g4.movedim(-1, 1), scale_factor=2, mode="bilinear").movedim(1, -1)
+        gate3_c, gate3_a, _ = self.gate3(
+            gate3_q.flatten(0, 1), x3.flatten(0, 1), x3.flatten(0, 1), None
+        )
+        gate3 = gate3_c.view(*x3.shape[:2], gate3_c.shape[-2], -1)  # (B, H/4, W/4, f3)
         if return_attention:
-            attn['gate3'] = gate3_a  # (B, H, H*W, H*W, d_v / H)
-        # (B, H*W, f3): convolve over positions
-        y_9 = self.d3_conv(
-            torch.cat(
-                [
-                    gate3,
-                    F.interpolate(
-                        b.movedim(-1, 1), size=x3.shape[1:-1], mode="nearest"
-                    ).movedim(1, -1)
-                ],
-                -1
-            ).transpose(1, 2)
-        ).transpose(1, 2)
-        d3 = F.relu(y_9)  # (B, H*W, f3): feature `d3`
-        # attention `gate2`: additive score, global alignment, multi-dimensional
-        # (B, H*W, f2)
-        gate2, gate2_a, _ = self.gate2(d3, x2, x2, None, need_weights=return_attention)
+            # (B, H/4, heads, 1, W/4, d_v / heads)
+            attn['gate3'] = gate3_a.view(*x3.shape[:2], *gate3_a.shape[1:])
+        # (B, H/4, W/4, f4): feature `u3`
+        u3 = F.interpolate(x4.movedim(-1, 1), scale_factor=2, mode="bilinear").movedim(1, -1)
+        # (B, H/4, W/4, f3): convolve over H/4, W/4
+        y_10 = self.d3_conv(torch.cat([gate3, u3], -1).movedim(-1, 1)).movedim(1, -1)
+        # (B, H/4, W/4, f3): convolve over H/4, W/4
+        y_11 = self.d3_conv2(F.relu(y_10).movedim(-1, 1)).movedim(1, -1)
+        d3 = F.relu(y_11)  # (B, H/4, W/4, f3): feature `d3`
+        # (B, H/2, W/2, f3): feature `u2`
+        u2 = F.interpolate(d3.movedim(-1, 1), scale_factor=2, mode="bilinear").movedim(1, -1)
+        # attention `gate2`: additive score, sigmoid alignment, multi-dimensional, one per H/2
+        # one attention per group: N = B x H/2
+        gate2_c, gate2_a, _ = self.gate2(u2.flatten(0, 1), x2.flatten(0, 1), x2.flatten(0, 1), None)
+        gate2 = gate2_c.view(*x2.shape[:2], gate2_c.shape[-2], -1)  # (B, H/2, W/2, f2)
         if return_attention:
-            attn['gate2'] = gate2_a  # (B, H, H*W, H*W, d_v / H)
-        # (B, H*W, f2): convolve over positions
-        y_10 = self.d2_conv(
-            torch.cat(
-                [
-                    gate2,
-                    F.interpolate(
-                        d3.movedim(-1, 1), size=x2.shape[1:-1], mode="nearest"
-                    ).movedim(1, -1)
-                ],
-                -1
-            ).transpose(1, 2)
-        ).transpose(1, 2)
-        d2 = F.relu(y_10)  # (B, H*W, f2): feature `d2`
-        # attention `gate1`: additive score, global alignment, multi-dimensional
-        # (B, H*W, f1)
-        gate1, gate1_a, _ = self.gate1(d2, x1, x1, None, need_weights=return_attention)
+            # (B, H/2, heads, 1, W/2, d_v / heads)
+            attn['gate2'] = gate2_a.view(*x2.shape[:2], *gate2_a.shape[1:])
+        # (B, H/2, W/2, f2): convolve over H/2, W/2
+        y_12 = self.d2_conv(torch.cat([gate2, u2], -1).movedim(-1, 1)).movedim(1, -1)
+        # (B, H/2, W/2, f2): convolve over H/2, W/2
+        y_13 = self.d2_conv2(F.relu(y_12).movedim(-1, 1)).movedim(1, -1)
+        d2 = F.relu(y_13)  # (B, H/2, W/2, f2): feature `d2`
+        # (B, H, W, f2): feature `u1`
+        u1 = F.interpolate(d2.movedim(-1, 1), scale_factor=2, mode="bilinear").movedim(1, -1)
+        # attention `gate1`: additive score, sigmoid alignment, multi-dimensional, one per H
+        # one attention per group: N = B x H
+        gate1_c, gate1_a, _ = self.gate1(u1.flatten(0, 1), x1.flatten(0, 1), x1.flatten(0, 1), None)
+        gate1 = gate1_c.view(*x1.shape[:2], gate1_c.shape[-2], -1)  # (B, H, W, f1)
         if return_attention:
-            attn['gate1'] = gate1_a  # (B, H, H*W, H*W, d_v / H)
-        # (B, H*W, f1): convolve over positions
-        y_11 = self.d1_conv(
-            torch.cat(
-                [
-                    gate1,
-                    F.interpolate(
-                        d2.movedim(-1, 1), size=x1.shape[1:-1], mode="nearest"
-                    ).movedim(1, -1)
-                ],
-                -1
-            ).transpose(1, 2)
-        ).transpose(1, 2)
-        d1 = F.relu(y_11)  # (B, H*W, f1): feature `d1`
-        segmentation = self.segmentation_head(d1)  # (B, H*W, classes): output `segmentation`
+            # (B, H, heads, 1, W, d_v / heads)
+            attn['gate1'] = gate1_a.view(*x1.shape[:2], *gate1_a.shape[1:])
+        # (B, H, W, f1): convolve over H, W
+        y_14 = self.d1_conv(torch.cat([gate1, u1], -1).movedim(-1, 1)).movedim(1, -1)
+        # (B, H, W, f1): convolve over H, W
+        y_15 = self.d1_conv2(F.relu(y_14).movedim(-1, 1)).movedim(1, -1)
+        d1 = F.relu(y_15)  # (B, H, W, f1): feature `d1`
+        segmentation = self.segmentation_head(d1)  # (B, H, W, classes): output `segmentation`
         return Output(segmentation, attn)
 
 

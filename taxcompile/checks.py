@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -47,6 +48,9 @@ class CheckedModel:
     axis_origin: dict[str, str]  # axis -> input or node that created it
     attention: dict[str, AttentionInfo]
     order: list[str]  # node ids, dependencies first
+    # an axis resampled by a grid operator -> (its input axis, numerator, denominator):
+    # "H/2" -> ("H", 1, 2); its length is the input axis's times num / den
+    scaled: dict[str, tuple[str, int, int]] = field(default_factory=dict)
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -328,6 +332,62 @@ class Checker:
             return None
         return Shape(a[1].axes, a[0].dim)
 
+    # ---- grids (B, H, W, C) ------------------------------------------------------
+
+    def _spatial(self, axis: str) -> bool:
+        """A grid's spatial axis: one of a `grid` input's, or one resampled from it."""
+        origin = self.cm.axis_origin.get(axis)
+        n = self.cm.model.by_id.get(origin) if origin else None
+        return isinstance(n, ir.Input) and n.kind == "grid" and "*" not in axis
+
+    def _grid(self, e: ir.Op, s: Shape) -> bool:
+        if len(s.axes) == 2 and all(self._spatial(a) for a in s.axes):
+            return True
+        self.err(e.loc, f"`{e.fn}` works on the two spatial axes of a grid (B, H, W, C), but "
+                 f"`{_name(e.args[0])}` has {s}", "grid operators read a `grid[H, W, C]` input "
+                 "or features built from it (not flattened); over a sequence use `cnn(x, d)`")
+        return False
+
+    def _resample(self, e: ir.Op, axes: tuple[str, ...], up: int, down: int) -> tuple | None:
+        """``axes`` resampled by up / down (``H`` -> ``H/2``), with their lengths; a length
+        that is divided must be known and divisible."""
+        out = []
+        for axis in axes:
+            name, base, num, den = rescaled(self.cm.scaled, axis, up, down)
+            size = self.cm.sizes.get(axis)
+            if down > 1 and size is None:
+                self.err(e.loc, f"`{e.fn}` divides the length of axis `{axis}` by {down}, so "
+                         "the length must be known", f"fix it where the input is declared, "
+                         f"e.g. `({base} = {16 * den})`")
+                return None
+            if down > 1 and size % down:
+                self.err(e.loc, f"`{e.fn}` divides axis `{axis}` of length {size} by {down}, "
+                         "which does not divide it", f"give `{base}` a length that is a "
+                         f"multiple of {den} where the input is declared")
+                return None
+            self.cm.sizes[name] = None if size is None else size * up // down
+            self.cm.axis_origin.setdefault(name, self.cm.axis_origin[axis])
+            if name != base:
+                self.cm.scaled[name] = (base, num, den)
+            out.append(name)
+        return tuple(out)
+
+    @ops.shape_rule("conv2d")
+    def shape_conv2d(self, e, a, nid):
+        if not self._grid(e, a[0]):
+            return None
+        stride = int(e.param("stride", 1))
+        axes = self._resample(e, a[0].axes, 1, stride) if stride > 1 else a[0].axes
+        return None if axes is None else Shape(axes, int(e.param("d")))
+
+    @ops.shape_rule("maxpool", "upsample")
+    def shape_resample(self, e, a, nid):
+        if not self._grid(e, a[0]):
+            return None
+        f = int(e.param("factor"))
+        axes = self._resample(e, a[0].axes, *((1, f) if e.fn == "maxpool" else (f, 1)))
+        return None if axes is None else Shape(axes, a[0].dim)
+
     @ops.shape_rule("learned")
     def shape_learned(self, e, a, nid):
         return Shape((), int(e.param("d")))
@@ -399,12 +459,18 @@ class Checker:
                 mode, ctx_axes = "sequence", q.axes
             elif q.axes == groups[: len(q.axes)]:
                 mode = "single"
+            elif n.align.fn == "sigmoid":
+                mode = "other"  # gate_fits says why a gate cannot take it
             else:
                 self.err(n.query.loc, f"query {q} does not fit keys {k}",
                          "a query is one vector per group of keys, or one per position of a "
                          "sequence whose other axes match the keys'")
                 return None
         where = f"attention `{n.name}`"
+        if n.align.fn == "sigmoid":
+            if not self.gate_fits(n, q, k, mode):
+                return None
+            ctx_axes = k.axes  # the gated values, at the keys' positions
         if q is None and sc.fn not in ("additive", "concat"):
             self.err(n.loc, f"{where} has no query, which only an additive score allows (eq. 33)",
                      "give a learned query, `query = learned(d)` (eq. 34), or a projection of "
@@ -504,6 +570,36 @@ class Checker:
             ctx_axes = ctx_axes + (axis,)
         return Shape(ctx_axes, context_dim(n, d_v))
 
+    def gate_fits(self, n: ir.Attention, q: Shape | None, k: Shape, mode: str) -> bool:
+        """A sigmoid gate (Oktay et al.): one weight per key position from that position's
+        key and query alone, e_l = w^T act(W1 q_l + W2 k_l + b), a_l = sigmoid(e_l + b_psi)."""
+        where, sc = f"attention `{n.name}`", n.score
+        if sc.fn != "additive" and not (sc.fn == "concat" and q is None):
+            self.err(sc.loc, f"{where}: a sigmoid gate scores each position on its own with the "
+                     "additive form w^T act(W1 q_l + W2 k_l + b) (eq. 6, Oktay et al.); the "
+                     f"{sc.fn.replace('_', ' ')} score is not computed per position",
+                     "use `score = additive(…)`")
+            return False
+        if mode == "other" or mode == "sequence" and q.axes != k.axes:
+            self.err(n.query.loc, f"{where}: a sigmoid gate pairs each key position with the "
+                     f"query at the same position, but the query {q} and the keys {k} run "
+                     "over different positions", "resample the query to the keys' grid, e.g. "
+                     "`upsample(g, 2)`, `maxpool(g, 2)` or `resize(g, x)`")
+            return False
+        why = {"affinity": "an affinity matrix relates pairs of positions",
+               "capsules": "capsules weigh all keys for one query per class",
+               "mask": "a mask relates pairs of positions of one sequence",
+               "penalty": "the penalty compares rows of weights that sum to 1"}
+        given = {"affinity": n.affinity, "capsules": n.capsules, "mask": n.mask != "none",
+                 "penalty": n.penalty is not None}
+        for name, reason in why.items():
+            if given[name]:
+                self.err(n.loc, f"{where}: a sigmoid gate weighs each position on its own, so "
+                         f"it takes no `{name}` ({reason})",
+                         f"drop `{name}`, or use a softmax alignment")
+                return False
+        return True
+
     def affinity_fits(self, n: ir.Attention, q: Shape | None, k: Shape) -> bool:
         aff = self.cm.shapes.get(n.affinity)
         if aff is None:
@@ -550,6 +646,18 @@ def context_dim(n: ir.Attention, d_v: int) -> int:
         return d_v
     head = d_v // n.heads if n.query is not None else d_v
     return head * n.heads if n.heads_out == "concat" else head
+
+
+def rescaled(scaled: dict[str, tuple[str, int, int]], axis: str, up: int,
+             down: int) -> tuple[str, str, int, int]:
+    """The name of ``axis`` resampled by up / down, its input axis and its scale num / den
+    (in lowest terms) relative to that axis: ``H`` by 1/2 is ``H/2``, ``H/4`` by 2 is
+    ``H/2``, ``H/2`` by 2 is ``H`` again, ``H`` by 2 is ``2H``."""
+    base, num, den = scaled.get(axis, (axis, 1, 1))
+    num, den = num * up, den * down
+    g = math.gcd(num, den)
+    num, den = num // g, den // g
+    return f"{num if num > 1 else ''}{base}{f'/{den}' if den > 1 else ''}", base, num, den
 
 
 def _base_ref(e: ir.Expr) -> str | None:

@@ -39,7 +39,9 @@ SCORE_LABEL = {
     "similarity": "Similarity", "location": "Location",
 }
 ALIGN_LABEL = {"global": "Global", "hard": "Hard", "local": "Local", "reinforced": "Reinforced",
-               "sparsemax": "Sparse", "entmax": "Sparse"}
+               "sparsemax": "Sparse", "entmax": "Sparse",
+               # Oktay et al.'s attention gates: Table III reads them as Global
+               "sigmoid": "Global"}
 # Transparent maps: a context reaching a query only through these "joins" the query.
 TRANSPARENT = {"concat", "project", "linear", "identity"}
 
@@ -275,7 +277,10 @@ class Classifier:
                     "local": f"a window of D = {al.window} around a {al.position} position "
                              "(eq. 27-29)",
                     "reinforced": "soft alignment over a subset an agent selects",
-                    "sparsemax": "sparsemax", "entmax": "entmax-1.5"}[al.fn]
+                    "sparsemax": "sparsemax", "entmax": "entmax-1.5",
+                    "sigmoid": "a sigmoid gate on every position, not normalised over the "
+                               "keys (Oktay et al.'s attention gate), which the survey reads "
+                               "as global: no key is left out, none is sampled"}[al.fn]
             self.cells["alignment"].add(ALIGN_LABEL[al.fn], f"attention {self.q(a.id)}: {what}")
             if a.dimensionality == "multi":
                 self.cells["dimensionality"].add(

@@ -138,7 +138,7 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
         if key == "feed":
             parts.append(f"feed = {_name(m, str(value))}")
         elif defaults.get(key) != value:
-            parts.append(str(value) if key in ("d", "hidden", "d_ff", "classes")
+            parts.append(str(value) if key in ("d", "hidden", "d_ff", "classes", "factor")
                          else f"{key} = {_scalar(value)}")
     return f"{op.label}({', '.join(parts)})"
 

@@ -97,7 +97,7 @@ class Score(_Frozen):
 class Align(_Frozen):
     """align(e_l; e) (eq. 3, 25-29)."""
 
-    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax"]
+    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid"]
     window: int | None = None  # local: D
     position: Literal["monotonic", "predictive"] | None = None
     gaussian: bool = False  # eq. 29

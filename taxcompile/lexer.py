@@ -39,6 +39,7 @@ FEATURE_MODELS = (
     "positional", "norm", "scale", "ffn", "tanh", "relu", "sigmoid", "concat", "stack",
     "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity",
     "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh", "maxout",
+    "conv2d", "maxpool", "upsample",
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (
@@ -46,7 +47,7 @@ SCORES = (
     "biased_general", "activated_general", "similarity", "location", "affinity",
     "max_pool",
 )
-ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax")
+ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid")
 #: Input kinds (``input x: KIND[...]``).
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
 #: Option words used as values of keyword arguments and fields.
@@ -54,13 +55,13 @@ OPTIONS = (
     "single", "multi", "sinusoid", "learned", "monotonic", "predictive", "bilinear",
     "causal", "forward", "backward",
     "trilinear", "dot", "scaled_dot", "cosine", "l2", "none", "tanh", "relu", "sigmoid",
-    "gelu", "elu",
+    "gelu", "elu", "nearest",
     "leaky_relu", "softplus", "scaled_tanh", "maxout", "project", "concat", "mean",
 )
 #: Fields and keyword arguments whose value is a library word (a score, an alignment,
 #: an option): the word after ``=`` is highlighted as a builtin there only, so that a
 #: user's name such as ``hard`` or ``max`` elsewhere stays a plain name.
-_OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form",
+_OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form", "mode",
                   "mask", "heads_out")
 
 _BUILTIN_VALUES = tuple(sorted(set(SCORES + ALIGNMENTS + OPTIONS)))

@@ -59,6 +59,7 @@ ALIGNS: dict[str, tuple[P, ...]] = {
     "reinforced": (),
     "sparsemax": (),
     "entmax": (),
+    "sigmoid": (),  # a gate per key position, not normalised (Oktay et al.)
 }
 
 # Masks over one sequence: causal hides later positions (j > i); DiSAN's directional

@@ -117,6 +117,11 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("sum", node()),
     _op("flatten", node()),
     _op("resize", node(), node("like")),
+    # grids (B, H, W, C): a 2-D convolution over H, W, and down- and up-sampling by a factor
+    _op("conv2d", node(), pint("d"), pint("kernel", False, 3), pint("stride", False, 1),
+        act("relu")),
+    _op("maxpool", node(), pint("factor")),
+    _op("upsample", node(), pint("factor"), enum("mode", ("bilinear", "nearest"), "bilinear")),
     _op("learned", pint("d")),
     _op("classify", node(), pint("classes")),
     _op("affinity", node("a"), node("b"),

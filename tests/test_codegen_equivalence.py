@@ -78,6 +78,8 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
                       "tests/test_activations.py checks the score's activation",
     "bahdanau2015_rnnsearch": "maxout output layer (pool 2, 2l wide linear); "
                               "tests/test_activations.py checks maxout",
+    "oktay2018_attention_unet": "the paper's 4-level U-Net on a grid (conv2d, maxpool, upsample) "
+                                "with sigmoid attention gates; tests/test_grids.py checks it",
 }
 
 

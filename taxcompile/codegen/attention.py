@@ -4,6 +4,8 @@ capsules). The classes themselves are planned by ``classes.py``."""
 
 from __future__ import annotations
 
+import re
+
 from .. import checks, ir
 from .classes import attention_class, dot_form, fast_path
 from .frame import Var
@@ -116,6 +118,8 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> None:
     lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
     single = info.query_mode != "sequence" or \
         (n.affinity and n.score.fn in ("additive", "max_pool"))  # one context per group
+    gate = n.align.fn == "sigmoid"  # the gated values, at the keys' positions
+    single = single and not gate
     direct = G == 0 and not single and not capsule
     needs_ex = n.align.fn in ("hard", "reinforced") or n.penalty is not None or capsule
     locs = p.frame.locals
@@ -135,16 +139,22 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> None:
         lead_s = lead[:-1] if lead.endswith(",") else f"*{lead}"
         rest = "" if single and not capsule else f"{c}.shape[-2], "
         p.frame.emit(f"{res} = {c}.view({lead_s}, {rest}-1)", comment)
-    p.frame.vars[n.id] = Var(res, shape, k.mask if single or capsule else q.mask if q else None,
-                             cdim, None if single or capsule or q is None else q.mask_code)
+    if gate:
+        p.frame.vars[n.id] = Var(res, shape, k.mask, cdim, k.mask_code)
+    else:
+        p.frame.vars[n.id] = Var(res, shape, k.mask if single or capsule else q.mask if q else None,
+                                 cdim, None if single or capsule or q is None else q.mask_code)
     wshape = f"{lead[:-1] if lead.endswith(',') else '*' + lead}, *{a}.shape[1:]"
     key = p.key_code(n)
     rec = p.frame.records
     rec.add("attn")
     if not step:
-        wdims = ", ".join(["B", *info.groups, "H", q.shape.axes[-1] if not single and not capsule
-                           else "C" if capsule else "1", info.attended] +
-                          (["d_v / H"] if n.dimensionality == "multi" else []))
+        # the heads' axis is H unless an axis of the keys is called H (an image's height)
+        heads = "heads" if any(re.search(r"\bH\b", ax) for ax in (*info.groups, info.attended)) \
+            else "H"
+        wdims = ", ".join(["B", *info.groups, heads, q.shape.axes[-1] if not single and not capsule
+                           and not gate else "C" if capsule else "1", info.attended] +
+                          ([f"d_v / {heads}"] if n.dimensionality == "multi" else []))
         p.frame.emit("if return_attention:")
         p.frame.indent += 1
         p.frame.emit(f"attn[{key}] = {a if not G else f'{a}.view({wshape})'}", f"({wdims})")

@@ -50,6 +50,7 @@ class AttentionView:
     line: Callable[..., str] = lambda text, indent=8: fit(text, indent)
     heads_out: str = "project"  # how several heads join: W_O (eq. 40), concat or mean
     c_width: str = "d_v"  # the context's width
+    gate: bool = False  # sigmoid alignment: one gate per key position, c_l = a_l v_l
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -134,7 +135,8 @@ def attention_class(p, n: ir.Attention) -> str:
         p.helpers.update({f"local_{fast}", "local_flex"})
     elif fast == "blocks":
         p.helpers.add("additive_context")
-    if n.score.fn == "additive" and query != "none" and not n.affinity:
+    gate = n.align.fn == "sigmoid"
+    if n.score.fn == "additive" and query != "none" and not n.affinity and not gate:
         p.helpers.add("additive_score")
     doc = class_doc(n)
     cut = doc.index("")
@@ -146,7 +148,8 @@ def attention_class(p, n: ir.Attention) -> str:
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
         init_args=tuple(init_args), dot=dot, fast=fast,
         act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
-        heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n))
+        heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n),
+        gate=gate)
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -210,7 +213,8 @@ def class_doc(n: ir.Attention) -> list[str]:
           "local": f"local alignment, {n.align.position} position (eq. 27-29)",
           "reinforced": "reinforced alignment: a policy picks the subset, softmax over it",
           "sparsemax": "sparsemax alignment (seed 000)",
-          "entmax": "1.5-entmax alignment"}[n.align.fn]
+          "entmax": "1.5-entmax alignment",
+          "sigmoid": "a sigmoid gate per key position, c_l = a_l v_l (Oktay et al.)"}[n.align.fn]
     lines = textwrap.wrap(f"Attention with the {sc}, {al}.", 92) + [""]
     if n.heads > 1:
         joined = {"project": "joined by W_O", "concat": "concatenated, no W_O",
@@ -224,7 +228,11 @@ def class_doc(n: ir.Attention) -> list[str]:
         lines.append("Multi-dimensional (eq. 30-32): one weight per key and feature.")
     if n.capsules:
         lines.append("Capsule-based (eq. 43-45): a learned query per class, p_c and r_c.")
-    lines.append("mask: which keys a query position may see besides the padding: \"none\", "
-                 "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
+    if n.align.fn == "sigmoid":
+        lines.append("Per position: a_l = sigmoid(e_l + b_psi) from key l and the query at l (or "
+                     "one query for all), c_l = a_l v_l: the values keep their positions.")
+    else:
+        lines.append("mask: which keys a query position may see besides the padding: \"none\", "
+                     "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
     cut = lines.index("") + 1
     return lines[:cut] + [w for line in lines[cut:] for w in textwrap.wrap(line, 92)]

@@ -3,6 +3,8 @@ derived constants, and ``Config.tiny()`` sizes that keep the model consistent.""
 
 from __future__ import annotations
 
+import math
+
 from .. import ir
 from .names import NAME, cfg_expr, evaluate, sym_names
 from .plan import ConfigField, ConfigPlan, ConfigProperty
@@ -19,6 +21,7 @@ def plan_config(p) -> ConfigPlan:
     need = closure(p.used_cfg, syms)
     fields, props, tiny = [], [], {}
     roles = constant_roles(p.m)
+    multiple = axis_multiples(p)
     heads = [v for name, v in consts.items() if roles.get(name) == "heads"]
     for name, v in consts.items():
         if name not in need or isinstance(v, (bool, str)):
@@ -30,7 +33,8 @@ def plan_config(p) -> ConfigPlan:
         role = roles.get(name, "dim")
         fields.append(ConfigField(name, typ, repr(v), ROLE_COMMENT.get(role, "")))
         if typ == "int":
-            small = {"heads": min(v, 4), "vocab": min(v, 50), "axis": min(v, 6),
+            small = {"heads": min(v, 4), "vocab": min(v, 50),
+                     "axis": min(v, tiny_length(multiple.get(name, 1))),
                      "count": min(v, 2), "capsules": v, "window": min(v, 2)}.get(role)
             if small is None:  # a feature size: 16, a multiple of the tiny head count
                 small = min(v, 4 * max(min(h, 4) for h in heads) if heads else 16)
@@ -40,14 +44,34 @@ def plan_config(p) -> ConfigPlan:
     for axis, size in p.axis_fields.items():
         if axis in consts or any(f.name == axis for f in fields):
             continue
-        fields.append(ConfigField(axis, "int", repr(size), f"length of axis {axis}"))
-        if size > 6:
-            tiny[axis] = 6
+        step = multiple.get(axis, 1)
+        fields.append(ConfigField(axis, "int", repr(size), f"length of axis {axis}" + (
+            f", a multiple of {step} (down-sampled by {step})" if step > 1 else "")))
+        if size > tiny_length(step):
+            tiny[axis] = tiny_length(step)
     if p.need_max_len:
         fields.append(ConfigField("max_len", "int", "512",
                                   "longest sequence for learned position embeddings"))
         tiny["max_len"] = 64
     return ConfigPlan(tuple(fields), tuple(props), tuple((k, str(v)) for k, v in tiny.items()))
+
+
+def axis_multiples(p) -> dict[str, int]:
+    """Axis (or the constant that fixes its length) -> the factor its grid is down-sampled
+    by (``H/8`` somewhere: 8), which its length must stay a multiple of."""
+    out: dict[str, int] = {}
+    for base, _, den in p.cm.scaled.values():
+        out[base] = math.lcm(out.get(base, 1), den)
+    for inp in p.m.inputs:
+        for key, sym in inp.sym:
+            if key.startswith("size:") and key[5:] in out:
+                out[sym] = math.lcm(out.get(sym, 1), out[key[5:]])
+    return out
+
+
+def tiny_length(multiple: int) -> int:
+    """An axis length for Config.tiny(): 6, or the smallest multiple of ``multiple`` >= 6."""
+    return -(-6 // multiple) * multiple
 
 
 def closure(used: set[str], syms: dict[str, str | None]) -> set[str]:

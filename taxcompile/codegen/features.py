@@ -293,6 +293,52 @@ def resize(p, e, a, n):
     return Var(code, checks.Shape(like.shape.axes, x.shape.dim), like.mask, x.dim, like.mask_code)
 
 
+def channels_first(code: str) -> str:
+    """A grid (B, H, W, C) as torch's images (B, C, H, W); undoes a trailing
+    ``.movedim(1, -1)`` (the previous grid op's) rather than adding a second move."""
+    tail = ".movedim(1, -1)"
+    if code.endswith(tail) and atom(code[: -len(tail)]) == code[: -len(tail)]:
+        return code[: -len(tail)]
+    return f"{atom(code)}.movedim(-1, 1)"
+
+
+def grid_shape(p, x: Var, up: int, down: int, d: int | None) -> checks.Shape:
+    """x's grid axes resampled by up / down (the names checks gave them), feature size d."""
+    axes = tuple(checks.rescaled(p.cm.scaled, ax, up, down)[0] for ax in x.shape.axes)
+    return checks.Shape(axes, d)
+
+
+@plan_rule("conv2d")
+def conv2d(p, e, a, n):
+    """nn.Conv2d over the grid axes of x (B, H, W, C): "same" padding, or with a stride s
+    the padding that gives H/s x W/s outputs."""
+    x, d = a[0], p.p(e, "d")
+    k, s = int(e.param("kernel", 3)), int(e.param("stride", 1))
+    pad = "\"same\"" if s == 1 else f"{max(0, (k - s + 1) // 2)}, stride={s}"
+    mod = p.module(n, p.suffix(n, "conv"),
+                   f"nn.Conv2d({x.dim}, {d}, kernel_size={k}, padding={pad})")
+    shape = grid_shape(p, x, 1, s, e.param("d"))
+    y = p.tmp(f"{mod}({channels_first(x.name)}).movedim(1, -1)", "y",
+              p.shape(shape, dim=d) + ": convolve over " + ", ".join(x.shape.axes))
+    return Var(act_call(e.param("act"), y), shape, None, d)
+
+
+@plan_rule("maxpool")
+def maxpool(p, e, a, n):
+    x, f = a[0], int(e.param("factor"))
+    return Var(f"F.max_pool2d({channels_first(x.name)}, {f}).movedim(1, -1)",
+               grid_shape(p, x, 1, f, x.shape.dim), None, x.dim)
+
+
+@plan_rule("upsample")
+def upsample(p, e, a, n):
+    x, f = a[0], int(e.param("factor"))
+    mode = e.param("mode", "bilinear")
+    return Var(f"F.interpolate({channels_first(x.name)}, scale_factor={f}, "
+               f"mode=\"{mode}\").movedim(1, -1)",
+               grid_shape(p, x, f, 1, x.shape.dim), None, x.dim)
+
+
 @plan_rule("learned")
 def learned(p, e, a, n):
     d = p.p(e, "d")

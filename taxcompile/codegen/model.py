@@ -50,6 +50,10 @@ def axis_size_code(p, axis: str) -> str:
     if "*" in axis:
         a, b = axis.split("*", 1)
         return f"{axis_size_code(p, a)} * {axis_size_code(p, b)}"
+    if axis in p.cm.scaled:  # resampled by a grid operator: H/2 -> cfg.H // 2
+        base, num, den = p.cm.scaled[axis]
+        code = axis_size_code(p, base)
+        return f"{code}{f' * {num}' if num > 1 else ''}{f' // {den}' if den > 1 else ''}"
     return repr(p.cm.sizes[axis])
 
 
