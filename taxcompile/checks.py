@@ -597,7 +597,7 @@ class Checker:
             else:
                 exprs = [x.expr]
             for e in exprs:
-                if self.feed_loop_op(e, node_id, fed, axis, where, n.id):
+                if self.feed_loop_op(e, node_id, fed, axis, where):
                     return
         fa = self.cm.model.node(att)
         inside = [r for r in ir.refs(fa.values) if r in region]
@@ -607,8 +607,7 @@ class Checker:
                      f"(`feed = {att}`)", "attention inside a recurrence is not supported yet: "
                      "attend over features computed without the decoder")
 
-    def feed_loop_op(self, e: ir.Expr, node_id: str, fed: ir.Op, axis: str, where: str,
-                     rnn: str) -> bool:
+    def feed_loop_op(self, e: ir.Expr, node_id: str, fed: ir.Op, axis: str, where: str) -> bool:
         """Report the first op of ``e`` (outside the fed op's input, which runs before the
         loop) that needs other steps of ``axis`` than the current one."""
         if isinstance(e, ir.Ref) or e is fed:
@@ -628,7 +627,7 @@ class Checker:
                      "compute it outside the loop: from the decoder's input, or from the "
                      f"decoder's outputs in a node that `{fed.param('feed')}` does not read")
             return True
-        return any(self.feed_loop_op(x, node_id, fed, axis, where, rnn) for x in e.args)
+        return any(self.feed_loop_op(x, node_id, fed, axis, where) for x in e.args)
 
 
 def _base_ref(e: ir.Expr) -> str | None:

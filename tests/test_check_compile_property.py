@@ -114,7 +114,8 @@ def run_model(src: str) -> None:
     torch.manual_seed(0)
     model = mod.Model(cfg)
     out = model(**mod.example_inputs(cfg=cfg), return_attention=True)
-    loss = out.output.float().mean() - sum(lp.sum() for lp in getattr(out, "log_probs", {}).values())
+    log_probs = getattr(out, "log_probs", {})
+    loss = out.output.float().mean() - sum(lp.sum() for lp in log_probs.values())
     assert torch.isfinite(loss)
     loss.backward()
 
