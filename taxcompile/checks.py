@@ -149,7 +149,15 @@ class Checker:
                      "uses `gru(x, 512, feed = ATTENTION)`")
             return None
         rank = {n.id: f"{i:06d}" for i, n in enumerate(m.nodes)}
-        order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
+        # A decoder with `feed = ATT` runs ATT inside its loop, so what ATT reads from
+        # outside the loop (not built from the decoder) comes before the decoder.
+        og = g.copy()
+        for n in m.nodes:
+            for att in deps(n, delayed=True):
+                for x in nx.ancestors(g, att) - nx.descendants(g, n.id) - {n.id}:
+                    og.add_edge(x, n.id)
+        og = og if nx.is_directed_acyclic_graph(og) else g
+        order = list(nx.lexicographical_topological_sort(og, key=rank.__getitem__))
         self.cm = CheckedModel(m, {}, {}, {}, {}, order)
         fixed_by: dict[str, ir.Input] = {}
         for n in m.inputs:
@@ -181,6 +189,12 @@ class Checker:
         for n in m.nodes:
             if deps(n, delayed=True):
                 self.check_feed(n)
+        # (every shape known: the diagnostics may not grow in a variant whose base
+        # already reported the same error)
+        if len(self.c.diagnostics) == before and all(x.id in self.cm.shapes for x in m.nodes):
+            for n in m.nodes:
+                if deps(n, delayed=True):
+                    self.check_feed_loop(n, g)
         if len(self.c.diagnostics) > before:
             return None
         return self.cm
@@ -636,6 +650,97 @@ class Checker:
                         self.err(e.loc, "`feed` makes a decoder read its previous context, so the "
                                  "recurrent model must run over an autoregressive input",
                                  "declare the target input with `(…, autoregressive)`")
+
+    # What runs inside a decoder loop must act on one step at a time: the ops that mix the
+    # positions of their input's last axis, and what they do (for messages).
+    STEP_MIXING = {"lstm": "runs", "gru": "runs", "bilstm": "runs", "bigru": "runs",
+                   "cnn": "convolves", "positional": "encodes positions", "mean": "pools",
+                   "max": "pools", "sum": "pools"}
+
+    def check_feed_loop(self, n: ir.AnyNode, g: nx.DiGraph) -> None:
+        """``feed = ATT`` runs the recurrent model R one step at a time, and with it every
+        node between R and ATT (codegen's decoder loop): there only the current step of R's
+        axis exists. Refuse what would need the other steps: an attention over that axis
+        (attention inside a recurrence, e.g. LSTMN's intra-attention over the decoder's own
+        outputs, or over its inputs), and ops that mix positions along it."""
+        fed = None
+        stack = [n.expr] if isinstance(n, ir.Node) else []
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ir.Op):
+                if e.param("feed"):
+                    fed = e
+                stack.extend(e.args)
+        if fed is None:
+            return
+        att = str(fed.param("feed"))
+        axis = self.shape(fed.args[0], n.id).axes[-1]
+        ctx = self.cm.shapes[att]
+        if ctx.axes != (axis,):
+            self.err(fed.loc, f"`feed = {att}` reads the previous step's context, one vector per "
+                     f"step of `{axis}`, but the context of `{att}` is {ctx}",
+                     f"a context that does not change with the steps is an input: "
+                     f"`{fed.fn}(concat(x, {att}), …)`" if axis not in ctx.axes else
+                     "feed a module whose query is the decoder state, one per step")
+            return
+        region = (nx.descendants(g, n.id) & nx.ancestors(g, att)) | {n.id, att}
+        where = (f"the steps of decoder `{n.id}`, but it runs inside that decoder's "
+                 f"step-by-step loop (`feed = {att}`), where only the current step exists")
+        for node_id in self.cm.order:
+            if node_id not in region:
+                continue
+            x = self.cm.model.node(node_id)
+            if isinstance(x, ir.Attention):
+                k = self.shape(x.keys, node_id)
+                if k.axes[-1] == axis:
+                    self.err(x.keys.loc, f"attention `{x.name}` attends over `{axis}`, {where}",
+                             "attention inside a recurrence (LSTMN-style intra-attention) is "
+                             "not supported yet: attend over another input's features, or drop "
+                             "`feed` and attend over the decoder's outputs once it has run "
+                             "(`mask = causal`)")
+                    return
+                q = self.shape(x.query, node_id) if x.query is not None else None
+                if x.affinity and x.score.fn in ("additive", "max_pool") and q is not None \
+                        and q.axes[-1:] == (axis,):
+                    self.err(x.loc, f"attention `{x.name}` sums its affinity over the query's "
+                             f"positions (eq. 14-16), `{axis}`, {where}",
+                             "use `score = affinity` (one context per query position)")
+                    return
+                exprs = [e for e in (x.query, x.keys, x.values) if e is not None]
+            else:
+                exprs = [x.expr]
+            for e in exprs:
+                if self.feed_loop_op(e, node_id, fed, axis, where):
+                    return
+        fa = self.cm.model.node(att)
+        inside = [r for r in ir.refs(fa.values) if r in region]
+        if inside:  # codegen sizes the fed context from the values before the loop
+            self.err(fa.values.loc, f"the values of `{fa.name}` are built from decoder "
+                     f"`{n.id}` (through `{inside[0]}`), which reads their context a step later "
+                     f"(`feed = {att}`)", "attention inside a recurrence is not supported yet: "
+                     "attend over features computed without the decoder")
+
+    def feed_loop_op(self, e: ir.Expr, node_id: str, fed: ir.Op, axis: str, where: str) -> bool:
+        """Report the first op of ``e`` (outside the fed op's input, which runs before the
+        loop) that needs other steps of ``axis`` than the current one."""
+        if isinstance(e, ir.Ref) or e is fed:
+            return False
+        a = [self.shape(x, node_id) for x in e.args]
+        what = None
+        if e.fn in self.STEP_MIXING and a[0].axes[-1:] == (axis,):
+            what = self.STEP_MIXING[e.fn]
+        elif e.fn == "flatten" and axis in a[0].axes[-2:]:
+            what = "merges axes"
+        elif e.fn == "resize" and any(axis in s.axes for s in a):
+            what = "resizes positions"
+        elif e.fn == "affinity" and a[1].axes[-1:] == (axis,):
+            what = "relates positions"
+        if what is not None:
+            self.err(e.loc, f"`{e.fn}` {what} over `{axis}`, {where}",
+                     "compute it outside the loop: from the decoder's input, or from the "
+                     f"decoder's outputs in a node that `{fed.param('feed')}` does not read")
+            return True
+        return any(self.feed_loop_op(x, node_id, fed, axis, where) for x in e.args)
 
 
 def context_dim(n: ir.Attention, d_v: int) -> int:

@@ -395,7 +395,7 @@ class Lowerer:
                              "a variant extends a model defined above it: " + suggest(m.base, by_name)
                              if by_name else "define the base model first")
                     continue
-                body = self.merge(base.body, m.body)
+                body = self.merge(base.body, m.body, m.base)
             merged = ast.Model(m.pos, m.name, m.base, m.base_pos, body)
             by_name[m.name] = merged
             lowered = self.model(merged)
@@ -454,9 +454,28 @@ class Lowerer:
             return s.name
         return None
 
-    def merge(self, base: tuple, override: tuple) -> tuple:
-        """A variant's statements replace the base's statements of the same name."""
+    def merge(self, base: tuple, override: tuple, base_name: str = "") -> tuple:
+        """A variant's statements replace the base's statements of the same name; an
+        ``update NAME`` replaces the base's one top-level ``update NAME`` in its place (with
+        none or several there, where it would go is ambiguous: an error)."""
         over = {self.stmt_key(s): s for s in override if self.stmt_key(s) is not None}
+        over_updates: dict[str, ast.Feature] = {}
+        for s in override:
+            if isinstance(s, ast.Feature) and s.role == "update":
+                n = sum(isinstance(b, ast.Feature) and b.role == "update" and b.name == s.name
+                        for b in base)
+                if s.name in over_updates:
+                    self.err(s.pos, f"`update {s.name}` appears twice in this variant",
+                             f"a variant's `update {s.name}` replaces the base's; name the extra "
+                             f"versions instead (`feature {s.name}2 = …`)")
+                elif n != 1:
+                    where = "no" if n == 0 else f"{n}"
+                    self.err(s.pos, f"`update {s.name}` in a variant replaces the base's "
+                             f"`update {s.name}`, but `{base_name}` has {where} top-level "
+                             f"`update {s.name}`", "updates are ordered, so where a new one "
+                             "would go is ambiguous: define the model in full, or name the new "
+                             f"version (`feature {s.name}2 = …`) and read it where it is used")
+                over_updates[s.name] = s
         used: set[str] = set()
         out = []
         for s in base:
@@ -464,11 +483,15 @@ class Lowerer:
             if k is not None and k in over:
                 out.append(over[k])
                 used.add(k)
+            elif isinstance(s, ast.Feature) and s.role == "update" and s.name in over_updates:
+                out.append(over_updates[s.name])
             else:
                 out.append(s)
         lets = []
         for s in override:
             k = self.stmt_key(s)
+            if isinstance(s, ast.Feature) and s.role == "update":
+                continue  # in the base's update's place, or refused above
             if k is None or k not in used:
                 # New constants go first so replaced statements can use them.
                 (lets if isinstance(s, ast.Let) else out).append(s)

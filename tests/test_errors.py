@@ -109,6 +109,17 @@ class Case:
         return self.text if isinstance(self.text, bytes) else self.text.encode("utf-8")
 
 
+# A decoder (lines 2-3) for the cases of attention inside a recurrence.
+DEC = "model m {\n    input t: tokens[T] (vocab = 100, autoregressive)\n"
+IN_LOOP = ("the steps of decoder `{}`, but it runs inside that decoder's step-by-step loop "
+           "(`feed = {}`), where only the current step exists")
+INTRA_HINT = ("attention inside a recurrence (LSTMN-style intra-attention) is not supported yet: "
+              "attend over another input's features, or drop `feed` and attend over the "
+              "decoder's outputs once it has run (`mask = causal`)")
+VARIANT_UPDATE_HINT = ("updates are ordered, so where a new one would go is ambiguous: define "
+                       "the model in full, or name the new version (`feature x2 = …`) and read "
+                       "it where it is used")
+
 CASES: list[Case] = [
     # ---- syntax: missing `=` ---------------------------------------------------------
     Case("missing_eq_let", top("let d 512"), 2, 7, "expected `=` after the name; found `512`",
@@ -372,6 +383,48 @@ CASES: list[Case] = [
     Case("attention_without_score", spec(attn("query = project(x)  keys = x")), BODY, 15,
          "attention `b` has no score function",
          "add e.g. `score = additive(d_w = 256)` or `score = scaled_multiplicative` (Table II)"),
+    # ---- attention inside a recurrence (issue 14) and `update` in variants ---------------
+    Case("intra_attention_in_recurrence", PAPER + DEC +
+         "    query h = lstm(embed(t, 64), 64, feed = a)\n"
+         "    attention a { query = h  features = h  score = additive(d_w = 64) }\n"
+         "    output y = classify(concat(h, a), 100)\n}\n",
+         5, 41, f"attention `a` attends over `T`, {IN_LOOP.format('h', 'a')}", INTRA_HINT),
+    Case("attention_over_decoder_inputs_in_recurrence", PAPER + DEC +
+         "    feature e = embed(t, 64)\n    query h = gru(e, 64, feed = a)\n"
+         "    attention a { query = h  features = e  score = multiplicative  mask = causal }\n}\n",
+         6, 41, f"attention `a` attends over `T`, {IN_LOOP.format('h', 'a')}", INTRA_HINT),
+    Case("self_attention_before_fed_attention", PAPER + DEC +
+         "    input src: sequence[S, 64]\n    query h = gru(embed(t, 64), 64, feed = a)\n"
+         "    attention s { query = h  features = h  score = multiplicative  mask = causal }\n"
+         "    attention a { query = s  features = src  score = multiplicative }\n}\n",
+         6, 41, f"attention `s` attends over `T`, {IN_LOOP.format('h', 'a')}", INTRA_HINT),
+    Case("pool_in_recurrence", PAPER + DEC +
+         "    input src: sequence[S, 64]\n    query h = gru(embed(t, 64), 64, feed = a)\n"
+         "    attention a { query = concat(h, mean(h))  features = src  "
+         "score = additive(d_w = 64) }\n}\n",
+         6, 37, f"`mean` pools over `T`, {IN_LOOP.format('h', 'a')}",
+         "compute it outside the loop: from the decoder's input, or from the decoder's outputs "
+         "in a node that `a` does not read"),
+    Case("feed_context_not_per_step", PAPER + DEC +
+         "    input src: sequence[S, 64]\n    query h = gru(embed(t, 64), 64, feed = a)\n"
+         "    attention a { query = learned(64)  features = src  score = multiplicative }\n}\n",
+         5, 15, "`feed = a` reads the previous step's context, one vector per step of `T`, but "
+         "the context of `a` is (64)",
+         "a context that does not change with the steps is an input: `gru(concat(x, a), …)`"),
+    Case("variant_update_without_base_update", PAPER + MODEL +
+         "model n : m {\n    update x = norm(x + a)\n}\n",
+         8, 12, "`update x` in a variant replaces the base's `update x`, but `m` has no top-level "
+         "`update x`", VARIANT_UPDATE_HINT),
+    Case("variant_update_ambiguous", PAPER + HEAD + ATT + "    update x = norm(x + a)\n"
+         + ATT.replace("attention a", "attention b") + "    update x = norm(x + b)\n}\n"
+         "model n : m {\n    update x = relu(x + a)\n}\n",
+         11, 12, "`update x` in a variant replaces the base's `update x`, but `m` has 2 "
+         "top-level `update x`", VARIANT_UPDATE_HINT),
+    Case("variant_update_twice", PAPER + HEAD + ATT + "    update x = norm(x + a)\n}\n"
+         "model n : m {\n    update x = relu(x + a)\n    update x = tanh(x + a)\n}\n",
+         10, 12, "`update x` appears twice in this variant",
+         "a variant's `update x` replaces the base's; name the extra versions instead "
+         "(`feature x2 = …`)"),
     # ---- whole-spec mistakes -----------------------------------------------------------
     Case("no_paper_block", MODEL, 1, 1, "the spec has no `paper` block",
          'start with `paper bahdanau2015 { cite = "Bahdanau et al."  year = 2015 }`'),
@@ -546,8 +599,11 @@ SNAPSHOTS = [
     "causal_cross_attention",
     "no_paper_block",
     "invalid_utf8",
+    "intra_attention_in_recurrence",
+    "pool_in_recurrence",
+    "variant_update_ambiguous",
 ]
-assert len(SNAPSHOTS) == 12 and all(BY_ID[s].xfail is None for s in SNAPSHOTS)
+assert len(SNAPSHOTS) == 15 and all(BY_ID[s].xfail is None for s in SNAPSHOTS)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
