@@ -239,7 +239,7 @@ class Model(nn.Module):
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.h_bigru = nn.GRU(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.s_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
-        # input feeding: [x_t; c_(t-1)]
+        # input feeding: [x_t; att_(t-1)]
         self.s_gru_cells = nn.ModuleList(
             nn.GRUCell(cfg.d_emb + 2 * cfg.hidden if i == 0 else cfg.hidden, cfg.hidden)
             for i in range(1)
@@ -262,9 +262,10 @@ class Model(nn.Module):
         attn = {}  # module -> its weights, when return_attention
         h = rnn(self.h_bigru, self.h_embed(src), src_mask)  # (B, S, 2 * hidden): feature `h`
         s_in = self.s_embed(tgt)  # (B, T, d_emb): the decoder's inputs, all steps
-        s_state = None
+        s_state = None  # no initial state: every layer starts at zero
+        # (B, 2 * hidden): `att` before the first step: zeros
+        att_prev = s_in.new_zeros(B, 2 * cfg.hidden)
         steps = {}  # node -> its value at every step
-        att_prev = s_in.new_zeros(B, 2 * cfg.hidden)  # (B, d_v): no context before the first step
         for t in range(s_in.shape[1]):  # one decoder step per position of T
             # (B, hidden)
             s_h, s_state = cell_step(
@@ -273,7 +274,7 @@ class Model(nn.Module):
             s_t = s_h.unsqueeze(1)  # (B, 1, hidden): query `s`, one step
             # attention `att`: additive score, global alignment
             att_t, att_a, _ = self.att(s_t, h, h, src_mask)  # (B, 1, 2 * hidden)
-            att_prev = att_t.squeeze(1)  # fed to the next step
+            att_prev = att_t.squeeze(1)  # `att` read at the next step
             steps.setdefault('s', []).append(s_t)
             steps.setdefault('att', []).append(att_t)
             if return_attention:

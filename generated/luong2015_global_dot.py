@@ -176,7 +176,7 @@ class Model(nn.Module):
         self.h_embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.h_lstm = nn.LSTM(cfg.hidden, cfg.hidden, num_layers=cfg.layers, batch_first=True)
         self.ht_embed = nn.Embedding(cfg.vocab, cfg.hidden)
-        # input feeding: [x_t; c_(t-1)]
+        # input feeding: [x_t; att_(t-1)]
         self.ht_lstm_cells = nn.ModuleList(
             nn.LSTMCell(cfg.hidden + cfg.hidden if i == 0 else cfg.hidden, cfg.hidden)
             for i in range(cfg.layers)
@@ -197,9 +197,9 @@ class Model(nn.Module):
         attn = {}  # module -> its weights, when return_attention
         h = rnn(self.h_lstm, self.h_embed(src), src_mask)  # (B, S, hidden): feature `h`
         ht_in = self.ht_embed(tgt)  # (B, T, hidden): the decoder's inputs, all steps
-        ht_state = None
+        ht_state = None  # no initial state: every layer starts at zero
+        att_prev = ht_in.new_zeros(B, cfg.hidden)  # (B, hidden): `att` before the first step: zeros
         steps = {}  # node -> its value at every step
-        att_prev = ht_in.new_zeros(B, cfg.hidden)  # (B, d_v): no context before the first step
         for t in range(ht_in.shape[1]):  # one decoder step per position of T
             # (B, hidden)
             ht_h, ht_state = cell_step(
@@ -209,7 +209,7 @@ class Model(nn.Module):
             # attention `att`: multiplicative score, global alignment
             # (B, 1, hidden)
             att_t, att_a, _ = self.att(ht_t, h, h, src_mask, need_weights=return_attention)
-            att_prev = att_t.squeeze(1)  # fed to the next step
+            att_prev = att_t.squeeze(1)  # `att` read at the next step
             steps.setdefault('ht', []).append(ht_t)
             steps.setdefault('att', []).append(att_t)
             if return_attention:

@@ -220,7 +220,7 @@ class Model(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
-        # input feeding: [x_t; c_(t-1)]
+        # input feeding: [x_t; att_(t-1)]
         self.h_lstm_cells = nn.ModuleList(
             nn.LSTMCell(cfg.d_emb + 512 if i == 0 else cfg.hidden, cfg.hidden) for i in range(1)
         )
@@ -240,9 +240,9 @@ class Model(nn.Module):
         attn = {}  # module -> its weights, when return_attention
         a = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
         h_in = self.h_embed(caption)  # (B, T, d_emb): the decoder's inputs, all steps
-        h_state = None
+        h_state = None  # no initial state: every layer starts at zero
+        att_prev = h_in.new_zeros(B, 512)  # (B, 512): `att` before the first step: zeros
         steps = {}  # node -> its value at every step
-        att_prev = h_in.new_zeros(B, 512)  # (B, d_v): no context before the first step
         for t in range(h_in.shape[1]):  # one decoder step per position of T
             # (B, hidden)
             h_h, h_state = cell_step(
@@ -251,7 +251,7 @@ class Model(nn.Module):
             h_t = h_h.unsqueeze(1)  # (B, 1, hidden): query `h`, one step
             # attention `att`: additive score, global alignment
             att_t, att_a, _ = self.att(h_t, a, a, None)  # (B, 1, 512)
-            att_prev = att_t.squeeze(1)  # fed to the next step
+            att_prev = att_t.squeeze(1)  # `att` read at the next step
             steps.setdefault('h', []).append(h_t)
             steps.setdefault('att', []).append(att_t)
             if return_attention:
