@@ -193,22 +193,18 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Run a batch-first RNN over the second-to-last axis of x (leading axes are groups);
-    with a mask, padded steps are packed away so they never reach the state."""
-    lead = x.shape[:-2]
-    x = x.reshape(-1, x.shape[-2], x.shape[-1])  # (N, L, d)
+def rnn_final(layer: nn.RNNBase, x: torch.Tensor,
+              mask: torch.Tensor | None = None) -> tuple[torch.Tensor, object]:
+    """Run a batch-first RNN over x (B, L, d) and return its outputs (B, L, hidden) and its
+    final state, one per layer: h_n (layers, B, hidden), or (h_n, c_n) for an LSTM. With a
+    mask, padded steps are packed away: the final state is each sequence's last real step's."""
     if mask is None:
-        y = layer(x)[0]
-    else:
-        lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(
-            x, lengths, batch_first=True, enforce_sorted=False
-        )
-        y = nn.utils.rnn.pad_packed_sequence(
-            layer(packed)[0], batch_first=True, total_length=x.shape[1]
-        )[0]
-    return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
+        return layer(x)
+    lengths = mask.sum(-1).clamp_min(1).cpu()
+    packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    y, final = layer(packed)
+    y = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])[0]
+    return y, final
 
 
 class MultiplicativeLocalMonotonicAttention(nn.Module):
@@ -247,13 +243,11 @@ class MultiplicativeLocalMonotonicAttention(nn.Module):
             win = (dist.abs() <= self.window).unsqueeze(1)  # (N, 1, Lq, Lk): inside [p - D, p + D]
             # softmax in the window (eq. 27)
             a = masked_softmax(e, win if keep is None else keep & win, dim=3)
-            g = torch.exp(-dist ** 2 / (2 * self.sigma ** 2)).unsqueeze(1)  # (N, 1, Lq, Lk): eq. 29
-            a = a * g  # favour positions near p (not renormalised)
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
             # (N, H, Lq, d_v / H), reading only the keys in each window
-            c = local_band(q, k, v, key_mask, start, self.window, 1.0, self.sigma)
+            c = local_band(q, k, v, key_mask, start, self.window, 1.0, None)
         c = c.transpose(1, 2).reshape(N, Lq, -1)  # (N, Lq, H * d_v / H): heads side by side
         return c, a, extras
 
@@ -273,7 +267,7 @@ class Model(nn.Module):
         self.h_embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.h_lstm = nn.LSTM(cfg.hidden, cfg.hidden, num_layers=cfg.layers, batch_first=True)
         self.ht_embed = nn.Embedding(cfg.vocab, cfg.hidden)
-        # input feeding: [x_t; c_(t-1)]
+        # input feeding: [x_t; h_att_(t-1)]
         self.ht_lstm_cells = nn.ModuleList(
             nn.LSTMCell(cfg.hidden + cfg.hidden if i == 0 else cfg.hidden, cfg.hidden)
             for i in range(cfg.layers)
@@ -281,7 +275,7 @@ class Model(nn.Module):
         self.att = MultiplicativeLocalMonotonicAttention(
             d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, window=10
         )
-        self.h_att_linear = nn.Linear(cfg.hidden + cfg.hidden, cfg.hidden)
+        self.h_att_linear = nn.Linear(cfg.hidden + cfg.hidden, cfg.hidden, bias=False)
         self.logits_head = nn.Linear(cfg.hidden, cfg.vocab)
 
     def forward(
@@ -301,31 +295,32 @@ class Model(nn.Module):
         check_mask('tgt', tgt_mask, tgt.shape[:2])
         B = src.shape[0]
         attn = {}  # module -> its weights, when return_attention
-        h = rnn(self.h_lstm, self.h_embed(src), src_mask)  # (B, S, hidden): feature `h`
+        # (h_n, c_n): (layers, B, hidden), a decoder's initial state
+        h_seq, h_final = rnn_final(self.h_lstm, self.h_embed(src), src_mask)
+        h = h_seq  # (B, S, hidden): feature `h`
         ht_in = self.ht_embed(tgt)  # (B, T, hidden): the decoder's inputs, all steps
-        ht_state = None
+        ht_state = list(zip(*h_final))  # the decoder's initial state, one per layer
+        # (B, hidden): `h_att` before the first step: zeros
+        h_att_prev = ht_in.new_zeros(B, cfg.hidden)
         steps = {}  # node -> its value at every step
-        att_prev = ht_in.new_zeros(B, cfg.hidden)  # (B, d_v): no context before the first step
         for t in range(ht_in.shape[1]):  # one decoder step per position of T
             # (B, hidden)
             ht_h, ht_state = cell_step(
-                self.ht_lstm_cells, torch.cat([ht_in.select(1, t), att_prev], -1), ht_state
+                self.ht_lstm_cells, torch.cat([ht_in.select(1, t), h_att_prev], -1), ht_state
             )
             ht_t = ht_h.unsqueeze(1)  # (B, 1, hidden): query `ht`, one step
             # attention `att`: multiplicative score, local alignment
             # (B, 1, hidden)
             att_t, att_a, _ = self.att(ht_t, h, h, src_mask, start=t, need_weights=return_attention)
-            att_prev = att_t.squeeze(1)  # fed to the next step
-            steps.setdefault('ht', []).append(ht_t)
-            steps.setdefault('att', []).append(att_t)
+            # (B, 1, hidden): feature `h_att`, one step
+            h_att_t = torch.tanh(self.h_att_linear(torch.cat([att_t, ht_t], -1)))
+            h_att_prev = h_att_t.squeeze(1)  # `h_att` read at the next step
+            steps.setdefault('h_att', []).append(h_att_t)
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
-        ht = torch.cat(steps['ht'], 1)  # (B, T, hidden)
-        att = torch.cat(steps['att'], 1)  # (B, T, hidden)
+        h_att = torch.cat(steps['h_att'], 1)  # (B, T, hidden)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
-        # (B, T, hidden): feature `h_att`
-        h_att = torch.tanh(self.h_att_linear(torch.cat([att, ht], -1)))
         logits = self.logits_head(h_att)  # (B, T, vocab): output `logits`
         return Output(logits, attn)
 

@@ -242,12 +242,14 @@ class Model(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
+        self.h0_linear = nn.Linear(512, cfg.hidden)
+        self.c0_linear = nn.Linear(512, cfg.hidden)
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
-        # input feeding: [x_t; c_(t-1)]
+        self.att = AdditiveAttention(d_q=cfg.hidden, d_k=512, d_v=512, heads=1, d_w=cfg.d_w)
+        # [x_t; att_t]: `att` of this step
         self.h_lstm_cells = nn.ModuleList(
             nn.LSTMCell(cfg.d_emb + 512 if i == 0 else cfg.hidden, cfg.hidden) for i in range(1)
         )
-        self.att = AdditiveAttention(d_q=cfg.hidden, d_k=512, d_v=512, heads=1, d_w=cfg.d_w)
         self.logits_linear = nn.Linear(cfg.hidden + 512, cfg.d_emb)
         self.logits_head = nn.Linear(cfg.d_emb, cfg.vocab)
 
@@ -266,28 +268,30 @@ class Model(nn.Module):
             validate=validate
         )
         check_mask('caption', caption_mask, caption.shape[:2])
-        B = image.shape[0]
         attn = {}  # module -> its weights, when return_attention
         a = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
+        h0 = torch.tanh(self.h0_linear(a.mean(-2)))  # (B, hidden): feature `h0`
+        c0 = torch.tanh(self.c0_linear(a.mean(-2)))  # (B, hidden): feature `c0`
         h_in = self.h_embed(caption)  # (B, T, d_emb): the decoder's inputs, all steps
-        h_state = None
+        h_state = [(h0, c0)]  # the decoder's initial state, one per layer
+        h_prev = h0  # (B, hidden): `h` before the first step: its initial state
         steps = {}  # node -> its value at every step
-        att_prev = h_in.new_zeros(B, 512)  # (B, d_v): no context before the first step
         for t in range(h_in.shape[1]):  # one decoder step per position of T
+            # attention `att`: additive score, global alignment
+            att_q = h_prev.unsqueeze(1)  # (B, 1, hidden)
+            att_t, att_a, _ = self.att(att_q, a, a, None)  # (B, 1, 512)
             # (B, hidden)
             h_h, h_state = cell_step(
-                self.h_lstm_cells, torch.cat([h_in.select(1, t), att_prev], -1), h_state
+                self.h_lstm_cells, torch.cat([h_in.select(1, t), att_t.squeeze(1)], -1), h_state
             )
             h_t = h_h.unsqueeze(1)  # (B, 1, hidden): query `h`, one step
-            # attention `att`: additive score, global alignment
-            att_t, att_a, _ = self.att(h_t, a, a, None)  # (B, 1, 512)
-            att_prev = att_t.squeeze(1)  # fed to the next step
-            steps.setdefault('h', []).append(h_t)
+            h_prev = h_t.squeeze(1)  # `h` read at the next step
             steps.setdefault('att', []).append(att_t)
+            steps.setdefault('h', []).append(h_t)
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
-        h = torch.cat(steps['h'], 1)  # (B, T, hidden)
         att = torch.cat(steps['att'], 1)  # (B, T, 512)
+        h = torch.cat(steps['h'], 1)  # (B, T, hidden)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
         # (B, T, vocab): output `logits`

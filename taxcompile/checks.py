@@ -2,7 +2,7 @@
 
 - every reference names a node that exists (forward references are allowed, so
   a model is a dataflow graph, not a program);
-- the dataflow has no cycle (``feed =`` is the one delayed edge, read a step later);
+- the dataflow has no cycle (a decoder's ``feed =`` and ``prev(…)`` may read a step later);
 - shape inference: every tensor's axes and feature size are known;
 - each mechanism's requirements (Table II, eq. 12-45), e.g. multiplicative scores
   need d_q = d_k.
@@ -51,6 +51,13 @@ class CheckedModel:
     # an axis resampled by a grid operator -> (its input axis, numerator, denominator):
     # "H/2" -> ("H", 1, 2); its length is the input axis's times num / den
     scaled: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    # (fed node, decoder) pairs whose `feed` reads the fed node's value of the same step:
+    # it is computed before the decoder in each step (from `prev(decoder)`), e.g.
+    # Bahdanau's s_i = f(s_(i-1), y_(i-1), c_i). Other `feed` edges read the previous step.
+    feed_now: frozenset = frozenset()
+    # decoder node -> the nodes computed in each of its steps (its strongly connected
+    # component through `feed` and `prev` edges)
+    steps: dict = field(default_factory=dict)
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -68,27 +75,60 @@ class CheckedSpec:
     models: list[CheckedModel] = field(default_factory=list)
 
 
-def deps(n: ir.AnyNode, delayed: bool = False) -> list[str]:
-    """Node ids ``n`` reads; with ``delayed`` only the ``feed`` edges."""
+def links(n: ir.AnyNode) -> list[tuple[str, str]]:
+    """(node id, how) for everything ``n`` reads: ``read`` (in the same step), ``prev``
+    (inside ``prev(…)``: the previous decoder step), ``feed`` (a decoder's fed node: the
+    previous step's value when it depends on the decoder, else this step's) and ``init``
+    (a decoder's initial state)."""
     exprs: list[ir.Expr] = []
     if isinstance(n, ir.Node):
         exprs = [n.expr]
     elif isinstance(n, ir.Attention):
         exprs = [e for e in (n.query, n.keys, n.values) if e is not None]
-    out: list[str] = []
-    feeds: list[str] = []
-    stack = list(exprs)
-    while stack:
-        e = stack.pop(0)
-        if isinstance(e, ir.Ref):
-            out.append(e.node)
-        else:
-            if e.param("feed"):
-                feeds.append(str(e.param("feed")))
-            stack.extend(e.args)
+    out = expr_links(*exprs)
     if isinstance(n, ir.Attention) and n.affinity:
-        out.append(n.affinity)
-    return feeds if delayed else out
+        out.append((n.affinity, "read"))
+    return out
+
+
+def expr_links(*exprs: ir.Expr) -> list[tuple[str, str]]:
+    """``links`` of expressions."""
+    out: list[tuple[str, str]] = []
+    stack = [(e, "read") for e in exprs]
+    while stack:
+        e, how = stack.pop(0)
+        if isinstance(e, ir.Ref):
+            out.append((e.node, how))
+        else:
+            for key in ("feed", "init", "init_c"):
+                if e.param(key):
+                    out.append((str(e.param(key)), "feed" if key == "feed" else "init"))
+            stack.extend((a, "prev" if e.fn == "prev" else how) for a in e.args)
+    return out
+
+
+def deps(n: ir.AnyNode, delayed: bool = False) -> list[str]:
+    """Node ids ``n`` reads within a step (its inputs, a decoder's initial state); with
+    ``delayed`` the decoder links that may cross steps: ``feed`` and ``prev(…)``."""
+    kinds = ("feed", "prev") if delayed else ("read", "init")
+    return [r for r, how in links(n) if how in kinds]
+
+
+def feeds(n: ir.AnyNode) -> list[str]:
+    """The nodes ``n``'s decoder reads through ``feed =``."""
+    return [r for r, how in links(n) if how == "feed"]
+
+
+def decoder_ops(n: ir.AnyNode) -> list[ir.Op]:
+    """The recurrent decoders (``lstm``/``gru`` with ``feed``) in ``n``'s expression."""
+    out, stack = [], [n.expr] if isinstance(n, ir.Node) else []
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ir.Op):
+            if e.param("feed"):
+                out.append(e)
+            stack.extend(e.args)
+    return out
 
 
 class Checker:
@@ -122,21 +162,36 @@ class Checker:
                     self.err(n.loc, f"`{d}` is referenced but not defined")
                     continue
                 g.add_edge(d, n.id)
-            if len(deps(n, delayed=True)) > 1:
-                self.err(n.loc, f"`{n.id}` has {len(deps(n, delayed=True))} recurrent models with "
+            if len(feeds(n)) > 1:
+                self.err(n.loc, f"`{n.id}` has {len(feeds(n))} recurrent models with "
                          "`feed`; a statement runs one decoder step by step",
                          "give each decoder its own statement")
-            for d in deps(n, delayed=True):
-                if d not in ids or not isinstance(ids[d], ir.Attention):
-                    self.err(n.loc, f"`feed = {d}` must name an attention module",
-                             "a recurrent decoder reads the previous context of an attention module")
-                elif ids[d].heads > 1 and ids[d].heads_out != "project":
+            for d, how in links(n):
+                if how not in ("feed", "prev") or d not in ids:
+                    continue
+                if isinstance(ids[d], ir.Input) or (how == "feed" and isinstance(
+                        ids[d], ir.Node) and ids[d].kind_ == "affinity"):
+                    what = "an input" if isinstance(ids[d], ir.Input) else "an affinity matrix"
+                    self.err(n.loc, f"`{d}` is {what}, not a node of the decoder step, so "
+                             f"{'`feed`' if how == 'feed' else '`prev`'} cannot read it",
+                             "`feed` and `prev(…)` name nodes computed in each step of a "
+                             "decoder, e.g. `feed = att`, `query = prev(s)`")
+                if how == "feed" and isinstance(ids[d], ir.Attention) and ids[d].heads > 1 \
+                        and ids[d].heads_out != "project":
                     self.err(n.loc, f"`feed = {d}`: a decoder reads a context as wide as the "
                              f"values, and `{d}` has `heads_out = {ids[d].heads_out}`",
                              "use the default `heads_out = project` (W_O, eq. 40) on a module "
                              "a decoder reads")
         if len(self.c.diagnostics) > before:
             return None
+        # A `feed` reads the fed node's previous value when the node depends on the decoder
+        # within the step (input feeding), else its value of this step, computed first.
+        now = set()
+        for n in m.nodes:
+            for d in feeds(n):
+                if d in ids and not nx.has_path(g, n.id, d):
+                    now.add((d, n.id))
+                    g.add_edge(d, n.id)
         try:
             cycle = nx.find_cycle(g)
         except nx.NetworkXNoCycle:
@@ -149,16 +204,17 @@ class Checker:
                      "uses `gru(x, 512, feed = ATTENTION)`")
             return None
         rank = {n.id: f"{i:06d}" for i, n in enumerate(m.nodes)}
-        # A decoder with `feed = ATT` runs ATT inside its loop, so what ATT reads from
-        # outside the loop (not built from the decoder) comes before the decoder.
-        og = g.copy()
+        order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
+        self.cm = CheckedModel(m, {}, {}, {}, {}, order, feed_now=frozenset(now))
+        full = g.copy()
         for n in m.nodes:
-            for att in deps(n, delayed=True):
-                for x in nx.ancestors(g, att) - nx.descendants(g, n.id) - {n.id}:
-                    og.add_edge(x, n.id)
-        og = og if nx.is_directed_acyclic_graph(og) else g
-        order = list(nx.lexicographical_topological_sort(og, key=rank.__getitem__))
-        self.cm = CheckedModel(m, {}, {}, {}, {}, order)
+            for d, how in links(n):
+                if how in ("prev", "feed") and d in ids:
+                    full.add_edge(d, n.id)
+        for comp in nx.strongly_connected_components(full):
+            for n in m.nodes:
+                if n.id in comp and decoder_ops(n):
+                    self.cm.steps[n.id] = set(comp)
         fixed_by: dict[str, ir.Input] = {}
         for n in m.inputs:
             for a, s in zip(n.axes, n.sizes):
@@ -172,9 +228,23 @@ class Checker:
                 else:
                     self.cm.sizes.setdefault(a, None)
                 self.cm.axis_origin.setdefault(a, n.id)
-        for node_id in order:
+        # shapes follow what each node reads, `prev(…)` included (a decoder's fed node
+        # and initial state do not change its shape)
+        gs = nx.DiGraph()
+        gs.add_nodes_from(order)
+        gs.add_edges_from((d, n.id) for n in m.nodes for d, how in links(n)
+                          if how in ("read", "prev") and d in ids)
+        try:
+            shape_order = list(nx.lexicographical_topological_sort(gs, key=rank.__getitem__))
+        except nx.NetworkXUnfeasible:
+            a, b = nx.find_cycle(gs)[0]
+            self.err(ids[b].loc, f"`{b}` reads itself through `prev(…)`: a node of a decoder "
+                     "step cannot be computed from its own previous value",
+                     "the decoder's recurrence is its RNN: read `prev(s)` of the decoder `s`")
+            return None
+        for node_id in shape_order:
             n = ids[node_id]
-            if any(d not in self.cm.shapes for d in deps(n)):
+            if any(d not in self.cm.shapes for d, how in links(n) if how in ("read", "prev")):
                 continue  # an upstream error was reported
             if isinstance(n, ir.Input):
                 self.cm.shapes[n.id] = Shape(n.axes, n.dim)
@@ -187,14 +257,15 @@ class Checker:
                 if s is not None:
                     self.cm.shapes[n.id] = s
         for n in m.nodes:
-            if deps(n, delayed=True):
+            if decoder_ops(n):
                 self.check_feed(n)
+            self.check_prev(n)
         # (every shape known: the diagnostics may not grow in a variant whose base
         # already reported the same error)
         if len(self.c.diagnostics) == before and all(x.id in self.cm.shapes for x in m.nodes):
             for n in m.nodes:
-                if deps(n, delayed=True):
-                    self.check_feed_loop(n, g)
+                if decoder_ops(n):
+                    self.check_feed_loop(n)
         if len(self.c.diagnostics) > before:
             return None
         return self.cm
@@ -255,6 +326,28 @@ class Checker:
             return None
         return Shape(a[0].axes, 2 * int(e.param("hidden")))
 
+
+    @ops.shape_rule("prev")
+    def shape_prev(self, e, a, nid):
+        return a[0]
+
+    @ops.shape_rule("first")
+    def shape_first(self, e, a, nid):
+        if not self._seq(e, a[0], "takes the first position of a sequence"):
+            return None
+        return Shape(a[0].axes[:-1], a[0].dim)
+
+    @ops.shape_rule("backward")
+    def shape_backward(self, e, a, nid):
+        x = e.args[0]
+        while isinstance(x, ir.Ref) and isinstance(self.cm.model.node(x.node), ir.Node):
+            x = self.cm.model.node(x.node).expr
+        if not (isinstance(x, ir.Op) and x.fn in ("bilstm", "bigru")):
+            self.err(e.loc, f"`backward` takes the backward direction of a bidirectional "
+                     f"RNN, but `{_name(e.args[0])}` is not a `bilstm` or `bigru`",
+                     "e.g. `backward(h)` with `feature h = bigru(x, 1000)`")
+            return None
+        return Shape(a[0].axes, a[0].dim // 2)
 
     @ops.shape_rule("cnn")
     def shape_cnn(self, e, a, nid):
@@ -629,27 +722,138 @@ class Checker:
         return True
 
     def check_feed(self, n: ir.AnyNode) -> None:
-        """A recurrent model reading a previous context runs over an autoregressive axis."""
-        if not isinstance(n, ir.Node):
+        """A recurrent decoder runs over an autoregressive axis, reads a node of its own
+        step, and starts from a state of its width."""
+        for e in decoder_ops(n):
+            if e.fn not in ("lstm", "gru") or not e.args:
+                continue
+            s = self.cm.shapes.get(_base_ref(e.args[0]) or "")
+            axis = s.axes[-1] if s and s.axes else None
+            origin = self.cm.model.node(self.cm.axis_origin[axis]) if axis in \
+                self.cm.axis_origin else None
+            if s is not None and len(s.axes) != 1:
+                self.err(e.loc, "`feed` runs a decoder step by step over one sequence; "
+                         f"its input has axes {s}", "feed a decoder over a "
+                         "`tokens[T]` or `sequence[T, d]` input")
+                continue
+            if not (isinstance(origin, ir.Input) and origin.autoregressive):
+                self.err(e.loc, "`feed` makes a decoder read its previous context, so the "
+                         "recurrent model must run over an autoregressive input",
+                         "declare the target input with `(…, autoregressive)`")
+                continue
+            if e is not n.expr:
+                self.err(e.loc, "a decoder with `feed` is a statement of its own",
+                         f"write `{n.kind_} {n.name} = {e.fn}(…, feed = {e.param('feed')})` and "
+                         f"build on `{n.name}` in other statements")
+                continue
+            fed = str(e.param("feed"))
+            step = self.cm.steps.get(n.id, set())
+            if fed not in step or fed == n.id:
+                self.err(e.loc, f"`feed = {fed}`: `{fed}` is not computed in the steps of the "
+                         f"decoder `{n.name}`: it does not depend on `{n.name}`",
+                         f"feed a node computed from `{n.name}` in each step (an attention "
+                         f"queried by `{n.name}`, Luong's h̃), or query the attention with "
+                         f"`prev({n.name})` and feed its context (Bahdanau's c_i)")
+                continue
+            fs = self.cm.shapes.get(fed)
+            if fs is not None and fs.axes != s.axes:
+                self.err(e.loc, f"`feed = {fed}`: the decoder reads one vector of `{fed}` per "
+                         f"step, but it has shape {fs}", "feed a node with one vector per "
+                         f"position of `{axis}`")
+            self.check_init(n, e, s)
+
+    def check_init(self, n: ir.Node, e: ir.Op, x: Shape) -> None:
+        """``init``: a vector per example of the decoder's width (h_0; ``init_c`` c_0), or an
+        encoder LSTM/GRU whose final states start the decoder layer by layer."""
+        hidden, layers = int(e.param("hidden")), int(e.param("layers", 1))
+        init, init_c = e.param("init"), e.param("init_c")
+        step = self.cm.steps.get(n.id, set())
+        for key, ref in (("init", init), ("init_c", init_c)):
+            if ref is not None and str(ref) in step:
+                self.err(e.loc, f"`{key} = {ref}` is computed in the decoder's steps; the "
+                         "initial state comes before the first step",
+                         "start from the encoder, e.g. `init = s0` with "
+                         "`feature s0 = linear(first(backward(h)), …)`")
+                return
+        if init_c is not None and (e.fn != "lstm" or init is None):
+            self.err(e.loc, "`init_c` gives an LSTM's initial memory c_0 beside `init` (h_0)"
+                     if e.fn == "lstm" else "`init_c` gives an LSTM's memory c_0; a GRU has "
+                     "only the state `init` sets", "give `init = H0, init_c = C0`"
+                     if e.fn == "lstm" else "drop `init_c`")
             return
-        stack = [n.expr]
+        if init is None:
+            return
+        src = self.cm.model.node(str(init))
+        enc = src.expr if isinstance(src, ir.Node) and isinstance(src.expr, ir.Op) and \
+            src.expr.fn in ("lstm", "gru", "bilstm", "bigru") else None
+        if enc is not None:
+            want = f"{e.fn}(…, {hidden}, layers = {layers})"
+            if enc.fn != e.fn or enc.param("feed") or int(enc.param("hidden")) != hidden or \
+                    int(enc.param("layers", 1)) != layers:
+                self.err(e.loc, f"`init = {init}` starts the decoder from the final states of "
+                         f"`{init}`, layer by layer, so `{init}` must be `{want}` too",
+                         "or give one vector per example, e.g. `init = s0` with `feature s0 = "
+                         f"linear(first(backward(h)), {hidden}, act = tanh)`" if layers == 1
+                         else f"give the encoder the decoder's kind, size and layers: {want}")
+                return
+            es = self.cm.shapes.get(str(init))
+            if es is not None and len(es.axes) != 1:
+                self.err(e.loc, f"`init = {init}`: the final states of `{init}` {es} are one "
+                         "per group, not one per example", "start from an encoder over one "
+                         "sequence per example")
+                return
+            if init_c is not None:
+                self.err(e.loc, f"`init = {init}` gives the encoder's final memory too",
+                         "drop `init_c`")
+            return
+        if layers != 1:
+            self.err(e.loc, f"`init = {init}` gives one state vector, but the decoder has "
+                     f"{layers} layers", "start a stacked decoder from an encoder with as many "
+                     f"layers (`init = ENCODER`), whose final states it takes layer by layer")
+            return
+        for key, ref in (("init", init), ("init_c", init_c)):
+            rs = self.cm.shapes.get(str(ref)) if ref is not None else None
+            if rs is not None and (rs.axes or rs.dim != hidden):
+                self.err(e.loc, f"`{key} = {ref}` has shape {rs}, but the decoder's initial "
+                         f"{'state' if key == 'init' else 'memory'} is one vector of "
+                         f"hidden = {hidden} per example", f"map it to the decoder's width, "
+                         f"e.g. `linear(first(…), {hidden}, act = tanh)`; pool a sequence "
+                         "with `mean(…)` or `first(…)`")
+                return
+
+    def check_prev(self, n: ir.AnyNode) -> None:
+        """``prev(x)`` reads x at the previous step of the decoder that computes both x and
+        the node reading it; ``init`` belongs to a decoder."""
+        stack = [e for e in ([n.expr] if isinstance(n, ir.Node) else
+                             [n.query, n.keys, n.values] if isinstance(n, ir.Attention) else [])
+                 if e is not None]
         while stack:
             e = stack.pop()
-            if isinstance(e, ir.Op):
-                stack.extend(e.args)
-                if e.param("feed") and e.fn in ("lstm", "gru") and e.args:
-                    s = self.cm.shapes.get(_base_ref(e.args[0]) or "")
-                    axis = s.axes[-1] if s and s.axes else None
-                    origin = self.cm.model.node(self.cm.axis_origin[axis]) if axis in \
-                        self.cm.axis_origin else None
-                    if s is not None and len(s.axes) != 1:
-                        self.err(e.loc, "`feed` runs a decoder step by step over one sequence; "
-                                 f"its input has axes {s}", "feed a decoder over a "
-                                 "`tokens[T]` or `sequence[T, d]` input")
-                    elif not (isinstance(origin, ir.Input) and origin.autoregressive):
-                        self.err(e.loc, "`feed` makes a decoder read its previous context, so the "
-                                 "recurrent model must run over an autoregressive input",
-                                 "declare the target input with `(…, autoregressive)`")
+            if not isinstance(e, ir.Op):
+                continue
+            stack.extend(e.args)
+            if (e.param("init") or e.param("init_c")) and not e.param("feed"):
+                self.err(e.loc, "`init` sets the initial state of a decoder, a recurrent "
+                         "model run step by step with `feed = …`", "an encoder starts from "
+                         "zeros; give the decoder `feed = ATTENTION` to run it step by step")
+            if e.fn != "prev" or not e.args or not isinstance(e.args[0], ir.Ref):
+                continue
+            x = e.args[0].node
+            homes = [d for d, step in self.cm.steps.items() if x in step]
+            if not homes:
+                self.err(e.loc, f"`prev({x})` reads `{x}` at the previous decoder step, but "
+                         f"`{x}` is not computed step by step by a decoder",
+                         "`prev` reads a node of a recurrent decoder's step "
+                         "(`gru(…, feed = …)`), e.g. Bahdanau's `query = prev(s)`")
+            elif n.id not in self.cm.steps[homes[0]]:
+                self.err(e.loc, f"`prev({x})` is read by `{n.id}`, which is not computed in "
+                         f"the steps of the decoder `{homes[0]}`: it does not feed it",
+                         f"use `prev({x})` where the decoder's step reads it, e.g. in the query "
+                         "of the attention whose context it is fed")
+            elif n.id in homes:
+                self.err(e.loc, f"the decoder `{n.id}` reads its inputs for all steps at once; "
+                         f"`prev({x})` cannot be one of them", f"give it to the decoder "
+                         "through `feed = NODE`")
 
     # What runs inside a decoder loop must act on one step at a time: the ops that mix the
     # positions of their input's last axis, and what they do (for messages).
@@ -657,7 +861,7 @@ class Checker:
                    "cnn": "convolves", "positional": "encodes positions", "mean": "pools",
                    "max": "pools", "sum": "pools"}
 
-    def check_feed_loop(self, n: ir.AnyNode, g: nx.DiGraph) -> None:
+    def check_feed_loop(self, n: ir.AnyNode) -> None:
         """``feed = ATT`` runs the recurrent model R one step at a time, and with it every
         node between R and ATT (codegen's decoder loop): there only the current step of R's
         axis exists. Refuse what would need the other steps: an attention over that axis
@@ -683,7 +887,7 @@ class Checker:
                      f"`{fed.fn}(concat(x, {att}), …)`" if axis not in ctx.axes else
                      "feed a module whose query is the decoder state, one per step")
             return
-        region = (nx.descendants(g, n.id) & nx.ancestors(g, att)) | {n.id, att}
+        region = self.cm.steps.get(n.id, {n.id, att})
         where = (f"the steps of decoder `{n.id}`, but it runs inside that decoder's "
                  f"step-by-step loop (`feed = {att}`), where only the current step exists")
         for node_id in self.cm.order:
@@ -713,7 +917,8 @@ class Checker:
                 if self.feed_loop_op(e, node_id, fed, axis, where):
                     return
         fa = self.cm.model.node(att)
-        inside = [r for r in ir.refs(fa.values) if r in region]
+        inside = [r for r in ir.refs(fa.values) if r in region] \
+            if isinstance(fa, ir.Attention) else []
         if inside:  # codegen sizes the fed context from the values before the loop
             self.err(fa.values.loc, f"the values of `{fa.name}` are built from decoder "
                      f"`{n.id}` (through `{inside[0]}`), which reads their context a step later "
@@ -783,4 +988,5 @@ def check(spec: ir.Spec, source: str | None = None) -> CheckedSpec:
     return Checker(spec, source).run()
 
 
-__all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "check", "deps", "SpecError"]
+__all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "check", "deps", "links",
+           "SpecError"]

@@ -40,7 +40,7 @@ STYLE = {  # fill colours after the survey's figures
 }
 ROLE = {"query": "q", "keys": "k", "values": "v", "keys+values": "k, v",
         "query+keys+values": "q, k, v", "query+keys": "q, k", "query+values": "q, v",
-        "affinity": "A", "input": "", "feed": "previous c"}
+        "affinity": "A", "input": "", "feed": "fed", "init": "initial state"}
 
 
 class DiagramError(Exception):
@@ -135,8 +135,8 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
     order = {p.name: i for i, p in enumerate(sig)}  # as the signature reads, not sorted
     parts = [expr_text(m, a, outside) for a in e.args]
     for key, value in sorted(e.params, key=lambda kv: order.get(kv[0], len(order))):
-        if key == "feed":
-            parts.append(f"feed = {_name(m, str(value))}")
+        if key in ("feed", "init", "init_c"):
+            parts.append(f"{key} = {_name(m, str(value))}")
         elif defaults.get(key) != value:
             parts.append(str(value) if key in ("d", "hidden", "d_ff", "classes", "factor")
                          else f"{key} = {_scalar(value)}")
@@ -309,7 +309,7 @@ class Drawer:
             self._emit(sub, self.clusters())
             seen: set[tuple[str, str]] = set()
             for n in self.m.nodes:
-                for src, role, delayed in graph_edges(n):
+                for src, role, delayed in graph_edges(n, self.cm.feed_now):
                     a, b = self.gid(src), self.gid(n.id)
                     if (a, b) in seen:
                         continue
@@ -320,7 +320,7 @@ class Drawer:
                     attrs = dict(label=text, fontsize="9")
                     if delayed:  # an external label: graphviz keeps it clear of the nodes
                         attrs.update(style="dashed", constraint="false", color="#666666",
-                                     label="", xlabel=tag)
+                                     label="", xlabel=f"{tag} (t−1)".strip())
                     elif self.carried(src, n.id):
                         attrs.update(style="dashed", label="next hop", constraint="false")
                     sub.edge(a, b, **attrs)

@@ -2,8 +2,10 @@
 
 Nodes are typed (``input``, ``feature``, ``query``, ``output``, ``affinity``,
 ``attention``) and keep their IR object under ``ir``; edges carry the role they
-play (``query``, ``keys``, ``values``, ``affinity``, ``input``, or ``feed`` for the
-one-step-delayed edge of a recurrent decoder) and the shape of the tensor."""
+play (``query``, ``keys``, ``values``, ``affinity``, ``input``; ``feed`` for the node a
+recurrent decoder reads in each step, ``init`` for its initial state), whether they are
+delayed (read at the previous decoder step: ``prev(x)``, input feeding) and the shape
+of the tensor."""
 
 from __future__ import annotations
 
@@ -12,23 +14,31 @@ import json
 import networkx as nx
 
 from . import ir
-from .checks import CheckedModel, deps
+from .checks import CheckedModel, expr_links, links
 
 
-def edges(n: ir.AnyNode) -> list[tuple[str, str, bool]]:
+def edges(n: ir.AnyNode, feed_now: frozenset = frozenset()) -> list[tuple[str, str, bool]]:
     """(source, role, delayed) for every edge into ``n``; a source feeding several roles
-    of an attention module gives one edge, e.g. ``keys+values``."""
+    of an attention module gives one edge, e.g. ``keys+values``. Delayed edges read the
+    previous decoder step: ``prev(x)``, and a ``feed`` unless ``(source, n)`` is in
+    ``feed_now`` (``CheckedModel.feed_now``: the fed node is computed first in the step)."""
     if isinstance(n, ir.Attention):
-        roles: dict[str, list[str]] = {}
+        roles: dict[tuple[str, bool], list[str]] = {}
         for role, e in (("query", n.query), ("keys", n.keys), ("values", n.values)):
-            for r in ir.refs(e) if e is not None else ():
-                if role not in roles.setdefault(r, []):
-                    roles[r].append(role)
+            for r, how in expr_links(e) if e is not None else ():
+                if how not in ("read", "prev"):
+                    continue
+                if role not in roles.setdefault((r, how == "prev"), []):
+                    roles[(r, how == "prev")].append(role)
         if n.affinity:
-            roles.setdefault(n.affinity, []).append("affinity")
-        return [(r, "+".join(v), False) for r, v in roles.items()]
-    out = [(r, "input", False) for r in dict.fromkeys(deps(n))]
-    return out + [(r, "feed", True) for r in dict.fromkeys(deps(n, delayed=True))]
+            roles.setdefault((n.affinity, False), []).append("affinity")
+        return [(r, "+".join(v), delayed) for (r, delayed), v in roles.items()]
+    out: dict[tuple[str, str, bool], None] = {}
+    for r, how in links(n):
+        role = {"read": "input", "prev": "input"}.get(how, how)
+        delayed = how == "prev" or (how == "feed" and (r, n.id) not in feed_now)
+        out[(r, role, delayed)] = None
+    return list(out)
 
 
 def build(cm: CheckedModel) -> nx.DiGraph:
@@ -48,13 +58,13 @@ def build(cm: CheckedModel) -> nx.DiGraph:
                          template=n.hop.template, shared=n.hop.shared)
         g.add_node(node_id, **attrs)
     for node_id in cm.order:
-        for src, role, delayed in edges(cm.model.node(node_id)):
+        for src, role, delayed in edges(cm.model.node(node_id), cm.feed_now):
             g.add_edge(src, node_id, role=role, shape=str(cm.shapes.get(src)), delayed=delayed)
     return g
 
 
 def dataflow(g: nx.DiGraph) -> nx.DiGraph:
-    """The graph without delayed (``feed``) edges: a DAG."""
+    """The graph without delayed edges (input feeding, ``prev``): a DAG."""
     return nx.subgraph_view(g, filter_edge=lambda a, b: not g.edges[a, b]["delayed"])
 
 

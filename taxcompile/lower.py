@@ -14,6 +14,18 @@ from .diagnostics import Collector, Location
 from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabulary)
 from .ops import ACTIVATIONS, act
 from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
+from .ops import NAMED  # parameters that name a node (`feed = att`, `init = s0`)
+
+NAMED_HINT = {
+    "feed": ("`feed` names the node of the decoder step that the recurrent model reads",
+             "an attention module (its context) or a node computed from it, e.g. "
+             "`feed = att` or Luong's `feed = h_att`"),
+    "init": ("`init` names the node that gives the decoder's initial state",
+             "declare it first, e.g. `feature s0 = linear(first(backward(h)), 1000, act = tanh)` "
+             "and `init = s0`; or name an encoder LSTM/GRU to start from its final states"),
+    "init_c": ("`init_c` names the node that gives the decoder LSTM's initial memory c_0",
+               "declare it first, e.g. `feature c0 = linear(mean(a), 512, act = tanh)`"),
+}
 
 MAX_HOPS = 64
 MAX_INT = 1 << 24
@@ -867,6 +879,7 @@ class Lowerer:
                         args.append(x)
                 positional = []
                 continue
+            kw = None
             if positional:
                 a = positional.pop(0)
             else:
@@ -881,7 +894,10 @@ class Lowerer:
                     continue
                 a = kw.value
             if p.type == "node":
-                if p.name == "feed":
+                if p.name in NAMED:
+                    if kw is None:  # given by position
+                        self.err(a.pos, f"give `{p.name}` by name: `{p.name} = NODE`")
+                        ok = False
                     continue  # resolved below: it may name a node defined later
                 x = self.expr(a, scope)
                 ok &= x is not None
@@ -908,16 +924,20 @@ class Lowerer:
                 self.err(k.pos, f"`{k.name}` is given twice")
                 ok = False
             seen.add(k.name)
-        feed = next((k for k in e.kwargs if k.name == "feed"), None)
-        if feed is not None:
-            if not isinstance(feed.value, ast.Ref):
-                self.err(feed.value.pos, "`feed` names an attention module whose previous "
-                         "context the recurrent model reads")
+        for k in e.kwargs:
+            if k.name not in NAMED or k.name not in names:
+                continue
+            if not isinstance(k.value, ast.Ref):
+                self.err(k.value.pos, NAMED_HINT[k.name][0], NAMED_HINT[k.name][1])
                 return None
-            fid = self.resolve(feed.value, scope)
+            fid = self.resolve(k.value, scope)
             if fid is None:
                 return None
-            params["feed"] = fid
+            params[k.name] = fid
+        if e.fn == "prev" and args and not isinstance(args[0], ir.Ref):
+            self.err(e.args[0].pos, "`prev` takes a name: the node of the decoder step whose "
+                     "value at the previous step it reads", "e.g. `query = prev(s)` (s_(t-1))")
+            return None
         if not ok:
             return None
         return ir.Op(fn=e.fn, args=tuple(args), params=tuple(sorted(params.items())),

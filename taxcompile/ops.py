@@ -84,6 +84,12 @@ def _op(name: str, *params: P, label: str | None = None, infix: bool = False) ->
 
 
 _RNN = (node(), pint("hidden"), pint("layers", False, 1))
+# A recurrent decoder (run step by step): the node of the step it reads (`feed`), and the
+# node(s) its initial state comes from (`init` = h_0, or an encoder RNN's final states;
+# `init_c` = an LSTM's c_0). They name nodes (lower stores the node id, not an argument).
+_DECODER = (P("feed", "node", False), P("init", "node", False), P("init_c", "node", False))
+# Parameters that name a node rather than compute an argument of the operator.
+NAMED = ("feed", "init", "init_c")
 
 # The feature, query and output models the language offers (Fig. 1: feature model,
 # query model, output model), with their parameters.
@@ -91,8 +97,8 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("embed", node("tokens"), pint("d")),
     _op("linear", node(), pint("d"), act("none", ACTS), P("bias", "bool", False, True)),
     _op("project", node(), pint("d", False)),
-    _op("lstm", *_RNN, P("feed", "node", False)),
-    _op("gru", *_RNN, P("feed", "node", False)),
+    _op("lstm", *_RNN, *_DECODER),
+    _op("gru", *_RNN, *_DECODER),
     _op("bilstm", *_RNN),
     _op("bigru", *_RNN),
     _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS)),
@@ -128,6 +134,11 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
         enum("form", ("bilinear", "trilinear", "dot", "scaled_dot"), "bilinear"),
         act("none")),
     _op("add", node("a"), node("b"), label="+", infix=True),
+    # Decoders (codegen/repeat.py): x at the previous decoder step (s_(t-1)), the first
+    # position of a sequence, the backward direction of a bidirectional RNN (Bahdanau's <-h).
+    _op("prev", node()),
+    _op("first", node()),
+    _op("backward", node()),
 )}
 
 # Operators written as calls, for lower's checks and its "did you mean" hints.

@@ -106,7 +106,7 @@ REFUSED = [  # (spec, what the first error says)
     (dict(x="e", extra="", q="concat(s, mean(e))", k="h"), "`mean` pools over `T`"),
     (dict(x="e", extra="", q="positional(s)", k="h"), "`positional` encodes positions over"),
     (dict(x="e", extra="", q="lstm(s, d)", k="h"), "`lstm` runs over `T`"),
-    (dict(x="e", extra="", q="learned(d)", k="h"), "the context of `att` is (8)"),
+    (dict(x="e", extra="", q="learned(d)", k="h"), "it does not depend on `s`"),
     (dict(x="e", extra="feature u = stack(s, e)", q="learned(d)", k="u"),
      "the values of `att` are built from decoder `s`"),
 ]

@@ -27,7 +27,7 @@ DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations
 # Values that say "nothing special here" (their rationale has no node to name).
 DEFAULT_VALUES = {"Singular", "Single-Level", "Single-Representational"}
 NODE_KINDS = {"input", "feature", "query", "output", "affinity", "attention"}
-EDGE_ROLES = {"query", "keys", "values", "affinity", "input", "feed"}
+EDGE_ROLES = {"query", "keys", "values", "affinity", "input", "feed", "init"}
 VASWANI_ROW = {
     "paper": "Vaswani et al.", "ref": "13", "feature_multiplicity": "Singular",
     "feature_levels": "Single-Level", "feature_representations": "Single-Representational",
@@ -369,11 +369,16 @@ def test_graph_json(spec):
     _check_graph_doc(g)
 
 
-def test_graph_json_bahdanau_has_feed_edge():
+def test_graph_json_bahdanau_has_decoder_edges():
+    """s_i = f(s_(i-1), y_(i-1), c_i): the GRU reads this step's context (a `feed` edge that
+    is not delayed), the attention reads s_(i-1) (a delayed query edge, `prev(s)`), and
+    s_0 comes from the encoder (an `init` edge)."""
     g = _graph_json(BAHDANAU)
-    feed = [e for e in g["edges"] if e["role"] == "feed"]
-    assert len(feed) == 1 and feed[0]["delayed"] is True
-    assert (feed[0]["source"], feed[0]["target"]) == ("att", "s")
+    edges = {(e["source"], e["target"]): e for e in g["edges"]}
+    assert edges[("att", "s")]["role"] == "feed" and edges[("att", "s")]["delayed"] is False
+    assert edges[("s", "att")]["role"] == "query" and edges[("s", "att")]["delayed"] is True
+    assert edges[("s0", "s")]["role"] == "init" and edges[("s0", "s")]["delayed"] is False
+    assert [e for e in g["edges"] if e["delayed"]] == [edges[("s", "att")]]
     att = next(n for n in g["nodes"] if n["id"] == "att")
     assert att["kind"] == "attention" and att["score"] == "additive"
 

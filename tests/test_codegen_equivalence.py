@@ -76,10 +76,20 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
                               "tests/test_activations.py checks it against Lin et al.",
     "shen2018_disan": "token2token score act = scaled_tanh(5), c tanh(x / c); "
                       "tests/test_activations.py checks the score's activation",
-    "bahdanau2015_rnnsearch": "maxout output layer (pool 2, 2l wide linear); "
-                              "tests/test_activations.py checks maxout",
+    "bahdanau2015_rnnsearch": "maxout output layer (pool 2, 2l wide linear), tests/test_activations.py; "
+    "decoder timing (issue 13): e_ij reads s_(i-1) (`prev(s)`), the GRU reads this step's c_i, "
+    "s_0 = tanh(W_s <-h_1); tests/test_decoders.py",
     "oktay2018_attention_unet": "the paper's 4-level U-Net on a grid (conv2d, maxpool, upsample) "
                                 "with sigmoid attention gates; tests/test_grids.py checks it",
+    "luong2015_global_dot": "input feeding of h~_(t-1) (`feed = h_att`), decoder layers start "
+    "from the encoder's final states, h~ = tanh(W_c[c; h]) without bias; tests/test_decoders.py",
+    "luong2015_global_location": "as luong2015_global_dot; tests/test_decoders.py",
+    "luong2015_local_m": "as luong2015_global_dot, and local-m without the Gaussian (eq. 27 "
+    "only); tests/test_decoders.py",
+    "luong2015_local_p": "as luong2015_global_dot; tests/test_decoders.py",
+    "xu2015_soft": "f_att reads h_(t-1) (`prev(h)`), the LSTM reads this step's z_t, "
+    "c_0/h_0 = f_init(mean a_i); tests/test_decoders.py",
+    "xu2015_hard": "as xu2015_soft; tests/test_decoders.py",
 }
 
 
@@ -386,21 +396,21 @@ def test_map_keys_reports_a_bad_mapping(monkeypatch):
     """The harness's own check: a rule that swaps two keys of different shapes, and one
     that renames a key to nothing the new model has, fail with every key named."""
     with isolated():
-        legacy, new, *_ = build("xu2015_soft")
+        legacy, new, *_ = build("yang2016_han")
     monkeypatch.setattr(sys.modules[__name__], "KEY_RULES", [
-        Rule(r"^att\.W([12])$", lambda m: f"att.W{3 - int(m[1])}"),
-        Rule(r"^h_embed\.", "embed.", stems="xu2015_.*"),
-        Rule(r"^att\.b$", "never", stems="vaswani2017_transformer"),  # another model: unused
+        Rule(r"^word\.W([12])$", lambda m: f"word.W{3 - int(m[1])}"),
+        Rule(r"^h_embed\.", "embed.", stems="yang2016_.*"),
+        Rule(r"^word\.b$", "never", stems="vaswani2017_transformer"),  # another model: unused
     ])
     with pytest.raises(AssertionError) as e:
-        map_keys(legacy.state_dict(), new, "xu2015_soft")
+        map_keys(legacy.state_dict(), new, "yang2016_han")
     msg = str(e.value)
     for expected in ("legacy keys mapped to no key of the new model:\n"
                      "    h_embed.weight -> embed.weight",
                      "keys of the new model that no legacy key maps to:\n"
                      "    h_embed.weight (50, 16)",
-                     "att.W1 (1, 16, 16) -> att.W2 (1, 512, 16)",
-                     "att.W2 (1, 512, 16) -> att.W1 (1, 16, 16)"):
+                     "word.W1 (1, 16, 16) -> word.W2 (1, 32, 16)",
+                     "word.W2 (1, 32, 16) -> word.W1 (1, 16, 16)"):
         assert expected in msg, msg
     assert "never" not in msg
 

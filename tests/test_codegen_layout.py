@@ -174,3 +174,18 @@ def test_a_decoder_loop_waits_for_everything_it_reads():
     cs = pipeline.load_text(text, "b.attn")
     src = codegen.generate(cs, cs.models[0], "b.attn")
     assert src.index("h = rnn(") < src.index("for t in range(")
+
+
+def test_a_decoder_without_an_output_still_computes_its_steps():
+    """With no output, forward() returns the last attention's context: the decoder whose
+    step computes it, and its initial state, are live through `prev` and `init` edges
+    (found by the mutation property test)."""
+    torch = pytest.importorskip("torch")
+    from taxcompile.run import load_module
+    text = (ROOT / "specs" / "bahdanau2015.attn").read_text(encoding="utf-8")
+    text = re.sub(r"\n    output logits = .*\n", "\n", text)
+    cs = pipeline.load_text(text, "b.attn")
+    mod = load_module(codegen.generate(cs, cs.models[0], "b.attn"), "no_output_bahdanau")
+    cfg = mod.Config.tiny()
+    out = mod.Model(cfg)(**mod.example_inputs(2, cfg=cfg))
+    assert out.output.shape[:2] == (2, 7) and torch.isfinite(out.output).all()

@@ -408,9 +408,8 @@ CASES: list[Case] = [
     Case("feed_context_not_per_step", PAPER + DEC +
          "    input src: sequence[S, 64]\n    query h = gru(embed(t, 64), 64, feed = a)\n"
          "    attention a { query = learned(64)  features = src  score = multiplicative }\n}\n",
-         5, 15, "`feed = a` reads the previous step's context, one vector per step of `T`, but "
-         "the context of `a` is (64)",
-         "a context that does not change with the steps is an input: `gru(concat(x, a), …)`"),
+         5, 15, '`feed = a`: `a` is not computed in the steps of the decoder `h`: it does not depend on `h`',
+         "feed a node computed from `h` in each step (an attention queried by `h`, Luong's h̃), or query the attention with `prev(h)` and feed its context (Bahdanau's c_i)"),
     Case("variant_update_without_base_update", PAPER + MODEL +
          "model n : m {\n    update x = norm(x + a)\n}\n",
          8, 12, "`update x` in a variant replaces the base's `update x`, but `m` has no top-level "

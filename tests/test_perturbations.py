@@ -66,9 +66,8 @@ def test_learned_query_to_decoder_state_gives_basic(spec_text):
 
 
 def test_decoder_state_to_learned_query_gives_self_attentive(spec_text):
-    text = edit(spec_text("bahdanau2015"), "query    = s", "query    = learned(hidden)")
-    # a context that is the same at every step cannot be fed back step by step (check)
-    text = edit(text, ", feed = att)", ")")
+    text = edit(spec_text("bahdanau2015"), "query    = prev(s)", "query    = learned(hidden)")
+    text = edit(text, ", feed = att, init = s0", "")  # a GRU over tgt, no longer a decoder
     assert classify_text(text)["query_type"] == "Self-Attentive"
 
 

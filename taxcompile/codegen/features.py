@@ -4,6 +4,8 @@ and the node, registers the submodules it needs and returns the result's ``Var``
 
 from __future__ import annotations
 
+import re
+
 from .. import checks, ir
 from ..ops import plan_rule
 from .frame import Var
@@ -127,11 +129,22 @@ def _rnn(p, e, a, n, kind: str, bidir: bool):
     mod = p.module(n, p.suffix(n, ("bi" if bidir else "") + kind),
                    f"{cls}({x.dim}, {hidden}{extra}, batch_first=True"
                    f"{', bidirectional=True' if bidir else ''})")
-    p.helpers.add("rnn")
     mask = p.mask_arg(x)
     dim = hidden.times(2) if bidir else hidden
     size = int(e.param("hidden")) * (2 if bidir else 1)
-    return resized(x, f"rnn({mod}, {x.name}{', ' + mask if mask != 'None' else ''})", size, dim)
+    margs = f"{mod}, {x.name}{', ' + mask if mask != 'None' else ''}"
+    from .decoder import encoder_inits  # it imports the attention planner, which needs us
+    if isinstance(n, ir.Node) and n.expr is e and n.id in encoder_inits(p.m):
+        # a decoder starts from this RNN's final states (`init = NAME`)
+        p.helpers.add("rnn_final")
+        y, final = p.frame.locals.new(p.want(n) + "_seq"), p.frame.locals.new(p.want(n) + "_final")
+        what = "(h_n, c_n)" if kind == "lstm" else "h_n"
+        p.frame.emit(f"{y}, {final} = rnn_final({margs})",
+                     f"{what}: ({layers.shown()}, B, {hidden.shown()}), a decoder's initial state")
+        p.finals[n.id] = final
+        return resized(x, y, size, dim)
+    p.helpers.add("rnn")
+    return resized(x, f"rnn({margs})", size, dim)
 
 
 @plan_rule("lstm", "gru")
@@ -260,6 +273,25 @@ def stack(p, e, a, n):
     shape = p.cm.shapes[n.id] if isinstance(n, ir.Node) and n.expr is e else \
         checks.Shape(a[0].shape.axes + (f"{n.id}.reps",), a[0].shape.dim)
     return Var(f"torch.stack([{', '.join(v.name for v in a)}], -2)", shape, a[0].mask, a[0].dim)
+
+
+@plan_rule("first")
+def first(p, e, a, n):
+    x = a[0]
+    # a chain of names, calls and subscripts needs no parentheses before `[…]`
+    code = x.name if re.fullmatch(r"[\w.]+(\([^()]*\)|\[[^\[\]]*\])*", x.name) else atom(x.name)
+    return Var(f"{code}[..., 0, :]", checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
+
+
+@plan_rule("backward")
+def backward(p, e, a, n):
+    """The backward direction of a bidirectional RNN: the second half of its features."""
+    rnn_op = e.args[0]
+    while isinstance(rnn_op, ir.Ref):
+        rnn_op = p.m.node(rnn_op.node).expr
+    x = a[0]
+    return Var(f"{atom(x.name)}.chunk(2, -1)[1]", checks.Shape(x.shape.axes, x.shape.dim // 2),
+               x.mask, p.p(rnn_op, "hidden"), x.mask_code)
 
 
 @plan_rule("mean", "max", "sum")

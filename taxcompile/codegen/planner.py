@@ -2,8 +2,9 @@
 
 The planner walks the model's nodes once, in dependency order. Feature models are planned
 by the rule registered for their operator (``features.py``, through ``taxcompile.ops``),
-attention statements by ``attention.py``, ``repeat`` bodies and decoder loops by
-``repeat.py``; ``config.py`` picks the Config and ``model.py`` the rest of the file."""
+attention statements by ``attention.py``, ``repeat`` bodies by ``repeat.py``, decoder
+loops by ``decoder.py``; ``config.py`` picks the Config and ``model.py`` the rest of the
+file."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 import networkx as nx
 
 from .. import checks, graph, ir, ops
-from . import attention, features, model, repeat  # noqa: F401 (features: plan rules)
+from . import attention, decoder, features, model, repeat  # noqa: F401 (plan rules)
 from .frame import Frame, Owner, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
 from .plan import FilePlan
@@ -44,6 +45,7 @@ class Planner:
         self.op_counts: dict = {}
         self.role = ""  # "k", "v" or "q" while planning an attention module's inputs
         self.step: dict | None = None  # inside a decoder loop
+        self.finals: dict[str, str] = {}  # RNN node -> its final states (a decoder's `init`)
         self.emitted: set[str] = set()
         self.frame = Frame(Owner("Model"), self.reserved)
 
@@ -148,8 +150,8 @@ class Planner:
         if isinstance(e, ir.Ref):
             return self.ref(e.node)
         if e.param("feed") and self.step is not None and e is self.step["op"]:
-            return repeat.feed_step(self, e, n)
-        args = [] if e.fn == "affinity" else [self.expr(a, n) for a in e.args]
+            return decoder.feed_step(self, e, n)
+        args = [] if e.fn in ("affinity", "prev") else [self.expr(a, n) for a in e.args]
         return ops.OPS[e.fn].plan(self, e, args, n)
 
     def ref(self, node_id: str) -> Var:
@@ -243,7 +245,7 @@ class Planner:
         nd = self.m.node(node_id)
         if node_id in self.loops:
             n, op, att = self.loops[node_id]
-            self.emitted.update(repeat.decoder_loop(self, n, op, att))
+            self.emitted.update(decoder.decoder_loop(self, n, op, att))
         elif node_id in self.emitted:
             return
         elif isinstance(nd, ir.Attention):
@@ -257,12 +259,12 @@ class Planner:
     def run(self) -> FilePlan:
         m = self.m
         self.shared = repeat.shared_levels(m)
-        self.loops = {n.id: (n, op, att) for n, op, att in repeat.feed_regions(m)}
-        self.regions: dict[str, set[str]] = {}
+        self.loops = {n.id: (n, op, att) for n, op, att in decoder.feed_regions(m)}
         # features nothing reads (e.g. a last hop's query update): no code for them
         sinks = [nd.id for nd in m.nodes if isinstance(nd, ir.Attention)
                  or (isinstance(nd, ir.Node) and nd.kind_ == "output")]
-        live = set(sinks).union(*(nx.ancestors(self.g, x) for x in sinks if x in self.g))
+        full = self.cm.graph  # feed and prev edges too: a decoder step feeds what it reads
+        live = set(sinks).union(*(nx.ancestors(full, x) for x in sinks if x in full))
         dead = {nd.id for nd in m.nodes if isinstance(nd, ir.Node) and nd.id not in live
                 and nd.hop is None}
         for inp in m.inputs:

@@ -1,10 +1,10 @@
-"""Plan rules of ``repeat`` blocks and decoder loops.
+"""Plan rules of ``repeat`` blocks.
 
 A repeat whose hops are the same computation (eq. 41-42) becomes a ``Block`` class, its
 body planned once; the model (or the enclosing block) holds one instance per hop in an
 ``nn.ModuleList``, or one instance for ``repeat … shared``, and loops over them. A repeat
-whose hops differ is written out hop by hop. A recurrent model with ``feed =`` becomes a
-loop over time steps inside forward()."""
+whose hops differ is written out hop by hop. Decoder loops (``feed =``) are planned by
+``decoder.py``; here a decoder's step is one item of its scope."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import re
 import networkx as nx
 
 from .. import checks, ir
-from .attention import plan_attention
+from .decoder import region_of
 from .frame import Frame, Owner, Var
 from .names import camel, dim_of, ident
 from .plan import ModuleClass, Stmt
@@ -34,27 +34,6 @@ def segments(n) -> list[tuple[str, int]]:
     if h is None:
         return []
     return [(a, int(i)) for a, i in re.findall(r"(\w+)\[(\d+)\]", f"{h.block}[{h.index}]")]
-
-
-def feed_regions(m: ir.Model) -> list[tuple[ir.Node, ir.Op, str]]:
-    out = []
-    for n in m.nodes:
-        if isinstance(n, ir.Node):
-            stack = [n.expr]
-            while stack:
-                e = stack.pop()
-                if isinstance(e, ir.Op):
-                    if e.param("feed"):
-                        out.append((n, e, str(e.param("feed"))))
-                    stack.extend(e.args)
-    return out
-
-
-def region_of(p, node_id: str) -> set[str]:
-    if node_id not in p.regions:
-        n, op, att = p.loops[node_id]
-        p.regions[node_id] = (nx.descendants(p.g, n.id) & nx.ancestors(p.g, att)) | {n.id, att}
-    return p.regions[node_id]
 
 
 # ---- scopes and repeats ---------------------------------------------------------------
@@ -262,104 +241,3 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
                                      v.mask_code)
     p.step = saved_step
     p.emitted.update(members)
-
-
-# ---- the decoder loop (feed = ATT) --------------------------------------------------------
-
-
-def decoder_loop(p, n: ir.Node, op: ir.Op, att_id: str) -> list[str]:
-    """Run the recurrent model one step at a time, feeding it the attention module's
-    previous context (input feeding); the nodes between them run inside the loop."""
-    f = p.frame
-    region = region_of(p, n.id)
-    order = [x for x in p.cm.order if x in region]
-    x = p.expr(op.args[0], n)
-    axis = x.shape.axes[-1]
-    pos = len(x.shape.axes)
-    seq = p.tmp(x.name, p.want(n) + "_in",
-                f"{p.shape(x.shape, dim=x.dim)}: the decoder's inputs, all steps")
-    d_v = values_dim(p, att_id)
-    p.step = {"axis": axis, "region": region, "op": op, "names": {}, "weights": [],
-              "logp": [], "seq": seq, "kind": op.fn, "hidden": p.p(op, "hidden"),
-              "layers": p.p(op, "layers"), "x": x, "att": att_id, "ctx_dim": d_v}
-    ctx = f.locals.new(ident(att_id) + "_prev")
-    state = f.locals.new(p.want(n) + "_state")
-    steps = f.locals.new("steps")
-    p.step["ctx"], p.step["state"] = ctx, state
-    f.emit(f"{state} = None")
-    f.emit(f"{steps} = {{}}", "node -> its value at every step")
-    f.emit(f"{ctx} = {seq}.new_zeros(B, {d_v})", "(B, d_v): no context before the first step")
-    f.emit(f"for t in range({seq}.shape[{pos}]):", f"one decoder step per position of {axis}")
-    f.indent += 1
-    for node_id in order:
-        nd = p.m.node(node_id)
-        if isinstance(nd, ir.Attention):
-            plan_attention(p, nd)
-        else:
-            p.node(nd)
-    f.emit(f"{ctx} = {f.vars[att_id].name}.squeeze({pos})", "fed to the next step")
-    for node_id in order:
-        if node_id == att_id or any(s not in region for s in p.g.successors(node_id)):
-            f.emit(f"{steps}.setdefault({node_id!r}, []).append({f.vars[node_id].name})")
-    for key, a, wshape, nd in p.step["weights"]:
-        w = a if wshape.startswith("B, ") else f"{a}.view({wshape})"
-        f.emit("if return_attention:")
-        f.emit(f"    {steps}.setdefault({step_key('weights', key)}, []).append({w})")
-    for key, ex, _ in p.step["logp"]:
-        f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
-    f.indent -= 1
-    for node_id in order:
-        v = f.vars[node_id]
-        if node_id != att_id and all(s in region for s in p.g.successors(node_id)):
-            continue  # only read inside the loop
-        name = f.locals.new(ident(node_id))
-        f.emit(f"{name} = torch.cat({steps}[{node_id!r}], {pos})",
-               p.shape(p.cm.shapes[node_id], dim=v.dim))
-        f.vars[node_id] = Var(name, p.cm.shapes[node_id], x.mask if node_id != att_id else None,
-                              v.dim)
-    for key, a, wshape, nd in p.step["weights"]:
-        dim = -3 if nd.dimensionality == "multi" else -2
-        f.emit("if return_attention:")
-        f.emit(f"    attn[{key}] = torch.cat({steps}[{step_key('weights', key)}], {dim})")
-    for key, ex, nd in p.step["logp"]:
-        how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
-        f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
-    p.step = None
-    return order
-
-
-def step_key(what: str, key: str) -> str:
-    """``'weights:att'``: where a decoder loop collects a module's per-step values."""
-    assert key[0] == key[-1] == "'" and "\\" not in key, key
-    return repr(f"{what}:{key[1:-1]}")
-
-
-def feed_step(p, e: ir.Op, n) -> Var:
-    """One step of the fed recurrent model: x_t and the previous context in, h_t out."""
-    st = p.step
-    kind, hidden, layers, x = st["kind"], st["hidden"], st["layers"], st["x"]
-    cell = "nn.LSTMCell" if kind == "lstm" else "nn.GRUCell"
-    ctor = (f"nn.ModuleList({cell}({x.dim} + {st['ctx_dim']} if i == 0 else {hidden}, {hidden}) "
-            f"for i in range({layers}))")
-    mod = p.module(n, p.suffix(n, kind + "_cells"), ctor, "input feeding: [x_t; c_(t-1)]")
-    p.helpers.add("cell_step")
-    pos = len(x.shape.axes)
-    h = p.frame.locals.new(p.want(n) + "_h")
-    p.frame.emit(f"{h}, {st['state']} = cell_step({mod}, torch.cat([{st['seq']}.select({pos}, t), "
-                 f"{st['ctx']}], -1), {st['state']})", "(B, hidden)")
-    return Var(f"{h}.unsqueeze({pos})", checks.Shape(x.shape.axes, e.param("hidden")), x.mask,
-               hidden)
-
-
-def values_dim(p, att_id: str) -> str:
-    """The fed context's width, as a Config expression: the attention's values' size
-    (planned on a scratch frame, so nothing is registered or written)."""
-    att = p.m.node(att_id)
-    saved = (p.frame, p.step, dict(p.op_counts), set(p.helpers))
-    p.frame = Frame(Owner("scratch"), p.reserved, parent=saved[0], depth=saved[0].depth,
-                    at=saved[0].at)
-    p.step = None
-    try:
-        return str(p.expr(att.values, att).dim)
-    finally:
-        p.frame, p.step, p.op_counts, p.helpers = saved

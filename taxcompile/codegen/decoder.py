@@ -1,0 +1,219 @@
+"""Plan rules of recurrent decoders: a recurrent model with ``feed =`` becomes a loop over
+time steps inside forward(). One step computes the nodes of the decoder's step
+(``checks.CheckedModel.steps``) in dependency order; ``prev(x)`` reads x at the previous
+step, ``feed =`` gives the decoder the fed node's most recent value, ``init =`` its initial
+state."""
+
+from __future__ import annotations
+
+from .. import checks, ir
+from ..ops import plan_rule
+from .attention import plan_attention
+from .frame import Frame, Owner, Var
+from .names import dim_of, ident
+
+
+def feed_regions(m: ir.Model) -> list[tuple[ir.Node, ir.Op, str]]:
+    out = []
+    for n in m.nodes:
+        if isinstance(n, ir.Node):
+            stack = [n.expr]
+            while stack:
+                e = stack.pop()
+                if isinstance(e, ir.Op):
+                    if e.param("feed"):
+                        out.append((n, e, str(e.param("feed"))))
+                    stack.extend(e.args)
+    return out
+
+
+def encoder_inits(m: ir.Model) -> set[str]:
+    """RNN statements a decoder starts from (``init = NAME``): they return their final
+    states too."""
+    out = set()
+    for n in m.nodes:
+        for e in checks.decoder_ops(n):
+            init = e.param("init")
+            src = m.node(str(init)) if init else None
+            if isinstance(src, ir.Node) and isinstance(src.expr, ir.Op) and \
+                    src.expr.fn in ("lstm", "gru"):
+                out.add(src.id)
+    return out
+
+
+def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
+    """Run the recurrent decoder one step at a time. A step computes, in dependency order,
+    the nodes of the decoder's step (``checks.CheckedModel.steps``): the nodes that read
+    ``prev(x)`` (x at step t - 1, its initial value at t = 0) before the decoder, the
+    decoder, then the nodes computed from it. The decoder reads [x_t; fed], where fed is
+    the fed node's most recent value when the decoder runs: this step's when it is computed
+    before the decoder (Bahdanau's c_i from s_(i-1)), else the previous step's (input
+    feeding: Luong's h~_(t-1))."""
+    f = p.frame
+    region = region_of(p, n.id)
+    order = [x for x in p.cm.order if x in region]
+    x = p.expr(op.args[0], n)
+    axis = x.shape.axes[-1]
+    pos = len(x.shape.axes)
+    want = p.want(n)
+    seq = p.tmp(x.name, want + "_in",
+                f"{p.shape(x.shape, dim=x.dim)}: the decoder's inputs, all steps")
+    now = (fed_id, n.id) in p.cm.feed_now
+    hidden, layers = p.p(op, "hidden"), p.p(op, "layers")
+    dims = step_dims(p, n, op, region)
+    p.step = {"axis": axis, "region": region, "op": op, "names": {}, "weights": [],
+              "logp": [], "seq": seq, "kind": op.fn, "hidden": hidden, "layers": layers,
+              "x": x, "fed": fed_id, "now": now, "dims": dims, "prev": {}, "pos": pos}
+    carried = list(dict.fromkeys(
+        [r for y in order for r, how in checks.links(p.m.node(y)) if how == "prev"] +
+        ([] if now else [fed_id])))
+    state = p.step["state"] = f.locals.new(want + "_state")
+    init, top = initial_state(p, n, op)
+    f.emit(f"{state} = {init}", "the decoder's initial state, one per layer" if init != "None"
+           else "no initial state: every layer starts at zero")
+    for c in carried:
+        name = p.step["prev"][c] = f.locals.new(ident(c) + "_prev")
+        d = dims[c]
+        what = f"(B, {d.shown()}): `{p.m.node(c).name}` before the first step"
+        if c == n.id and top is not None:
+            f.emit(f"{name} = {top}", what + ": its initial state")
+        else:
+            f.emit(f"{name} = {seq}.new_zeros(B, {d})", what + ": zeros")
+    steps = f.locals.new("steps")
+    f.emit(f"{steps} = {{}}", "node -> its value at every step")
+    f.emit(f"for t in range({seq}.shape[{pos}]):", f"one decoder step per position of {axis}")
+    f.indent += 1
+    for node_id in order:
+        nd = p.m.node(node_id)
+        if isinstance(nd, ir.Attention):
+            plan_attention(p, nd)
+        else:
+            p.node(nd)
+    for c in carried:
+        f.emit(f"{p.step['prev'][c]} = {f.vars[c].name}.squeeze({pos})",
+               f"`{p.m.node(c).name}` read at the next step")
+    kept = [x for x in order if x in p.returned or any(s not in region for s in p.g.successors(x))]
+    for node_id in kept:
+        f.emit(f"{steps}.setdefault({node_id!r}, []).append({f.vars[node_id].name})")
+    for key, a, wshape, nd in p.step["weights"]:
+        w = a if wshape.startswith("B, ") else f"{a}.view({wshape})"
+        f.emit("if return_attention:")
+        f.emit(f"    {steps}.setdefault({step_key('weights', key)}, []).append({w})")
+    for key, ex, _ in p.step["logp"]:
+        f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
+    f.indent -= 1
+    for node_id in kept:
+        v = f.vars[node_id]
+        name = f.locals.new(ident(node_id))
+        f.emit(f"{name} = torch.cat({steps}[{node_id!r}], {pos})",
+               p.shape(p.cm.shapes[node_id], dim=v.dim))
+        att = isinstance(p.m.node(node_id), ir.Attention)
+        f.vars[node_id] = Var(name, p.cm.shapes[node_id], None if att else x.mask, v.dim)
+    for key, a, wshape, nd in p.step["weights"]:
+        dim = -3 if nd.dimensionality == "multi" else -2
+        f.emit("if return_attention:")
+        f.emit(f"    attn[{key}] = torch.cat({steps}[{step_key('weights', key)}], {dim})")
+    for key, ex, nd in p.step["logp"]:
+        how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
+        f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
+    p.step = None
+    return order
+
+
+def initial_state(p, n: ir.Node, op: ir.Op) -> tuple[str, str | None]:
+    """The decoder's initial state as cell_step reads it (a list with one entry per layer:
+    h, or (h, c) for an LSTM; None: zeros), and its top layer's h_0 (None: zeros)."""
+    init, init_c = op.param("init"), op.param("init_c")
+    if init is None:
+        return "None", None
+    lstm = op.fn == "lstm"
+    if str(init) in p.finals:  # an encoder RNN's final states, layer by layer
+        final = p.finals[str(init)]
+        if lstm:
+            return f"list(zip(*{final}))", f"{final}[0][-1]"
+        return f"list({final})", f"{final}[-1]"
+    h0 = p.ref(str(init)).name
+    if not lstm:
+        return f"[{h0}]", h0
+    c0 = p.ref(str(init_c)).name if init_c is not None else f"torch.zeros_like({h0})"
+    return f"[({h0}, {c0})]", h0
+
+
+def region_of(p, node_id: str) -> set[str]:
+    """The nodes computed in each step of decoder ``node_id``."""
+    return p.cm.steps[node_id]
+
+
+def step_dims(p, n: ir.Node, op: ir.Op, region: set[str]) -> dict:
+    """The feature size of every node of the decoder's step, as a Config expression, before
+    the step is planned (the cells' input width and the zeros before the first step need
+    them): each node is planned on a scratch frame, so nothing is registered or written."""
+    dims: dict = {n.id: p.p(op, "hidden")}
+    busy: set[str] = set()
+
+    def dim(node_id: str):
+        if node_id not in region:
+            return p.frame.lookup(node_id).dim
+        if node_id in dims:
+            return dims[node_id]
+        nd = p.m.node(node_id)
+        if node_id in busy:  # read through prev() by a node it is computed from
+            return dim_of(p.cm.shapes[node_id].dim, None)
+        busy.add(node_id)
+        expr = nd.values if isinstance(nd, ir.Attention) else nd.expr
+        saved = (p.frame, p.step, dict(p.op_counts), set(p.helpers))
+        scratch = Frame(Owner("scratch"), p.reserved, parent=saved[0], depth=saved[0].depth,
+                        at=saved[0].at)
+        for r, _ in checks.expr_links(expr):
+            if r in region:
+                scratch.vars[r] = Var("_", p.cm.shapes[r], None, dim(r))
+        p.frame, p.step = scratch, None
+        try:
+            dims[node_id] = p.expr(expr, nd).dim
+        finally:
+            p.frame, p.step, p.op_counts, p.helpers = saved
+        return dims[node_id]
+
+    for node_id in region:
+        dim(node_id)
+    return dims
+
+
+@plan_rule("prev")
+def prev(p, e: ir.Op, a, n) -> Var:
+    """x at the previous decoder step (its initial value at t = 0)."""
+    x = e.args[0].node
+    if p.step is None:  # sizes only (step_dims)
+        return p.ref(x)
+    st = p.step
+    return Var(f"{st['prev'][x]}.unsqueeze({st['pos']})", p.cm.shapes[x], st["x"].mask,
+               st["dims"][x])
+
+
+def step_key(what: str, key: str) -> str:
+    """``'weights:att'``: where a decoder loop collects a module's per-step values."""
+    assert key[0] == key[-1] == "'" and "\\" not in key, key
+    return repr(f"{what}:{key[1:-1]}")
+
+
+def feed_step(p, e: ir.Op, n) -> Var:
+    """One step of the fed recurrent model: [x_t; fed] and the previous state in, h_t out."""
+    st = p.step
+    kind, hidden, layers, x = st["kind"], st["hidden"], st["layers"], st["x"]
+    fed, pos = st["fed"], st["pos"]
+    name = p.m.node(fed).name
+    cell = "nn.LSTMCell" if kind == "lstm" else "nn.GRUCell"
+    ctor = (f"nn.ModuleList({cell}({x.dim} + {st['dims'][fed]} if i == 0 else {hidden}, "
+            f"{hidden}) for i in range({layers}))")
+    if st["now"]:
+        value = f"{p.frame.vars[fed].name}.squeeze({pos})"
+        what = f"[x_t; {name}_t]: `{name}` of this step"
+    else:
+        value, what = st["prev"][fed], f"input feeding: [x_t; {name}_(t-1)]"
+    mod = p.module(n, p.suffix(n, kind + "_cells"), ctor, what)
+    p.helpers.add("cell_step")
+    h = p.frame.locals.new(p.want(n) + "_h")
+    p.frame.emit(f"{h}, {st['state']} = cell_step({mod}, torch.cat([{st['seq']}.select({pos}, t), "
+                 f"{value}], -1), {st['state']})", "(B, hidden)")
+    return Var(f"{h}.unsqueeze({pos})", checks.Shape(x.shape.axes, e.param("hidden")), x.mask,
+               hidden)
