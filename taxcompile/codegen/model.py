@@ -3,13 +3,12 @@ its records), the ``Output`` fields, the module docstring and ``example_inputs``
 
 from __future__ import annotations
 
-import re
 import textwrap
 
 from .. import checks, classify, ir
 from . import config
 from .attention import describe
-from .names import safe_text
+from .names import mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
 
 MASKABLE = ("tokens", "sequence", "set")
@@ -116,7 +115,7 @@ def examples(p) -> list[str]:
 
 
 def uses(stmts, word: str) -> bool:
-    return any(re.search(rf"(?<![\w.'\"]){word}\b", s.code) for s in stmts)
+    return mentions([s.code for s in stmts], word)
 
 
 def file_plan(p) -> FilePlan:

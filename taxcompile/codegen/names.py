@@ -122,6 +122,13 @@ class Names:
         return name
 
 
+def mentions(codes, word: str) -> bool:
+    """Whether code (outside strings' quotes) uses the name ``word`` (a regex, e.g.
+    ``cfg\\.``): a forward() that reads ``B`` or ``cfg.`` defines them first."""
+    pat = re.compile(rf"(?<![\w.'\"]){word}\b")
+    return any(pat.search(c) for c in codes)
+
+
 def is_name(code: str) -> bool:
     return bool(NAME.fullmatch(code))
 

@@ -41,7 +41,6 @@ class Planner:
         self.divides: list[tuple[Dim, str]] = []  # (size, heads): heads must divide the size
         self.axis_fields: dict[str, int] = {}
         self.need_max_len = False
-        self.records: set[str] = set()  # Output fields the model fills besides output/attention
         self.op_counts: dict = {}
         self.role = ""  # "k", "v" or "q" while planning an attention module's inputs
         self.step: dict | None = None  # inside a decoder loop

@@ -15,7 +15,7 @@ import networkx as nx
 from .. import checks, ir
 from .decoder import region_of
 from .frame import Frame, Owner, Var
-from .names import camel, dim_of, ident
+from .names import camel, dim_of, ident, mentions
 from .plan import ModuleClass, Stmt
 
 
@@ -154,7 +154,7 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
         param = inner.locals.new(carry_names[x0])
         inner.vars[x0] = Var(param, v.shape, v.mask, v.dim, v.mask_code)
         params.append(param)
-    p.frame, saved_step = inner, p.step
+    p.frame = inner  # (no decoder step here: loop_plan refuses hops with `feed`)
     plan_scope(p, hops[1], depth + 1)
     p.frame = outer
     # what the caller reads back: the carried values, then values read after the loop
@@ -165,7 +165,7 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     outs += [first[r] for r in first if r in out_rel and first[r] not in outs]
     body = list(inner.body)
     codes = [s.code for s in body]
-    uses = lambda word: any(re.search(rf"(?<![\w.'\"]){word}\b", c) for c in codes)  # noqa: E731
+    uses = lambda word: mentions(codes, word)  # noqa: E731
     head = []
     if uses("B"):
         tensor = params[0] if params else next(iter(inner.free.values()))
@@ -239,5 +239,4 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
                 xk = {rel(p, y, depth): y for y in hops[k]}[r]
                 outer.vars[xk] = Var(f"{hop_lists[r]}[{k - 1}]", v.shape, v.mask, v.dim,
                                      v.mask_code)
-    p.step = saved_step
     p.emitted.update(members)
