@@ -41,7 +41,7 @@ SCORE_LABEL = {
 ALIGN_LABEL = {"global": "Global", "hard": "Hard", "local": "Local", "reinforced": "Reinforced",
                "sparsemax": "Sparse", "entmax": "Sparse"}
 # Transparent maps: a context reaching a query only through these "joins" the query.
-TRANSPARENT = {"concat", "project", "linear", "identity"}
+TRANSPARENT = {"concat", "project", "linear", "identity", "dropout"}
 
 
 @dataclass
@@ -146,6 +146,8 @@ class Classifier:
         return self._roots[node_id]
 
     def _is_context(self, e: ir.Expr) -> bool:
+        while isinstance(e, ir.Op) and e.fn == "dropout":  # dropout of a context (residual)
+            e = e.args[0]
         return isinstance(e, ir.Ref) and isinstance(self.m.node(e.node), ir.Attention)
 
     def keys_base(self, a: ir.Attention) -> set[str]:

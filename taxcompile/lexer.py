@@ -37,7 +37,7 @@ _KEYWORDS = ("paper", "model", "input") + _DECLS
 FEATURE_MODELS = (
     "embed", "linear", "project", "lstm", "gru", "bilstm", "bigru", "cnn", "identity",
     "positional", "norm", "scale", "ffn", "tanh", "relu", "sigmoid", "concat", "stack",
-    "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity",
+    "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity", "dropout",
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (

@@ -55,8 +55,16 @@ ALIGNS: dict[str, tuple[P, ...]] = {
 MASKS = P("mask", "enum", False, "none", ("none", "causal", "forward", "backward"))
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
-                    "heads", "capsules", "mask", "penalty", "affinity")
+                    "heads", "capsules", "mask", "penalty", "affinity", "dropout", "share")
 PAPER_FIELDS = ("cite", "ref", "row", "title", "year")
+
+# What a keyword naming a statement means, for the error when it names none.
+REF_PARAMS = {
+    "feed": "`feed` names an attention module whose previous context the recurrent model reads",
+    "share": "`share` names the statement whose module (weights) of the same operator this "
+             "operation uses",
+    "tie": "`tie` names the statement whose `embed` matrix the output layer uses as its weight",
+}
 
 
 def suggest(word: str, options) -> str:
@@ -259,6 +267,15 @@ class Lowerer:
                 return None
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
                 self.err(e.pos, f"{what} must be a positive number, got {_show(v)}")
+                return None
+            return float(v)
+        if p.type == "prob":  # a dropout probability: 0 <= p < 1
+            v = self.const(e, scope)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                self.err(e.pos, f"{what} must be a probability, at least 0 and below 1, "
+                         f"got {_show(v)}", "e.g. 0.1 (Vaswani et al.'s P_drop)")
                 return None
             return float(v)
         if p.type == "bool":
@@ -739,6 +756,8 @@ class Lowerer:
         ok = True
         positional = list(e.args)
         for p in sig:
+            if p.type == "ref":
+                continue  # a keyword naming a statement (`feed`, `share`, `tie`): below
             if p.type == "nodes":
                 if not positional:
                     self.err(e.pos, f"`{e.fn}` needs at least one feature")
@@ -764,8 +783,6 @@ class Lowerer:
                     continue
                 a = kw.value
             if p.type == "node":
-                if p.name == "feed":
-                    continue  # resolved below: it may name a node defined later
                 x = self.expr(a, scope)
                 ok &= x is not None
                 if x is not None:
@@ -775,11 +792,12 @@ class Lowerer:
                 ok &= v is not None
                 if v is not None:
                     params[p.name] = v
-                    if p.type == "int" and (t := self.sym(a, scope)):
+                    if p.type in ("int", "prob") and (t := self.sym(a, scope)):
                         syms[p.name] = t
         if positional:
-            self.err(positional[0].pos, f"`{e.fn}` takes {sum(p.type != 'nodes' for p in sig)} "
-                     "argument(s); this one is extra")
+            self.err(positional[0].pos, f"`{e.fn}` takes "
+                     f"{sum(p.type not in ('nodes', 'ref') for p in sig)} argument(s); this one "
+                     "is extra")
             ok = False
         names = {p.name for p in sig}
         seen: set[str] = set()
@@ -791,16 +809,19 @@ class Lowerer:
                 self.err(k.pos, f"`{k.name}` is given twice")
                 ok = False
             seen.add(k.name)
-        feed = next((k for k in e.kwargs if k.name == "feed"), None)
-        if feed is not None:
-            if not isinstance(feed.value, ast.Ref):
-                self.err(feed.value.pos, "`feed` names an attention module whose previous "
-                         "context the recurrent model reads")
+        for p in sig:
+            if p.type != "ref":
+                continue
+            kw = next((k for k in e.kwargs if k.name == p.name), None)
+            if kw is None:
+                continue
+            if not isinstance(kw.value, ast.Ref):
+                self.err(kw.value.pos, REF_PARAMS.get(p.name, f"`{p.name}` names a statement"))
                 return None
-            fid = self.resolve(feed.value, scope)
+            fid = self.resolve(kw.value, scope)  # it may name a node defined later
             if fid is None:
                 return None
-            params["feed"] = fid
+            params[p.name] = fid
         if not ok:
             return None
         return ir.Op(fn=e.fn, args=tuple(args), params=tuple(sorted(params.items())),
@@ -849,8 +870,18 @@ class Lowerer:
                 else "none")
         penalty = (self.as_param(P("penalty", "float"), f["penalty"].value, scope, "`penalty`")
                    if "penalty" in f else None)
-        syms = {k: t for k in ("heads", "capsules") if k in f
+        dropout = (self.as_param(P("dropout", "prob"), f["dropout"].value, scope, "`dropout`")
+                   if "dropout" in f else None)
+        syms = {k: t for k in ("heads", "capsules", "dropout") if k in f
                 and (t := self.sym(f[k].value, scope))}
+        share = None
+        if "share" in f:
+            v = f["share"].value
+            if not isinstance(v, ast.Ref):
+                self.err(v.pos, "`share` names another attention module whose weights this "
+                         "one uses")
+            else:
+                share = self.resolve(v, scope)
         affinity = None
         if "affinity" in f:
             v = f["affinity"].value
@@ -871,7 +902,8 @@ class Lowerer:
         self.add_node(ir.Attention(
             id=node_id, name=s.name, query=query, keys=keys, values=values, affinity=affinity,
             score=score, align=align, dimensionality=dims, heads=heads, capsules=capsules,
-            mask=mask or "none", penalty=penalty, hop=self.hop_of(scope, s.name),
+            mask=mask or "none", penalty=penalty, dropout=dropout, share=share,
+            hop=self.hop_of(scope, s.name),
             sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str):

@@ -8,7 +8,8 @@ from .names import NAME, cfg_expr, evaluate, sym_names
 from .plan import ConfigField, ConfigPlan, ConfigProperty
 
 ROLE_COMMENT = {"heads": "attention heads (eq. 38)", "vocab": "vocabulary size",
-                "count": "hops of a repeat (eq. 41-42)", "axis": "a fixed axis length"}
+                "count": "hops of a repeat (eq. 41-42)", "axis": "a fixed axis length",
+                "rate": "dropout probability (off in eval())"}
 
 
 def plan_config(p) -> ConfigPlan:
@@ -105,7 +106,16 @@ def constant_roles(m: ir.Model) -> dict[str, str]:
         h = getattr(n, "hop", None)
         if h is not None and h.count_sym:
             mark(h.count_sym, "count")
+        for e in (getattr(n, a, None) for a in ("expr", "query", "keys", "values")):
+            stack = [e]
+            while stack:
+                x = stack.pop()
+                if isinstance(x, ir.Op):
+                    if x.fn == "dropout":
+                        mark(dict(x.sym).get("p"), "rate")
+                    stack.extend(x.args)
         if isinstance(n, ir.Attention):
+            mark(s.get("dropout"), "rate")
             mark(s.get("heads"), "heads")
             mark(s.get("capsules"), "capsules")
             mark(dict(n.align.sym).get("D"), "window")

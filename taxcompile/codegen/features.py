@@ -31,12 +31,33 @@ def local(p, x: Var, want: str = "h") -> str:
     return x.name if is_name(x.name) else p.tmp(x.name, want, p.shape(x.shape, dim=x.dim))
 
 
+def op_module(p, e: ir.Op, n, base: str, ctor: str, comment: str = "") -> str:
+    """The module of operation ``e``: its own (``<statement>_<base>``), or with ``share =
+    NODE`` the module of NODE's operation of the same operator (the same weights)."""
+    root = checks.share_root(p.m, e) if e.param("share") is not None else None
+    if root is None:
+        return p.module(n, p.suffix(n, base) if base != "embed" else base, ctor, comment)
+    return p.module(root[0], base, ctor, comment)
+
+
+def embedding(p, e: ir.Op, n) -> str:
+    """The nn.Embedding of ``embed`` op ``e`` (or the one it shares)."""
+    src, d = token_source(p, e.args[0]), p.p(e, "d")
+    if e.param("scale"):  # rows N(0, 1/d), so that sqrt(d) E has unit variance
+        p.helpers.add("scaled_embedding")
+        ctor = f"scaled_embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
+    else:
+        ctor = f"nn.Embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
+    return op_module(p, e, n, "embed", ctor)
+
+
 @plan_rule("embed")
 def embed(p, e, a, n):
-    x, src = a[0], token_source(p, e.args[0])
-    d = p.p(e, "d")
-    mod = p.module(n, "embed", f"nn.Embedding({p.sym(src, 'vocab', src.vocab)}, {d})")
-    return resized(x, f"{mod}({x.name})", e.param("d"), d)
+    x, d = a[0], p.p(e, "d")
+    code = f"{embedding(p, e, n)}({x.name})"
+    if e.param("scale"):  # Vaswani et al. 3.4: the embedding weights times sqrt(d_model)
+        code = f"{code} * math.sqrt({d})"
+    return resized(x, code, e.param("d"), d)
 
 
 def token_source(p, e: ir.Expr) -> ir.Input:
@@ -51,7 +72,7 @@ def token_source(p, e: ir.Expr) -> ir.Input:
 def linear(p, e, a, n):
     x, d = a[0], p.p(e, "d")
     bias = "" if e.param("bias", True) else ", bias=False"
-    mod = p.module(n, p.suffix(n, "linear"), f"nn.Linear({x.dim}, {d}{bias})")
+    mod = op_module(p, e, n, "linear", f"nn.Linear({x.dim}, {d}{bias})")
     return resized(x, ACT[e.param("act", "none")].format(f"{mod}({x.name})"), e.param("d"), d)
 
 
@@ -60,8 +81,8 @@ def project(p, e, a, n):
     x = a[0]
     d = p.p(e, "d") if e.param("d") is not None else x.dim
     role = {"k": "W_K F (eq. 1)", "v": "W_V F (eq. 1)", "q": "W_Q F (eq. 35)"}
-    mod = p.module(n, p.suffix(n, "proj"), f"nn.Linear({x.dim}, {d}, bias=False)",
-                   role.get(p.role, "W F (eq. 1)"))
+    mod = op_module(p, e, n, "proj", f"nn.Linear({x.dim}, {d}, bias=False)",
+                    role.get(p.role, "W F (eq. 1)"))
     return resized(x, f"{mod}({x.name})", e.param("d") or x.shape.dim, d)
 
 
@@ -70,9 +91,9 @@ def _rnn(p, e, a, n, kind: str, bidir: bool):
     hidden, layers = p.p(e, "hidden"), p.p(e, "layers")
     extra = f", num_layers={layers}" if str(layers) != "1" else ""
     cls = "nn.LSTM" if kind == "lstm" else "nn.GRU"
-    mod = p.module(n, p.suffix(n, ("bi" if bidir else "") + kind),
-                   f"{cls}({x.dim}, {hidden}{extra}, batch_first=True"
-                   f"{', bidirectional=True' if bidir else ''})")
+    mod = op_module(p, e, n, ("bi" if bidir else "") + kind,
+                    f"{cls}({x.dim}, {hidden}{extra}, batch_first=True"
+                    f"{', bidirectional=True' if bidir else ''})")
     p.helpers.add("rnn")
     mask = p.mask_arg(x)
     dim = hidden.times(2) if bidir else hidden
@@ -95,8 +116,7 @@ def birnn(p, e, a, n):
 def cnn(p, e, a, n):
     x, d = a[0], p.p(e, "d")
     k = int(e.param("kernel", 3))
-    mod = p.module(n, p.suffix(n, "conv"),
-                   f"nn.Conv1d({x.dim}, {d}, kernel_size={k}, padding=\"same\")")
+    mod = op_module(p, e, n, "conv", f"nn.Conv1d({x.dim}, {d}, kernel_size={k}, padding=\"same\")")
     out_shape = p.shape(checks.Shape(x.shape.axes, e.param("d")), dim=d)
     mk = p.mask_of(x)
     if mk is not None:  # padding must not leak into real positions through the kernel
@@ -141,14 +161,14 @@ def positional(p, e, a, n):
 
 @plan_rule("norm")
 def norm(p, e, a, n):
-    mod = p.module(n, p.suffix(n, "norm"), f"nn.LayerNorm({a[0].dim})")
+    mod = op_module(p, e, n, "norm", f"nn.LayerNorm({a[0].dim})")
     return same(a[0], f"{mod}({a[0].name})")
 
 
 @plan_rule("scale")
 def scale(p, e, a, n):
-    mod = p.module(n, p.suffix(n, "gamma"), "nn.Parameter(torch.zeros(()))",
-                   "gamma, starts at 0 (SAGAN)")
+    mod = op_module(p, e, n, "gamma", "nn.Parameter(torch.zeros(()))",
+                    "gamma, starts at 0 (SAGAN)")
     return same(a[0], f"{mod} * {atom(a[0].name)}")
 
 
@@ -156,8 +176,8 @@ def scale(p, e, a, n):
 def ffn(p, e, a, n):
     x, d_ff = a[0], p.p(e, "d_ff")
     act = ACT_MODULE[e.param("act", "relu")]
-    mod = p.module(n, p.suffix(n, "ffn"),
-                   f"nn.Sequential(nn.Linear({x.dim}, {d_ff}), {act}, nn.Linear({d_ff}, {x.dim}))")
+    mod = op_module(p, e, n, "ffn",
+                    f"nn.Sequential(nn.Linear({x.dim}, {d_ff}), {act}, nn.Linear({d_ff}, {x.dim}))")
     return same(x, f"{mod}({x.name})")
 
 
@@ -240,8 +260,21 @@ def learned(p, e, a, n):
 @plan_rule("classify")
 def classify(p, e, a, n):
     x, c = a[0], p.p(e, "classes")
-    mod = p.module(n, p.suffix(n, "head"), f"nn.Linear({x.dim}, {c})")
+    if e.param("tie") is not None:  # logits = x E^T + b, E the embedding (Vaswani et al. 3.4)
+        node = checks.version_with(p.m, str(e.param("tie")), "embed")
+        emb = next(op for op in checks.operations(node.expr) if op.fn == "embed")
+        weight = embedding(p, emb, node)
+        bias = p.module(n, p.suffix(n, "bias"), f"nn.Parameter(torch.zeros({c}))",
+                        f"b; the weight is {weight[5:]}'s (tied)")
+        return resized(x, f"F.linear({x.name}, {weight}.weight, {bias})", e.param("classes"), c)
+    mod = op_module(p, e, n, "head", f"nn.Linear({x.dim}, {c})")
     return resized(x, f"{mod}({x.name})", e.param("classes"), c)
+
+
+@plan_rule("dropout")
+def dropout(p, e, a, n):
+    mod = p.module(n, p.suffix(n, "drop"), f"nn.Dropout({p.sym(e, 'p', e.param('p'))})")
+    return same(a[0], f"{mod}({a[0].name})")
 
 
 @plan_rule("affinity")

@@ -45,6 +45,7 @@ class Planner:
         self.role = ""  # "k", "v" or "q" while planning an attention module's inputs
         self.step: dict | None = None  # inside a decoder loop
         self.emitted: set[str] = set()
+        self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
         self.frame = Frame(Owner("Model"), self.reserved)
 
     # ---- symbols ------------------------------------------------------------------
@@ -83,6 +84,7 @@ class Planner:
 
     def module(self, n, suffix: str, ctor: str, comment: str = "") -> str:
         """Register (once per sharing key) a submodule of the class being planned."""
+        n = self.same_module.get(getattr(n, "id", ""), n)  # `share = OTHER`: OTHER's modules
         owner = self.frame.owner
         key = self.share_key(n) + (suffix,)
         if key not in owner.by_key:
