@@ -6,6 +6,7 @@ drawn from the same RNG state as the model draws them (one ``F.dropout`` of the 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,84 @@ ROOT = Path(__file__).resolve().parent.parent
 ERRORS = Path(__file__).resolve().parent / "data" / "errors"
 
 
+def generated(stem: str):
+    return load_module((ROOT / "generated" / f"{stem}.py").read_text(encoding="utf-8"),
+                       f"reg_{stem}")
+
+
 def compiled(text: str, name: str):
     cs = pipeline.load_text(text, "t.attn")
     return load_module(codegen.generate(cs, cs.models[0], "t.attn"), name)
+
+
+def sinusoid(L: int, d: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(…) (Vaswani et al. 3.5)."""
+    pos = torch.arange(L, dtype=torch.float64)[:, None]
+    i = torch.arange(0, d, 2, dtype=torch.float64)
+    pe = torch.zeros(L, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos / 10000 ** (i / d))
+    pe[:, 1::2] = torch.cos(pos / 10000 ** (i / d))
+    return pe.float()
+
+
+# ---- the Transformer base (Vaswani et al.) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vaswani():
+    return generated("vaswani2017_transformer")
+
+
+def test_transformer_base_has_65m_parameters(vaswani):
+    torch.manual_seed(0)
+    model = vaswani.Model(vaswani.Config())
+    unique = {id(p): p.numel() for m in model.modules() for p in m.parameters(recurse=False)}
+    n = sum(unique.values())
+    assert abs(n - 65e6) <= 0.05 * 65e6, n  # Table 3: 65M
+    # one (vocab, d_model) matrix: both embeddings and the pre-softmax layer
+    cfg = vaswani.Config()
+    assert [p.shape for p in model.parameters()].count((cfg.vocab, cfg.d_model)) == 1
+
+
+def test_transformer_embeddings_and_output_layer_are_one_matrix(vaswani):
+    """x = E[src] sqrt(d) + PE, y = E[tgt] sqrt(d) + PE, logits = y_N E^T + b, one E."""
+    cfg = vaswani.Config.tiny()
+    torch.manual_seed(0)
+    model = vaswani.Model(cfg).eval()
+    inputs = vaswani.example_inputs(cfg=cfg)
+    seen = {}
+    model.encoder[0].register_forward_pre_hook(lambda m, a: seen.update(x=a[0]))
+    model.decoder[0].register_forward_pre_hook(lambda m, a: seen.update(y=a[0]))
+    model.decoder[-1].register_forward_hook(lambda m, a, out: seen.update(top=out))
+    logits = model(**inputs).output
+    E = next(p for p in model.parameters() if p.shape == (cfg.vocab, cfg.d_model))
+    bias = next(p for p in model.parameters() if p.shape == (cfg.vocab,))
+    for name, tokens in (("x", inputs["src"]), ("y", inputs["tgt"])):
+        want = E[tokens] * math.sqrt(cfg.d_model) + sinusoid(tokens.shape[1], cfg.d_model)
+        torch.testing.assert_close(seen[name], want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits, seen["top"] @ E.T + bias, rtol=1e-5, atol=1e-5)
+    # the embedding starts N(0, 1/d_model), so E sqrt(d_model) has unit variance
+    wide = vaswani.Model(vaswani.Config(d_model=64, heads=4, layers=1, d_ff=16, vocab=4000))
+    assert abs(wide.x_embed.weight.std().item() * math.sqrt(64) - 1) < 0.01
+
+
+def test_transformer_trains_with_dropout(vaswani):
+    cfg = vaswani.Config.tiny()
+    torch.manual_seed(0)
+    model = vaswani.Model(cfg)
+    inputs = vaswani.example_inputs(cfg=cfg)
+    model.train()
+    a, b = model(**inputs).output, model(**inputs).output
+    assert not torch.allclose(a, b)  # two train-mode passes differ
+    torch.manual_seed(7)
+    c = model(**inputs).output
+    torch.manual_seed(7)
+    assert torch.equal(c, model(**inputs).output)  # the same seed, the same pass
+    model.eval()
+    assert torch.equal(model(**inputs).output, model(**inputs).output)
+    # P_drop = 0.1 on the embeddings + positions and on every sub-layer's output (5.4)
+    drops = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert drops == [0.1] * (2 + 2 * cfg.layers + 3 * cfg.layers)
 
 
 # ---- dropout on features and on attention weights -------------------------------------------
@@ -174,6 +250,82 @@ model m {
     want = (x.sum((0, 1)) + y.sum((0, 1))).expand(3, 4)
     torch.testing.assert_close(linears[0].weight.grad, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(linears[0].bias.grad, torch.full((3,), 2.0 * (5 + 6)))
+
+
+def test_qanet_shares_its_embedding_encoder():
+    mod = generated("yu2018_qanet")
+    cfg = mod.Config(d=8, heads=2, d_emb=8, vocab=50)
+    torch.manual_seed(0)
+    model = mod.Model(cfg)
+    embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    assert len(embeddings) == 1  # one word embedding for the context and the question
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv1d)]
+    assert len(convs) == 4 + 7 * 2  # one embedding encoder; the 7 model encoder blocks
+    attn = []
+    model.c_self.register_forward_hook(lambda m, a, out: attn.append(a))
+    out = model(**mod.example_inputs(cfg=cfg), return_attention=True)
+    assert len(attn) == 2  # c_self's module runs for the context and for the question
+    assert set(out.attention) >= {"c_self", "q_self"}
+    # gradients of both inputs' paths accumulate in the one block
+    conv = model.emb_conv[0].c_1_conv.weight
+    out.output["start"].sum().backward()
+    assert conv.grad is not None and conv.grad.abs().sum() > 0
+
+
+def test_eq9_module_uses_the_weights_of_eq7():
+    """Alternating co-attention: c1's e_l = w^T tanh(W1 c2 + W k_l + b) with c0's W, b, w."""
+    text = (ROOT / "examples" / "alternating_coattention.attn").read_text(encoding="utf-8")
+    mod = compiled(text, "reg_alternating")
+    cfg = mod.Config.tiny()
+    torch.manual_seed(0)
+    model = mod.Model(cfg)
+    assert model.c1.W is model.c0.W and model.c1.w is model.c0.w
+    got = {}
+    model.c1.register_forward_hook(lambda m, a, out: got.update(args=a, out=out))
+    model(**mod.example_inputs(cfg=cfg), return_attention=True)
+    q, k = got["args"][0], got["args"][1]  # (B, 1, d), (B, HW, d)
+    W, b, w = model.c0.W.weight, model.c0.W.bias, model.c0.w[0]
+    e = torch.tanh(q @ model.c1.W1[0] + k @ W.T + b) @ w  # (B, HW)
+    torch.testing.assert_close(got["out"][1][:, 0, 0], e.softmax(-1), rtol=1e-5, atol=1e-6)
+    c0 = {id(p) for p in model.c0.parameters()}
+    own = [p for p in model.c1.parameters() if id(p) not in c0]
+    assert own == [model.c1.W1]  # the query's W1 is c1's only weight of its own
+
+
+def test_eq14_15_directions_share_w1_and_w2():
+    """HieCoAtt: H^v = tanh(W_v V + (W_q Q) C), H^q = tanh(W_q Q + (W_v V) C^T): one W_v and
+    one W_q for both directions, a w per direction."""
+    mod = generated("lu2016_parallel")
+    cfg = mod.Config.tiny()
+    torch.manual_seed(0)
+    model = mod.Model(cfg)
+    got = {}
+    model.q_w.register_forward_hook(lambda m, a, kw, out: got.update(a=a, kw=kw, out=out),
+                                    with_kwargs=True)
+    model(**mod.example_inputs(cfg=cfg), return_attention=True)
+    v, qw, A = got["a"][0], got["a"][1], got["kw"]["affinity"]  # query = v, keys = qw
+    W_v, W_q = model.img_w.W_k.weight, model.img_w.W_q.weight  # img_w: keys v, query qw
+    e = model.q_w.w(torch.tanh((A.transpose(1, 2) @ v) @ W_v.T + qw @ W_q.T)).squeeze(-1)
+    keep = got["a"][3]
+    want = e.masked_fill(~keep, float("-inf")).softmax(-1) if keep is not None else e.softmax(-1)
+    torch.testing.assert_close(got["out"][1][:, 0, 0], want, rtol=1e-5, atol=1e-6)
+    assert model.q_w.w is not model.img_w.w
+
+
+def test_dropout_and_sharing_leave_the_classification_alone():
+    """A context under dropout is still a context added to a stream (eq. 37): Table III
+    reads the same row with and without dropout, shared and tied weights."""
+    from conftest import classify_text
+
+    text = (ROOT / "specs" / "vaswani2017.attn").read_text(encoding="utf-8")
+    plain = text.replace(", scale = true, share = x)", ")").replace(", scale = true)", ")")
+    plain = plain.replace(", tie = x)", ")")
+    for inner in ("self", "cross", "ffn(x, d_ff)", "ffn(y, d_ff)"):
+        plain = plain.replace(f"dropout({inner}, p_drop)", inner)
+    plain = plain.replace("dropout(positional(", "(positional(").replace("), p_drop)", "))")
+    body = plain.split("model transformer")[1]
+    assert "dropout(" not in body and "share =" not in body and "tie =" not in body, body
+    assert classify_text(text) == classify_text(plain)
 
 
 # ---- errors -----------------------------------------------------------------------------------
