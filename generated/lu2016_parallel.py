@@ -16,11 +16,11 @@ Table III classification, derived from the spec's structure:
 
 Attention modules:
     img_w: additive score, global alignment
-    q_w: additive score, global alignment
+    q_w: additive score, global alignment, weights of img_w
     img_p: additive score, global alignment
-    q_p: additive score, global alignment
+    q_p: additive score, global alignment, weights of img_p
     img_s: additive score, global alignment
-    q_s: additive score, global alignment
+    q_s: additive score, global alignment, weights of img_s
 
 Usage:
     model = Model(Config())
@@ -146,18 +146,26 @@ class CoAttentionAdditiveAttention(nn.Module):
 
     mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
     "forward" (j < i) or "backward" (j > i, DiSAN).
+    share: the co-attention module of the other direction over the same affinity matrix, whose
+    W_k is this one's W_q and W_q its W_k (eq. 14-15: one W1 and W2); w stays per direction.
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend; affinity: (N, Lq, Lk), rows = query positions.
     Returns c: (N, 1, d_v), a: (N, H, 1, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
+    def __init__(
+        self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none",
+        share: nn.Module | None = None
+    ):
         super().__init__()
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 14-15: e = w^T act(W_q (A^T Q) + W_k K + b), one score per key
-        self.W_q = nn.Linear(d_q, d_w, bias=False)
-        self.W_k = nn.Linear(d_k, d_w, bias=True)
+        if share is None:
+            self.W_q = nn.Linear(d_q, d_w, bias=False)
+            self.W_k = nn.Linear(d_k, d_w, bias=False)
+        else:  # the other direction's: its W_k reads our query's input, its W_q our keys'
+            self.W_q, self.W_k = share.W_k, share.W_q
         self.w = nn.Linear(d_w, 1, bias=False)
 
     def forward(self, q, k, v, key_mask=None, affinity=None):
@@ -200,17 +208,23 @@ class Model(nn.Module):
         self.img_w = CoAttentionAdditiveAttention(
             d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d
         )
-        self.q_w = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.q_w = CoAttentionAdditiveAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d, share=self.img_w
+        )
         self.C_p_W = nn.Parameter(torch.randn(cfg.d, cfg.d) * (cfg.d) ** -0.5)  # W_A (eq. 12)
         self.img_p = CoAttentionAdditiveAttention(
             d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d
         )
-        self.q_p = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.q_p = CoAttentionAdditiveAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d, share=self.img_p
+        )
         self.C_s_W = nn.Parameter(torch.randn(cfg.d, cfg.d) * (cfg.d) ** -0.5)  # W_A (eq. 12)
         self.img_s = CoAttentionAdditiveAttention(
             d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d
         )
-        self.q_s = CoAttentionAdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
+        self.q_s = CoAttentionAdditiveAttention(
+            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d, share=self.img_s
+        )
         self.h_w_linear = nn.Linear(cfg.d, cfg.d)
         self.h_p_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
         self.h_s_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
@@ -258,7 +272,7 @@ class Model(nn.Module):
         img_w = img_w_c.view(B, -1)  # (B, d)
         if return_attention:
             attn['img_w'] = img_w_a  # (B, heads, 1, H*W)
-        # attention `q_w`: additive score, global alignment
+        # attention `q_w`: additive score, global alignment, weights of img_w
         q_w_c, q_w_a, _ = self.q_w(v, qw, qw, question_mask, affinity=C_w.transpose(-1, -2))
         q_w = q_w_c.view(B, -1)  # (B, d)
         if return_attention:
@@ -273,7 +287,7 @@ class Model(nn.Module):
         img_p = img_p_c.view(B, -1)  # (B, d)
         if return_attention:
             attn['img_p'] = img_p_a  # (B, heads, 1, H*W)
-        # attention `q_p`: additive score, global alignment
+        # attention `q_p`: additive score, global alignment, weights of img_p
         q_p_c, q_p_a, _ = self.q_p(v, qp, qp, question_mask, affinity=C_p.transpose(-1, -2))
         q_p = q_p_c.view(B, -1)  # (B, d)
         if return_attention:
@@ -288,7 +302,7 @@ class Model(nn.Module):
         img_s = img_s_c.view(B, -1)  # (B, d)
         if return_attention:
             attn['img_s'] = img_s_a  # (B, heads, 1, H*W)
-        # attention `q_s`: additive score, global alignment
+        # attention `q_s`: additive score, global alignment, weights of img_s
         q_s_c, q_s_a, _ = self.q_s(v, qs, qs, question_mask, affinity=C_s.transpose(-1, -2))
         q_s = q_s_c.view(B, -1)  # (B, d)
         if return_attention:

@@ -38,6 +38,7 @@ class Config:
     vocab: int = 50000  # vocabulary size
     hidden: int = 1000
     layers: int = 4
+    p_drop: float = 0.2  # dropout probability (off in eval())
 
     @classmethod
     def tiny(cls) -> "Config":
@@ -52,11 +53,14 @@ class Output:
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def cell_step(cells: nn.ModuleList, x: torch.Tensor,
-              state: list | None) -> tuple[torch.Tensor, list]:
-    """One step of a stack of GRU or LSTM cells: the top layer's output and the new state."""
+def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None,
+              drop: nn.Module | None = None) -> tuple[torch.Tensor, list]:
+    """One step of a stack of GRU or LSTM cells: the top layer's output and the new state;
+    ``drop`` (dropout) on what each layer passes up to the next, as nn.LSTM's ``dropout``."""
     new = []
     for i, cell in enumerate(cells):
+        if i > 0 and drop is not None:
+            x = drop(x)
         s = cell(x, None if state is None else state[i])
         new.append(s)
         x = s[0] if isinstance(s, tuple) else s
@@ -265,13 +269,16 @@ class Model(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.h_embed = nn.Embedding(cfg.vocab, cfg.hidden)
-        self.h_lstm = nn.LSTM(cfg.hidden, cfg.hidden, num_layers=cfg.layers, batch_first=True)
+        self.h_lstm = nn.LSTM(
+            cfg.hidden, cfg.hidden, num_layers=cfg.layers, dropout=cfg.p_drop, batch_first=True
+        )
         self.ht_embed = nn.Embedding(cfg.vocab, cfg.hidden)
         # input feeding: [x_t; h_att_(t-1)]
         self.ht_lstm_cells = nn.ModuleList(
             nn.LSTMCell(cfg.hidden + cfg.hidden if i == 0 else cfg.hidden, cfg.hidden)
             for i in range(cfg.layers)
         )
+        self.ht_drop = nn.Dropout(cfg.p_drop)
         self.att = MultiplicativeLocalMonotonicAttention(
             d_q=cfg.hidden, d_k=cfg.hidden, d_v=cfg.hidden, heads=1, window=10
         )
@@ -306,7 +313,8 @@ class Model(nn.Module):
         for t in range(ht_in.shape[1]):  # one decoder step per position of T
             # (B, hidden)
             ht_h, ht_state = cell_step(
-                self.ht_lstm_cells, torch.cat([ht_in.select(1, t), h_att_prev], -1), ht_state
+                self.ht_lstm_cells, torch.cat([ht_in.select(1, t), h_att_prev], -1), ht_state,
+                self.ht_drop
             )
             ht_t = ht_h.unsqueeze(1)  # (B, 1, hidden): query `ht`, one step
             # attention `att`: multiplicative score, local alignment

@@ -41,6 +41,7 @@ class Config:
     layers: int = 6  # hops of a repeat (eq. 41-42)
     d_ff: int = 2048
     vocab: int = 37000  # vocabulary size
+    p_drop: float = 0.1  # dropout probability (off in eval())
 
     @classmethod
     def tiny(cls) -> "Config":
@@ -119,6 +120,15 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
+def scaled_embedding(vocab: int, d: int) -> nn.Embedding:
+    """An embedding for `embed(…, scale = true)`, whose output is multiplied by sqrt(d)
+    (Vaswani et al. 3.4): its rows start N(0, 1/d), so sqrt(d) E has unit variance, as in
+    tensor2tensor and fairseq (the paper gives no initialisation)."""
+    embedding = nn.Embedding(vocab, d)
+    nn.init.normal_(embedding.weight, std=d ** -0.5)
+    return embedding
+
+
 def sinusoid(x: torch.Tensor) -> torch.Tensor:
     """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.)."""
     L, d = x.shape[-2], x.shape[-1]
@@ -195,10 +205,12 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadScaledMultiplicativeAttention(
             d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads
         )
+        self.x_1_drop = nn.Dropout(cfg.p_drop)
         self.x_1_norm = nn.LayerNorm(cfg.d_model)
         self.x_2_ffn = nn.Sequential(
             nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)
         )
+        self.x_2_drop = nn.Dropout(cfg.p_drop)
         self.x_2_norm = nn.LayerNorm(cfg.d_model)
 
     def forward(
@@ -213,8 +225,10 @@ class EncoderLayer(nn.Module):
         )
         if return_attention:
             attn[f"{at}self"] = self_attn_a  # (B, H, S, S)
-        x = self.x_1_norm(x + self_attn)  # (B, S, d_model): feature `x`, updated (eq. 37)
-        x = self.x_2_norm(x + self.x_2_ffn(x))  # (B, S, d_model): feature `x`, updated (eq. 37)
+        # (B, S, d_model): feature `x`, updated (eq. 37)
+        x = self.x_1_norm(x + self.x_1_drop(self_attn))
+        # (B, S, d_model): feature `x`, updated (eq. 37)
+        x = self.x_2_norm(x + self.x_2_drop(self.x_2_ffn(x)))
         return x
 
 
@@ -228,6 +242,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadScaledMultiplicativeAttention(
             d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads, mask="causal"
         )
+        self.y_1_drop = nn.Dropout(cfg.p_drop)
         self.y_1_norm = nn.LayerNorm(cfg.d_model)
         # W_K, W_V stacked: one matmul (eq. 1, 35)
         self.cross_kv_proj = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=False)
@@ -235,10 +250,12 @@ class DecoderLayer(nn.Module):
         self.cross = MultiHeadScaledMultiplicativeAttention(
             d_q=cfg.d_model, d_k=cfg.d_model, d_v=cfg.d_model, heads=cfg.heads
         )
+        self.y_2_drop = nn.Dropout(cfg.p_drop)
         self.y_2_norm = nn.LayerNorm(cfg.d_model)
         self.y_3_ffn = nn.Sequential(
             nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model)
         )
+        self.y_3_drop = nn.Dropout(cfg.p_drop)
         self.y_3_norm = nn.LayerNorm(cfg.d_model)
 
     def forward(
@@ -253,7 +270,8 @@ class DecoderLayer(nn.Module):
         )
         if return_attention:
             attn[f"{at}self"] = self_attn_a  # (B, H, T, T)
-        y = self.y_1_norm(y + self_attn)  # (B, T, d_model): feature `y`, updated (eq. 37)
+        # (B, T, d_model): feature `y`, updated (eq. 37)
+        y = self.y_1_norm(y + self.y_1_drop(self_attn))
         cross_k, cross_v = self.cross_kv_proj(x).chunk(2, -1)  # (B, S, d_model) each
         # attention `cross`: scaled multiplicative score, global alignment, 8 heads
         cross_q = self.cross_q_proj(y)  # (B, T, d_model)
@@ -263,8 +281,10 @@ class DecoderLayer(nn.Module):
         )
         if return_attention:
             attn[f"{at}cross"] = cross_a  # (B, H, T, S)
-        y = self.y_2_norm(y + cross)  # (B, T, d_model): feature `y`, updated (eq. 37)
-        y = self.y_3_norm(y + self.y_3_ffn(y))  # (B, T, d_model): feature `y`, updated (eq. 37)
+        # (B, T, d_model): feature `y`, updated (eq. 37)
+        y = self.y_2_norm(y + self.y_2_drop(cross))
+        # (B, T, d_model): feature `y`, updated (eq. 37)
+        y = self.y_3_norm(y + self.y_3_drop(self.y_3_ffn(y)))
         return y
 
 
@@ -280,13 +300,14 @@ class Model(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self.x_embed = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.y_embed = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.x_embed = scaled_embedding(cfg.vocab, cfg.d_model)
+        self.x_drop = nn.Dropout(cfg.p_drop)
+        self.y_drop = nn.Dropout(cfg.p_drop)
         # one per hop (eq. 41-42)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         # one per hop (eq. 41-42)
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
-        self.logits_head = nn.Linear(cfg.d_model, cfg.vocab)
+        self.logits_bias = nn.Parameter(torch.zeros(cfg.vocab))  # b; the weight is x_embed's (tied)
 
     def forward(
         self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False,
@@ -304,8 +325,10 @@ class Model(nn.Module):
         )
         check_mask('tgt', tgt_mask, tgt.shape[:2])
         attn = {}  # module -> its weights, when return_attention
-        x = sinusoid(self.x_embed(src))  # (B, S, d_model): feature `x`
-        y = sinusoid(self.y_embed(tgt))  # (B, T, d_model): feature `y`
+        # (B, S, d_model): feature `x`
+        x = self.x_drop(sinusoid(self.x_embed(src) * math.sqrt(cfg.d_model)))
+        # (B, T, d_model): feature `y`
+        y = self.y_drop(sinusoid(self.x_embed(tgt) * math.sqrt(cfg.d_model)))
         for i, layer in enumerate(self.encoder):  # `encoder`: 6 hops (eq. 41-42)
             x = layer(
                 x, src_mask, attn=attn, at=f"encoder[{i + 1}].", return_attention=return_attention
@@ -315,7 +338,8 @@ class Model(nn.Module):
                 y, tgt_mask, x, src_mask, attn=attn, at=f"decoder[{i + 1}].",
                 return_attention=return_attention
             )
-        logits = self.logits_head(y)  # (B, T, vocab): output `logits`
+        # (B, T, vocab): output `logits`
+        logits = F.linear(y, self.x_embed.weight, self.logits_bias)
         return Output(logits, attn)
 
 

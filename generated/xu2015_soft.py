@@ -115,11 +115,14 @@ def additive_score(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act) -> 
     )
 
 
-def cell_step(cells: nn.ModuleList, x: torch.Tensor,
-              state: list | None) -> tuple[torch.Tensor, list]:
-    """One step of a stack of GRU or LSTM cells: the top layer's output and the new state."""
+def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None,
+              drop: nn.Module | None = None) -> tuple[torch.Tensor, list]:
+    """One step of a stack of GRU or LSTM cells: the top layer's output and the new state;
+    ``drop`` (dropout) on what each layer passes up to the next, as nn.LSTM's ``dropout``."""
     new = []
     for i, cell in enumerate(cells):
+        if i > 0 and drop is not None:
+            x = drop(x)
         s = cell(x, None if state is None else state[i])
         new.append(s)
         x = s[0] if isinstance(s, tuple) else s

@@ -16,7 +16,7 @@ Table III classification, derived from the spec's structure:
 
 Attention modules:
     c_self: multiplicative score, global alignment, 8 heads
-    q_self: multiplicative score, global alignment, 8 heads
+    q_self: multiplicative score, global alignment, 8 heads, weights of c_self
     c2q: affinity score, global alignment
     q2c: affinity score, global alignment
     c2q2c: affinity score, global alignment
@@ -44,6 +44,8 @@ class Config:
     heads: int = 8  # attention heads (eq. 38)
     d_emb: int = 300
     vocab: int = 90000  # vocabulary size
+    p_word: float = 0.1  # dropout probability (off in eval())
+    p_layer: float = 0.1  # dropout probability (off in eval())
 
     @classmethod
     def tiny(cls) -> "Config":
@@ -217,38 +219,29 @@ class CoAttentionAffinityAttention(nn.Module):
         return c, a, extras
 
 
-class ConvCLayer(nn.Module):
-    """One hop of `conv_c` (eq. 41-42): c."""
+class EmbConvLayer(nn.Module):
+    """One hop of `emb_conv` (eq. 41-42): c, q."""
 
     def __init__(self, cfg: Config):
         super().__init__()
         self.c_1_norm = nn.LayerNorm(cfg.d)
         self.c_1_conv = nn.Conv1d(cfg.d, cfg.d, kernel_size=7, padding="same")
+        self.c_1_drop = nn.Dropout(cfg.p_layer)
+        self.q_1_drop = nn.Dropout(cfg.p_layer)
 
-    def forward(self, c, context_mask) -> torch.Tensor:
+    def forward(self, c, q, context_mask, question_mask) -> tuple:
         h = self.c_1_norm(c)  # (B, C, d)
         # padded positions set to zero
         h_2 = h if context_mask is None else h.masked_fill(~context_mask.unsqueeze(-1), 0.0)
         y = self.c_1_conv(h_2.transpose(1, 2)).transpose(1, 2)  # (B, C, d): convolve over positions
-        c = c + F.relu(y)  # (B, C, d): feature `c`, updated (eq. 37)
-        return c
-
-
-class ConvQLayer(nn.Module):
-    """One hop of `conv_q` (eq. 41-42): q."""
-
-    def __init__(self, cfg: Config):
-        super().__init__()
-        self.q_1_norm = nn.LayerNorm(cfg.d)
-        self.q_1_conv = nn.Conv1d(cfg.d, cfg.d, kernel_size=7, padding="same")
-
-    def forward(self, q, question_mask) -> torch.Tensor:
-        h = self.q_1_norm(q)  # (B, Q, d)
+        c = c + self.c_1_drop(F.relu(y))  # (B, C, d): feature `c`, updated (eq. 37)
+        h_3 = self.c_1_norm(q)  # (B, Q, d)
         # padded positions set to zero
-        h_2 = h if question_mask is None else h.masked_fill(~question_mask.unsqueeze(-1), 0.0)
-        y = self.q_1_conv(h_2.transpose(1, 2)).transpose(1, 2)  # (B, Q, d): convolve over positions
-        q = q + F.relu(y)  # (B, Q, d): feature `q`, updated (eq. 37)
-        return q
+        h_4 = h_3 if question_mask is None else h_3.masked_fill(~question_mask.unsqueeze(-1), 0.0)
+        # (B, Q, d): convolve over positions
+        y_2 = self.c_1_conv(h_4.transpose(1, 2)).transpose(1, 2)
+        q = q + self.q_1_drop(F.relu(y_2))  # (B, Q, d): feature `q`, updated (eq. 37)
+        return c, q
 
 
 class ModelEncBlockConvLayer(nn.Module):
@@ -258,59 +251,60 @@ class ModelEncBlockConvLayer(nn.Module):
         super().__init__()
         self.m_1_norm = nn.LayerNorm(cfg.d)
         self.m_1_conv = nn.Conv1d(cfg.d, cfg.d, kernel_size=5, padding="same")
+        self.m_1_drop = nn.Dropout(cfg.p_layer)
 
     def forward(self, m, context_mask) -> torch.Tensor:
         h = self.m_1_norm(m)  # (B, C, d)
         # padded positions set to zero
         h_2 = h if context_mask is None else h.masked_fill(~context_mask.unsqueeze(-1), 0.0)
         y = self.m_1_conv(h_2.transpose(1, 2)).transpose(1, 2)  # (B, C, d): convolve over positions
-        m = m + F.relu(y)  # (B, C, d): feature `m`, updated (eq. 37)
+        m = m + self.m_1_drop(F.relu(y))  # (B, C, d): feature `m`, updated (eq. 37)
         return m
 
 
 class ModelEncBlockLayer(nn.Module):
-    """One hop of `model_enc.block` (eq. 41-42): m, self."""
+    """One hop of `model_enc.block` (eq. 41-42): m, mn, self."""
 
     def __init__(self, cfg: Config):
         super().__init__()
         # one per hop (eq. 41-42)
         self.conv = nn.ModuleList(ModelEncBlockConvLayer(cfg) for _ in range(2))
-        self.self_k_norm = nn.LayerNorm(cfg.d)
-        self.self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
-        self.self_v_norm = nn.LayerNorm(cfg.d)
-        self.self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
-        self.self_q_norm = nn.LayerNorm(cfg.d)
-        self.self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
+        self.mn_norm = nn.LayerNorm(cfg.d)
+        # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        self.self_qkv_proj = nn.Linear(cfg.d, 3 * cfg.d, bias=False)
         self.self_attn = MultiHeadMultiplicativeAttention(
             d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads
         )
+        self.m_1_drop = nn.Dropout(cfg.p_layer)
         self.m_2_norm = nn.LayerNorm(cfg.d)
         self.m_2_ffn = nn.Sequential(
             nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d)
         )
+        self.m_2_drop = nn.Dropout(cfg.p_layer)
 
     def forward(
         self, m, context_mask, attn: dict, at: str = "", return_attention: bool = False
     ) -> torch.Tensor:
         for layer in self.conv:  # `model_enc.block.conv`: 2 hops (eq. 41-42)
             m = layer(m, context_mask)
+        mn = self.mn_norm(m)  # (B, C, d): feature `mn`
+        # (B, C, d) each
+        self_attn_q, self_attn_k, self_attn_v = self.self_qkv_proj(mn).chunk(3, -1)
         # attention `self`: multiplicative score, global alignment, 8 heads
-        self_attn_k = self.self_k_proj(self.self_k_norm(m))  # (B, C, d)
-        self_attn_v = self.self_v_proj(self.self_v_norm(m))  # (B, C, d)
-        self_attn_q = self.self_q_proj(self.self_q_norm(m))  # (B, C, d)
         # (B, C, d)
         self_attn, self_attn_a, _ = self.self_attn(
             self_attn_q, self_attn_k, self_attn_v, context_mask, need_weights=return_attention
         )
         if return_attention:
             attn[f"{at}self"] = self_attn_a  # (B, H, C, C)
-        m = m + self_attn  # (B, C, d): feature `m`, updated (eq. 37)
-        m = m + self.m_2_ffn(self.m_2_norm(m))  # (B, C, d): feature `m`, updated (eq. 37)
+        m = m + self.m_1_drop(self_attn)  # (B, C, d): feature `m`, updated (eq. 37)
+        # (B, C, d): feature `m`, updated (eq. 37)
+        m = m + self.m_2_drop(self.m_2_ffn(self.m_2_norm(m)))
         return m
 
 
 class ModelEncLayer(nn.Module):
-    """One hop of `model_enc` (eq. 41-42): m, pass_out, self."""
+    """One hop of `model_enc` (eq. 41-42): m, mn, pass_out, self."""
 
     def __init__(self, cfg: Config):
         super().__init__()
@@ -342,37 +336,25 @@ class Model(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.c_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
+        self.c_drop = nn.Dropout(cfg.p_word)
         self.c_linear = nn.Linear(cfg.d_emb, cfg.d)
-        self.q_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
-        self.q_linear = nn.Linear(cfg.d_emb, cfg.d)
-        self.conv_c = nn.ModuleList(ConvCLayer(cfg) for _ in range(4))  # one per hop (eq. 41-42)
-        self.c_self_k_norm = nn.LayerNorm(cfg.d)
-        self.c_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
-        self.c_self_v_norm = nn.LayerNorm(cfg.d)
-        self.c_self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
-        self.c_self_q_norm = nn.LayerNorm(cfg.d)
-        self.c_self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
+        self.q_drop = nn.Dropout(cfg.p_word)
+        # one per hop (eq. 41-42)
+        self.emb_conv = nn.ModuleList(EmbConvLayer(cfg) for _ in range(4))
+        self.cn_norm = nn.LayerNorm(cfg.d)
+        # W_Q, W_K, W_V stacked: one matmul (eq. 1, 35)
+        self.c_self_qkv_proj = nn.Linear(cfg.d, 3 * cfg.d, bias=False)
         self.c_self = MultiHeadMultiplicativeAttention(
             d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads
         )
+        self.c_6_drop = nn.Dropout(cfg.p_layer)
         self.c_7_norm = nn.LayerNorm(cfg.d)
         self.c_7_ffn = nn.Sequential(
             nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d)
         )
-        self.conv_q = nn.ModuleList(ConvQLayer(cfg) for _ in range(4))  # one per hop (eq. 41-42)
-        self.q_self_k_norm = nn.LayerNorm(cfg.d)
-        self.q_self_k_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_K F (eq. 1)
-        self.q_self_v_norm = nn.LayerNorm(cfg.d)
-        self.q_self_v_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_V F (eq. 1)
-        self.q_self_q_norm = nn.LayerNorm(cfg.d)
-        self.q_self_q_proj = nn.Linear(cfg.d, cfg.d, bias=False)  # W_Q F (eq. 35)
-        self.q_self = MultiHeadMultiplicativeAttention(
-            d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=cfg.heads
-        )
-        self.q_7_norm = nn.LayerNorm(cfg.d)
-        self.q_7_ffn = nn.Sequential(
-            nn.Linear(cfg.d, (4 * cfg.d)), nn.ReLU(), nn.Linear((4 * cfg.d), cfg.d)
-        )
+        self.c_7_drop = nn.Dropout(cfg.p_layer)
+        self.q_6_drop = nn.Dropout(cfg.p_layer)
+        self.q_7_drop = nn.Dropout(cfg.p_layer)
         # w_A = [w1; w2; w3] (eq. 13)
         self.S_w = nn.Parameter(torch.randn(3, cfg.d) * (cfg.d) ** -0.5)
         self.c2q = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
@@ -399,36 +381,34 @@ class Model(nn.Module):
         )
         check_mask('question', question_mask, question.shape[:2])
         attn = {}  # module -> its weights, when return_attention
-        c = sinusoid(self.c_linear(self.c_embed(context)))  # (B, C, d): feature `c`
-        q = sinusoid(self.q_linear(self.q_embed(question)))  # (B, Q, d): feature `q`
-        for layer in self.conv_c:  # `conv_c`: 4 hops (eq. 41-42)
-            c = layer(c, context_mask)
+        c = sinusoid(self.c_linear(self.c_drop(self.c_embed(context))))  # (B, C, d): feature `c`
+        q = sinusoid(self.c_linear(self.q_drop(self.c_embed(question))))  # (B, Q, d): feature `q`
+        for layer in self.emb_conv:  # `emb_conv`: 4 hops (eq. 41-42)
+            c, q = layer(c, q, context_mask, question_mask)
+        cn = self.cn_norm(c)  # (B, C, d): feature `cn`
+        c_self_q, c_self_k, c_self_v = self.c_self_qkv_proj(cn).chunk(3, -1)  # (B, C, d) each
         # attention `c_self`: multiplicative score, global alignment, 8 heads
-        c_self_k = self.c_self_k_proj(self.c_self_k_norm(c))  # (B, C, d)
-        c_self_v = self.c_self_v_proj(self.c_self_v_norm(c))  # (B, C, d)
-        c_self_q = self.c_self_q_proj(self.c_self_q_norm(c))  # (B, C, d)
         # (B, C, d)
         c_self, c_self_a, _ = self.c_self(
             c_self_q, c_self_k, c_self_v, context_mask, need_weights=return_attention
         )
         if return_attention:
             attn['c_self'] = c_self_a  # (B, H, C, C)
-        c = c + c_self  # (B, C, d): feature `c`, updated (eq. 37)
-        c = c + self.c_7_ffn(self.c_7_norm(c))  # (B, C, d): feature `c`, updated (eq. 37)
-        for layer in self.conv_q:  # `conv_q`: 4 hops (eq. 41-42)
-            q = layer(q, question_mask)
-        # attention `q_self`: multiplicative score, global alignment, 8 heads
-        q_self_k = self.q_self_k_proj(self.q_self_k_norm(q))  # (B, Q, d)
-        q_self_v = self.q_self_v_proj(self.q_self_v_norm(q))  # (B, Q, d)
-        q_self_q = self.q_self_q_proj(self.q_self_q_norm(q))  # (B, Q, d)
+        qn = self.cn_norm(q)  # (B, Q, d): feature `qn`
+        q_self_q, q_self_k, q_self_v = self.c_self_qkv_proj(qn).chunk(3, -1)  # (B, Q, d) each
+        # attention `q_self`: multiplicative score, global alignment, 8 heads, weights of c_self
         # (B, Q, d)
-        q_self, q_self_a, _ = self.q_self(
+        q_self, q_self_a, _ = self.c_self(
             q_self_q, q_self_k, q_self_v, question_mask, need_weights=return_attention
         )
         if return_attention:
             attn['q_self'] = q_self_a  # (B, H, Q, Q)
-        q = q + q_self  # (B, Q, d): feature `q`, updated (eq. 37)
-        q = q + self.q_7_ffn(self.q_7_norm(q))  # (B, Q, d): feature `q`, updated (eq. 37)
+        c = c + self.c_6_drop(c_self)  # (B, C, d): feature `c`, updated (eq. 37)
+        # (B, C, d): feature `c`, updated (eq. 37)
+        c = c + self.c_7_drop(self.c_7_ffn(self.c_7_norm(c)))
+        q = q + self.q_6_drop(q_self)  # (B, Q, d): feature `q`, updated (eq. 37)
+        # (B, Q, d): feature `q`, updated (eq. 37)
+        q = q + self.q_7_drop(self.c_7_ffn(self.c_7_norm(q)))
         # (B, C, Q): affinity `S`
         S = (c @ self.S_w[0]).unsqueeze(-1) + (q @ self.S_w[1]).unsqueeze(-2) + (
             c * self.S_w[2]

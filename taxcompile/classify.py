@@ -43,7 +43,7 @@ ALIGN_LABEL = {"global": "Global", "hard": "Hard", "local": "Local", "reinforced
                # Oktay et al.'s attention gates: Table III reads them as Global
                "sigmoid": "Global"}
 # Transparent maps: a context reaching a query only through these "joins" the query.
-TRANSPARENT = {"concat", "project", "linear", "identity"}
+TRANSPARENT = {"concat", "project", "linear", "identity", "dropout"}
 
 
 READINGS = ("table", "text")
@@ -154,6 +154,8 @@ class Classifier:
         return self._roots[node_id]
 
     def _is_context(self, e: ir.Expr) -> bool:
+        while isinstance(e, ir.Op) and e.fn == "dropout":  # dropout of a context (residual)
+            e = e.args[0]
         return isinstance(e, ir.Ref) and isinstance(self.m.node(e.node), ir.Attention)
 
     def keys_base(self, a: ir.Attention) -> set[str]:

@@ -135,10 +135,10 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
     order = {p.name: i for i, p in enumerate(sig)}  # as the signature reads, not sorted
     parts = [expr_text(m, a, outside) for a in e.args]
     for key, value in sorted(e.params, key=lambda kv: order.get(kv[0], len(order))):
-        if key in ("feed", "init", "init_c"):
+        if key in ("feed", "init", "init_c", "share", "tie"):
             parts.append(f"{key} = {_name(m, str(value))}")
         elif defaults.get(key) != value:
-            parts.append(str(value) if key in ("d", "hidden", "d_ff", "classes", "factor")
+            parts.append(str(value) if key in ("d", "hidden", "d_ff", "classes", "factor", "p")
                          else f"{key} = {_scalar(value)}")
     return f"{op.label}({', '.join(parts)})"
 

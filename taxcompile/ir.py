@@ -167,6 +167,8 @@ class Attention(_Frozen):
     capsules: int = 0
     mask: Literal["none", "causal", "forward", "backward"] = "none"  # within one sequence
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
+    dropout: float | None = None  # dropout on the attention weights, in training
+    share: str | None = None  # the attention module whose weights this one uses
     hop: Hop | None = None
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
@@ -187,6 +189,10 @@ class Attention(_Frozen):
             out.append(f"{self.mask} mask")
         if self.penalty is not None:
             out.append(f"penalty {self.penalty:g}")
+        if self.dropout:
+            out.append(f"dropout {self.dropout:g}")
+        if self.share is not None:
+            out.append(f"weights of {self.share}")
         return out
 
 

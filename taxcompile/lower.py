@@ -25,6 +25,10 @@ NAMED_HINT = {
              "and `init = s0`; or name an encoder LSTM/GRU to start from its final states"),
     "init_c": ("`init_c` names the node that gives the decoder LSTM's initial memory c_0",
                "declare it first, e.g. `feature c0 = linear(mean(a), 512, act = tanh)`"),
+    "share": ("`share` names the statement whose module (weights) of the same operator this "
+              "operation uses", "e.g. `feature k2 = linear(x2, 64, share = k1)`"),
+    "tie": ("`tie` names the statement whose `embed` matrix the output layer uses as its weight",
+            "e.g. `output y = classify(h, vocab, tie = src_emb)`"),
 }
 
 MAX_HOPS = 64
@@ -79,12 +83,12 @@ ALIGNS: dict[str, tuple[P, ...]] = {
 MASKS = P("mask", "enum", False, "none", ("none", "causal", "forward", "backward"))
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
-                    "heads", "capsules", "mask", "penalty", "affinity", "heads_out")
+                    "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
+                    "share")
 # How a multi-head module joins its heads' contexts: W_O concat (eq. 40), the plain concat
 # (Lin et al.'s flattened M), or their mean (GAT's last layer).
 HEADS_OUT = P("heads_out", "enum", False, "project", ("project", "concat", "mean"))
 PAPER_FIELDS = ("cite", "ref", "row", "title", "year")
-
 
 def suggest(word: str, options) -> str:
     options = list(options)
@@ -305,6 +309,15 @@ class Lowerer:
                 return None
             if p.below is not None and v >= p.below:
                 self.err(e.pos, f"{what} must be between 0 and {p.below:g}, got {v:g}")
+                return None
+            return float(v)
+        if p.type == "prob":  # a dropout probability: 0 <= p < 1
+            v = self.const(e, scope)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                self.err(e.pos, f"{what} must be a probability, at least 0 and below 1, "
+                         f"got {_show(v)}", "e.g. 0.1 (Vaswani et al.'s P_drop)")
                 return None
             return float(v)
         if p.type == "bool":
@@ -868,6 +881,8 @@ class Lowerer:
         ok = True
         positional = list(e.args)
         for p in sig:
+            if p.name in NAMED:
+                continue  # a keyword naming a node (`feed`, `init`, `share`, `tie`): below
             if p.type == "nodes":
                 if not positional:
                     self.err(e.pos, f"`{e.fn}` needs at least one feature")
@@ -894,11 +909,6 @@ class Lowerer:
                     continue
                 a = kw.value
             if p.type == "node":
-                if p.name in NAMED:
-                    if kw is None:  # given by position
-                        self.err(a.pos, f"give `{p.name}` by name: `{p.name} = NODE`")
-                        ok = False
-                    continue  # resolved below: it may name a node defined later
                 x = self.expr(a, scope)
                 ok &= x is not None
                 if x is not None:
@@ -908,11 +918,15 @@ class Lowerer:
                 ok &= v is not None
                 if v is not None:
                     params[p.name] = v
-                    if p.type == "int" and (t := self.sym(a, scope)):
+                    if p.type in ("int", "prob") and (t := self.sym(a, scope)):
                         syms[p.name] = t
         if positional:
-            self.err(positional[0].pos, f"`{e.fn}` takes {sum(p.type != 'nodes' for p in sig)} "
-                     "argument(s); this one is extra")
+            named = [p.name for p in sig if p.name in NAMED]
+            self.err(positional[0].pos, f"`{e.fn}` takes "
+                     f"{sum(p.type != 'nodes' and p.name not in NAMED for p in sig)} argument(s); "
+                     "this one is extra", (f"{', '.join(f'`{q}`' for q in named)} "
+                                           f"{'is' if len(named) == 1 else 'are'} given by "
+                                           f"name, e.g. `{named[0]} = NODE`") if named else "")
             ok = False
         names = {p.name for p in sig}
         seen: set[str] = set()
@@ -939,6 +953,12 @@ class Lowerer:
                      "value at the previous step it reads", "e.g. `query = prev(s)` (s_(t-1))")
             return None
         if not ok:
+            return None
+        if params.get("dropout") and params.get("layers", 1) == 1:
+            kw = next(k for k in e.kwargs if k.name == "dropout")
+            self.err(kw.pos, f"`dropout` of `{e.fn}` zeroes features between stacked layers, "
+                     "but this one has one layer", f"set `layers = N` (N > 1), or write "
+                     f"`dropout({e.fn}(…), p)` for dropout on its outputs")
             return None
         return ir.Op(fn=e.fn, args=tuple(args), params=tuple(sorted(params.items())),
                      sym=tuple(sorted(syms.items())), loc=self.loc(e.pos))
@@ -991,8 +1011,18 @@ class Lowerer:
         if "heads_out" in f and heads == 1:
             self.err(f["heads_out"].pos, "`heads_out` joins the contexts of several heads, "
                      f"but attention `{s.name}` has one", "set `heads = H`, or drop `heads_out`")
-        syms = {k: t for k in ("heads", "capsules") if k in f
+        dropout = (self.as_param(P("dropout", "prob"), f["dropout"].value, scope, "`dropout`")
+                   if "dropout" in f else None)
+        syms = {k: t for k in ("heads", "capsules", "dropout") if k in f
                 and (t := self.sym(f[k].value, scope))}
+        share = None
+        if "share" in f:
+            v = f["share"].value
+            if not isinstance(v, ast.Ref):
+                self.err(v.pos, "`share` names another attention module whose weights this "
+                         "one uses")
+            else:
+                share = self.resolve(v, scope)
         affinity = None
         if "affinity" in f:
             v = f["affinity"].value
@@ -1014,7 +1044,8 @@ class Lowerer:
             id=node_id, name=s.name, query=query, keys=keys, values=values, affinity=affinity,
             score=score, align=align, dimensionality=dims, heads=heads,
             heads_out=heads_out or "project", capsules=capsules,
-            mask=mask or "none", penalty=penalty, hop=self.hop_of(scope, s.name),
+            mask=mask or "none", penalty=penalty, dropout=dropout, share=share,
+            hop=self.hop_of(scope, s.name),
             sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str):

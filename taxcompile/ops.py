@@ -23,7 +23,7 @@ class P:
     """One parameter of a feature-model operation."""
 
     name: str
-    type: str  # node | nodes | int | float | bool | enum
+    type: str  # node | nodes | int | float | prob | bool | enum | act
     required: bool = True
     default: Scalar | Act | None = None
     choices: tuple[str, ...] = ()
@@ -69,6 +69,13 @@ def act(default: str, choices: tuple[str, ...] = SAME_WIDTH_ACTS) -> P:
     return P("act", "act", False, Act(fn=default), choices)
 
 
+# `share = NODE`: the operation uses the module (the weights) of the operation of the same
+# operator in statement NODE; one set of parameters, counted once.
+SHARE = P("share", "node", False)
+# `tie = NODE`: the output layer's weight is the embedding matrix of statement NODE's embed.
+TIE = P("tie", "node", False)
+
+
 @dataclass
 class OpInfo:
     name: str
@@ -83,30 +90,33 @@ def _op(name: str, *params: P, label: str | None = None, infix: bool = False) ->
     return OpInfo(name, params, label or name, infix)
 
 
-_RNN = (node(), pint("hidden"), pint("layers", False, 1))
+# dropout: between stacked layers (Zaremba et al.; nn.LSTM's `dropout`), in training only
+_RNN = (node(), pint("hidden"), pint("layers", False, 1), P("dropout", "prob", False), SHARE)
 # A recurrent decoder (run step by step): the node of the step it reads (`feed`), and the
 # node(s) its initial state comes from (`init` = h_0, or an encoder RNN's final states;
 # `init_c` = an LSTM's c_0). They name nodes (lower stores the node id, not an argument).
 _DECODER = (P("feed", "node", False), P("init", "node", False), P("init_c", "node", False))
 # Parameters that name a node rather than compute an argument of the operator.
-NAMED = ("feed", "init", "init_c")
+NAMED = ("feed", "init", "init_c", "share", "tie")
 
 # The feature, query and output models the language offers (Fig. 1: feature model,
 # query model, output model), with their parameters.
 OPS: dict[str, OpInfo] = {o.name: o for o in (
-    _op("embed", node("tokens"), pint("d")),
-    _op("linear", node(), pint("d"), act("none", ACTS), P("bias", "bool", False, True)),
-    _op("project", node(), pint("d", False)),
+    # scale: times sqrt(d) (Vaswani et al. 3.4); share: the embedding of statement NODE
+    _op("embed", node("tokens"), pint("d"), P("scale", "bool", False, False), SHARE),
+    _op("linear", node(), pint("d"), act("none", ACTS), P("bias", "bool", False, True), SHARE),
+    _op("project", node(), pint("d", False), SHARE),
     _op("lstm", *_RNN, *_DECODER),
     _op("gru", *_RNN, *_DECODER),
     _op("bilstm", *_RNN),
     _op("bigru", *_RNN),
-    _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS)),
+    _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS), SHARE),
     _op("identity", node()),
     _op("positional", node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
-    _op("norm", node()),
-    _op("scale", node()),
-    _op("ffn", node(), pint("d_ff"), act("relu", ACTS)),
+    _op("norm", node(), SHARE),
+    _op("scale", node(), SHARE),
+    _op("ffn", node(), pint("d_ff"), act("relu", ACTS), SHARE),
+    _op("dropout", node(), P("p", "prob")),  # zero each feature with probability p (training)
     _op("tanh", node()),
     _op("relu", node()),
     _op("sigmoid", node()),
@@ -129,7 +139,8 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("maxpool", node(), pint("factor")),
     _op("upsample", node(), pint("factor"), enum("mode", ("bilinear", "nearest"), "bilinear")),
     _op("learned", pint("d")),
-    _op("classify", node(), pint("classes")),
+    # tie: the output layer's weight is the embedding matrix of statement NODE's embed
+    _op("classify", node(), pint("classes"), SHARE, TIE),
     _op("affinity", node("a"), node("b"),
         enum("form", ("bilinear", "trilinear", "dot", "scaled_dot"), "bilinear"),
         act("none")),
@@ -140,6 +151,9 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("first", node()),
     _op("backward", node()),
 )}
+
+# Operators whose module another statement's operation may use (`share = NODE`).
+SHAREABLE = tuple(o.name for o in OPS.values() if SHARE in o.params)
 
 # Operators written as calls, for lower's checks and its "did you mean" hints.
 CALLS: dict[str, tuple[P, ...]] = {o.name: o.params for o in OPS.values() if not o.infix}

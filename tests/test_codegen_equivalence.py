@@ -90,6 +90,14 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
     "xu2015_soft": "f_att reads h_(t-1) (`prev(h)`), the LSTM reads this step's z_t, "
     "c_0/h_0 = f_init(mean a_i); tests/test_decoders.py",
     "xu2015_hard": "as xu2015_soft; tests/test_decoders.py",
+    "vaswani2017_transformer": "tied embeddings and output layer, sqrt(d_model) scale, "
+                               "P_drop = 0.1 (tests/test_regularisation.py)",
+    "yu2018_qanet": "one embedding encoder for context and question, one layernorm per "
+                    "sublayer, dropout 0.1 (tests/test_regularisation.py)",
+    "lu2016_parallel": "W_q, W_v shared across the two directions, no bias (eq. 14-15; "
+                       "tests/test_regularisation.py)",
+    "lu2016_alternating_alternating": "c1 uses c0's W, b, w (eq. 9; "
+                                      "tests/test_regularisation.py)",
 }
 
 

@@ -118,11 +118,13 @@ def test_state_dict_keys_are_readable_and_stable():
     mod = load_module(SOURCES["vaswani2017_transformer"], "layout_vaswani")
     torch.manual_seed(0)
     keys = list(mod.Model(mod.Config.tiny()).state_dict())
-    assert keys[:4] == ["x_embed.weight", "y_embed.weight", "encoder.0.self_qkv_proj.weight",
+    # the output layer is tied to the embedding (Vaswani et al. 3.4): only its bias is its own
+    assert keys[:4] == ["logits_bias", "x_embed.weight", "encoder.0.self_qkv_proj.weight",
                         "encoder.0.self_attn.out.weight"]
     assert "decoder.1.cross.out.weight" in keys
     assert "decoder.1.cross_kv_proj.weight" in keys
-    assert keys[-1] == "logits_head.bias"
+    assert "y_embed.weight" not in keys  # one embedding for both languages
+    assert keys[-1] == "decoder.1.y_3_norm.bias"
 
 
 def test_codegen_modules_are_small():
@@ -148,7 +150,8 @@ def test_plan_is_a_frozen_description():
     cs = pipeline.load(ROOT / "specs" / "vaswani2017.attn")
     plan = codegen.plan(cs, cs.models[0], "specs/vaswani2017.attn")
     assert [b.name for b in plan.blocks] == ["EncoderLayer", "DecoderLayer"]
-    assert [f.name for f in plan.config.fields] == ["d_model", "heads", "layers", "d_ff", "vocab"]
+    assert [f.name for f in plan.config.fields] == ["d_model", "heads", "layers", "d_ff", "vocab",
+                                                    "p_drop"]
     assert dict(plan.config.tiny)["layers"] == "2"
     with pytest.raises(Exception):
         plan.model.name = "Other"  # frozen

@@ -53,6 +53,7 @@ def build(mod):
     import torch
 
     cfg = mod.Config.tiny()
+    cfg.p_drop = 0.0  # no dropout: the single-process reference cannot draw the ranks' masks
     torch.manual_seed(SEED)
     return cfg, mod.Model(cfg)
 

@@ -254,7 +254,8 @@ CASES: list[Case] = [
     Case("required_parameter_missing", spec("feature y = linear(x)"), BODY, 17,
          "`linear` is missing `d`", "write `linear(x, d)`"),
     Case("extra_argument", spec("feature y = norm(x, 3)"), BODY, 25,
-         "`norm` takes 1 argument(s); this one is extra", ""),
+         "`norm` takes 1 argument(s); this one is extra",
+         "`share` is given by name, e.g. `share = NODE`"),
     Case("local_without_window", spec(attn("query = project(x)  keys = x  score = general  "
                                            "align = local")),
          BODY, 74, "`local` needs `D`", "e.g. `local(D = 10)`"),

@@ -793,6 +793,7 @@ def test_generated_model_train_gradients_do_not_depend_on_return_attention(path)
     runs = []
     for ret in (True, False):
         xs = {k: (x.clone().requires_grad_() if x.is_floating_point() else x) for k, x in inputs.items()}
+        torch.manual_seed(1)  # dropout draws the same masks on both paths
         out = model(**xs, return_attention=ret)
         ys = output_list(out)
         loss = sum((y * randn(*y.shape, seed=i, dtype=DT)).sum() for i, y in enumerate(ys))
@@ -842,8 +843,9 @@ def transformer_ref(mod, model, src, tgt, src_mask, tgt_mask, swap_kv: bool = Fa
     sm = torch.ones(B, S, dtype=torch.bool) if src_mask is None else src_mask
     tm = torch.ones(B, T, dtype=torch.bool) if tgt_mask is None else tgt_mask
     kv = (slice(2 * d, 3 * d), slice(d, 2 * d)) if swap_kv else (slice(d, 2 * d), slice(2 * d, 3 * d))
-    x = mod.sinusoid(model.x_embed(src))
-    y = mod.sinusoid(model.y_embed(tgt))
+    # one embedding E for both languages, times sqrt(d_model) (3.4); dropout is off (eval)
+    x = mod.sinusoid(model.x_embed(src) * math.sqrt(d))
+    y = mod.sinusoid(model.x_embed(tgt) * math.sqrt(d))
     for layer in model.encoder:
         W = layer.self_qkv_proj.weight
         assert W.shape == (3 * d, d)
@@ -865,7 +867,7 @@ def transformer_ref(mod, model, src, tgt, src_mask, tgt_mask, swap_kv: bool = Fa
                     layer.cross.out)
         y = layer.y_2_norm(y + c)
         y = layer.y_3_norm(y + layer.y_3_ffn(y))
-    return model.logits_head(y)
+    return y @ model.x_embed.weight.T + model.logits_bias  # the output layer tied to E
 
 
 def test_transformer_stacked_projections_match_separate_matmuls():

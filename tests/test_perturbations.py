@@ -31,7 +31,8 @@ def test_one_layer_drops_multi_hop(spec_text):
 
 
 def test_removing_cross_attention_drops_basic(spec_text):
-    text = cut(spec_text("vaswani2017"), r"attention cross \{.*?\}\s*update y = norm\(y \+ cross\)")
+    text = cut(spec_text("vaswani2017"),
+               r"attention cross \{.*?\}\s*update y = norm\(y \+ dropout\(cross, p_drop\)\)")
     row = classify_text(text)
     assert row["query_type"] == "Self-Attentive"
     # The decoder no longer re-reads the encoder output, so no layer is a hop.
@@ -74,7 +75,8 @@ def test_decoder_state_to_learned_query_gives_self_attentive(spec_text):
 def test_removing_the_affinity_matrix_gives_interactive_coattention(spec_text):
     text = spec_text("lu2016")
     text = re.sub(r"\s+affinity = C_\w", "", text)
-    text = re.sub(r"query = (qw|qp|qs|v) ", r"query = mean(\1) ", text)
+    text = re.sub(r"\s+share    = img_\w", "", text)  # eq. 14-15's sharing needs the matrix
+    text = re.sub(r"query    = (qw|qp|qs|v)\n", r"query = mean(\1)\n", text)
     row = classify_text(text)
     assert row["feature_multiplicity"] == "Interactive Co-attention"
     assert row["query_type"] == "Specialized"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from .. import checks, ir
+from ..checks import share_kind
 from .classes import attention_class, dot_form, fast_path
 from .frame import Var
 from .names import Dim, atom, dim_of
@@ -17,6 +18,10 @@ DOT_SCORES = ("multiplicative", "scaled_multiplicative", "similarity")
 def plan_attention(p, n: ir.Attention) -> None:
     info = p.cm.attention[n.id]
     capsule = n.capsules > 0
+    other = p.m.node(n.share) if n.share is not None else None
+    kind = share_kind(n, other) if other is not None else None
+    if kind == "same":  # `share = OTHER`: this statement runs OTHER's module (checks.py)
+        p.same_module[n.id] = other
     fused = fused_projections(p, n)
     # the modules of the key, value and query models are named after their role
     p.role = "k"
@@ -52,6 +57,12 @@ def plan_attention(p, n: ir.Attention) -> None:
         ctor.append(f"capsules={p.sym(n, 'capsules', n.capsules)}")
     if n.mask != "none":
         ctor.append(f"mask=\"{n.mask}\"")
+    if n.dropout is not None:
+        ctor.append(f"dropout={p.sym(n, 'dropout', n.dropout)}")
+    if kind in ("keys", "swap"):  # eq. 9 / eq. 14-15: the other module's score weights
+        owner = p.frame.owner.by_key.get(p.share_key(other) + ("",))
+        assert owner is not None, f"`{other.id}` is planned before `{n.id}` (checks.py)"
+        ctor.append(f"share={owner}")
     mod = p.module(n, "", f"{cls}({', '.join(ctor)})")
     name = p.want(n)
     p.frame.note(f"attention `{n.name}`: {describe(n, info)}")

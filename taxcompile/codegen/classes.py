@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import ir
-from .features import act_call, act_fn
+from ..checks import share_kind
+from .acts import act_call, act_fn
 from .names import camel
 from .pretty import wrap
 from .plan import AttentionClass
@@ -51,6 +52,8 @@ class AttentionView:
     heads_out: str = "project"  # how several heads join: W_O (eq. 40), concat or mean
     c_width: str = "d_v"  # the context's width
     gate: bool = False  # sigmoid alignment: one gate per key position, c_l = a_l v_l
+    dropout: bool = False  # dropout on the weights (a constructor argument, 0 = none)
+    share: str | None = None  # "keys" (eq. 9) or "swap" (eq. 14-15): another module's weights
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -94,17 +97,36 @@ def fast_path(n: ir.Attention, dot: DotForm | None) -> str | None:
     return None
 
 
+def share_of(p, n: ir.Attention) -> str | None:
+    """How ``n`` uses another module's weights, when that changes its class: "keys" (eq. 9)
+    or "swap" (eq. 14-15); "same" (one module) needs no class of its own."""
+    if n.share is None:
+        return None
+    kind = share_kind(n, p.m.node(n.share))
+    return kind if kind != "same" else None
+
+
+def class_key(p, n: ir.Attention) -> str:
+    query = "none" if n.query is None else "given"
+    return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
+        exclude={"loc", "sym", "window"})}, n.heads > 1, n.heads > 1 and query != "none",
+        n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
+        n.heads_out, share_of(p, n) == "keys"))
+
+
 def attention_class(p, n: ir.Attention) -> str:
-    """The class of ``n``'s mechanisms, planned once per combination (a structural mask is
-    a constructor argument, not another class)."""
+    """The class of ``n``'s mechanisms, planned once per combination (a structural mask,
+    the attention dropout and the module whose weights eq. 14-15 share are constructor
+    arguments, not another class)."""
     query = "none" if n.query is None else "given"
     split = n.heads > 1 and query != "none"
-    key = repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
-        exclude={"loc", "sym", "window"})}, n.heads > 1, split, n.dimensionality,
-        bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window, n.heads_out))
+    key = class_key(p, n)
     if key in p.class_key:
         return p.class_key[key]
-    name = class_name(n)
+    family = [a for a in p.m.attentions if class_key(p, a) == key]
+    dropout = any(a.dropout is not None for a in family)
+    share = share_of(p, n) or next((s for a in family if (s := share_of(p, a))), None)
+    name = class_name(n, share_of(p, n))
     taken = set(p.classes) | {"Model", "Config", "Output"} | {b.name for b in p.blocks}
     base, i = name, 2
     while name in taken:
@@ -119,7 +141,13 @@ def attention_class(p, n: ir.Attention) -> str:
         init_args.append("window: int")
     if n.capsules:
         init_args.append("capsules: int")
+    if share == "keys":
+        init_args.append("share: nn.Module")
     init_args.append("mask: str = \"none\"")
+    if dropout:
+        init_args.append("dropout: float = 0.0")
+    if share == "swap":
+        init_args.append("share: nn.Module | None = None")
     lq = "C" if n.capsules else ("1" if query == "none" or n.score.fn == "max_pool" or
                                  (n.affinity and n.score.fn == "additive") else "Lq")
     p.helpers.add("key_keep")
@@ -138,7 +166,7 @@ def attention_class(p, n: ir.Attention) -> str:
     gate = n.align.fn == "sigmoid"
     if n.score.fn == "additive" and query != "none" and not n.affinity and not gate:
         p.helpers.add("additive_score")
-    doc = class_doc(n)
+    doc = class_doc(n, dropout, share)
     cut = doc.index("")
     view = AttentionView(
         cls=name, title="\n    ".join(doc[:cut]), doc=tuple(doc[cut + 1:]),
@@ -149,7 +177,7 @@ def attention_class(p, n: ir.Attention) -> str:
         init_args=tuple(init_args), dot=dot, fast=fast,
         act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
         heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n),
-        gate=gate)
+        gate=gate, dropout=dropout, share=share)
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -164,7 +192,7 @@ def context_width(n: ir.Attention) -> str:
     return "H * d_v" if n.heads_out == "concat" else "d_v"
 
 
-def class_name(n: ir.Attention) -> str:
+def class_name(n: ir.Attention, share: str | None = None) -> str:
     """Named after its mechanisms, e.g. ``MultiHeadScaledMultiplicativeAttention``: modules
     with the same mechanisms share the class."""
     parts = []
@@ -178,6 +206,8 @@ def class_name(n: ir.Attention) -> str:
         parts.append("MultiDim")
     if n.affinity:
         parts.append("CoAttention")
+    if share == "keys":
+        parts.append("SharedKey")  # eq. 9: another module's W, b and w
     parts.append({"max_pool": "MaxPool", "affinity": "Affinity"}.get(n.score.fn, camel(n.score.fn)))
     if n.score.fn == "similarity":
         parts.append("L2" if n.score.similarity == "l2" else "Cosine")
@@ -199,10 +229,12 @@ SCORE_DOC = {
     "max_pool": "max-pooled affinity scores (eq. 16)"}
 
 
-def class_doc(n: ir.Attention) -> list[str]:
+def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) -> list[str]:
     sc = SCORE_DOC.get(n.score.fn, f"similarity score ({n.score.similarity or 'cosine'}) "
                                    "(Table II)")
-    if n.affinity and n.score.fn == "additive":
+    if share == "keys":
+        sc = "additive score w^T act(W1 q + W k + b), W, b and w those of eq. 7 (eq. 9)"
+    elif n.affinity and n.score.fn == "additive":
         sc = "aggregate additive score over an affinity matrix (eq. 14-15)"
     elif n.query is None and n.score.fn == "additive":
         sc = "additive score of the keys alone, w^T act(W k + b) (eq. 33)"
@@ -234,5 +266,16 @@ def class_doc(n: ir.Attention) -> list[str]:
     else:
         lines.append("mask: which keys a query position may see besides the padding: \"none\", "
                      "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
+    if dropout:
+        lines.append("dropout: the probability of zeroing each attention weight in training "
+                     "(after the alignment, before the values are weighted; the weights "
+                     "returned are those before dropout).")
+    if share == "keys":
+        lines.append("share: the module with no query (eq. 7) whose W, b and w this one uses; "
+                     "it adds its own W1 for the query (eq. 9, 6).")
+    elif share == "swap":
+        lines.append("share: the co-attention module of the other direction over the same "
+                     "affinity matrix, whose W_k is this one's W_q and W_q its W_k "
+                     "(eq. 14-15: one W1 and W2); w stays per direction.")
     cut = lines.index("") + 1
     return lines[:cut] + [w for line in lines[cut:] for w in textwrap.wrap(line, 92)]

@@ -10,7 +10,8 @@ from .names import NAME, cfg_expr, evaluate, sym_names
 from .plan import ConfigField, ConfigPlan, ConfigProperty
 
 ROLE_COMMENT = {"heads": "attention heads (eq. 38)", "vocab": "vocabulary size",
-                "count": "hops of a repeat (eq. 41-42)", "axis": "a fixed axis length"}
+                "count": "hops of a repeat (eq. 41-42)", "axis": "a fixed axis length",
+                "rate": "dropout probability (off in eval())"}
 
 
 def plan_config(p) -> ConfigPlan:
@@ -129,7 +130,18 @@ def constant_roles(m: ir.Model) -> dict[str, str]:
         h = getattr(n, "hop", None)
         if h is not None and h.count_sym:
             mark(h.count_sym, "count")
+        for e in (getattr(n, a, None) for a in ("expr", "query", "keys", "values")):
+            stack = [e]
+            while stack:
+                x = stack.pop()
+                if isinstance(x, ir.Op):
+                    if x.fn == "dropout":
+                        mark(dict(x.sym).get("p"), "rate")
+                    elif x.param("dropout") is not None:  # between a stacked RNN's layers
+                        mark(dict(x.sym).get("dropout"), "rate")
+                    stack.extend(x.args)
         if isinstance(n, ir.Attention):
+            mark(s.get("dropout"), "rate")
             mark(s.get("heads"), "heads")
             mark(s.get("capsules"), "capsules")
             mark(dict(n.align.sym).get("D"), "window")

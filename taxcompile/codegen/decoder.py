@@ -212,8 +212,12 @@ def feed_step(p, e: ir.Op, n) -> Var:
         value, what = st["prev"][fed], f"input feeding: [x_t; {name}_(t-1)]"
     mod = p.module(n, p.suffix(n, kind + "_cells"), ctor, what)
     p.helpers.add("cell_step")
+    drop = ""
+    if e.param("dropout"):  # between the stacked cells, in training (Zaremba et al.)
+        drop = ", " + p.module(n, p.suffix(n, "drop"),
+                               f"nn.Dropout({p.sym(e, 'dropout', e.param('dropout'))})")
     h = p.frame.locals.new(p.want(n) + "_h")
     p.frame.emit(f"{h}, {st['state']} = cell_step({mod}, torch.cat([{st['seq']}.select({pos}, t), "
-                 f"{value}], -1), {st['state']})", "(B, hidden)")
+                 f"{value}], -1), {st['state']}{drop})", "(B, hidden)")
     return Var(f"{h}.unsqueeze({pos})", checks.Shape(x.shape.axes, e.param("hidden")), x.mask,
                hidden)

@@ -8,69 +8,9 @@ import re
 
 from .. import checks, ir
 from ..ops import plan_rule
+from .acts import act_call, act_module, widened
 from .frame import Var
 from .names import Dim, atom, is_name
-
-# Activations (ops.ACTIVATIONS) as code: applied to an expression, as a callable, as a module.
-_ACT_FN = {"tanh": "torch.tanh", "relu": "F.relu", "sigmoid": "torch.sigmoid", "gelu": "F.gelu",
-           "elu": "F.elu", "softplus": "F.softplus"}
-_ACT_MODULE = {"relu": "nn.ReLU()", "tanh": "nn.Tanh()", "sigmoid": "nn.Sigmoid()",
-               "gelu": "nn.GELU()", "elu": "nn.ELU()", "softplus": "nn.Softplus()",
-               "none": "nn.Identity()"}
-
-
-def _num(v) -> str:
-    return repr(float(v))
-
-
-def act_call(act: ir.Act | None, x: str) -> str:
-    """act(x) as an expression: ``torch.tanh(x)``, ``F.leaky_relu(x, negative_slope=0.2)``,
-    ``5.0 * torch.tanh(x / 5.0)`` (c tanh(x / c)), ``x.unflatten(-1, (-1, 2)).amax(-1)``
-    (maxout: the max over each run of k consecutive features, Goodfellow et al.)."""
-    if act is None or act.fn == "none":
-        return x
-    if act.fn == "elu" and act.param("alpha", 1.0) != 1.0:
-        return f"F.elu({x}, alpha={_num(act.param('alpha'))})"
-    if act.fn in _ACT_FN:
-        return f"{_ACT_FN[act.fn]}({x})"
-    if act.fn == "leaky_relu":
-        return f"F.leaky_relu({x}, negative_slope={_num(act.param('slope', 0.01))})"
-    if act.fn == "scaled_tanh":
-        c = _num(act.param("c"))
-        return f"{c} * torch.tanh({atom(x)} / {c})"
-    if act.fn == "maxout":
-        return f"{atom(x)}.unflatten(-1, (-1, {int(act.param('k'))})).amax(-1)"
-    raise AssertionError(act.fn)
-
-
-def act_fn(act: ir.Act | None) -> str:
-    """act as a callable (or None for the identity), for helpers that apply it blockwise."""
-    if act is None or act.fn == "none":
-        return "None"
-    if act.fn in _ACT_FN and act_call(act, "h") == f"{_ACT_FN[act.fn]}(h)":
-        return _ACT_FN[act.fn]
-    return f"lambda h: {act_call(act, 'h')}"
-
-
-def act_module(p, act: ir.Act) -> str:
-    """act as an nn.Module (for nn.Sequential); scaled tanh and maxout are small helper
-    classes of the generated file."""
-    if act.fn == "elu" and act.param("alpha", 1.0) != 1.0:
-        return f"nn.ELU(alpha={_num(act.param('alpha'))})"
-    if act.fn == "leaky_relu":
-        return f"nn.LeakyReLU({_num(act.param('slope', 0.01))})"
-    if act.fn == "scaled_tanh":
-        p.helpers.add("scaled_tanh")
-        return f"ScaledTanh({_num(act.param('c'))})"
-    if act.fn == "maxout":
-        p.helpers.add("maxout")
-        return f"Maxout({int(act.param('k'))})"
-    return _ACT_MODULE[act.fn]
-
-
-def widened(act: ir.Act, d):
-    """The width a layer makes for ``act``: k·d before a maxout over k pieces, else d."""
-    return d.times(int(act.param("k"))) if act.fn == "maxout" else d
 
 
 def same(x: Var, code: str) -> Var:
@@ -87,12 +27,33 @@ def local(p, x: Var, want: str = "h") -> str:
     return x.name if is_name(x.name) else p.tmp(x.name, want, p.shape(x.shape, dim=x.dim))
 
 
+def op_module(p, e: ir.Op, n, base: str, ctor: str, comment: str = "") -> str:
+    """The module of operation ``e``: its own (``<statement>_<base>``), or with ``share =
+    NODE`` the module of NODE's operation of the same operator (the same weights)."""
+    root = checks.share_root(p.m, e) if e.param("share") is not None else None
+    if root is None:
+        return p.module(n, p.suffix(n, base) if base != "embed" else base, ctor, comment)
+    return p.module(root[0], base, ctor, comment)
+
+
+def embedding(p, e: ir.Op, n) -> str:
+    """The nn.Embedding of ``embed`` op ``e`` (or the one it shares)."""
+    src, d = token_source(p, e.args[0]), p.p(e, "d")
+    if e.param("scale"):  # rows N(0, 1/d), so that sqrt(d) E has unit variance
+        p.helpers.add("scaled_embedding")
+        ctor = f"scaled_embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
+    else:
+        ctor = f"nn.Embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
+    return op_module(p, e, n, "embed", ctor)
+
+
 @plan_rule("embed")
 def embed(p, e, a, n):
-    x, src = a[0], token_source(p, e.args[0])
-    d = p.p(e, "d")
-    mod = p.module(n, "embed", f"nn.Embedding({p.sym(src, 'vocab', src.vocab)}, {d})")
-    return resized(x, f"{mod}({x.name})", e.param("d"), d)
+    x, d = a[0], p.p(e, "d")
+    code = f"{embedding(p, e, n)}({x.name})"
+    if e.param("scale"):  # Vaswani et al. 3.4: the embedding weights times sqrt(d_model)
+        code = f"{code} * math.sqrt({d})"
+    return resized(x, code, e.param("d"), d)
 
 
 def token_source(p, e: ir.Expr) -> ir.Input:
@@ -107,7 +68,7 @@ def token_source(p, e: ir.Expr) -> ir.Input:
 def linear(p, e, a, n):
     x, d, act = a[0], p.p(e, "d"), e.param("act")
     bias = "" if e.param("bias", True) else ", bias=False"
-    mod = p.module(n, p.suffix(n, "linear"), f"nn.Linear({x.dim}, {widened(act, d)}{bias})")
+    mod = op_module(p, e, n, "linear", f"nn.Linear({x.dim}, {widened(act, d)}{bias})")
     return resized(x, act_call(act, f"{mod}({x.name})"), e.param("d"), d)
 
 
@@ -116,8 +77,8 @@ def project(p, e, a, n):
     x = a[0]
     d = p.p(e, "d") if e.param("d") is not None else x.dim
     role = {"k": "W_K F (eq. 1)", "v": "W_V F (eq. 1)", "q": "W_Q F (eq. 35)"}
-    mod = p.module(n, p.suffix(n, "proj"), f"nn.Linear({x.dim}, {d}, bias=False)",
-                   role.get(p.role, "W F (eq. 1)"))
+    mod = op_module(p, e, n, "proj", f"nn.Linear({x.dim}, {d}, bias=False)",
+                    role.get(p.role, "W F (eq. 1)"))
     return resized(x, f"{mod}({x.name})", e.param("d") or x.shape.dim, d)
 
 
@@ -125,10 +86,12 @@ def _rnn(p, e, a, n, kind: str, bidir: bool):
     x = a[0]
     hidden, layers = p.p(e, "hidden"), p.p(e, "layers")
     extra = f", num_layers={layers}" if str(layers) != "1" else ""
+    if e.param("dropout"):  # between the layers, in training (Zaremba et al.)
+        extra += f", dropout={p.sym(e, 'dropout', e.param('dropout'))}"
     cls = "nn.LSTM" if kind == "lstm" else "nn.GRU"
-    mod = p.module(n, p.suffix(n, ("bi" if bidir else "") + kind),
-                   f"{cls}({x.dim}, {hidden}{extra}, batch_first=True"
-                   f"{', bidirectional=True' if bidir else ''})")
+    mod = op_module(p, e, n, ("bi" if bidir else "") + kind,
+                    f"{cls}({x.dim}, {hidden}{extra}, batch_first=True"
+                    f"{', bidirectional=True' if bidir else ''})")
     mask = p.mask_arg(x)
     dim = hidden.times(2) if bidir else hidden
     size = int(e.param("hidden")) * (2 if bidir else 1)
@@ -162,8 +125,8 @@ def birnn(p, e, a, n):
 def cnn(p, e, a, n):
     x, d, act = a[0], p.p(e, "d"), e.param("act")
     k = int(e.param("kernel", 3))
-    mod = p.module(n, p.suffix(n, "conv"),
-                   f"nn.Conv1d({x.dim}, {widened(act, d)}, kernel_size={k}, padding=\"same\")")
+    mod = op_module(p, e, n, "conv",
+                    f"nn.Conv1d({x.dim}, {widened(act, d)}, kernel_size={k}, padding=\"same\")")
     out_shape = p.shape(checks.Shape(x.shape.axes, e.param("d")), dim=widened(act, d))
     mk = p.mask_of(x)
     if mk is not None:  # padding must not leak into real positions through the kernel
@@ -208,23 +171,23 @@ def positional(p, e, a, n):
 
 @plan_rule("norm")
 def norm(p, e, a, n):
-    mod = p.module(n, p.suffix(n, "norm"), f"nn.LayerNorm({a[0].dim})")
+    mod = op_module(p, e, n, "norm", f"nn.LayerNorm({a[0].dim})")
     return same(a[0], f"{mod}({a[0].name})")
 
 
 @plan_rule("scale")
 def scale(p, e, a, n):
-    mod = p.module(n, p.suffix(n, "gamma"), "nn.Parameter(torch.zeros(()))",
-                   "gamma, starts at 0 (SAGAN)")
+    mod = op_module(p, e, n, "gamma", "nn.Parameter(torch.zeros(()))",
+                    "gamma, starts at 0 (SAGAN)")
     return same(a[0], f"{mod} * {atom(a[0].name)}")
 
 
 @plan_rule("ffn")
 def ffn(p, e, a, n):
     x, d_ff, act = a[0], p.p(e, "d_ff"), e.param("act")
-    mod = p.module(n, p.suffix(n, "ffn"),
-                   f"nn.Sequential(nn.Linear({x.dim}, {widened(act, d_ff)}), {act_module(p, act)}, "
-                   f"nn.Linear({d_ff}, {x.dim}))")
+    mod = op_module(p, e, n, "ffn",
+                    f"nn.Sequential(nn.Linear({x.dim}, {widened(act, d_ff)}), {act_module(p, act)}, "
+                    f"nn.Linear({d_ff}, {x.dim}))")
     return same(x, f"{mod}({x.name})")
 
 
@@ -382,8 +345,21 @@ def learned(p, e, a, n):
 @plan_rule("classify")
 def classify(p, e, a, n):
     x, c = a[0], p.p(e, "classes")
-    mod = p.module(n, p.suffix(n, "head"), f"nn.Linear({x.dim}, {c})")
+    if e.param("tie") is not None:  # logits = x E^T + b, E the embedding (Vaswani et al. 3.4)
+        node = checks.version_with(p.m, str(e.param("tie")), "embed")
+        emb = next(op for op in checks.operations(node.expr) if op.fn == "embed")
+        weight = embedding(p, emb, node)
+        bias = p.module(n, p.suffix(n, "bias"), f"nn.Parameter(torch.zeros({c}))",
+                        f"b; the weight is {weight[5:]}'s (tied)")
+        return resized(x, f"F.linear({x.name}, {weight}.weight, {bias})", e.param("classes"), c)
+    mod = op_module(p, e, n, "head", f"nn.Linear({x.dim}, {c})")
     return resized(x, f"{mod}({x.name})", e.param("classes"), c)
+
+
+@plan_rule("dropout")
+def dropout(p, e, a, n):
+    mod = p.module(n, p.suffix(n, "drop"), f"nn.Dropout({p.sym(e, 'p', e.param('p'))})")
+    return same(a[0], f"{mod}({a[0].name})")
 
 
 @plan_rule("affinity")

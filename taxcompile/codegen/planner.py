@@ -46,6 +46,7 @@ class Planner:
         self.step: dict | None = None  # inside a decoder loop
         self.finals: dict[str, str] = {}  # RNN node -> its final states (a decoder's `init`)
         self.emitted: set[str] = set()
+        self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
         self.frame = Frame(Owner("Model"), self.reserved)
 
     # ---- symbols ------------------------------------------------------------------
@@ -84,6 +85,7 @@ class Planner:
 
     def module(self, n, suffix: str, ctor: str, comment: str = "") -> str:
         """Register (once per sharing key) a submodule of the class being planned."""
+        n = self.same_module.get(getattr(n, "id", ""), n)  # `share = OTHER`: OTHER's modules
         owner = self.frame.owner
         key = self.share_key(n) + (suffix,)
         if key not in owner.by_key:
@@ -255,6 +257,23 @@ class Planner:
 
     # ---- the whole file --------------------------------------------------------------------------
 
+    def loops_last(self, ids: list[str]) -> list[str]:
+        """``ids`` with every decoder loop (``feed =``) after what its region reads from
+        outside: the loop plans the whole region at once, wherever the spec declares the
+        decoder (e.g. `query h = lstm(…, feed = att)` above the features att reads)."""
+        order = nx.DiGraph()
+        order.add_nodes_from(ids)
+        order.add_edges_from((a, b) for a, b in self.g.subgraph(ids).edges)
+        extra = [(x, h) for h in self.loops if h in order
+                 for r in repeat.region_of(self, h) if r in order
+                 for x in self.g.predecessors(r)
+                 if x in order and x not in repeat.region_of(self, h)]
+        if not extra:
+            return ids
+        order.add_edges_from(extra)
+        rank = {i: f"{k:06d}" for k, i in enumerate(ids)}
+        return list(nx.lexicographical_topological_sort(order, key=rank.__getitem__))
+
     def run(self) -> FilePlan:
         m = self.m
         self.shared = repeat.shared_levels(m)
@@ -275,5 +294,5 @@ class Planner:
         outputs = [n.id for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
         self.returned = set(outputs or [m.attentions[-1].id])  # what forward() returns
         ids = [i for i in self.cm.order if i not in dead and not isinstance(m.node(i), ir.Input)]
-        repeat.plan_scope(self, ids, 0)
+        repeat.plan_scope(self, self.loops_last(ids), 0)
         return model.file_plan(self)
