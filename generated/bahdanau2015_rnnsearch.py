@@ -265,7 +265,7 @@ class Model(nn.Module):
         self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.h_bigru = nn.GRU(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.s0_linear = nn.Linear(cfg.hidden, cfg.hidden)
-        self.s_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
+        self.e_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.att = AdditiveAttention(
             d_q=cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1, d_w=cfg.d_w
         )
@@ -274,7 +274,7 @@ class Model(nn.Module):
             nn.GRUCell(cfg.d_emb + 2 * cfg.hidden if i == 0 else cfg.hidden, cfg.hidden)
             for i in range(1)
         )
-        self.logits_linear = nn.Linear(cfg.hidden + 2 * cfg.hidden, 2 * cfg.maxout)
+        self.logits_linear = nn.Linear(cfg.hidden + cfg.d_emb + 2 * cfg.hidden, 2 * cfg.maxout)
         self.logits_head = nn.Linear(cfg.maxout, cfg.vocab)
 
     def forward(
@@ -295,31 +295,32 @@ class Model(nn.Module):
         attn = {}  # module -> its weights, when return_attention
         h = rnn(self.h_bigru, self.h_embed(src), src_mask)  # (B, S, 2 * hidden): feature `h`
         s0 = torch.tanh(self.s0_linear(h.chunk(2, -1)[1][..., 0, :]))  # (B, hidden): feature `s0`
-        s_in = self.s_embed(tgt)  # (B, T, d_emb): the decoder's inputs, all steps
+        e = self.e_embed(tgt)  # (B, T, d_emb): feature `e`
+        s_in = e  # (B, T, d_emb): the decoder's inputs, all steps
         s_state = [s0]  # the decoder's initial state, one per layer
         s_prev = s0  # (B, hidden): `s` before the first step: its initial state
         steps = {}  # node -> its value at every step
         for t in range(s_in.shape[1]):  # one decoder step per position of T
+            s_prev_t = s_prev.unsqueeze(1)  # (B, 1, hidden): feature `s_prev`, one step
             # attention `att`: additive score, global alignment
-            att_q = s_prev.unsqueeze(1)  # (B, 1, hidden)
-            att_t, att_a, _ = self.att(att_q, h, h, src_mask)  # (B, 1, 2 * hidden)
+            att_t, att_a, _ = self.att(s_prev_t, h, h, src_mask)  # (B, 1, 2 * hidden)
             # (B, hidden)
             s_h, s_state = cell_step(
                 self.s_gru_cells, torch.cat([s_in.select(1, t), att_t.squeeze(1)], -1), s_state
             )
             s_t = s_h.unsqueeze(1)  # (B, 1, hidden): query `s`, one step
             s_prev = s_t.squeeze(1)  # `s` read at the next step
+            steps.setdefault('s_prev', []).append(s_prev_t)
             steps.setdefault('att', []).append(att_t)
-            steps.setdefault('s', []).append(s_t)
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
+        s_prev_2 = torch.cat(steps['s_prev'], 1)  # (B, T, hidden)
         att = torch.cat(steps['att'], 1)  # (B, T, 2 * hidden)
-        s = torch.cat(steps['s'], 1)  # (B, T, hidden)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
         # (B, T, vocab): output `logits`
         logits = self.logits_head(
-            self.logits_linear(torch.cat([s, att], -1)).unflatten(-1, (-1, 2)).amax(-1)
+            self.logits_linear(torch.cat([s_prev_2, e, att], -1)).unflatten(-1, (-1, 2)).amax(-1)
         )
         return Output(logits, attn)
 

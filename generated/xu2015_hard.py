@@ -263,7 +263,7 @@ class Model(nn.Module):
         self.cfg = cfg
         self.h0_linear = nn.Linear(512, cfg.hidden)
         self.c0_linear = nn.Linear(512, cfg.hidden)
-        self.h_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
+        self.e_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.att = AdditiveHardAttention(d_q=cfg.hidden, d_k=512, d_v=512, heads=1, d_w=cfg.d_w)
         # [x_t; att_t]: `att` of this step
         self.h_lstm_cells = nn.ModuleList(
@@ -292,7 +292,8 @@ class Model(nn.Module):
         a = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
         h0 = torch.tanh(self.h0_linear(a.mean(-2)))  # (B, hidden): feature `h0`
         c0 = torch.tanh(self.c0_linear(a.mean(-2)))  # (B, hidden): feature `c0`
-        h_in = self.h_embed(caption)  # (B, T, d_emb): the decoder's inputs, all steps
+        e = self.e_embed(caption)  # (B, T, d_emb): feature `e`
+        h_in = e  # (B, T, d_emb): the decoder's inputs, all steps
         h_state = [(h0, c0)]  # the decoder's initial state, one per layer
         h_prev = h0  # (B, hidden): `h` before the first step: its initial state
         steps = {}  # node -> its value at every step
@@ -317,7 +318,7 @@ class Model(nn.Module):
             attn['att'] = torch.cat(steps['weights:att'], -2)
         log_probs['att'] = torch.cat(steps['log_prob:att'], -1)
         # (B, T, vocab): output `logits`
-        logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, att], -1))))
+        logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, att], -1)) + e))
         return Output(logits, attn, log_probs=log_probs)
 
 

@@ -76,7 +76,7 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
                               "tests/test_activations.py checks it against Lin et al.",
     "shen2018_disan": "token2token score act = scaled_tanh(5), c tanh(x / c); "
                       "tests/test_activations.py checks the score's activation",
-    "bahdanau2015_rnnsearch": "maxout output layer (pool 2, 2l wide linear), tests/test_activations.py; "
+    "bahdanau2015_rnnsearch": "maxout output layer over [s_(i-1); E y_(i-1); c_i], tests/test_activations.py; "
     "decoder timing (issue 13): e_ij reads s_(i-1) (`prev(s)`), the GRU reads this step's c_i, "
     "s_0 = tanh(W_s <-h_1); tests/test_decoders.py",
     "oktay2018_attention_unet": "the paper's 4-level U-Net on a grid (conv2d, maxpool, upsample) "
@@ -88,7 +88,7 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
     "only); tests/test_decoders.py",
     "luong2015_local_p": "as luong2015_global_dot; tests/test_decoders.py",
     "xu2015_soft": "f_att reads h_(t-1) (`prev(h)`), the LSTM reads this step's z_t, "
-    "c_0/h_0 = f_init(mean a_i); tests/test_decoders.py",
+    "c_0/h_0 = f_init(mean a_i), deep output with E y_(t-1) (eq. 7); tests/test_decoders.py",
     "xu2015_hard": "as xu2015_soft; tests/test_decoders.py",
     "vaswani2017_transformer": "tied embeddings and output layer, sqrt(d_model) scale, "
                                "P_drop = 0.1 (tests/test_regularisation.py)",

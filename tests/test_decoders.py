@@ -163,9 +163,10 @@ def bahdanau_reference(m, src, tgt, src_mask):
         for i in range(T):
             a = softmax_over(additive(m.att, s, h), src_mask[n])  # a_ij from s_(i-1)
             c = a @ h  # c_i
-            y = P(m.s_embed.weight)[tgt[n, i]]
+            y = P(m.e_embed.weight)[tgt[n, i]]  # E y_(i-1)
+            # t~_i = U_o s_(i-1) + V_o E y_(i-1) + C_o c_i (appendix A.2.2)
+            z = P(m.logits_linear.weight) @ torch.cat([s, y, c]) + P(m.logits_linear.bias)
             s = gru_cell(*cell_weights(cell), torch.cat([y, c]), s)  # s_i = f(s_(i-1), y, c_i)
-            z = P(m.logits_linear.weight) @ torch.cat([s, c]) + P(m.logits_linear.bias)
             z = z.view(-1, 2).amax(-1)  # maxout, pool 2: t_j = max(t~_(2j-1), t~_(2j))
             logits[n, i] = P(m.logits_head.weight) @ z + P(m.logits_head.bias)
             weights[n, i] = a
@@ -286,10 +287,11 @@ def xu_reference(m, image, caption, hard=False):
             if hard:
                 alpha = torch.nn.functional.one_hot(alpha.argmax(), len(alpha)).to(DT)
             z = alpha @ A[n]
-            y = P(m.h_embed.weight)[caption[n, t]]
+            y = P(m.e_embed.weight)[caption[n, t]]
             h, c = lstm_cell(*cell_weights(cell), torch.cat([y, z]), h, c)
+            # eq. 7 (with the authors' tanh): L_o tanh(E y_(t-1) + L_h h_t + L_z z_t)
             hid = torch.tanh(P(m.logits_linear.weight) @ torch.cat([h, z]) +
-                             P(m.logits_linear.bias))
+                             P(m.logits_linear.bias) + y)
             logits[n, t] = P(m.logits_head.weight) @ hid + P(m.logits_head.bias)
             weights[n, t] = alpha
     return logits, weights
