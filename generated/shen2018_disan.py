@@ -306,8 +306,8 @@ class Model(nn.Module):
         self.bw = MultiDimAdditiveAttention(
             d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d, mask="backward"
         )
-        self.u_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
-        self.u_linear2 = nn.Linear(cfg.d + cfg.d, cfg.d)
+        self.f_fw_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
+        self.f_bw_linear = nn.Linear(cfg.d + cfg.d, cfg.d)
         self.s2t = QuerylessMultiDimAdditiveAttention(
             d_k=cfg.d + cfg.d, d_v=cfg.d + cfg.d, heads=1, d_w=cfg.d
         )
@@ -333,10 +333,10 @@ class Model(nn.Module):
         bw, bw_a, _ = self.bw(x, x, x, sent_mask, need_weights=return_attention)  # (B, L, d)
         if return_attention:
             attn['bw'] = bw_a  # (B, H, L, L, d_v / H)
+        f_fw = torch.sigmoid(self.f_fw_linear(torch.cat([fw, x], -1)))  # (B, L, d): feature `f_fw`
+        f_bw = torch.sigmoid(self.f_bw_linear(torch.cat([bw, x], -1)))  # (B, L, d): feature `f_bw`
         # (B, L, d + d): feature `u`
-        u = torch.cat(
-            [self.u_linear(torch.cat([x, fw], -1)), self.u_linear2(torch.cat([x, bw], -1))], -1
-        )
+        u = torch.cat([f_fw * x + (1.0 - f_fw) * fw, f_bw * x + (1.0 - f_bw) * bw], -1)
         # attention `s2t`: additive score, global alignment, multi-dimensional
         s2t_c, s2t_a, _ = self.s2t(None, u, u, sent_mask)
         s2t = s2t_c.view(B, -1)  # (B, d + d)

@@ -249,7 +249,8 @@ class Model(nn.Module):
         self.c0_linear = nn.Linear(512, cfg.hidden)
         self.e_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.att = AdditiveAttention(d_q=cfg.hidden, d_k=512, d_v=512, heads=1, d_w=cfg.d_w)
-        # [x_t; att_t]: `att` of this step
+        self.z_linear = nn.Linear(cfg.hidden, 1)
+        # [x_t; z_t]: `z` of this step
         self.h_lstm_cells = nn.ModuleList(
             nn.LSTMCell(cfg.d_emb + 512 if i == 0 else cfg.hidden, cfg.hidden) for i in range(1)
         )
@@ -284,22 +285,24 @@ class Model(nn.Module):
             # attention `att`: additive score, global alignment
             att_q = h_prev.unsqueeze(1)  # (B, 1, hidden)
             att_t, att_a, _ = self.att(att_q, a, a, None)  # (B, 1, 512)
+            # (B, 1, 512): feature `z`, one step
+            z_t = torch.sigmoid(self.z_linear(h_prev.unsqueeze(1))) * att_t
             # (B, hidden)
             h_h, h_state = cell_step(
-                self.h_lstm_cells, torch.cat([h_in.select(1, t), att_t.squeeze(1)], -1), h_state
+                self.h_lstm_cells, torch.cat([h_in.select(1, t), z_t.squeeze(1)], -1), h_state
             )
             h_t = h_h.unsqueeze(1)  # (B, 1, hidden): query `h`, one step
             h_prev = h_t.squeeze(1)  # `h` read at the next step
-            steps.setdefault('att', []).append(att_t)
+            steps.setdefault('z', []).append(z_t)
             steps.setdefault('h', []).append(h_t)
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
-        att = torch.cat(steps['att'], 1)  # (B, T, 512)
+        z = torch.cat(steps['z'], 1)  # (B, T, 512)
         h = torch.cat(steps['h'], 1)  # (B, T, hidden)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
         # (B, T, vocab): output `logits`
-        logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, att], -1)) + e))
+        logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, z], -1)) + e))
         return Output(logits, attn)
 
 

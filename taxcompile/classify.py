@@ -154,8 +154,10 @@ class Classifier:
         return self._roots[node_id]
 
     def _is_context(self, e: ir.Expr) -> bool:
-        while isinstance(e, ir.Op) and e.fn == "dropout":  # dropout of a context (residual)
-            e = e.args[0]
+        if isinstance(e, ir.Op) and e.fn in ("dropout", "mul"):
+            # dropout of a context (residual), a gated context (g * c: a gate scales the
+            # context after the alignment and does not change what it represents)
+            return any(self._is_context(a) for a in e.args)
         return isinstance(e, ir.Ref) and isinstance(self.m.node(e.node), ir.Attention)
 
     def keys_base(self, a: ir.Attention) -> set[str]:

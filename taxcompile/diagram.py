@@ -120,6 +120,9 @@ def _name(m: ir.Model, node_id: str) -> str:
     return getattr(n, "name", n.id)
 
 
+_PREC = {"add": 1, "sub": 1, "rsub": 1, "mul": 2}  # infix operators' precedence
+
+
 def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
     """An expression as written; ``outside`` a repeat, hop references keep their hop."""
     if isinstance(e, ir.Ref):
@@ -129,7 +132,17 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
         return _name(m, e.node)
     op = OPS[e.fn]
     if op.infix:
-        return f" {op.label} ".join(expr_text(m, a, outside) for a in e.args)
+        def operand(a: ir.Expr, right: bool) -> str:
+            text = expr_text(m, a, outside)
+            inner = isinstance(a, ir.Op) and OPS[a.fn].infix
+            # a sum inside a product, or a difference on the right of `-`, keeps its brackets
+            if inner and (_PREC[a.fn] < _PREC[e.fn] or right and e.fn in ("sub", "rsub")
+                          and _PREC[a.fn] == _PREC[e.fn]):
+                return f"({text})"
+            return text
+        if e.fn == "rsub":
+            return f"{float(e.param('c', 1.0)):g} - {operand(e.args[0], True)}"
+        return f" {op.label} ".join(operand(a, i > 0) for i, a in enumerate(e.args))
     sig = op.params
     defaults = {p.name: p.default for p in sig}
     order = {p.name: i for i, p in enumerate(sig)}  # as the signature reads, not sorted

@@ -847,15 +847,30 @@ class Lowerer:
                 return None
             return ir.Ref(node=node_id, loc=loc)
         if isinstance(e, ast.BinOp):
-            if e.op != "+":
-                self.err(e.pos, f"features cannot be combined with `{e.op}`",
-                         "`a + b` adds two features of the same shape (a residual connection, "
-                         "eq. 37); arithmetic is for constants")
+            if e.op == "/":
+                self.err(e.pos, "features cannot be divided",
+                         "`a + b`, `a - b` and `a * b` (element-wise, e.g. a gate "
+                         "`sigmoid(linear(h, 1)) * c`) combine features; `/` is for constants")
                 return None
+            if e.op == "-" and self.is_const(e.left, scope):  # c - x, e.g. 1 - g
+                c, x = self.const(e.left, scope), self.expr(e.right, scope)
+                if c is None or x is None:
+                    return None
+                if isinstance(c, (bool, str)):
+                    self.err(e.left.pos, f"`{e.op}` needs a number or a feature on the left")
+                    return None
+                return ir.Op(fn="rsub", args=(x,), params=(("c", float(c)),), loc=loc)
+            for side in (e.left, e.right):
+                if self.is_const(side, scope):
+                    self.err(side.pos, f"`{e.op}` combines two features here; this side is a "
+                             "number", "scale a feature with `scale(x)` (learned) or a layer; "
+                             "`c - x` (e.g. `1 - g`) is the one form with a number")
+                    return None
             a, b = self.expr(e.left, scope), self.expr(e.right, scope)
             if a is None or b is None:
                 return None
-            return ir.Op(fn="add", args=(a, b), loc=loc)
+            fn = {"+": "add", "-": "sub", "*": "mul"}[e.op]
+            return ir.Op(fn=fn, args=(a, b), loc=loc)
         if isinstance(e, ast.Call):
             return self.call(e, scope)
         if isinstance(e, (ast.Number, ast.Neg)):
@@ -864,6 +879,20 @@ class Lowerer:
             return None
         self.err(e.pos, "expected a feature, found a string")
         return None
+
+    def is_const(self, e: ast.Expr, scope: Scope) -> bool:
+        """Whether ``e`` is constant arithmetic (a number or a `let`), not a feature."""
+        if isinstance(e, (ast.Number, ast.Neg)):
+            return True
+        if isinstance(e, ast.BinOp):
+            return self.is_const(e.left, scope) and self.is_const(e.right, scope)
+        if isinstance(e, ast.Ref) and len(e.parts) == 1 and not any(
+                i is not None for i in e.indexes):
+            found = scope.lookup(e.name) if scope else None
+            if found is None and e.name in self.consts:
+                return True
+            return found is not None and found[0] == "const"
+        return False
 
     def call(self, e: ast.Call, scope: Scope, top: bool = False) -> ir.Expr | None:
         sig = OPS.get(e.fn)

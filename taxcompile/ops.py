@@ -145,6 +145,11 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
         enum("form", ("bilinear", "trilinear", "dot", "scaled_dot"), "bilinear"),
         act("none")),
     _op("add", node("a"), node("b"), label="+", infix=True),
+    # element-wise: a gate times a feature (a (…, 1) gate scales every feature of its
+    # position: Xu's beta), a difference, and c - x (the 1 - g of a fusion gate)
+    _op("mul", node("a"), node("b"), label="*", infix=True),
+    _op("sub", node("a"), node("b"), label="-", infix=True),
+    _op("rsub", node(), P("c", "float", False, 1.0), label="-", infix=True),
     # Decoders (codegen/repeat.py): x at the previous decoder step (s_(t-1)), the first
     # position of a sequence, the backward direction of a bidirectional RNN (Bahdanau's <-h).
     _op("prev", node()),

@@ -286,7 +286,9 @@ def xu_reference(m, image, caption, hard=False):
             alpha = torch.softmax(additive(m.att, h, A[n]), 0)  # f_att(a_i, h_(t-1))
             if hard:
                 alpha = torch.nn.functional.one_hot(alpha.argmax(), len(alpha)).to(DT)
-            z = alpha @ A[n]
+            # z_t = beta_t sum_i alpha_ti a_i, beta_t = sigmoid(f_beta(h_(t-1))) (4.2.1)
+            beta = torch.sigmoid(P(m.z_linear.weight) @ h + P(m.z_linear.bias))
+            z = beta * (alpha @ A[n])
             y = P(m.e_embed.weight)[caption[n, t]]
             h, c = lstm_cell(*cell_weights(cell), torch.cat([y, z]), h, c)
             # eq. 7 (with the authors' tanh): L_o tanh(E y_(t-1) + L_h h_t + L_z z_t)

@@ -213,6 +213,24 @@ def add(p, e, a, n):
                a[0].mask_code)
 
 
+@plan_rule("mul", "sub")
+def elementwise(p, e, a, n):
+    """a * b (a (…, 1) gate broadcasts over the features of its position) or a - b."""
+    x, y = a
+    out = y if x.shape.dim == 1 and y.shape.dim != 1 else x
+    if x.shape.dim == y.shape.dim:
+        p.equal.append((x.dim, y.dim))
+    op = "*" if e.fn == "mul" else "-"
+    left = atom(x.name) if e.fn == "mul" else x.name
+    return Var(f"{left} {op} {atom(y.name)}", out.shape, x.mask or y.mask, out.dim, out.mask_code)
+
+
+@plan_rule("rsub")
+def rsub(p, e, a, n):
+    """c - x, e.g. the 1 - g of a fusion gate."""
+    return same(a[0], f"{e.param('c', 1.0)!r} - {atom(a[0].name)}")
+
+
 @plan_rule("concat")
 def concat(p, e, a, n):
     widest = max(a, key=lambda v: len(v.shape.axes))

@@ -134,7 +134,18 @@ def is_name(code: str) -> bool:
 
 
 def atom(code: str) -> str:
-    """Parenthesise an expression before calling a method on it."""
-    return code if re.fullmatch(r"[\w.]+(\[[\w +*]+\])?(\(.*\))?(\.\w+)*", code) and \
-        code.count("(") == code.count(")") and \
-        " + " not in re.sub(r"\[[^\]]*\]", "", code).split("(")[0] else f"({code})"
+    """Parenthesise an expression before calling a method on it or using it as an operand:
+    anything with a space or a sign at the top level (outside brackets and strings)."""
+    depth, quote = 0, None
+    for ch in code:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0 and ch == " ":
+            return f"({code})"
+    return f"({code})" if code.startswith("-") else code
