@@ -75,7 +75,8 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
     "lin2017_self_attentive": "M = AH flattened (heads_out = concat, no W_O) into the MLP; "
                               "tests/test_activations.py checks it against Lin et al.",
     "shen2018_disan": "token2token score act = scaled_tanh(5), c tanh(x / c); "
-                      "tests/test_activations.py checks the score's activation",
+                      "tests/test_activations.py checks the score's activation; the fusion "
+                      "gate u = F x + (1 - F) s (tests/test_gates.py)",
     "bahdanau2015_rnnsearch": "maxout output layer over [s_(i-1); E y_(i-1); c_i], tests/test_activations.py; "
     "decoder timing (issue 13): e_ij reads s_(i-1) (`prev(s)`), the GRU reads this step's c_i, "
     "s_0 = tanh(W_s <-h_1); tests/test_decoders.py",
