@@ -93,7 +93,8 @@ def cmd_classify(args) -> int:
         print(json.dumps(docs, indent=2, ensure_ascii=False))
     else:
         for doc in docs:
-            print(f"{doc['paper']} [{doc['ref']}]  ({doc['file']})")
+            ref = f" [{doc['ref']}]" if doc["ref"] is not None else ""
+            print(f"{doc['paper']}{ref}  ({doc['file']})")
             for v in doc["variants"]:
                 print(f"  model {v['model']}")
                 for d, vals in v["dimensions"].items():

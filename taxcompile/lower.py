@@ -52,6 +52,7 @@ SCORES: dict[str, tuple[P, ...]] = {
     "additive": _sig(pint("d_w", False), act("tanh"), P("bias", "bool", False, True)),
     "concat": _sig(pint("d_w", False)),
     "multiplicative": (),
+    "dot": (),  # Luong et al.'s name for the multiplicative score q^T k
     "scaled_multiplicative": (),
     "general": (),
     "biased_general": (),
@@ -91,8 +92,7 @@ def suggest(word: str, options) -> str:
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     if close:
         return f"did you mean `{close[0]}`?"
-    shown = ", ".join(f"`{o}`" for o in options[:10])
-    return "one of: " + shown + (f" (and {len(options) - 10} more)" if len(options) > 10 else "")
+    return "one of: " + ", ".join(f"`{o}`" for o in options)
 
 
 def bad_identifier(name: str) -> str | None:
@@ -1076,6 +1076,8 @@ class Lowerer:
         name, p = self._mechanism(fld, SCORES, "score")
         if not name:
             return None
+        if name == "dot":  # the same function as multiplicative (Luong et al.)
+            name = "multiplicative"
         return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
                         similarity=p.get("kind"), sym=tuple(sorted(self.mech_syms.items())),
                         loc=self.loc(fld.value.pos))

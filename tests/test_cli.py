@@ -55,6 +55,15 @@ model m {
 """
 
 
+VALID_BODY = """\
+model m {
+    input src: tokens[S] (vocab = 100)
+    feature x = embed(src, 64)
+    attention a { query = project(x)  keys = x  score = multiplicative }
+}
+"""
+
+
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "taxcompile", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
@@ -314,6 +323,43 @@ def test_classify_text_vaswani():
     for dim in DIMENSIONS:
         assert f"    {dim.replace('_', ' ')}: " in out, dim
     assert "query multiplicity: Multi-Head + Multi-Hop" in out
+
+
+def test_classify_text_without_ref_prints_no_brackets(tmp_path):
+    """A spec without `ref` (not in the survey) is headed by its citation alone."""
+    spec = tmp_path / "toy.attn"
+    spec.write_text('paper toy { cite = "Toy Luong" }\n' + VALID_BODY, encoding="utf-8")
+    p = run("classify", str(spec))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == f"Toy Luong  ({spec})"
+    assert _classify_json(str(spec))[0]["ref"] is None
+
+
+def test_dot_is_luongs_name_for_the_multiplicative_score():
+    """`score = dot` (Luong et al.'s name) is the multiplicative score: the same IR,
+    the same Table III cells and the same generated code."""
+    from taxcompile import codegen, pipeline
+
+    text = (ROOT / LUONG).read_text(encoding="utf-8")
+    assert text.count("score    = multiplicative") == 3
+    dot = text.replace("score    = multiplicative", "score    = dot")
+    a, b = pipeline.load_text(text, LUONG), pipeline.load_text(dot, LUONG)
+    assert [m.model for m in a.models] == [m.model for m in b.models]
+    assert pipeline.classify_spec(a).row() == pipeline.classify_spec(b).row()
+    for ma, mb in zip(a.models, b.models):
+        assert codegen.generate(a, ma, LUONG) == codegen.generate(b, mb, LUONG)
+
+
+def test_unknown_score_hint_lists_every_score(tmp_path):
+    spec = tmp_path / "s.attn"
+    spec.write_text('paper s { cite = "S" }\n' + VALID_BODY.replace("multiplicative", "zzz"),
+                    encoding="utf-8")
+    p = run("check", str(spec))
+    assert p.returncode == 1
+    hint = next(line for line in p.stderr.splitlines() if "hint:" in line)
+    assert "more)" not in hint
+    for name in ("additive", "concat", "multiplicative", "dot", "max_pool", "affinity"):
+        assert f"`{name}`" in hint, name
 
 
 def test_classify_text_is_default_and_json_agrees():
