@@ -10,6 +10,14 @@ from pydantic import BaseModel, ConfigDict
 MAX_REPORTED = 20  # errors shown per file before "… and N more"
 
 
+def article(word: str) -> str:
+    """"a" or "an" before ``word`` (by its first letter: "an alignment", "a score")."""
+    w = word.strip("`").lower()
+    return "an" if w[:1] in ("a", "e", "i", "o") or (w[:1] == "u" and not
+                                                       w.startswith(("uni", "use", "usu"))) \
+        else "a"
+
+
 class Location(BaseModel):
     """Where an IR object came from (torchgen's ``Location``)."""
 

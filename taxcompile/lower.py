@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import ast, ir
-from .diagnostics import Collector, Location
+from .diagnostics import Collector, Location, article
 from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabulary)
 from .ops import ACTIVATIONS, act
 from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
@@ -62,6 +62,9 @@ SCORES: dict[str, tuple[P, ...]] = {
     "affinity": (),
     "max_pool": (),
 }
+
+# Scores that score the keys alone when a module has no query (eq. 33).
+SCORES_WITHOUT_QUERY = ("additive", "concat")
 
 ALIGNS: dict[str, tuple[P, ...]] = {
     "global": (),
@@ -615,7 +618,7 @@ class Lowerer:
             self.err(s.kind_pos, "a grid has two spatial axes and a channel size: `grid[H, W, C]`")
             return
         if s.kind in ("sequence", "set") and not dims:
-            self.err(s.kind_pos, f"a {s.kind} needs an axis and a feature size, e.g. `{s.kind}[L, 300]`")
+            self.err(s.kind_pos, f"{article(s.kind)} {s.kind} needs an axis and a feature size, e.g. `{s.kind}[L, 300]`")
             return
         axes, sizes = [], []
         for i, d in enumerate(dims):
@@ -806,7 +809,7 @@ class Lowerer:
                 return None
             found = hop[name]
         if found[0] == "const":
-            self.err(r.pos, f"`{r.name}` is a constant, not a {what}")
+            self.err(r.pos, f"`{r.name}` is a constant, not {article(what)} {what}")
             return None
         if found[0] == "block":
             self.err(r.pos, f"`{r.name}` is a `repeat` block; name a node inside it, "
@@ -1026,7 +1029,7 @@ class Lowerer:
         elif isinstance(e, ast.Call):
             name, kwargs, pos_args = e.fn, e.kwargs, e.args
         else:
-            self.err(e.pos, f"expected a {what} function", suggest("", table))
+            self.err(e.pos, f"expected {article(what)} {what} function", suggest("", table))
             return False, {}
         if name not in table:
             self.err(e.pos, f"unknown {what} function `{name}`", suggest(name, table))

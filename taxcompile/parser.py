@@ -7,6 +7,7 @@ traceback. Syntax errors are explained from examples of each mistake (lark's
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import stat
@@ -187,15 +188,16 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
     if label == "unclosed `(`" and getattr(tok, "type", None) in ("NAME", "NUMBER",
                                                                    "ESCAPED_STRING"):
         label = "missing `,` between arguments"
+    typo = _keyword_typo(tok, accepts)
     if label is not None:
-        hint = _EXAMPLES[label][0]
+        hint = typo or _EXAMPLES[label][0]
         msg = label if tok is None or at_end else f"{label}; found {_describe(tok)}"
         return Diagnostic(loc, msg, hint)
     if isinstance(e, UnexpectedToken):
         expected = sorted(accepts)
         pretty = ", ".join(_terminal(t) for t in expected[:14])
         return Diagnostic(loc, f"unexpected {_describe(e.token)}",
-                          f"expected one of: {pretty}" if pretty else "")
+                          typo or (f"expected one of: {pretty}" if pretty else ""))
     return Diagnostic(loc, "syntax error")
 
 
@@ -204,6 +206,23 @@ _TERMINALS = {"NAME": "a name", "NUMBER": "a number", "ESCAPED_STRING": "a strin
               "EQUAL": "`=`", "COMMA": "`,`", "COLON": "`:`", "LSQB": "`[`",
               "RSQB": "`]`", "PLUS": "`+`", "MINUS": "`-`", "STAR": "`*`",
               "SLASH": "`/`", "DOT": "`.`", "$END": "end of file"}
+
+
+@functools.lru_cache(maxsize=1)
+def _keywords() -> dict[str, str]:
+    """Terminal name -> keyword, for the grammar's keywords (`model`, `attention`, …)."""
+    return {t.name: t.pattern.value for t in _parser().terminals
+            if t.pattern.type == "str" and t.pattern.value.isidentifier()}
+
+
+def _keyword_typo(tok, accepts) -> str | None:
+    """"did you mean `attention`?" when a name stands where only keywords may, and it is
+    close to one of those keywords."""
+    if getattr(tok, "type", None) != "NAME":
+        return None
+    words = sorted(_keywords()[t] for t in accepts if t in _keywords())
+    close = difflib.get_close_matches(str(tok), words, n=1, cutoff=0.75)
+    return f"did you mean `{close[0]}`?" if close else None
 
 
 def _terminal(name: str) -> str:
