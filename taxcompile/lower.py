@@ -98,11 +98,12 @@ def suggest(word: str, options) -> str:
     return "one of: " + ", ".join(f"`{o}`" for o in options)
 
 
-def bad_identifier(name: str) -> str | None:
-    """Why ``name`` cannot be used as an identifier (specs are untrusted)."""
+def bad_identifier(name: str, python_keywords: bool = False) -> str | None:
+    """Why ``name`` cannot be used as an identifier (specs are untrusted). Python keywords
+    are allowed where the name never becomes a Python name (``python_keywords``)."""
     if not name.isidentifier() or not name.isascii():
         return "is not a valid identifier"
-    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+    if not python_keywords and (keyword.iskeyword(name) or keyword.issoftkeyword(name)):
         return "is a Python keyword"
     if name.startswith("__"):
         return "starts with `__` (dunder names are reserved)"
@@ -168,8 +169,9 @@ class Lowerer:
     def err(self, pos: ast.Pos, msg: str, hint: str = "") -> None:
         self.c.error(self.loc(pos), msg, hint)
 
-    def check_ident(self, name: str, pos: ast.Pos, what: str) -> bool:
-        why = bad_identifier(name)
+    def check_ident(self, name: str, pos: ast.Pos, what: str,
+                    python_keywords: bool = False) -> bool:
+        why = bad_identifier(name, python_keywords)
         if why:
             self.err(pos, f"{what} name `{name}` {why}", "use letters, digits and `_`, e.g. `enc_self`")
             return False
@@ -397,7 +399,9 @@ class Lowerer:
         by_name: dict[str, ast.Model] = {}
         out: list[ir.Model] = []
         for m in models:
-            if not self.check_ident(m.name, m.pos, "model"):
+            # a model's name is only a file name (`paper_model.py`) and text in the
+            # generated code, so `global` (Luong et al.'s global attention) is a fine one
+            if not self.check_ident(m.name, m.pos, "model", python_keywords=True):
                 continue
             if m.name in by_name:
                 self.err(m.pos, f"model `{m.name}` is defined twice")

@@ -362,6 +362,30 @@ def test_unknown_score_hint_lists_every_score(tmp_path):
         assert f"`{name}`" in hint, name
 
 
+def test_keywords_are_names_where_they_are_not_keywords(tmp_path):
+    """Models may be called `global`, `local`, `soft`, `model` or `class` (their names are
+    only file names), and alignment names and statement keywords (`soft`, `model`,
+    `input`, `shared`) name features: each is a keyword only in its own position."""
+    body = VALID_BODY.replace("feature x", "feature model").replace(
+        "project(x)  keys = x", "project(model)  keys = soft").replace(
+        "    attention", "    feature soft = norm(model)\n    feature input = norm(soft)\n"
+        "    feature shared = norm(input)\n    attention")
+    names = ("global", "local", "soft", "model", "class")
+    text = 'paper toy { cite = "Toy" }\n' + "".join(
+        body.replace("model m {", f"model {n} {{", 1) for n in names)
+    spec = tmp_path / "toy.attn"
+    spec.write_text(text, encoding="utf-8")
+    p = run("check", str(spec))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == f"{spec}: ok (5 models: {', '.join(names)})\n"
+    out = tmp_path / "out"
+    p = run("compile", str(spec), "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    for n in names:
+        source = (out / f"toy_{n}.py").read_text(encoding="utf-8")
+        compile(source, f"toy_{n}.py", "exec")  # valid Python: the name is no identifier
+
+
 def test_classify_text_is_default_and_json_agrees():
     text = run("classify", BAHDANAU).stdout
     doc = _classify_json(BAHDANAU)[0]
