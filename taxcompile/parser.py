@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -264,21 +265,21 @@ def _screen(data: bytes, file: str, size: int | None = None) -> str:
         col = nul - (text.rfind("\n", 0, nul) + 1) + 1
         raise err(line, col, "file contains a NUL byte", "specs are text; is this a binary file?")
     depth = 0
-    line, col = 1, 0
-    for ch in text:
-        col += 1
-        if ch == "\n":
-            line, col = line + 1, 0
-        elif ch in "([{":
+    for m in _BRACKETS.finditer(text):  # only the brackets, not every character
+        if m.group() in "([{":
             depth += 1
             if depth > MAX_DEPTH:
+                i = m.start()
+                line = text.count("\n", 0, i) + 1
+                col = i - (text.rfind("\n", 0, i) + 1) + 1
                 raise err(line, col, f"brackets nested more than {MAX_DEPTH} deep",
                           "flatten the expression with `feature` or `let` statements", text)
-        elif ch in ")]}":
+        else:
             depth = max(depth - 1, 0)
     return text
 
 
+_BRACKETS = re.compile(r"[()\[\]{}]")
 _EXPRESSIONS = frozenset({"add", "sub", "mul", "div", "neg", "call"})
 
 

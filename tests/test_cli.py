@@ -563,3 +563,100 @@ def test_table_does_not_import_torch_even_when_installed(tmp_path):
                        timeout=120, env=env)
     assert p.returncode == 0, p.stderr
     assert "Vaswani et al." in p.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# `table` keeps its rows in a cache (taxcompile/cache.py)
+# ---------------------------------------------------------------------------------------
+
+HEAVY = ("torch", "jinja2", "matplotlib", "pygments")  # never on the table path
+FRONT_END = ("lark", "networkx", "taxcompile.parser", "taxcompile.lower", "taxcompile.checks",
+             "taxcompile.classify")  # not needed when every row comes from the cache
+
+
+def _table_modules(cache_dir: Path, *paths: str, no_cache: bool = False):
+    """`taxcompile table PATHS` in a fresh interpreter: (exit code, stdout, the modules it
+    imported)."""
+    import os
+
+    code = ("import sys, json, taxcompile.cli as c; r = c.main(['table', *sys.argv[1:]]); "
+            "print(json.dumps([r, sorted(sys.modules)]), file=sys.stderr)")
+    env = dict(os.environ, TAXCOMPILE_CACHE_DIR=str(cache_dir))
+    env.pop("TAXCOMPILE_NO_CACHE", None)
+    if no_cache:
+        env["TAXCOMPILE_NO_CACHE"] = "1"
+    p = subprocess.run([sys.executable, "-c", code, *paths], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env=env)
+    rc, modules = json.loads(p.stderr.splitlines()[-1])
+    return rc, p.stdout, set(modules), p.stderr
+
+
+def _imported(modules: set[str], names) -> list[str]:
+    return sorted(m for m in modules for n in names if m == n or m.startswith(n + "."))
+
+
+def test_table_import_set_cold_and_from_the_cache(tmp_path):
+    """A cold `table` imports the front end but nothing of codegen, plots or highlighting;
+    a table whose rows all come from the cache imports not even the front end, and prints
+    the same bytes."""
+    rc, cold, modules, _ = _table_modules(tmp_path, "specs/")
+    assert rc == 0 and "Vaswani et al." in cold
+    assert _imported(modules, HEAVY) == []
+    assert "networkx" in modules and "taxcompile.classify" in modules
+    assert len(list((tmp_path / "table").glob("*.json"))) == len(list((ROOT / "specs").glob("*.attn")))
+    rc, warm, modules, _ = _table_modules(tmp_path, "specs/")
+    assert rc == 0 and warm == cold
+    assert _imported(modules, HEAVY + FRONT_END) == []
+    rc, off, modules, _ = _table_modules(tmp_path / "off", "specs/", no_cache=True)
+    assert rc == 0 and off == cold and not (tmp_path / "off").exists()
+    assert "networkx" in modules
+
+
+def test_table_cache_follows_the_spec(tmp_path):
+    """An edited spec is classified again; a spec with errors reports them even after a
+    good version of it was cached, and is never stored; a damaged entry is ignored."""
+    spec = tmp_path / "luong2015.attn"
+    text = (ROOT / LUONG).read_text(encoding="utf-8")
+    spec.write_text(text, encoding="utf-8")
+    cache_dir = tmp_path / "cache"
+    rc, first, _, _ = _table_modules(cache_dir, str(spec), "--format", "csv")
+    assert rc == 0 and ',"Multiplicative, Location",' in first
+    spec.write_text(text.replace("score    = location", "score    = general"), encoding="utf-8")
+    rc, edited, _, _ = _table_modules(cache_dir, str(spec), "--format", "csv")
+    assert rc == 0 and ',"Multiplicative, General",' in edited, edited
+    entries = sorted((cache_dir / "table").glob("*.json"))
+    assert len(entries) == 2
+    spec.write_text(text.replace("score    = location", "score    = nowhere"), encoding="utf-8")
+    rc, out, _, err = _table_modules(cache_dir, str(spec))
+    assert rc == 1 and "error: unknown score function `nowhere`" in err
+    assert sorted((cache_dir / "table").glob("*.json")) == entries
+    spec.write_text(text, encoding="utf-8")
+    for entry in entries:
+        entry.write_text('{"row": {"paper": "damaged"', encoding="utf-8")
+    rc, again, modules, _ = _table_modules(cache_dir, str(spec), "--format", "csv")
+    assert rc == 0 and again == first and "networkx" in modules
+
+
+def test_table_cache_fingerprint_covers_the_front_end_sources(tmp_path, monkeypatch):
+    from taxcompile import cache
+
+    package = tmp_path / "taxcompile"
+    (package / "grammar").mkdir(parents=True)
+    (package / "checks.py").write_text("x = 1\n")
+    (package / "grammar" / "attn.lark").write_text("start: NAME\n")
+    monkeypatch.setattr(cache, "_PACKAGE", package)
+    prints = []
+    for path, text in ((None, None), (package / "checks.py", "x = 2\n"),
+                       (package / "grammar" / "attn.lark", "start: NUMBER\n")):
+        if path is not None:
+            path.write_text(text)
+        cache.fingerprint.cache_clear()
+        prints.append(cache.fingerprint())
+    cache.fingerprint.cache_clear()
+    assert len(set(prints)) == 3
+
+
+def test_table_dimensions_are_the_classifiers():
+    from taxcompile import classify, table
+
+    assert table.DIMENSIONS == classify.DIMENSIONS
