@@ -660,3 +660,22 @@ def test_table_dimensions_are_the_classifiers():
     from taxcompile import classify, table
 
     assert table.DIMENSIONS == classify.DIMENSIONS
+
+
+def test_statement_keywords_name_constants_inputs_repeats_and_modules(tmp_path):
+    spec = tmp_path / "kw.attn"
+    spec.write_text(
+        'paper toy { cite = "Toy" }\n'
+        "let model = 64\n"
+        "model global {\n"
+        "    input let: tokens[S] (vocab = 100)\n"
+        "    feature paper = embed(let, model)\n"
+        "    repeat input 2 { update paper = norm(paper) }\n"
+        "    attention attention { query = project(paper)  keys = paper  score = dot }\n"
+        "    feature shared = norm(attention)\n"
+        "}\n", encoding="utf-8")
+    p = run("compile", str(spec), "-o", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    source = (tmp_path / "out" / "toy_global.py").read_text(encoding="utf-8")
+    compile(source, "toy_global.py", "exec")
+    assert "MultiplicativeAttention" in source
