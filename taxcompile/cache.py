@@ -24,6 +24,7 @@ from pathlib import Path
 
 FORMAT = 1  # bump when an entry's layout changes
 MAX_BYTES = 1_000_000  # parser.MAX_BYTES: a longer file is refused, never cached
+MAX_ENTRIES = 2000  # beyond this, writing an entry removes the oldest half
 DEPENDENCIES = ("lark", "pydantic", "pydantic_core", "networkx")
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -34,7 +35,12 @@ def directory() -> Path | None:
         return None
     if os.environ.get("TAXCOMPILE_CACHE_DIR"):
         return Path(os.environ["TAXCOMPILE_CACHE_DIR"]) / "table"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        home = os.path.expanduser("~")
+        if home.startswith("~"):  # no home directory: no cache rather than one in the cwd
+            return None
+        base = os.path.join(home, ".cache")
     return Path(base) / "taxcompile" / "table"
 
 
@@ -84,8 +90,9 @@ def key(path: Path, reading: str) -> str | None:
     return h.hexdigest()
 
 
-def load(entry_key: str | None) -> dict | None:
-    """The stored entry, or None (no cache, no entry, an unreadable or damaged one)."""
+def load(entry_key: str | None, columns: tuple[str, ...]) -> dict | None:
+    """The stored entry, or None (no cache, no entry, an unreadable or damaged one, or a
+    row without exactly ``columns``)."""
     where = directory()
     if where is None or entry_key is None:
         return None
@@ -95,6 +102,7 @@ def load(entry_key: str | None) -> dict | None:
         return None
     if not isinstance(entry, dict) or not isinstance(entry.get("row"), dict) or \
             not all(isinstance(k, str) and isinstance(v, str) for k, v in entry["row"].items()) \
+            or list(entry["row"]) != list(columns) \
             or not isinstance(entry.get("survey_row"), (int, type(None))):
         return None
     return entry
@@ -110,6 +118,11 @@ def store(entry_key: str | None, entry: dict) -> None:
         where.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(entry, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, where / f"{entry_key}.json")
+        entries = list(where.glob("*.json"))
+        if len(entries) > MAX_ENTRIES:  # forget the oldest half
+            entries.sort(key=lambda f: f.stat().st_mtime_ns)
+            for old in entries[: len(entries) - MAX_ENTRIES // 2]:
+                old.unlink(missing_ok=True)
     except OSError:
         try:
             tmp.unlink()

@@ -124,7 +124,7 @@ def cmd_table(args) -> int:
     rows, failed = [], 0
     for path, explicit in _expand(args.paths):
         entry_key = cache.key(path, args.reading)
-        entry = cache.load(entry_key)
+        entry = cache.load(entry_key, table.COLUMNS)
         if entry is None:
             try:
                 cs = pipeline.load(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -603,7 +604,8 @@ def test_table_import_set_cold_and_from_the_cache(tmp_path):
     assert rc == 0 and "Vaswani et al." in cold
     assert _imported(modules, HEAVY) == []
     assert "networkx" in modules and "taxcompile.classify" in modules
-    assert len(list((tmp_path / "table").glob("*.json"))) == len(list((ROOT / "specs").glob("*.attn")))
+    specs = list((ROOT / "specs").glob("*.attn"))
+    assert len(list((tmp_path / "table").glob("*.json"))) == len(specs)
     rc, warm, modules, _ = _table_modules(tmp_path, "specs/")
     assert rc == 0 and warm == cold
     assert _imported(modules, HEAVY + FRONT_END) == []
@@ -631,8 +633,9 @@ def test_table_cache_follows_the_spec(tmp_path):
     assert rc == 1 and "error: unknown score function `nowhere`" in err
     assert sorted((cache_dir / "table").glob("*.json")) == entries
     spec.write_text(text, encoding="utf-8")
-    for entry in entries:
-        entry.write_text('{"row": {"paper": "damaged"', encoding="utf-8")
+    entries[0].write_text('{"row": {"paper": "damaged"', encoding="utf-8")
+    entries[1].write_text('{"row": {"paper": "no other column"}, "survey_row": null}',
+                          encoding="utf-8")
     rc, again, modules, _ = _table_modules(cache_dir, str(spec), "--format", "csv")
     assert rc == 0 and again == first and "networkx" in modules
 
@@ -679,3 +682,17 @@ def test_statement_keywords_name_constants_inputs_repeats_and_modules(tmp_path):
     source = (tmp_path / "out" / "toy_global.py").read_text(encoding="utf-8")
     compile(source, "toy_global.py", "exec")
     assert "MultiplicativeAttention" in source
+
+
+def test_table_cache_forgets_the_oldest_entries(tmp_path, monkeypatch):
+    from taxcompile import cache
+
+    monkeypatch.setenv("TAXCOMPILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TAXCOMPILE_NO_CACHE", raising=False)
+    monkeypatch.setattr(cache, "MAX_ENTRIES", 4)
+    for i in range(5):
+        cache.store(f"k{i}", {"row": {"paper": str(i)}, "survey_row": i})
+        os.utime(tmp_path / "table" / f"k{i}.json", ns=(i * 10**9, i * 10**9))
+    assert sorted(f.stem for f in (tmp_path / "table").iterdir()) == ["k3", "k4"]
+    assert cache.load("k4", ("paper",)) == {"row": {"paper": "4"}, "survey_row": 4}
+    assert cache.load("k4", ("paper", "ref")) is None
