@@ -571,8 +571,8 @@ def test_table_does_not_import_torch_even_when_installed(tmp_path):
 # ---------------------------------------------------------------------------------------
 
 HEAVY = ("torch", "jinja2", "matplotlib", "pygments")  # never on the table path
-FRONT_END = ("lark", "networkx", "taxcompile.parser", "taxcompile.lower", "taxcompile.checks",
-             "taxcompile.classify")  # not needed when every row comes from the cache
+FRONT_END = ("lark", "networkx", "pydantic", "taxcompile.parser", "taxcompile.lower",
+             "taxcompile.checks", "taxcompile.classify")  # not needed when every row comes from the cache
 
 
 def _table_modules(cache_dir: Path, *paths: str, no_cache: bool = False):
