@@ -72,9 +72,10 @@ def fingerprint() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def key(path: Path, reading: str) -> str | None:
-    """The entry's key for the spec at ``path``, or None where it must not be cached
-    (not a regular file, too large, unreadable: the front end reports those)."""
+def key(path: Path, reading: str) -> tuple[str, bytes] | None:
+    """The entry's key for the spec at ``path`` and the bytes it was computed from (load
+    the spec from them, not from a second read), or None where the spec must not be
+    cached (not a regular file, too large, unreadable: the front end reports those)."""
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
@@ -87,7 +88,7 @@ def key(path: Path, reading: str) -> str | None:
         return None
     h = hashlib.sha256(f"{fingerprint()}\0{reading}\0".encode())
     h.update(data)
-    return h.hexdigest()
+    return h.hexdigest(), data
 
 
 def load(entry_key: str | None, columns: tuple[str, ...]) -> dict | None:

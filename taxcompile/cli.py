@@ -123,11 +123,11 @@ def cmd_table(args) -> int:
     # importing the front end.
     rows, failed = [], 0
     for path, explicit in _expand(args.paths):
-        entry_key = cache.key(path, args.reading)
+        entry_key, data = cache.key(path, args.reading) or (None, None)
         entry = cache.load(entry_key, table.COLUMNS)
         if entry is None:
             try:
-                cs = pipeline.load(path)
+                cs = pipeline.load(path) if data is None else pipeline.load_bytes(data, path)
             except SpecError as e:
                 print(e.render(), file=sys.stderr)
                 failed += 1

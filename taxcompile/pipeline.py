@@ -72,6 +72,13 @@ def load(path: str | Path) -> checks.CheckedSpec:
     return load_text(text, file)
 
 
+def load_bytes(data: bytes, path: str | Path) -> checks.CheckedSpec:
+    """``load`` of a file's bytes, read already (at most ``parser.MAX_BYTES``)."""
+    from . import parser
+
+    return load_text(parser._screen(data, str(path), len(data)), str(path))
+
+
 def classify_spec(cs: checks.CheckedSpec, reading: str = "table") -> PaperRow:
     from . import classify
 
