@@ -17,6 +17,7 @@ import networkx as nx
 
 from . import ir, ops
 from .diagnostics import Collector, Location, SpecError
+from .lower import SCORES_WITHOUT_QUERY
 
 
 @dataclass(frozen=True)
@@ -606,8 +607,9 @@ class Checker:
             if not self.gate_fits(n, q, k, mode):
                 return None
             ctx_axes = k.axes  # the gated values, at the keys' positions
-        if q is None and sc.fn not in ("additive", "concat"):
-            self.err(n.loc, f"{where} has no query, which only an additive score allows (eq. 33)",
+        if q is None and sc.fn not in SCORES_WITHOUT_QUERY:
+            scores = " and ".join(f"`{s}`" for s in SCORES_WITHOUT_QUERY)
+            self.err(n.loc, f"{where} has no query, which only the {scores} scores allow (eq. 33)",
                      "give a learned query, `query = learned(d)` (eq. 34), or a projection of "
                      "the features, `query = project(F)` (eq. 35)")
             return None

@@ -23,12 +23,11 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _load_all(paths: list[str]):
-    """(file, given explicitly, CheckedSpec) per spec; errors printed, counted."""
+def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
+    """(file, given explicitly) per spec named by ``paths``; usage errors exit 2."""
     from . import pipeline
 
     files = pipeline.expand(paths)
-    results, failed = [], 0
     if not files:
         print("taxcompile: error: no .attn files found in " + ", ".join(paths), file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
@@ -36,6 +35,16 @@ def _load_all(paths: list[str]):
         if explicit and not path.exists():
             print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
             raise SystemExit(EXIT_USAGE)
+    return files
+
+
+def _load_all(paths: list[str]):
+    """(file, given explicitly, CheckedSpec) per spec; errors printed, counted."""
+    from . import pipeline
+
+    files = _expand(paths)
+    results, failed = [], 0
+    for path, explicit in files:
         try:
             results.append((path, explicit, pipeline.load(path)))
         except SpecError as e:
@@ -93,7 +102,8 @@ def cmd_classify(args) -> int:
         print(json.dumps(docs, indent=2, ensure_ascii=False))
     else:
         for doc in docs:
-            print(f"{doc['paper']} [{doc['ref']}]  ({doc['file']})")
+            ref = f" [{doc['ref']}]" if doc["ref"] is not None else ""
+            print(f"{doc['paper']}{ref}  ({doc['file']})")
             for v in doc["variants"]:
                 print(f"  model {v['model']}")
                 for d, vals in v["dimensions"].items():
@@ -107,11 +117,26 @@ def cmd_classify(args) -> int:
 
 
 def cmd_table(args) -> int:
-    from . import pipeline, table
+    from . import cache, pipeline, table
 
-    results, failed = _load_all(args.paths)
-    rows = [pipeline.classify_spec(cs, args.reading) for _, explicit, cs in results
-            if explicit or args.all or cs.spec.paper.row is not None]
+    # A spec whose row is in the cache (cache.py) is not loaded: most of a cold run is
+    # importing the front end.
+    rows, failed = [], 0
+    for path, explicit in _expand(args.paths):
+        entry_key, data = cache.key(path, args.reading) or (None, None)
+        entry = cache.load(entry_key, table.COLUMNS)
+        if entry is None:
+            try:
+                cs = pipeline.load(path) if data is None else pipeline.load_bytes(data, path)
+            except SpecError as e:
+                print(e.render(), file=sys.stderr)
+                failed += 1
+                continue
+            row = pipeline.classify_spec(cs, args.reading)
+            entry = {"row": row.row(), "survey_row": cs.spec.paper.row}
+            cache.store(entry_key, entry)
+        if explicit or args.all or entry["survey_row"] is not None:
+            rows.append(table.Row(entry["row"], entry["survey_row"], str(path)))
     sys.stdout.write(table.RENDER[args.format](table.order(rows)))
     return EXIT_SPEC if failed else EXIT_OK
 
@@ -338,7 +363,10 @@ def make_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("table", help="render Table III for specs",
                        description="Render Table III. Directories contribute the papers that "
                        "are in the survey's Table III (those with a `row`); files named "
-                       "explicitly are always included.")
+                       "explicitly are always included. The rows of specs that check are "
+                       "cached (in $TAXCOMPILE_CACHE_DIR, else ~/.cache/taxcompile) and "
+                       "reused while the spec and taxcompile are unchanged; "
+                       "TAXCOMPILE_NO_CACHE=1 turns that off.")
     s.add_argument("paths", nargs="+", metavar="PATH")
     s.add_argument("--format", choices=("md", "csv", "latex"), default="md")
     s.add_argument("--reading", choices=("table", "text"), default="table",

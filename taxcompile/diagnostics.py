@@ -3,24 +3,52 @@ followed by the source line, a caret under the column, and a hint."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 MAX_REPORTED = 20  # errors shown per file before "… and N more"
 
 
-class Location(BaseModel):
-    """Where an IR object came from (torchgen's ``Location``)."""
+def article(word: str) -> str:
+    """"a" or "an" before ``word`` (by its first letter: "an alignment", "a score")."""
+    w = word.strip("`").lower()
+    return "an" if w[:1] in ("a", "e", "i", "o") or (w[:1] == "u" and not
+                                                       w.startswith(("uni", "use", "usu"))) \
+        else "a"
 
-    model_config = ConfigDict(frozen=True)
 
-    file: str
-    line: int
-    column: int
+@functools.cache
+def _location() -> type[BaseModel]:
+    """``Location``, defined on first use: it is a pydantic model (a field of every IR
+    node), and importing pydantic is most of what a table of cached rows (cache.py) would
+    otherwise spend; the command line imports this module for ``SpecError`` alone."""
+    from pydantic import BaseModel, ConfigDict
 
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
+    class Location(BaseModel):
+        """Where an IR object came from (torchgen's ``Location``)."""
+
+        model_config = ConfigDict(frozen=True)
+
+        file: str
+        line: int
+        column: int
+
+        def __str__(self) -> str:
+            return f"{self.file}:{self.line}:{self.column}"
+
+    Location.__module__, Location.__qualname__ = __name__, "Location"
+    globals()["Location"] = Location
+    return Location
+
+
+def __getattr__(name: str):
+    if name == "Location":
+        return _location()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -78,7 +106,7 @@ class Collector:
         self.diagnostics: list[Diagnostic] = []
 
     def loc(self, line: int | None, column: int | None) -> Location:
-        return Location(file=self.file, line=line or 1, column=column or 1)
+        return _location()(file=self.file, line=line or 1, column=column or 1)
 
     def error(self, loc: Location, message: str, hint: str = "") -> None:
         d = Diagnostic(loc, message, hint)

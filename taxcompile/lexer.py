@@ -43,7 +43,7 @@ FEATURE_MODELS = (
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (
-    "additive", "concat", "multiplicative", "scaled_multiplicative", "general",
+    "additive", "concat", "multiplicative", "dot", "scaled_multiplicative", "general",
     "biased_general", "activated_general", "similarity", "location", "affinity",
     "max_pool",
 )

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import ast, ir
-from .diagnostics import Collector, Location
+from .diagnostics import Collector, Location, article
 from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabulary)
 from .ops import ACTIVATIONS, act
 from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
@@ -56,6 +56,7 @@ SCORES: dict[str, tuple[P, ...]] = {
     "additive": _sig(pint("d_w", False), act("tanh"), P("bias", "bool", False, True)),
     "concat": _sig(pint("d_w", False)),
     "multiplicative": (),
+    "dot": (),  # Luong et al.'s name for the multiplicative score q^T k
     "scaled_multiplicative": (),
     "general": (),
     "biased_general": (),
@@ -65,6 +66,9 @@ SCORES: dict[str, tuple[P, ...]] = {
     "affinity": (),
     "max_pool": (),
 }
+
+# Scores that score the keys alone when a module has no query (eq. 33).
+SCORES_WITHOUT_QUERY = ("additive", "concat")
 
 ALIGNS: dict[str, tuple[P, ...]] = {
     "global": (),
@@ -95,15 +99,15 @@ def suggest(word: str, options) -> str:
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     if close:
         return f"did you mean `{close[0]}`?"
-    shown = ", ".join(f"`{o}`" for o in options[:10])
-    return "one of: " + shown + (f" (and {len(options) - 10} more)" if len(options) > 10 else "")
+    return "one of: " + ", ".join(f"`{o}`" for o in options)
 
 
-def bad_identifier(name: str) -> str | None:
-    """Why ``name`` cannot be used as an identifier (specs are untrusted)."""
+def bad_identifier(name: str, python_keywords: bool = False) -> str | None:
+    """Why ``name`` cannot be used as an identifier (specs are untrusted). Python keywords
+    are allowed where the name never becomes a Python name (``python_keywords``)."""
     if not name.isidentifier() or not name.isascii():
         return "is not a valid identifier"
-    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+    if not python_keywords and (keyword.iskeyword(name) or keyword.issoftkeyword(name)):
         return "is a Python keyword"
     if name.startswith("__"):
         return "starts with `__` (dunder names are reserved)"
@@ -169,8 +173,9 @@ class Lowerer:
     def err(self, pos: ast.Pos, msg: str, hint: str = "") -> None:
         self.c.error(self.loc(pos), msg, hint)
 
-    def check_ident(self, name: str, pos: ast.Pos, what: str) -> bool:
-        why = bad_identifier(name)
+    def check_ident(self, name: str, pos: ast.Pos, what: str,
+                    python_keywords: bool = False) -> bool:
+        why = bad_identifier(name, python_keywords)
         if why:
             self.err(pos, f"{what} name `{name}` {why}", "use letters, digits and `_`, e.g. `enc_self`")
             return False
@@ -407,7 +412,9 @@ class Lowerer:
         by_name: dict[str, ast.Model] = {}
         out: list[ir.Model] = []
         for m in models:
-            if not self.check_ident(m.name, m.pos, "model"):
+            # a model's name is only a file name (`paper_model.py`) and text in the
+            # generated code, so `global` (Luong et al.'s global attention) is a fine one
+            if not self.check_ident(m.name, m.pos, "model", python_keywords=True):
                 continue
             if m.name in by_name:
                 self.err(m.pos, f"model `{m.name}` is defined twice")
@@ -628,7 +635,7 @@ class Lowerer:
             self.err(s.kind_pos, "a grid has two spatial axes and a channel size: `grid[H, W, C]`")
             return
         if s.kind in ("sequence", "set") and not dims:
-            self.err(s.kind_pos, f"a {s.kind} needs an axis and a feature size, e.g. `{s.kind}[L, 300]`")
+            self.err(s.kind_pos, f"{article(s.kind)} {s.kind} needs an axis and a feature size, e.g. `{s.kind}[L, 300]`")
             return
         axes, sizes = [], []
         for i, d in enumerate(dims):
@@ -819,7 +826,7 @@ class Lowerer:
                 return None
             found = hop[name]
         if found[0] == "const":
-            self.err(r.pos, f"`{r.name}` is a constant, not a {what}")
+            self.err(r.pos, f"`{r.name}` is a constant, not {article(what)} {what}")
             return None
         if found[0] == "block":
             self.err(r.pos, f"`{r.name}` is a `repeat` block; name a node inside it, "
@@ -1086,7 +1093,7 @@ class Lowerer:
         elif isinstance(e, ast.Call):
             name, kwargs, pos_args = e.fn, e.kwargs, e.args
         else:
-            self.err(e.pos, f"expected a {what} function", suggest("", table))
+            self.err(e.pos, f"expected {article(what)} {what} function", suggest("", table))
             return False, {}
         if name not in table:
             self.err(e.pos, f"unknown {what} function `{name}`", suggest(name, table))
@@ -1136,6 +1143,8 @@ class Lowerer:
         name, p = self._mechanism(fld, SCORES, "score")
         if not name:
             return None
+        if name == "dot":  # the same function as multiplicative (Luong et al.)
+            name = "multiplicative"
         return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
                         similarity=p.get("kind"), sym=tuple(sorted(self.mech_syms.items())),
                         loc=self.loc(fld.value.pos))

@@ -7,8 +7,10 @@ traceback. Syntax errors are explained from examples of each mistake (lark's
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -187,15 +189,16 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
     if label == "unclosed `(`" and getattr(tok, "type", None) in ("NAME", "NUMBER",
                                                                    "ESCAPED_STRING"):
         label = "missing `,` between arguments"
+    typo = _keyword_typo(tok, accepts)
     if label is not None:
-        hint = _EXAMPLES[label][0]
+        hint = typo or _EXAMPLES[label][0]
         msg = label if tok is None or at_end else f"{label}; found {_describe(tok)}"
         return Diagnostic(loc, msg, hint)
     if isinstance(e, UnexpectedToken):
         expected = sorted(accepts)
         pretty = ", ".join(_terminal(t) for t in expected[:14])
         return Diagnostic(loc, f"unexpected {_describe(e.token)}",
-                          f"expected one of: {pretty}" if pretty else "")
+                          typo or (f"expected one of: {pretty}" if pretty else ""))
     return Diagnostic(loc, "syntax error")
 
 
@@ -204,6 +207,23 @@ _TERMINALS = {"NAME": "a name", "NUMBER": "a number", "ESCAPED_STRING": "a strin
               "EQUAL": "`=`", "COMMA": "`,`", "COLON": "`:`", "LSQB": "`[`",
               "RSQB": "`]`", "PLUS": "`+`", "MINUS": "`-`", "STAR": "`*`",
               "SLASH": "`/`", "DOT": "`.`", "$END": "end of file"}
+
+
+@functools.lru_cache(maxsize=1)
+def _keywords() -> dict[str, str]:
+    """Terminal name -> keyword, for the grammar's keywords (`model`, `attention`, …)."""
+    return {t.name: t.pattern.value for t in _parser().terminals
+            if t.pattern.type == "str" and t.pattern.value.isidentifier()}
+
+
+def _keyword_typo(tok, accepts) -> str | None:
+    """"did you mean `attention`?" when a name stands where only keywords may, and it is
+    close to one of those keywords."""
+    if getattr(tok, "type", None) != "NAME":
+        return None
+    words = sorted(_keywords()[t] for t in accepts if t in _keywords())
+    close = difflib.get_close_matches(str(tok), words, n=1, cutoff=0.75)
+    return f"did you mean `{close[0]}`?" if close else None
 
 
 def _terminal(name: str) -> str:
@@ -245,21 +265,21 @@ def _screen(data: bytes, file: str, size: int | None = None) -> str:
         col = nul - (text.rfind("\n", 0, nul) + 1) + 1
         raise err(line, col, "file contains a NUL byte", "specs are text; is this a binary file?")
     depth = 0
-    line, col = 1, 0
-    for ch in text:
-        col += 1
-        if ch == "\n":
-            line, col = line + 1, 0
-        elif ch in "([{":
+    for m in _BRACKETS.finditer(text):  # only the brackets, not every character
+        if m.group() in "([{":
             depth += 1
             if depth > MAX_DEPTH:
+                i = m.start()
+                line = text.count("\n", 0, i) + 1
+                col = i - (text.rfind("\n", 0, i) + 1) + 1
                 raise err(line, col, f"brackets nested more than {MAX_DEPTH} deep",
                           "flatten the expression with `feature` or `let` statements", text)
-        elif ch in ")]}":
+        else:
             depth = max(depth - 1, 0)
     return text
 
 
+_BRACKETS = re.compile(r"[()\[\]{}]")
 _EXPRESSIONS = frozenset({"add", "sub", "mul", "div", "neg", "call"})
 
 

@@ -1,14 +1,17 @@
 """The front end end to end: file -> AST -> IR -> checks -> graph -> classification.
 
-Nothing here imports torch: ``taxcompile table`` must start fast."""
+Nothing here imports torch: ``taxcompile table`` must start fast. The stages are
+imported where they are used, so that ``expand`` (and a table of cached rows) needs none
+of them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import checks, classify, ir, lower, parser
-from .diagnostics import SpecError
+if TYPE_CHECKING:
+    from . import checks, classify, ir
 
 
 @dataclass
@@ -36,18 +39,25 @@ class PaperRow:
         return text
 
     def row(self) -> dict[str, str]:
+        from . import classify
+
         out = {"paper": self.paper.cite, "ref": str(self.paper.ref or "")}
         out.update({d: self.cell(d) for d in classify.DIMENSIONS})
         return out
 
 
 def parse_file(path: str | Path) -> tuple[str, str]:
+    from . import parser
+
     text = parser.read_source(path)
     return str(path), text
 
 
 def load_text(text: str, file: str = "<string>") -> checks.CheckedSpec:
     """Parse, lower and check spec text; raise ``SpecError`` with every error found."""
+    from . import checks, lower, parser
+    from .diagnostics import SpecError
+
     module = parser.parse_text(text, file)
     try:
         spec = lower.lower(module, file, text)
@@ -62,7 +72,16 @@ def load(path: str | Path) -> checks.CheckedSpec:
     return load_text(text, file)
 
 
+def load_bytes(data: bytes, path: str | Path) -> checks.CheckedSpec:
+    """``load`` of a file's bytes, read already (at most ``parser.MAX_BYTES``)."""
+    from . import parser
+
+    return load_text(parser._screen(data, str(path), len(data)), str(path))
+
+
 def classify_spec(cs: checks.CheckedSpec, reading: str = "table") -> PaperRow:
+    from . import classify
+
     return PaperRow(cs.spec, [classify.classify_model(cm, reading) for cm in cs.models])
 
 

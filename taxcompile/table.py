@@ -1,12 +1,44 @@
-"""Stage 7: Table III as Markdown, CSV or LaTeX."""
+"""Stage 7: Table III as Markdown, CSV or LaTeX.
+
+Imports nothing of the front end: a table of cached rows (``cache.py``) renders without
+parsing or classifying anything."""
 
 from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
-from .classify import DIMENSIONS
-from .pipeline import PaperRow
+if TYPE_CHECKING:
+    from .pipeline import PaperRow
+
+# classify.DIMENSIONS, written out so that this module does not import the classifier
+# (tests/test_table.py checks that they agree)
+DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations", "scoring",
+              "alignment", "dimensionality", "query_type", "query_multiplicity")
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the renderers read of a ``PaperRow``: its cells, its survey row and file."""
+
+    cells: dict
+    survey_row: int | None
+    file: str
+
+    def row(self) -> dict[str, str]:
+        return self.cells
+
+    @property
+    def paper(self):
+        return SimpleNamespace(row=self.survey_row, cite=self.cells["paper"])
+
+    @property
+    def spec(self):
+        return SimpleNamespace(file=self.file)
+
 
 COLUMNS = ("paper", "ref") + DIMENSIONS
 TITLES = {

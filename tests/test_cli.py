@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -51,6 +52,15 @@ model m {
         score    = additive(d_w = 32)
     }
     output o = classify(att, 3)
+}
+"""
+
+
+VALID_BODY = """\
+model m {
+    input src: tokens[S] (vocab = 100)
+    feature x = embed(src, 64)
+    attention a { query = project(x)  keys = x  score = multiplicative }
 }
 """
 
@@ -316,6 +326,67 @@ def test_classify_text_vaswani():
     assert "query multiplicity: Multi-Head + Multi-Hop" in out
 
 
+def test_classify_text_without_ref_prints_no_brackets(tmp_path):
+    """A spec without `ref` (not in the survey) is headed by its citation alone."""
+    spec = tmp_path / "toy.attn"
+    spec.write_text('paper toy { cite = "Toy Luong" }\n' + VALID_BODY, encoding="utf-8")
+    p = run("classify", str(spec))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == f"Toy Luong  ({spec})"
+    assert _classify_json(str(spec))[0]["ref"] is None
+
+
+def test_dot_is_luongs_name_for_the_multiplicative_score():
+    """`score = dot` (Luong et al.'s name) is the multiplicative score: the same IR,
+    the same Table III cells and the same generated code."""
+    from taxcompile import codegen, pipeline
+
+    text = (ROOT / LUONG).read_text(encoding="utf-8")
+    assert text.count("score    = multiplicative") == 3
+    dot = text.replace("score    = multiplicative", "score    = dot")
+    a, b = pipeline.load_text(text, LUONG), pipeline.load_text(dot, LUONG)
+    assert [m.model for m in a.models] == [m.model for m in b.models]
+    assert pipeline.classify_spec(a).row() == pipeline.classify_spec(b).row()
+    for ma, mb in zip(a.models, b.models):
+        assert codegen.generate(a, ma, LUONG) == codegen.generate(b, mb, LUONG)
+
+
+def test_unknown_score_hint_lists_every_score(tmp_path):
+    spec = tmp_path / "s.attn"
+    spec.write_text('paper s { cite = "S" }\n' + VALID_BODY.replace("multiplicative", "zzz"),
+                    encoding="utf-8")
+    p = run("check", str(spec))
+    assert p.returncode == 1
+    hint = next(line for line in p.stderr.splitlines() if "hint:" in line)
+    assert "more)" not in hint
+    for name in ("additive", "concat", "multiplicative", "dot", "max_pool", "affinity"):
+        assert f"`{name}`" in hint, name
+
+
+def test_keywords_are_names_where_they_are_not_keywords(tmp_path):
+    """Models may be called `global`, `local`, `soft`, `model` or `class` (their names are
+    only file names), and alignment names and statement keywords (`soft`, `model`,
+    `input`, `shared`) name features: each is a keyword only in its own position."""
+    body = VALID_BODY.replace("feature x", "feature model").replace(
+        "project(x)  keys = x", "project(model)  keys = soft").replace(
+        "    attention", "    feature soft = norm(model)\n    feature input = norm(soft)\n"
+        "    feature shared = norm(input)\n    attention")
+    names = ("global", "local", "soft", "model", "class")
+    text = 'paper toy { cite = "Toy" }\n' + "".join(
+        body.replace("model m {", f"model {n} {{", 1) for n in names)
+    spec = tmp_path / "toy.attn"
+    spec.write_text(text, encoding="utf-8")
+    p = run("check", str(spec))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == f"{spec}: ok (5 models: {', '.join(names)})\n"
+    out = tmp_path / "out"
+    p = run("compile", str(spec), "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    for n in names:
+        source = (out / f"toy_{n}.py").read_text(encoding="utf-8")
+        compile(source, f"toy_{n}.py", "exec")  # valid Python: the name is no identifier
+
+
 def test_classify_text_is_default_and_json_agrees():
     text = run("classify", BAHDANAU).stdout
     doc = _classify_json(BAHDANAU)[0]
@@ -493,3 +564,135 @@ def test_table_does_not_import_torch_even_when_installed(tmp_path):
                        timeout=120, env=env)
     assert p.returncode == 0, p.stderr
     assert "Vaswani et al." in p.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# `table` keeps its rows in a cache (taxcompile/cache.py)
+# ---------------------------------------------------------------------------------------
+
+HEAVY = ("torch", "jinja2", "matplotlib", "pygments")  # never on the table path
+FRONT_END = ("lark", "networkx", "pydantic", "taxcompile.parser", "taxcompile.lower",
+             "taxcompile.checks", "taxcompile.classify")  # not needed when every row comes from the cache
+
+
+def _table_modules(cache_dir: Path, *paths: str, no_cache: bool = False):
+    """`taxcompile table PATHS` in a fresh interpreter: (exit code, stdout, the modules it
+    imported)."""
+    import os
+
+    code = ("import sys, json, taxcompile.cli as c; r = c.main(['table', *sys.argv[1:]]); "
+            "print(json.dumps([r, sorted(sys.modules)]), file=sys.stderr)")
+    env = dict(os.environ, TAXCOMPILE_CACHE_DIR=str(cache_dir))
+    env.pop("TAXCOMPILE_NO_CACHE", None)
+    if no_cache:
+        env["TAXCOMPILE_NO_CACHE"] = "1"
+    p = subprocess.run([sys.executable, "-c", code, *paths], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env=env)
+    rc, modules = json.loads(p.stderr.splitlines()[-1])
+    return rc, p.stdout, set(modules), p.stderr
+
+
+def _imported(modules: set[str], names) -> list[str]:
+    return sorted(m for m in modules for n in names if m == n or m.startswith(n + "."))
+
+
+def test_table_import_set_cold_and_from_the_cache(tmp_path):
+    """A cold `table` imports the front end but nothing of codegen, plots or highlighting;
+    a table whose rows all come from the cache imports not even the front end, and prints
+    the same bytes."""
+    rc, cold, modules, _ = _table_modules(tmp_path, "specs/")
+    assert rc == 0 and "Vaswani et al." in cold
+    assert _imported(modules, HEAVY) == []
+    assert "networkx" in modules and "taxcompile.classify" in modules
+    specs = list((ROOT / "specs").glob("*.attn"))
+    assert len(list((tmp_path / "table").glob("*.json"))) == len(specs)
+    rc, warm, modules, _ = _table_modules(tmp_path, "specs/")
+    assert rc == 0 and warm == cold
+    assert _imported(modules, HEAVY + FRONT_END) == []
+    rc, off, modules, _ = _table_modules(tmp_path / "off", "specs/", no_cache=True)
+    assert rc == 0 and off == cold and not (tmp_path / "off").exists()
+    assert "networkx" in modules
+
+
+def test_table_cache_follows_the_spec(tmp_path):
+    """An edited spec is classified again; a spec with errors reports them even after a
+    good version of it was cached, and is never stored; a damaged entry is ignored."""
+    spec = tmp_path / "luong2015.attn"
+    text = (ROOT / LUONG).read_text(encoding="utf-8")
+    spec.write_text(text, encoding="utf-8")
+    cache_dir = tmp_path / "cache"
+    rc, first, _, _ = _table_modules(cache_dir, str(spec), "--format", "csv")
+    assert rc == 0 and ',"Multiplicative, Location",' in first
+    spec.write_text(text.replace("score    = location", "score    = general"), encoding="utf-8")
+    rc, edited, _, _ = _table_modules(cache_dir, str(spec), "--format", "csv")
+    assert rc == 0 and ',"Multiplicative, General",' in edited, edited
+    entries = sorted((cache_dir / "table").glob("*.json"))
+    assert len(entries) == 2
+    spec.write_text(text.replace("score    = location", "score    = nowhere"), encoding="utf-8")
+    rc, out, _, err = _table_modules(cache_dir, str(spec))
+    assert rc == 1 and "error: unknown score function `nowhere`" in err
+    assert sorted((cache_dir / "table").glob("*.json")) == entries
+    spec.write_text(text, encoding="utf-8")
+    entries[0].write_text('{"row": {"paper": "damaged"', encoding="utf-8")
+    entries[1].write_text('{"row": {"paper": "no other column"}, "survey_row": null}',
+                          encoding="utf-8")
+    rc, again, modules, _ = _table_modules(cache_dir, str(spec), "--format", "csv")
+    assert rc == 0 and again == first and "networkx" in modules
+
+
+def test_table_cache_fingerprint_covers_the_front_end_sources(tmp_path, monkeypatch):
+    from taxcompile import cache
+
+    package = tmp_path / "taxcompile"
+    (package / "grammar").mkdir(parents=True)
+    (package / "checks.py").write_text("x = 1\n")
+    (package / "grammar" / "attn.lark").write_text("start: NAME\n")
+    monkeypatch.setattr(cache, "_PACKAGE", package)
+    prints = []
+    for path, text in ((None, None), (package / "checks.py", "x = 2\n"),
+                       (package / "grammar" / "attn.lark", "start: NUMBER\n")):
+        if path is not None:
+            path.write_text(text)
+        cache.fingerprint.cache_clear()
+        prints.append(cache.fingerprint())
+    cache.fingerprint.cache_clear()
+    assert len(set(prints)) == 3
+
+
+def test_table_dimensions_are_the_classifiers():
+    from taxcompile import classify, table
+
+    assert table.DIMENSIONS == classify.DIMENSIONS
+
+
+def test_statement_keywords_name_constants_inputs_repeats_and_modules(tmp_path):
+    spec = tmp_path / "kw.attn"
+    spec.write_text(
+        'paper toy { cite = "Toy" }\n'
+        "let model = 64\n"
+        "model global {\n"
+        "    input let: tokens[S] (vocab = 100)\n"
+        "    feature paper = embed(let, model)\n"
+        "    repeat input 2 { update paper = norm(paper) }\n"
+        "    attention attention { query = project(paper)  keys = paper  score = dot }\n"
+        "    feature shared = norm(attention)\n"
+        "}\n", encoding="utf-8")
+    p = run("compile", str(spec), "-o", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    source = (tmp_path / "out" / "toy_global.py").read_text(encoding="utf-8")
+    compile(source, "toy_global.py", "exec")
+    assert "MultiplicativeAttention" in source
+
+
+def test_table_cache_forgets_the_oldest_entries(tmp_path, monkeypatch):
+    from taxcompile import cache
+
+    monkeypatch.setenv("TAXCOMPILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TAXCOMPILE_NO_CACHE", raising=False)
+    monkeypatch.setattr(cache, "MAX_ENTRIES", 4)
+    for i in range(5):
+        cache.store(f"k{i}", {"row": {"paper": str(i)}, "survey_row": i})
+        os.utime(tmp_path / "table" / f"k{i}.json", ns=(i * 10**9, i * 10**9))
+    assert sorted(f.stem for f in (tmp_path / "table").iterdir()) == ["k3", "k4"]
+    assert cache.load("k4", ("paper",)) == {"row": {"paper": "4"}, "survey_row": 4}
+    assert cache.load("k4", ("paper", "ref")) is None

@@ -54,3 +54,23 @@ def test_readme_python_example_runs_on_the_committed_generated_code():
     S = inputs["src"].shape[1]
     assert tuple(out.output.shape) == (B, T, scope["cfg"].vocab)
     assert tuple(out.attention["decoder[6].cross"].shape) == (B, scope["cfg"].heads, T, S)
+
+
+def test_relative_paths_in_the_docs_stay_inside_the_repository():
+    """Every relative link (`[text](path)`, from the file's folder) and every path in code
+    (`../x`, from the repository root, as the docs write paths) of the Markdown files
+    resolves inside the repository: a reader of the repository alone can follow them."""
+    import re
+
+    bad = []
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = md.read_text(encoding="utf-8")
+        links = re.findall(r"\]\(([^)\s#]+)[^)]*\)", text)
+        paths = re.findall(r"`(\.\.?/[^`\s]*)`", text)
+        for target in links + paths:
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+                continue
+            where = ((md.parent if target in links else ROOT) / target).resolve()
+            if not where.is_relative_to(ROOT.resolve()):
+                bad.append(f"{md.name}: {target} leaves the repository")
+    assert not bad, bad

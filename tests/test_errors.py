@@ -174,6 +174,10 @@ CASES: list[Case] = [
          STMT_LABEL + "; found `heads`", STMT_HINT),
     Case("model_inside_model", spec("model n { }"), BODY, 5,
          STMT_LABEL + "; found `model`", STMT_HINT),
+    Case("keyword_typo", spec("atention b { query = x  keys = x  score = general }"), BODY, 5,
+         STMT_LABEL + "; found `atention`", "did you mean `attention`?"),
+    Case("keyword_typo_top_level", top("modle n { }"), 2, 1, "unexpected `modle`",
+         "did you mean `model`?"),
     # ---- syntax: repeat ------------------------------------------------------------------
     Case("repeat_without_count", spec("repeat r { update x = norm(x) }"), BODY, 14,
          HOP_LABEL + "; found `{`", "`repeat NAME COUNT [shared] { … }`"),
@@ -184,6 +188,12 @@ CASES: list[Case] = [
          "`repeat NAME COUNT shared { … }` shares weights across hops"),
     Case("repeat_zero_hops", spec("repeat r 0 { update x = norm(x) }"), BODY, 14,
          "the hop count must be between 1 and 64, got 0", ""),
+    # ---- mechanisms ------------------------------------------------------------------------
+    Case("align_not_a_function", spec(attn("query = x  keys = x  score = general  align = 3")),
+         BODY, A + 46, "expected an alignment function", None),
+    Case("no_query_names_every_queryless_score", spec(attn("keys = x  score = general")),
+         BODY, 15, "attention `b` has no query, which only the `additive` and `concat` scores "
+         "allow (eq. 33)", None),
     # ---- identifiers and duplicates ------------------------------------------------------
     Case("ident_python_keyword", spec("feature class = norm(x)"), BODY, 13,
          "feature name `class` is a Python keyword", IDENT_HINT),
@@ -602,8 +612,9 @@ SNAPSHOTS = [
     "intra_attention_in_recurrence",
     "pool_in_recurrence",
     "variant_update_ambiguous",
+    "keyword_typo",
 ]
-assert len(SNAPSHOTS) == 15 and all(BY_ID[s].xfail is None for s in SNAPSHOTS)
+assert len(SNAPSHOTS) == 16 and all(BY_ID[s].xfail is None for s in SNAPSHOTS)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -710,3 +721,10 @@ def test_cli_batch_matches_single_run(cli_results, snapshot_runs):
         single = snapshot_runs[name].stderr
         batched = cli_results[name].stderr
         assert batched.split(":", 1)[1] == single.split(":", 1)[1]
+
+
+def test_article_before_a_word():
+    from taxcompile.diagnostics import article
+
+    assert [article(w) for w in ("alignment", "input", "score", "feature", "unit", "update",
+                                 "`embed`")] == ["an", "an", "a", "a", "a", "an", "an"]
