@@ -442,14 +442,16 @@ def test_graph_json(spec):
 
 def test_graph_json_bahdanau_has_decoder_edges():
     """s_i = f(s_(i-1), y_(i-1), c_i): the GRU reads this step's context (a `feed` edge that
-    is not delayed), the attention reads s_(i-1) (a delayed query edge, `prev(s)`), and
-    s_0 comes from the encoder (an `init` edge)."""
+    is not delayed), the attention's query is s_(i-1) (`s_prev = prev(s)`: a delayed edge
+    into it), and s_0 comes from the encoder (an `init` edge)."""
     g = _graph_json(BAHDANAU)
     edges = {(e["source"], e["target"]): e for e in g["edges"]}
     assert edges[("att", "s")]["role"] == "feed" and edges[("att", "s")]["delayed"] is False
-    assert edges[("s", "att")]["role"] == "query" and edges[("s", "att")]["delayed"] is True
+    assert edges[("s", "s_prev")]["delayed"] is True
+    assert edges[("s_prev", "att")]["role"] == "query"
+    assert edges[("s_prev", "att")]["delayed"] is False
     assert edges[("s0", "s")]["role"] == "init" and edges[("s0", "s")]["delayed"] is False
-    assert [e for e in g["edges"] if e["delayed"]] == [edges[("s", "att")]]
+    assert [e for e in g["edges"] if e["delayed"]] == [edges[("s", "s_prev")]]
     att = next(n for n in g["nodes"] if n["id"] == "att")
     assert att["kind"] == "attention" and att["score"] == "additive"
 

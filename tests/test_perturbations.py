@@ -67,8 +67,9 @@ def test_learned_query_to_decoder_state_gives_basic(spec_text):
 
 
 def test_decoder_state_to_learned_query_gives_self_attentive(spec_text):
-    text = edit(spec_text("bahdanau2015"), "query    = prev(s)", "query    = learned(hidden)")
+    text = edit(spec_text("bahdanau2015"), "query    = s_prev", "query    = learned(hidden)")
     text = edit(text, ", feed = att, init = s0", "")  # a GRU over tgt, no longer a decoder
+    text = edit(text, "= prev(s)", "= s")  # no previous step without a decoder
     assert classify_text(text)["query_type"] == "Self-Attentive"
 
 
