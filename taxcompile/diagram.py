@@ -305,7 +305,7 @@ class Drawer:
     def draw(self, g: graphviz.Digraph, title: str) -> None:
         with g.subgraph(name=f"cluster_{self.prefix}") as sub:
             sub.attr(label=title, fontsize="14", style="rounded", color="#444444",
-                     labeljust="l")
+                     labeljust="l", margin="14")
             self._emit(sub, self.clusters())
             seen: set[tuple[str, str]] = set()
             for n in self.m.nodes:
@@ -341,24 +341,41 @@ class Drawer:
             child = c.children[key]
             safe = "".join(ch if ch.isalnum() else "_" for ch in f"{self.prefix}_{key}")
             with g.subgraph(name=f"cluster_{safe}") as sub:
-                sub.attr(label=child.label, fontsize="11", **child.style)
+                sub.attr(label=child.label, fontsize="11", margin="14", **child.style)
                 self._emit(sub, child)
 
 
-def build(cs: CheckedSpec) -> graphviz.Digraph:
-    """The DOT graph of every model variant of a spec."""
+def build(cs: CheckedSpec, models: list[str] | None = None) -> graphviz.Digraph:
+    """The DOT graph of every model variant of a spec (of ``models`` only, if given: then
+    without the paper's title, which the page around it shows)."""
     p = cs.spec.paper
     title = f"{p.cite}" + (f" {p.year}" if p.year else "") + (f": {p.title}" if p.title else "")
     g = graphviz.Digraph(name=p.id, graph_attr=dict(
-        comment=MARK, rankdir="TB", fontname="Helvetica", label=graphviz.escape(title), labelloc="t",
-        fontsize="16", nodesep="0.3", ranksep="0.45", newrank="true"),
+        comment=MARK, rankdir="TB", fontname="Helvetica",
+        label=graphviz.escape(title) if models is None else "", labelloc="t",
+        fontsize="16", nodesep="0.4", ranksep="0.55", newrank="true", forcelabels="true"),
         node_attr=dict(fontname="Helvetica", fontsize="10", margin="0.12,0.06"),
         edge_attr=dict(fontname="Helvetica", color="#555555", arrowsize="0.7"))
     for cm in cs.models:
         m = cm.model
+        if models is not None and m.name not in models:
+            continue
         head = f"model {m.name}" + (f" : {m.base}" if m.base else "")
         Drawer(cm, m.name).draw(g, head)
     return g
+
+
+def render_svg(cs: CheckedSpec, models: list[str] | None = None) -> str:
+    """The diagram (of ``models`` only, if given) as SVG text, drawn by graphviz's `dot`
+    (raises DiagramError when it fails or is missing)."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise DiagramError("graphviz's `dot` program was not found")
+    done = subprocess.run([dot, "-Tsvg"], input=build(cs, models).source.encode("utf-8"),
+                          capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise DiagramError(f"`dot` failed: {done.stderr.decode('utf-8', 'replace').strip()}")
+    return done.stdout.decode("utf-8")
 
 
 def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import ROOT, SPECS
 
+TEST_STEPS = 3  # training steps per heatmap model in these tests (the report's default: 200)
+EXAMPLES = ROOT / "examples"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
@@ -46,8 +48,11 @@ def parse(path: Path) -> Links:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "site"
-    r = subprocess.run([sys.executable, "-m", "taxcompile", "report", "specs/", "-o", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    cache = tmp_path_factory.mktemp("cache")  # a few training steps, cached here
+    r = subprocess.run([sys.executable, "-m", "taxcompile", "report", "specs/", "examples/",
+                        "-o", str(out), "--train-steps", str(TEST_STEPS)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "XDG_CACHE_HOME": str(cache)})
     assert r.returncode == 0, r.stderr
     return out
 
@@ -55,9 +60,21 @@ def site(tmp_path_factory):
 def test_index_has_table3_and_the_other_specs(site):
     index = parse(site / "index.html")
     assert index.rows["table3-rows"] == 1 + 17      # header + the survey's 17 papers
-    assert index.rows["other-rows"] == 1 + 1        # Lin et al. 2017
+    # Lin et al. 2017 and the examples, except the one of a Table III paper (Lu et al. [32])
+    assert index.rows["other-rows"] == 1 + 1 + 4
     papers = sorted(p.stem for p in (site / "papers").glob("*.html"))
-    assert papers == sorted(p.stem for p in SPECS.glob("*.attn"))
+    assert len(papers) == len(list(SPECS.glob("*.attn"))) + len(list(EXAMPLES.glob("*.attn")))
+
+
+def test_a_table3_paper_is_listed_once(site):
+    """An example of a Table III paper (Lu et al. [32], the alternating variant) is linked
+    from that paper's row, not listed again among the other models."""
+    text = (site / "index.html").read_text(encoding="utf-8")
+    assert text.count("Lu et al.</a> [32]") == 1
+    table3 = text[text.index('id="table3-rows"'):text.index('id="other-rows"')]
+    assert 'also: <a href="papers/lu2016_alternating.html">alternating</a>' in table3
+    page = (site / "papers" / "lu2016_alternating.html").read_text(encoding="utf-8")
+    assert 'its row is\n  <a href="lu2016.html">Lu et al. [32]</a>' in page
 
 
 def test_every_link_and_anchor_resolves(site):
@@ -76,9 +93,13 @@ def test_every_link_and_anchor_resolves(site):
 
 
 def test_paper_pages_inline_the_diagram_and_highlight_the_spec(site):
+    from taxcompile import pipeline
+
     for page in sorted((site / "papers").glob("*.html")):
         text = page.read_text(encoding="utf-8")
-        assert parse(page).svgs == 1, page.name
+        spec = SPECS / f"{page.stem}.attn"
+        if spec.exists():  # one diagram per model variant, each at its own width
+            assert parse(page).svgs == len(pipeline.load(spec).models), page.name
         assert '<div class="highlight">' in text
         assert "<script" not in text
         for dim in ("feature_multiplicity", "query_multiplicity"):
@@ -107,6 +128,8 @@ def test_paper_pages_show_heatmaps_and_the_generated_code(site):
             colours = img.getcolors(maxcolors=1 << 24)
             assert len(colours) > 50, f"{png}: a blank heatmap"
             assert f"<code>generated/{spec.stem}_{model}.py</code>" in text
+        # each heatmap says how its model was trained
+        assert text.count(f"{TEST_STEPS} training steps on the task") == len(cs.models)
         # the generated code, highlighted as Python
         assert text.count('<span class="nc">Model</span>') == len(cs.models)
     vaswani = (site / "papers" / "vaswani2017.html").read_text(encoding="utf-8")
