@@ -227,8 +227,18 @@ class Drawer:
 
     def clusters(self) -> _Cluster:
         root = _Cluster("", "", {})
+        self.where: dict[str, tuple] = {}  # node id -> the keys of its clusters, outermost first
         grouping = self.grouping()
         blocks = self.blocks()
+        found: dict[str, set] = {}  # outermost block -> the groups of its nodes
+        for n in self.m.nodes:
+            hop = getattr(n, "hop", None)
+            if hop is not None and self.rep[n.id] == n.id:
+                g = grouping.get(n.id)
+                if g is not None or not isinstance(n, ir.Attention):
+                    found.setdefault(hop.template.split(".")[0], set()).add(g)
+        block_group = {b: next(iter(gs)) for b, gs in found.items()
+                       if len(gs) == 1 and None not in gs}
         for n in self.m.nodes:
             if self.rep[n.id] != n.id:
                 continue
@@ -240,13 +250,23 @@ class Drawer:
                     c = root.children.setdefault(key, _Cluster(
                         key, label, dict(style="dashed", color="#999999")))
                     c.nodes.append(n.id)
+                    self.where[n.id] = (key,)
                 else:
                     root.nodes.append(n.id)
+                    self.where[n.id] = ()
                 continue
-            # nested repeats: one cluster per enclosing block, outermost first
+            # nested repeats: one cluster per enclosing block, outermost first, inside the
+            # group (an input's nodes) that holds the whole outermost block, if one does
             parts = hop.template.split(".")[:-1]
             c = root
             path = ""
+            keys: list[str] = []
+            group = block_group.get(parts[0]) if parts else None
+            if group:
+                key, label = group
+                c = root.children.setdefault(key, _Cluster(
+                    key, label, dict(style="dashed", color="#999999")))
+                keys.append(key)
             for i, part in enumerate(parts):
                 path = f"{path}.{part}" if path else part
                 info = blocks.get(path)
@@ -257,7 +277,9 @@ class Drawer:
                     "hop:" + path, f"repeat {part} × {count}" + (" (shared weights)" if shared
                                                                  else ""),
                     dict(style="rounded", color="#b45f06", penwidth="1.4")))
+                keys.append("hop:" + path)
             c.nodes.append(n.id)
+            self.where[n.id] = tuple(keys)
         return root
 
     def blocks(self) -> dict[str, tuple[int, bool]]:
@@ -284,7 +306,7 @@ class Drawer:
                     # parallel co-attention: the affinity matrix with the modules reading it
                     key = (f"coatt:{n.affinity}", f"co-attention through {_name(self.m, n.affinity)}")
                     out[n.id] = out[n.affinity] = key
-                if isinstance(n, ir.Attention) or n.id in out:
+                if n.id in out:  # an attention module over one input is in its group
                     continue
                 roots = c._node_roots(n.id) & set(attended)
                 if len(roots) == 1:
@@ -317,7 +339,11 @@ class Drawer:
                     shape = self.cm.shapes.get(src)
                     tag = ROLE.get(role, role)
                     text = f"{tag} {shape}".strip() if shape is not None else tag
-                    attrs = dict(label=text, fontsize="9")
+                    # An edge between clusters gets an external label (placed after the
+                    # layout): an ordinary one is a node of the layout that can push a
+                    # cluster's border over the nodes and land on another node's text.
+                    inside = self.where.get(self.rep[src]) == self.where.get(self.rep[n.id])
+                    attrs = {"label" if inside else "xlabel": text, "fontsize": "9"}
                     if delayed:  # an external label: graphviz keeps it clear of the nodes
                         attrs.update(style="dashed", constraint="false", color="#666666",
                                      label="", xlabel=f"{tag} (t−1)".strip())
