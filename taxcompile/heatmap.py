@@ -105,6 +105,8 @@ def png(maps: dict, title: str = "") -> bytes:
 
     fig = figure(maps, title)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    # "tight": the saved image grows to whatever text the layout could not fit
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None}, bbox_inches="tight",
+                pad_inches=0.1)
     plt.close(fig)
     return buf.getvalue()

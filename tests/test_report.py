@@ -186,3 +186,90 @@ def test_report_in_a_real_browser(site, tmp_path):
         yellow = sum(n for n, (r, g, b) in region.getcolors(maxcolors=1 << 24)
                      if abs(r - 255) < 6 and abs(g - 242) < 6 and abs(b - 204) < 8)
         assert yellow > 2000, f"{page.name}: no diagram visible ({yellow} attention pixels)"
+
+
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const out = [];
+  for (const fig of document.querySelectorAll("figure.heatmap")) {
+    const img = fig.querySelector("img"), cap = fig.querySelector("figcaption");
+    const r = {model: cap.querySelector("code").textContent, page: fig.dataset.page};
+    if (img) {
+      const box = img.getBoundingClientRect(), fbox = fig.getBoundingClientRect();
+      r.loaded = img.complete && img.naturalWidth > 0;
+      r.width = box.width; r.natural = img.naturalWidth;
+      // the title (the caption's lines): each line's text box within the image's width
+      r.title = [];
+      for (const span of cap.querySelectorAll("span")) {
+        const range = document.createRange(); range.selectNodeContents(span);
+        for (const line of range.getClientRects())
+          r.title.push([line.left - box.left, line.right - box.left]);
+      }
+      r.overflow = cap.scrollWidth > cap.clientWidth + 1;
+      // the image's own title and labels: no ink in its first and last two columns
+      try {
+        const c = document.createElement("canvas");
+        c.width = img.naturalWidth; c.height = img.naturalHeight;
+        const ctx = c.getContext("2d"); ctx.drawImage(img, 0, 0);
+        let darkest = 255;
+        for (const x of [0, 1, c.width - 2, c.width - 1]) {
+          const d = ctx.getImageData(x, 0, 1, c.height).data;
+          for (let i = 0; i < d.length; i += 4)
+            darkest = Math.min(darkest, (d[i] + d[i + 1] + d[i + 2]) / 3);
+        }
+        r.edge = darkest;
+      } catch (e) { r.edge = "tainted"; }
+    }
+    out.push(r);
+  }
+  const pre = document.createElement("pre"); pre.id = "probe";
+  pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_no_heatmap_title_is_clipped_in_the_browser(site, tmp_path):
+    """Each paper page opened in headless Chromium: every heatmap's image loads at its own
+    width, its title's text boxes fit within the image, and the image itself has no text
+    cut at its left and right edges (measured on a canvas in the page)."""
+    import json
+
+    from PIL import Image
+
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install -y chromium)")
+    # every heatmap of every paper page, laid out by the report's own CSS, on one page
+    # (one browser start instead of one per page)
+    figures = []
+    for page in sorted((site / "papers").glob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        for fig in re.findall(r'<figure class="heatmap">.*?</figure>', html, re.S):
+            figures.append(fig.replace('class="heatmap"',
+                                       f'class="heatmap" data-page="{page.stem}"', 1))
+    papers = (site / "papers").as_uri()
+    probe = tmp_path / "heatmaps.html"
+    probe.write_text(f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+                     f'<base href="{papers}/"><link rel="stylesheet" href="../style.css">'
+                     f'</head><body><main>\n' + "\n".join(figures) +
+                     f"\n</main>{PROBE}</body></html>\n", encoding="utf-8")
+    r = browse(exe, tmp_path / "profile", "--allow-file-access-from-files",
+               "--window-size=1400,1000", "--virtual-time-budget=10000", "--dump-dom",
+               probe.as_uri())
+    m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
+    assert m, f"the probe did not run: {r.stderr[-1500:]}"
+    seen = 0
+    for f in json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")):
+        where = f"{f['page']}.html, model {f['model']}"
+        assert f["loaded"] and abs(f["width"] - f["natural"]) <= 1, where
+        assert f["title"] and not f["overflow"], where
+        for left, right in f["title"]:
+            assert left >= -1 and right <= f["width"] + 1, f"{where}: title clipped"
+        if f["edge"] == "tainted":  # this Chromium keeps file:// images from canvases
+            img = Image.open(site / "papers" / f["page"] / f"{f['model']}.png").convert("L")
+            w, h = img.size
+            f["edge"] = min(img.getpixel((x, y)) for x in (0, 1, w - 2, w - 1)
+                            for y in range(h))
+        assert f["edge"] > 200, f"{where}: text cut at the image's edge ({f['edge']})"
+        seen += 1
+    assert seen >= 27
