@@ -324,7 +324,7 @@ def cmd_report(args) -> int:
     spec_dirs = [Path(p) for p in args.paths if Path(p).is_dir()]
     try:
         files, notes = report.build([(path, cs) for path, _, cs in results], Path(args.output),
-                                    spec_dirs)
+                                    spec_dirs, train_steps=args.train_steps)
     except OutputError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -402,6 +402,10 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("paths", nargs="+", metavar="PATH")
     s.add_argument("-o", "--output", metavar="DIR", default="site",
                    help="the site's directory (default: site/)")
+    s.add_argument("--train-steps", metavar="N", type=int, default=None,
+                   help="train each heatmap's model at most N steps on its synthetic task "
+                   "(default 200; 0: untrained); trained weights are cached under "
+                   "$XDG_CACHE_HOME/taxcompile")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("compile", help="generate a PyTorch module per model variant",

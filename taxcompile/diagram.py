@@ -240,8 +240,18 @@ class Drawer:
 
     def clusters(self) -> _Cluster:
         root = _Cluster("", "", {})
+        self.where: dict[str, tuple] = {}  # node id -> the keys of its clusters, outermost first
         grouping = self.grouping()
         blocks = self.blocks()
+        found: dict[str, set] = {}  # outermost block -> the groups of its nodes
+        for n in self.m.nodes:
+            hop = getattr(n, "hop", None)
+            if hop is not None and self.rep[n.id] == n.id:
+                g = grouping.get(n.id)
+                if g is not None or not isinstance(n, ir.Attention):
+                    found.setdefault(hop.template.split(".")[0], set()).add(g)
+        block_group = {b: next(iter(gs)) for b, gs in found.items()
+                       if len(gs) == 1 and None not in gs}
         for n in self.m.nodes:
             if self.rep[n.id] != n.id:
                 continue
@@ -253,13 +263,23 @@ class Drawer:
                     c = root.children.setdefault(key, _Cluster(
                         key, label, dict(style="dashed", color="#999999")))
                     c.nodes.append(n.id)
+                    self.where[n.id] = (key,)
                 else:
                     root.nodes.append(n.id)
+                    self.where[n.id] = ()
                 continue
-            # nested repeats: one cluster per enclosing block, outermost first
+            # nested repeats: one cluster per enclosing block, outermost first, inside the
+            # group (an input's nodes) that holds the whole outermost block, if one does
             parts = hop.template.split(".")[:-1]
             c = root
             path = ""
+            keys: list[str] = []
+            group = block_group.get(parts[0]) if parts else None
+            if group:
+                key, label = group
+                c = root.children.setdefault(key, _Cluster(
+                    key, label, dict(style="dashed", color="#999999")))
+                keys.append(key)
             for i, part in enumerate(parts):
                 path = f"{path}.{part}" if path else part
                 info = blocks.get(path)
@@ -270,7 +290,9 @@ class Drawer:
                     "hop:" + path, f"repeat {part} × {count}" + (" (shared weights)" if shared
                                                                  else ""),
                     dict(style="rounded", color="#b45f06", penwidth="1.4")))
+                keys.append("hop:" + path)
             c.nodes.append(n.id)
+            self.where[n.id] = tuple(keys)
         return root
 
     def blocks(self) -> dict[str, tuple[int, bool]]:
@@ -297,7 +319,7 @@ class Drawer:
                     # parallel co-attention: the affinity matrix with the modules reading it
                     key = (f"coatt:{n.affinity}", f"co-attention through {_name(self.m, n.affinity)}")
                     out[n.id] = out[n.affinity] = key
-                if isinstance(n, ir.Attention) or n.id in out:
+                if n.id in out:  # an attention module over one input is in its group
                     continue
                 roots = c._node_roots(n.id) & set(attended)
                 if len(roots) == 1:
@@ -318,7 +340,7 @@ class Drawer:
     def draw(self, g: graphviz.Digraph, title: str) -> None:
         with g.subgraph(name=f"cluster_{self.prefix}") as sub:
             sub.attr(label=title, fontsize="14", style="rounded", color="#444444",
-                     labeljust="l")
+                     labeljust="l", margin="14")
             self._emit(sub, self.clusters())
             seen: set[tuple[str, str]] = set()
             for n in self.m.nodes:
@@ -330,7 +352,11 @@ class Drawer:
                     shape = self.cm.shapes.get(src)
                     tag = ROLE.get(role, role)
                     text = f"{tag} {shape}".strip() if shape is not None else tag
-                    attrs = dict(label=text, fontsize="9")
+                    # An edge between clusters gets an external label (placed after the
+                    # layout): an ordinary one is a node of the layout that can push a
+                    # cluster's border over the nodes and land on another node's text.
+                    inside = self.where.get(self.rep[src]) == self.where.get(self.rep[n.id])
+                    attrs = {"label" if inside else "xlabel": text, "fontsize": "9"}
                     if delayed:  # an external label: graphviz keeps it clear of the nodes
                         attrs.update(style="dashed", constraint="false", color="#666666",
                                      label="", xlabel=f"{tag} (t−1)".strip())
@@ -354,24 +380,41 @@ class Drawer:
             child = c.children[key]
             safe = "".join(ch if ch.isalnum() else "_" for ch in f"{self.prefix}_{key}")
             with g.subgraph(name=f"cluster_{safe}") as sub:
-                sub.attr(label=child.label, fontsize="11", **child.style)
+                sub.attr(label=child.label, fontsize="11", margin="14", **child.style)
                 self._emit(sub, child)
 
 
-def build(cs: CheckedSpec) -> graphviz.Digraph:
-    """The DOT graph of every model variant of a spec."""
+def build(cs: CheckedSpec, models: list[str] | None = None) -> graphviz.Digraph:
+    """The DOT graph of every model variant of a spec (of ``models`` only, if given: then
+    without the paper's title, which the page around it shows)."""
     p = cs.spec.paper
     title = f"{p.cite}" + (f" {p.year}" if p.year else "") + (f": {p.title}" if p.title else "")
     g = graphviz.Digraph(name=p.id, graph_attr=dict(
-        comment=MARK, rankdir="TB", fontname="Helvetica", label=graphviz.escape(title), labelloc="t",
-        fontsize="16", nodesep="0.3", ranksep="0.45", newrank="true"),
+        comment=MARK, rankdir="TB", fontname="Helvetica",
+        label=graphviz.escape(title) if models is None else "", labelloc="t",
+        fontsize="16", nodesep="0.4", ranksep="0.55", newrank="true", forcelabels="true"),
         node_attr=dict(fontname="Helvetica", fontsize="10", margin="0.12,0.06"),
         edge_attr=dict(fontname="Helvetica", color="#555555", arrowsize="0.7"))
     for cm in cs.models:
         m = cm.model
+        if models is not None and m.name not in models:
+            continue
         head = f"model {m.name}" + (f" : {m.base}" if m.base else "")
         Drawer(cm, m.name).draw(g, head)
     return g
+
+
+def render_svg(cs: CheckedSpec, models: list[str] | None = None) -> str:
+    """The diagram (of ``models`` only, if given) as SVG text, drawn by graphviz's `dot`
+    (raises DiagramError when it fails or is missing)."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise DiagramError("graphviz's `dot` program was not found")
+    done = subprocess.run([dot, "-Tsvg"], input=build(cs, models).source.encode("utf-8"),
+                          capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise DiagramError(f"`dot` failed: {done.stderr.decode('utf-8', 'replace').strip()}")
+    return done.stdout.decode("utf-8")
 
 
 def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:

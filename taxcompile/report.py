@@ -35,7 +35,7 @@ def _ticks(text: str) -> Markup:
 class Page:
     spec: pipeline.PaperRow
     file: str
-    svg: str
+    svgs: list  # (model name or "", inline SVG): one per variant
     note: str
     checked: object = None  # the CheckedSpec
 
@@ -52,25 +52,32 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _svg(cs) -> tuple[str, str]:
-    """The diagram as inline SVG, or a note saying why there is none."""
+def _svgs(cs) -> tuple[list[tuple[str, str]], str]:
+    """The diagrams as inline SVG, one per model variant so that each keeps a readable
+    width (``("", svg)`` for a spec of one model), or a note saying why there are none."""
     if shutil.which("dot") is None:
-        return "", ("graphviz's `dot` program was not found, so this diagram was not drawn "
+        return [], ("graphviz's `dot` program was not found, so this diagram was not drawn "
                     "(Debian: `apt-get install -y graphviz`).")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "d.svg"
+    models = [cm.model.name for cm in cs.models]
+    out = []
+    for name in models if len(models) > 1 else [None]:
         try:
-            diagram.write(cs, out)
+            text = diagram.render_svg(cs, models=None if name is None else [name])
         except diagram.DiagramError as e:  # `dot` failed: the page says so
-            return "", f"this diagram was not drawn: {e}"
-        text = out.read_text(encoding="utf-8")
-    return text[text.index("<svg"):], ""  # drop the XML prolog and doctype
+            return [], f"this diagram was not drawn: {e}"
+        out.append((name or "", text[text.index("<svg"):]))  # no XML prolog, no doctype
+    return out, ""
 
 
 def build(specs: list[tuple[Path, object]], out: Path,
-          spec_dirs: list[Path] | tuple = ()) -> tuple[list[Path], list[str]]:
+          spec_dirs: list[Path] | tuple = (), train_steps: int | None = None,
+          cache: Path | None | bool = True) -> tuple[list[Path], list[str]]:
     """Write the site of the checked ``specs`` (file, CheckedSpec) to ``out``; returns the
     files written and notes for the user.
+
+    Each heatmap's model is first trained at most ``train_steps`` steps (default
+    ``train.STEPS``) on a synthetic task (``train.py``); ``cache``: where trained weights
+    are kept (True: ``train.cache_dir()``; None or False: nowhere).
 
     ``out`` holds only what reports wrote: a manifest (``files.MANIFEST``) lists them, and
     only those are replaced or removed. ``files.OutputError`` (raised before anything is
@@ -80,20 +87,26 @@ def build(specs: list[tuple[Path, object]], out: Path,
     check_site_dir(out, spec_paths, list(spec_dirs))  # refuse before the slow part
     created = make_dirs(out, "cannot write the report to")  # fail early where -o cannot be
     try:
-        return _build(specs, out, spec_paths, list(spec_dirs))
+        return _build(specs, out, spec_paths, list(spec_dirs), train_steps, cache)
     except BaseException:
         remove_dirs(created)  # the directories made for a report that was not written
         raise
 
 
-def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path]):
+def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], train_steps,
+           cache):
+    from . import train  # imports no torch until a model is trained
+
+    if cache is True:
+        cache = train.cache_dir()
+    steps = train.STEPS if train_steps is None else max(0, int(train_steps))
     pages: list[Page] = []
     notes: list[str] = []
     for path, cs in specs:
-        svg, note = _svg(cs)
+        svgs, note = _svgs(cs)
         if note and note not in notes:
             notes.append(note)
-        pages.append(Page(pipeline.classify_spec(cs), str(path), svg, note, cs))
+        pages.append(Page(pipeline.classify_spec(cs), str(path), svgs, note, cs))
     ids = [p.id for p in pages]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -107,11 +120,24 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path]):
     def summary(row: pipeline.PaperRow) -> dict:
         return dict(id=row.paper.id, cite=row.paper.cite, ref=row.paper.ref, row=row.row())
 
+    # a spec of a Table III paper that is not its row (another variant of the same paper,
+    # e.g. an example) is listed with that row, not among the other papers
+    in_table = {r.paper.ref: r for r in ordered if r.paper.row is not None and r.paper.ref}
+    also: dict[str, list] = {}
+    for r in ordered:
+        if r.paper.row is None and r.paper.ref in in_table:
+            also.setdefault(in_table[r.paper.ref].paper.id, []).append(r)
+
+    def listed(r) -> dict:
+        return dict(summary(r), also=[dict(id=o.paper.id, models=", ".join(
+            v.model for v in o.variants)) for o in also.get(r.paper.id, [])])
+
     files_out: dict[str, str | bytes] = {
         "index.html": env.get_template("index.html.j2").render(
             dims=DIMENSIONS, titles=titles, version=__version__,
-            table3=[summary(r) for r in ordered if r.paper.row is not None],
-            others=[summary(r) for r in ordered if r.paper.row is None]),
+            table3=[listed(r) for r in ordered if r.paper.row is not None],
+            others=[listed(r) for r in ordered
+                    if r.paper.row is None and r.paper.ref not in in_table]),
         "style.css": (TEMPLATES / "style.css").read_text(encoding="utf-8")
         + fmt.get_style_defs(".highlight") + "\n",
     }
@@ -126,12 +152,12 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path]):
         for cm in page.checked.models:
             name = codegen.output_name(page.checked, cm)
             src = codegen.generate(page.checked, cm, codegen.source_name(page.file))
-            png, why = None, ""
+            png, why, trained = None, "", None
             try:
                 from . import heatmap
 
-                png = heatmap.png(src, name[:-3], f"{row.paper.cite}: {cm.model.name} "
-                                  "(Config.tiny(), example_inputs)", cm)
+                maps, trained = heatmap.weights(src, name[:-3], cm, steps, cache or None)
+                png = heatmap.png(maps, f"{row.paper.cite}: model {cm.model.name}")
             except Exception as e:  # the report still shows the code; say why there is no map
                 why = f"no heatmap: {type(e).__name__}: {e}"
                 if why not in notes:
@@ -140,11 +166,16 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path]):
                 files_out[f"papers/{row.paper.id}/{cm.model.name}.png"] = png
             code.append(dict(model=cm.model.name, file=name, why=why,
                              png=f"{row.paper.id}/{cm.model.name}.png" if png else None,
+                             trained=None if trained is None else dict(
+                                 steps=trained.steps, task=trained.task, loss=trained.loss,
+                                 describe=trained.describe),
                              html=highlight(src, PythonLexer(), fmt)))
+        home = in_table.get(row.paper.ref) if row.paper.row is None else None
         files_out[f"papers/{row.paper.id}.html"] = env.get_template("paper.html.j2").render(
             p=row.paper, file=page.file, variants=variants, row=row.row(), dims=DIMENSIONS,
-            titles=titles, svg=page.svg, diagram_note=page.note, version=__version__,
-            source=highlight(source, AttnLexer(), fmt), code=code)
+            titles=titles, svgs=page.svgs, diagram_note=page.note, version=__version__,
+            source=highlight(source, AttnLexer(), fmt), code=code,
+            home=None if home is None else dict(id=home.paper.id, cite=home.paper.cite))
     old = check_site_dir(out, spec_paths, list(spec_dirs))  # as it is now, after rendering
     write_site(out, files_out, old)
     return [out / name for name in files_out], notes

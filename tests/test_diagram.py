@@ -104,3 +104,53 @@ def test_cli_formats_and_errors(tmp_path):
     r = run("diagram", str(bad), "-o", str(tmp_path / "bad.svg"))
     assert r.returncode == 1 and re.search(r"bad\.attn:\d+:\d+: error:", r.stderr)
     assert not (tmp_path / "bad.svg").exists()
+
+
+def _boxes(svg: str, cls: str) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """(title, (x0, y0, x1, y1)) of each SVG group of class ``cls`` (node or cluster), from
+    the coordinates of its outline (polygon points or path data)."""
+    out = []
+    for g in ET.fromstring(svg).iter(f"{SVG}g"):
+        if g.get("class") != cls:
+            continue
+        shape = g.find(f"{SVG}polygon")
+        if shape is None:
+            shape = g.find(f"{SVG}path")
+        if shape is None:
+            continue
+        nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", shape.get("points") or
+                                             shape.get("d") or "")]
+        xs, ys = nums[0::2], nums[1::2]
+        out.append((g.find(f"{SVG}title").text, (min(xs), min(ys), max(xs), max(ys))))
+    return out
+
+
+@pytest.mark.parametrize("stem", ["yu2018", "lu2016"])
+def test_nodes_stay_clear_of_cluster_borders_and_labels_of_node_text(stem):
+    """In the larger diagrams no node straddles a cluster's border, and no edge label is
+    written over a node (edges between clusters get external labels)."""
+    svg = diagram.render_svg(load(SPECS / f"{stem}.attn"))
+    nodes = _boxes(svg, "node")
+    clusters = [(t, b) for t, b in _boxes(svg, "cluster") if t.startswith("cluster_")]
+    assert len(nodes) > 10 and len(clusters) >= 3
+    for name, (x0, y0, x1, y1) in nodes:
+        for cluster, (cx0, cy0, cx1, cy1) in clusters:
+            inside = x0 >= cx0 and x1 <= cx1 and y0 >= cy0 and y1 <= cy1
+            apart = x1 <= cx0 or x0 >= cx1 or y1 <= cy0 or y0 >= cy1
+            assert inside or apart, f"{name} straddles the border of {cluster}"
+    for g in ET.fromstring(svg).iter(f"{SVG}g"):
+        if g.get("class") != "edge":
+            continue
+        for text in g.iter(f"{SVG}text"):
+            x, y = float(text.get("x")), float(text.get("y"))
+            for name, (x0, y0, x1, y1) in nodes:
+                assert not (x0 < x < x1 and y0 < y - 3 < y1), \
+                    f"label {text.text!r} is written over node {name}"
+
+
+def test_a_repeat_over_one_input_is_drawn_inside_that_input():
+    source = diagram.build(load(SPECS / "yu2018.attn")).source
+    context = source.index("subgraph cluster_qanet_input_context")
+    repeat = source.index("subgraph cluster_qanet_hop_conv_c")
+    closing = source.index("\t}", context)  # the input's cluster closes after the repeat
+    assert context < repeat < closing

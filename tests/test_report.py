@@ -13,6 +13,8 @@ import pytest
 
 from conftest import ROOT, SPECS
 
+TEST_STEPS = 3  # training steps per heatmap model in these tests (the report's default: 200)
+EXAMPLES = ROOT / "examples"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
@@ -46,8 +48,11 @@ def parse(path: Path) -> Links:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "site"
-    r = subprocess.run([sys.executable, "-m", "taxcompile", "report", "specs/", "-o", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    cache = tmp_path_factory.mktemp("cache")  # a few training steps, cached here
+    r = subprocess.run([sys.executable, "-m", "taxcompile", "report", "specs/", "examples/",
+                        "-o", str(out), "--train-steps", str(TEST_STEPS)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "XDG_CACHE_HOME": str(cache)})
     assert r.returncode == 0, r.stderr
     return out
 
@@ -55,9 +60,21 @@ def site(tmp_path_factory):
 def test_index_has_table3_and_the_other_specs(site):
     index = parse(site / "index.html")
     assert index.rows["table3-rows"] == 1 + 17      # header + the survey's 17 papers
-    assert index.rows["other-rows"] == 1 + 1        # Lin et al. 2017
+    # Lin et al. 2017 and the examples, except the one of a Table III paper (Lu et al. [32])
+    assert index.rows["other-rows"] == 1 + 1 + 4
     papers = sorted(p.stem for p in (site / "papers").glob("*.html"))
-    assert papers == sorted(p.stem for p in SPECS.glob("*.attn"))
+    assert len(papers) == len(list(SPECS.glob("*.attn"))) + len(list(EXAMPLES.glob("*.attn")))
+
+
+def test_a_table3_paper_is_listed_once(site):
+    """An example of a Table III paper (Lu et al. [32], the alternating variant) is linked
+    from that paper's row, not listed again among the other models."""
+    text = (site / "index.html").read_text(encoding="utf-8")
+    assert text.count("Lu et al.</a> [32]") == 1
+    table3 = text[text.index('id="table3-rows"'):text.index('id="other-rows"')]
+    assert 'also: <a href="papers/lu2016_alternating.html">alternating</a>' in table3
+    page = (site / "papers" / "lu2016_alternating.html").read_text(encoding="utf-8")
+    assert 'its row is\n  <a href="lu2016.html">Lu et al. [32]</a>' in page
 
 
 def test_every_link_and_anchor_resolves(site):
@@ -76,9 +93,13 @@ def test_every_link_and_anchor_resolves(site):
 
 
 def test_paper_pages_inline_the_diagram_and_highlight_the_spec(site):
+    from taxcompile import pipeline
+
     for page in sorted((site / "papers").glob("*.html")):
         text = page.read_text(encoding="utf-8")
-        assert parse(page).svgs == 1, page.name
+        spec = SPECS / f"{page.stem}.attn"
+        if spec.exists():  # one diagram per model variant, each at its own width
+            assert parse(page).svgs == len(pipeline.load(spec).models), page.name
         assert '<div class="highlight">' in text
         assert "<script" not in text
         for dim in ("feature_multiplicity", "query_multiplicity"):
@@ -107,6 +128,8 @@ def test_paper_pages_show_heatmaps_and_the_generated_code(site):
             colours = img.getcolors(maxcolors=1 << 24)
             assert len(colours) > 50, f"{png}: a blank heatmap"
             assert f"<code>generated/{spec.stem}_{model}.py</code>" in text
+        # each heatmap says how its model was trained
+        assert text.count(f"{TEST_STEPS} training steps on the task") == len(cs.models)
         # the generated code, highlighted as Python
         assert text.count('<span class="nc">Model</span>') == len(cs.models)
     vaswani = (site / "papers" / "vaswani2017.html").read_text(encoding="utf-8")
@@ -163,3 +186,90 @@ def test_report_in_a_real_browser(site, tmp_path):
         yellow = sum(n for n, (r, g, b) in region.getcolors(maxcolors=1 << 24)
                      if abs(r - 255) < 6 and abs(g - 242) < 6 and abs(b - 204) < 8)
         assert yellow > 2000, f"{page.name}: no diagram visible ({yellow} attention pixels)"
+
+
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const out = [];
+  for (const fig of document.querySelectorAll("figure.heatmap")) {
+    const img = fig.querySelector("img"), cap = fig.querySelector("figcaption");
+    const r = {model: cap.querySelector("code").textContent, page: fig.dataset.page};
+    if (img) {
+      const box = img.getBoundingClientRect(), fbox = fig.getBoundingClientRect();
+      r.loaded = img.complete && img.naturalWidth > 0;
+      r.width = box.width; r.natural = img.naturalWidth;
+      // the title (the caption's lines): each line's text box within the image's width
+      r.title = [];
+      for (const span of cap.querySelectorAll("span")) {
+        const range = document.createRange(); range.selectNodeContents(span);
+        for (const line of range.getClientRects())
+          r.title.push([line.left - box.left, line.right - box.left]);
+      }
+      r.overflow = cap.scrollWidth > cap.clientWidth + 1;
+      // the image's own title and labels: no ink in its first and last two columns
+      try {
+        const c = document.createElement("canvas");
+        c.width = img.naturalWidth; c.height = img.naturalHeight;
+        const ctx = c.getContext("2d"); ctx.drawImage(img, 0, 0);
+        let darkest = 255;
+        for (const x of [0, 1, c.width - 2, c.width - 1]) {
+          const d = ctx.getImageData(x, 0, 1, c.height).data;
+          for (let i = 0; i < d.length; i += 4)
+            darkest = Math.min(darkest, (d[i] + d[i + 1] + d[i + 2]) / 3);
+        }
+        r.edge = darkest;
+      } catch (e) { r.edge = "tainted"; }
+    }
+    out.push(r);
+  }
+  const pre = document.createElement("pre"); pre.id = "probe";
+  pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_no_heatmap_title_is_clipped_in_the_browser(site, tmp_path):
+    """Each paper page opened in headless Chromium: every heatmap's image loads at its own
+    width, its title's text boxes fit within the image, and the image itself has no text
+    cut at its left and right edges (measured on a canvas in the page)."""
+    import json
+
+    from PIL import Image
+
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install -y chromium)")
+    # every heatmap of every paper page, laid out by the report's own CSS, on one page
+    # (one browser start instead of one per page)
+    figures = []
+    for page in sorted((site / "papers").glob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        for fig in re.findall(r'<figure class="heatmap">.*?</figure>', html, re.S):
+            figures.append(fig.replace('class="heatmap"',
+                                       f'class="heatmap" data-page="{page.stem}"', 1))
+    papers = (site / "papers").as_uri()
+    probe = tmp_path / "heatmaps.html"
+    probe.write_text(f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+                     f'<base href="{papers}/"><link rel="stylesheet" href="../style.css">'
+                     f'</head><body><main>\n' + "\n".join(figures) +
+                     f"\n</main>{PROBE}</body></html>\n", encoding="utf-8")
+    r = browse(exe, tmp_path / "profile", "--allow-file-access-from-files",
+               "--window-size=1400,1000", "--virtual-time-budget=10000", "--dump-dom",
+               probe.as_uri())
+    m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
+    assert m, f"the probe did not run: {r.stderr[-1500:]}"
+    seen = 0
+    for f in json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")):
+        where = f"{f['page']}.html, model {f['model']}"
+        assert f["loaded"] and abs(f["width"] - f["natural"]) <= 1, where
+        assert f["title"] and not f["overflow"], where
+        for left, right in f["title"]:
+            assert left >= -1 and right <= f["width"] + 1, f"{where}: title clipped"
+        if f["edge"] == "tainted":  # this Chromium keeps file:// images from canvases
+            img = Image.open(site / "papers" / f["page"] / f"{f['model']}.png").convert("L")
+            w, h = img.size
+            f["edge"] = min(img.getpixel((x, y)) for x in (0, 1, w - 2, w - 1)
+                            for y in range(h))
+        assert f["edge"] > 200, f"{where}: text cut at the image's edge ({f['edge']})"
+        seen += 1
+    assert seen >= 27
