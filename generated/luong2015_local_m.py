@@ -122,12 +122,46 @@ def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
     return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
+class KeySlabs(torch.autograd.Function):
+    """Overlapping slabs of key blocks for local_band: the keys k (N, H, Lk, d) at positions
+    lo, ..., lo + (nb + m - 1) Bq - 1 (zero where there is none), as blocks of Bq rows; slab j
+    holds the m blocks j, ..., j + m - 1: (N H, nb, m Bq, d). The backward adds each slab's
+    gradient back onto its blocks."""
+
+    @staticmethod
+    def forward(ctx, k: torch.Tensor, lo: int, Bq: int, nb: int, m: int) -> torch.Tensor:
+        N, H, Lk, d = k.shape
+        P = (nb + m - 1) * Bq
+        i0 = max(lo, 0)
+        i1 = max(min(lo + P, Lk), i0)  # keys i0, ..., i1 - 1 exist (none when i0 = i1)
+        ctx.dims = (N, H, Lk, Bq, nb, m, lo, i0, i1)
+        kb = F.pad(k[:, :, i0:i1], (0, 0, i0 - lo, lo + P - i1)).reshape(N * H, nb + m - 1, Bq, d)
+        return torch.cat([kb[:, t: t + nb] for t in range(m)], -2)  # (N H, nb, m Bq, d)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        N, H, Lk, Bq, nb, m, lo, i0, i1 = ctx.dims
+        g = g.reshape(N * H, nb, m, Bq, -1)
+        db = g.new_zeros(N * H, nb + m - 1, Bq, g.shape[-1])  # per block of the padded keys
+        for t in range(m):
+            db[:, t: t + nb] += g[:, :, t]
+        dk = db.view(N, H, (nb + m - 1) * Bq, -1)[:, :, i0 - lo: i1 - lo]  # keys i0, ..., i1 - 1
+        if (i0, i1) != (0, Lk):
+            i0, i1 = min(i0, Lk), min(i1, Lk)  # i0 = i1 = Lk: past the last key, no gradient
+            dk = torch.cat([dk.new_zeros(N, H, i0, dk.shape[-1]), dk,
+                            dk.new_zeros(N, H, Lk - i1, dk.shape[-1])], 2)
+        return dk, None, None, None, None
+
+
 def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
                start: int, window: int, scale: float, sigma: float | None) -> torch.Tensor:
     """Local alignment (eq. 27, 29) without the (Lq, Lk) score matrix. Query i sits at
-    p = start + i and attends to the keys [p - D, p + D]. Queries go in blocks of Bq, and each
-    block reads one slab of Bq + 2D keys, so time and memory grow as O(Lq (Bq + 2D) d), not
-    O(Lq Lk d). Same numbers as the explicit path.
+    p = start + i and attends to the keys [p - D, p + D]. Queries go in blocks of Bq; block j
+    reads one slab of W = m Bq keys (m blocks of the zero-padded keys, enough to cover every
+    window of the block), so time and memory grow as O(Lq W d), not O(Lq Lk d). Without the
+    Gaussian factor a fused kernel (scaled_dot_product_attention) does the softmax in the slabs
+    (query blocks x key slabs, one batched call); with it the weights are formed explicitly.
+    Same numbers as the explicit path.
 
     q: (N, H, Lq, d); k: (N, H, Lk, d); v: (N, H, Lk, d_v); key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, H, Lq, d_v).
@@ -138,27 +172,39 @@ def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
     Lk = k.shape[2]
     D = min(window, max(Lk - 1 - start, start + Lq - 1, 0))  # a wider window reaches no more keys
     Bq = min(Lq, max(D, 32))  # queries per block
-    nb = -(-Lq // Bq)  # blocks
-    W = Bq + 2 * D  # keys per slab
-    # (P,), P = nb Bq + 2D: the key position of each slab row
-    pos = start - D + torch.arange(nb * Bq + 2 * D, device=q.device)
-    idx = pos.clamp(0, Lk - 1)
-    ok = (pos >= 0) & (pos < Lk)  # (P,): slab rows past either end hold no key
-    ok = ok if key_mask is None else ok & key_mask[:, idx]  # (P,), or (N, P) with a key mask
-    q = F.pad(q, (0, 0, 0, nb * Bq - Lq)).view(N, H, nb, Bq, -1)  # (N, H, nb, Bq, d)
-    # slab j holds the keys at positions start + j Bq - D + w, w < W
-    k = k[:, :, idx].unfold(2, W, Bq)  # (N, H, nb, d, W)
-    v = v[:, :, idx].unfold(2, W, Bq).transpose(-1, -2)  # (N, H, nb, W, d_v)
-    # (Bq, W): l - p, for query b of a block and row w of its slab
+    nb = -(-Lq // Bq)  # query blocks
+    m = 1 + -(-2 * D // Bq)  # key blocks per slab
+    W = m * Bq  # keys per slab
+    lo, hi = start - D, start - D + (nb + m - 1) * Bq  # the key positions the blocks cover
+    i0 = max(lo, 0)
+    i1 = max(min(hi, Lk), i0)  # keys i0, ..., i1 - 1 exist (none when i0 = i1)
+    pos = torch.arange(lo, hi, device=q.device)  # (P,): the key position of each block row
+    ok = (pos >= 0) & (pos < Lk)  # (P,): rows past either end hold no key
+    if key_mask is not None:
+        ok = ok & F.pad(key_mask[:, i0:i1], (i0 - lo, hi - i1))  # (N, P)
+    # (Bq, W): l - p, for query i of a block and row w of its slab
     dist = torch.arange(W, device=q.device) - D - torch.arange(Bq, device=q.device).unsqueeze(1)
-    keep = (dist.abs() <= D) & ok.unfold(-1, W, Bq).unsqueeze(-2)  # (N | 1, nb, Bq, W)
-    # softmax in the window (eq. 27)
-    a = masked_softmax(q @ k * scale, keep.unsqueeze(-4), dim=-1)  # (N, H, nb, Bq, W)
-    if sigma is not None:
+    keep = (dist.abs() <= D) & ok.unfold(-1, W, Bq).unsqueeze(-2)  # (nb, Bq, W) or (N, nb, Bq, W)
+    # a query with no key in its window gets c = 0: (N | 1, 1, Lq, 1), or None if none can
+    empty = None
+    if key_mask is not None or start + Lq - 1 > Lk - 1 + D:
+        empty = ~keep.any(-1).view(-1, 1, nb * Bq, 1)[:, :, :Lq]
+    q = F.pad(q, (0, 0, 0, nb * Bq - Lq)).reshape(N * H, nb, Bq, -1)  # (N H, nb, Bq, d)
+    k = KeySlabs.apply(k, lo, Bq, nb, m)  # (N H, nb, W, d)
+    v = KeySlabs.apply(v, lo, Bq, nb, m)  # (N H, nb, W, d_v)
+    if key_mask is None:  # (N H | 1, nb, Bq, W): one mask for all, or one per (example, head)
+        keep = keep.unsqueeze(0)
+    else:
+        keep = keep.unsqueeze(1).expand(N, H, nb, Bq, W).reshape(N * H, nb, Bq, W)
+    if sigma is None:
+        # softmax in the window (eq. 27), fused
+        c = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
+    else:
+        a = masked_softmax(q @ k.transpose(-1, -2) * scale, keep, dim=-1)  # (N H, nb, Bq, W)
         # favour positions near p (eq. 29)
-        a = a * torch.exp(-dist.to(a.dtype) ** 2 / (2 * sigma ** 2))
-    c = (a @ v).view(N, H, nb * Bq, -1)  # (N, H, nb Bq, d_v)
-    return c[:, :, :Lq]
+        c = (a * torch.exp(-dist.to(a.dtype) ** 2 / (2 * sigma ** 2))) @ v
+    c = c.view(N, H, nb * Bq, -1)[:, :, :Lq]  # (N, H, Lq, d_v)
+    return c if empty is None else c.masked_fill(empty, 0.0)
 
 
 def local_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,

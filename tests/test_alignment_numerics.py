@@ -80,6 +80,20 @@ def test_random_rows(fns, name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_long_rows_small_and_large_supports(fns, name):
+    """Rows longer than the partial sort's first try (the 32 / 64 largest): rows whose support
+    is a few entries, rows where nearly every entry is in it (the whole row must be sorted),
+    and rows with a tie group straddling the first try's boundary."""
+    g = torch.Generator().manual_seed(7)
+    rows = torch.randn(40, 300, generator=g, dtype=DT)
+    rows[::3] *= 5.0  # small supports
+    rows[1::3] *= 0.002  # supports of hundreds
+    rows[2::6] = torch.randint(0, 3, (7, 300), generator=g).to(DT)  # ties around the boundary
+    compare(fns, name, rows)
+    compare(fns, name, rows.to(torch.float32), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_other_axis(fns, name):
     """dim=3 of a 5-D tensor (multi-dimensional attention's weights) = the last axis."""
     ours, ref = fns[name]

@@ -361,6 +361,42 @@ def test_local_band_matches_the_explicit_path(gen, band_calls, score, gauss, hea
     assert biggest > 0
 
 
+def dense_local(q, k, v, key_mask, start: int, D: int, scale: float, sigma=None):
+    """Eq. 27 (and 29) written out over the whole (Lq, Lk) matrix: query i at p = start + i
+    weighs key l by softmax over |l - p| <= D (and the key mask), times the Gaussian."""
+    Lq, Lk = q.shape[2], k.shape[2]
+    dist = torch.arange(Lk, dtype=q.dtype) - (start + torch.arange(Lq, dtype=q.dtype))[:, None]
+    keep = (dist.abs() <= D).expand(q.shape[0], 1, Lq, Lk)
+    if key_mask is not None:
+        keep = keep & key_mask[:, None, None, :]
+    e = (q @ k.transpose(-1, -2) * scale).masked_fill(~keep, -math.inf)
+    a = torch.nan_to_num(e.softmax(-1), nan=0.0)  # a query with no key: all 0
+    if sigma is not None:
+        a = a * torch.exp(-dist ** 2 / (2 * sigma ** 2))
+    return a @ v
+
+
+@pytest.mark.parametrize("sigma", [None, 1.5])
+def test_local_band_against_a_dense_reference(gen, sigma):
+    """local_band on its own: blocks that do not divide Lq (70 = 33 + 33 + 4), a window of 33
+    (slabs of 3 blocks), keys beyond both ends, a decoder offset, padding masks (one example
+    with no key), forward and gradients of q, k, v in float64."""
+    mod = gen(local_spec("scaled_multiplicative", "monotonic"))
+    for Lq, Lk, D, start in [(70, 90, 33, 0), (70, 50, 33, 5), (5, 40, 3, 36), (9, 9, 40, 0)]:
+        q, k, v = (randn(3, 2, L, 8, seed=i + L, dtype=torch.float64)
+                   for i, L in enumerate((Lq, Lk, Lk)))
+        for key_mask in key_masks(3, Lk):
+            dy = randn(3, 2, Lq, 8, seed=1, dtype=torch.float64)
+            got, want = [], []
+            for f, out in ((mod.local_band, got), (dense_local, want)):
+                xs = [t.clone().requires_grad_() for t in (q, k, v)]
+                c = f(*xs, key_mask, start, D, 0.3, sigma)
+                out.append(c.detach())
+                out.extend(torch.autograd.grad(c, xs, dy))
+            for g_, w_, what in zip(got, want, ("c", "dq", "dk", "dv")):
+                close(g_, w_, atol=1e-10, what=f"{what} Lq={Lq} Lk={Lk} D={D} start={start}")
+
+
 @pytest.mark.parametrize("score", list(DOT_SCORES))
 def test_local_band_decoder_steps_match_the_whole_sequence(gen, score):
     """A decoder calls the module once per step with Lq = 1 and start = t: step by step the
