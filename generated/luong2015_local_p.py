@@ -65,13 +65,13 @@ def cell_step(cells: nn.ModuleList, x: torch.Tensor,
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
                 axes: tuple = (), vocab: int | None = None, validate: bool = True,
-                longest: tuple = ()) -> None:
-    """Raise a ValueError naming the input when its shape or dtype is not what the spec says,
-    when it is empty, or when an axis is longer than a learned table allows (``longest``:
-    (axis, limit, Config field) triples). With ``validate`` (the default) the values are
-    checked too: token ids in [0, vocab), features finite. The value checks read the data
-    (on a GPU they wait for it), so ``forward(..., validate=False)`` skips them, and so does
-    torch.compile."""
+                longest: tuple = (), dtype: torch.dtype | None = None) -> None:
+    """Raise a ValueError naming the input when its shape or dtype is not what the spec says
+    (features in the model's ``dtype``, outside autocast), when it is empty, or when an axis
+    is longer than a learned table allows (``longest``: (axis, limit, Config field) triples).
+    With ``validate`` (the default) the values are checked too: token ids in [0, vocab),
+    features finite. The value checks read the data (on a GPU they wait for it), so
+    ``forward(..., validate=False)`` skips them, and so does torch.compile."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
                          f"got {type(x).__name__}")
@@ -83,6 +83,10 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
                          f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
+    if not tokens and dtype is not None and x.dtype != dtype and \
+            not torch.is_autocast_enabled(x.device.type):
+        raise ValueError(f"input `{name}`: expected {dtype} features (the model's dtype: "
+                         f"x.to({dtype}) or model.to({x.dtype})), got {x.dtype}")
     for axis, n in zip(("B",) + tuple(axes), x.shape):
         if n == 0:
             what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
