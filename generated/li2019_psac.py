@@ -286,7 +286,7 @@ class Model(nn.Module):
         cfg = self.cfg
         check_input(
             'video', video, (None, cfg.d_frame), tokens=False, want=f"(B, F, {cfg.d_frame})",
-            axes=('F',), validate=validate, dtype=next(self.parameters()).dtype
+            axes=('F',), validate=validate, dtype=next(self.parameters(), video).dtype
         )
         video_mask = check_mask('video_mask', video_mask, video.shape[:2], validate)
         check_input(

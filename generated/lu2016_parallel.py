@@ -272,7 +272,7 @@ class Model(nn.Module):
         question_mask = check_mask('question_mask', question_mask, question.shape[:2], validate)
         check_input(
             'image', image, (cfg.H, cfg.W, 512), tokens=False, want=f"(B, {cfg.H}, {cfg.W}, 512)",
-            axes=('H', 'W'), validate=validate, dtype=next(self.parameters()).dtype
+            axes=('H', 'W'), validate=validate, dtype=next(self.parameters(), image).dtype
         )
         B = question.shape[0]
         attn = {}  # module -> its weights, when return_attention

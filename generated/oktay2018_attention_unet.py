@@ -210,7 +210,7 @@ class Model(nn.Module):
         cfg = self.cfg
         check_input(
             'image', image, (cfg.H, cfg.W, 1), tokens=False, want=f"(B, {cfg.H}, {cfg.W}, 1)",
-            axes=('H', 'W'), validate=validate, dtype=next(self.parameters()).dtype
+            axes=('H', 'W'), validate=validate, dtype=next(self.parameters(), image).dtype
         )
         attn = {}  # module -> its weights, when return_attention
         y = self.x1_conv(image.movedim(-1, 1)).movedim(1, -1)  # (B, H, W, f1): convolve over H, W

@@ -321,7 +321,7 @@ class Model(nn.Module):
         check_input(
             'image', image, (cfg.image_0, cfg.image_1, 512), tokens=False,
             want=f"(B, {cfg.image_0}, {cfg.image_1}, 512)", axes=('image_0', 'image_1'),
-            validate=validate, dtype=next(self.parameters()).dtype
+            validate=validate, dtype=next(self.parameters(), image).dtype
         )
         check_input(
             'caption', caption, (None,), tokens=True, want='(B, T)', axes=('T',), vocab=cfg.vocab,

@@ -189,7 +189,7 @@ class Model(nn.Module):
         check_input(
             'x', x, (cfg.x_0, cfg.x_1, cfg.C), tokens=False,
             want=f"(B, {cfg.x_0}, {cfg.x_1}, {cfg.C})", axes=('x_0', 'x_1'), validate=validate,
-            dtype=next(self.parameters()).dtype
+            dtype=next(self.parameters(), x).dtype
         )
         attn = {}  # module -> its weights, when return_attention
         f = x.flatten(-3, -2)  # (B, x_0*x_1, C): feature `f`

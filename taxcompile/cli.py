@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -178,9 +179,9 @@ def cmd_layer(args) -> int:
     except layer.LayerError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    out = Path(args.output)
-    if out.is_dir():
-        out = out / f"{cs.spec.paper.id}_{models[0].model.name}_{args.layer.replace('.', '_')}.py"
+    out = Path(args.output or "generated/layers")
+    if args.output is None or out.is_dir() or args.output.endswith(("/", "\\")):
+        out = out / f"{cs.spec.paper.id}_{models[0].model.name}_{re.sub(r'[^A-Za-z0-9]+', '_', args.layer).strip('_')}.py"
     if args.check:
         if not out.is_file() or out.read_bytes() != text.encode("utf-8"):
             print(f"{out}: {'missing' if not out.is_file() else 'differs from its spec'}",
@@ -210,7 +211,7 @@ def cmd_compile(args) -> int:
     if failed:
         print("taxcompile: nothing written: fix the spec errors first", file=sys.stderr)
         return EXIT_SPEC
-    out_dir = Path(args.output)
+    out_dir = Path(args.output or "generated")
     files: dict[Path, str] = {}
     for path, _, cs in results:
         source = codegen.source_name(path)
@@ -427,8 +428,8 @@ def make_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("compile", help="generate a PyTorch module per model variant",
                        description="Write one standalone PyTorch file per model variant.")
     s.add_argument("paths", nargs="+", metavar="PATH", help="spec files or directories")
-    s.add_argument("-o", "--output", default="generated", help="output directory "
-                   "(default: generated/)")
+    s.add_argument("-o", "--output", default=None, help="output directory "
+                   "(default: generated/; with --layer a file, default generated/layers/)")
     s.add_argument("--check", action="store_true", help="write nothing; exit 1 and name the "
                    "files that differ from what the specs produce")
     s.add_argument("--layer", metavar="NAME", help="write one attention statement of the "

@@ -39,7 +39,8 @@ def test_committed_layers_are_up_to_date(file, monkeypatch):
     stem, model, name = GOLDEN[file]
     monkeypatch.chdir(ROOT)
     path = ROOT / "generated" / "layers" / file
-    assert path.read_text(encoding="utf-8") == make(stem, model, name)[1]
+    assert path.read_text(encoding="utf-8") == make(stem, model, name)[1], \
+        f"regenerate: taxcompile compile specs/{stem}.attn --layer {name} -o {path}"
     assert cli.main(["compile", f"specs/{stem}.attn", "--layer", name, "--model", model,
                      "-o", str(path), "--check"]) == 0
 

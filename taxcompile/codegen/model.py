@@ -76,7 +76,7 @@ def input_checks(p) -> list[Stmt]:
                    if size is None and ax in p.max_len_axes]
         longest_code = f", longest=({', '.join(longest)},)" if longest else ""
         if inp.kind != "tokens":
-            longest_code += ", dtype=next(self.parameters()).dtype"
+            longest_code += f", dtype=next(self.parameters(), {inp.id}).dtype"
         out.append(Stmt(f"check_input({inp.id!r}, {inp.id}, {sizes_code}, "
                         f"tokens={inp.kind == 'tokens'}, want={want}, {axes}{vocab}"
                         f"validate=validate{longest_code})"))
