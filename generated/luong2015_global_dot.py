@@ -25,6 +25,7 @@ Usage:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -67,11 +68,14 @@ def cell_step(cells: nn.ModuleList, x: torch.Tensor, state: list | None,
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
-                axes: tuple = (), vocab: int | None = None, validate: bool = True) -> None:
-    """Raise a ValueError naming the input when its shape or dtype is not what the spec says,
-    or when it is empty. With ``validate`` (the default) the values are checked too: token ids
-    in [0, vocab), features finite. The value checks read the data (on a GPU they wait for
-    it), so ``forward(..., validate=False)`` skips them, and so does torch.compile."""
+                axes: tuple = (), vocab: int | None = None, validate: bool = True,
+                longest: tuple = (), dtype: torch.dtype | None = None) -> None:
+    """Raise a ValueError naming the input when its shape or dtype is not what the spec says
+    (features in the model's ``dtype``, outside autocast), when it is empty, or when an axis
+    is longer than a learned table allows (``longest``: (axis, limit, Config field) triples).
+    With ``validate`` (the default) the values are checked too: token ids in [0, vocab),
+    features finite. The value checks read the data (on a GPU they wait for it), so
+    ``forward(..., validate=False)`` skips them, and so does torch.compile."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
                          f"got {type(x).__name__}")
@@ -83,11 +87,20 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
                          f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
+    if not tokens and dtype is not None and x.dtype != dtype and \
+            not torch.is_autocast_enabled(x.device.type):
+        raise ValueError(f"input `{name}`: expected {dtype} features (the model's dtype: "
+                         f"x.to({dtype}) or model.to({x.dtype})), got {x.dtype}")
     for axis, n in zip(("B",) + tuple(axes), x.shape):
         if n == 0:
             what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
             raise ValueError(f"input `{name}`: {what} must be at least 1, got 0 "
                              f"(shape {tuple(x.shape)}, expected {want})")
+    for axis, limit, field in longest:
+        n = x.shape[1 + tuple(axes).index(axis)]
+        if n > limit:
+            raise ValueError(f"input `{name}`: the length of axis `{axis}` must be at most "
+                             f"{limit} (Config.{field}: the learned position table), got {n}")
     if not validate or torch.compiler.is_compiling():
         return
     if tokens and vocab is not None:
@@ -102,10 +115,40 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
                          "(validate=False skips this check)")
 
 
-def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
-        raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape "
-                         f"{tuple(shape)}, got {mask.dtype} {tuple(mask.shape)}")
+MASK_CONVENTION = ("True/1 = keep, False/0 = pad; PyTorch's key_padding_mask is the inverse: "
+                   "pass ~key_padding_mask")
+
+
+def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
+               validate: bool = True) -> torch.Tensor | None:
+    """The padding mask ``name`` as a bool tensor (True = keep). Accepts bool masks
+    and integer 0/1 masks (Hugging Face's attention_mask, 1 = keep); refuses anything else
+    with a ValueError. With ``validate`` (not under torch.compile) it reads the values: an
+    integer mask must hold only 0 and 1, and a mask that keeps no position of some example
+    (the usual symptom of an inverted mask) gives one warning."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor) or mask.is_floating_point() or mask.is_complex():
+        what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"input `{name}`: expected a bool or integer 0/1 tensor of shape "
+                         f"{tuple(shape)}, got {what} ({MASK_CONVENTION})")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"input `{name}`: expected shape {tuple(shape)} (the input's "
+                         f"leading axes), got {tuple(mask.shape)} ({MASK_CONVENTION})")
+    if mask.dtype != torch.bool:
+        if validate and not torch.compiler.is_compiling():
+            lo, hi = torch.stack(torch.aminmax(mask)).tolist()
+            if lo < 0 or hi > 1:
+                raise ValueError(f"input `{name}`: an integer mask must hold only 0 and 1, "
+                                 f"got {lo if lo < 0 else hi} ({MASK_CONVENTION})")
+        mask = mask != 0
+    if validate and not torch.compiler.is_compiling() and mask.numel():
+        empty = ~mask.flatten(1).any(1)  # (B,): examples with no position kept
+        if bool(empty.any()):
+            b = int(empty.nonzero()[0, 0])
+            warnings.warn(f"input `{name}` keeps no position of example {b}: is it "
+                          f"inverted? ({MASK_CONVENTION})", stacklevel=3)
+    return mask
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
@@ -187,9 +230,10 @@ class MultiplicativeAttention(nn.Module):
 class Model(nn.Module):
     """`global_dot`: inputs src (B, S), tgt (B, T).
 
-    Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
+    Masks: `<input>_mask` (B, ...) bool or int 0/1, True/1 = a real position, for sequence
+    inputs (PyTorch's key_padding_mask is the inverse).
     Inputs are checked; validate=False skips the checks that read their values
-    (token ids < vocab, finite features).
+    (token ids < vocab, finite features, 0/1 masks).
     Returns Output(output, attention).
     """
 
@@ -220,12 +264,12 @@ class Model(nn.Module):
             'src', src, (None,), tokens=True, want='(B, S)', axes=('S',), vocab=cfg.vocab,
             validate=validate
         )
-        check_mask('src', src_mask, src.shape[:2])
+        src_mask = check_mask('src_mask', src_mask, src.shape[:2], validate)
         check_input(
             'tgt', tgt, (None,), tokens=True, want='(B, T)', axes=('T',), vocab=cfg.vocab,
             validate=validate
         )
-        check_mask('tgt', tgt_mask, tgt.shape[:2])
+        tgt_mask = check_mask('tgt_mask', tgt_mask, tgt.shape[:2], validate)
         B = src.shape[0]
         attn = {}  # module -> its weights, when return_attention
         # (h_n, c_n): (layers, B, hidden), a decoder's initial state

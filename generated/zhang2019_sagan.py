@@ -56,11 +56,14 @@ class Output:
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
-                axes: tuple = (), vocab: int | None = None, validate: bool = True) -> None:
-    """Raise a ValueError naming the input when its shape or dtype is not what the spec says,
-    or when it is empty. With ``validate`` (the default) the values are checked too: token ids
-    in [0, vocab), features finite. The value checks read the data (on a GPU they wait for
-    it), so ``forward(..., validate=False)`` skips them, and so does torch.compile."""
+                axes: tuple = (), vocab: int | None = None, validate: bool = True,
+                longest: tuple = (), dtype: torch.dtype | None = None) -> None:
+    """Raise a ValueError naming the input when its shape or dtype is not what the spec says
+    (features in the model's ``dtype``, outside autocast), when it is empty, or when an axis
+    is longer than a learned table allows (``longest``: (axis, limit, Config field) triples).
+    With ``validate`` (the default) the values are checked too: token ids in [0, vocab),
+    features finite. The value checks read the data (on a GPU they wait for it), so
+    ``forward(..., validate=False)`` skips them, and so does torch.compile."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"input `{name}`: expected a tensor of shape {want}, "
                          f"got {type(x).__name__}")
@@ -72,11 +75,20 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
                          f"got {x.dtype}")
     if not tokens and not x.is_floating_point():
         raise ValueError(f"input `{name}`: expected floating-point features, got {x.dtype}")
+    if not tokens and dtype is not None and x.dtype != dtype and \
+            not torch.is_autocast_enabled(x.device.type):
+        raise ValueError(f"input `{name}`: expected {dtype} features (the model's dtype: "
+                         f"x.to({dtype}) or model.to({x.dtype})), got {x.dtype}")
     for axis, n in zip(("B",) + tuple(axes), x.shape):
         if n == 0:
             what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
             raise ValueError(f"input `{name}`: {what} must be at least 1, got 0 "
                              f"(shape {tuple(x.shape)}, expected {want})")
+    for axis, limit, field in longest:
+        n = x.shape[1 + tuple(axes).index(axis)]
+        if n > limit:
+            raise ValueError(f"input `{name}`: the length of axis `{axis}` must be at most "
+                             f"{limit} (Config.{field}: the learned position table), got {n}")
     if not validate or torch.compiler.is_compiling():
         return
     if tokens and vocab is not None:
@@ -89,12 +101,6 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
         bad = x[~torch.isfinite(x)][0].item()
         raise ValueError(f"input `{name}`: features must be finite, got {bad} "
                          "(validate=False skips this check)")
-
-
-def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape)):
-        raise ValueError(f"input `{name}_mask`: expected a bool tensor of shape "
-                         f"{tuple(shape)}, got {mask.dtype} {tuple(mask.shape)}")
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
@@ -162,9 +168,10 @@ class MultiplicativeAttention(nn.Module):
 class Model(nn.Module):
     """`sagan`: inputs x (B, x_0, x_1, 256).
 
-    Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence inputs.
+    Masks: `<input>_mask` (B, ...) bool or int 0/1, True/1 = a real position, for sequence
+    inputs (PyTorch's key_padding_mask is the inverse).
     Inputs are checked; validate=False skips the checks that read their values
-    (token ids < vocab, finite features).
+    (token ids < vocab, finite features, 0/1 masks).
     Returns Output(output, attention).
     """
 
@@ -181,7 +188,8 @@ class Model(nn.Module):
         cfg = self.cfg
         check_input(
             'x', x, (cfg.x_0, cfg.x_1, cfg.C), tokens=False,
-            want=f"(B, {cfg.x_0}, {cfg.x_1}, {cfg.C})", axes=('x_0', 'x_1'), validate=validate
+            want=f"(B, {cfg.x_0}, {cfg.x_1}, {cfg.C})", axes=('x_0', 'x_1'), validate=validate,
+            dtype=next(self.parameters(), x).dtype
         )
         attn = {}  # module -> its weights, when return_attention
         f = x.flatten(-3, -2)  # (B, x_0*x_1, C): feature `f`

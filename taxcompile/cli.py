@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -180,14 +181,62 @@ def cmd_diagram(args) -> int:
     return EXIT_OK
 
 
+def cmd_layer(args) -> int:
+    """`compile SPEC --layer NAME -o FILE`: one attention statement as a drop-in layer."""
+    from . import codegen
+    from .codegen import layer
+
+    if len(args.paths) != 1:
+        print("taxcompile: error: --layer compiles one spec file", file=sys.stderr)
+        return EXIT_USAGE
+    cs = _load_one(args.paths[0], "--layer compiles")
+    if isinstance(cs, int):
+        return cs
+    models = [m for m in cs.models if args.model in (None, m.model.name)]
+    if not models or (args.model is None and len(models) > 1):
+        names = ", ".join(m.model.name for m in cs.models)
+        what = f"no model `{args.model}`" if args.model else "several models"
+        print(f"taxcompile: error: {what} in {args.paths[0]}: choose one with --model "
+              f"({names})", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        text = layer.generate(cs, models[0], args.layer, codegen.source_name(args.paths[0]))
+    except layer.LayerError as e:
+        print(f"taxcompile: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(args.output or "generated/layers")
+    if args.output is None or out.is_dir() or args.output.endswith(("/", "\\")):
+        out = out / f"{cs.spec.paper.id}_{models[0].model.name}_{re.sub(r'[^A-Za-z0-9]+', '_', args.layer).strip('_')}.py"
+    if args.check:
+        if not out.is_file() or out.read_bytes() != text.encode("utf-8"):
+            print(f"{out}: {'missing' if not out.is_file() else 'differs from its spec'}",
+                  file=sys.stderr)
+            return EXIT_SPEC
+        print(f"{out}: up to date")
+        return EXIT_OK
+    if out.is_symlink() or (out.is_file() and codegen.generated_from(out) is None):
+        print(f"taxcompile: error: cannot write {out}: it exists and taxcompile did not "
+              "generate it", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        write_all_atomic({out: text})
+    except OSError as e:
+        print(f"taxcompile: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_SPEC
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
 def cmd_compile(args) -> int:
     from . import codegen
 
+    if args.layer is not None:
+        return cmd_layer(args)
     results, failed = _load_all(args.paths)
     if failed:
         print("taxcompile: nothing written: fix the spec errors first", file=sys.stderr)
         return EXIT_SPEC
-    out_dir = Path(args.output)
+    out_dir = Path(args.output or "generated")
     files: dict[Path, str] = {}
     for path, _, cs in results:
         source = codegen.source_name(path)
@@ -411,10 +460,13 @@ def make_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("compile", help="generate a PyTorch module per model variant",
                        description="Write one standalone PyTorch file per model variant.")
     s.add_argument("paths", nargs="+", metavar="PATH", help="spec files or directories")
-    s.add_argument("-o", "--output", default="generated", help="output directory "
-                   "(default: generated/)")
+    s.add_argument("-o", "--output", default=None, help="output directory "
+                   "(default: generated/; with --layer a file, default generated/layers/)")
     s.add_argument("--check", action="store_true", help="write nothing; exit 1 and name the "
                    "files that differ from what the specs produce")
+    s.add_argument("--layer", metavar="NAME", help="write one attention statement of the "
+                   "spec as a standalone nn.Module (a drop-in layer) to -o FILE")
+    s.add_argument("--model", help="with --layer: the model variant that holds NAME")
     s.set_defaults(func=cmd_compile)
 
     s = sub.add_parser("fmt", help="format specs canonically",

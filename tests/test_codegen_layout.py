@@ -45,7 +45,7 @@ def test_lines_fit_and_layout_is_clean(name):
                if isinstance(n, ast.Import)} | \
         {n.module.split(".")[0] for n in ast.walk(ast.parse(src))
          if isinstance(n, ast.ImportFrom) and n.module != "__future__"}
-    assert imports <= {"torch", "math", "dataclasses"}, imports
+    assert imports <= {"torch", "math", "dataclasses", "warnings"}, imports
 
 
 def repeats(path: Path) -> list[tuple[str, bool]]:

@@ -170,3 +170,109 @@ def test_every_model_checks_its_inputs(path, model):
             with pytest.raises(ValueError, match=re.escape(
                     f"input `{inp.id}`: the length of axis `{axis}` must be at least 1, got 0")):
                 call(m, {**good, inp.id: x})
+
+
+# ---- learned position tables --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hatn():
+    return build(SPECS / "li2018.attn", "hatn")
+
+
+def test_a_sequence_longer_than_the_learned_position_table(hatn):
+    mod, model, cfg, _ = hatn
+    inputs = mod.example_inputs(cfg=cfg)
+    W = cfg.max_len + 1
+    for name in ("doc", "masked"):
+        inputs[name] = torch.zeros(2, 3, W, dtype=torch.long)
+        inputs[name + "_mask"] = torch.ones(2, 3, W, dtype=torch.bool)
+    with pytest.raises(ValueError) as info:
+        call(model, inputs, validate=False)  # a shape check: validate=False keeps it
+    assert str(info.value) == (f"input `doc`: the length of axis `W` must be at most "
+                               f"{cfg.max_len} (Config.max_len: the learned position table), "
+                               f"got {W}")
+    for name in ("doc", "masked"):  # exactly max_len fits
+        inputs[name] = inputs[name][..., :-1]
+        inputs[name + "_mask"] = inputs[name + "_mask"][..., :-1]
+    assert call(model, inputs).output.shape == (2, 2)
+
+
+def test_features_in_another_dtype_than_the_model(features):
+    mod, model, cfg, inputs_ir = features
+    name = next(i.id for i in inputs_ir if i.kind != "tokens")
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs[name] = inputs[name].double()
+    with pytest.raises(ValueError) as info:
+        call(model, inputs)
+    assert str(info.value) == (f"input `{name}`: expected torch.float32 features (the model's "
+                               "dtype: x.to(torch.float32) or model.to(torch.float64)), got "
+                               "torch.float64")
+
+
+# ---- mask conventions ---------------------------------------------------------------------
+
+CONVENTION = ("True/1 = keep, False/0 = pad; PyTorch's key_padding_mask is the inverse: "
+              "pass ~key_padding_mask")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_integer_0_1_masks_mean_keep_1(rnnsearch, dtype):
+    """Hugging Face's attention_mask (1 = keep) gives what the bool mask gives."""
+    mod, model, cfg, _ = rnnsearch
+    inputs = mod.example_inputs(cfg=cfg)
+    assert not inputs["src_mask"].all()  # some padding, so the mask matters
+    want = call(model, inputs).output
+    as_int = {k: v.to(dtype) if k.endswith("_mask") else v for k, v in inputs.items()}
+    torch.testing.assert_close(call(model, as_int).output, want, rtol=0, atol=0)
+    inverted = {**inputs, "src_mask": ~inputs["src_mask"] | torch.eye(2, 9, dtype=torch.bool)}
+    assert not torch.allclose(call(model, inverted).output, want)
+
+
+def test_float_masks_are_refused_with_the_convention(rnnsearch):
+    mod, model, cfg, _ = rnnsearch
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs["src_mask"] = inputs["src_mask"].float()
+    with pytest.raises(ValueError) as info:
+        call(model, inputs)
+    assert str(info.value) == ("input `src_mask`: expected a bool or integer 0/1 tensor of "
+                               f"shape (2, 9), got torch.float32 ({CONVENTION})")
+
+
+@pytest.mark.parametrize("value", [2, -1])
+def test_integer_masks_hold_only_0_and_1(rnnsearch, value):
+    mod, model, cfg, _ = rnnsearch
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs["tgt_mask"] = inputs["tgt_mask"].long()
+    inputs["tgt_mask"][1, 0] = value
+    with pytest.raises(ValueError) as info:
+        call(model, inputs)
+    assert str(info.value) == ("input `tgt_mask`: an integer mask must hold only 0 and 1, "
+                               f"got {value} ({CONVENTION})")
+    call(model, inputs, validate=False)  # not read without validate: nonzero = keep
+
+
+def test_a_mask_of_the_wrong_shape(rnnsearch):
+    mod, model, cfg, _ = rnnsearch
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs["src_mask"] = inputs["src_mask"][:, :4]
+    with pytest.raises(ValueError) as info:
+        call(model, inputs)
+    assert str(info.value) == ("input `src_mask`: expected shape (2, 9) (the input's leading "
+                               f"axes), got (2, 4) ({CONVENTION})")
+
+
+def test_a_mask_that_keeps_nothing_of_an_example_warns_once(rnnsearch):
+    """The usual symptom of an inverted mask (PyTorch's key_padding_mask passed as is): the
+    longest example of the batch keeps nothing."""
+    mod, model, cfg, _ = rnnsearch
+    inputs = mod.example_inputs(cfg=cfg)
+    inputs["src_mask"] = ~inputs["src_mask"]  # example 0 has no padding: now all False
+    with torch.no_grad(), pytest.warns(UserWarning) as record:
+        model(**inputs)
+    assert [str(w.message) for w in record] == [
+        f"input `src_mask` keeps no position of example 0: is it inverted? ({CONVENTION})"]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(**inputs, validate=False)  # validate=False reads no values: no warning
+        model(**mod.example_inputs(cfg=cfg))  # a proper mask: no warning

@@ -79,4 +79,5 @@ def render(plan: FilePlan) -> str:
                 outputs=outputs)
     used = names(e.get_template("model.py.j2").render(**view, imports=False))
     return e.get_template("model.py.j2").render(**view, imports=True, math="math" in used,
-                                                functional="F" in used)
+                                                functional="F" in used,
+                                                warnings="warnings" in used)

@@ -164,6 +164,7 @@ def positional(p, e, a, n):
         length = p.axis_size_code(axis)
     else:
         length, p.need_max_len = "cfg.max_len", True
+        p.max_len_axes.add(axis)  # inputs along this axis are checked against max_len
     mod = p.module(n, p.suffix(n, "pos"), f"nn.Embedding({length}, {x.dim})", "learned positions")
     xin = local(p, x)
     return same(x, f"{xin} + {mod}.weight[: {xin}.shape[-2]]")

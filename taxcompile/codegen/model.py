@@ -72,12 +72,18 @@ def input_checks(p) -> list[Stmt]:
         sizes_code = f"({', '.join(exp)}{',' if len(exp) == 1 else ''})"
         axes = f"axes={tuple(inp.axes)!r}, " if inp.axes else ""
         vocab = f"vocab={p.sym(inp, 'vocab', inp.vocab)}, " if inp.kind == "tokens" else ""
+        longest = [f"({ax!r}, cfg.max_len, 'max_len')" for ax, size in zip(inp.axes, sizes)
+                   if size is None and ax in p.max_len_axes]
+        longest_code = f", longest=({', '.join(longest)},)" if longest else ""
+        if inp.kind != "tokens":
+            longest_code += f", dtype=next(self.parameters(), {inp.id}).dtype"
         out.append(Stmt(f"check_input({inp.id!r}, {inp.id}, {sizes_code}, "
                         f"tokens={inp.kind == 'tokens'}, want={want}, {axes}{vocab}"
-                        "validate=validate)"))
+                        f"validate=validate{longest_code})"))
         if inp.kind in MASKABLE:
-            out.append(Stmt(f"check_mask({inp.id!r}, {inp.id}_mask, "
-                            f"{inp.id}.shape[:{1 + len(inp.axes)}])"))
+            out.append(Stmt(f"{inp.id}_mask = check_mask({inp.id + '_mask'!r}, {inp.id}_mask, "
+                            f"{inp.id}.shape[:{1 + len(inp.axes)}], validate)"))
+            p.helpers.add("check_mask")
     p.helpers.add("check_input")
     return out
 
@@ -152,9 +158,9 @@ def file_plan(p) -> FilePlan:
     params += ["return_attention: bool = False", "validate: bool = True"]
     shapes = ", ".join(f"{i.id} {p.shape(checks.Shape(i.axes, i.dim))}" for i in m.inputs)
     model_doc = (f"`{m.name}`: inputs {shapes}.", "",
-                 "Masks: `<input>_mask` (B, ...) bool, True = a real position, for sequence "
-                 "inputs.", "Inputs are checked; validate=False skips the checks that read "
-                 "their values", "(token ids < vocab, finite features).",
+                 "Masks: `<input>_mask` (B, ...) bool or int 0/1, True/1 = a real position, "
+                 "for sequence", "inputs (PyTorch's key_padding_mask is the inverse).", "Inputs are checked; validate=False skips the checks that read "
+                 "their values", "(token ids < vocab, finite features, 0/1 masks).",
                  f"Returns Output({', '.join(x.name for x in fields)}).")
     model = ModuleClass("Model", model_doc, tuple(f.owner.subs), tuple(params), "Output",
                         tuple(head + body), keeps_cfg=True)

@@ -41,6 +41,7 @@ class Planner:
         self.divides: list[tuple[Dim, str]] = []  # (size, heads): heads must divide the size
         self.axis_fields: dict[str, int] = {}
         self.need_max_len = False
+        self.max_len_axes: set[str] = set()  # axes read by a learned position table
         self.op_counts: dict = {}
         self.role = ""  # "k", "v" or "q" while planning an attention module's inputs
         self.step: dict | None = None  # inside a decoder loop

@@ -1,0 +1,171 @@
+"""Drop-in layers: one attention statement of a spec as a standalone ``nn.Module``.
+
+``taxcompile compile SPEC --layer NAME -o out.py`` writes a file with the attention class the
+full model uses for that statement (planned by ``classes.attention_class`` and rendered by
+``attention.py.j2``: the same text, not a second implementation), its helpers, a ``Config``
+with the statement's sizes and a thin ``Layer`` wrapper (``templates/codegen/layer.py.j2``)
+that owns the query, key and value projections and takes ``forward(q, k, v, mask=None)``.
+
+A drop-in layer takes queries, keys and values that are features or projections of
+features (``project(F)``, eq. 1 and 35); a learned query (eq. 34) or no query (eq. 33) is
+the layer's own. Keys built by other operators (an RNN, a concatenation, …) or an affinity
+matrix (co-attention) belong to their model and are refused with a ``LayerError``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import checks, ir
+from .classes import attention_class, dot_form, fast_path
+from .emit import env, names
+from .plan import AttentionClass
+from .pretty import wrap
+
+
+class LayerError(Exception):
+    """The statement cannot be a drop-in layer (the message says why)."""
+
+
+@dataclass
+class _Classes:
+    """What ``classes.attention_class`` reads and fills: the planner's class registry."""
+
+    helpers: set = field(default_factory=set)
+    classes: dict = field(default_factory=dict)
+    class_key: dict = field(default_factory=dict)
+    blocks: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Role:
+    """How the layer gets one of q, k, v from what forward() is given."""
+
+    name: str  # "q" | "k" | "v"
+    kind: str  # "input" (as given) | "project" (W x, eq. 1 / 35) | "learned" | "none" | "keys"
+    d_in: int = 0  # the width forward() is given
+    d: int = 0  # the width the attention class reads
+
+
+def find(cm: checks.CheckedModel, name: str) -> ir.Attention:
+    """The attention statement called ``name``: its name in a repeat (``encoder.self``: the
+    first hop's weights and sizes), its id (``encoder[2].self``), or its plain name when one
+    statement has it."""
+    atts = cm.model.attentions
+    for a in atts:
+        if a.id == name or (a.hop is not None and a.hop.template == name):
+            return a
+    plain = [a for a in atts if a.name == name]
+    templates = sorted({a.hop.template if a.hop else a.id for a in plain})
+    if len(templates) == 1:
+        return plain[0]
+    known = sorted({a.hop.template if a.hop else a.id for a in atts})
+    if templates:
+        raise LayerError(f"`{name}` names {len(templates)} attention statements of model "
+                         f"`{cm.model.name}`: say which, one of {', '.join(templates)}")
+    raise LayerError(f"model `{cm.model.name}` has no attention statement `{name}`; "
+                     f"its attention statements: {', '.join(known)}")
+
+
+def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) -> Role:
+    what = {"q": "query", "k": "keys", "v": "values"}[r]
+    if e is None or (r == "q" and n.capsules):
+        return Role(r, "none")
+    if r == "v" and n.values == n.keys:
+        return Role(r, "keys")
+    if isinstance(e, ir.Ref):
+        d = cm.shapes[e.node].dim
+        return Role(r, "input", d, d)
+    if isinstance(e, ir.Op) and e.fn == "project" and isinstance(e.args[0], ir.Ref):
+        d_in = cm.shapes[e.args[0].node].dim
+        d = e.param("d") if e.param("d") is not None else d_in
+        return Role(r, "project", d_in, int(d))
+    if isinstance(e, ir.Op) and e.fn == "learned" and r == "q":
+        return Role(r, "learned", 0, int(e.param("d")))
+    shown = e.fn + "(…)" if isinstance(e, ir.Op) else e.kind
+    raise LayerError(f"the {what} of attention `{n.hop.template if n.hop else n.id}` "
+                     f"{'is' if r == 'q' else 'are'} "
+                     f"`{shown}`: a drop-in layer takes a feature or project(feature) as "
+                     "query, keys and values (or a learned query, or none)")
+
+
+def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source: str) -> str:
+    """The text of the drop-in layer file for attention statement ``name`` of ``cm``."""
+    from . import safe_source
+
+    n = find(cm, name)
+    if n.affinity:
+        raise LayerError(f"attention `{name}` reads an affinity matrix (co-attention, eq. "
+                         "12-16): it belongs to its model, not a drop-in layer")
+    q, k, v = (role(cm, n, r, e) for r, e in (("q", n.query), ("k", n.keys), ("v", n.values)))
+    reg = _Classes()
+    cls = attention_class(reg, n)
+    reg.helpers.add("check_mask")
+    view = reg.classes[cls].view
+    assert isinstance(reg.classes[cls], AttentionClass)
+    e = env()
+    helpers = [e.get_template(f"helpers/{h}.py.j2").render().rstrip()
+               for h in sorted(reg.helpers)]
+    klass = e.get_template("attention.py.j2").render(a=view).rstrip()
+    fields = config_fields(cm, n, q, k, v)
+    vk = v if v.kind != "keys" else k
+    ctor = ([f"d_q={width(q, 'q')}"] if q.kind != "none" or n.capsules else [])
+    if n.capsules:
+        ctor = [f"d_q={width(k, 'k')}"]
+    ctor += [f"d_k={width(k, 'k')}", f"d_v={width(vk, 'v' if v.kind != 'keys' else 'k')}",
+             "heads=cfg.heads"]
+    ctor += [f"{f}=cfg.{f}" for f in ("d_w", "n_keys", "window", "capsules")
+             if f in {x[0] for x in fields}]
+    if n.mask != "none":
+        ctor.append("mask=cfg.mask")
+    shown = n.hop.template if n.hop else n.id
+    label = cs.spec.paper.cite or cs.spec.paper.id
+    call = wrap(f"self.attn = {cls}({', '.join(ctor)})", 8, 100)
+    ctx = dict(
+        source=safe_source(source), shown=shown, model=cm.model.name, cite=safe(label),
+        cls=cls, view=view, q=q, k=k, v=v, fields=fields, helpers=helpers, klass=klass,
+        ctor=call, fast=bool(fast_path(n, dot_form(n))),
+        extras=n.align.fn in ("hard", "reinforced") or n.penalty is not None or bool(n.capsules),
+        structural=n.mask)
+    text = e.get_template("layer.py.j2").render(**ctx, imports=False)
+    used = names(text)
+    return e.get_template("layer.py.j2").render(**ctx, imports=True, math="math" in used,
+                                                functional="F" in used,
+                                                warnings="warnings" in used)
+
+
+def safe(text: str) -> str:
+    from .names import safe_text
+
+    return safe_text(text)
+
+
+def width(r: Role, which: str) -> str:
+    return f"cfg.d_{which}_proj" if r.kind == "project" else \
+        f"cfg.d_{which}" if r.kind in ("input", "learned") else "0"
+
+
+def config_fields(cm, n: ir.Attention, q: Role, k: Role, v: Role) -> list[tuple[str, ...]]:
+    """(field, type, value, comment) of the layer's Config, in order."""
+    out = []
+    for r, what in ((q, "queries"), (k, "keys"), (v, "values")):
+        if r.kind in ("input", "project"):
+            out.append((f"d_{r.name}", "int", str(r.d_in), f"width of the {what} forward() is given"))
+        if r.kind == "project":
+            out.append((f"d_{r.name}_proj", "int", str(r.d), f"width of W_{r.name.upper()} "
+                        f"{r.name} (eq. {'35' if r.name == 'q' else '1'})"))
+        if r.kind == "learned":
+            out.append(("d_q", "int", str(r.d), "width of the learned query (eq. 34)"))
+    out.append(("heads", "int", str(n.heads), "attention heads (eq. 38)"))
+    if n.score.fn in ("additive", "concat"):
+        d_w = n.score.d_w or (q.d if q.kind != "none" and not n.capsules else k.d)
+        out.append(("d_w", "int", str(d_w), "width of the score's hidden layer"))
+    if n.score.fn == "location":
+        info = cm.attention[n.id]
+        out.append(("n_keys", "int", str(cm.sizes[info.attended]), "the keys' fixed length"))
+    if n.align.fn == "local":
+        out.append(("window", "int", str(n.align.window), "D: keys within |l - p| <= D (eq. 27)"))
+    if n.capsules:
+        out.append(("capsules", "int", str(n.capsules), "classes (eq. 43)"))
+    if n.mask != "none":
+        out.append(("mask", "str", f'"{n.mask}"', "which keys a query position may see"))
+    return out
