@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from .. import checks, ir
+from . import generate
 from .classes import attention_class, dot_form, fast_path
 from .frame import Var
 from .names import Dim, atom, dim_of
@@ -17,6 +18,7 @@ DOT_SCORES = ("multiplicative", "scaled_multiplicative", "similarity")
 def plan_attention(p, n: ir.Attention) -> None:
     info = p.cm.attention[n.id]
     capsule = n.capsules > 0
+    mark = len(p.frame.body)  # where the key and value models' statements start
     fused = fused_projections(p, n)
     # the modules of the key, value and query models are named after their role
     p.role = "k"
@@ -57,6 +59,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     p.frame.note(f"attention `{n.name}`: {describe(n, info)}")
     k = p.named(k, f"{name}_k")
     v = k if n.values == n.keys else p.named(v, f"{name}_v")
+    k, v = generate.cache_keys(p, n, k, v, mark)  # generate(): a KV cache
     kk = f"{k.name}.flatten(0, {G})" if G else k.name
     vv = f"{v.name}.flatten(0, {G})" if G else v.name
     if G:
@@ -86,7 +89,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     if n.affinity:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
     if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
-        args.append("start=t")  # p = t: this step's position (eq. 27)
+        args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
     if fast_path(n, dot_form(n)):
         args.append("need_weights=return_attention")  # else a fast path skips the weights
     call = f"{mod}({', '.join(args)})"
