@@ -19,8 +19,11 @@ Attention modules:
 
 Usage:
     model = Model(Config())
-    out = model(**example_inputs(), return_attention=True)
+    inputs = example_inputs()
+    out = model(**inputs, return_attention=True)
     out.output, out.attention
+    tokens = model.generate(inputs["src"], max_len=50, bos=1, eos=2)
+    # strategy="greedy" (the default), "beam" (beams=4) or "sample" (top_k, top_p, temperature)
 """
 
 from __future__ import annotations
@@ -202,7 +205,8 @@ def beam_search(step, reorder, B: int, K: int, max_len: int, bos: int, eos: int,
 
 
 def reorder_cache(x, rows: torch.Tensor):
-    """The cache's tensors (batch first), nested in tuples, lists and dicts, at `rows`."""
+    """The decoder state's tensors (batch first), nested in tuples, lists and dicts, at
+    `rows`."""
     if isinstance(x, torch.Tensor):
         return x.index_select(0, rows)
     if isinstance(x, (tuple, list)):
@@ -415,8 +419,11 @@ class Model(nn.Module):
             return out.output[:, -1].float().log_softmax(-1)
 
         def reorder(rows: torch.Tensor) -> None:
+            """The decoder's state follows the hypotheses kept (rows stay within an example,
+            so the source side's "@memory" is the same for all of them)."""
             if cache is not None:
-                cache.update(reorder_cache(cache, rows))
+                cache.update(reorder_cache({k: x for k, x in cache.items() if k != "@memory"},
+                                           rows))
 
         if strategy == "beam":
             return beam_search(step, reorder, B, K, max_len, bos, eos, pad, length_penalty, device)

@@ -213,3 +213,23 @@ def test_example_decoder_generates(tmp_path):
     kw, target = sources(m, mod)
     want = greedy_rerun(m, kw, target, 5, 1, eos=2)
     assert torch.equal(m.generate(**kw, max_len=5, bos=1, eos=2), want)
+
+
+def test_readme_decoding_example_runs():
+    """README's generate() snippet, as written, against generated/ (float32, B * beams rows
+    beyond the encoder's layer count: the source side is not reordered)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    code = text.split("```python\nimport torch\nfrom generated.luong2015", 1)[1].split("```")[0]
+    code = "import torch\nfrom generated.luong2015" + code
+    sys.path.insert(0, str(ROOT))
+    try:
+        scope: dict = {}
+        exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own documentation
+    finally:
+        sys.path.remove(str(ROOT))
+        for name in [m for m in sys.modules if m == "generated" or m.startswith("generated.")]:
+            del sys.modules[name]
+    for name in ("greedy", "beam", "sampled"):
+        out = scope[name]
+        assert out.shape[0] == 2 and 1 <= out.shape[1] <= 20 and out.dtype == torch.long
+        assert int(out.min()) >= 0 and int(out.max()) < 50
