@@ -109,8 +109,8 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     key = p.key_code(n)
     f.records.add("cache")
     same = v.name == k.name
+    taken = {x.name for x in f.vars.values()}  # the nodes' own names: never reassigned
     if keys & (p.gen["side"] | {p.gen["input"].id}):
-        taken = {x.name for x in f.vars.values()}
         kn = k.name if k.name not in taken else f.locals.new(f"{p.want(n)}_k")
         vn = kn if same else v.name if v.name not in taken else f.locals.new(f"{p.want(n)}_v")
         p.helpers.add("extend_cache")
@@ -121,14 +121,15 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
                 Var(vn, v.shape, v.mask, v.dim, v.mask_code))
     # the statements since `mark` that compute the keys and values (not the query's)
     targets = [x.name for i, x in f.vars.items() if i in p.gen["side"] or i == p.gen["input"].id]
+    computed = [x for x in dict.fromkeys((k.name, v.name)) if x not in taken]
     stmts, later = [], []
     for s in f.body[mark:]:
         theirs = s.code and not any(mentions([s.code], re.escape(t)) for t in targets)
         (stmts if theirs else later).append(s)  # comments stay outside too
-    if not stmts:
+    if not stmts or not computed:
         return k, v  # the keys are a source value as it is: nothing to compute
     del f.body[mark:]
-    names = k.name if same else f"{k.name}, {v.name}"
+    names = ", ".join(computed)
     f.emit(f"if cache is not None and {key} in cache:",
            "generate(): the source's keys and values, computed at the first step")
     f.emit(f"    {names} = cache[{key}]")
