@@ -211,7 +211,10 @@ def reorder_cache(x, rows: torch.Tensor):
 
 def extend_cache(cache: dict, key: str, k: torch.Tensor, v: torch.Tensor) -> tuple:
     """generate()'s KV cache: this step's keys and values (N, L_new, d) after those of the
-    earlier steps, kept in cache[key]; returns all of them, (N, L_past + L_new, d) each."""
+    earlier steps, kept in cache[key]; returns all of them, (N, L_past + L_new, d) each.
+    Without a cache (a plain forward()), k and v themselves."""
+    if cache is None:
+        return k, v
     if key in cache:
         k = torch.cat([cache[key][0], k], 1)
         v = torch.cat([cache[key][1], v], 1)
@@ -374,8 +377,8 @@ class DecoderLayer(nn.Module):
         # (B, T, d_model) each
         self_attn_q, self_attn_k, self_attn_v = self.self_qkv_proj(y).chunk(3, -1)
         # attention `self`: scaled multiplicative score, global alignment, 8 heads, causal mask
-        if cache is not None:  # generate(): the earlier steps' keys and values, then this step's
-            self_attn_k, self_attn_v = extend_cache(cache, f"{at}self", self_attn_k, self_attn_v)
+        # generate(): after the earlier steps' keys and values
+        self_attn_k, self_attn_v = extend_cache(cache, f"{at}self", self_attn_k, self_attn_v)
         # (B, T, d_model)
         self_attn, self_attn_a, _ = self.self_attn(
             self_attn_q, self_attn_k, self_attn_v, tgt_mask, need_weights=return_attention

@@ -26,7 +26,11 @@ from .frame import Var
 from .names import mentions
 from .plan import GeneratePlan, Stmt
 
-RECURRENT = ("lstm", "gru", "bilstm", "bigru", "rnn")
+# operators that mix the positions of their argument (or reduce its axes): on the target
+# side they see later positions, so a step cannot run on the new token alone (a recurrence
+# with `feed =` is a decoder loop, which carries its state instead)
+MIXING = ("lstm", "gru", "bilstm", "bigru", "cnn", "mean", "max", "sum", "flatten", "resize",
+          "conv2d", "maxpool", "upsample", "first", "backward", "stack", "affinity")
 
 
 def target(m: ir.Model) -> ir.Input | None:
@@ -44,21 +48,29 @@ def setup(p) -> None:
     side = nx.descendants(p.cm.graph, t.id) if t.id in p.cm.graph else set()
     loops = set().union(*(p.cm.steps[x] for x in p.loops)) if p.loops else set()
     incremental = True
+    tgt = side | {t.id}
     for nd in p.m.nodes:
         if nd.id not in side:
             continue
         if isinstance(nd, ir.Attention):
             keys = {r for r, _ in checks.expr_links(nd.keys, nd.values)}
-            if (keys & (side | {t.id})) and nd.mask not in ("causal", "forward"):
+            if (keys & tgt) and nd.mask not in ("causal", "forward"):
                 incremental = False  # a position sees later ones: no step on its own
-        elif isinstance(nd, ir.Node) and nd.id not in loops:
-            stack = [nd.expr]
-            while stack:
-                e = stack.pop()
-                if isinstance(e, ir.Op):
-                    if e.fn in RECURRENT and not e.param("feed"):
-                        incremental = False  # a recurrence over the target, not a decoder loop
-                    stack.extend(e.args)
+            if nd.align.fn == "local" and nd.id not in loops:
+                incremental = False  # windows placed by the query's index in the whole target
+            exprs = [e for e in (nd.query, nd.keys, nd.values) if e is not None]
+        elif isinstance(nd, ir.Node):
+            exprs = [nd.expr]
+        else:
+            continue
+        stack = list(exprs)
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ir.Op):
+                reads = {r for r, _ in checks.expr_links(e)} & tgt
+                if e.fn in MIXING and reads and not (e.param("feed") and nd.id in loops):
+                    incremental = False
+                stack.extend(e.args)
     p.helpers.add("decode")
     p.gen = {"input": t, "axis": t.axes[-1], "side": side, "incremental": incremental,
              "prefix_end": None}
@@ -112,11 +124,10 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     taken = {x.name for x in f.vars.values()}  # the nodes' own names: never reassigned
     if keys & (p.gen["side"] | {p.gen["input"].id}):
         kn = k.name if k.name not in taken else f.locals.new(f"{p.want(n)}_k")
-        vn = kn if same else v.name if v.name not in taken else f.locals.new(f"{p.want(n)}_v")
+        vn = v.name if v.name not in taken and not same else f.locals.new(f"{p.want(n)}_v")
         p.helpers.add("extend_cache")
-        f.emit("if cache is not None:", "generate(): the earlier steps' keys and values, then "
-               "this step's")
-        f.emit(f"    {kn}, {vn} = extend_cache(cache, {key}, {k.name}, {v.name})")
+        f.emit(f"{kn}, {vn} = extend_cache(cache, {key}, {k.name}, {v.name})",
+               "generate(): after the earlier steps' keys and values")
         return (Var(kn, k.shape, k.mask, k.dim, k.mask_code),
                 Var(vn, v.shape, v.mask, v.dim, v.mask_code))
     # the statements since `mark` that compute the keys and values (not the query's)
