@@ -17,6 +17,7 @@ from torch import nn
 from taxcompile import codegen, pipeline, run
 
 from .harness import alternate, median_time, peak_bytes
+from . import generate  # generate(): incremental vs full re-run
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = Path(__file__).resolve().parent / "specs"
@@ -231,4 +232,4 @@ def frontend(s: Settings) -> list[dict]:
     return rows
 
 
-CASES = [mha_train, mha_infer, dot_vs_gemm, additive, local, frontend]
+CASES = [mha_train, mha_infer, dot_vs_gemm, additive, local, frontend, generate.decoding]

@@ -20,8 +20,11 @@ Attention modules:
 
 Usage:
     model = Model(Config())
-    out = model(**example_inputs(), return_attention=True)
+    inputs = example_inputs()
+    out = model(**inputs, return_attention=True)
     out.output, out.attention
+    tokens = model.generate(inputs["src"], max_len=50, bos=1, eos=2)
+    # strategy="greedy" (the default), "beam" (beams=4) or "sample" (top_k, top_p, temperature)
 """
 
 from __future__ import annotations
@@ -141,15 +144,140 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
     return mask
 
 
+def check_decoding(max_len, bos, eos, pad, vocab, strategy, beams, top_k, top_p,
+                   temperature) -> None:
+    """generate()'s arguments: a ValueError naming the argument, what it must be and what it
+    is."""
+    if not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"generate(): max_len must be an int >= 1, got {max_len!r}")
+    for name, tok in (("bos", bos), ("eos", eos), ("pad", pad)):
+        if not isinstance(tok, int) or not 0 <= tok < vocab:
+            raise ValueError(f"generate(): {name} must be a token id in [0, {vocab}), got {tok!r}")
+    if strategy not in ("greedy", "beam", "sample"):
+        raise ValueError(f"generate(): strategy must be 'greedy', 'beam' or 'sample', "
+                         f"got {strategy!r}")
+    if strategy == "beam" and (not isinstance(beams, int) or not 1 <= beams <= vocab):
+        raise ValueError(f"generate(): beams must be an int in [1, {vocab}], got {beams!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"generate(): top_k must be an int >= 1 (or None), got {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"generate(): top_p must be in (0, 1] (or None), got {top_p!r}")
+    if not temperature > 0:
+        raise ValueError(f"generate(): temperature must be > 0, got {temperature!r}")
+
+
+def sample_probs(logp: torch.Tensor, top_k: int | None, top_p: float | None,
+                 temperature: float) -> torch.Tensor:
+    """(N, V) log-probabilities -> the distribution a token is sampled from: divided by the
+    temperature, restricted to the top_k most likely tokens, then to the smallest set whose
+    probability reaches top_p (nucleus), renormalised."""
+    logits = logp / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, -1).values[:, -1:]  # (N, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        p, order = logits.softmax(-1).sort(-1, descending=True)  # (N, V)
+        drop = p.cumsum(-1) - p >= top_p  # the mass before a token already reaches top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits.softmax(-1)
+
+
+def decode_one(step, B: int, max_len: int, bos: int, eos: int, pad: int, strategy: str,
+               top_k, top_p, temperature: float, generator, device) -> torch.Tensor:
+    """Greedy (argmax) or sampled decoding. step(tokens (B, t)) -> (B, V) log p(next token).
+    A sequence that wrote eos gets `pad` after it; decoding stops when all did."""
+    tokens = torch.full((B, 1), bos, dtype=torch.long, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    for _ in range(max_len):
+        logp = step(tokens)  # (B, V)
+        if strategy == "greedy":
+            nxt = logp.argmax(-1)  # (B,)
+        else:
+            probs = sample_probs(logp, top_k, top_p, temperature)
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+        nxt = nxt.masked_fill(done, pad)
+        tokens = torch.cat([tokens, nxt[:, None]], 1)  # (B, t + 1)
+        done = done | (nxt == eos)
+        if bool(done.all()):
+            break
+    return tokens[:, 1:]
+
+
+def beam_search(step, reorder, B: int, K: int, max_len: int, bos: int, eos: int, pad: int,
+                length_penalty: float, device) -> torch.Tensor:
+    """Beam search with K hypotheses per example, rows b * K .. b * K + K - 1 of the (B * K)
+    batch. step(tokens) -> (B * K, V) log p(next token); reorder(rows) makes the decoder's
+    cache follow the hypotheses kept. A hypothesis is ranked by its summed log-probability
+    s = sum_t log p(y_t | y_<t, x); one that wrote eos is finished: it continues with `pad`
+    at no cost (its s and length stay). The result is each example's hypothesis with the
+    best s / length ** length_penalty (0: plain log-probability, 1: per token), length =
+    its tokens up to and including eos."""
+    N = B * K
+    tokens = torch.full((N, 1), bos, dtype=torch.long, device=device)
+    score = torch.full((B, K), float("-inf"), device=device)
+    score[:, 0] = 0.0  # the K hypotheses start as one: only the first one is expanded
+    score = score.view(N)
+    done = torch.zeros(N, dtype=torch.bool, device=device)
+    length = torch.zeros(N, device=device)
+    base = torch.arange(B, device=device).repeat_interleave(K) * K  # (N,): first row of b
+    for _ in range(max_len):
+        logp = step(tokens)  # (N, V)
+        V = logp.shape[-1]
+        ended = torch.full_like(logp[0], float("-inf"))
+        ended[pad] = 0.0
+        logp = torch.where(done[:, None], ended, logp)  # finished: only pad, log p = 0
+        top, pos = (score[:, None] + logp).view(B, K * V).topk(K, -1)  # (B, K) each
+        rows = base + (pos // V).view(N)  # (N,): the hypothesis each new one extends
+        tok = (pos % V).view(N)
+        tokens = torch.cat([tokens[rows], tok[:, None]], 1)  # (N, t + 1)
+        reorder(rows)
+        length = length[rows] + (~done[rows]).float()
+        done = done[rows] | (tok == eos)
+        score = top.view(N)
+        if bool(done.all()):
+            break
+    final = (score / length.clamp_min(1) ** length_penalty).view(B, K)
+    best = base.view(B, K)[:, 0] + final.argmax(-1)  # (B,)
+    return tokens[best, 1:]
+
+
+def reorder_cache(x, rows: torch.Tensor):
+    """The decoder state's tensors (batch first), nested in tuples, lists and dicts, at
+    `rows`."""
+    if isinstance(x, torch.Tensor):
+        return x.index_select(0, rows)
+    if isinstance(x, (tuple, list)):
+        return type(x)(reorder_cache(y, rows) for y in x)
+    if isinstance(x, dict):
+        return {k: reorder_cache(y, rows) for k, y in x.items()}
+    return x  # a count (the tokens decoded)
+
+
+def extend_cache(cache: dict, key: str, k: torch.Tensor, v: torch.Tensor) -> tuple:
+    """generate()'s KV cache: this step's keys and values (N, L_new, d) after those of the
+    earlier steps, kept in cache[key]; returns all of them, (N, L_past + L_new, d) each.
+    Without a cache (a plain forward()), k and v themselves."""
+    if cache is None:
+        return k, v
+    if key in cache:
+        k = torch.cat([cache[key][0], k], 1)
+        v = torch.cat([cache[key][1], v], 1)
+    cache[key] = (k, v)
+    return k, v
+
+
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
              device: torch.device) -> torch.Tensor | None:
     """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
     padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
-    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks). With fewer
+    queries than keys (generate()'s KV cache) the queries are the last Lq positions."""
     if mask == "none":
         return None if key_mask is None else key_mask[:, None, None, :]
     keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
-    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    past = Lk - Lq  # keys before the first query: 0 unless decoding with a KV cache
+    keep = keep.tril(past) if mask == "causal" else keep.tril(past - 1) if mask == "forward" \
+        else keep.triu(past + 1)
     keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
     return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
@@ -172,10 +300,11 @@ def scaled_embedding(vocab: int, d: int) -> nn.Embedding:
     return embedding
 
 
-def sinusoid(x: torch.Tensor) -> torch.Tensor:
-    """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.)."""
+def sinusoid(x: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.),
+    whose first position is `start` (generate(): the tokens already decoded)."""
     L, d = x.shape[-2], x.shape[-1]
-    pos = torch.arange(L, device=x.device, dtype=torch.float32).unsqueeze(1)  # (L, 1)
+    pos = torch.arange(start, start + L, device=x.device, dtype=torch.float32).unsqueeze(1)
     # 10000^(-2i / d): one frequency per (sin, cos) pair of dimensions
     freq = torch.exp(
         torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d)
@@ -226,7 +355,7 @@ class MultiHeadScaledMultiplicativeAttention(nn.Module):
             c = a @ v  # (N, H, Lq, d_v / H): c = sum_l a_l v_l (eq. 4)
         else:  # fast path: the weights are never materialised
             a = None
-            if self.mask == "causal" and key_mask is None:  # the kernel applies the mask itself
+            if self.mask == "causal" and key_mask is None and Lq == Lk:  # the kernel masks itself
                 c = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
                 keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
@@ -302,11 +431,14 @@ class DecoderLayer(nn.Module):
         self.y_3_norm = nn.LayerNorm(cfg.d_model)
 
     def forward(
-        self, y, tgt_mask, x, src_mask, attn: dict, at: str = "", return_attention: bool = False
+        self, y, tgt_mask, x, src_mask, attn: dict, cache: dict | None, at: str = "",
+        return_attention: bool = False
     ) -> torch.Tensor:
         # (B, T, d_model) each
         self_attn_q, self_attn_k, self_attn_v = self.self_qkv_proj(y).chunk(3, -1)
         # attention `self`: scaled multiplicative score, global alignment, 8 heads, causal mask
+        # generate(): after the earlier steps' keys and values
+        self_attn_k, self_attn_v = extend_cache(cache, f"{at}self", self_attn_k, self_attn_v)
         # (B, T, d_model)
         self_attn, self_attn_a, _ = self.self_attn(
             self_attn_q, self_attn_k, self_attn_v, tgt_mask, need_weights=return_attention
@@ -315,7 +447,13 @@ class DecoderLayer(nn.Module):
             attn[f"{at}self"] = self_attn_a  # (B, H, T, T)
         # (B, T, d_model): feature `y`, updated (eq. 37)
         y = self.y_1_norm(y + self.y_1_drop(self_attn))
-        cross_k, cross_v = self.cross_kv_proj(x).chunk(2, -1)  # (B, S, d_model) each
+        # generate(): the source's keys and values, computed at the first step
+        if cache is not None and f"{at}cross" in cache:
+            cross_k, cross_v = cache[f"{at}cross"]
+        else:
+            cross_k, cross_v = self.cross_kv_proj(x).chunk(2, -1)  # (B, S, d_model) each
+            if cache is not None:
+                cache[f"{at}cross"] = cross_k, cross_v
         # attention `cross`: scaled multiplicative score, global alignment, 8 heads
         cross_q = self.cross_q_proj(y)  # (B, T, d_model)
         # (B, T, d_model)
@@ -339,6 +477,8 @@ class Model(nn.Module):
     Inputs are checked; validate=False skips the checks that read their values
     (token ids < vocab, finite features, 0/1 masks).
     Returns Output(output, attention).
+    cache: generate()'s state between calls (source side, KV cache, decoder state):
+    then `tgt` holds the new tokens only; see generate().
     """
 
     def __init__(self, cfg: Config):
@@ -355,7 +495,7 @@ class Model(nn.Module):
 
     def forward(
         self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False,
-        validate: bool = True
+        validate: bool = True, cache: dict | None = None
     ) -> Output:
         cfg = self.cfg
         check_input(
@@ -369,22 +509,85 @@ class Model(nn.Module):
         )
         tgt_mask = check_mask('tgt_mask', tgt_mask, tgt.shape[:2], validate)
         attn = {}  # module -> its weights, when return_attention
-        # (B, S, d_model): feature `x`
-        x = self.x_drop(sinusoid(self.x_embed(src) * math.sqrt(cfg.d_model)))
+        if cache is not None and tgt_mask is not None:
+            # generate() decodes without padding
+            raise ValueError("input `tgt_mask`: must be None with a cache")
+        past = 0 if cache is None else cache.get("@length", 0)  # tokens decoded before this call
+        memory = None if cache is None else cache.get("@memory")
+        if memory is None:  # the source side: once per generate()
+            # (B, S, d_model): feature `x`
+            x = self.x_drop(sinusoid(self.x_embed(src) * math.sqrt(cfg.d_model)))
+            for i, layer in enumerate(self.encoder):  # `encoder`: 6 hops (eq. 41-42)
+                x = layer(
+                    x, src_mask, attn=attn, at=f"encoder[{i + 1}].",
+                    return_attention=return_attention
+                )
+            memory = (x,)
+            if cache is not None:
+                cache["@memory"] = memory
+        x, = memory
         # (B, T, d_model): feature `y`
-        y = self.y_drop(sinusoid(self.x_embed(tgt) * math.sqrt(cfg.d_model)))
-        for i, layer in enumerate(self.encoder):  # `encoder`: 6 hops (eq. 41-42)
-            x = layer(
-                x, src_mask, attn=attn, at=f"encoder[{i + 1}].", return_attention=return_attention
-            )
+        y = self.y_drop(sinusoid(self.x_embed(tgt) * math.sqrt(cfg.d_model), start=past))
         for i, layer in enumerate(self.decoder):  # `decoder`: 6 hops (eq. 41-42)
             y = layer(
-                y, tgt_mask, x, src_mask, attn=attn, at=f"decoder[{i + 1}].",
+                y, tgt_mask, x, src_mask, attn=attn, cache=cache, at=f"decoder[{i + 1}].",
                 return_attention=return_attention
             )
         # (B, T, vocab): output `logits`
         logits = F.linear(y, self.x_embed.weight, self.logits_bias)
+        if cache is not None:
+            cache["@length"] = past + tgt.shape[1]
         return Output(logits, attn)
+
+    @torch.no_grad()
+    def generate(
+        self, src, max_len: int, bos: int, eos: int, strategy: str = "greedy", *,
+        beams: int = 4, length_penalty: float = 0.0, top_k: int | None = None,
+        top_p: float | None = None, temperature: float = 1.0,
+        generator: torch.Generator | None = None, pad: int | None = None,
+        src_mask: torch.Tensor | None = None,
+        incremental: bool = True
+    ) -> torch.Tensor:
+        """Decode `tgt` one token at a time from `bos`: (B, L) token ids, L <= max_len,
+        without bos; a sequence stops at its eos and gets `pad` (default: eos) after it.
+
+        strategy: "greedy" (argmax); "beam": beam search with `beams` hypotheses ranked by
+        their summed log-probability, the best finished one picked by
+        sum / length ** length_penalty (0: plain log-probability); "sample": from the
+        distribution divided by `temperature`, cut to the `top_k` most likely tokens and the
+        nucleus of mass `top_p`, drawn with `generator`.
+        Each step runs the new token only: the source side runs once and the decoder's state
+        (KV cache / recurrent state) is carried in a cache; incremental=False re-runs the
+        whole model on the prefix at every step instead (the same tokens, slower).
+        """
+        pad = eos if pad is None else pad
+        check_decoding(max_len, bos, eos, pad, self.cfg.vocab, strategy, beams, top_k, top_p,
+                       temperature)
+        K = beams if strategy == "beam" else 1
+        inputs = dict(src=src, src_mask=src_mask)
+        B, device = src.shape[0], src.device
+        inputs = {name: x if x is None else x.repeat_interleave(K, 0)  # one row per hypothesis
+                  for name, x in inputs.items()}
+        cache = {} if incremental else None
+
+        def step(tokens: torch.Tensor) -> torch.Tensor:
+            """(N, t) prefixes -> (N, V) log p(next token | prefix, source)."""
+            first = not cache
+            new = tokens if cache is None or first else tokens[:, -1:]  # the new token only
+            out = self(**inputs, tgt=new, cache=cache, validate=cache is None or first)
+            return out.output[:, -1].float().log_softmax(-1)
+
+        def reorder(rows: torch.Tensor) -> None:
+            """The decoder's state follows the hypotheses kept (rows stay within an example,
+            so the source side's "@memory" is the same for all of them)."""
+            if cache is not None:
+                cache.update(reorder_cache({k: x for k, x in cache.items() if k != "@memory"},
+                                           rows))
+
+        if strategy == "beam":
+            return beam_search(step, reorder, B, K, max_len, bos, eos, pad, length_penalty, device)
+        return decode_one(step, B, max_len, bos, eos, pad, strategy, top_k, top_p, temperature,
+                          generator, device)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -206,11 +206,14 @@ def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
              device: torch.device) -> torch.Tensor | None:
     """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
     padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
-    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks). With fewer
+    queries than keys (generate()'s KV cache) the queries are the last Lq positions."""
     if mask == "none":
         return None if key_mask is None else key_mask[:, None, None, :]
     keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
-    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    past = Lk - Lq  # keys before the first query: 0 unless decoding with a KV cache
+    keep = keep.tril(past) if mask == "causal" else keep.tril(past - 1) if mask == "forward" \
+        else keep.triu(past + 1)
     keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
     return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
@@ -224,10 +227,11 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-def sinusoid(x: torch.Tensor) -> torch.Tensor:
-    """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.)."""
+def sinusoid(x: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.),
+    whose first position is `start` (generate(): the tokens already decoded)."""
     L, d = x.shape[-2], x.shape[-1]
-    pos = torch.arange(L, device=x.device, dtype=torch.float32).unsqueeze(1)  # (L, 1)
+    pos = torch.arange(start, start + L, device=x.device, dtype=torch.float32).unsqueeze(1)
     # 10000^(-2i / d): one frequency per (sin, cos) pair of dimensions
     freq = torch.exp(
         torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d)

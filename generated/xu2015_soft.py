@@ -19,8 +19,11 @@ Attention modules:
 
 Usage:
     model = Model(Config())
-    out = model(**example_inputs(), return_attention=True)
+    inputs = example_inputs()
+    out = model(**inputs, return_attention=True)
     out.output, out.attention
+    tokens = model.generate(inputs["image"], max_len=50, bos=1, eos=2)
+    # strategy="greedy" (the default), "beam" (beams=4) or "sample" (top_k, top_p, temperature)
 """
 
 from __future__ import annotations
@@ -214,15 +217,127 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
     return mask
 
 
+def check_decoding(max_len, bos, eos, pad, vocab, strategy, beams, top_k, top_p,
+                   temperature) -> None:
+    """generate()'s arguments: a ValueError naming the argument, what it must be and what it
+    is."""
+    if not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"generate(): max_len must be an int >= 1, got {max_len!r}")
+    for name, tok in (("bos", bos), ("eos", eos), ("pad", pad)):
+        if not isinstance(tok, int) or not 0 <= tok < vocab:
+            raise ValueError(f"generate(): {name} must be a token id in [0, {vocab}), got {tok!r}")
+    if strategy not in ("greedy", "beam", "sample"):
+        raise ValueError(f"generate(): strategy must be 'greedy', 'beam' or 'sample', "
+                         f"got {strategy!r}")
+    if strategy == "beam" and (not isinstance(beams, int) or not 1 <= beams <= vocab):
+        raise ValueError(f"generate(): beams must be an int in [1, {vocab}], got {beams!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"generate(): top_k must be an int >= 1 (or None), got {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"generate(): top_p must be in (0, 1] (or None), got {top_p!r}")
+    if not temperature > 0:
+        raise ValueError(f"generate(): temperature must be > 0, got {temperature!r}")
+
+
+def sample_probs(logp: torch.Tensor, top_k: int | None, top_p: float | None,
+                 temperature: float) -> torch.Tensor:
+    """(N, V) log-probabilities -> the distribution a token is sampled from: divided by the
+    temperature, restricted to the top_k most likely tokens, then to the smallest set whose
+    probability reaches top_p (nucleus), renormalised."""
+    logits = logp / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, -1).values[:, -1:]  # (N, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        p, order = logits.softmax(-1).sort(-1, descending=True)  # (N, V)
+        drop = p.cumsum(-1) - p >= top_p  # the mass before a token already reaches top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits.softmax(-1)
+
+
+def decode_one(step, B: int, max_len: int, bos: int, eos: int, pad: int, strategy: str,
+               top_k, top_p, temperature: float, generator, device) -> torch.Tensor:
+    """Greedy (argmax) or sampled decoding. step(tokens (B, t)) -> (B, V) log p(next token).
+    A sequence that wrote eos gets `pad` after it; decoding stops when all did."""
+    tokens = torch.full((B, 1), bos, dtype=torch.long, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    for _ in range(max_len):
+        logp = step(tokens)  # (B, V)
+        if strategy == "greedy":
+            nxt = logp.argmax(-1)  # (B,)
+        else:
+            probs = sample_probs(logp, top_k, top_p, temperature)
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+        nxt = nxt.masked_fill(done, pad)
+        tokens = torch.cat([tokens, nxt[:, None]], 1)  # (B, t + 1)
+        done = done | (nxt == eos)
+        if bool(done.all()):
+            break
+    return tokens[:, 1:]
+
+
+def beam_search(step, reorder, B: int, K: int, max_len: int, bos: int, eos: int, pad: int,
+                length_penalty: float, device) -> torch.Tensor:
+    """Beam search with K hypotheses per example, rows b * K .. b * K + K - 1 of the (B * K)
+    batch. step(tokens) -> (B * K, V) log p(next token); reorder(rows) makes the decoder's
+    cache follow the hypotheses kept. A hypothesis is ranked by its summed log-probability
+    s = sum_t log p(y_t | y_<t, x); one that wrote eos is finished: it continues with `pad`
+    at no cost (its s and length stay). The result is each example's hypothesis with the
+    best s / length ** length_penalty (0: plain log-probability, 1: per token), length =
+    its tokens up to and including eos."""
+    N = B * K
+    tokens = torch.full((N, 1), bos, dtype=torch.long, device=device)
+    score = torch.full((B, K), float("-inf"), device=device)
+    score[:, 0] = 0.0  # the K hypotheses start as one: only the first one is expanded
+    score = score.view(N)
+    done = torch.zeros(N, dtype=torch.bool, device=device)
+    length = torch.zeros(N, device=device)
+    base = torch.arange(B, device=device).repeat_interleave(K) * K  # (N,): first row of b
+    for _ in range(max_len):
+        logp = step(tokens)  # (N, V)
+        V = logp.shape[-1]
+        ended = torch.full_like(logp[0], float("-inf"))
+        ended[pad] = 0.0
+        logp = torch.where(done[:, None], ended, logp)  # finished: only pad, log p = 0
+        top, pos = (score[:, None] + logp).view(B, K * V).topk(K, -1)  # (B, K) each
+        rows = base + (pos // V).view(N)  # (N,): the hypothesis each new one extends
+        tok = (pos % V).view(N)
+        tokens = torch.cat([tokens[rows], tok[:, None]], 1)  # (N, t + 1)
+        reorder(rows)
+        length = length[rows] + (~done[rows]).float()
+        done = done[rows] | (tok == eos)
+        score = top.view(N)
+        if bool(done.all()):
+            break
+    final = (score / length.clamp_min(1) ** length_penalty).view(B, K)
+    best = base.view(B, K)[:, 0] + final.argmax(-1)  # (B,)
+    return tokens[best, 1:]
+
+
+def reorder_cache(x, rows: torch.Tensor):
+    """The decoder state's tensors (batch first), nested in tuples, lists and dicts, at
+    `rows`."""
+    if isinstance(x, torch.Tensor):
+        return x.index_select(0, rows)
+    if isinstance(x, (tuple, list)):
+        return type(x)(reorder_cache(y, rows) for y in x)
+    if isinstance(x, dict):
+        return {k: reorder_cache(y, rows) for k, y in x.items()}
+    return x  # a count (the tokens decoded)
+
+
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
              device: torch.device) -> torch.Tensor | None:
     """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
     padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
-    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks). With fewer
+    queries than keys (generate()'s KV cache) the queries are the last Lq positions."""
     if mask == "none":
         return None if key_mask is None else key_mask[:, None, None, :]
     keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
-    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    past = Lk - Lq  # keys before the first query: 0 unless decoding with a KV cache
+    keep = keep.tril(past) if mask == "causal" else keep.tril(past - 1) if mask == "forward" \
+        else keep.triu(past + 1)
     keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
     return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
@@ -284,6 +399,8 @@ class Model(nn.Module):
     Inputs are checked; validate=False skips the checks that read their values
     (token ids < vocab, finite features, 0/1 masks).
     Returns Output(output, attention).
+    cache: generate()'s state between calls (source side, KV cache, decoder state):
+    then `caption` holds the new tokens only; see generate().
     """
 
     def __init__(self, cfg: Config):
@@ -303,7 +420,7 @@ class Model(nn.Module):
 
     def forward(
         self, image, caption, caption_mask=None, return_attention: bool = False,
-        validate: bool = True
+        validate: bool = True, cache: dict | None = None
     ) -> Output:
         cfg = self.cfg
         check_input(
@@ -317,13 +434,24 @@ class Model(nn.Module):
         )
         caption_mask = check_mask('caption_mask', caption_mask, caption.shape[:2], validate)
         attn = {}  # module -> its weights, when return_attention
-        a = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
-        h0 = torch.tanh(self.h0_linear(a.mean(-2)))  # (B, hidden): feature `h0`
-        c0 = torch.tanh(self.c0_linear(a.mean(-2)))  # (B, hidden): feature `c0`
+        if cache is not None and caption_mask is not None:
+            # generate() decodes without padding
+            raise ValueError("input `caption_mask`: must be None with a cache")
+        memory = None if cache is None else cache.get("@memory")
+        if memory is None:  # the source side: once per generate()
+            a = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
+            h0 = torch.tanh(self.h0_linear(a.mean(-2)))  # (B, hidden): feature `h0`
+            c0 = torch.tanh(self.c0_linear(a.mean(-2)))  # (B, hidden): feature `c0`
+            memory = (a, h0, c0)
+            if cache is not None:
+                cache["@memory"] = memory
+        a, h0, c0 = memory
         e = self.e_embed(caption)  # (B, T, d_emb): feature `e`
         h_in = e  # (B, T, d_emb): the decoder's inputs, all steps
         h_state = [(h0, c0)]  # the decoder's initial state, one per layer
         h_prev = h0  # (B, hidden): `h` before the first step: its initial state
+        if cache is not None and 'h' in cache:  # generate(): the state after the earlier steps
+            h_state, h_prev = cache['h']
         steps = {}  # node -> its value at every step
         for t in range(h_in.shape[1]):  # one decoder step per position of T
             # attention `att`: additive score, global alignment
@@ -345,9 +473,60 @@ class Model(nn.Module):
         h = torch.cat(steps['h'], 1)  # (B, T, hidden)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
+        if cache is not None:
+            cache['h'] = h_state, h_prev
         # (B, T, vocab): output `logits`
         logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, z], -1)) + e))
         return Output(logits, attn)
+
+    @torch.no_grad()
+    def generate(
+        self, image, max_len: int, bos: int, eos: int, strategy: str = "greedy", *,
+        beams: int = 4, length_penalty: float = 0.0, top_k: int | None = None,
+        top_p: float | None = None, temperature: float = 1.0,
+        generator: torch.Generator | None = None, pad: int | None = None,
+        incremental: bool = True
+    ) -> torch.Tensor:
+        """Decode `caption` one token at a time from `bos`: (B, L) token ids, L <= max_len,
+        without bos; a sequence stops at its eos and gets `pad` (default: eos) after it.
+
+        strategy: "greedy" (argmax); "beam": beam search with `beams` hypotheses ranked by
+        their summed log-probability, the best finished one picked by
+        sum / length ** length_penalty (0: plain log-probability); "sample": from the
+        distribution divided by `temperature`, cut to the `top_k` most likely tokens and the
+        nucleus of mass `top_p`, drawn with `generator`.
+        Each step runs the new token only: the source side runs once and the decoder's state
+        (KV cache / recurrent state) is carried in a cache; incremental=False re-runs the
+        whole model on the prefix at every step instead (the same tokens, slower).
+        """
+        pad = eos if pad is None else pad
+        check_decoding(max_len, bos, eos, pad, self.cfg.vocab, strategy, beams, top_k, top_p,
+                       temperature)
+        K = beams if strategy == "beam" else 1
+        inputs = dict(image=image, )
+        B, device = image.shape[0], image.device
+        inputs = {name: x if x is None else x.repeat_interleave(K, 0)  # one row per hypothesis
+                  for name, x in inputs.items()}
+        cache = {} if incremental else None
+
+        def step(tokens: torch.Tensor) -> torch.Tensor:
+            """(N, t) prefixes -> (N, V) log p(next token | prefix, source)."""
+            first = not cache
+            new = tokens if cache is None or first else tokens[:, -1:]  # the new token only
+            out = self(**inputs, caption=new, cache=cache, validate=cache is None or first)
+            return out.output[:, -1].float().log_softmax(-1)
+
+        def reorder(rows: torch.Tensor) -> None:
+            """The decoder's state follows the hypotheses kept (rows stay within an example,
+            so the source side's "@memory" is the same for all of them)."""
+            if cache is not None:
+                cache.update(reorder_cache({k: x for k, x in cache.items() if k != "@memory"},
+                                           rows))
+
+        if strategy == "beam":
+            return beam_search(step, reorder, B, K, max_len, bos, eos, pad, length_penalty, device)
+        return decode_one(step, B, max_len, bos, eos, pad, strategy, top_k, top_p, temperature,
+                          generator, device)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

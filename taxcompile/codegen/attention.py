@@ -8,6 +8,7 @@ import re
 
 from .. import checks, ir
 from ..checks import share_kind
+from . import generate
 from .classes import attention_class, dot_form, fast_path
 from .frame import Var
 from .names import Dim, atom, dim_of
@@ -22,6 +23,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     kind = share_kind(n, other) if other is not None else None
     if kind == "same":  # `share = OTHER`: this statement runs OTHER's module (checks.py)
         p.same_module[n.id] = other
+    mark = len(p.frame.body)  # where the key and value models' statements start
     fused = fused_projections(p, n)
     # the modules of the key, value and query models are named after their role
     p.role = "k"
@@ -68,6 +70,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     p.frame.note(f"attention `{n.name}`: {describe(n, info)}")
     k = p.named(k, f"{name}_k")
     v = k if n.values == n.keys else p.named(v, f"{name}_v")
+    k, v = generate.cache_keys(p, n, k, v, mark)  # generate(): a KV cache
     kk = f"{k.name}.flatten(0, {G})" if G else k.name
     vv = f"{v.name}.flatten(0, {G})" if G else v.name
     if G:
@@ -97,7 +100,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     if n.affinity:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
     if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
-        args.append("start=t")  # p = t: this step's position (eq. 27)
+        args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
     if fast_path(n, dot_form(n)):
         args.append("need_weights=return_attention")  # else a fast path skips the weights
     call = f"{mod}({', '.join(args)})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .. import checks, ir
 from ..ops import plan_rule
+from . import generate
 from .attention import plan_attention
 from .frame import Frame, Owner, Var
 from .names import dim_of, ident
@@ -79,6 +80,7 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
             f.emit(f"{name} = {top}", what + ": its initial state")
         else:
             f.emit(f"{name} = {seq}.new_zeros(B, {d})", what + ": zeros")
+    generate.loop_resume(p, n, [p.step["prev"][c] for c in carried])
     steps = f.locals.new("steps")
     f.emit(f"{steps} = {{}}", "node -> its value at every step")
     f.emit(f"for t in range({seq}.shape[{pos}]):", f"one decoder step per position of {axis}")
@@ -116,6 +118,7 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     for key, ex, nd in p.step["logp"]:
         how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
         f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
+    generate.loop_save(p, n, p.step.get("cached", []))
     p.step = None
     return order
 

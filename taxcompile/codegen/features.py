@@ -10,6 +10,7 @@ from .. import checks, ir
 from ..ops import plan_rule
 from .acts import act_call, act_module, widened
 from .frame import Var
+from .generate import start as generate_start
 from .names import Dim, atom, is_name
 
 
@@ -158,7 +159,8 @@ def positional(p, e, a, n):
     x = a[0]
     if e.param("kind", "sinusoid") == "sinusoid":
         p.helpers.add("sinusoid")
-        return same(x, f"sinusoid({x.name})")
+        past = generate_start(p, x)  # generate(): positions after the tokens already decoded
+        return same(x, f"sinusoid({x.name}{f', start={past}' if past else ''})")
     axis = x.shape.axes[-1]
     if p.cm.sizes.get(axis):
         length = p.axis_size_code(axis)
@@ -167,6 +169,9 @@ def positional(p, e, a, n):
         p.max_len_axes.add(axis)  # inputs along this axis are checked against max_len
     mod = p.module(n, p.suffix(n, "pos"), f"nn.Embedding({length}, {x.dim})", "learned positions")
     xin = local(p, x)
+    past = generate_start(p, x)  # generate(): positions after the tokens already decoded
+    if past:
+        return same(x, f"{xin} + {mod}.weight[{past} : {past} + {xin}.shape[-2]]")
     return same(x, f"{xin} + {mod}.weight[: {xin}.shape[-2]]")
 
 

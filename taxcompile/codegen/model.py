@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 
 from .. import checks, classify, ir
-from . import config
+from . import config, generate
 from .attention import describe
 from .names import mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
@@ -141,7 +141,7 @@ def file_plan(p) -> FilePlan:
         head.append(Stmt(f"B = {m.inputs[0].id}.shape[0]"))
     if uses(head + body, r"cfg\."):
         head.insert(0, Stmt("cfg = self.cfg"))
-    records = sorted(f.records - {"attn"})
+    records = sorted(f.records - {"attn", "cache"})
     head.append(Stmt("attn = {}", "module -> its weights, when return_attention"))
     for r in records:
         head.append(Stmt(f"{r} = {'[]' if r == 'penalties' else '{}'}"))
@@ -152,16 +152,23 @@ def file_plan(p) -> FilePlan:
                           "module -> weights (return_attention=True)")]
     fields += [RECORDS[r] for r in records]
     kw = [f"{RECORDS[r].name}={'sum(penalties)' if r == 'penalties' else r}" for r in records]
+    head, body = generate.forward(p, head, body)  # generate(): the cache
     body.append(Stmt(f"return Output({', '.join([ret, 'attn'] + kw)})"))
     params = [i.id for i in m.inputs] + [f"{i.id}_mask=None" for i in m.inputs
                                          if i.kind in MASKABLE]
     params += ["return_attention: bool = False", "validate: bool = True"]
+    if generate.on(p):
+        params.append("cache: dict | None = None")
     shapes = ", ".join(f"{i.id} {p.shape(checks.Shape(i.axes, i.dim))}" for i in m.inputs)
     model_doc = (f"`{m.name}`: inputs {shapes}.", "",
                  "Masks: `<input>_mask` (B, ...) bool or int 0/1, True/1 = a real position, "
                  "for sequence", "inputs (PyTorch's key_padding_mask is the inverse).", "Inputs are checked; validate=False skips the checks that read "
                  "their values", "(token ids < vocab, finite features, 0/1 masks).",
                  f"Returns Output({', '.join(x.name for x in fields)}).")
+    if generate.on(p):
+        model_doc += ("cache: generate()'s state between calls (source side, KV cache, decoder "
+                      "state):", f"then `{p.gen['input'].id}` holds the new tokens only; "
+                      "see generate().")
     model = ModuleClass("Model", model_doc, tuple(f.owner.subs), tuple(params), "Output",
                         tuple(head + body), keeps_cfg=True)
     paper = p.cs.spec.paper
@@ -173,7 +180,7 @@ def file_plan(p) -> FilePlan:
         attention_classes=tuple(p.classes[c] for c in p.classes), blocks=tuple(p.blocks),
         model=model, capsule_loss=any(a.capsules for a in m.attentions),
         examples=tuple(example), masked=any(i.kind in MASKABLE for i in m.inputs),
-        flex="local_flex" in p.helpers)
+        flex="local_flex" in p.helpers, generate=generate.plan(p, outputs))
 
 
 def file_doc(p) -> list[str]:

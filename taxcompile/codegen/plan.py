@@ -99,3 +99,16 @@ class FilePlan:
     examples: tuple[str, ...]  # the body of example_inputs()
     masked: bool  # some input takes a padding mask
     flex: bool  # imports FlexAttention
+    generate: "GeneratePlan | None" = None  # models with an autoregressive input
+
+
+@dataclass(frozen=True)
+class GeneratePlan:
+    """generate() of a model with an autoregressive input (``generate.py.j2``)."""
+
+    target: str  # the autoregressive input
+    sources: tuple[str, ...]  # the other inputs, in order
+    masks: tuple[str, ...]  # their padding masks' parameters
+    vocab: str  # the target vocabulary's size, as code
+    output: str  # how the logits are read from Output: ``.output`` or ``.output['name']``
+    incremental: bool  # forward() takes a cache: each step runs the new token only

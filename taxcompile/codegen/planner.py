@@ -13,7 +13,7 @@ import re
 import networkx as nx
 
 from .. import checks, graph, ir, ops
-from . import attention, decoder, features, model, repeat  # noqa: F401 (plan rules)
+from . import attention, decoder, features, generate, model, repeat  # noqa: F401 (plan rules)
 from .frame import Frame, Owner, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
 from .plan import FilePlan
@@ -48,6 +48,7 @@ class Planner:
         self.finals: dict[str, str] = {}  # RNN node -> its final states (a decoder's `init`)
         self.emitted: set[str] = set()
         self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
+        self.gen: dict | None = None  # generate(): see generate.setup
         self.frame = Frame(Owner("Model"), self.reserved)
 
     # ---- symbols ------------------------------------------------------------------
@@ -295,5 +296,6 @@ class Planner:
         outputs = [n.id for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
         self.returned = set(outputs or [m.attentions[-1].id])  # what forward() returns
         ids = [i for i in self.cm.order if i not in dead and not isinstance(m.node(i), ir.Input)]
+        generate.setup(self)  # generate(): the source side first, then the target side
         repeat.plan_scope(self, self.loops_last(ids), 0)
         return model.file_plan(self)

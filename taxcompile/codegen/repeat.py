@@ -13,10 +13,14 @@ import re
 import networkx as nx
 
 from .. import checks, ir
+from . import generate
 from .decoder import region_of
 from .frame import Frame, Owner, Var
 from .names import camel, dim_of, ident, mentions
 from .plan import ModuleClass, Stmt
+
+
+RECORD_TYPES = {"penalties": "list", "cache": "dict | None"}  # else dict
 
 
 def shared_levels(m: ir.Model) -> dict[str, bool]:
@@ -68,11 +72,22 @@ def plan_scope(p, ids: list[str], depth: int) -> None:
     members: dict[tuple, list[str]] = {}
     for node_id in ids:
         members.setdefault(item_of[node_id], []).append(node_id)
-    for it in nx.lexicographical_topological_sort(cg, key=lambda it: f"{rank[it]:06d}"):
+    # generate(): at the top level the source side (the encoder) comes first, so it can run once
+    first = {it: generate.source_first(p, members[it]) if depth == 0 else 0 for it in members}
+    plain = list(nx.lexicographical_topological_sort(cg, key=lambda it: f"{rank[it]:06d}"))
+    subs, registered = p.frame.owner.subs, {}
+    for it in nx.lexicographical_topological_sort(
+            cg, key=lambda it: f"{first[it]}{rank[it]:06d}"):
+        if first[it]:
+            generate.mark_prefix(p)
+        before = len(subs)
         if it[0] == "node":
             p.emit_one(it[1])
         else:
             plan_repeat(p, members[it], depth)
+        registered[it] = subs[before:]
+    if any(first.values()):  # submodules in the plain order: the same state_dict and init
+        subs[:] = [s for it in plain for s in registered[it]]
 
 
 def plan_repeat(p, members: list[str], depth: int) -> None:
@@ -175,7 +190,7 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     ret = [inner.vars[x].name for x in outs]
     body = head + body + [Stmt(f"return {', '.join(ret)}" if ret else "return None")]
     sig = params + list(inner.free.values())
-    sig += [f"{r}: {'list' if r == 'penalties' else 'dict'}" for r in sorted(inner.records)]
+    sig += [f"{r}: {RECORD_TYPES.get(r, 'dict')}" for r in sorted(inner.records)]
     if inner.records:
         sig.append("at: str = \"\"")
     if uses("return_attention"):

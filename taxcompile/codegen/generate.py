@@ -1,0 +1,240 @@
+"""Plan rules of ``generate()``: decoding for a model with an ``autoregressive`` input.
+
+generate() runs the model one new token at a time through ``forward(..., cache=...)``:
+
+* the source side (every node that does not read the autoregressive input: the encoder)
+  is planned first and runs once; its values are kept in ``cache["@memory"]``;
+* a target-side attention whose keys read the target (causal self-attention) appends this
+  step's keys and values to those of the earlier steps (a KV cache, ``extend_cache``);
+  one whose keys are the source's computes them once (``cache[<module>]``);
+* a recurrent decoder loop (``feed =``) starts from the state the earlier steps left in
+  ``cache[<decoder>]`` and stores its state after the new steps;
+* positions on the target axis start at ``past`` (the tokens already decoded).
+
+A model whose target side mixes positions in another way (a recurrent model over the target
+without ``feed``, attention over the target without a causal mask) gets a generate() that
+re-runs the whole model on the prefix at every step (the same tokens, slower)."""
+
+from __future__ import annotations
+
+import re
+
+import networkx as nx
+
+from .. import checks, ir
+from .frame import Var
+from .names import mentions
+from .plan import GeneratePlan, Stmt
+
+# operators that mix the positions of their argument (or reduce its axes): on the target
+# side they see later positions, so a step cannot run on the new token alone (a recurrence
+# with `feed =` is a decoder loop, which carries its state instead)
+MIXING = ("lstm", "gru", "bilstm", "bigru", "cnn", "mean", "max", "sum", "flatten", "resize",
+          "conv2d", "maxpool", "upsample", "first", "backward", "stack", "affinity")
+
+
+def target(m: ir.Model) -> ir.Input | None:
+    return next((i for i in m.inputs if i.kind == "tokens" and getattr(i, "autoregressive",
+                                                                        False)), None)
+
+
+def setup(p) -> None:
+    """Called before planning: which nodes read the target, and whether a step can run on
+    the new token alone (``incremental``)."""
+    t = target(p.m)
+    p.gen = None
+    if t is None:
+        return
+    side = nx.descendants(p.cm.graph, t.id) if t.id in p.cm.graph else set()
+    loops = set().union(*(p.cm.steps[x] for x in p.loops)) if p.loops else set()
+    incremental = True
+    tgt = side | {t.id}
+    for nd in p.m.nodes:
+        if nd.id not in side:
+            continue
+        if isinstance(nd, ir.Attention):
+            keys = {r for r, _ in checks.expr_links(nd.keys, nd.values)}
+            if (keys & tgt) and nd.mask not in ("causal", "forward"):
+                incremental = False  # a position sees later ones: no step on its own
+            if nd.align.fn == "local" and nd.id not in loops:
+                incremental = False  # windows placed by the query's index in the whole target
+            exprs = [e for e in (nd.query, nd.keys, nd.values) if e is not None]
+        elif isinstance(nd, ir.Node):
+            exprs = [nd.expr]
+        else:
+            continue
+        stack = list(exprs)
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ir.Op):
+                reads = {r for r, _ in checks.expr_links(e)} & tgt
+                if e.fn in MIXING and reads and not (e.param("feed") and nd.id in loops):
+                    incremental = False
+                stack.extend(e.args)
+    p.helpers.add("decode")
+    p.gen = {"input": t, "axis": t.axes[-1], "side": side, "incremental": incremental,
+             "prefix_end": None}
+    if incremental:
+        p.reserved.update(("cache", "past"))
+        p.frame.locals.taken.update(("cache", "past"))
+        p.gen["memory"] = p.frame.locals.new("memory")
+
+
+def on(p) -> bool:
+    return p.gen is not None and p.gen["incremental"]
+
+
+def is_target_side(p, node_id: str) -> bool:
+    return on(p) and node_id in p.gen["side"]
+
+
+def source_first(p, item_members: list[str]) -> int:
+    """Sort key of a top-level item: the source side before the target side."""
+    return int(on(p) and any(x in p.gen["side"] for x in item_members))
+
+
+def mark_prefix(p) -> None:
+    """The top level's source side ends here (the first target-side item comes next)."""
+    if on(p) and p.gen["prefix_end"] is None and p.frame.depth == 0:
+        p.gen["prefix_end"] = len(p.frame.body)
+
+
+def start(p, x) -> str | None:
+    """``past`` when x's positions are the target's (a position encoding must start after
+    the tokens already decoded), else None."""
+    if not on(p) or p.step is not None or not x.shape.axes or x.shape.axes[-1] != p.gen["axis"]:
+        return None
+    return p.frame.use("past")
+
+
+# ---- attention -------------------------------------------------------------------------
+
+
+def cache_keys(p, n: ir.Attention, k, v, mark: int):
+    """After an attention's keys and values are planned: cache them for generate(). Keys
+    that read the target are appended step by step (KV cache); keys of the source are
+    computed once (the statements since ``mark`` run only at the first step)."""
+    if not is_target_side(p, n.id) or p.step is not None:
+        return k, v
+    f = p.frame
+    keys = {r for r, _ in checks.expr_links(n.keys, n.values)}
+    key = p.key_code(n)
+    f.records.add("cache")
+    same = v.name == k.name
+    taken = {x.name for x in f.vars.values()}  # the nodes' own names: never reassigned
+    if keys & (p.gen["side"] | {p.gen["input"].id}):
+        kn = k.name if k.name not in taken else f.locals.new(f"{p.want(n)}_k")
+        vn = v.name if v.name not in taken and not same else f.locals.new(f"{p.want(n)}_v")
+        p.helpers.add("extend_cache")
+        f.emit(f"{kn}, {vn} = extend_cache(cache, {key}, {k.name}, {v.name})",
+               "generate(): after the earlier steps' keys and values")
+        return (Var(kn, k.shape, k.mask, k.dim, k.mask_code),
+                Var(vn, v.shape, v.mask, v.dim, v.mask_code))
+    # the statements since `mark` that compute the keys and values (not the query's)
+    targets = [x.name for i, x in f.vars.items() if i in p.gen["side"] or i == p.gen["input"].id]
+    computed = [x for x in dict.fromkeys((k.name, v.name)) if x not in taken]
+    stmts, later = [], []
+    for s in f.body[mark:]:
+        theirs = s.code and not any(mentions([s.code], re.escape(t)) for t in targets)
+        (stmts if theirs else later).append(s)  # comments stay outside too
+    if not stmts or not computed:
+        return k, v  # the keys are a source value as it is: nothing to compute
+    del f.body[mark:]
+    names = ", ".join(computed)
+    f.emit(f"if cache is not None and {key} in cache:",
+           "generate(): the source's keys and values, computed at the first step")
+    f.emit(f"    {names} = cache[{key}]")
+    f.emit("else:")
+    for s in stmts:
+        f.body.append(Stmt(s.code, s.comment, s.depth + 1))
+    f.emit("    if cache is not None:")
+    f.emit(f"        cache[{key}] = {names}")
+    f.body.extend(later)
+    return k, v
+
+
+def step_start(p) -> str:
+    """The absolute position of decoder step t (its index in the whole target)."""
+    return f"{p.frame.use('past')} + t" if on(p) else "t"
+
+
+# ---- the decoder loop ---------------------------------------------------------------------
+
+
+def loop_resume(p, n: ir.Node, carried: list[str]) -> None:
+    """Before a decoder loop: resume from the state the earlier steps left."""
+    if not on(p):
+        return
+    p.frame.records.add("cache")
+    names = [p.step["state"]] + carried
+    p.frame.emit(f"if cache is not None and {n.id!r} in cache:",
+                 "generate(): the state after the earlier steps")
+    p.frame.emit(f"    {', '.join(names)} = cache[{n.id!r}]")
+    p.step["cached"] = names
+
+
+def loop_save(p, n: ir.Node, names: list[str]) -> None:
+    if not on(p):
+        return
+    p.frame.emit("if cache is not None:")
+    p.frame.emit(f"    cache[{n.id!r}] = {', '.join(names)}"
+                 if len(names) > 1 else f"    cache[{n.id!r}] = ({names[0]},)")
+
+
+# ---- the Model's forward() -----------------------------------------------------------------
+
+
+def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stmt]]:
+    """The Model's forward() with its cache: the source side runs once, ``past`` counts the
+    tokens decoded before this call."""
+    if not on(p):
+        return head, body
+    t = p.gen["input"].id
+    head.append(Stmt(f"if cache is not None and {t}_mask is not None:"))
+    head.append(Stmt(f"    raise ValueError(\"input `{t}_mask`: must be None with a cache\")",
+                     "generate() decodes without padding"))
+    end = p.gen["prefix_end"] or 0  # None: the source side could not be put first
+    prefix, rest = body[:end], body[end:]
+    codes = [s.code for s in rest]
+    assigned: list[str] = []
+    for s in prefix:
+        lhs = s.code.split(" = ", 1)[0] if " = " in s.code else ""
+        for name in lhs.split(","):
+            name = name.strip()
+            if name.isidentifier() and name not in assigned and mentions(codes, name):
+                assigned.append(name)
+    mem = p.gen["memory"]
+    if prefix and assigned:
+        names = ", ".join(assigned) + ("," if len(assigned) == 1 else "")
+        wrapped = [Stmt(f"{mem} = None if cache is None else cache.get(\"@memory\")"),
+                   Stmt(f"if {mem} is None:", "the source side: once per generate()")]
+        wrapped += [Stmt(s.code, s.comment, s.depth + 1) for s in prefix]
+        wrapped += [Stmt(f"{mem} = ({names})", "", 1), Stmt("if cache is not None:", "", 1),
+                    Stmt(f"cache[\"@memory\"] = {mem}", "", 2), Stmt(f"{names} = {mem}")]
+        body = wrapped + rest
+    if mentions([s.code for s in body], "past"):
+        head.append(Stmt("past = 0 if cache is None else cache.get(\"@length\", 0)",
+                         "tokens decoded before this call"))
+        body.append(Stmt("if cache is not None:"))
+        body.append(Stmt(f"cache[\"@length\"] = past + {t}.shape[{len(p.gen['input'].axes)}]",
+                         "", 1))
+    return head, body
+
+
+def plan(p, outputs: list) -> GeneratePlan | None:
+    """What the generated generate() needs to know."""
+    if p.gen is None:
+        return None
+    t = p.gen["input"]
+    sources = [i for i in p.m.inputs if i.id != t.id]
+    if len(outputs) == 1:
+        out = ".output"
+    else:  # the output over the target vocabulary
+        pick = next((o for o in outputs if p.cm.shapes[o.id].dim == t.vocab), outputs[0])
+        out = f".output[{pick.id!r}]"
+    from .model import MASKABLE
+    return GeneratePlan(
+        target=t.id, sources=tuple(i.id for i in sources),
+        masks=tuple(f"{i.id}_mask" for i in sources if i.kind in MASKABLE),
+        vocab=p.sym(t, "vocab", t.vocab).replace("cfg.", "self.cfg."),
+        output=out, incremental=p.gen["incremental"])
