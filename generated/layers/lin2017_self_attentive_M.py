@@ -68,11 +68,14 @@ def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
              device: torch.device) -> torch.Tensor | None:
     """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
     padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
-    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks)."""
+    (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks). With fewer
+    queries than keys (generate()'s KV cache) the queries are the last Lq positions."""
     if mask == "none":
         return None if key_mask is None else key_mask[:, None, None, :]
     keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
-    keep = keep.tril() if mask == "causal" else keep.tril(-1) if mask == "forward" else keep.triu(1)
+    past = Lk - Lq  # keys before the first query: 0 unless decoding with a KV cache
+    keep = keep.tril(past) if mask == "causal" else keep.tril(past - 1) if mask == "forward" \
+        else keep.triu(past + 1)
     keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)
     return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 

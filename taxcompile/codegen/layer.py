@@ -30,6 +30,7 @@ class LayerError(Exception):
 class _Classes:
     """What ``classes.attention_class`` reads and fills: the planner's class registry."""
 
+    m: ir.Model | None = None  # the model (a class is shared by modules of one family)
     helpers: set = field(default_factory=set)
     classes: dict = field(default_factory=dict)
     class_key: dict = field(default_factory=dict)
@@ -96,8 +97,11 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     if n.affinity:
         raise LayerError(f"attention `{name}` reads an affinity matrix (co-attention, eq. "
                          "12-16): it belongs to its model, not a drop-in layer")
+    if n.share is not None:
+        raise LayerError(f"attention `{name}` uses the weights of `{n.share}` (`share =`): it "
+                         "belongs to its model; take the layer of the statement it shares")
     q, k, v = (role(cm, n, r, e) for r, e in (("q", n.query), ("k", n.keys), ("v", n.values)))
-    reg = _Classes()
+    reg = _Classes(cm.model)
     cls = attention_class(reg, n)
     reg.helpers.add("check_mask")
     view = reg.classes[cls].view
