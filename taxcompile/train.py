@@ -49,6 +49,7 @@ TASKS = {
     "point": "point at the question's word in the context",
     "segment": "segment the square planted in the image",
     "keyword": "find which of 4 keywords is planted in the input",
+    "none": "none: the model has no output to train",
 }
 
 
@@ -123,7 +124,7 @@ class Task:
                         if n.kind_ == "output"]
         self.monotonic = any(a.align.fn == "local" and a.align.position == "monotonic"
                              for a in (n for n in m.nodes if n.kind_ == "attention"))
-        self.task = self._choose()
+        self.task = self._choose() if self.outputs else "none"
         g = torch.Generator().manual_seed(1234)
         self.patterns = torch.randn(KEYWORDS, 1 << 12, generator=g)  # cut to each width
 
@@ -286,10 +287,10 @@ class Task:
 
 
 def _outputs(out, names: list[str]) -> dict:
-    o = out.output
+    o = getattr(out, "output", None)
     if isinstance(o, dict):
         return dict(o)
-    return {names[0]: o}
+    return {names[0]: o} if names and o is not None else {}
 
 
 def _loss(out, names, targets):
@@ -339,6 +340,8 @@ def train(mod, cm, source: str, steps: int = STEPS, cache: Path | None = None) -
     g_show = torch.Generator().manual_seed(SEED + 1)
     shown, _ = task.batch(g_show, 2)
 
+    if task.task == "none":  # nothing to learn from: the weights as initialised
+        return Trained(model.eval(), shown, task.task, 0, float("nan"), False)
     key = cache_key(source, steps)
     path = cache / f"{key}.pt" if cache is not None else None
     if path is not None and path.is_file():

@@ -83,6 +83,18 @@ def test_each_model_gets_a_task_that_fits_its_inputs_and_outputs():
         assert got.steps == 0
 
 
+def test_a_model_without_outputs_is_shown_untrained(tmp_path):
+    spec = tmp_path / "tiny.attn"
+    spec.write_text('paper tiny { cite = "Tiny" }\nmodel m {\n    input src: tokens[S] (vocab = 50)\n'
+                    '    feature x = embed(src, 16)\n'
+                    '    attention a { query = project(x)  keys = x  score = multiplicative }\n}\n')
+    mod, cm, src = _model(spec)
+    got = train.train(mod, cm, src, steps=50, cache=tmp_path)
+    assert got.task == "none" and got.steps == 0 and not list(tmp_path.glob("*.pt"))
+    maps, _ = heatmap.weights(src, "tiny_m", cm, steps=50, cache=None)
+    assert list(maps) == ["a"] and maps["a"].shape == (9, 9)
+
+
 def _keyword_mass(trained) -> float:
     """The mean attention weight on the planted keyword (token ids 2..5; the distractors
     are >= 6), read from the inputs, not from the task's own bookkeeping."""
