@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(torch {torch.__version__}); no rows were run.")
         return 0
     device = torch.device(args.device)
-    settings = cases.Settings(repeats=3 if args.quick else 11,
+    settings = cases.Settings(repeats=3 if args.quick else 7,
                               local_lengths=(1024, 4096) if args.quick else (1024, 2048, 4096, 8192),
                               device=device, dtype=DTYPES[args.dtype], quick=args.quick)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
@@ -119,8 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and case.__name__ not in args.only:
             continue
         t = time.perf_counter()
-        rows.extend(case(settings))
+        try:
+            rows.extend(case(settings))
+        except Exception as e:  # one broken case must not hide the others' rows
+            rows.append(cases.row(case.__name__, "", "", None, None, None, "", False,
+                                  skipped=f"error: {type(e).__name__}: {e}"))
         print(f"  {case.__name__}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+        if args.json:  # after every case, so an interrupted run keeps its rows
+            args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     print(table(rows))
     print(f"\n{time.perf_counter() - start:.0f} s in all")
     if args.json:

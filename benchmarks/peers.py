@@ -50,6 +50,7 @@ class Pair:
     grad: torch.Tensor | None  # None: inference, timed under no_grad
     params: tuple[list, list] = field(default_factory=lambda: ([], []))  # grads reset per step
     differs: str = ""  # what the two sides do not share, where the semantics cannot match
+    modules: tuple = (None, None)  # (ours, peer) when they are modules
 
     def _step(self, fn, params):
         if self.grad is None:
@@ -144,7 +145,7 @@ def _encoder_pair(s: Settings, ours: nn.Module, peer: nn.Module, B: int, L: int,
         ours, peer = torch.compile(ours), torch.compile(peer)
     x = s.randn(B, L, d, requires_grad=True)
     return Pair(lambda: ours(src=x).output, lambda: peer(x), [x], s.randn(B, L, d),
-                (list(ours.parameters()), list(peer.parameters())), differs)
+                (list(ours.parameters()), list(peer.parameters())), differs, (ours, peer))
 
 
 def encoder_nn_pair(s: Settings, B=8, L=256, d=512, h=8, layers=6, d_ff=2048,
@@ -256,7 +257,7 @@ def local_pair(s: Settings, B=2, L=4096, d=512, h=8, window=64) -> Pair:
     ours, peer = s.put(ours), s.put(peer)
     x = s.randn(B, L, d, requires_grad=True)
     return Pair(lambda: ours(x=x).output, lambda: peer(x), [x], s.randn(B, L, d),
-                (list(ours.parameters()), list(peer.parameters())))
+                (list(ours.parameters()), list(peer.parameters())), modules=(ours, peer))
 
 
 def local_vs_package(s: Settings) -> list[dict]:
