@@ -384,8 +384,17 @@ def gat_vs_pyg(s: Settings) -> list[dict]:
     if not GAT_SPEC.exists():
         return [skipped("gat_vs_gatconv", ours, "torch_geometric GATConv", TARGET, NOT_YET)]
     try:
-        return [compare("gat_vs_gatconv", ours, "torch_geometric GATConv", s,
-                        lambda s: gat_pair(s, **GRAPH))]
+        r = compare("gat_vs_gatconv", ours, "torch_geometric GATConv", s,
+                    lambda s: gat_pair(s, **GRAPH))
+        if r["ratio"] is not None:  # the curve vs N x degree (bench_graph_scaling.png)
+            r["curve"] = {}
+            for degree in (2, 5, 10, 20):
+                pair = gat_pair(s, **{**GRAPH, "degree": degree})
+                t = s.alternate(pair.ours_step, pair.peer_step)
+                r["curve"][str(GRAPH["N"] * degree)] = {
+                    "ours_s": t[0], "peer_s": t[1], "ours_peak_bytes": s.peak(pair.ours_step),
+                    "peer_peak_bytes": s.peak(pair.peer_step)}
+        return [r]
     except Exception as err:  # the spec exists but its interface is not the one written here
         return [skipped("gat_vs_gatconv", ours, "torch_geometric GATConv", TARGET,
                         f"examples/gat.attn does not run with this row's interface "
