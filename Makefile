@@ -18,6 +18,14 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP) graphviz
 
+# The benchmark peers (x-transformers, local-attention, entmax, torch-geometric) and
+# matplotlib: a stamp of their own, so `make test` installs only the test extra.
+BENCH_STAMP := $(VENV)/.stamp-bench
+
+$(BENCH_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
 # Diagrams need graphviz's `dot` (Debian's graphviz package); install it when missing.
 graphviz:
 	@command -v dot >/dev/null 2>&1 || { \
@@ -56,8 +64,8 @@ demo: install
 	@echo "                   attention heatmaps and the generated code"
 
 # Generated code against PyTorch baselines measured in the same run (see README).
-bench: install
-	$(BIN)/python -m benchmarks --quick --json bench.json --plot bench_local_scaling.png
+bench: install $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks --json bench.json --plot docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info
