@@ -165,10 +165,6 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
                          "(validate=False skips this check)")
 
 
-MASK_CONVENTION = ("True/1 = keep, False/0 = pad; PyTorch's key_padding_mask is the inverse: "
-                   "pass ~key_padding_mask")
-
-
 def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
                validate: bool = True) -> torch.Tensor | None:
     """The padding mask ``name`` as a bool tensor (True = keep). Accepts bool masks
@@ -178,26 +174,28 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
     (the usual symptom of an inverted mask) gives one warning."""
     if mask is None:
         return None
+    convention = ("True/1 = keep, False/0 = pad; PyTorch's key_padding_mask is the inverse: "
+                  "pass ~key_padding_mask")
     if not isinstance(mask, torch.Tensor) or mask.is_floating_point() or mask.is_complex():
         what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise ValueError(f"input `{name}`: expected a bool or integer 0/1 tensor of shape "
-                         f"{tuple(shape)}, got {what} ({MASK_CONVENTION})")
+                         f"{tuple(shape)}, got {what} ({convention})")
     if tuple(mask.shape) != tuple(shape):
         raise ValueError(f"input `{name}`: expected shape {tuple(shape)} (the input's "
-                         f"leading axes), got {tuple(mask.shape)} ({MASK_CONVENTION})")
+                         f"leading axes), got {tuple(mask.shape)} ({convention})")
     if mask.dtype != torch.bool:
         if validate and not torch.compiler.is_compiling():
             lo, hi = torch.stack(torch.aminmax(mask)).tolist()
             if lo < 0 or hi > 1:
                 raise ValueError(f"input `{name}`: an integer mask must hold only 0 and 1, "
-                                 f"got {lo if lo < 0 else hi} ({MASK_CONVENTION})")
+                                 f"got {lo if lo < 0 else hi} ({convention})")
         mask = mask != 0
     if validate and not torch.compiler.is_compiling() and mask.numel():
         empty = ~mask.flatten(1).any(1)  # (B,): examples with no position kept
         if bool(empty.any()):
             b = int(empty.nonzero()[0, 0])
             warnings.warn(f"input `{name}` keeps no position of example {b}: is it "
-                          f"inverted? ({MASK_CONVENTION})", stacklevel=3)
+                          f"inverted? ({convention})", stacklevel=3)
     return mask
 
 

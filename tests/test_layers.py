@@ -18,6 +18,7 @@ from conftest import ROOT, SPECS  # noqa: E402
 from taxcompile import cli, codegen, pipeline  # noqa: E402
 from taxcompile.codegen import layer  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
+from test_codegen_specs import assert_clean_module  # noqa: E402
 
 GOLDEN = {  # committed layer files: (spec, model, statement)
     "vaswani2017_transformer_encoder_self.py": ("vaswani2017", "transformer", "encoder.self"),
@@ -43,6 +44,8 @@ def test_committed_layers_are_up_to_date(file, monkeypatch):
         f"regenerate: taxcompile compile specs/{stem}.attn --layer {name} -o {path}"
     assert cli.main(["compile", f"specs/{stem}.attn", "--layer", name, "--model", model,
                      "-o", str(path), "--check"]) == 0
+    assert_clean_module(path.read_text(encoding="utf-8"), str(path))  # torch only, no I/O
+    assert max(map(len, path.read_text(encoding="utf-8").splitlines())) <= 100
 
 
 def reference_mha(x, wq, wk, wv, wo, bo, heads, keep):
