@@ -169,7 +169,7 @@ def loop_resume(p, n: ir.Node, carried: list[str]) -> None:
     names = [p.step["state"]] + carried
     p.frame.emit(f"if cache is not None and {n.id!r} in cache:",
                  "generate(): the state after the earlier steps")
-    p.frame.emit(f"    {', '.join(names)} = cache[{n.id!r}]")
+    p.frame.emit(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = cache[{n.id!r}]")
     p.step["cached"] = names
 
 
