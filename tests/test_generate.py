@@ -67,6 +67,7 @@ def sources(m, mod, B: int = 2) -> tuple[dict, str]:
 
 def full_logp(m, kw: dict, target: str, tokens: torch.Tensor) -> torch.Tensor:
     """The whole model on the prefixes: log p(next token) at their last position."""
+    kw = {k: x for k, x in kw.items() if k != "_"}  # "_": only the batch size
     with torch.no_grad():
         return m(**kw, **{target: tokens}).output[:, -1].log_softmax(-1)
 
@@ -288,3 +289,25 @@ def test_inline_decoders(tmp_path, body, incremental):
     ref = padded(beam_rerun(m, kw, target, 2, 4, 1, eos, 0.0), eos)
     got = m.generate(**kw, max_len=4, bos=1, eos=eos, strategy="beam", beams=2)
     assert torch.equal(got[:, : ref.shape[1]], ref)
+
+
+def test_decoder_only_model(tmp_path):
+    """No source input: generate(batch_size=...) from bos alone, with the KV cache."""
+    from torch_support import inline_builder
+
+    body = """
+model lm {
+    input tgt: tokens[T] (vocab = 30, autoregressive)
+    feature y = positional(embed(tgt, 16), kind = sinusoid)
+    attention a {
+        query = project(y)  keys = project(y)  values = project(y)
+        score = scaled_multiplicative  mask = causal
+    }
+    output logits = classify(concat(y, a), 30)
+}
+"""
+    mod = inline_builder(tmp_path, HEADER, "_taxcompile_generate_lm")(body)
+    m = build(mod, default_init=True)
+    assert "cache" in inspect.signature(mod.Model.forward).parameters
+    want = greedy_rerun(m, {"_": torch.zeros(3, 1)}, "tgt", 6, 1, eos=29)  # (B = 3 rows)
+    assert torch.equal(m.generate(max_len=6, bos=1, eos=29, batch_size=3), want)

@@ -43,8 +43,9 @@ def setup(p) -> None:
     the new token alone (``incremental``)."""
     t = target(p.m)
     p.gen = None
-    if t is None:
-        return
+    outs = [n for n in p.m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
+    if t is None or not any(p.cm.shapes[o.id].dim == t.vocab for o in outs):
+        return  # no output over the target's vocabulary: nothing to decode
     side = nx.descendants(p.cm.graph, t.id) if t.id in p.cm.graph else set()
     loops = set().union(*(p.cm.steps[x] for x in p.loops)) if p.loops else set()
     incremental = True
@@ -169,7 +170,7 @@ def loop_resume(p, n: ir.Node, carried: list[str]) -> None:
     names = [p.step["state"]] + carried
     p.frame.emit(f"if cache is not None and {n.id!r} in cache:",
                  "generate(): the state after the earlier steps")
-    p.frame.emit(f"    {', '.join(names)} = cache[{n.id!r}]")
+    p.frame.emit(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = cache[{n.id!r}]")
     p.step["cached"] = names
 
 
