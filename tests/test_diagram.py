@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import ROOT, SPECS
-from taxcompile import diagram, ir
+from taxcompile import diagram, ir, pipeline
 from taxcompile.pipeline import load
 
 SPEC_FILES = sorted(SPECS.glob("*.attn"))
@@ -148,8 +148,24 @@ def test_nodes_stay_clear_of_cluster_borders_and_labels_of_node_text(stem):
                     f"label {text.text!r} is written over node {name}"
 
 
+TWO_INPUTS = """paper t { cite = "T" }
+model qanet {
+    input context: tokens[N] (vocab = 100)
+    input question: tokens[M] (vocab = 100)
+    feature c = embed(context, 16)
+    feature q = embed(question, 16)
+    repeat conv_c 2 {
+        update c = c + cnn(norm(c), 16, kernel = 3)
+    }
+    attention S { query = q  keys = c  score = multiplicative }
+    attention T { query = c  keys = q  score = multiplicative }
+    output y = classify(concat(mean(S), mean(T)), 3)
+}
+"""
+
+
 def test_a_repeat_over_one_input_is_drawn_inside_that_input():
-    source = diagram.build(load(SPECS / "yu2018.attn")).source
+    source = diagram.build(pipeline.load_text(TWO_INPUTS, "t.attn")).source
     context = source.index("subgraph cluster_qanet_input_context")
     repeat = source.index("subgraph cluster_qanet_hop_conv_c")
     closing = source.index("\t}", context)  # the input's cluster closes after the repeat
