@@ -167,7 +167,7 @@ def file_plan(p) -> FilePlan:
         attention_classes=tuple(p.classes[c] for c in p.classes), blocks=tuple(p.blocks),
         model=model, capsule_loss=any(a.capsules for a in m.attentions),
         examples=tuple(example), masked=any(i.kind in MASKABLE for i in m.inputs),
-        flex="local_flex" in p.helpers)
+        flex="local_flex" in p.helpers or "flex_context" in p.helpers)
 
 
 def file_doc(p) -> list[str]:
