@@ -1184,11 +1184,11 @@ class Checker:
                          "each direction keeps its own w")
             return
         mine, theirs = _mechanisms(n, a), _mechanisms(o, b)
-        for k in mine:
-            if mine[k] != theirs[k]:
+        for k in mine | theirs:  # (a score modifier is a key only where it is given)
+            if mine.get(k) != theirs.get(k):
                 self.err(n.loc, f"{where}: one module has one set of mechanisms and sizes, "
-                         f"but `{_short(o.id)}` has {k} = {_show(theirs[k])} and this one "
-                         f"{_show(mine[k])}", f"write the same `{k}` in both")
+                         f"but `{_short(o.id)}` has {k} = {_show(theirs.get(k))} and this one "
+                         f"{_show(mine.get(k))}", f"write the same `{k}` in both")
                 return
         if _roles_sig(n) != _roles_sig(o):
             self.err(n.loc, f"{where}: the module's key, value and query models are shared "
@@ -1280,6 +1280,9 @@ def _mechanisms(n: ir.Attention, info: AttentionInfo) -> dict:
                dimensionality=n.dimensionality, capsules=n.capsules, mask=n.mask,
                penalty=n.penalty, dropout=n.dropout, affinity=n.affinity is not None,
                d_q=info.d_q, d_k=info.d_k, d_v=info.d_v)
+    for what, m in (("position", n.position), ("bias", n.bias)):  # score modifiers
+        if m is not None:
+            out[what] = str(m) + (f" (base {m.base:g})" if m.fn == "rotary" else "")
     return out
 
 
