@@ -682,6 +682,8 @@ class Checker:
                          "so query and keys must run over the same axis",
                          "masks are for self-attention (`query = project(F)`, `keys = F`)")
                 return None
+        if (n.position or n.bias) and not self.modifiers_fit(n, mode, ctx_axes, attended, k):
+            return None
         al = n.align
         if al.fn == "local":
             if mode == "none":
@@ -706,6 +708,50 @@ class Checker:
             self.cm.axis_origin[axis] = n.id
             ctx_axes = ctx_axes + (axis,)
         return Shape(ctx_axes, context_dim(n, d_v))
+
+    def modifiers_fit(self, n: ir.Attention, mode: str, ctx_axes: tuple[str, ...],
+                      attended: str, k: Shape) -> bool:
+        """Score modifiers (``position``, ``bias``) relate query position i to key position j
+        of one sequence; relative and rotary positions enter the q·k term, so the score must
+        have one; rotary turns pairs of features, so a head's width must be even."""
+        where = f"attention `{n.name}`"
+        for m in (n.position, n.bias):
+            if m is None:
+                continue
+            what = f"`{'position' if m is n.position else 'bias'} = {m.fn}`"
+            if mode != "sequence" or ctx_axes[-1] != attended or n.affinity is not None:
+                self.err(m.loc, f"{where}: {what} relates query position i to key position j "
+                         "of one sequence, but this module has no query sequence over its "
+                         "keys' axis",
+                         "score modifiers are for self-attention (`query = project(F)`, "
+                         "`keys = F`)")
+                return False
+            if m.fn in ("relative", "rotary") and n.score.fn not in (
+                    "multiplicative", "scaled_multiplicative"):
+                self.err(m.loc, f"{where}: {what} enters the q·k term of the score, and the "
+                         f"`{n.score.fn}` score has none",
+                         "use `score = scaled_multiplicative` (or `multiplicative`), or a "
+                         "`bias = …` added to any score")
+                return False
+            if n.dimensionality == "multi":
+                self.err(m.loc, f"{where}: {what} gives one term per pair of positions; "
+                         "multi-dimensional attention scores every feature (eq. 31)",
+                         "drop the modifier or use `dimensionality = single`")
+                return False
+            if n.align.fn not in ("global", "sparsemax", "entmax"):
+                self.err(m.loc, f"{where}: {what} is added to the scores before a normalised "
+                         f"alignment over all the keys; `{n.align.fn}` alignment is not one",
+                         "use `align = global` (or `sparsemax`, `entmax`)"
+                         + ("; the Gaussian bias is itself a soft local window (Yang et al.)"
+                            if n.align.fn == "local" else ""))
+                return False
+            d_head = k.dim // n.heads
+            if m.fn == "rotary" and d_head % 2:
+                self.err(m.loc, f"{where}: rotary positions turn pairs of features, but each "
+                         f"head has d_k / heads = {k.dim} / {n.heads} = {d_head}, an odd width",
+                         "give the keys and query an even width per head")
+                return False
+        return True
 
     def gate_fits(self, n: ir.Attention, q: Shape | None, k: Shape, mode: str) -> bool:
         """A sigmoid gate (Oktay et al.): one weight per key position from that position's
@@ -1162,11 +1208,11 @@ class Checker:
                          "each direction keeps its own w")
             return
         mine, theirs = _mechanisms(n, a), _mechanisms(o, b)
-        for k in mine:
-            if mine[k] != theirs[k]:
+        for k in mine | theirs:  # (a score modifier is a key only where it is given)
+            if mine.get(k) != theirs.get(k):
                 self.err(n.loc, f"{where}: one module has one set of mechanisms and sizes, "
-                         f"but `{_short(o.id)}` has {k} = {_show(theirs[k])} and this one "
-                         f"{_show(mine[k])}", f"write the same `{k}` in both")
+                         f"but `{_short(o.id)}` has {k} = {_show(theirs.get(k))} and this one "
+                         f"{_show(mine.get(k))}", f"write the same `{k}` in both")
                 return
         if _roles_sig(n) != _roles_sig(o):
             self.err(n.loc, f"{where}: the module's key, value and query models are shared "
@@ -1258,6 +1304,9 @@ def _mechanisms(n: ir.Attention, info: AttentionInfo) -> dict:
                dimensionality=n.dimensionality, capsules=n.capsules, mask=n.mask,
                penalty=n.penalty, dropout=n.dropout, affinity=n.affinity is not None,
                d_q=info.d_q, d_k=info.d_k, d_v=info.d_v)
+    for what, m in (("position", n.position), ("bias", n.bias)):  # score modifiers
+        if m is not None:
+            out[what] = str(m) + (f" (base {m.base:g})" if m.fn == "rotary" else "")
     return out
 
 

@@ -75,6 +75,30 @@ class Classification:
         return {d: self.cells[d].text(d) for d in DIMENSIONS}
 
 
+# How a score modifier reads: a position term or bias added to a score leaves its family
+# (the survey's Table II) and the alignment as they are; it is noted, not a new category.
+MODIFIER_READING = {
+    "relative": "Shaw et al.'s relative-position term q_i a^K_ij^T added to q_i k_j^T: still "
+                "the same q·k score, with learned embeddings of the clipped distance j - i",
+    "rotary": "rotary positions turn q and k before the dot product, so q'·k' depends on "
+              "j - i: still the same q·k score",
+    "alibi": "ALiBi adds -m_h |i - j| to every score before the alignment: a fixed bias, "
+             "the score function is unchanged",
+    "gaussian": "Yang et al.'s Gaussian bias -(j - P_i)^2 / (2 sigma_i^2) is added to every "
+                "score before the alignment: the score function is unchanged and the "
+                "alignment still spans all keys (a soft locality, not local alignment)",
+}
+
+
+def modifier_reading(a: ir.Attention) -> str:
+    """The reason's tail for a module with score modifiers, '' without any."""
+    mods = [m for m in (a.position, a.bias) if m is not None]
+    if not mods:
+        return ""
+    return "; " + "; ".join(MODIFIER_READING[m.fn] + (
+        " (and a^V_ij in the values)" if m.fn == "relative" and m.values else "") for m in mods)
+
+
 def display(m: ir.Model, node_id: str) -> str:
     """How rationales name a node: hops by their template (`decoder.cross`), updated
     features by their name (`x`), so a 6-layer stack gives one line, not six."""
@@ -275,7 +299,8 @@ class Classifier:
             else:
                 label = SCORE_LABEL[s.fn]
                 self.cells["scoring"].add(label, f"attention {self.q(a.id)} uses the "
-                                          f"{s.fn.replace('_', ' ')} score")
+                                          f"{s.fn.replace('_', ' ')} score"
+                                          + modifier_reading(a))
             al = a.align
             what = {"global": "softmax over all keys (eq. 25)", "hard": "samples one key (eq. 26)",
                     "local": f"a window of D = {al.window} around a {al.position} position "

@@ -106,6 +106,24 @@ class Align(_Frozen):
     loc: Location
 
 
+class Modifier(_Frozen):
+    """A score modifier (``position = …`` / ``bias = …``): a position term in the scores
+    that leaves the score function and the alignment as they are (docs/codegen.md)."""
+
+    fn: Literal["relative", "rotary", "alibi", "gaussian"]
+    clip: int | None = None  # relative: k, distances clipped to [-k, k] (Shaw et al. eq. 15)
+    values: bool = False  # relative: a^V_ij in the values too
+    base: float = 10000.0  # rotary: theta_i = base^(-2i/d)
+    sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
+    loc: Location
+
+    def __str__(self) -> str:
+        if self.fn == "relative":
+            return f"relative positions (k = {self.clip}{', values' if self.values else ''})"
+        return {"rotary": "rotary positions", "alibi": "ALiBi bias",
+                "gaussian": "Gaussian localness bias"}[self.fn]
+
+
 # ---- nodes ----------------------------------------------------------------------
 
 
@@ -169,6 +187,8 @@ class Attention(_Frozen):
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
     dropout: float | None = None  # dropout on the attention weights, in training
     share: str | None = None  # the attention module whose weights this one uses
+    position: Modifier | None = None  # relative (Shaw et al.) or rotary positions in q, k
+    bias: Modifier | None = None  # an additive bias on the scores: ALiBi or Yang's Gaussian
     hop: Hop | None = None
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
@@ -193,6 +213,7 @@ class Attention(_Frozen):
             out.append(f"dropout {self.dropout:g}")
         if self.share is not None:
             out.append(f"weights of {self.share}")
+        out += [str(m) for m in (self.position, self.bias) if m is not None]
         return out
 
 

@@ -45,7 +45,8 @@ FORWARD_NAMES = frozenset(FORWARD_OPTIONS) | {
     "Config", "Model", "example_inputs", "check_input", "check_mask", "key_keep",
     "masked_softmax", "sparsemax", "entmax15", "sinusoid", "broadcast", "pool", "rnn",
     "cell_step", "additive_score", "additive_context", "local_band", "local_gather",
-    "local_flex", "create_block_mask", "flex_attention", "sum", "tuple", "range", "enumerate"}
+    "local_flex", "create_block_mask", "flex_attention", "sum", "tuple", "range", "enumerate",
+    "rotary", "rel_distance", "alibi_slopes", "flex_context", "flex_ready"}
 
 
 def _sig(*params: P) -> tuple[P, ...]:
@@ -88,7 +89,17 @@ MASKS = P("mask", "enum", False, "none", ("none", "causal", "forward", "backward
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
                     "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
-                    "share")
+                    "share", "position", "bias")
+# Score modifiers: position terms in q and k (`position = …`) and additive biases on the
+# scores before the alignment (`bias = …`); docs/codegen.md has their equations.
+POSITIONS: dict[str, tuple[P, ...]] = {
+    "relative": _sig(pint("k"), P("values", "bool", False, False)),  # Shaw et al. 2018
+    "rotary": _sig(P("base", "float", False, 10000.0)),  # Su et al. (RoPE)
+}
+BIASES: dict[str, tuple[P, ...]] = {
+    "alibi": (),  # Press et al.: -m_h |i - j|
+    "gaussian": (),  # Yang et al. 2018: -(j - P_i)^2 / (2 sigma_i^2)
+}
 # How a multi-head module joins its heads' contexts: W_O concat (eq. 40), the plain concat
 # (Lin et al.'s flattened M), or their mean (GAT's last layer).
 HEADS_OUT = P("heads_out", "enum", False, "project", ("project", "concat", "mean"))
@@ -1073,6 +1084,8 @@ class Lowerer:
                 elif affinity is not None and affinity not in self.ids:
                     self.err(v.pos, f"affinity matrix `{v.name}` must be declared before it is used")
                     affinity = None
+        position = self.modifier(f.get("position"), POSITIONS, "position term")
+        bias = self.modifier(f.get("bias"), BIASES, "score bias")
         if len(self.c.diagnostics) > before or keys is None or values is None or score is None \
                 or align is None or heads is None or capsules is None:
             return
@@ -1081,7 +1094,7 @@ class Lowerer:
             score=score, align=align, dimensionality=dims, heads=heads,
             heads_out=heads_out or "project", capsules=capsules,
             mask=mask or "none", penalty=penalty, dropout=dropout, share=share,
-            hop=self.hop_of(scope, s.name),
+            position=position, bias=bias, hop=self.hop_of(scope, s.name),
             sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str):
@@ -1148,6 +1161,19 @@ class Lowerer:
         return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
                         similarity=p.get("kind"), sym=tuple(sorted(self.mech_syms.items())),
                         loc=self.loc(fld.value.pos))
+
+    def modifier(self, fld: ast.Field | None, table: dict, what: str) -> ir.Modifier | None:
+        """``position = relative(k = 16, values = true)`` / ``rotary``, ``bias = alibi`` /
+        ``gaussian``: a score modifier (an error is recorded when it does not lower)."""
+        if fld is None:
+            return None
+        name, p = self._mechanism(fld, table, what)
+        if not name:
+            return None
+        return ir.Modifier(fn=name, clip=p.get("k"), values=bool(p.get("values", False)),
+                           base=float(p.get("base", 10000.0)),
+                           sym=tuple(sorted(self.mech_syms.items())),
+                           loc=self.loc(fld.value.pos))
 
     def align(self, fld: ast.Field | None, s: ast.Attention) -> ir.Align | None:
         if fld is None:

@@ -102,6 +102,16 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
 }
 
 
+# Models added after the freeze (issue 14's new constructs): no legacy behaviour to keep;
+# stem -> the tests that check them.
+ADDED_AFTER_FREEZE: dict[str, str] = {
+    "shaw2018_encoder": "tests/test_position_terms.py",
+    "press2022_alibi": "tests/test_position_terms.py",
+    "su2021_rotary": "tests/test_position_terms.py",
+    "yang2018_encoder": "tests/test_position_terms.py",
+}
+
+
 def unchanged(stem: str) -> str:
     if stem in CHANGED_ON_PURPOSE:
         pytest.skip(f"{stem} was changed on purpose: {CHANGED_ON_PURPOSE[stem]}")
@@ -387,6 +397,7 @@ def test_every_model_has_a_legacy_fixture():
             cs = checked_spec(f"{d}/{path.name}")
             models |= {generate.output_name(cs, cm)[: -len(".py")] for cm in cs.models}
     assert set(STEMS) <= models, f"legacy models no spec defines: {sorted(set(STEMS) - models)}"
+    models -= set(ADDED_AFTER_FREEZE)
     assert models <= set(STEMS), f"models with no legacy fixture: {sorted(models - set(STEMS))}"
 
 

@@ -29,6 +29,12 @@ EXPECTED = {
     # eq. 41-42 with shared weights: the same memory read three times.
     "memory_network": dict(query_multiplicity="Multi-Hop", query_type="Basic",
                            feature_levels="Single-Level"),
+    # Score modifiers (issue 14): a position term or bias leaves the score and alignment.
+    "shaw2018_relative": dict(scoring="Scaled Multiplicative", alignment="Global",
+                              query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    "alibi": dict(scoring="Scaled Multiplicative", alignment="Global"),
+    "rotary": dict(scoring="Scaled Multiplicative", alignment="Global"),
+    "yang2018_localness": dict(scoring="Scaled Multiplicative", alignment="Global"),
 }
 
 

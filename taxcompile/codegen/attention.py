@@ -61,6 +61,10 @@ def plan_attention(p, n: ir.Attention) -> None:
         ctor.append(f"mask=\"{n.mask}\"")
     if n.dropout is not None:
         ctor.append(f"dropout={p.sym(n, 'dropout', n.dropout)}")
+    if n.position is not None and n.position.fn == "relative":  # Shaw et al.'s k
+        ctor.append(f"clip={p.sym(n.position, 'k', n.position.clip)}")
+    if n.position is not None and n.position.fn == "rotary" and n.position.base != 10000.0:
+        ctor.append(f"base={n.position.base!r}")
     if kind in ("keys", "swap"):  # eq. 9 / eq. 14-15: the other module's score weights
         owner = p.frame.owner.by_key.get(p.share_key(other) + ("",))
         assert owner is not None, f"`{other.id}` is planned before `{n.id}` (checks.py)"

@@ -54,6 +54,8 @@ class AttentionView:
     gate: bool = False  # sigmoid alignment: one gate per key position, c_l = a_l v_l
     dropout: bool = False  # dropout on the weights (a constructor argument, 0 = none)
     share: str | None = None  # "keys" (eq. 9) or "swap" (eq. 14-15): another module's weights
+    position: ir.Modifier | None = None  # relative (Shaw et al.) or rotary positions
+    bias: ir.Modifier | None = None  # ALiBi or Yang et al.'s Gaussian bias on the scores
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -86,6 +88,12 @@ def fast_path(n: ir.Attention, dot: DotForm | None) -> str | None:
     additive attention over blocks of queries), or None."""
     if n.penalty is not None:
         return None
+    if n.bias is not None or n.position is not None and n.position.fn == "relative":
+        # a position term in the scores: FlexAttention's score_mod under torch.compile (a^V
+        # in the values needs the weights, so Shaw's values term takes the explicit path)
+        flexible = dot is not None and n.align.fn == "global" and not (
+            n.position is not None and n.position.values)
+        return "flex" if flexible else None
     if dot is None:
         additive_rows = n.score.fn == "additive" and n.dimensionality == "multi" and \
             (n.query is not None or n.capsules) and not n.affinity
@@ -111,7 +119,14 @@ def class_key(p, n: ir.Attention) -> str:
     return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
         exclude={"loc", "sym", "window"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
-        n.heads_out, share_of(p, n) == "keys"))
+        n.heads_out, share_of(p, n) == "keys")) + modifier_key(n)
+
+
+def modifier_key(n: ir.Attention) -> str:
+    """The score modifiers' part of the class key: '' without any (the keys of the modules
+    without them stay as they were); k and the rotary base are constructor arguments."""
+    mods = [(m.fn, m.values) for m in (n.position, n.bias) if m is not None]
+    return repr(mods) if mods else ""
 
 
 def attention_class(p, n: ir.Attention) -> str:
@@ -141,6 +156,8 @@ def attention_class(p, n: ir.Attention) -> str:
         init_args.append("window: int")
     if n.capsules:
         init_args.append("capsules: int")
+    if n.position is not None and n.position.fn == "relative":
+        init_args.append("clip: int")
     if share == "keys":
         init_args.append("share: nn.Module")
     init_args.append("mask: str = \"none\"")
@@ -148,6 +165,10 @@ def attention_class(p, n: ir.Attention) -> str:
         init_args.append("dropout: float = 0.0")
     if share == "swap":
         init_args.append("share: nn.Module | None = None")
+    if n.position is not None and n.position.fn == "rotary":
+        init_args.append("base: float = 10000.0")
+    helper = {"relative": "rel_distance", "rotary": "rotary", "alibi": "alibi_slopes"}
+    p.helpers.update(helper[m.fn] for m in (n.position, n.bias) if m is not None and m.fn in helper)
     lq = "C" if n.capsules else ("1" if query == "none" or n.score.fn == "max_pool" or
                                  (n.affinity and n.score.fn == "additive") else "Lq")
     p.helpers.add("key_keep")
@@ -163,6 +184,8 @@ def attention_class(p, n: ir.Attention) -> str:
         p.helpers.update({f"local_{fast}", "local_flex"})
     elif fast == "blocks":
         p.helpers.add("additive_context")
+    elif fast == "flex":
+        p.helpers.add("flex_context")
     gate = n.align.fn == "sigmoid"
     if n.score.fn == "additive" and query != "none" and not n.affinity and not gate:
         p.helpers.add("additive_score")
@@ -177,7 +200,7 @@ def attention_class(p, n: ir.Attention) -> str:
         init_args=tuple(init_args), dot=dot, fast=fast,
         act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
         heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n),
-        gate=gate, dropout=dropout, share=share)
+        gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias)
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -208,6 +231,8 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
         parts.append("CoAttention")
     if share == "keys":
         parts.append("SharedKey")  # eq. 9: another module's W, b and w
+    short = {"relative": "Rel", "rotary": "RoPE", "alibi": "ALiBi", "gaussian": "Gauss"}
+    parts += [short[m.fn] for m in (n.position, n.bias) if m is not None]
     parts.append({"max_pool": "MaxPool", "affinity": "Affinity"}.get(n.score.fn, camel(n.score.fn)))
     if n.score.fn == "similarity":
         parts.append("L2" if n.score.similarity == "l2" else "Cosine")
@@ -266,6 +291,21 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     else:
         lines.append("mask: which keys a query position may see besides the padding: \"none\", "
                      "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
+    if n.position is not None and n.position.fn == "relative":
+        lines.append("Relative positions (Shaw et al. 2018): e_ij = q_i (k_j + a^K_ij)^T"
+                     + (" / sqrt(d)" if n.score.fn == "scaled_multiplicative" else "")
+                     + (", c_i = sum_j a_ij (v_j + a^V_ij)" if n.position.values else "")
+                     + ", a_ij = w_clip(j - i, -k, k); clip: k.")
+    elif n.position is not None:
+        lines.append("Rotary positions (Su et al., RoPE, half-split as GPT-NeoX): q and k of "
+                     "each head turned by t * base^(-2f/d) at position t; base: 10000.")
+    if n.bias is not None and n.bias.fn == "alibi":
+        lines.append("ALiBi (Press et al.): -m_h |i - j| added to the scores before the "
+                     "alignment, m_h = 2^(-8h/H) (the causal form under the causal mask).")
+    elif n.bias is not None:
+        lines.append("Gaussian bias (Yang et al. 2018): G_ij = -(j - P_i)^2 / (2 sigma_i^2) "
+                     "added to the scores, P_i = I sigmoid(U_p^T tanh(W_p q_i)), sigma_i = "
+                     "D_i / 2, D_i = I sigmoid(U_d^T tanh(W_p q_i)), I the length.")
     if dropout:
         lines.append("dropout: the probability of zeroing each attention weight in training "
                      "(after the alignment, before the values are weighted; the weights "

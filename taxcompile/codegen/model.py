@@ -180,7 +180,8 @@ def file_plan(p) -> FilePlan:
         attention_classes=tuple(p.classes[c] for c in p.classes), blocks=tuple(p.blocks),
         model=model, capsule_loss=any(a.capsules for a in m.attentions),
         examples=tuple(example), masked=any(i.kind in MASKABLE for i in m.inputs),
-        flex="local_flex" in p.helpers, generate=generate.plan(p, outputs))
+        flex="local_flex" in p.helpers or "flex_context" in p.helpers,
+        generate=generate.plan(p, outputs))
 
 
 def file_doc(p) -> list[str]:
