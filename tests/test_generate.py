@@ -311,3 +311,23 @@ model lm {
     assert "cache" in inspect.signature(mod.Model.forward).parameters
     want = greedy_rerun(m, {"_": torch.zeros(3, 1)}, "tgt", 6, 1, eos=29)  # (B = 3 rows)
     assert torch.equal(m.generate(max_len=6, bos=1, eos=29, batch_size=3), want)
+
+
+@pytest.mark.parametrize("example", ["alibi", "rotary"])
+def test_position_terms_decode_as_the_full_run(tmp_path, example):
+    """A position term in the scores (ALiBi, rotary) indexes the whole target: generate()
+    re-runs the model, and writes the tokens of a greedy loop over full runs."""
+    subprocess.run([sys.executable, "-m", "taxcompile", "compile",
+                    str(ROOT / "examples" / f"{example}.attn"), "-o", str(tmp_path)],
+                   check=True, capture_output=True)
+    path = next(tmp_path.glob("*.py"))
+    mod = load_module(path.read_text(encoding="utf-8"), f"_taxcompile_generate_{example}")
+    torch.manual_seed(0)
+    m = mod.Model(mod.Config.tiny()).double().eval()
+    prefix = torch.ones(2, 1, dtype=torch.long)
+    for _ in range(6):
+        with torch.no_grad():
+            nxt = m(tokens=prefix).output[:, -1].argmax(-1, keepdim=True)
+        prefix = torch.cat([prefix, nxt], 1)
+    got = m.generate(batch_size=2, max_len=6, bos=1, eos=m.cfg.vocab - 1)
+    assert torch.equal(got, prefix[:, 1:])
