@@ -8,6 +8,20 @@ SPECS = ROOT / "specs"
 sys.path.insert(0, str(ROOT))
 
 
+def error_snapshot(name: str) -> tuple[str, str]:
+    """(what `check` says about tests/data/errors/NAME.attn, the committed NAME.expected),
+    paths shown relative to the repository."""
+    from taxcompile.diagnostics import SpecError
+    from taxcompile.pipeline import load
+
+    errors = ROOT / "tests" / "data" / "errors"
+    path = errors / f"{name}.attn"
+    with pytest.raises(SpecError) as info:
+        load(path)
+    rendered = info.value.render().replace(str(path), path.relative_to(ROOT).as_posix())
+    return rendered, (errors / f"{name}.expected").read_text(encoding="utf-8").rstrip("\n")
+
+
 def classify_text(text: str, name: str = "t.attn") -> dict:
     """The Table III row dict of spec text (merged over variants)."""
     from taxcompile.pipeline import classify_spec, load_text

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import error_snapshot
 from taxcompile import diagram, pipeline
 from taxcompile.classify import classify_model
 from taxcompile.diagnostics import SpecError
@@ -21,7 +22,6 @@ from taxcompile import codegen  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-ERRORS = Path(__file__).resolve().parent / "data" / "errors"
 DT = torch.float64
 
 GATES = """paper t { cite = "T" }
@@ -118,9 +118,5 @@ def test_bad_element_wise_operations_are_located_errors(expr, message):
 
 
 def test_error_snapshot():
-    path = ERRORS / "gate_shapes_differ.attn"
-    with pytest.raises(SpecError) as info:
-        pipeline.load(path)
-    rendered = info.value.render().replace(str(path), path.relative_to(ROOT).as_posix())
-    assert rendered == (ERRORS / "gate_shapes_differ.expected").read_text(
-        encoding="utf-8").rstrip("\n")
+    got, want = error_snapshot("gate_shapes_differ")
+    assert got == want

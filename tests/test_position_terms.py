@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import classify_text, error_snapshot
 from taxcompile import pipeline
-from taxcompile.diagnostics import SpecError
-from conftest import classify_text
 
 torch = pytest.importorskip("torch")
 
@@ -31,7 +30,6 @@ from taxcompile.run import load_module  # noqa: E402
 from torch_support import fast_cpu, inline_builder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-ERRORS = ROOT / "tests" / "data" / "errors"
 DT = torch.float64
 
 HEADER = """\
@@ -351,9 +349,5 @@ SNAPSHOTS = ["position_relative_additive", "position_rotary_odd_head",
 
 @pytest.mark.parametrize("name", SNAPSHOTS)
 def test_error_snapshot(name):
-    path = ERRORS / f"{name}.attn"
-    with pytest.raises(SpecError) as info:
-        pipeline.load(path)
-    rel = path.relative_to(ROOT).as_posix()
-    assert info.value.render().replace(str(path), rel) == (
-        ERRORS / f"{name}.expected").read_text(encoding="utf-8").rstrip("\n")
+    got, want = error_snapshot(name)
+    assert got == want

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import error_snapshot
 from taxcompile import pipeline
-from taxcompile.diagnostics import SpecError
 
 torch = pytest.importorskip("torch")
 # cnn(kernel = 2) with padding="same" (Lu et al.'s phrase features): torch warns, harmlessly
@@ -23,7 +23,6 @@ from taxcompile import codegen  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-ERRORS = Path(__file__).resolve().parent / "data" / "errors"
 
 
 def generated(stem: str):
@@ -390,10 +389,5 @@ SNAPSHOTS = ["share_missing_operator", "share_sizes_differ", "share_other_hop",
 
 @pytest.mark.parametrize("name", SNAPSHOTS)
 def test_error_snapshot(name):
-    path = ERRORS / f"{name}.attn"
-    with pytest.raises(SpecError) as info:
-        pipeline.load(path)
-    rel = path.relative_to(ROOT).as_posix()
-    rendered = info.value.render()
-    assert rendered.replace(str(path), rel) == (ERRORS / f"{name}.expected").read_text(
-        encoding="utf-8").rstrip("\n")
+    got, want = error_snapshot(name)
+    assert got == want
