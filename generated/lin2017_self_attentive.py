@@ -54,7 +54,9 @@ class Output:
     output: torch.Tensor  # `label`
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
-    penalty: torch.Tensor | float = 0.0  # Lin et al.'s ||AA^T - I||_F^2, times its coefficient
+    # the attention penalties, times their coefficients: Lin et al.'s ||AA^T - I||_F^2, Xu et al.'s
+    # sum_i (1 - sum_t a_ti)^2
+    penalty: torch.Tensor | float = 0.0
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,

@@ -15,7 +15,7 @@ Table III classification, derived from the spec's structure:
     query multiplicity: Singular
 
 Attention modules:
-    att: additive score, global alignment
+    att: additive score, global alignment, doubly stochastic penalty 1
 
 Usage:
     model = Model(Config())
@@ -55,6 +55,9 @@ class Output:
     output: torch.Tensor  # `logits`
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
+    # the attention penalties, times their coefficients: Lin et al.'s ||AA^T - I||_F^2, Xu et al.'s
+    # sum_i (1 - sum_t a_ti)^2
+    penalty: torch.Tensor | float = 0.0
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -213,6 +216,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
             warnings.warn(f"input `{name}` keeps no position of example {b}: is it "
                           f"inverted? ({convention})", stacklevel=3)
     return mask
+
+
+def coverage_penalty(a: torch.Tensor, q_keep: torch.Tensor | None, k_keep: torch.Tensor | None,
+                     lam: float) -> torch.Tensor:
+    """Xu et al.'s doubly stochastic penalty (eq. 14): lam * sum_i (1 - sum_t a_ti)^2, so
+    that over all steps t every key i is attended about once; the mean over the batch and
+    heads. a: (B, H, T, Lk) weights; q_keep (B, T) and k_keep (B, Lk): True = counts."""
+    if q_keep is not None:
+        a = a * q_keep[:, None, :, None].to(a.dtype)
+    miss = (1 - a.sum(-2)) ** 2  # (B, H, Lk)
+    if k_keep is not None:
+        miss = miss * k_keep[:, None, :].to(a.dtype)
+    return lam * miss.sum(-1).mean()
 
 
 def check_decoding(max_len, bos, eos, pad, vocab, strategy, beams, top_k, top_p,
@@ -396,7 +412,7 @@ class Model(nn.Module):
     inputs (PyTorch's key_padding_mask is the inverse).
     Inputs are checked; validate=False skips the checks that read their values
     (token ids < vocab, finite features, 0/1 masks).
-    Returns Output(output, attention).
+    Returns Output(output, attention, penalty).
     cache: generate()'s state between calls (source side, KV cache, decoder state):
     then `caption` holds the new tokens only; see generate().
     """
@@ -432,6 +448,7 @@ class Model(nn.Module):
         )
         caption_mask = check_mask('caption_mask', caption_mask, caption.shape[:2], validate)
         attn = {}  # module -> its weights, when return_attention
+        penalties = []
         if cache is not None and caption_mask is not None:
             # generate() decodes without padding
             raise ValueError("input `caption_mask`: must be None with a cache")
@@ -452,7 +469,7 @@ class Model(nn.Module):
             h_state, h_prev = cache['h']
         steps = {}  # node -> its value at every step
         for t in range(h_in.shape[1]):  # one decoder step per position of T
-            # attention `att`: additive score, global alignment
+            # attention `att`: additive score, global alignment, doubly stochastic penalty 1
             att_q = h_prev.unsqueeze(1)  # (B, 1, hidden)
             att_t, att_a, _ = self.att(att_q, a, a, None)  # (B, 1, 512)
             # (B, 1, 512): feature `z`, one step
@@ -467,15 +484,20 @@ class Model(nn.Module):
             steps.setdefault('h', []).append(h_t)
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
+            steps.setdefault('coverage:att', []).append(att_a)
         z = torch.cat(steps['z'], 1)  # (B, T, 512)
         h = torch.cat(steps['h'], 1)  # (B, T, hidden)
         if return_attention:
             attn['att'] = torch.cat(steps['weights:att'], -2)
         if cache is not None:
             cache['h'] = h_state, h_prev
+        # lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)
+        penalties.append(
+            coverage_penalty(torch.cat(steps['coverage:att'], -2), caption_mask, None, 1.0)
+        )
         # (B, T, vocab): output `logits`
         logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, z], -1)) + e))
-        return Output(logits, attn)
+        return Output(logits, attn, penalty=sum(penalties))
 
     @torch.no_grad()
     def generate(

@@ -699,6 +699,13 @@ class Checker:
             self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares several rows of "
                      "attention", "set `heads = r` (Lin et al.: r rows)")
             return None
+        if n.coverage is not None and (mode != "sequence" or n.dimensionality == "multi"
+                                       or n.capsules or n.affinity is not None or groups):
+            self.err(n.loc, f"{where}: the doubly stochastic penalty sums each key's weights "
+                     "over the query positions (Xu et al. eq. 14), one weight per key and "
+                     "query", "give the module a query sequence (a decoder's states) and "
+                     "single-dimensional weights")
+            return None
         d_v = v.dim
         self.cm.attention[n.id] = AttentionInfo(attended, groups, mode,
                                                 q.dim if q is not None else None, k.dim, d_v)
@@ -774,7 +781,7 @@ class Checker:
                "mask": "a mask relates pairs of positions of one sequence",
                "penalty": "the penalty compares rows of weights that sum to 1"}
         given = {"affinity": n.affinity, "capsules": n.capsules, "mask": n.mask != "none",
-                 "penalty": n.penalty is not None}
+                 "penalty": n.penalty is not None or n.coverage is not None}
         for name, reason in why.items():
             if given[name]:
                 self.err(n.loc, f"{where}: a sigmoid gate weighs each position on its own, so "

@@ -185,6 +185,8 @@ class Attention(_Frozen):
     capsules: int = 0
     mask: Literal["none", "causal", "forward", "backward"] = "none"  # within one sequence
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
+    # Xu et al. eq. 14: lambda sum_i (1 - sum_t a_ti)^2, every key attended once in all
+    coverage: float | None = None
     dropout: float | None = None  # dropout on the attention weights, in training
     share: str | None = None  # the attention module whose weights this one uses
     position: Modifier | None = None  # relative (Shaw et al.) or rotary positions in q, k
@@ -209,6 +211,8 @@ class Attention(_Frozen):
             out.append(f"{self.mask} mask")
         if self.penalty is not None:
             out.append(f"penalty {self.penalty:g}")
+        if self.coverage is not None:
+            out.append(f"doubly stochastic penalty {self.coverage:g}")
         if self.dropout:
             out.append(f"dropout {self.dropout:g}")
         if self.share is not None:

@@ -1051,8 +1051,20 @@ class Lowerer:
                     if "capsules" in f else 0)
         mask = (self.as_param(MASKS, f["mask"].value, scope, "`mask`") if "mask" in f
                 else "none")
-        penalty = (self.as_param(P("penalty", "float"), f["penalty"].value, scope, "`penalty`")
-                   if "penalty" in f else None)
+        penalty = coverage = None
+        if "penalty" in f:
+            v = f["penalty"].value
+            if isinstance(v, ast.Call) and v.fn == "doubly_stochastic":
+                # Xu et al. eq. 14: lambda sum_i (1 - sum_t a_ti)^2
+                if v.kwargs or len(v.args) > 1:
+                    self.err(v.pos, "`doubly_stochastic` takes one argument, its coefficient "
+                             "lambda", "e.g. `penalty = doubly_stochastic(1.0)`")
+                else:
+                    coverage = (self.as_param(P("lambda", "float"), v.args[0], scope,
+                                              "`lambda` of `doubly_stochastic`")
+                                if v.args else 1.0)
+            else:
+                penalty = self.as_param(P("penalty", "float"), v, scope, "`penalty`")
         heads_out = (self.as_param(HEADS_OUT, f["heads_out"].value, scope, "`heads_out`")
                      if "heads_out" in f else "project")
         if "heads_out" in f and heads == 1:
@@ -1093,7 +1105,8 @@ class Lowerer:
             id=node_id, name=s.name, query=query, keys=keys, values=values, affinity=affinity,
             score=score, align=align, dimensionality=dims, heads=heads,
             heads_out=heads_out or "project", capsules=capsules,
-            mask=mask or "none", penalty=penalty, dropout=dropout, share=share,
+            mask=mask or "none", penalty=penalty, coverage=coverage, dropout=dropout,
+            share=share,
             position=position, bias=bias, hop=self.hop_of(scope, s.name),
             sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 

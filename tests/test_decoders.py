@@ -309,6 +309,15 @@ def test_xu_starts_from_the_mean_annotation_and_attends_with_the_previous_state(
     logits, weights = xu_reference(m, image, caption, hard=stem.endswith("hard"))
     close(out.attention["att"][:, 0], weights)
     close(out.output, logits)
+    if stem.endswith("hard"):  # the penalty is the soft model's (4.2.1)
+        assert not hasattr(out, "penalty")
+        return
+    # doubly stochastic attention (eq. 14): lambda sum_i (1 - sum_t alpha_ti)^2, lambda = 1,
+    # the mean over the images; with a caption mask only its words' steps count
+    close(out.penalty, ((1 - weights.sum(1)) ** 2).sum(-1).mean())
+    keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    masked = m(image=image, caption=caption, caption_mask=keep)
+    close(masked.penalty, ((1 - (weights * keep[:, :, None]).sum(1)) ** 2).sum(-1).mean())
 
 
 # ---- the other forms of `init`, `feed` and `prev` (inline specs) ----------------------------

@@ -120,3 +120,47 @@ def test_bad_element_wise_operations_are_located_errors(expr, message):
 def test_error_snapshot():
     got, want = error_snapshot("gate_shapes_differ")
     assert got == want
+
+
+# ---- attention weights in a loss term: Xu et al.'s doubly stochastic penalty (eq. 14) --------
+
+COVERAGE = """paper t { cite = "T" }
+model m {
+    input x: sequence[L, 8]
+    input y: sequence[M, 8]
+    attention s {
+        query = project(y)  keys = x  score = scaled_multiplicative  heads = 2
+        penalty = doubly_stochastic(0.5)
+    }
+    output u = s
+}
+"""
+
+
+def test_doubly_stochastic_penalty_over_all_query_positions():
+    mod = compiled(COVERAGE, "gates_coverage")
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).double()
+    x = torch.randn(2, 5, 8, dtype=DT)
+    y = torch.randn(2, 4, 8, dtype=DT)
+    x_keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    y_keep = torch.tensor([[True] * 4, [True] * 2 + [False] * 2])
+    out = model(x=x, y=y, x_mask=x_keep, y_mask=y_keep, return_attention=True)
+    a = out.attention["s"]  # (B, H, M, L)
+    # 0.5 sum_i (1 - sum_t a_ti)^2 over the kept keys i, the kept query positions t
+    miss = (1 - (a * y_keep[:, None, :, None]).sum(2)) ** 2
+    want = 0.5 * (miss * x_keep[:, None, :]).sum(-1).mean()
+    torch.testing.assert_close(out.penalty, want, atol=1e-10, rtol=0)
+    # the same without asking for the weights (the fast path must still compute them)
+    again = model(x=x, y=y, x_mask=x_keep, y_mask=y_keep)
+    torch.testing.assert_close(again.penalty, want, atol=1e-10, rtol=0)
+
+
+def test_doubly_stochastic_penalty_needs_a_query_sequence():
+    text = COVERAGE.replace("query = project(y)  keys = x  score = scaled_multiplicative",
+                            "keys = x  score = additive")
+    with pytest.raises(SpecError) as info:
+        pipeline.load_text(text, "t.attn")
+    assert info.value.diagnostics[0].message.endswith(
+        "the doubly stochastic penalty sums each key's weights over the query positions "
+        "(Xu et al. eq. 14), one weight per key and query")

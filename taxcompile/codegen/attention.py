@@ -105,10 +105,25 @@ def plan_attention(p, n: ir.Attention) -> None:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
     if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
         args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
-    if fast_path(n, dot_form(n)):
-        args.append("need_weights=return_attention")  # else a fast path skips the weights
+    if fast_path(n, dot_form(n)):  # else a fast path skips the weights
+        args.append("need_weights=True" if n.coverage is not None else
+                    "need_weights=return_attention")
     call = f"{mod}({', '.join(args)})"
-    record(p, n, info, q, k, v, G, call, name, capsule)
+    a = record(p, n, info, q, k, v, G, call, name, capsule)
+    if n.coverage is not None:
+        coverage(p, n, a, q, kmask)
+
+
+def coverage(p, n: ir.Attention, a: str, q: Var, kmask: str) -> None:
+    """Xu et al.'s doubly stochastic penalty (eq. 14) over the module's weights: at once, or
+    in a decoder loop from the weights of every step once the loop is done."""
+    p.helpers.add("coverage_penalty")
+    p.frame.records.add("penalties")
+    if p.step is not None:
+        p.step.setdefault("coverage", []).append((n, a, kmask))
+        return
+    p.frame.emit(f"penalties.append(coverage_penalty({a}, {p.mask_arg(q)}, {kmask}, "
+                 f"{float(n.coverage)!r}))", "lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)")
 
 
 def affinity_arg(p, n, info, q, G: int, name: str) -> str:
@@ -129,8 +144,9 @@ def affinity_arg(p, n, info, q, G: int, name: str) -> str:
     return code
 
 
-def record(p, n, info, q, k, v, G, call, name, capsule) -> None:
-    """Call the module; keep its context, and its weights and extras in the records."""
+def record(p, n, info, q, k, v, G, call, name, capsule) -> str:
+    """Call the module; keep its context, and its weights and extras in the records; the
+    name of its weights."""
     shape = p.cm.shapes[n.id]
     step = p.step is not None
     lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
@@ -196,6 +212,8 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> None:
         p.helpers.add("pool")
         p.frame.emit(f"features[{key}] = pool({v.name}, {p.mask_arg(v)}, \"mean\")",
                      "f: the mean feature vector")
+    return a
+
 
 
 def context_dim(p, n: ir.Attention, d_v: Dim) -> Dim:

@@ -103,6 +103,8 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         f.emit(f"    {steps}.setdefault({step_key('weights', key)}, []).append({w})")
     for key, ex, _ in p.step["logp"]:
         f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
+    for nd, a, _ in p.step.get("coverage", []):  # every step's weights, for the penalty
+        f.emit(f"{steps}.setdefault({step_key('coverage', p.key_code(nd))}, []).append({a})")
     f.indent -= 1
     for node_id in kept:
         v = f.vars[node_id]
@@ -118,8 +120,13 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     for key, ex, nd in p.step["logp"]:
         how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
         f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
+    covered = p.step.get("coverage", [])
     generate.loop_save(p, n, p.step.get("cached", []))
     p.step = None
+    for nd, a, kmask in covered:  # the penalty over every step's weights (the whole target)
+        w = f"torch.cat({steps}[{step_key('coverage', p.key_code(nd))}], -2)"
+        f.emit(f"penalties.append(coverage_penalty({w}, {p.mask_arg(x)}, {kmask}, "
+               f"{float(nd.coverage)!r}))", "lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)")
     return order
 
 
