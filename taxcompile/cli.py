@@ -5,6 +5,7 @@ Exit codes: 0 success, 1 errors in a spec, 2 a usage error."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import re
 import sys
@@ -39,10 +40,34 @@ def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
     return files
 
 
+_FRONT_END = False  # imported by _front_end
+
+
+def _front_end() -> None:
+    """Import the front end (lark, pydantic and the IR's classes, networkx) with the cyclic
+    garbage collector paused, then freeze what the imports made (``gc.freeze``): they live
+    as long as the process, and every later collection would walk them again. A fifth of
+    a cold ``table specs/`` (0.37 -> 0.29 s). Once per process; the command line only, so
+    a library user's collector is left alone."""
+    global _FRONT_END
+    if _FRONT_END:
+        return
+    _FRONT_END = True
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        from . import checks, classify, graph, lower, parser  # noqa: F401
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def _load_all(paths: list[str]):
     """(file, given explicitly, CheckedSpec) per spec; errors printed, counted."""
     from . import pipeline
 
+    _front_end()
     files = _expand(paths)
     results, failed = [], 0
     for path, explicit in files:
@@ -127,6 +152,7 @@ def cmd_table(args) -> int:
         entry_key, data = cache.key(path, args.reading) or (None, None)
         entry = cache.load(entry_key, table.COLUMNS)
         if entry is None:
+            _front_end()
             try:
                 cs = pipeline.load(path) if data is None else pipeline.load_bytes(data, path)
             except SpecError as e:

@@ -698,3 +698,25 @@ def test_table_cache_forgets_the_oldest_entries(tmp_path, monkeypatch):
     assert sorted(f.stem for f in (tmp_path / "table").iterdir()) == ["k3", "k4"]
     assert cache.load("k4", ("paper",)) == {"row": {"paper": "4"}, "survey_row": 4}
     assert cache.load("k4", ("paper", "ref")) is None
+
+
+def test_front_end_import_leaves_the_collector_as_it_was(monkeypatch):
+    """The command line imports the front end with the cyclic GC paused and freezes what
+    the imports made; the collector is on again afterwards (and stays off if it was off)."""
+    import gc
+
+    from taxcompile import cli
+
+    monkeypatch.setattr(cli, "_FRONT_END", False)  # make _front_end do its work again
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        cli._front_end()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        cli._FRONT_END = False
+        gc.disable()
+        cli._front_end()
+        assert not gc.isenabled()
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
