@@ -218,19 +218,6 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
     return mask
 
 
-def coverage_penalty(a: torch.Tensor, q_keep: torch.Tensor | None, k_keep: torch.Tensor | None,
-                     lam: float) -> torch.Tensor:
-    """Xu et al.'s doubly stochastic penalty (eq. 14): lam * sum_i (1 - sum_t a_ti)^2, so
-    that over all steps t every key i is attended about once; the mean over the batch and
-    heads. a: (B, H, T, Lk) weights; q_keep (B, T) and k_keep (B, Lk): True = counts."""
-    if q_keep is not None:
-        a = a * q_keep[:, None, :, None].to(a.dtype)
-    miss = (1 - a.sum(-2)) ** 2  # (B, H, Lk)
-    if k_keep is not None:
-        miss = miss * k_keep[:, None, :].to(a.dtype)
-    return lam * miss.sum(-1).mean()
-
-
 def check_decoding(max_len, bos, eos, pad, vocab, strategy, beams, top_k, top_p,
                    temperature) -> None:
     """generate()'s arguments: a ValueError naming the argument, what it must be and what it
@@ -338,6 +325,19 @@ def reorder_cache(x, rows: torch.Tensor):
     if isinstance(x, dict):
         return {k: reorder_cache(y, rows) for k, y in x.items()}
     return x  # a count (the tokens decoded)
+
+
+def doubly_stochastic_penalty(a: torch.Tensor, q_keep: torch.Tensor | None,
+                              k_keep: torch.Tensor | None, lam: float) -> torch.Tensor:
+    """Xu et al.'s doubly stochastic penalty (eq. 14): lam * sum_i (1 - sum_t a_ti)^2, so
+    that over all steps t every key i is attended about once; the mean over the batch and
+    heads. a: (B, H, T, Lk) weights; q_keep (B, T) and k_keep (B, Lk): True = counts."""
+    if q_keep is not None:
+        a = a * q_keep[:, None, :, None].to(a.dtype)
+    miss = (1 - a.sum(-2)) ** 2  # (B, H, Lk)
+    if k_keep is not None:
+        miss = miss * k_keep[:, None, :].to(a.dtype)
+    return lam * miss.sum(-1).mean()
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
@@ -484,7 +484,7 @@ class Model(nn.Module):
             steps.setdefault('h', []).append(h_t)
             if return_attention:
                 steps.setdefault('weights:att', []).append(att_a)
-            steps.setdefault('coverage:att', []).append(att_a)
+            steps.setdefault('penalty:att', []).append(att_a)
         z = torch.cat(steps['z'], 1)  # (B, T, 512)
         h = torch.cat(steps['h'], 1)  # (B, T, hidden)
         if return_attention:
@@ -493,7 +493,7 @@ class Model(nn.Module):
             cache['h'] = h_state, h_prev
         # lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)
         penalties.append(
-            coverage_penalty(torch.cat(steps['coverage:att'], -2), caption_mask, None, 1.0)
+            doubly_stochastic_penalty(torch.cat(steps['penalty:att'], -2), caption_mask, None, 1.0)
         )
         # (B, T, vocab): output `logits`
         logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, z], -1)) + e))

@@ -699,12 +699,14 @@ class Checker:
             self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares several rows of "
                      "attention", "set `heads = r` (Lin et al.: r rows)")
             return None
-        if n.coverage is not None and (mode != "sequence" or n.dimensionality == "multi"
+        if n.doubly_stochastic is not None and (mode != "sequence" or n.dimensionality == "multi"
                                        or n.capsules or n.affinity is not None or groups):
             self.err(n.loc, f"{where}: the doubly stochastic penalty sums each key's weights "
                      "over the query positions (Xu et al. eq. 14), one weight per key and "
                      "query", "give the module a query sequence (a decoder's states) and "
                      "single-dimensional weights")
+            return None
+        if not self.coverage_fits(n, mode, groups):
             return None
         d_v = v.dim
         self.cm.attention[n.id] = AttentionInfo(attended, groups, mode,
@@ -715,6 +717,60 @@ class Checker:
             self.cm.axis_origin[axis] = n.id
             ctx_axes = ctx_axes + (axis,)
         return Shape(ctx_axes, context_dim(n, d_v))
+
+    def coverage_fits(self, n: ir.Attention, mode: str, groups) -> bool:
+        """``coverage = true`` (See et al. eq. 10-11), ``penalty = coverage(λ)`` (eq. 12-13)
+        and ``penalty = disagreement(λ, on = …)`` (Li et al. 2018, eq. 5-7)."""
+        where = f"attention `{n.name}`"
+        one_row = (mode != "sequence" or n.dimensionality == "multi" or n.capsules
+                   or n.affinity is not None or bool(groups))
+        if n.coverage and n.score.fn != "additive":
+            self.err(n.score.loc, f"{where}: coverage enters the score inside the additive "
+                     "form, e_i^t = vᵀ tanh(W_h h_i + W_s s_t + w_c c_i^t + b) (See et al. "
+                     f"eq. 11); the {n.score.fn.replace('_', ' ')} score has no such term",
+                     "use `score = additive(…)`, or `penalty = coverage(λ)` alone (eq. 12-13 "
+                     "need no coverage in the score)")
+            return False
+        if n.coverage and (one_row or n.query is None):
+            self.err(n.loc, f"{where}: the coverage c^t sums the weights of the earlier query "
+                     "positions (See et al. eq. 10), so the module needs a query sequence (a "
+                     "decoder's states) and single-dimensional weights over one key sequence",
+                     "give the module `query = …` over a sequence, or drop `coverage`")
+            return False
+        if n.coverage and (n.share is not None or n.position is not None or n.bias is not None
+                           or n.align.fn not in ("global", "sparsemax", "entmax")):
+            what = ("`share`" if n.share is not None else "a position term or score bias"
+                    if n.position or n.bias else f"`{n.align.fn}` alignment")
+            self.err(n.loc, f"{where}: coverage is built for a module of its own with "
+                     "w_c c_i^t inside its additive score and a normalised alignment over all "
+                     f"the keys (See et al. eq. 10-11); {what} is not combined with it",
+                     "use `align = global` (or `sparsemax`, `entmax`) without `share`, "
+                     "`position` or `bias`")
+            return False
+        if n.coverage_loss is not None and one_row:
+            self.err(n.loc, f"{where}: the coverage loss compares each step's weights with "
+                     "the sum of the earlier steps' (See et al. eq. 12-13), one weight per "
+                     "key and query", "give the module a query sequence (a decoder's states) "
+                     "and single-dimensional weights")
+            return False
+        d = n.disagreement
+        if d is not None and n.heads < 2:
+            self.err(n.loc, f"{where}: the disagreement penalty compares pairs of heads "
+                     f"(Li et al. eq. 5-7), but the module has {n.heads}", "set `heads = H`, "
+                     "H ≥ 2")
+            return False
+        if d is not None and n.dimensionality == "multi":
+            self.err(n.loc, f"{where}: the disagreement penalty compares the heads' weight "
+                     "matrices (Li et al. eq. 5-7); multi-dimensional weights (eq. 30-32) "
+                     "are not combined with it", "use `dimensionality = single`")
+            return False
+        if d is not None and d.on == "subspace" and n.query is None:
+            self.err(n.loc, f"{where}: without a query every head reads the same values, "
+                     "so cos(V^i, V^j) = 1 for every pair (Li et al. eq. 5)",
+                     "use `on = position` or `on = output`, or give the module a query "
+                     "(heads then split the values, eq. 38)")
+            return False
+        return True
 
     def modifiers_fit(self, n: ir.Attention, mode: str, ctx_axes: tuple[str, ...],
                       attended: str, k: Shape) -> bool:
@@ -781,7 +837,8 @@ class Checker:
                "mask": "a mask relates pairs of positions of one sequence",
                "penalty": "the penalty compares rows of weights that sum to 1"}
         given = {"affinity": n.affinity, "capsules": n.capsules, "mask": n.mask != "none",
-                 "penalty": n.penalty is not None or n.coverage is not None}
+                 "penalty": n.penalty is not None or n.doubly_stochastic is not None
+                 or n.coverage_loss is not None or n.disagreement is not None or n.coverage}
         for name, reason in why.items():
             if given[name]:
                 self.err(n.loc, f"{where}: a sigmoid gate weighs each position on its own, so "

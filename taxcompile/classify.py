@@ -38,6 +38,12 @@ SCORE_LABEL = {
     "biased_general": "Biased General", "activated_general": "Activated General",
     "similarity": "Similarity", "location": "Location",
 }
+# See et al.'s coverage (`coverage = true`, eq. 10-11) adds w_c c_i^t to an additive score's
+# inputs: the score stays Additive (its form w^T act(W1 q + W2 k + ... + b) is unchanged) and
+# the coverage, the module's own earlier weights, is no query. A penalty (Lin et al., Xu et
+# al.'s doubly stochastic, See et al.'s coverage loss, Li et al.'s disagreement) is a term
+# of the training loss: it changes no module's score, alignment, wiring or heads, so it
+# changes no cell of the row.
 ALIGN_LABEL = {"global": "Global", "hard": "Hard", "local": "Local", "reinforced": "Reinforced",
                "sparsemax": "Sparse", "entmax": "Sparse",
                # Oktay et al.'s attention gates: Table III reads them as Global

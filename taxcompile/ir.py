@@ -169,6 +169,14 @@ class Node(_Frozen):
     loc: Location
 
 
+class Disagreement(_Frozen):
+    """Li et al. 2018: the loss adds -lam D, D = -(1/H^2) sum_i sum_j sim of heads i and j
+    on their values (eq. 5), weights (eq. 6) or outputs (eq. 7)."""
+
+    lam: float
+    on: Literal["subspace", "position", "output"]
+
+
 class Attention(_Frozen):
     kind_: Literal["attention"] = "attention"
     id: str
@@ -186,7 +194,13 @@ class Attention(_Frozen):
     mask: Literal["none", "causal", "forward", "backward"] = "none"  # within one sequence
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
     # Xu et al. eq. 14: lambda sum_i (1 - sum_t a_ti)^2, every key attended once in all
-    coverage: float | None = None
+    doubly_stochastic: float | None = None
+    # See et al. 2017 eq. 10-11: the coverage c^t = sum_{t'<t} a^{t'} enters the additive
+    # score as w_c c_i^t; eq. 12-13: lambda sum_t sum_i min(a_i^t, c_i^t)
+    coverage: bool = False
+    coverage_loss: float | None = None
+    # Li et al. 2018 eq. 5-7: -lambda D, D the heads' disagreement on values, weights or outputs
+    disagreement: Disagreement | None = None
     dropout: float | None = None  # dropout on the attention weights, in training
     share: str | None = None  # the attention module whose weights this one uses
     position: Modifier | None = None  # relative (Shaw et al.) or rotary positions in q, k
@@ -211,8 +225,14 @@ class Attention(_Frozen):
             out.append(f"{self.mask} mask")
         if self.penalty is not None:
             out.append(f"penalty {self.penalty:g}")
-        if self.coverage is not None:
-            out.append(f"doubly stochastic penalty {self.coverage:g}")
+        if self.doubly_stochastic is not None:
+            out.append(f"doubly stochastic penalty {self.doubly_stochastic:g}")
+        if self.coverage:
+            out.append("coverage")
+        if self.coverage_loss is not None:
+            out.append(f"coverage loss {self.coverage_loss:g}")
+        if self.disagreement is not None:
+            out.append(f"disagreement on {self.disagreement.on} {self.disagreement.lam:g}")
         if self.dropout:
             out.append(f"dropout {self.dropout:g}")
         if self.share is not None:

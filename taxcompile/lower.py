@@ -89,7 +89,7 @@ MASKS = P("mask", "enum", False, "none", ("none", "causal", "forward", "backward
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
                     "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
-                    "share", "position", "bias")
+                    "share", "position", "bias", "coverage")
 # Score modifiers: position terms in q and k (`position = …`) and additive biases on the
 # scores before the alignment (`bias = …`); docs/codegen.md has their equations.
 POSITIONS: dict[str, tuple[P, ...]] = {
@@ -1051,7 +1051,7 @@ class Lowerer:
                     if "capsules" in f else 0)
         mask = (self.as_param(MASKS, f["mask"].value, scope, "`mask`") if "mask" in f
                 else "none")
-        penalty = coverage = None
+        penalty = doubly = cov_loss = disagree = None
         if "penalty" in f:
             v = f["penalty"].value
             if isinstance(v, ast.Call) and v.fn == "doubly_stochastic":
@@ -1060,11 +1060,17 @@ class Lowerer:
                     self.err(v.pos, "`doubly_stochastic` takes one argument, its coefficient "
                              "lambda", "e.g. `penalty = doubly_stochastic(1.0)`")
                 else:
-                    coverage = (self.as_param(P("lambda", "float"), v.args[0], scope,
-                                              "`lambda` of `doubly_stochastic`")
-                                if v.args else 1.0)
+                    doubly = (self.as_param(P("lambda", "float"), v.args[0], scope,
+                                            "`lambda` of `doubly_stochastic`")
+                              if v.args else 1.0)
+            elif isinstance(v, ast.Call) and v.fn == "coverage":
+                cov_loss = self.coverage_penalty(v, scope)
+            elif isinstance(v, ast.Call) and v.fn == "disagreement":
+                disagree = self.disagreement_penalty(v, scope)
             else:
                 penalty = self.as_param(P("penalty", "float"), v, scope, "`penalty`")
+        coverage = (bool(self.as_param(P("coverage", "bool"), f["coverage"].value, scope,
+                                       "`coverage`")) if "coverage" in f else False)
         heads_out = (self.as_param(HEADS_OUT, f["heads_out"].value, scope, "`heads_out`")
                      if "heads_out" in f else "project")
         if "heads_out" in f and heads == 1:
@@ -1105,10 +1111,43 @@ class Lowerer:
             id=node_id, name=s.name, query=query, keys=keys, values=values, affinity=affinity,
             score=score, align=align, dimensionality=dims, heads=heads,
             heads_out=heads_out or "project", capsules=capsules,
-            mask=mask or "none", penalty=penalty, coverage=coverage, dropout=dropout,
-            share=share,
+            mask=mask or "none", penalty=penalty, doubly_stochastic=doubly, dropout=dropout,
+            coverage=coverage, coverage_loss=cov_loss, disagreement=disagree, share=share,
             position=position, bias=bias, hop=self.hop_of(scope, s.name),
             sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
+
+    def coverage_penalty(self, v: ast.Call, scope: Scope) -> float | None:
+        """``penalty = coverage(lambda)``: See et al.'s lambda sum_t sum_i min(a_i^t, c_i^t)
+        (eq. 12-13); the coefficient, 1 when not given."""
+        if v.kwargs or len(v.args) > 1:
+            self.err(v.pos, "`coverage` takes one argument, its coefficient lambda "
+                     "(See et al. eq. 13)", "e.g. `penalty = coverage(1.0)`")
+            return None
+        return (self.as_param(P("lambda", "float"), v.args[0], scope, "`lambda` of `coverage`")
+                if v.args else 1.0)
+
+    def disagreement_penalty(self, v: ast.Call, scope: Scope) -> ir.Disagreement | None:
+        """``penalty = disagreement(lambda, on = subspace | position | output)``: Li et al.'s
+        -lambda D (2018, eq. 5-7)."""
+        on_p = P("on", "enum", False, "subspace", ("subspace", "position", "output"))
+        extra = [k for k in v.kwargs if k.name != "on"]
+        if len(v.args) > 1 or extra:
+            self.err(extra[0].pos if extra else v.args[1].pos, "`disagreement` takes its "
+                     "coefficient lambda and `on = subspace | position | output` (Li et al. "
+                     "eq. 5-7)", "e.g. `penalty = disagreement(1.0, on = output)`")
+            return None
+        on = next((k for k in v.kwargs if k.name == "on"), None)
+        if on is None:
+            self.err(v.pos, "`disagreement` needs `on = subspace | position | output`: the "
+                     "heads' values (eq. 5), weights (eq. 6) or outputs (eq. 7)",
+                     "e.g. `penalty = disagreement(1.0, on = output)`")
+            return None
+        lam = (self.as_param(P("lambda", "float"), v.args[0], scope,
+                             "`lambda` of `disagreement`") if v.args else 1.0)
+        where = self.as_param(on_p, on.value, scope, "`on` of `disagreement`")
+        if lam is None or where is None:
+            return None
+        return ir.Disagreement(lam=lam, on=where)
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str):
         if fld is None:

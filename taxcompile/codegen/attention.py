@@ -106,24 +106,73 @@ def plan_attention(p, n: ir.Attention) -> None:
     if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
         args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
-        args.append("need_weights=True" if n.coverage is not None else
+        args.append("need_weights=True" if weights_penalty(n) else
                     "need_weights=return_attention")
+    cov_key = repr(f"coverage:{p.key_code(n)[1:-1]}")  # where generate() keeps c
+    if n.coverage and p.step is not None:  # c^t carried from step to step (See et al. eq. 10)
+        args.append(f"coverage={p.step['cov'][n.id]}")
+    elif n.coverage and generate.is_target_side(p, n.id):  # generate(): the earlier calls' c
+        p.frame.records.add("cache")
+        args.append(f"coverage=None if cache is None else cache.get({cov_key})")
     call = f"{mod}({', '.join(args)})"
-    a = record(p, n, info, q, k, v, G, call, name, capsule)
-    if n.coverage is not None:
-        coverage(p, n, a, q, kmask)
+    a, ex = record(p, n, info, q, k, v, G, call, name, capsule)
+    if n.coverage and p.step is not None:
+        p.frame.emit(f"{p.step['cov'][n.id]} = {ex}[\"coverage\"]",
+                     "c^(t+1) = c^t + a^t (See et al. eq. 10)")
+    elif n.coverage and generate.is_target_side(p, n.id):
+        p.frame.emit("if cache is not None:", "generate(): the coverage for the next call")
+        p.frame.emit(f"    cache[{cov_key}] = {ex}[\"coverage\"]")
+    penalty_of_weights(p, n, a, ex, q, kmask, G)
 
 
-def coverage(p, n: ir.Attention, a: str, q: Var, kmask: str) -> None:
-    """Xu et al.'s doubly stochastic penalty (eq. 14) over the module's weights: at once, or
-    in a decoder loop from the weights of every step once the loop is done."""
-    p.helpers.add("coverage_penalty")
-    p.frame.records.add("penalties")
-    if p.step is not None:
-        p.step.setdefault("coverage", []).append((n, a, kmask))
+def weights_penalty(n: ir.Attention) -> bool:
+    """Whether a penalty in the loss reads the module's weights (the fast path must then
+    compute them)."""
+    d = n.disagreement
+    return n.doubly_stochastic is not None or n.coverage_loss is not None or \
+        d is not None and d.on == "position"
+
+
+def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask: str,
+                       G: int) -> None:
+    """Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage loss (eq. 12-13)
+    and Li et al.'s disagreement (eq. 5-7) over the module's weights or heads: at once, or in
+    a decoder loop from the tensors of every step once the loop is done (``penalty_call``)."""
+    d = n.disagreement
+    if n.doubly_stochastic is None and n.coverage_loss is None and d is None:
         return
-    p.frame.emit(f"penalties.append(coverage_penalty({a}, {p.mask_arg(q)}, {kmask}, "
-                 f"{float(n.coverage)!r}))", "lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)")
+    p.frame.records.add("penalties")
+    x = f"{ex}[\"heads\"]" if d is not None and d.on != "position" else a
+    if p.step is not None:
+        p.step.setdefault("penalty", []).append((n, x, kmask))
+        return
+    info = p.cm.attention[n.id]
+    qmask = "None"
+    if q is not None and info.query_mode == "sequence":
+        qmask = p.mask_arg(q, f".reshape(-1, {q.name}.shape[-2])") if G else p.mask_arg(q)
+    code, comment = penalty_call(p, n, x, qmask, kmask)
+    p.frame.emit(f"penalties.append({code})", comment)
+
+
+def penalty_call(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> tuple[str, str]:
+    """The call that computes a module's penalty from its weights (or heads) x, with the
+    padding masks of its queries and keys, and its comment."""
+    d = n.disagreement
+    if n.doubly_stochastic is not None:
+        p.helpers.add("doubly_stochastic_penalty")
+        return (f"doubly_stochastic_penalty({x}, {qmask}, {kmask}, "
+                f"{float(n.doubly_stochastic)!r})",
+                "lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)")
+    if n.coverage_loss is not None:
+        p.helpers.add("coverage_loss")
+        return (f"coverage_loss({x}, {qmask}, {kmask}, {float(n.coverage_loss)!r})",
+                "lambda sum_t sum_i min(a_i^t, c_i^t) (See et al. eq. 12-13)")
+    p.helpers.add("disagreement_penalty")
+    keep = kmask if d.on == "subspace" else qmask
+    eq = {"subspace": "5: cos(V^i, V^j)", "position": "6: |A^i * A^j|",
+          "output": "7: cos(O^i, O^j)"}[d.on]
+    return (f"disagreement_penalty({x}, {keep}, {float(d.lam)!r}, {d.on != 'position'})",
+            f"-lambda D_{d.on}, D = -(1/H^2) sum_i sum_j of eq. {eq} (Li et al. 2018)")
 
 
 def affinity_arg(p, n, info, q, G: int, name: str) -> str:
@@ -144,9 +193,9 @@ def affinity_arg(p, n, info, q, G: int, name: str) -> str:
     return code
 
 
-def record(p, n, info, q, k, v, G, call, name, capsule) -> str:
+def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     """Call the module; keep its context, and its weights and extras in the records; the
-    name of its weights."""
+    names of its weights and extras."""
     shape = p.cm.shapes[n.id]
     step = p.step is not None
     lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
@@ -155,7 +204,8 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> str:
     gate = n.align.fn == "sigmoid"  # the gated values, at the keys' positions
     single = single and not gate
     direct = G == 0 and not single and not capsule
-    needs_ex = n.align.fn in ("hard", "reinforced") or n.penalty is not None or capsule
+    needs_ex = n.align.fn in ("hard", "reinforced") or n.penalty is not None or capsule or \
+        n.coverage or n.disagreement is not None and n.disagreement.on != "position"
     locs = p.frame.locals
     if direct and step:
         c = p.step["names"].setdefault(n.id, locs.new(name + "_t"))
@@ -212,8 +262,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> str:
         p.helpers.add("pool")
         p.frame.emit(f"features[{key}] = pool({v.name}, {p.mask_arg(v)}, \"mean\")",
                      "f: the mean feature vector")
-    return a
-
+    return a, ex
 
 
 def context_dim(p, n: ir.Attention, d_v: Dim) -> Dim:

@@ -56,6 +56,8 @@ class AttentionView:
     share: str | None = None  # "keys" (eq. 9) or "swap" (eq. 14-15): another module's weights
     position: ir.Modifier | None = None  # relative (Shaw et al.) or rotary positions
     bias: ir.Modifier | None = None  # ALiBi or Yang et al.'s Gaussian bias on the scores
+    coverage: bool = False  # See et al. eq. 10-11: w_c c_i^t in the score, a loop over queries
+    disagreement: str | None = None  # Li et al. eq. 5 / 7: return each head's V^h / O^h
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -86,7 +88,7 @@ def fast_path(n: ir.Attention, dot: DotForm | None) -> str | None:
     """Which fast path the module takes when nobody asks for its weights: "sdpa" (a fused
     kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
     additive attention over blocks of queries), or None."""
-    if n.penalty is not None:
+    if n.penalty is not None or n.coverage:
         return None
     if n.bias is not None or n.position is not None and n.position.fn == "relative":
         # a position term in the scores: FlexAttention's score_mod under torch.compile (a^V
@@ -119,7 +121,14 @@ def class_key(p, n: ir.Attention) -> str:
     return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
         exclude={"loc", "sym", "window"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
-        n.heads_out, share_of(p, n) == "keys")) + modifier_key(n)
+        n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n)
+
+
+def coverage_key(n: ir.Attention) -> str:
+    """Coverage in the score (See et al.) and the heads' tensors a disagreement penalty
+    reads (Li et al.): '' without them, so the other modules' keys stay as they were."""
+    on = n.disagreement.on if n.disagreement is not None else None
+    return repr((n.coverage, on)) if n.coverage or on in ("subspace", "output") else ""
 
 
 def modifier_key(n: ir.Attention) -> str:
@@ -200,7 +209,8 @@ def attention_class(p, n: ir.Attention) -> str:
         init_args=tuple(init_args), dot=dot, fast=fast,
         act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
         heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n),
-        gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias)
+        gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,
+        coverage=n.coverage, disagreement=n.disagreement.on if n.disagreement else None)
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -231,6 +241,8 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
         parts.append("CoAttention")
     if share == "keys":
         parts.append("SharedKey")  # eq. 9: another module's W, b and w
+    if n.coverage:
+        parts.append("Coverage")  # See et al. eq. 10-11
     short = {"relative": "Rel", "rotary": "RoPE", "alibi": "ALiBi", "gaussian": "Gauss"}
     parts += [short[m.fn] for m in (n.position, n.bias) if m is not None]
     parts.append({"max_pool": "MaxPool", "affinity": "Affinity"}.get(n.score.fn, camel(n.score.fn)))
@@ -306,6 +318,14 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
         lines.append("Gaussian bias (Yang et al. 2018): G_ij = -(j - P_i)^2 / (2 sigma_i^2) "
                      "added to the scores, P_i = I sigmoid(U_p^T tanh(W_p q_i)), sigma_i = "
                      "D_i / 2, D_i = I sigmoid(U_d^T tanh(W_p q_i)), I the length.")
+    if n.coverage:
+        lines.append("Coverage (See et al. 2017, eq. 10-11): e_i^t = w^T act(W1 q_t + W2 k_i + "
+                     "w_c c_i^t + b), c^t = sum_{t' < t} a^{t'}, one query position at a "
+                     "time; coverage: c before the first query, (N, H, Lk), or None (zeros).")
+    if n.disagreement is not None and n.disagreement.on in ("subspace", "output"):
+        lines.append("extras[\"heads\"]: each head's " + (
+            "values V^h (Li et al. eq. 5)" if n.disagreement.on == "subspace" else
+            "output O^h (Li et al. eq. 7)") + ", for the disagreement penalty.")
     if dropout:
         lines.append("dropout: the probability of zeroing each attention weight in training "
                      "(after the alignment, before the values are weighted; the weights "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import checks, ir
 from ..ops import plan_rule
 from . import generate
-from .attention import plan_attention
+from .attention import penalty_call, plan_attention
 from .frame import Frame, Owner, Var
 from .names import dim_of, ident
 
@@ -80,7 +80,13 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
             f.emit(f"{name} = {top}", what + ": its initial state")
         else:
             f.emit(f"{name} = {seq}.new_zeros(B, {d})", what + ": zeros")
-    generate.loop_resume(p, n, [p.step["prev"][c] for c in carried])
+    covs = p.step["cov"] = {}  # See et al.'s coverage c^t of a module, carried across steps
+    for node_id in order:
+        if getattr(p.m.node(node_id), "coverage", False):
+            covs[node_id] = f.locals.new(p.want(p.m.node(node_id)) + "_cov")
+            f.emit(f"{covs[node_id]} = None", f"`{p.m.node(node_id).name}`'s coverage c^0 = 0 "
+                   "(See et al. eq. 10)")
+    generate.loop_resume(p, n, [p.step["prev"][c] for c in carried] + list(covs.values()))
     steps = f.locals.new("steps")
     f.emit(f"{steps} = {{}}", "node -> its value at every step")
     f.emit(f"for t in range({seq}.shape[{pos}]):", f"one decoder step per position of {axis}")
@@ -103,8 +109,8 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         f.emit(f"    {steps}.setdefault({step_key('weights', key)}, []).append({w})")
     for key, ex, _ in p.step["logp"]:
         f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
-    for nd, a, _ in p.step.get("coverage", []):  # every step's weights, for the penalty
-        f.emit(f"{steps}.setdefault({step_key('coverage', p.key_code(nd))}, []).append({a})")
+    for nd, a, _ in p.step.get("penalty", []):  # every step's weights (heads), for a penalty
+        f.emit(f"{steps}.setdefault({step_key('penalty', p.key_code(nd))}, []).append({a})")
     f.indent -= 1
     for node_id in kept:
         v = f.vars[node_id]
@@ -120,13 +126,15 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     for key, ex, nd in p.step["logp"]:
         how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
         f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
-    covered = p.step.get("coverage", [])
+    covered = p.step.get("penalty", [])
     generate.loop_save(p, n, p.step.get("cached", []))
     p.step = None
     for nd, a, kmask in covered:  # the penalty over every step's weights (the whole target)
-        w = f"torch.cat({steps}[{step_key('coverage', p.key_code(nd))}], -2)"
-        f.emit(f"penalties.append(coverage_penalty({w}, {p.mask_arg(x)}, {kmask}, "
-               f"{float(nd.coverage)!r}))", "lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)")
+        w = f"{steps}[{step_key('penalty', p.key_code(nd))}]"
+        d = nd.disagreement  # the values V^h are the same at every step: the last step's
+        w = f"{w}[-1]" if d is not None and d.on == "subspace" else f"torch.cat({w}, -2)"
+        code, comment = penalty_call(p, nd, w, p.mask_arg(x), kmask)
+        f.emit(f"penalties.append({code})", comment)
     return order
 
 
