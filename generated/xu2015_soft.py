@@ -56,7 +56,7 @@ class Output:
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
     # the attention penalties, times their coefficients: Lin et al.'s ||AA^T - I||_F^2, Xu et al.'s
-    # sum_i (1 - sum_t a_ti)^2
+    # sum_i (1 - sum_t a_ti)^2, See et al.'s coverage loss, Li et al.'s -D
     penalty: torch.Tensor | float = 0.0
 
 

@@ -109,6 +109,8 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "press2022_alibi": "tests/test_position_terms.py",
     "su2021_rotary": "tests/test_position_terms.py",
     "yang2018_encoder": "tests/test_position_terms.py",
+    "see2017_coverage": "tests/test_coverage.py",
+    "li2018_disagreement_encoder": "tests/test_coverage.py",
 }
 
 

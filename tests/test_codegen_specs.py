@@ -84,6 +84,12 @@ class Variant:
         return self.name
 
 
+
+def _penalised(a) -> bool:
+    """Whether attention ``a`` adds a term to Output.penalty."""
+    return a.penalty is not None or a.doubly_stochastic is not None or \
+        a.coverage_loss is not None or a.disagreement is not None
+
 def _variants() -> list[Variant]:
     out = []
     for d in SPEC_DIRS:
@@ -348,8 +354,7 @@ def test_generated_file_follows_the_contract(gen_dir, v):
     assert issubclass(mod.Model, torch.nn.Module)
     # Output: output and attention, and only the other fields this model fills
     fills = [["log_probs"] if any(a.align.fn in ("hard", "reinforced") for a in v.attentions)
-             else [], ["penalty"] if any(a.penalty is not None or a.doubly_stochastic is not None
-                                         for a in v.attentions) else [],
+             else [], ["penalty"] if any(_penalised(a) for a in v.attentions) else [],
              ["capsules", "features"] if any(a.capsules for a in v.attentions) else []]
     assert [f.name for f in dataclasses.fields(mod.Output)] == [
         "output", "attention", *sorted(x for f in fills for x in f)]
@@ -423,7 +428,7 @@ def test_forward_and_backward_with_tiny_config(gen_dir, v):
     assert set(log_probs) == sampled
     for k, lp in log_probs.items():
         assert lp.shape[0] == 2 and torch.isfinite(lp).all() and (lp <= 0).all(), k
-    if any(a.penalty is not None or a.doubly_stochastic is not None for a in v.attentions):
+    if any(_penalised(a) for a in v.attentions):
         assert isinstance(out.penalty, torch.Tensor) and out.penalty.dim() == 0
         assert torch.isfinite(out.penalty) and out.penalty >= 0 and out.penalty.requires_grad
     else:
@@ -504,8 +509,11 @@ def test_thirty_adam_steps_reduce_the_loss(gen_dir, v):
         return per_example, loss
 
     # Xu et al.'s doubly stochastic penalty has a floor far above 0 at tiny sizes (L locations,
-    # T < L steps: L (1 - T / L)^2), so there the task loss is what must fall
-    floor = any(a.doubly_stochastic is not None for a in v.attentions)
+    # T < L steps: L (1 - T / L)^2), See et al.'s coverage loss one once the steps outnumber
+    # the keys, Li et al.'s disagreement one of lambda / H (cos(O^i, O^i) = 1): there the task
+    # loss is what must fall
+    floor = any(a.doubly_stochastic is not None or a.coverage_loss is not None
+                or a.disagreement is not None for a in v.attentions)
 
     def evaluate() -> float:  # deterministic: argmax / thresholded policies in eval mode
         with torch.no_grad():

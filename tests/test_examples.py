@@ -35,6 +35,13 @@ EXPECTED = {
     "alibi": dict(scoring="Scaled Multiplicative", alignment="Global"),
     "rotary": dict(scoring="Scaled Multiplicative", alignment="Global"),
     "yang2018_localness": dict(scoring="Scaled Multiplicative", alignment="Global"),
+    # Coverage (issue 14): w_c c_i^t joins the additive score's inputs, which stays Additive;
+    # the decoder's state is the query (Basic), the coverage loss changes no cell.
+    "see2017_coverage": dict(scoring="Additive", alignment="Global", query_type="Basic",
+                             query_multiplicity="Singular"),
+    # A disagreement penalty on the heads is a term of the loss: the row of the Transformer.
+    "li2018_disagreement": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

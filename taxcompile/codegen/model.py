@@ -18,7 +18,8 @@ RECORDS = {  # record container in forward() -> the Output field it fills
                              "hard / reinforced: log p(sample), for REINFORCE"),
     "penalties": OutputField("penalty", "torch.Tensor | float", "0.0",
                              "the attention penalties, times their coefficients: Lin et al.'s "
-                             "||AA^T - I||_F^2, Xu et al.'s sum_i (1 - sum_t a_ti)^2"),
+                             "||AA^T - I||_F^2, Xu et al.'s sum_i (1 - sum_t a_ti)^2, See et "
+                             "al.'s coverage loss, Li et al.'s -D"),
     "capsules": OutputField("capsules", "dict[str, tuple[torch.Tensor, torch.Tensor]]",
                             "field(default_factory=dict)", "module -> (p_c, r_c) (eq. 43-45)"),
     "features": OutputField("features", "dict[str, torch.Tensor]", "field(default_factory=dict)",
