@@ -201,10 +201,27 @@ model m {
 """
 
 
-@pytest.mark.parametrize("source", ["cross", "see2017"])
+SELF_TARGET = """paper t { cite = "T" }
+model m {
+    input tgt: tokens[T] (vocab = 11, autoregressive)
+    feature e = embed(tgt, 8)
+    attention att {
+        query = e  keys = e  score = additive(d_w = 6, act = tanh)  heads = 2
+        mask = causal
+        coverage = true
+    }
+    output logits = classify(concat(e, att), 11)
+}
+"""
+
+
+@pytest.mark.parametrize("source", ["cross", "self", "see2017"])
 def test_cached_decoding_equals_the_full_forward(source):
-    if source == "cross":
-        mod = compiled(CROSS, "coverage_cross")
+    """The coverage crosses calls in the cache: over the source (cross), over a KV cache
+    that grows by a key per step (causal self-attention: the new key's coverage starts at
+    0), and in a decoder loop's state (See et al.'s model)."""
+    if source in ("cross", "self"):
+        mod = compiled(CROSS if source == "cross" else SELF_TARGET, f"coverage_{source}")
         cfg = mod.Config()
     else:
         cs = pipeline.load(ROOT / "examples" / "see2017_coverage.attn")
@@ -213,21 +230,22 @@ def test_cached_decoding_equals_the_full_forward(source):
         cfg = mod.Config.tiny()
     torch.manual_seed(4)
     model = mod.Model(cfg).double().eval()
-    V = 11 if source == "cross" else cfg.vocab
+    V = 11 if source != "see2017" else cfg.vocab
     src = torch.randint(3, V, (2, 6))
     tgt = torch.randint(3, V, (2, 5))
-    full = model(src=src, tgt=tgt, return_attention=True)
+    kw = {} if source == "self" else {"src": src}
+    full = model(**kw, tgt=tgt, return_attention=True)
     cache, steps = {}, []
     for t in range(tgt.shape[1]):
-        steps.append(model(src=src, tgt=tgt[:, t:t + 1], cache=cache).output)
+        steps.append(model(**kw, tgt=tgt[:, t:t + 1], cache=cache).output)
     close(torch.cat(steps, 1), full.output)
     # the coverage the cache holds is the sum of every step's weights (eq. 10)
     w = full.attention["att"]
-    held = next(v for k, v in cache.items() if "cov" in str(k)) if source == "cross" else \
-        cache["s"][-1]
+    held = cache["s"][-1] if source == "see2017" else \
+        next(v for k, v in cache.items() if "cov" in str(k))
     close(held, w.sum(2))
     # generate() runs on the cache
-    got = model.generate(src=src, bos=1, eos=2, max_len=4)
+    got = model.generate(**kw, bos=1, eos=2, max_len=4, **({"batch_size": 2} if not kw else {}))
     assert got.shape[0] == 2
 
 
