@@ -643,11 +643,22 @@ class Checker:
             self.err(sc.loc, f"the `{sc.fn}` score reads an affinity matrix (eq. 12-16)",
                      "add `affinity = NAME` with `affinity NAME = affinity(A, B)`")
             return None
-        if n.affinity is not None and (n.heads > 1 or n.dimensionality == "multi" or n.capsules):
-            what = "heads" if n.heads > 1 else "capsules" if n.capsules else "multi-dimensional weights"
-            self.err(n.loc, f"{where} reads its scores from affinity `{n.affinity}` (eq. 12-16), "
-                     f"one number per pair of positions, so it cannot have {what}",
-                     "drop the field, or score without an affinity matrix")
+        if n.affinity is not None and n.capsules:
+            self.err(n.loc, f"{where} takes its queries from the other input through affinity "
+                     f"`{n.affinity}` (eq. 14-15), but capsule-based attention learns one query "
+                     "per class (eq. 43): a capsule has no query from the other input",
+                     "drop `capsules`, or attend with learned capsule queries in another module")
+            return None
+        if n.affinity is not None and sc.fn != "additive" and (
+                n.heads > 1 or n.dimensionality == "multi"):
+            what = "heads" if n.heads > 1 else "multi-dimensional weights"
+            eq = "eq. 16" if sc.fn == "max_pool" else "eq. 12-13"
+            self.err(n.loc, f"{where}: the `{sc.fn}` score reads its scores off affinity "
+                     f"`{n.affinity}` ({eq}), one number per pair of positions with no "
+                     f"weights of its own, so it cannot have {what} (eq. 38 projects each "
+                     "head's query and keys; eq. 31 scores each feature)",
+                     "use `score = additive(…)`, whose per-head W_q, W_k and w (or W_d) extend "
+                     "eq. 14-15")
             return None
         if n.heads > 1:
             for what, d in (("d_q", q.dim if q is not None else None), ("d_k", k.dim), ("d_v", v.dim)):
@@ -672,9 +683,12 @@ class Checker:
                 self.err(n.loc, f"{where}: capsule-based attention learns one query per class "
                          "(eq. 43)", "write `query = learned(d)`")
                 return None
-            if n.heads > 1:
-                self.err(n.loc, f"{where}: capsules already hold one query per class; "
-                         "eq. 43-45 define no heads inside a capsule", "drop `heads` or `capsules`")
+            if n.heads > 1 and n.heads_out == "mean":
+                self.err(n.loc, f"{where}: each capsule's probability reads its whole context, "
+                         "p_c = sigmoid(w_c^T c_c + b_c) with c_c of width d_v (eq. 44), but "
+                         "`heads_out = mean` gives d_v / H",
+                         "use `heads_out = project` (c_c = W_O concat(c_c^(1), ..., c_c^(H)), "
+                         "eq. 40) or `heads_out = concat`")
                 return None
         if n.mask != "none":
             if mode != "sequence" or ctx_axes[-1] != attended:
@@ -1185,7 +1199,9 @@ class Checker:
             sc, so = n.score, o.score
             why = ("score = additive" if (sc.fn, so.fn) != ("additive", "additive") else
                    "heads = 1" if n.heads != 1 or o.heads != 1 else
-                   "dimensionality = single" if "multi" in (n.dimensionality, o.dimensionality)
+                   f"dimensionality = {o.dimensionality}" if n.dimensionality != o.dimensionality
+                   else f"d_v = {b.d_v} (W_d maps d_w to d_v, eq. 31)"
+                   if n.dimensionality == "multi" and a.d_v != b.d_v
                    else "no capsules" if n.capsules or o.capsules else
                    "no affinity" if n.affinity or o.affinity else
                    f"act = {so.act}" if sc.act != so.act else
