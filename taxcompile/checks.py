@@ -36,6 +36,7 @@ class AttentionInfo:
     attended: str  # the axis the weights are normalised over
     groups: tuple[str, ...]  # keys' other axes: one attention per group
     query_mode: str  # "none" | "single" (one query per group) | "sequence" (one per position)
+    #                  | "capsules" (one per class: an earlier capsule module's output)
     d_q: int | None
     d_k: int
     d_v: int
@@ -590,8 +591,13 @@ class Checker:
         sc = n.score
         mode = "none"
         ctx_axes: tuple[str, ...] = groups
+        # capsules over multi-hop attention (eq. 41-43): the query is an earlier capsule
+        # module's output, one row per class, and this module's capsules are those rows
+        cax = self.capsule_axis(q) if n.capsules and q is not None else None
         if q is not None:
-            if len(q.axes) == len(k.axes) and q.axes[:-1] == groups:
+            if cax is not None and q.axes[:-1] == groups:
+                mode = "capsules"  # one query per class
+            elif len(q.axes) == len(k.axes) and q.axes[:-1] == groups:
                 mode, ctx_axes = "sequence", q.axes
             elif q.axes == groups[: len(q.axes)]:
                 mode = "single"
@@ -679,9 +685,16 @@ class Checker:
                          "alignment with `dimensionality = multi`")
                 return None
         if n.capsules:
-            if not (isinstance(n.query, ir.Op) and n.query.fn == "learned"):
+            if not learned_capsules(n) and cax is None:
                 self.err(n.loc, f"{where}: capsule-based attention learns one query per class "
-                         "(eq. 43)", "write `query = learned(d)`")
+                         "(eq. 43)", "write `query = learned(d)`, or over several hops the "
+                         "output of an earlier capsule module, one query per class (eq. 41-43)")
+                return None
+            if cax is not None and self.cm.sizes.get(cax) != n.capsules:
+                self.err(n.loc, f"{where}: the query holds {self.cm.sizes.get(cax)} capsules' "
+                         f"outputs, one per class, but this module has capsules = {n.capsules}",
+                         f"write `capsules = {self.cm.sizes.get(cax)}` (one capsule per class, "
+                         "eq. 43)")
                 return None
             if n.heads > 1 and n.heads_out == "mean":
                 self.err(n.loc, f"{where}: each capsule's probability reads its whole context, "
@@ -723,12 +736,21 @@ class Checker:
         d_v = v.dim
         self.cm.attention[n.id] = AttentionInfo(attended, groups, mode,
                                                 q.dim if q is not None else None, k.dim, d_v)
-        if n.capsules:
+        if cax is not None:
+            ctx_axes = ctx_axes + (cax,)  # the query's classes
+        elif n.capsules:
             axis = f"{n.id}.capsules"
             self.cm.sizes[axis] = n.capsules
             self.cm.axis_origin[axis] = n.id
             ctx_axes = ctx_axes + (axis,)
         return Shape(ctx_axes, context_dim(n, d_v))
+
+    def capsule_axis(self, q: Shape) -> str | None:
+        """The classes' axis when ``q`` is a capsule module's output (or a stream built from
+        one, e.g. ``q + att`` in a hop): one row per class."""
+        ax = q.axes[-1] if q.axes else None
+        o = self.cm.model.by_id.get(self.cm.axis_origin.get(ax)) if ax else None
+        return ax if isinstance(o, ir.Attention) and o.capsules else None
 
     def modifiers_fit(self, n: ir.Attention, mode: str, ctx_axes: tuple[str, ...],
                       attended: str, k: Shape) -> bool:
@@ -1314,7 +1336,15 @@ def share_kind(n: ir.Attention, o: ir.Attention) -> str:
 def _d_w(n: ir.Attention, info: AttentionInfo) -> int | None:
     if n.score.fn not in ("additive", "concat"):
         return None
-    return n.score.d_w or (info.d_q if n.query is not None and not n.capsules else info.d_k)
+    return n.score.d_w or (info.d_q if n.query is not None and not learned_capsules(n)
+                           else info.d_k)
+
+
+def learned_capsules(n: ir.Attention) -> bool:
+    """Capsules with their own learned queries, q_c (eq. 43): the module's `query =
+    learned(d)` stands for one learned vector per class. Otherwise a capsule module's query
+    is an earlier capsule module's output, one row per class (eq. 41-43)."""
+    return bool(n.capsules) and isinstance(n.query, ir.Op) and n.query.fn == "learned"
 
 
 def _mechanisms(n: ir.Attention, info: AttentionInfo) -> dict:
@@ -1405,4 +1435,4 @@ def check(spec: ir.Spec, source: str | None = None) -> CheckedSpec:
 
 
 __all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "check", "deps", "links",
-           "SpecError", "share_kind", "share_root"]
+           "SpecError", "learned_capsules", "share_kind", "share_root"]
