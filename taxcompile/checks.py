@@ -1232,8 +1232,10 @@ class Checker:
                    f"d_w = {_d_w(o, b)}" if _d_w(n, a) != _d_w(o, b) else None)
             if why:
                 self.err(n.loc, f"{where}: a module with a query uses the weights of a module "
-                         "without one as eq. 9 does: both single-head additive scores over "
-                         f"keys of one size, with W, b and w of one shape; this needs {why}",
+                         "without one as eq. 9 does: both single-head additive scores (eq. 7's "
+                         "W reads whole keys, a head's query a slice, eq. 38) over keys of one "
+                         "size, with W, b and w (W_d for multi-dimensional weights, eq. 31) of "
+                         f"one shape; this needs {why}",
                          "the module with the query adds its own W1 for it (eq. 6)")
             return
         if kind == "swap":  # eq. 14-15: one W1, W2 in both directions over one affinity
