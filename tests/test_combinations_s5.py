@@ -402,3 +402,55 @@ def test_docs_list_every_pair():
         assert f"| `{pr.name}` |" in docs, pr.name
     assert f"- **valid**: {len(VALID)}\n" in docs and f"- **refused** by `taxcompile check`: " \
         f"{len(REFUSED)}\n" in docs
+
+
+# ---- capsules over hops: the query's classes, and the drop-in layer ----------------------------
+
+def test_capsule_query_must_hold_one_row_per_class(tmp_path, capsys):
+    from taxcompile.cli import main
+
+    text = C.pair_text(C.Pair("capsule", "general", "hop")).replace(
+        "        capsules = 3\n        }", "        capsules = 4\n        }")
+    assert "capsules = 4" in text
+    path = tmp_path / "caps.attn"
+    path.write_text(text, encoding="utf-8")
+    assert main(["check", str(path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].endswith("error: attention `att`: the query holds 3 capsules' outputs, "
+                           "one per class, but this module has capsules = 4"), err
+    assert err[1].strip() == "attention att {" and err[3].strip() == \
+        "hint: write `capsules = 3` (one capsule per class, eq. 43)"
+    # a single query vector is not one per class (eq. 43)
+    text = C.pair_text(C.Pair("capsule", "general", "hop")).replace(
+        "feature q = caps", "feature q = mean(x)")
+    with pytest.raises(SpecError) as info:
+        load_text(text, "c.attn")
+    assert "capsule-based attention learns one query per class (eq. 43)" in \
+        info.value.diagnostics[0].message
+
+
+def test_capsule_hop_as_a_drop_in_layer():
+    """`compile --layer hop.att`: the caller passes the C queries; the layer is the model's
+    class, checked against the float64 reference."""
+    torch = pytest.importorskip("torch")
+    from taxcompile.codegen import layer
+
+    pr = C.Pair("capsule", "biased_general", "heads_hop")
+    cs = load_text(C.pair_text(pr), "p.attn")
+    mod = load_module(layer.generate(cs, cs.models[0], "hop.att", "p.attn"), "s5_layer_hop")
+    torch.manual_seed(0)
+    lay = mod.Layer(mod.Config()).double()
+    with torch.no_grad():
+        for p in lay.parameters():
+            p.normal_(0.0, 0.5)
+    x, q = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 3, 8, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    c, a, ex = lay(q, x, mask=mask, return_attention=True)
+    P = {f"L.{k}": v for k, v in lay.attn.named_parameters()}
+    cr, ar, p, r = capsules_ref(torch, P, "L.", "biased_general", q, x, mask, 2)
+    torch.testing.assert_close(c, cr)
+    torch.testing.assert_close(a, ar)
+    torch.testing.assert_close(ex["capsule"][0], p)
+    torch.testing.assert_close(ex["capsule"][1], r)
+    with pytest.raises(ValueError, match="one query per class"):
+        lay(q[:, :2], x)
