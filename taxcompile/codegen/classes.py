@@ -258,7 +258,9 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     sc = SCORE_DOC.get(n.score.fn, f"similarity score ({n.score.similarity or 'cosine'}) "
                                    "(Table II)")
     if share == "keys":
-        sc = "additive score w^T act(W1 q + W k + b), W, b and w those of eq. 7 (eq. 9)"
+        sc = ("additive score W_d^T act(W1 q + W k + b), W, b and W_d those of eq. 7 (eq. 9, "
+              "31)" if n.dimensionality == "multi" else
+              "additive score w^T act(W1 q + W k + b), W, b and w those of eq. 7 (eq. 9)")
     elif n.affinity and n.score.fn == "additive":
         sc = "aggregate additive score over an affinity matrix (eq. 14-15)"
     elif n.query is None and n.score.fn == "additive":
