@@ -237,6 +237,8 @@ def test_valid_pair_matches_its_equations(pr):
     P = dict(model.named_parameters(remove_duplicate=False))
     want, weights, caps = reference(torch, pr, P, inp)
     torch.testing.assert_close(out.output, want, rtol=1e-9, atol=1e-10)
+    # without return_attention the module may take a fast path (a fused kernel, blocks)
+    torch.testing.assert_close(model(**inp).output, want, rtol=1e-9, atol=1e-10)
     for name, a in weights.items():
         got = out.attention[name]
         if pr.family == "alternating":  # (B, 1, 1, L[, d]): one head, one query
