@@ -36,6 +36,7 @@ class AttentionInfo:
     attended: str  # the axis the weights are normalised over
     groups: tuple[str, ...]  # keys' other axes: one attention per group
     query_mode: str  # "none" | "single" (one query per group) | "sequence" (one per position)
+    #                  | "capsules" (one per class: an earlier capsule module's output)
     d_q: int | None
     d_k: int
     d_v: int
@@ -590,8 +591,13 @@ class Checker:
         sc = n.score
         mode = "none"
         ctx_axes: tuple[str, ...] = groups
+        # capsules over multi-hop attention (eq. 41-43): the query is an earlier capsule
+        # module's output, one row per class, and this module's capsules are those rows
+        cax = self.capsule_axis(q) if n.capsules and q is not None else None
         if q is not None:
-            if len(q.axes) == len(k.axes) and q.axes[:-1] == groups:
+            if cax is not None and q.axes[:-1] == groups:
+                mode = "capsules"  # one query per class
+            elif len(q.axes) == len(k.axes) and q.axes[:-1] == groups:
                 mode, ctx_axes = "sequence", q.axes
             elif q.axes == groups[: len(q.axes)]:
                 mode = "single"
@@ -643,11 +649,22 @@ class Checker:
             self.err(sc.loc, f"the `{sc.fn}` score reads an affinity matrix (eq. 12-16)",
                      "add `affinity = NAME` with `affinity NAME = affinity(A, B)`")
             return None
-        if n.affinity is not None and (n.heads > 1 or n.dimensionality == "multi" or n.capsules):
-            what = "heads" if n.heads > 1 else "capsules" if n.capsules else "multi-dimensional weights"
-            self.err(n.loc, f"{where} reads its scores from affinity `{n.affinity}` (eq. 12-16), "
-                     f"one number per pair of positions, so it cannot have {what}",
-                     "drop the field, or score without an affinity matrix")
+        if n.affinity is not None and n.capsules:
+            self.err(n.loc, f"{where} takes its queries from the other input through affinity "
+                     f"`{n.affinity}` (eq. 14-15), but capsule-based attention learns one query "
+                     "per class (eq. 43): a capsule has no query from the other input",
+                     "drop `capsules`, or attend with learned capsule queries in another module")
+            return None
+        if n.affinity is not None and sc.fn != "additive" and (
+                n.heads > 1 or n.dimensionality == "multi"):
+            what = "heads" if n.heads > 1 else "multi-dimensional weights"
+            eq = "eq. 16" if sc.fn == "max_pool" else "eq. 12-13"
+            self.err(n.loc, f"{where}: the `{sc.fn}` score reads its scores off affinity "
+                     f"`{n.affinity}` ({eq}), one number per pair of positions with no "
+                     f"weights of its own, so it cannot have {what} (eq. 38 projects each "
+                     "head's query and keys; eq. 31 scores each feature)",
+                     "use `score = additive(…)`, whose per-head W_q, W_k and w (or W_d) extend "
+                     "eq. 14-15")
             return None
         if n.heads > 1:
             for what, d in (("d_q", q.dim if q is not None else None), ("d_k", k.dim), ("d_v", v.dim)):
@@ -668,13 +685,23 @@ class Checker:
                          "alignment with `dimensionality = multi`")
                 return None
         if n.capsules:
-            if not (isinstance(n.query, ir.Op) and n.query.fn == "learned"):
+            if not learned_capsules(n) and cax is None:
                 self.err(n.loc, f"{where}: capsule-based attention learns one query per class "
-                         "(eq. 43)", "write `query = learned(d)`")
+                         "(eq. 43)", "write `query = learned(d)`, or over several hops the "
+                         "output of an earlier capsule module, one query per class (eq. 41-43)")
                 return None
-            if n.heads > 1:
-                self.err(n.loc, f"{where}: capsules already hold one query per class; "
-                         "eq. 43-45 define no heads inside a capsule", "drop `heads` or `capsules`")
+            if cax is not None and self.cm.sizes.get(cax) != n.capsules:
+                self.err(n.loc, f"{where}: the query holds {self.cm.sizes.get(cax)} capsules' "
+                         f"outputs, one per class, but this module has capsules = {n.capsules}",
+                         f"write `capsules = {self.cm.sizes.get(cax)}` (one capsule per class, "
+                         "eq. 43)")
+                return None
+            if n.heads > 1 and n.heads_out == "mean":
+                self.err(n.loc, f"{where}: each capsule's probability reads its whole context, "
+                         "p_c = sigmoid(w_c^T c_c + b_c) with c_c of width d_v (eq. 44), but "
+                         "`heads_out = mean` gives d_v / H",
+                         "use `heads_out = project` (c_c = W_O concat(c_c^(1), ..., c_c^(H)), "
+                         "eq. 40) or `heads_out = concat`")
                 return None
         if n.mask != "none":
             if mode != "sequence" or ctx_axes[-1] != attended:
@@ -711,7 +738,9 @@ class Checker:
         d_v = v.dim
         self.cm.attention[n.id] = AttentionInfo(attended, groups, mode,
                                                 q.dim if q is not None else None, k.dim, d_v)
-        if n.capsules:
+        if cax is not None:
+            ctx_axes = ctx_axes + (cax,)  # the query's classes
+        elif n.capsules:
             axis = f"{n.id}.capsules"
             self.cm.sizes[axis] = n.capsules
             self.cm.axis_origin[axis] = n.id
@@ -771,6 +800,13 @@ class Checker:
                      "(heads then split the values, eq. 38)")
             return False
         return True
+
+    def capsule_axis(self, q: Shape) -> str | None:
+        """The classes' axis when ``q`` is a capsule module's output (or a stream built from
+        one, e.g. ``q + att`` in a hop): one row per class."""
+        ax = q.axes[-1] if q.axes else None
+        o = self.cm.model.by_id.get(self.cm.axis_origin.get(ax)) if ax else None
+        return ax if isinstance(o, ir.Attention) and o.capsules else None
 
     def modifiers_fit(self, n: ir.Attention, mode: str, ctx_axes: tuple[str, ...],
                       attended: str, k: Shape) -> bool:
@@ -1242,7 +1278,9 @@ class Checker:
             sc, so = n.score, o.score
             why = ("score = additive" if (sc.fn, so.fn) != ("additive", "additive") else
                    "heads = 1" if n.heads != 1 or o.heads != 1 else
-                   "dimensionality = single" if "multi" in (n.dimensionality, o.dimensionality)
+                   f"dimensionality = {o.dimensionality}" if n.dimensionality != o.dimensionality
+                   else f"d_v = {b.d_v} (W_d maps d_w to d_v, eq. 31)"
+                   if n.dimensionality == "multi" and a.d_v != b.d_v
                    else "no capsules" if n.capsules or o.capsules else
                    "no affinity" if n.affinity or o.affinity else
                    f"act = {so.act}" if sc.act != so.act else
@@ -1251,8 +1289,10 @@ class Checker:
                    f"d_w = {_d_w(o, b)}" if _d_w(n, a) != _d_w(o, b) else None)
             if why:
                 self.err(n.loc, f"{where}: a module with a query uses the weights of a module "
-                         "without one as eq. 9 does: both single-head additive scores over "
-                         f"keys of one size, with W, b and w of one shape; this needs {why}",
+                         "without one as eq. 9 does: both single-head additive scores (eq. 7's "
+                         "W reads whole keys, a head's query a slice, eq. 38) over keys of one "
+                         "size, with W, b and w (W_d for multi-dimensional weights, eq. 31) of "
+                         f"one shape; this needs {why}",
                          "the module with the query adds its own W1 for it (eq. 6)")
             return
         if kind == "swap":  # eq. 14-15: one W1, W2 in both directions over one affinity
@@ -1355,7 +1395,15 @@ def share_kind(n: ir.Attention, o: ir.Attention) -> str:
 def _d_w(n: ir.Attention, info: AttentionInfo) -> int | None:
     if n.score.fn not in ("additive", "concat"):
         return None
-    return n.score.d_w or (info.d_q if n.query is not None and not n.capsules else info.d_k)
+    return n.score.d_w or (info.d_q if n.query is not None and not learned_capsules(n)
+                           else info.d_k)
+
+
+def learned_capsules(n: ir.Attention) -> bool:
+    """Capsules with their own learned queries, q_c (eq. 43): the module's `query =
+    learned(d)` stands for one learned vector per class. Otherwise a capsule module's query
+    is an earlier capsule module's output, one row per class (eq. 41-43)."""
+    return bool(n.capsules) and isinstance(n.query, ir.Op) and n.query.fn == "learned"
 
 
 def _mechanisms(n: ir.Attention, info: AttentionInfo) -> dict:
@@ -1446,4 +1494,4 @@ def check(spec: ir.Spec, source: str | None = None) -> CheckedSpec:
 
 
 __all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "check", "deps", "links",
-           "SpecError", "share_kind", "share_root"]
+           "SpecError", "learned_capsules", "share_kind", "share_root"]

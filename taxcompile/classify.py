@@ -335,8 +335,11 @@ class Classifier:
             if a.heads > 1:
                 qm.add("Multi-Head", f"attention {self.q(a.id)} has {a.heads} heads")
             if a.capsules:
+                own = isinstance(a.query, ir.Op) and a.query.fn == "learned"
                 qm.add("Capsule-Based", f"attention {self.q(a.id)} has one capsule per class "
-                       f"({a.capsules}), each with a learned query (eq. 43-45)")
+                       f"({a.capsules}), " + ("each with a learned query (eq. 43-45)" if own else
+                                              "each querying with its row of an earlier capsule "
+                                              "module's output (eq. 41-45)"))
         self.hops()
         if not qm.values:
             names = self.listing(list(dict.fromkeys(self.q(a.id) for a in self.atts)))

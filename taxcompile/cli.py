@@ -279,14 +279,19 @@ def cmd_compile(args) -> int:
                and codegen.generated_from(f) in sources]
     stale = [f for f, text in files.items()
              if not f.is_file() or f.read_bytes() != text.encode("utf-8")]
+    # the drop-in layers under OUT/layers/ that these specs wrote (`compile --layer`)
+    layers, gone = _layer_goldens(out_dir, results)
+    stale_layers = [f for f, text in layers.items() if f.read_bytes() != text.encode("utf-8")]
     if args.check:
-        for f in stale:
+        for f in stale + stale_layers:
             why = "missing" if not f.is_file() else "differs from its spec"
             print(f"{f}: {why} (run `taxcompile compile {' '.join(args.paths)} -o {out_dir}`)",
                   file=sys.stderr)
         for f in orphans:
             print(f"{f}: no model produces it any more (delete it)", file=sys.stderr)
-        if stale or orphans:
+        for f, why in gone:
+            print(f"{f}: {why} (delete it)", file=sys.stderr)
+        if stale or orphans or stale_layers or gone:
             return EXIT_SPEC
         print(f"{out_dir}: {len(files)} files up to date")
         return EXIT_OK
@@ -298,7 +303,7 @@ def cmd_compile(args) -> int:
                   file=sys.stderr)
             return EXIT_USAGE
     try:
-        write_all_atomic({f: files[f] for f in stale})
+        write_all_atomic({f: files[f] for f in stale} | {f: layers[f] for f in stale_layers})
     except OSError as e:
         print(f"taxcompile: error: cannot write {e.filename or out_dir}: {e.strerror or e} "
               "(nothing written)", file=sys.stderr)
@@ -306,9 +311,43 @@ def cmd_compile(args) -> int:
     for f in orphans:
         f.unlink()
         print(f"removed {f} (no model produces it any more)")
+    for f in stale_layers:
+        print(f"wrote {f} (a drop-in layer of these specs)")
+    for f, why in gone:
+        print(f"taxcompile: note: {f}: {why}", file=sys.stderr)
     print(f"wrote {len(stale)} of {len(files)} files to {out_dir}/ ({len(files) - len(stale)} "
           "already up to date)")
     return EXIT_OK
+
+
+LAYER_TITLE = re.compile(r'^"""Attention `([\w.\[\]]+)` of model `(\w+)` ', re.M)
+
+
+def _layer_goldens(out_dir: Path, results) -> tuple[dict[Path, str], list[tuple[Path, str]]]:
+    """The drop-in layer files under OUT/layers/ written from these specs (their first line
+    names the spec, their docstring the statement and model), each with the text the spec
+    gives now; and the ones whose statement is gone, with why."""
+    from . import codegen
+    from .codegen import layer
+
+    by_source = {codegen.safe_source(codegen.source_name(p)): (p, cs) for p, _, cs in results}
+    texts: dict[Path, str] = {}
+    gone: list[tuple[Path, str]] = []
+    for f in sorted((out_dir / "layers").glob("*.py")):
+        source = codegen.generated_from(f)
+        if source not in by_source or f.is_symlink():
+            continue
+        path, cs = by_source[source]
+        m = LAYER_TITLE.search(f.read_text(encoding="utf-8"))
+        cm = next((c for c in cs.models if m and c.model.name == m.group(2)), None)
+        if m is None or cm is None:
+            gone.append((f, f"no model of {source} produces this layer any more"))
+            continue
+        try:
+            texts[f] = layer.generate(cs, cm, m.group(1), codegen.source_name(path))
+        except layer.LayerError as e:
+            gone.append((f, f"{source} gives no such layer any more: {e}"))
+    return texts, gone
 
 
 def cmd_fmt(args) -> int:

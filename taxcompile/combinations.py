@@ -1,8 +1,11 @@
 """The cross product of one attention module's mechanisms.
 
 Score × alignment × dimensionality × query type × query multiplicity (Table III's
-per-module dimensions): 9 × 6 × 2 × 3 × 4 = 1296 combinations. ``spec_text`` writes
-the ``.attn`` spec of one combination, ``enumerate`` yields them all. Nothing here
+per-module dimensions): 9 × 7 × 2 × 3 × 4 = 1512 combinations. ``spec_text`` writes
+the ``.attn`` spec of one combination, ``enumerate`` yields them all. ``pairs`` adds
+the mechanisms the survey's §5 proposes to combine in one model (capsules with heads
+or hops, parallel co-attention with heads or multi-dimensional weights, eq. 9's shared
+weights with multi-dimensional weights), each a spec of its own. Nothing here
 decides which combinations are valid: that is ``taxcompile check``'s job, and
 ``python -m taxcompile.combinations`` runs the check on every combination and
 prints the validity matrix (docs/combinations.md) from its verdicts.
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 
 SCORES = ("additive", "concat", "multiplicative", "scaled_multiplicative", "general",
           "biased_general", "activated_general", "similarity", "location")
-ALIGNMENTS = ("global", "hard", "local", "reinforced", "sparsemax", "entmax")
+ALIGNMENTS = ("global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid")
 DIMENSIONALITIES = ("single", "multi")
 QUERY_TYPES = ("basic", "specialized", "self_attentive")
 MULTIPLICITIES = ("singular", "multi_head", "multi_hop", "capsule")
@@ -36,7 +39,7 @@ LABELS = {
                 "biased_general": "Biased General", "activated_general": "Activated General",
                 "similarity": "Similarity", "location": "Location"},
     "alignment": {"global": "Global", "hard": "Hard", "local": "Local", "reinforced": "Reinforced",
-                  "sparsemax": "Sparse", "entmax": "Sparse"},
+                  "sparsemax": "Sparse", "entmax": "Sparse", "sigmoid": "Global"},
     "dimensionality": {"single": "Single-Dimensional", "multi": "Multi-Dimensional"},
     "query_type": {"basic": "Basic", "specialized": "Specialized",
                    "self_attentive": "Self-Attentive"},
@@ -151,6 +154,174 @@ def enumerate() -> Iterator[tuple[Combo, str]]:  # noqa: A001 (the issue's name)
         yield c, spec_text(c)
 
 
+# ---- pairs of mechanisms (the survey's §5) -----------------------------------------------
+
+# §5 proposes combining multi-dimensional, multi-head and capsule-based attention and the
+# other mechanisms of the survey in one model. Three families of specs do so:
+#   capsules (eq. 43-45) with heads (eq. 38-40), over hops (eq. 41-42), or both;
+#   parallel co-attention through one affinity matrix (eq. 12-16) with heads,
+#     multi-dimensional weights (eq. 30-32) or capsules, each direction on its own or
+#     sharing W_q and W_k with the other (eq. 14-15);
+#   alternating co-attention (eq. 6-9) whose last module uses the weights of the first
+#     (eq. 9, `share`), with multi-dimensional weights and heads on either.
+CAPSULE_EXTRAS = ("heads", "hop", "heads_hop")
+HEADS_OUTS = ("concat", "mean")  # with heads, besides `project` (W_O, eq. 40)
+CO_SCORES = ("additive", "max_pool", "affinity")
+CO_EXTRAS = ("heads", "multi", "heads_multi", "capsules")
+ALT_DIMS = (("single", "single"), ("single", "multi"), ("multi", "single"), ("multi", "multi"))
+
+
+@dataclass(frozen=True)
+class Pair:
+    family: str  # "capsule" | "parallel" | "alternating"
+    score: str
+    extra: str
+    share: bool = False
+    heads_out: str = "project"
+    dims: tuple[str, str] = ("single", "single")  # alternating: the first and last module's
+    heads: int = 1  # alternating: heads of the first and last module
+
+    @property
+    def name(self) -> str:
+        parts = [self.family, SHORT.get(self.score, self.score), self.extra]
+        if self.heads_out != "project":
+            parts.append(self.heads_out)
+        if self.share:
+            parts.append("shared")
+        return "_".join(p for p in parts if p)
+
+    @property
+    def mechanisms(self) -> str:
+        """What the spec combines, in words for the docs."""
+        if self.family == "capsule":
+            what = {"heads": f"capsules + {HEADS} heads", "hop": f"capsules over {HOPS} hops",
+                    "heads_hop": f"capsules + {HEADS} heads over {HOPS} hops"}[self.extra]
+            return what + ("" if self.heads_out == "project" else f", heads_out = {self.heads_out}")
+        if self.family == "parallel":
+            what = {"heads": f"{HEADS} heads", "multi": "multi-dimensional",
+                    "heads_multi": f"{HEADS} heads + multi-dimensional",
+                    "capsules": f"{CAPSULES} capsules"}[self.extra]
+            return f"parallel co-attention + {what}" + (", W_q/W_k shared" if self.share else "")
+        return (f"alternating co-attention, eq. 9 sharing eq. 7's weights; first module "
+                f"{self.dims[0]}, last {self.dims[1]}" + (f", {self.heads} heads each"
+                                                        if self.heads > 1 else ""))
+
+
+def pairs() -> list[Pair]:
+    out = [Pair("capsule", s, e) for e in CAPSULE_EXTRAS for s in SCORES]
+    out += [Pair("capsule", "scaled_multiplicative", "heads", heads_out=h) for h in HEADS_OUTS]
+    out += [Pair("parallel", s, e, share) for s in CO_SCORES for e in CO_EXTRAS
+            for share in (False, True)]
+    out += [Pair("alternating", "additive", f"{a}_{b}" + (f"_h{h}" if h > 1 else ""), True,
+                 dims=(a, b), heads=h) for h in (1, HEADS) for a, b in ALT_DIMS]
+    return out
+
+
+def _pair_header(pr: Pair) -> list[str]:
+    return [
+        "# One pair of mechanisms the survey's §5 proposes to combine, written by",
+        "# taxcompile.combinations (docs/combinations.md).",
+        "paper combo {",
+        '    cite  = "Combination"',
+        f'    title = "{pr.name}"',
+        "}",
+        "",
+        f"let d = {D}",
+        "",
+        f"model {pr.name} {{",
+    ]
+
+
+def _block(name: str, fields: list[tuple[str, str]], indent: str = "    ") -> list[str]:
+    width = max(len(k) for k, _ in fields)
+    return ([f"{indent}attention {name} {{"] + [f"{indent}    {k:<{width}} = {v}"
+                                                for k, v in fields] + [f"{indent}}}"])
+
+
+def pair_text(pr: Pair) -> str:
+    """The ``.attn`` spec of one pair."""
+    lines = _pair_header(pr)
+    if pr.family == "capsule":
+        lines.append(f"    input x: sequence[N, d] (N = {N})")
+        heads = [("heads", str(HEADS))] if "heads" in pr.extra else []
+        if pr.heads_out != "project":
+            heads.append(("heads_out", pr.heads_out))
+        if "hop" in pr.extra:
+            lines.append("    # hop 0: one learned query per class (eq. 43)")
+            lines += _block("caps", [("query", "learned(d)"), ("features", "x"),
+                                     ("score", pr.score), ("capsules", str(CAPSULES))])
+            lines.append("    # the query of each hop: the earlier hop's capsule outputs, one "
+                         "per class (eq. 41)")
+            lines.append("    feature q = caps")
+            lines.append(f"    repeat hop {HOPS} {{")
+            lines += _block("att", [("query", "q"), ("features", "x"), ("score", pr.score)]
+                            + heads + [("capsules", str(CAPSULES))], "        ")
+            lines.append("        update q = q + att")
+            lines.append("    }")
+            lines.append(f"    output out = classify(hop.att, {CLASSES})")
+        else:
+            lines += _block("att", [("query", "learned(d)"), ("features", "x"),
+                                    ("score", pr.score)] + heads
+                            + [("capsules", str(CAPSULES))])
+            lines.append(f"    output out = classify(att, {CLASSES})")
+    elif pr.family == "parallel":
+        lines += [f"    input x: sequence[N, d] (N = {N})", "    input y: sequence[M, d]",
+                  "    # A = tanh(K1^T W_A K2) (eq. 12)",
+                  "    affinity C = affinity(x, y, form = bilinear, act = tanh)"]
+        extra = {"heads": [("heads", str(HEADS))], "multi": [("dimensionality", "multi")],
+                 "heads_multi": [("heads", str(HEADS)), ("dimensionality", "multi")],
+                 "capsules": [("capsules", str(CAPSULES))]}[pr.extra]
+        for name, q, k in (("ax", "y", "x"), ("ay", "x", "y")):
+            fields = [("query", q), ("keys", k), ("affinity", "C"), ("score", pr.score)] + extra
+            if pr.share and name == "ay":
+                fields.append(("share", "ax"))
+            lines += _block(name, fields)
+        both = "concat(mean(ax), mean(ay))" if pr.score == "affinity" else "concat(ax, ay)"
+        lines.append(f"    output out = classify({both}, {CLASSES})")
+    else:
+        lines += [f"    input x: sequence[N, d] (N = {N})", "    input y: sequence[M, d]"]
+        heads = [("heads", str(pr.heads))] if pr.heads > 1 else []
+
+        def dim(x: str) -> list[tuple[str, str]]:
+            return [("dimensionality", "multi")] if x == "multi" else []
+
+        lines.append("    # eq. 7: the first input with no query")
+        lines += _block("a0", [("features", "x"), ("score", "additive")] + dim(pr.dims[0])
+                        + heads)
+        lines.append("    # eq. 8: its context queries the second input")
+        lines += _block("a2", [("query", "a0"), ("features", "y"), ("score", "additive")])
+        lines.append("    # eq. 9: that context queries the first input, with eq. 7's weights")
+        lines += _block("a1", [("query", "a2"), ("features", "x"), ("score", "additive")]
+                        + dim(pr.dims[1]) + heads + [("share", "a0")])
+        lines.append(f"    output out = classify(concat(a1, a2), {CLASSES})")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def pair_verdict(pr: Pair) -> list[tuple[str, str]] | None:
+    """None when ``taxcompile check`` accepts the pair's spec, else its (message, hint)
+    pairs, with the modules' names left out."""
+    from .diagnostics import SpecError
+    from .pipeline import load_text
+
+    try:
+        load_text(pair_text(pr), FILE)
+    except SpecError as e:
+        out = []
+        for d in e.diagnostics:
+            reason = (_generic_pair(d.message), _generic_pair(d.hint))
+            if reason not in out:
+                out.append(reason)
+        return out
+    return None
+
+
+def _generic_pair(text: str) -> str:
+    text = re.sub(r"attention `[\w.\[\]]+`(: `share = \w+`)?: ", "", text)
+    text = re.sub(r"attention `[\w.\[\]]+`(: `share = \w+`)? ", "the module ", text)
+    return text
+
+
 # ---- the validity matrix ---------------------------------------------------------------
 
 FILE = "combo.attn"
@@ -177,6 +348,7 @@ def verdict(c: Combo, text: str) -> list[tuple[str, str]] | None:
 
 def _generic(text: str, c: Combo) -> str:
     text = re.sub(r"attention `[\w.\[\]]+`: ", "", text)
+    text = text.replace(f"the {c.score.replace('_', ' ')} score is not", "the `SCORE` score is not")
     return text.replace(f"`{c.score}`", "`SCORE`")
 
 
@@ -184,11 +356,18 @@ def matrix() -> dict[Combo, list[tuple[str, str]] | None]:
     return {c: verdict(c, t) for c, t in enumerate()}
 
 
+def pair_matrix() -> dict[Pair, list[tuple[str, str]] | None]:
+    return {pr: pair_verdict(pr) for pr in pairs()}
+
+
 QT_ABBR = {"basic": "B", "specialized": "Sp", "self_attentive": "SA"}
 QM_ABBR = {"singular": "1", "multi_head": "MH", "multi_hop": "hop", "capsule": "cap"}
 
 
-def render(results: dict[Combo, list[tuple[str, str]] | None]) -> str:
+def render(results: dict[Combo, list[tuple[str, str]] | None],
+           pair_results: dict[Pair, list[tuple[str, str]] | None] | None = None) -> str:
+    if pair_results is None:
+        pair_results = pair_matrix()
     total = len(results)
     refused = {c: r for c, r in results.items() if r is not None}
     reasons: list[tuple[str, str]] = []
@@ -257,6 +436,13 @@ def render(results: dict[Combo, list[tuple[str, str]] | None]) -> str:
         "(`tests/test_combinations.py` runs them; `tests/test_codegen_mechanisms.py` checks",
         "the score against its equation).",
         "",
+        "`align = sigmoid` is Oktay et al.'s gate, a_l = sigmoid(w^T act(W1 q_l + W2 k_l + b)",
+        "+ b_psi) per key position (classified Global): it needs the additive score, a query",
+        "at the keys' positions or one for all (the Basic query `s` runs over its own axis T),",
+        "and no capsules; its result is the gated values at the keys' positions, not one",
+        "context vector, so a hop's `update q = q + att` (eq. 41, 37) finds no c^(s) of the",
+        "query's shape (the `shapes differ` reason).",
+        "",
         "## The matrix",
         "",
         "Rows are score × dimensionality, columns alignments. A cell lists, per reason,",
@@ -288,7 +474,52 @@ def render(results: dict[Combo, list[tuple[str, str]] | None]) -> str:
     for key in sorted(groups):
         cs = groups[key]
         out.append(f"- {'+'.join(f'R{k}' for k in key)} ({len(cs)}): " + _describe(cs))
+    out += render_pairs(pair_results)
     return "\n".join(out) + "\n"
+
+
+def render_pairs(results: dict[Pair, list[tuple[str, str]] | None]) -> list[str]:
+    refused = {pr: r for pr, r in results.items() if r is not None}
+    reasons: list[tuple[str, str]] = []
+    for r in refused.values():
+        for x in r:
+            if x not in reasons:
+                reasons.append(x)
+    number = {r: i for i, r in zip(range(1, len(reasons) + 1), reasons)}
+    count = Counter(x for r in refused.values() for x in r)
+    out = [
+        "",
+        "## Pairs of mechanisms (the survey's §5)",
+        "",
+        "§5 proposes combining multi-dimensional, multi-head and capsule-based attention and",
+        "the survey's other mechanisms in one model. `taxcompile.combinations.pair_text`",
+        f"writes one spec per pair below ({len(results)} specs): capsules (eq. 43-45) with",
+        f"`heads = {HEADS}` (each capsule's query split into heads, eq. 38, joined by W_O,",
+        "eq. 40, before p_c and r_c, eq. 44-45) and over hops (hop 0: `attention caps "
+        "{ query = learned(d) … capsules = 3 }`;",
+        "then `feature q = caps` and `repeat hop 2 { attention att { query = q … capsules = 3 }",
+        "update q = q + att }`: row c of the earlier hop's capsule output is capsule c's query,",
+        "eq. 41); parallel co-attention through one affinity matrix `affinity(x, y, form =",
+        "bilinear, act = tanh)` (eq. 12) in both directions, each direction with heads,",
+        "multi-dimensional weights or capsules, on its own or sharing W_q and W_k (`share`,",
+        "eq. 14-15); alternating co-attention (eq. 7-9) whose last module uses the first's",
+        "weights (`share`, eq. 9), with multi-dimensional weights and heads on either.",
+        "Every valid pair compiles, runs forward and backward and matches a float64 reference",
+        "of its equations (`tests/test_combinations_s5.py`).",
+        "",
+        f"- **valid**: {len(results) - len(refused)}",
+        f"- **refused** by `taxcompile check`: {len(refused)}",
+        "",
+        "| # | error | hint | specs |",
+        "| --- | --- | --- | --- |",
+    ]
+    for r in reasons:
+        out.append(f"| P{number[r]} | {_cell(r[0])} | {_cell(r[1])} | {count[r]} |")
+    out += ["", "| spec | combines | verdict |", "| --- | --- | --- |"]
+    for pr, r in results.items():
+        v = "valid" if r is None else ", ".join(f"P{number[x]}" for x in r)
+        out.append(f"| `{pr.name}` | {_cell(pr.mechanisms)} | {v} |")
+    return out
 
 
 def _rank(key: str) -> list[int]:

@@ -62,6 +62,30 @@ RULES = [
          lambda c: c.score == "concat",
          "the concat score w^T W [q; k_l] = w^T W1 q + w^T W2 k_l is linear", "Table II",
          "score"),
+    # Oktay et al.'s sigmoid gate: a_l = sigmoid(w^T act(W1 q_l + W2 k_l + b) + b_psi), one
+    # weight per key position from that position's key and query alone (the additive form,
+    # eq. 6); the other scores are not computed per position.
+    Rule("a sigmoid gate scores with the additive form",
+         lambda c: c.align == "sigmoid" and c.score != "additive",
+         "a sigmoid gate scores each position on its own", "eq. 6, Oktay et al.", "score"),
+    # The gate pairs key position l with query l (or one query for all): a query sequence
+    # over other positions (the auxiliary input s over T) has no query at l.
+    Rule("a sigmoid gate needs the query at the keys' positions",
+         lambda c: c.align == "sigmoid" and c.score == "additive" and c.query_type == "basic",
+         "a sigmoid gate pairs each key position with the query at the same position",
+         "Oktay et al.", "query"),
+    # Capsules weigh all keys for one query per class (eq. 43); a gate weighs each on its own.
+    Rule("a sigmoid gate has no capsules",
+         lambda c: c.align == "sigmoid" and c.score == "additive" and c.query_type != "basic"
+         and c.multiplicity == "capsule",
+         "a sigmoid gate weighs each position on its own, so it takes no `capsules`",
+         "eq. 43", "attention att"),
+    # The gate's result is the gated values at the keys' positions, not one context vector,
+    # so eq. 41's q^(s+1) = q^(s) + c^(s) (eq. 37) has no c^(s) of the query's shape.
+    Rule("a sigmoid gate gives no context for a hop's query",
+         lambda c: c.align == "sigmoid" and c.score == "additive" and c.query_type != "basic"
+         and c.multiplicity == "multi_hop",
+         "shapes differ", "eq. 37, 41", "update q"),
 ]
 # Location with heads is valid: eq. 38-40 give each head its own projected query,
 # e^(j) = W_a^(j) q^(j), over the same fixed-length keys.
@@ -85,9 +109,9 @@ def checked():
     return out
 
 
-def test_there_are_1296_combinations():
-    assert len(COMBOS) == len(set(COMBOS)) == 9 * 6 * 2 * 3 * 4 == 1296
-    assert len({c.model for c in COMBOS}) == 1296
+def test_there_are_1512_combinations():
+    assert len(COMBOS) == len(set(COMBOS)) == 9 * 7 * 2 * 3 * 4 == 1512
+    assert len({c.model for c in COMBOS}) == 1512
     assert [c for c, _ in C.enumerate()] == COMBOS
 
 
@@ -121,7 +145,7 @@ def test_counts():
     verdicts = checked()
     refused = [c for c in COMBOS if isinstance(verdicts[c], SpecError)]
     assert len(refused) == sum(bool(expected(c)) for c in COMBOS)
-    assert (len(COMBOS) - len(refused), len(refused)) == (530, 766)
+    assert (len(COMBOS) - len(refused), len(refused)) == (538, 974)
 
 
 # ---- every valid combination runs and classifies back -----------------------------------
@@ -272,7 +296,7 @@ def test_reasons_cover_every_rule():
 
 def test_docs_matrix_is_up_to_date():
     committed = (ROOT / "docs" / "combinations.md").read_text(encoding="utf-8")
-    assert committed == C.render(C.matrix()), \
+    assert committed == C.render(C.matrix(), C.pair_matrix()), \
         "run `python -m taxcompile.combinations > docs/combinations.md`"
 
 

@@ -352,7 +352,8 @@ CASES: list[Case] = [
     Case("capsules_without_learned_query", spec(attn("query = project(x)  keys = x  "
                                                      "score = general  capsules = 3")),
          BODY, 15, "attention `b`: capsule-based attention learns one query per class (eq. 43)",
-         "write `query = learned(d)`"),
+         "write `query = learned(d)`, or over several hops the output of an earlier capsule "
+         "module, one query per class (eq. 41-43)"),
     Case("causal_cross_attention",
          PAPER + HEAD + "    input t: tokens[T] (vocab = 10)\n    feature y = embed(t, 64)\n"
          "    attention a { query = project(y)  keys = x  score = general  mask = causal }\n}\n",

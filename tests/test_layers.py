@@ -166,3 +166,32 @@ def test_the_readme_snippet_runs(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         exec(compile(code, "README.md", "exec"), {})
+
+
+def test_compile_check_covers_the_committed_layers(tmp_path, monkeypatch, capsys):
+    """`compile specs/ --check` compares generated/layers/ with the specs too (each file's
+    first line names its spec, its docstring the statement and model); a plain compile
+    repairs a stale layer; a layer whose statement is gone is named."""
+    import shutil
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "generated"
+    shutil.copytree(ROOT / "generated", out)
+    layer_file = out / "layers" / "yang2016_han_word.py"
+    good = layer_file.read_text(encoding="utf-8")
+    assert cli.main(["compile", "specs/", "-o", str(out), "--check"]) == 0
+    layer_file.write_text(good.replace("d_w: int = 100", "d_w: int = 99"), encoding="utf-8")
+    assert good != layer_file.read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["compile", "specs/", "-o", str(out), "--check"]) == 1
+    assert capsys.readouterr().err == (f"{layer_file}: differs from its spec (run `taxcompile "
+                                       f"compile specs/ -o {out}`)\n")
+    assert cli.main(["compile", "specs/", "-o", str(out)]) == 0
+    assert f"wrote {layer_file} (a drop-in layer of these specs)" in capsys.readouterr().out
+    assert layer_file.read_text(encoding="utf-8") == good
+    layer_file.write_text(good.replace("`word` of model `han`", "`gone` of model `han`"),
+                          encoding="utf-8")
+    assert cli.main(["compile", "specs/", "-o", str(out), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert f"{layer_file}: specs/yang2016.attn gives no such layer any more: model `han` has " \
+        "no attention statement `gone`" in err, err

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from .. import checks, ir
-from ..checks import share_kind
+from ..checks import learned_capsules, share_kind
 from . import generate
 from .classes import attention_class, dot_form, fast_path
 from .frame import Var
@@ -31,7 +31,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     p.role = "v"
     v = (fused.get("v") or p.expr(n.values, n)) if n.values != n.keys else k
     q = None
-    if n.query is not None and not capsule:
+    if n.query is not None and not learned_capsules(n):  # else the class holds q_c (eq. 43)
         p.role = "q"
         q = fused.get("q") or p.expr(n.query, n)
     p.role = ""
@@ -49,7 +49,7 @@ def plan_attention(p, n: ir.Attention) -> None:
         if sym:
             p.use_sym(sym)
         d_w = dim_of(n.score.d_w, sym) if n.score.d_w else \
-            (q.dim if q is not None and not capsule else k.dim)
+            (q.dim if q is not None else k.dim)
         ctor.append(f"d_w={d_w}")
     if n.score.fn == "location":
         ctor.append(f"n_keys={p.axis_size_code(info.attended)}")
@@ -82,7 +82,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     qq = "None"
     if q is not None:
         q = p.named(q, f"{name}_q")
-        if info.query_mode == "sequence" or n.affinity:
+        if info.query_mode in ("sequence", "capsules") or n.affinity:
             qq = f"{q.name}.flatten(0, {G})" if G else q.name
         elif not G:
             qq = f"{q.name}.unsqueeze(1)"
@@ -290,7 +290,7 @@ def fused_projections(p, n: ir.Attention) -> dict[str, Var]:
     whose output is split, so the feature is read once."""
     if p.step is not None:
         return {}  # a decoder step projects one position of the query only
-    roles = {"q": n.query if n.query is not None and not n.capsules else None, "k": n.keys,
+    roles = {"q": n.query if n.query is not None and not learned_capsules(n) else None, "k": n.keys,
              "v": n.values if n.values != n.keys else None}
     by_source: dict[str, list[str]] = {}
     for r, e in roles.items():

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import ir
-from ..checks import share_kind
+from ..checks import learned_capsules, share_kind
 from .acts import act_call, act_fn
 from .names import camel
 from .pretty import wrap
@@ -117,7 +117,7 @@ def share_of(p, n: ir.Attention) -> str | None:
 
 
 def class_key(p, n: ir.Attention) -> str:
-    query = "none" if n.query is None else "given"
+    query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
     return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
         exclude={"loc", "sym", "window"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
@@ -202,7 +202,7 @@ def attention_class(p, n: ir.Attention) -> str:
     cut = doc.index("")
     view = AttentionView(
         cls=name, title="\n    ".join(doc[:cut]), doc=tuple(doc[cut + 1:]),
-        query="capsules" if n.capsules else query,
+        query="capsules" if learned_capsules(n) else query,
         query_note="no query: self-attentive (eq. 33)", split=split, heads=n.heads,
         multi=n.dimensionality == "multi", capsules=n.capsules, penalty=n.penalty,
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
@@ -270,7 +270,9 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     sc = SCORE_DOC.get(n.score.fn, f"similarity score ({n.score.similarity or 'cosine'}) "
                                    "(Table II)")
     if share == "keys":
-        sc = "additive score w^T act(W1 q + W k + b), W, b and w those of eq. 7 (eq. 9)"
+        sc = ("additive score W_d^T act(W1 q + W k + b), W, b and W_d those of eq. 7 (eq. 9, "
+              "31)" if n.dimensionality == "multi" else
+              "additive score w^T act(W1 q + W k + b), W, b and w those of eq. 7 (eq. 9)")
     elif n.affinity and n.score.fn == "additive":
         sc = "aggregate additive score over an affinity matrix (eq. 14-15)"
     elif n.query is None and n.score.fn == "additive":
@@ -296,7 +298,10 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     if n.dimensionality == "multi":
         lines.append("Multi-dimensional (eq. 30-32): one weight per key and feature.")
     if n.capsules:
-        lines.append("Capsule-based (eq. 43-45): a learned query per class, p_c and r_c.")
+        lines.append("Capsule-based (eq. 43-45): a learned query per class, p_c and r_c."
+                     if learned_capsules(n) else
+                     "Capsule-based over hops (eq. 41-45): row c of the query, an earlier "
+                     "capsule module's output, is capsule c's query; p_c and r_c.")
     if n.align.fn == "sigmoid":
         lines.append("Per position: a_l = sigmoid(e_l + b_psi) from key l and the query at l (or "
                      "one query for all), c_l = a_l v_l: the values keep their positions.")

@@ -69,7 +69,7 @@ def find(cm: checks.CheckedModel, name: str) -> ir.Attention:
 
 def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) -> Role:
     what = {"q": "query", "k": "keys", "v": "values"}[r]
-    if e is None or (r == "q" and n.capsules):
+    if e is None or (r == "q" and checks.learned_capsules(n)):
         return Role(r, "none")
     if r == "v" and n.values == n.keys:
         return Role(r, "keys")
@@ -113,7 +113,7 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     fields = config_fields(cm, n, q, k, v)
     vk = v if v.kind != "keys" else k
     ctor = ([f"d_q={width(q, 'q')}"] if q.kind != "none" or n.capsules else [])
-    if n.capsules:
+    if checks.learned_capsules(n):
         ctor = [f"d_q={width(k, 'k')}"]
     ctor += [f"d_k={width(k, 'k')}", f"d_v={width(vk, 'v' if v.kind != 'keys' else 'k')}",
              "heads=cfg.heads"]
@@ -161,7 +161,7 @@ def config_fields(cm, n: ir.Attention, q: Role, k: Role, v: Role) -> list[tuple[
             out.append(("d_q", "int", str(r.d), "width of the learned query (eq. 34)"))
     out.append(("heads", "int", str(n.heads), "attention heads (eq. 38)"))
     if n.score.fn in ("additive", "concat"):
-        d_w = n.score.d_w or (q.d if q.kind != "none" and not n.capsules else k.d)
+        d_w = n.score.d_w or (q.d if q.kind != "none" and not checks.learned_capsules(n) else k.d)
         out.append(("d_w", "int", str(d_w), "width of the score's hidden layer"))
     if n.score.fn == "location":
         info = cm.attention[n.id]
