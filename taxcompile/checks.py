@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from . import ir, ops
-from .diagnostics import Collector, Location, SpecError
+from .diagnostics import Collector, Location, SpecError, article
 from .lower import SCORES_WITHOUT_QUERY
 
 
@@ -285,7 +285,7 @@ class Checker:
         if any(a is None for a in args):
             return None
         self.op_inputs[id(e)] = args  # for the checks of `share` and `tie`
-        if e.fn != "embed":
+        if e.fn not in ("embed", "weights"):  # `att.weights`: checked by its shape rule
             for a, s in zip(e.args, args):
                 if s.dim is None:
                     self.err(a.loc, f"`{_name(a)}` holds token ids; embed them first",
@@ -523,6 +523,75 @@ class Checker:
         f = int(e.param("factor"))
         axes = self._resample(e, a[0].axes, *((1, f) if e.fn == "maxpool" else (f, 1)))
         return None if axes is None else Shape(axes, a[0].dim)
+
+    # ---- attention weights as values ----------------------------------------------
+
+    def weights_of(self, e: ir.Op) -> ir.Attention | None:
+        """The module of ``att.weights``, when its weights can be read as a feature."""
+        ref = e.args[0]
+        n = self.cm.model.node(ref.node)
+        if not isinstance(n, ir.Attention):
+            what = "an input" if isinstance(n, ir.Input) else f"{article(n.kind_)} {n.kind_}"
+            self.err(e.loc, f"`{n.name if hasattr(n, 'name') else n.id}.weights`: "
+                     f"`{ref.node}` is {what}, not an attention module, so it has no "
+                     "attention weights", "`.weights` reads the weights a_l (eq. 3) of an "
+                     "`attention` statement")
+            return None
+        why = ("a multi-dimensional module has a weight per feature (eq. 30-32), not one per "
+               "key" if n.dimensionality == "multi" else
+               "a capsule module's weights are per class (eq. 43-45)" if n.capsules else
+               "a sigmoid gate's weights are not normalised over the keys" if
+               n.align.fn == "sigmoid" else None)
+        if why:
+            self.err(e.loc, f"`{n.name}.weights`: {why}, so they are not a distribution "
+                     "over the keys' positions", "read the weights of a single-dimensional "
+                     "module that normalises over its keys")
+            return None
+        if n.hop is not None or any(n.id in comp for comp in self.cm.steps.values()):
+            self.err(e.loc, f"`{n.name}.weights`: `{n.name}` runs once per hop of a `repeat` "
+                     "or step of a decoder loop, and its weights exist only inside it",
+                     "read the weights of a module outside `repeat` blocks and decoder steps")
+            return None
+        return n
+
+    @ops.shape_rule("weights")
+    def shape_weights(self, e, a, nid):
+        """(…, Lq, |Lk|): the context's positions, one feature per key position (the
+        weights, averaged over heads)."""
+        n = self.weights_of(e)
+        if n is None:
+            return None
+        info = self.cm.attention[n.id]
+        size = self.cm.sizes.get(info.attended)
+        if size is None:
+            self.err(e.loc, f"`{n.name}.weights` has one feature per position of axis "
+                     f"`{info.attended}`, whose length is not fixed",
+                     f"fix it where the input is declared, e.g. `({info.attended} = 50)`; "
+                     "padding masks still leave out the positions past each example's length")
+            return None
+        return Shape(a[0].axes, size)
+
+    @ops.shape_rule("context")
+    def shape_context(self, e, a, nid):
+        """A V: values V (…, Lk, d) weighted by A (…, [Lq,] |Lk|) -> (…, [Lq,] d)."""
+        v, w = a
+        if not v.axes:
+            self.err(e.args[0].loc, f"`context` sums the values over their positions, but "
+                     f"`{_name(e.args[0])}` is a single vector {v}")
+            return None
+        attended, groups = v.axes[-1], v.axes[:-1]
+        size = self.cm.sizes.get(attended)
+        if size is None or w.dim != size or w.axes[:len(groups)] != groups \
+                or len(w.axes) > len(groups) + 1 or attended in w.axes:
+            self.err(e.loc, f"`context({_name(e.args[0])}, {_name(e.args[1])})`: the weights "
+                     f"{w} do not weigh the values {v} over axis `{attended}`",
+                     (f"the weights start with the values' other axes {', '.join(groups)}, "
+                      if groups else "the weights have ")
+                     + "at most one axis of queries and one feature per position of "
+                     f"`{attended}` ({size if size is not None else 'which needs a fixed length'}"
+                     "), e.g. `context(v, att.weights)` with `att` over v's positions")
+            return None
+        return Shape(w.axes, v.dim)
 
     @ops.shape_rule("learned")
     def shape_learned(self, e, a, nid):
@@ -1376,11 +1445,27 @@ def _base_ref(e: ir.Expr) -> str | None:
     return e.node if isinstance(e, ir.Ref) else None
 
 
+def weights_read(m: ir.Model) -> set[str]:
+    """Attention modules whose weights a feature reads (``att.weights``)."""
+    out: set[str] = set()
+    stack = [n.expr for n in m.nodes if isinstance(n, ir.Node)]
+    stack += [e for n in m.attentions for e in (n.query, n.keys, n.values) if e is not None]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ir.Op):
+            if e.fn == "weights":
+                out.add(e.args[0].node)
+            stack.extend(e.args)
+    return out
+
+
 def _name(e: ir.Expr | None) -> str:
     if e is None:
         return "?"
     if isinstance(e, ir.Ref):
         return e.node
+    if e.fn == "weights":
+        return f"{_name(e.args[0])}.weights"
     return f"{e.fn}(…)"
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from . import ir
-from .checks import CheckedModel
+from .checks import CheckedModel, weights_read
 from .graph import dataflow
 
 DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations", "scoring",
@@ -283,6 +283,7 @@ class Classifier:
         return Classification(self.m.name, self.cells)
 
     def per_module(self) -> None:
+        read = weights_read(self.m)
         for a in self.atts:
             s = a.score
             if s.fn in ("affinity", "max_pool"):
@@ -311,6 +312,13 @@ class Classifier:
                                "keys (Oktay et al.'s attention gate), which the survey reads "
                                "as global: no key is left out, none is sampled"}[al.fn]
             self.cells["alignment"].add(ALIGN_LABEL[al.fn], f"attention {self.q(a.id)}: {what}")
+            if a.id in read:
+                # `att.weights` read by a feature model (AoA's alpha^T beta-bar, a pointer
+                # network's output, a supervised alignment): what reads them comes after
+                # the alignment, so the module's own row stays as it is
+                self.cells["alignment"].add(
+                    ALIGN_LABEL[al.fn], f"the weights of {self.q(a.id)} are read as values "
+                    f"(`{a.name}.weights`), after its alignment: its row stays as it is")
             if a.dimensionality == "multi":
                 self.cells["dimensionality"].add(
                     "Multi-Dimensional", f"attention {self.q(a.id)} weighs every feature of each "

@@ -853,8 +853,36 @@ class Lowerer:
             s = s.parent
         return out
 
+    def weights_ref(self, e: ast.Ref, scope: Scope) -> ast.Ref | None:
+        """``att.weights`` (or ``block.att.weights``): the reference to the node whose
+        attention weights are read, when the name before ``.weights`` is a node and not a
+        ``repeat`` block (a block may hold a statement called ``weights``)."""
+        if len(e.parts) < 2 or e.parts[-1] != "weights" or (
+                e.indexes and e.indexes[-1] is not None):
+            return None
+        found = scope.lookup(e.parts[0])
+        indexes = e.indexes or (None,) * len(e.parts)
+        for part, index in zip(e.parts[1:-1], indexes[:-2]):
+            if found is None or found[0] != "block":
+                return None
+            hops = found[1]
+            hop = hops[index - 1] if index is not None and 1 <= index <= len(hops) else \
+                hops[-1] if index is None else None
+            if hop is None or part not in hop:
+                return None
+            found = hop[part]
+        if found is None or found[0] != "node" or indexes[-2] is not None:
+            return None
+        return ast.Ref(e.pos, e.parts[:-1], e.part_pos[:-1], tuple(indexes[:-1]))
+
     def expr(self, e: ast.Expr, scope: Scope) -> ir.Expr | None:
         loc = self.loc(e.pos)
+        if isinstance(e, ast.Ref) and (w := self.weights_ref(e, scope)) is not None:
+            # `att.weights`: the module's attention weights as a feature (checks.py)
+            node_id = self.resolve(w, scope)
+            if node_id is None:
+                return None
+            return ir.Op(fn="weights", args=(ir.Ref(node=node_id, loc=loc),), loc=loc)
         if isinstance(e, ast.Ref):
             node_id = self.resolve(e, scope)
             if node_id is None:

@@ -35,6 +35,11 @@ EXPECTED = {
     "alibi": dict(scoring="Scaled Multiplicative", alignment="Global"),
     "rotary": dict(scoring="Scaled Multiplicative", alignment="Global"),
     "yang2018_localness": dict(scoring="Scaled Multiplicative", alignment="Global"),
+    # Weights as values (issue 14): alpha^T beta-bar over two modules' weights (Cui et al.);
+    # reading the weights leaves each module's row: two dot-product cross-input modules.
+    "attention_over_attention": dict(scoring="Multiplicative", alignment="Global",
+                                     feature_multiplicity="Parallel Co-attention",
+                                     query_type="Specialized"),
 }
 
 

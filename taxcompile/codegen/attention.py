@@ -105,13 +105,30 @@ def plan_attention(p, n: ir.Attention) -> None:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
     if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
         args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
+    read = n.id in checks.weights_read(p.m)  # `att.weights` as a feature
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
-        args.append("need_weights=True" if n.coverage is not None else
+        args.append("need_weights=True" if n.coverage is not None or read else
                     "need_weights=return_attention")
     call = f"{mod}({', '.join(args)})"
     a = record(p, n, info, q, k, v, G, call, name, capsule)
+    if read:
+        weights_value(p, n, a, info)
     if n.coverage is not None:
         coverage(p, n, a, q, kmask)
+
+
+def weights_value(p, n: ir.Attention, a: str, info) -> None:
+    """``att.weights`` as a value: the weights (N, H, Lq, Lk) averaged over the heads, with
+    the context's leading axes: (B, …, Lq, Lk) (or (B, …, Lk) for one query per group)."""
+    c = p.frame.vars[n.id]
+    shape = checks.Shape(c.shape.axes, p.cm.sizes[info.attended])
+    code = p.axis_size_code(info.attended)
+    dim = Dim(int(code)) if code.isdigit() else Dim(0, (code,))
+    mean = f"{a}.mean(1)" if n.heads > 1 else f"{a}.squeeze(1)"
+    w = p.tmp(f"{mean}.reshape(*{c.name}.shape[:-1], -1)", f"{p.want(n)}_w",
+              f"{p.shape(shape, dim=dim)}: the weights a_l (eq. 3)"
+              + (", averaged over the heads" if n.heads > 1 else ""))
+    p.frame.vars[n.id + ".weights"] = Var(w, shape, c.mask, dim, c.mask_code)
 
 
 def coverage(p, n: ir.Attention, a: str, q: Var, kmask: str) -> None:

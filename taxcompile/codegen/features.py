@@ -408,3 +408,31 @@ def affinity(p, e, a, n):
     else:
         code = f"{x.name} @ {y.name}.transpose(-1, -2) / math.sqrt({x.name}.shape[-1])"
     return Var(act_call(e.param("act"), code), p.cm.shapes[n.id], None, Dim())
+
+
+# ---- attention weights as values ------------------------------------------------------
+
+
+@plan_rule("weights")
+def weights(p, e, a, n):
+    """``att.weights``: bound by the attention's plan (attention.weights_value)."""
+    return p.frame.vars[e.args[0].node + ".weights"]
+
+
+@plan_rule("context")
+def context(p, e, a, n):
+    """A V: the values weighted by given weights over the values' last axis (Cui et al.'s
+    s = alpha^T beta-bar); padded positions of the values count nothing."""
+    v, w = a
+    mk = p.mask_of(v)
+    vin = local(p, v, "v")
+    if mk is not None:
+        name, suffix = mk
+        vin = p.tmp(f"{vin} if {name} is None else {vin}.masked_fill(~{name}{suffix}"
+                    ".unsqueeze(-1), 0.0)", "v", "padded positions set to zero")
+    shape = checks.Shape(w.shape.axes, v.shape.dim)
+    if len(w.shape.axes) == len(v.shape.axes) - 1:  # one weight vector per group
+        code = f"({atom(w.name)}.unsqueeze(-2) @ {vin}).squeeze(-2)"
+    else:  # (…, Lq, Lk) @ (…, Lk, d)
+        code = f"{atom(w.name)} @ {vin}"
+    return Var(code, shape, w.mask, v.dim, w.mask_code)

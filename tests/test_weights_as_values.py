@@ -1,0 +1,129 @@
+"""Attention weights as values (issue 14, item 4): ``att.weights`` as a feature and an
+output, ``context(V, A)`` = A V, and the attention-over-attention reader (Cui et al. 2017)
+written with them, checked against the paper's equations written here in float64."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import classify_text, error_snapshot
+from taxcompile import pipeline
+from taxcompile.diagnostics import SpecError
+
+torch = pytest.importorskip("torch")
+
+from taxcompile import codegen  # noqa: E402
+from taxcompile.run import load_module  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DT = torch.float64
+
+
+def compiled(text: str, name: str, file: str = "t.attn"):
+    cs = pipeline.load_text(text, file)
+    return load_module(codegen.generate(cs, cs.models[0], file), name)
+
+
+def message(text: str) -> str:
+    with pytest.raises(SpecError) as info:
+        pipeline.load_text(text, "t.attn")
+    return info.value.diagnostics[0].message
+
+
+WEIGHTS = """paper t { cite = "T" }
+model m {
+    input x: sequence[L, 8] (L = 5)
+    input y: sequence[M, 8]
+    attention s { query = project(y)  keys = x  score = scaled_multiplicative  heads = 2 }
+    output w = s.weights
+    output c = context(x, s.weights)
+}
+"""
+
+
+def test_weights_are_the_head_mean_and_context_is_their_product():
+    mod = compiled(WEIGHTS, "wv_weights")
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).double().eval()
+    x = torch.randn(2, 5, 8, dtype=DT)
+    y = torch.randn(2, 4, 8, dtype=DT)
+    x_keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    out = model(x=x, y=y, x_mask=x_keep)
+    # the equations: W_Q y, W_K x, W_V x split in 2 heads of 4, a = softmax(q k^T / 2)
+    q = (y @ model.s_q_proj.weight.T).view(2, 4, 2, 4).transpose(1, 2)
+    k = x.view(2, 5, 2, 4).transpose(1, 2) if not hasattr(model, "s_k_proj") else \
+        (x @ model.s_k_proj.weight.T).view(2, 5, 2, 4).transpose(1, 2)
+    e = q @ k.transpose(-1, -2) / 2.0
+    e = e.masked_fill(~x_keep[:, None, None, :], float("-inf"))
+    a = torch.softmax(e, -1).mean(1)  # (B, M, L): averaged over the heads
+    torch.testing.assert_close(out.output["w"], a, atol=1e-10, rtol=0)
+    assert torch.all(out.output["w"][1, :, 3:] == 0)  # padded keys weigh nothing
+    torch.testing.assert_close(out.output["c"], a @ x, atol=1e-10, rtol=0)
+
+
+AOA = (ROOT / "examples" / "attention_over_attention.attn").read_text(encoding="utf-8")
+
+
+def aoa_reference(model, doc, question, d_len, q_len):
+    """Cui et al. 2017 eq. 5-9 for one example, on its real words only."""
+    emb = model.h_doc_embed.weight
+    h_doc = model.h_doc_bigru(emb[doc[:d_len]].unsqueeze(0))[0][0]  # (|D|, 2d)
+    h_query = model.h_query_bigru(emb[question[:q_len]].unsqueeze(0))[0][0]  # (|Q|, 2d)
+    M = h_doc @ h_query.T  # eq. 5: M(i, j) = h_doc(i)^T h_query(j)
+    alpha = torch.softmax(M, 0)  # eq. 6: column-wise, alpha(t) over the document
+    beta = torch.softmax(M, 1)  # eq. 7: row-wise, beta(t) over the query
+    beta_bar = beta.mean(0)  # eq. 8: 1/n sum_t beta(t)
+    return alpha @ beta_bar  # eq. 9: s = alpha^T beta-bar: (|D|,)
+
+
+def test_attention_over_attention_follows_cui_et_al():
+    mod = compiled(AOA, "wv_aoa", "attention_over_attention.attn")
+    cfg = mod.Config.tiny()
+    torch.manual_seed(0)
+    model = mod.Model(cfg).double().eval()
+    B = 3
+    doc = torch.randint(0, cfg.vocab, (B, cfg.D))
+    question = torch.randint(0, cfg.vocab, (B, cfg.Q))
+    d_lens, q_lens = [cfg.D, cfg.D - 2, 3], [cfg.Q, 2, cfg.Q - 1]
+    doc_mask = torch.arange(cfg.D)[None] < torch.tensor(d_lens)[:, None]
+    question_mask = torch.arange(cfg.Q)[None] < torch.tensor(q_lens)[:, None]
+    s = model(doc=doc, question=question, doc_mask=doc_mask,
+              question_mask=question_mask).output
+    assert s.shape == (B, cfg.D)
+    for b in range(B):
+        want = aoa_reference(model, doc[b], question[b], d_lens[b], q_lens[b])
+        torch.testing.assert_close(s[b, :d_lens[b]], want, atol=1e-10, rtol=0)
+        assert torch.all(s[b, d_lens[b]:] == 0)  # padding gets no probability
+        torch.testing.assert_close(s[b].sum(), torch.tensor(1.0, dtype=DT), atol=1e-10, rtol=0)
+
+
+def test_reading_weights_leaves_the_modules_row():
+    """A module whose weights are read as values classifies as it did (classify.py)."""
+    plain = WEIGHTS.replace("output w = s.weights\n    output c = context(x, s.weights)\n",
+                            "output c = s\n")
+    assert classify_text(WEIGHTS) == classify_text(plain)
+    from taxcompile.classify import classify_model
+    cs = pipeline.load_text(WEIGHTS, "t.attn")
+    cells = classify_model(cs.models[0]).cells
+    reasons = [r for rs in cells["alignment"].values.values() for r in rs]
+    assert any("are read as values" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("edit, want", [
+    (("output w = s.weights", "output w = y.weights"),
+     "`y.weights`: `y` is an input, not an attention module, so it has no attention weights"),
+    (("input x: sequence[L, 8] (L = 5)", "input x: sequence[L, 8]"),
+     "`s.weights` has one feature per position of axis `L`, whose length is not fixed"),
+    (("context(x, s.weights)", "context(y, s.weights)"),
+     "`context(y, s.weights)`: the weights (M, 5) do not weigh the values (M, 8) over axis `M`"),
+])
+def test_weights_errors(edit, want):
+    assert message(WEIGHTS.replace(*edit)) == want
+
+
+@pytest.mark.parametrize("name", ["weights_of_a_feature", "context_shapes"])
+def test_error_snapshot(name):
+    got, want = error_snapshot(name)
+    assert got == want
