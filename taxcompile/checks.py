@@ -287,6 +287,12 @@ class Checker:
         self.op_inputs[id(e)] = args  # for the checks of `share` and `tie`
         if e.fn not in ("embed", "weights"):  # `att.weights`: checked by its shape rule
             for a, s in zip(e.args, args):
+                if isinstance(a, ir.Ref) and getattr(self.cm.model.by_id.get(a.node), "kind",
+                                                     "") == "alignment":
+                    self.err(a.loc, f"`{a.node}` is a target alignment, read only by "
+                             "`penalty = supervised(…)`", "use `att.weights` for an attention "
+                             "module's weights as a feature")
+                    return None
                 if s.dim is None:
                     self.err(a.loc, f"`{_name(a)}` holds token ids; embed them first",
                              "e.g. `embed(src, 512)`")
@@ -775,6 +781,8 @@ class Checker:
                      "query", "give the module a query sequence (a decoder's states) and "
                      "single-dimensional weights")
             return None
+        if n.supervised is not None and not self.supervision_fits(n, groups, ctx_axes, attended):
+            return None
         d_v = v.dim
         self.cm.attention[n.id] = AttentionInfo(attended, groups, mode,
                                                 q.dim if q is not None else None, k.dim, d_v)
@@ -784,6 +792,40 @@ class Checker:
             self.cm.axis_origin[axis] = n.id
             ctx_axes = ctx_axes + (axis,)
         return Shape(ctx_axes, context_dim(n, d_v))
+
+    def supervision_fits(self, n: ir.Attention, groups: tuple[str, ...],
+                         ctx_axes: tuple[str, ...], attended: str) -> bool:
+        """``penalty = supervised(gold, …)`` (Liu et al. 2016): ``gold`` is an ``alignment``
+        input over the module's query positions and keys, (Lq, Lk), and the weights are one
+        distribution over the keys per query position."""
+        sup, where = n.supervised, f"attention `{n.name}`"
+        gold = self.cm.model.by_id.get(sup.gold)
+        if not (isinstance(gold, ir.Input) and gold.kind == "alignment"):
+            what = (f"{article(gold.kind)} `{gold.kind}` input" if isinstance(gold, ir.Input)
+                    else f"{article(gold.kind_)} {gold.kind_}" if gold is not None else "unknown")
+            self.err(sup.loc, f"{where}: `supervised` compares the weights with a target "
+                     f"alignment, but `{sup.gold}` is {what}",
+                     "declare the target as `input gold: alignment[T, S]` (rows sum to 1, or "
+                     "are all zero where a query position is aligned to nothing)")
+            return False
+        why = ("its weights are per feature (eq. 30-32)" if n.dimensionality == "multi" else
+               "its weights are per class (eq. 43-45)" if n.capsules else
+               "a sigmoid gate is not a distribution over the keys" if n.align.fn == "sigmoid"
+               else f"it attends once per group of {', '.join(groups)}" if groups else None)
+        if why:
+            self.err(sup.loc, f"{where}: `supervised` compares one distribution over the keys "
+                     f"per query position with the target alignment, but {why}",
+                     "supervise a single-dimensional module without groups")
+            return False
+        want = ctx_axes + (attended,)
+        if gold.axes != want:
+            shown = ", ".join(want)
+            self.err(sup.loc, f"{where}: the target alignment `{gold.id}` has axes "
+                     f"({', '.join(gold.axes)}), but the module's weights have "
+                     f"({shown}) (query positions, keys)",
+                     f"declare it as `input {gold.id}: alignment[{shown}]`")
+            return False
+        return True
 
     def modifiers_fit(self, n: ir.Attention, mode: str, ctx_axes: tuple[str, ...],
                       attended: str, k: Shape) -> bool:

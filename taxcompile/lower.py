@@ -35,7 +35,8 @@ MAX_HOPS = 64
 MAX_INT = 1 << 24
 MAX_NODES = 5000
 
-INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
+# `alignment[T, S]`: a target alignment (B, T, S) for supervised attention, no feature size
+INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment")
 # Inputs become parameters of the generated forward(), which has these of its own: its
 # options, the names its body uses for itself, and the file's modules, classes and helpers.
 FORWARD_OPTIONS = ("self", "return_attention", "validate")
@@ -629,7 +630,7 @@ class Lowerer:
         dims = list(s.dims)
         dim = None
         syms: dict[str, str] = {}
-        if s.kind != "tokens":
+        if s.kind not in ("tokens", "alignment"):
             if not dims:
                 self.err(s.kind_pos, "missing feature size")
                 return
@@ -644,6 +645,10 @@ class Lowerer:
             return
         if s.kind == "grid" and len(dims) != 2:
             self.err(s.kind_pos, "a grid has two spatial axes and a channel size: `grid[H, W, C]`")
+            return
+        if s.kind == "alignment" and len(dims) != 2:
+            self.err(s.kind_pos, "an alignment has two axes, the attention's query and key "
+                     "positions, and no feature size: `alignment[T, S]`")
             return
         if s.kind in ("sequence", "set") and not dims:
             self.err(s.kind_pos, f"{article(s.kind)} {s.kind} needs an axis and a feature size, e.g. `{s.kind}[L, 300]`")
@@ -1079,10 +1084,12 @@ class Lowerer:
                     if "capsules" in f else 0)
         mask = (self.as_param(MASKS, f["mask"].value, scope, "`mask`") if "mask" in f
                 else "none")
-        penalty = coverage = None
+        penalty = coverage = supervised = None
         if "penalty" in f:
             v = f["penalty"].value
-            if isinstance(v, ast.Call) and v.fn == "doubly_stochastic":
+            if isinstance(v, ast.Call) and v.fn == "supervised":
+                supervised = self.supervised(v, scope)
+            elif isinstance(v, ast.Call) and v.fn == "doubly_stochastic":
                 # Xu et al. eq. 14: lambda sum_i (1 - sum_t a_ti)^2
                 if v.kwargs or len(v.args) > 1:
                     self.err(v.pos, "`doubly_stochastic` takes one argument, its coefficient "
@@ -1135,8 +1142,31 @@ class Lowerer:
             heads_out=heads_out or "project", capsules=capsules,
             mask=mask or "none", penalty=penalty, coverage=coverage, dropout=dropout,
             share=share,
-            position=position, bias=bias, hop=self.hop_of(scope, s.name),
+            position=position, bias=bias, supervised=supervised,
+            hop=self.hop_of(scope, s.name),
             sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
+
+    def supervised(self, v: ast.Call, scope: Scope) -> ir.Supervision | None:
+        """``supervised(gold, lambda, loss = squared | cross_entropy)``: supervised
+        attention (Liu et al. 2016, Mi et al. 2016); ``gold`` is checked in checks.py."""
+        usage = "e.g. `penalty = supervised(gold, 1.0, loss = cross_entropy)`"
+        if not v.args or len(v.args) > 2 or not isinstance(v.args[0], ast.Ref):
+            self.err(v.pos, "`supervised` takes the target alignment input and the "
+                     "coefficient lambda", usage)
+            return None
+        lam = (self.as_param(P("lambda", "float"), v.args[1], scope, "`lambda` of `supervised`")
+               if len(v.args) > 1 else 1.0)
+        loss = "squared"
+        for k in v.kwargs:
+            if k.name != "loss":
+                self.err(k.pos, f"`supervised` has no parameter `{k.name}`", usage)
+                return None
+            loss = self.as_param(P("loss", "enum", choices=("squared", "cross_entropy")),
+                                 k.value, scope, "`loss` of `supervised`")
+        gold = self.resolve(v.args[0], scope, "input")
+        if gold is None or lam is None or loss is None:
+            return None
+        return ir.Supervision(gold=gold, lam=float(lam), loss=loss, loc=self.loc(v.args[0].pos))
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str):
         if fld is None:

@@ -123,7 +123,117 @@ def test_weights_errors(edit, want):
     assert message(WEIGHTS.replace(*edit)) == want
 
 
-@pytest.mark.parametrize("name", ["weights_of_a_feature", "context_shapes"])
+@pytest.mark.parametrize("name", ["weights_of_a_feature", "context_shapes",
+                                  "supervised_without_alignment", "supervised_shape"])
 def test_error_snapshot(name):
     got, want = error_snapshot(name)
     assert got == want
+
+
+# ---- supervised attention (Liu et al. 2016, Mi et al. 2016) ------------------------------
+
+SUPERVISED = """paper t { cite = "T" }
+model m {
+    input x: sequence[L, 8]
+    input y: sequence[M, 8]
+    input gold: alignment[M, L]
+    attention s {
+        query = project(y)  keys = x  score = scaled_multiplicative  heads = 2
+        penalty = supervised(gold, 0.5, loss = LOSS)
+    }
+    output u = s
+}
+"""
+
+
+def supervised_data():
+    torch.manual_seed(1)
+    x = torch.randn(2, 5, 8, dtype=DT)
+    y = torch.randn(2, 4, 8, dtype=DT)
+    x_keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    y_keep = torch.tensor([[True] * 4, [True] * 3 + [False]])
+    gold = torch.softmax(torch.randn(2, 4, 5, dtype=DT) * 3, -1)
+    gold = gold * x_keep[:, None, :]
+    gold = gold / gold.sum(-1, keepdim=True)
+    gold[0, 2] = 0  # an unaligned query position
+    return x, y, x_keep, y_keep, gold
+
+
+@pytest.mark.parametrize("loss", ["squared", "cross_entropy"])
+def test_supervised_attention_adds_its_loss_term(loss):
+    mod = compiled(SUPERVISED.replace("LOSS", loss), f"wv_sup_{loss}")
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).double()
+    x, y, x_keep, y_keep, gold = supervised_data()
+    out = model(x=x, y=y, gold=gold, x_mask=x_keep, y_mask=y_keep, return_attention=True)
+    # the weights, from the equations: softmax(q k^T / sqrt(4)) per head, averaged
+    q = (y @ model.s_q_proj.weight.T).view(2, 4, 2, 4).transpose(1, 2)
+    k = x.view(2, 5, 2, 4).transpose(1, 2)
+    e = (q @ k.transpose(-1, -2) / 2.0).masked_fill(~x_keep[:, None, None, :], float("-inf"))
+    a = torch.softmax(e, -1).mean(1)  # (B, M, L)
+    aligned = (gold.sum(-1, keepdim=True) > 0).to(DT)
+    if loss == "squared":  # lambda sum (a - gold)^2 over aligned rows (Liu et al. 2016)
+        term = (a - gold) ** 2 * aligned
+    else:  # -lambda sum gold log a (Mi et al. 2016); 0 log 0 = 0
+        term = torch.where(gold > 0, -gold * torch.log(a), torch.zeros_like(a))
+    term = term * y_keep[:, :, None] * x_keep[:, None, :]  # padding left out
+    want = 0.5 * term.sum((1, 2)).mean()
+    torch.testing.assert_close(out.penalty, want, atol=1e-10, rtol=0)
+    # the fast path computes the weights for it too; without gold (inference) no term
+    torch.testing.assert_close(model(x=x, y=y, gold=gold, x_mask=x_keep, y_mask=y_keep).penalty,
+                               want, atol=1e-10, rtol=0)
+    assert model(x=x, y=y, x_mask=x_keep, y_mask=y_keep).penalty == 0
+
+
+DECODER = """paper t { cite = "T" }
+model m {
+    input src: tokens[S] (vocab = 11)
+    input tgt: tokens[T] (vocab = 13, autoregressive)
+    input gold: alignment[T, S]
+    feature h = bigru(embed(src, 6), 5)
+    query s = gru(embed(tgt, 6), 7, feed = att)
+    attention att {
+        query = prev(s)  features = h  score = additive(d_w = 4)
+        penalty = supervised(gold, 2.0, loss = cross_entropy)
+    }
+    output y = classify(concat(s, att), 13)
+}
+"""
+
+
+def test_supervised_attention_in_a_decoder_loop_covers_every_step():
+    mod = compiled(DECODER, "wv_sup_decoder")
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).double()
+    src = torch.randint(0, 11, (2, 6))
+    tgt = torch.randint(0, 13, (2, 4))
+    src_keep = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    tgt_keep = torch.tensor([[True] * 4, [True] * 2 + [False] * 2])
+    gold = torch.zeros(2, 4, 6, dtype=DT)
+    gold[0, torch.arange(4), torch.tensor([1, 0, 5, 2])] = 1  # one source word per step
+    gold[1, torch.arange(4), torch.tensor([3, 2, 0, 1])] = 1
+    gold[1, 1] = 0  # unaligned
+    out = model(src=src, tgt=tgt, gold=gold, src_mask=src_keep, tgt_mask=tgt_keep,
+                return_attention=True)
+    a = out.attention["att"].mean(1)  # (B, T, S): every step's weights
+    assert a.shape == (2, 4, 6)
+    term = torch.where(gold > 0, -gold * torch.log(a), torch.zeros_like(a))
+    want = 2.0 * (term * tgt_keep[:, :, None] * src_keep[:, None, :]).sum((1, 2)).mean()
+    torch.testing.assert_close(out.penalty, want, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("edit, want", [
+    (("supervised(gold,", "supervised(y,"),
+     "attention `s`: `supervised` compares the weights with a target alignment, but `y` is a "
+     "`sequence` input"),
+    (("input gold: alignment[M, L]", "input gold: alignment[L, M]"),
+     "attention `s`: the target alignment `gold` has axes (L, M), but the module's weights "
+     "have (M, L) (query positions, keys)"),
+    (("output u = s", "output u = linear(gold, 4)"),
+     "`gold` is a target alignment, read only by `penalty = supervised(…)`"),
+    (("input gold: alignment[M, L]", "input gold: alignment[M]"),
+     "an alignment has two axes, the attention's query and key positions, and no feature "
+     "size: `alignment[T, S]`"),
+])
+def test_supervised_errors(edit, want):
+    assert message(SUPERVISED.replace("LOSS", "squared").replace(*edit)) == want

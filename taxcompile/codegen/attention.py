@@ -107,12 +107,14 @@ def plan_attention(p, n: ir.Attention) -> None:
         args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
     read = n.id in checks.weights_read(p.m)  # `att.weights` as a feature
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
-        args.append("need_weights=True" if n.coverage is not None or read else
-                    "need_weights=return_attention")
+        args.append("need_weights=True" if n.coverage is not None or read
+                    or n.supervised is not None else "need_weights=return_attention")
     call = f"{mod}({', '.join(args)})"
     a = record(p, n, info, q, k, v, G, call, name, capsule)
     if read:
         weights_value(p, n, a, info)
+    if n.supervised is not None:
+        supervised(p, n, a, q, kmask)
     if n.coverage is not None:
         coverage(p, n, a, q, kmask)
 
@@ -129,6 +131,31 @@ def weights_value(p, n: ir.Attention, a: str, info) -> None:
               f"{p.shape(shape, dim=dim)}: the weights a_l (eq. 3)"
               + (", averaged over the heads" if n.heads > 1 else ""))
     p.frame.vars[n.id + ".weights"] = Var(w, shape, c.mask, dim, c.mask_code)
+
+
+def supervised(p, n: ir.Attention, a: str, q: Var, kmask: str) -> None:
+    """Supervised attention (Liu et al. 2016, Mi et al. 2016): a loss term between the
+    weights and the target alignment input; in a decoder loop, over every step's weights
+    once the loop is done (decoder.py)."""
+    p.helpers.add("supervised_penalty")
+    p.frame.records.add("penalties")
+    if p.step is not None:
+        p.step.setdefault("supervised", []).append((n, a, kmask))
+        return
+    p.frame.emit(f"if {p.frame.use(n.supervised.gold)} is not None:", "in training")
+    p.frame.indent += 1
+    p.frame.emit(supervised_call(p, n, a, p.mask_arg(q), kmask), SUPERVISED[n.supervised.loss])
+    p.frame.indent -= 1
+
+
+SUPERVISED = {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
+              "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}
+
+
+def supervised_call(p, n: ir.Attention, a: str, qmask: str, kmask: str) -> str:
+    sup = n.supervised
+    return (f"penalties.append(supervised_penalty({a}, {p.frame.use(sup.gold)}, {qmask}, "
+            f"{kmask}, {sup.lam!r}, \"{sup.loss}\"))")
 
 
 def coverage(p, n: ir.Attention, a: str, q: Var, kmask: str) -> None:

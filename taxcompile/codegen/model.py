@@ -78,9 +78,12 @@ def input_checks(p) -> list[Stmt]:
         longest_code = f", longest=({', '.join(longest)},)" if longest else ""
         if inp.kind != "tokens":
             longest_code += f", dtype=next(self.parameters(), {inp.id}).dtype"
+        optional = inp.kind == "alignment"  # a target alignment: given in training only
+        if optional:
+            out.append(Stmt(f"if {inp.id} is not None:", "the target alignment, when training"))
         out.append(Stmt(f"check_input({inp.id!r}, {inp.id}, {sizes_code}, "
                         f"tokens={inp.kind == 'tokens'}, want={want}, {axes}{vocab}"
-                        f"validate=validate{longest_code})"))
+                        f"validate=validate{longest_code})", depth=int(optional)))
         if inp.kind in MASKABLE:
             out.append(Stmt(f"{inp.id}_mask = check_mask({inp.id + '_mask'!r}, {inp.id}_mask, "
                             f"{inp.id}.shape[:{1 + len(inp.axes)}], validate)"))
@@ -106,6 +109,9 @@ def examples(p) -> list[str]:
             vocab = p.sym(inp, "vocab", inp.vocab)
             lines.append(f"out[{inp.id!r}] = torch.randint(0, {vocab}, ({', '.join(dims)}), "
                          "generator=g)")
+        elif inp.kind == "alignment":  # a target alignment: every row a distribution
+            lines.append(f"out[{inp.id!r}] = torch.softmax(torch.randn({', '.join(dims)}, "
+                         "generator=g), -1)")
         else:
             dims.append(p.sym(inp, "dim", inp.dim))
             lines.append(f"out[{inp.id!r}] = torch.randn({', '.join(dims)}, generator=g)")
@@ -155,8 +161,9 @@ def file_plan(p) -> FilePlan:
     kw = [f"{RECORDS[r].name}={'sum(penalties)' if r == 'penalties' else r}" for r in records]
     head, body = generate.forward(p, head, body)  # generate(): the cache
     body.append(Stmt(f"return Output({', '.join([ret, 'attn'] + kw)})"))
-    params = [i.id for i in m.inputs] + [f"{i.id}_mask=None" for i in m.inputs
-                                         if i.kind in MASKABLE]
+    params = [i.id for i in m.inputs if i.kind != "alignment"] + \
+        [f"{i.id}=None" for i in m.inputs if i.kind == "alignment"] + \
+        [f"{i.id}_mask=None" for i in m.inputs if i.kind in MASKABLE]
     params += ["return_attention: bool = False", "validate: bool = True"]
     if generate.on(p):
         params.append("cache: dict | None = None")
