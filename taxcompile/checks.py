@@ -230,6 +230,11 @@ class Checker:
                 else:
                     self.cm.sizes.setdefault(a, None)
                 self.cm.axis_origin.setdefault(a, n.id)
+        for n in m.inputs:  # pointers index the positions of another input's axis
+            if n.kind == "pointers" and (n.into not in self.cm.axis_origin or n.into in n.axes):
+                self.err(n.loc, f"`into = {n.into}`: pointers index the positions of an axis "
+                         "of another input", "e.g. `input x: sequence[S, 2]` and "
+                         f"`input {n.id}: pointers[T] (into = S)`")
         # shapes follow what each node reads, `prev(…)` included (a decoder's fed node
         # and initial state do not change its shape)
         gs = nx.DiGraph()
@@ -286,12 +291,21 @@ class Checker:
             return None
         self.op_inputs[id(e)] = args  # for the checks of `share` and `tie`
         if e.fn not in ("embed", "weights"):  # `att.weights`: checked by its shape rule
-            for a, s in zip(e.args, args):
-                if isinstance(a, ir.Ref) and getattr(self.cm.model.by_id.get(a.node), "kind",
-                                                     "") == "alignment":
+            for i, (a, s) in enumerate(zip(e.args, args)):
+                kind = getattr(self.cm.model.by_id.get(a.node), "kind", "") \
+                    if isinstance(a, ir.Ref) else ""
+                if kind == "alignment":
                     self.err(a.loc, f"`{a.node}` is a target alignment, read only by "
                              "`penalty = supervised(…)`", "use `att.weights` for an attention "
                              "module's weights as a feature")
+                    return None
+                if e.fn == "pointed" and i == 1:
+                    continue  # the pointers: checked by its shape rule
+                if kind == "pointers":
+                    self.err(a.loc, f"`{a.node}` holds target pointers, read by "
+                             f"`pointed(X, {a.node})` (the decoder's input) and compared with "
+                             "a pointer attention's weights", "e.g. `lstm(pointed(x, "
+                             f"{a.node}), d, init = enc)`")
                     return None
                 if s.dim is None:
                     self.err(a.loc, f"`{_name(a)}` holds token ids; embed them first",
@@ -598,6 +612,25 @@ class Checker:
                      "), e.g. `context(v, att.weights)` with `att` over v's positions")
             return None
         return Shape(w.axes, v.dim)
+
+    @ops.shape_rule("pointed")
+    def shape_pointed(self, e, a, nid):
+        """X at the previous target pointer: (…, S, d) and pointers (T,) into S -> (T, d)
+        (a pointer network's decoder input, Vinyals et al. 2015)."""
+        c = e.args[1]
+        inp = self.cm.model.by_id.get(c.node) if isinstance(c, ir.Ref) else None
+        if not (isinstance(inp, ir.Input) and inp.kind == "pointers"):
+            self.err(c.loc, f"`pointed` reads positions from a pointers input, but "
+                     f"`{_name(c)}` is not one", "declare `input C: pointers[T] (into = S)`")
+            return None
+        x = a[0]
+        if x.axes != (inp.into,):
+            self.err(e.loc, f"`pointed({_name(e.args[0])}, {inp.id})`: `{inp.id}` points into "
+                     f"axis `{inp.into}`, but `{_name(e.args[0])}` has {x}",
+                     f"take the vectors of one sequence over `{inp.into}`, e.g. the input "
+                     "the encoder reads")
+            return None
+        return Shape(inp.axes, x.dim)
 
     @ops.shape_rule("learned")
     def shape_learned(self, e, a, nid):
@@ -956,6 +989,28 @@ class Checker:
                          f"position of `{axis}`")
             self.check_init(n, e, s)
 
+    def check_encoder_init(self, n: ir.AnyNode, e: ir.Op) -> None:
+        """``init = ENCODER`` on an ``lstm``/``gru`` run over its whole input at once (a
+        decoder without ``feed``, e.g. a pointer network's, Vinyals et al. 2015): it starts
+        from the encoder's final states, layer by layer. Other initial states belong to a
+        decoder run step by step."""
+        init = e.param("init")
+        src = self.cm.model.by_id.get(str(init)) if init is not None else None
+        encoder = isinstance(src, ir.Node) and isinstance(src.expr, ir.Op) and \
+            src.expr.fn in ("lstm", "gru")
+        if e.fn not in ("lstm", "gru") or not encoder or e.param("init_c"):
+            self.err(e.loc, "without `feed`, `init` names an encoder `lstm`/`gru` whose final "
+                     "states start this RNN; other initial states (`init = s0`, `init_c`) "
+                     "belong to a decoder run step by step with `feed = …`",
+                     "e.g. `lstm(x, 256, init = enc)` with `feature enc = lstm(src, 256)`")
+            return
+        x = self.cm.shapes.get(n.id)
+        if x is not None and len(x.axes) != 1:
+            self.err(e.loc, f"`init = {init}` starts one sequence per example, but this RNN's "
+                     f"output {x} has several axes", "run it over one sequence per example")
+            return
+        self.check_init(n, e, x)
+
     def check_init(self, n: ir.Node, e: ir.Op, x: Shape) -> None:
         """``init``: a vector per example of the decoder's width (h_0; ``init_c`` c_0), or an
         encoder LSTM/GRU whose final states start the decoder layer by layer."""
@@ -1027,9 +1082,7 @@ class Checker:
                 continue
             stack.extend(e.args)
             if (e.param("init") or e.param("init_c")) and not e.param("feed"):
-                self.err(e.loc, "`init` sets the initial state of a decoder, a recurrent "
-                         "model run step by step with `feed = …`", "an encoder starts from "
-                         "zeros; give the decoder `feed = ATTENTION` to run it step by step")
+                self.check_encoder_init(n, e)
             if e.fn != "prev" or not e.args or not isinstance(e.args[0], ir.Ref):
                 continue
             x = e.args[0].node

@@ -212,6 +212,11 @@ class Classifier:
                 if e.fn == "learned":
                     add("Self-Attentive", f"the query of {name} is a learned vector (eq. 34)")
                     return
+                if e.fn == "pointed":  # a pointer network's decoder reads its own outputs
+                    add("Basic", f"the query of {name} comes from a decoder that reads its "
+                        f"previous outputs, the inputs at the target pointers "
+                        f"{self.q(e.args[1].node)} (Vinyals et al.)")
+                    return
                 args = list(e.args)
                 if e.fn == "add":
                     args = [x for x in args if not self._is_context(x)] or args

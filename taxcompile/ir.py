@@ -158,13 +158,14 @@ class Hop(_Frozen):
 class Input(_Frozen):
     kind_: Literal["input"] = "input"
     id: str
-    kind: Literal["tokens", "sequence", "grid", "set", "vector", "alignment"]
+    kind: Literal["tokens", "sequence", "grid", "set", "vector", "alignment", "pointers"]
     axes: tuple[str, ...]
     sizes: tuple[int | None, ...]
     dim: int | None  # None for tokens
     vocab: int | None = None
     autoregressive: bool = False
     view_of: str | None = None  # another view (level, tokenisation) of this input's data
+    into: str | None = None  # pointers: the axis whose positions they index (Vinyals et al.)
     sym: tuple[tuple[str, str], ...] = ()  # "dim", "vocab", "size:AXIS" -> constant expression
     loc: Location
 

@@ -36,7 +36,9 @@ MAX_INT = 1 << 24
 MAX_NODES = 5000
 
 # `alignment[T, S]`: a target alignment (B, T, S) for supervised attention, no feature size
-INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment")
+# `pointers[T] (into = S)`: target positions of axis S, one per position of T (a pointer
+# network's outputs, Vinyals et al. 2015), read by `pointed(X, C)`
+INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers")
 # Inputs become parameters of the generated forward(), which has these of its own: its
 # options, the names its body uses for itself, and the file's modules, classes and helpers.
 FORWARD_OPTIONS = ("self", "return_attention", "validate")
@@ -630,7 +632,7 @@ class Lowerer:
         dims = list(s.dims)
         dim = None
         syms: dict[str, str] = {}
-        if s.kind not in ("tokens", "alignment"):
+        if s.kind not in ("tokens", "alignment", "pointers"):
             if not dims:
                 self.err(s.kind_pos, "missing feature size")
                 return
@@ -645,6 +647,10 @@ class Lowerer:
             return
         if s.kind == "grid" and len(dims) != 2:
             self.err(s.kind_pos, "a grid has two spatial axes and a channel size: `grid[H, W, C]`")
+            return
+        if s.kind == "pointers" and len(dims) != 1:
+            self.err(s.kind_pos, "pointers have one axis, the target positions, and no "
+                     "feature size: `pointers[T] (into = S)`")
             return
         if s.kind == "alignment" and len(dims) != 2:
             self.err(s.kind_pos, "an alignment has two axes, the attention's query and key "
@@ -681,9 +687,16 @@ class Lowerer:
         if len(set(axes)) != len(axes):
             self.err(s.kind_pos, f"input `{s.name}` repeats an axis name")
             return
-        vocab, auto, view_of, vocab_given = None, False, None, False
+        vocab, auto, view_of, vocab_given, into = None, False, None, False, None
         for a in s.args:
-            if isinstance(a, ast.Ref) and a.name == "autoregressive":
+            if s.kind == "pointers" and isinstance(a, ast.Kwarg) and a.name == "into":
+                if isinstance(a.value, ast.Ref) and len(a.value.parts) == 1 and \
+                        self.check_ident(a.value.name, a.value.pos, "axis"):
+                    into = a.value.name  # checks.py: an axis of another input
+                else:
+                    self.err(a.value.pos, "`into` names the axis the pointers index",
+                             "e.g. `input C: pointers[T] (into = S)`")
+            elif isinstance(a, ast.Ref) and a.name == "autoregressive":
                 auto = True
             elif isinstance(a, ast.Kwarg) and a.name == "vocab":
                 vocab_given = True  # a bad value is reported where it is written
@@ -723,8 +736,13 @@ class Lowerer:
         if s.kind != "tokens" and vocab is not None:
             self.err(s.kind_pos, "only token inputs have a vocabulary")
             return
+        if s.kind == "pointers" and into is None:
+            self.err(s.kind_pos, f"pointers `{s.name}` need the axis they point into",
+                     f"write `input {s.name}: pointers[{', '.join(axes)}] (into = S)`")
+            return
         self.add_node(ir.Input(id=node_id, kind=s.kind, axes=tuple(axes), sizes=tuple(sizes),
                                dim=dim, vocab=vocab, autoregressive=auto, view_of=view_of,
+                               into=into,
                                sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 
     def feature(self, s: ast.Feature, scope: Scope) -> None:

@@ -160,6 +160,7 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     # beta-bar, Cui et al. 2017); `pointed(X, C)`: X at the previous target pointer C_(i-1)
     _op("weights", node("attention"), label="weights", infix=True),
     _op("context", node("values"), node("weights")),
+    _op("pointed", node(), node("pointers")),
 )}
 
 # Operators whose module another statement's operation may use (`share = NODE`).

@@ -110,6 +110,7 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "su2021_rotary": "tests/test_position_terms.py",
     "yang2018_encoder": "tests/test_position_terms.py",
     "cui2017_aoa_reader": "tests/test_weights_as_values.py",
+    "vinyals2015_ptr_net": "tests/test_weights_as_values.py",
 }
 
 

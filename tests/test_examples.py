@@ -40,6 +40,10 @@ EXPECTED = {
     "attention_over_attention": dict(scoring="Multiplicative", alignment="Global",
                                      feature_multiplicity="Parallel Co-attention",
                                      query_type="Specialized"),
+    # A pointer network's output is its attention's weights (Vinyals et al.); the query is
+    # a decoder over the inputs its previous outputs pointed at: Basic.
+    "pointer_network": dict(scoring="Additive", alignment="Global", query_type="Basic",
+                            feature_multiplicity="Singular"),
 }
 
 

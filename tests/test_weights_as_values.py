@@ -124,7 +124,8 @@ def test_weights_errors(edit, want):
 
 
 @pytest.mark.parametrize("name", ["weights_of_a_feature", "context_shapes",
-                                  "supervised_without_alignment", "supervised_shape"])
+                                  "supervised_without_alignment", "supervised_shape",
+                                  "pointed_not_pointers"])
 def test_error_snapshot(name):
     got, want = error_snapshot(name)
     assert got == want
@@ -237,3 +238,72 @@ def test_supervised_attention_in_a_decoder_loop_covers_every_step():
 ])
 def test_supervised_errors(edit, want):
     assert message(SUPERVISED.replace("LOSS", "squared").replace(*edit)) == want
+
+
+# ---- pointer networks (Vinyals et al. 2015) ---------------------------------------------
+
+POINTER = (ROOT / "examples" / "pointer_network.attn").read_text(encoding="utf-8")
+
+
+def pointer_reference(model, points, C, s_len, t_len):
+    """Vinyals et al. 2015 for one example, on its real positions: e_j from the encoder LSTM,
+    d_i from the decoder LSTM started at the encoder's final state and reading P_(C_(i-1))
+    (a zero start vector at i = 0), u^i_j = v^T tanh(W1 e_j + W2 d_i), p = softmax(u^i)."""
+    P = points[:s_len].unsqueeze(0)  # (1, S, 2)
+    e, state = model.e_lstm(P)
+    prev = torch.cat([torch.zeros(1, 2, dtype=DT), points[C[: t_len - 1]]], 0)  # (T, 2)
+    d = model.d_lstm(prev.unsqueeze(0), state)[0][0]  # (T, hidden)
+    W1, W2, v = model.ptr.W1[0], model.ptr.W2[0], model.ptr.w[0]  # query d, keys e
+    u = torch.tanh((d @ W1)[:, None, :] + (e[0] @ W2)[None, :, :]) @ v  # (T, S)
+    return torch.softmax(u, -1)
+
+
+def test_pointer_network_outputs_its_attention_over_the_inputs():
+    mod = compiled(POINTER, "wv_pointer", "pointer_network.attn")
+    cfg = mod.Config.tiny()
+    torch.manual_seed(0)
+    model = mod.Model(cfg).double().eval()
+    B, T = 3, 4
+    points = torch.rand(B, cfg.S, 2, dtype=DT)
+    C = torch.randint(0, cfg.S - 2, (B, T))
+    s_lens, t_lens = [cfg.S, cfg.S - 2, cfg.S - 1], [T, 2, T]
+    points_mask = torch.arange(cfg.S)[None] < torch.tensor(s_lens)[:, None]
+    C_mask = torch.arange(T)[None] < torch.tensor(t_lens)[:, None]
+    p = model(points=points, C=C, points_mask=points_mask, C_mask=C_mask).output
+    assert p.shape == (B, T, cfg.S)
+    for b in range(B):
+        want = pointer_reference(model, points[b], C[b], s_lens[b], t_lens[b])
+        torch.testing.assert_close(p[b, :t_lens[b], :s_lens[b]], want, atol=1e-10, rtol=0)
+        assert torch.all(p[b, :, s_lens[b]:] == 0)  # no pointer past the input
+    # the training loss a pointer network minimises: -log p(C_i | C_<i, P)
+    nll = -p.gather(-1, C[..., None]).squeeze(-1).log()[C_mask].mean()
+    nll.backward()
+    assert model.ptr.W1.grad is not None and torch.isfinite(model.ptr.W1.grad).all()
+
+
+def test_pointer_network_classifies_as_a_decoder_query():
+    row = classify_text(POINTER)
+    assert row["query_type"] == "Basic"
+    assert row["scoring"] == "Additive" and row["feature_multiplicity"] == "Singular"
+
+
+@pytest.mark.parametrize("edit, want", [
+    (("pointed(points, C)", "pointed(e, e)"),
+     "`pointed` reads positions from a pointers input, but `e` is not one"),
+    (("(into = S)", "(into = T)"),
+     "`into = T`: pointers index the positions of an axis of another input"),
+    (("pointers[T] (into = S)", "pointers[T]"),
+     "pointers `C` need the axis they point into"),
+    (("feature e = lstm(points, hidden)", "feature e = gru(points, hidden)"),
+     "`init = e` starts the decoder from the final states of `e`, layer by layer, so `e` "
+     "must be `lstm(…, 256, layers = 1)` too"),
+    (("init = e", "init = points"),
+     "without `feed`, `init` names an encoder `lstm`/`gru` whose final states start this "
+     "RNN; other initial states (`init = s0`, `init_c`) belong to a decoder run step by step "
+     "with `feed = …`"),
+    (("output p = ptr.weights", "output p = linear(C, 2)"),
+     "`C` holds target pointers, read by `pointed(X, C)` (the decoder's input) and compared "
+     "with a pointer attention's weights"),
+])
+def test_pointer_errors(edit, want):
+    assert message(POINTER.replace(*edit)) == want

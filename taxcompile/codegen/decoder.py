@@ -28,12 +28,24 @@ def feed_regions(m: ir.Model) -> list[tuple[ir.Node, ir.Op, str]]:
     return out
 
 
+def encoder_started(n: ir.AnyNode) -> list[ir.Op]:
+    """``lstm``/``gru`` ops without ``feed`` that start from an encoder (``init = ENC``)."""
+    out, stack = [], [n.expr] if isinstance(n, ir.Node) else []
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ir.Op):
+            if e.param("init") and not e.param("feed"):
+                out.append(e)
+            stack.extend(e.args)
+    return out
+
+
 def encoder_inits(m: ir.Model) -> set[str]:
     """RNN statements a decoder starts from (``init = NAME``): they return their final
     states too."""
     out = set()
     for n in m.nodes:
-        for e in checks.decoder_ops(n):
+        for e in checks.decoder_ops(n) + encoder_started(n):
             init = e.param("init")
             src = m.node(str(init)) if init else None
             if isinstance(src, ir.Node) and isinstance(src.expr, ir.Op) and \

@@ -107,6 +107,11 @@ def _rnn(p, e, a, n, kind: str, bidir: bool):
                      f"{what}: ({layers.shown()}, B, {hidden.shown()}), a decoder's initial state")
         p.finals[n.id] = final
         return resized(x, y, size, dim)
+    if e.param("init"):  # `init = ENCODER` without `feed`: from the encoder's final states
+        p.helpers.add("rnn_init")
+        state = p.finals[str(e.param("init"))]
+        return resized(x, f"rnn_init({mod}, {x.name}, {state}"
+                       f"{', ' + mask if mask != 'None' else ''})", size, dim)
     p.helpers.add("rnn")
     return resized(x, f"rnn({margs})", size, dim)
 
@@ -436,3 +441,14 @@ def context(p, e, a, n):
     else:  # (…, Lq, Lk) @ (…, Lk, d)
         code = f"{atom(w.name)} @ {vin}"
     return Var(code, shape, w.mask, v.dim, w.mask_code)
+
+
+@plan_rule("pointed")
+def pointed(p, e, a, n):
+    """A pointer network's decoder input (Vinyals et al. 2015): step i reads x at the
+    previous target pointer C_(i-1) (teacher forcing), step 0 a zero vector (the start
+    symbol)."""
+    x, c = a
+    p.helpers.add("pointed")
+    return Var(f"pointed({x.name}, {c.name})", checks.Shape(c.shape.axes, x.shape.dim), c.mask,
+               x.dim, c.mask_code)

@@ -11,7 +11,7 @@ from .attention import describe
 from .names import mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
 
-MASKABLE = ("tokens", "sequence", "set")
+MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 RECORDS = {  # record container in forward() -> the Output field it fills
     "log_probs": OutputField("log_probs", "dict[str, torch.Tensor]", "field(default_factory=dict)",
@@ -73,16 +73,19 @@ def input_checks(p) -> list[Stmt]:
         sizes_code = f"({', '.join(exp)}{',' if len(exp) == 1 else ''})"
         axes = f"axes={tuple(inp.axes)!r}, " if inp.axes else ""
         vocab = f"vocab={p.sym(inp, 'vocab', inp.vocab)}, " if inp.kind == "tokens" else ""
+        if inp.kind == "pointers" and p.cm.sizes.get(inp.into) is not None:
+            vocab = f"vocab={p.axis_size_code(inp.into)}, "  # positions of the axis pointed into
+        ids = inp.kind in ("tokens", "pointers")
         longest = [f"({ax!r}, cfg.max_len, 'max_len')" for ax, size in zip(inp.axes, sizes)
                    if size is None and ax in p.max_len_axes]
         longest_code = f", longest=({', '.join(longest)},)" if longest else ""
-        if inp.kind != "tokens":
+        if not ids:
             longest_code += f", dtype=next(self.parameters(), {inp.id}).dtype"
         optional = inp.kind == "alignment"  # a target alignment: given in training only
         if optional:
             out.append(Stmt(f"if {inp.id} is not None:", "the target alignment, when training"))
         out.append(Stmt(f"check_input({inp.id!r}, {inp.id}, {sizes_code}, "
-                        f"tokens={inp.kind == 'tokens'}, want={want}, {axes}{vocab}"
+                        f"tokens={ids}, want={want}, {axes}{vocab}"
                         f"validate=validate{longest_code})", depth=int(optional)))
         if inp.kind in MASKABLE:
             out.append(Stmt(f"{inp.id}_mask = check_mask({inp.id + '_mask'!r}, {inp.id}_mask, "
@@ -108,6 +111,10 @@ def examples(p) -> list[str]:
         if inp.kind == "tokens":
             vocab = p.sym(inp, "vocab", inp.vocab)
             lines.append(f"out[{inp.id!r}] = torch.randint(0, {vocab}, ({', '.join(dims)}), "
+                         "generator=g)")
+        elif inp.kind == "pointers":  # positions of the axis they point into
+            bound = inp.into if inp.into in free else p.axis_size_code(inp.into)
+            lines.append(f"out[{inp.id!r}] = torch.randint(0, {bound}, ({', '.join(dims)}), "
                          "generator=g)")
         elif inp.kind == "alignment":  # a target alignment: every row a distribution
             lines.append(f"out[{inp.id!r}] = torch.softmax(torch.randn({', '.join(dims)}, "

@@ -18,7 +18,7 @@ from .frame import Frame, Owner, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
 from .plan import FilePlan
 
-MASKABLE = ("tokens", "sequence", "set")
+MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 
 class Planner:
