@@ -112,10 +112,10 @@ def examples(p) -> list[str]:
             vocab = p.sym(inp, "vocab", inp.vocab)
             lines.append(f"out[{inp.id!r}] = torch.randint(0, {vocab}, ({', '.join(dims)}), "
                          "generator=g)")
-        elif inp.kind == "pointers":  # positions of the axis they point into
-            bound = inp.into if inp.into in free else p.axis_size_code(inp.into)
-            lines.append(f"out[{inp.id!r}] = torch.randint(0, {bound}, ({', '.join(dims)}), "
-                         "generator=g)")
+        elif inp.kind == "pointers":  # positions of the axis they point into, in the half
+            bound = inp.into if inp.into in free else p.axis_size_code(inp.into)  # never padded
+            lines.append(f"out[{inp.id!r}] = torch.randint(0, ({bound} + 1) // 2, "
+                         f"({', '.join(dims)}), generator=g)")
         elif inp.kind == "alignment":  # a target alignment: every row a distribution
             lines.append(f"out[{inp.id!r}] = torch.softmax(torch.randn({', '.join(dims)}, "
                          "generator=g), -1)")
