@@ -116,6 +116,9 @@ def test_reading_weights_leaves_the_modules_row():
      "`y.weights`: `y` is an input, not an attention module, so it has no attention weights"),
     (("input x: sequence[L, 8] (L = 5)", "input x: sequence[L, 8]"),
      "`s.weights` has one feature per position of axis `L`, whose length is not fixed"),
+    (("score = scaled_multiplicative  heads = 2", "score = additive  dimensionality = multi"),
+     "`s.weights`: a multi-dimensional module has a weight per feature (eq. 30-32), not one per "
+     "key, so they are not a distribution over the keys' positions"),
     (("context(x, s.weights)", "context(y, s.weights)"),
      "`context(y, s.weights)`: the weights (M, 5) do not weigh the values (M, 8) over axis `M`"),
 ])
@@ -223,7 +226,22 @@ def test_supervised_attention_in_a_decoder_loop_covers_every_step():
     torch.testing.assert_close(out.penalty, want, atol=1e-10, rtol=0)
 
 
+def test_supervision_leaves_the_modules_row():
+    text = SUPERVISED.replace("LOSS", "squared")
+    plain = text.replace("        penalty = supervised(gold, 0.5, loss = squared)\n", "")
+    assert "supervised" not in plain
+    assert classify_text(text) == classify_text(plain)
+    from taxcompile.classify import classify_model
+    cells = classify_model(pipeline.load_text(text, "t.attn").models[0]).cells
+    reasons = [r for rs in cells["alignment"].values.values() for r in rs]
+    assert any("is supervised by the target alignment `gold`" in r for r in reasons), reasons
+
+
 @pytest.mark.parametrize("edit, want", [
+    (("supervised(gold, 0.5, loss = squared)", "supervised(gold, 0.5, loss = l1)"),
+     "`loss` of `supervised` cannot be `l1`"),
+    (("supervised(gold, 0.5, loss = squared)", "supervised(gold, 0.5, kind = squared)"),
+     "`supervised` has no parameter `kind`"),
     (("supervised(gold,", "supervised(y,"),
      "attention `s`: `supervised` compares the weights with a target alignment, but `y` is a "
      "`sequence` input"),
@@ -307,3 +325,20 @@ def test_pointer_network_classifies_as_a_decoder_query():
 ])
 def test_pointer_errors(edit, want):
     assert message(POINTER.replace(*edit)) == want
+
+
+def test_weights_inside_a_repeat_are_refused():
+    text = """paper t { cite = "T" }
+model m {
+    input src: sequence[L, 8] (L = 5)
+    feature x = identity(src)
+    repeat enc 2 {
+        attention self { query = project(x)  keys = x  score = scaled_multiplicative }
+        update x = norm(x + self)
+    }
+    output w = enc.self.weights
+}
+"""
+    assert message(text) == (
+        "`self.weights`: `self` runs once per hop of a `repeat` or step of a decoder loop, "
+        "and its weights exist only inside it")
