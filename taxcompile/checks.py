@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from . import ir, ops
-from .diagnostics import Collector, Location, SpecError
+from .diagnostics import Collector, Location, SpecError, article
 from .lower import SCORES_WITHOUT_QUERY
 
 
@@ -231,6 +231,11 @@ class Checker:
                 else:
                     self.cm.sizes.setdefault(a, None)
                 self.cm.axis_origin.setdefault(a, n.id)
+        for n in m.inputs:  # pointers index the positions of another input's axis
+            if n.kind == "pointers" and (n.into not in self.cm.axis_origin or n.into in n.axes):
+                self.err(n.loc, f"`into = {n.into}`: pointers index the positions of an axis "
+                         "of another input", "e.g. `input x: sequence[S, 2]` and "
+                         f"`input {n.id}: pointers[T] (into = S)`")
         # shapes follow what each node reads, `prev(…)` included (a decoder's fed node
         # and initial state do not change its shape)
         gs = nx.DiGraph()
@@ -286,8 +291,23 @@ class Checker:
         if any(a is None for a in args):
             return None
         self.op_inputs[id(e)] = args  # for the checks of `share` and `tie`
-        if e.fn != "embed":
-            for a, s in zip(e.args, args):
+        if e.fn not in ("embed", "weights"):  # `att.weights`: checked by its shape rule
+            for i, (a, s) in enumerate(zip(e.args, args)):
+                kind = getattr(self.cm.model.by_id.get(a.node), "kind", "") \
+                    if isinstance(a, ir.Ref) else ""
+                if kind == "alignment":
+                    self.err(a.loc, f"`{a.node}` is a target alignment, read only by "
+                             "`penalty = supervised(…)`", "use `att.weights` for an attention "
+                             "module's weights as a feature")
+                    return None
+                if e.fn == "pointed" and i == 1:
+                    continue  # the pointers: checked by its shape rule
+                if kind == "pointers":
+                    self.err(a.loc, f"`{a.node}` holds target pointers, read by "
+                             f"`pointed(X, {a.node})` (the decoder's input) and compared with "
+                             "a pointer attention's weights", "e.g. `lstm(pointed(x, "
+                             f"{a.node}), d, init = enc)`")
+                    return None
                 if s.dim is None:
                     self.err(a.loc, f"`{_name(a)}` holds token ids; embed them first",
                              "e.g. `embed(src, 512)`")
@@ -525,6 +545,94 @@ class Checker:
         axes = self._resample(e, a[0].axes, *((1, f) if e.fn == "maxpool" else (f, 1)))
         return None if axes is None else Shape(axes, a[0].dim)
 
+    # ---- attention weights as values ----------------------------------------------
+
+    def weights_of(self, e: ir.Op) -> ir.Attention | None:
+        """The module of ``att.weights``, when its weights can be read as a feature."""
+        ref = e.args[0]
+        n = self.cm.model.node(ref.node)
+        if not isinstance(n, ir.Attention):
+            what = "an input" if isinstance(n, ir.Input) else f"{article(n.kind_)} {n.kind_}"
+            self.err(e.loc, f"`{n.name if hasattr(n, 'name') else n.id}.weights`: "
+                     f"`{ref.node}` is {what}, not an attention module, so it has no "
+                     "attention weights", "`.weights` reads the weights a_l (eq. 3) of an "
+                     "`attention` statement")
+            return None
+        why = ("a multi-dimensional module has a weight per feature (eq. 30-32), not one per "
+               "key" if n.dimensionality == "multi" else
+               "a capsule module's weights are per class (eq. 43-45)" if n.capsules else
+               "a sigmoid gate's weights are not normalised over the keys" if
+               n.align.fn == "sigmoid" else None)
+        if why:
+            self.err(e.loc, f"`{n.name}.weights`: {why}, so they are not a distribution "
+                     "over the keys' positions", "read the weights of a single-dimensional "
+                     "module that normalises over its keys")
+            return None
+        if n.hop is not None or any(n.id in comp for comp in self.cm.steps.values()):
+            self.err(e.loc, f"`{n.name}.weights`: `{n.name}` runs once per hop of a `repeat` "
+                     "or step of a decoder loop, and its weights exist only inside it",
+                     "read the weights of a module outside `repeat` blocks and decoder steps")
+            return None
+        return n
+
+    @ops.shape_rule("weights")
+    def shape_weights(self, e, a, nid):
+        """(…, Lq, |Lk|): the context's positions, one feature per key position (the
+        weights, averaged over heads)."""
+        n = self.weights_of(e)
+        if n is None:
+            return None
+        info = self.cm.attention[n.id]
+        size = self.cm.sizes.get(info.attended)
+        if size is None:
+            self.err(e.loc, f"`{n.name}.weights` has one feature per position of axis "
+                     f"`{info.attended}`, whose length is not fixed",
+                     f"fix it where the input is declared, e.g. `({info.attended} = 50)`; "
+                     "padding masks still leave out the positions past each example's length")
+            return None
+        return Shape(a[0].axes, size)
+
+    @ops.shape_rule("context")
+    def shape_context(self, e, a, nid):
+        """A V: values V (…, Lk, d) weighted by A (…, [Lq,] |Lk|) -> (…, [Lq,] d)."""
+        v, w = a
+        if not v.axes:
+            self.err(e.args[0].loc, f"`context` sums the values over their positions, but "
+                     f"`{_name(e.args[0])}` is a single vector {v}")
+            return None
+        attended, groups = v.axes[-1], v.axes[:-1]
+        size = self.cm.sizes.get(attended)
+        if size is None or w.dim != size or w.axes[:len(groups)] != groups \
+                or len(w.axes) > len(groups) + 1 or attended in w.axes:
+            self.err(e.loc, f"`context({_name(e.args[0])}, {_name(e.args[1])})`: the weights "
+                     f"{w} do not weigh the values {v} over axis `{attended}`",
+                     (f"the weights start with the values' other axes {', '.join(groups)}, "
+                      if groups else "the weights have ")
+                     + "at most one axis of queries and one feature per position of "
+                     f"`{attended}` ({size if size is not None else 'which needs a fixed length'}"
+                     "), e.g. `context(v, att.weights)` with `att` over v's positions")
+            return None
+        return Shape(w.axes, v.dim)
+
+    @ops.shape_rule("pointed")
+    def shape_pointed(self, e, a, nid):
+        """X at the previous target pointer: (…, S, d) and pointers (T,) into S -> (T, d)
+        (a pointer network's decoder input, Vinyals et al. 2015)."""
+        c = e.args[1]
+        inp = self.cm.model.by_id.get(c.node) if isinstance(c, ir.Ref) else None
+        if not (isinstance(inp, ir.Input) and inp.kind == "pointers"):
+            self.err(c.loc, f"`pointed` reads positions from a pointers input, but "
+                     f"`{_name(c)}` is not one", "declare `input C: pointers[T] (into = S)`")
+            return None
+        x = a[0]
+        if x.axes != (inp.into,):
+            self.err(e.loc, f"`pointed({_name(e.args[0])}, {inp.id})`: `{inp.id}` points into "
+                     f"axis `{inp.into}`, but `{_name(e.args[0])}` has {x}",
+                     f"take the vectors of one sequence over `{inp.into}`, e.g. the input "
+                     "the encoder reads")
+            return None
+        return Shape(inp.axes, x.dim)
+
     @ops.shape_rule("learned")
     def shape_learned(self, e, a, nid):
         return Shape((), int(e.param("d")))
@@ -735,6 +843,8 @@ class Checker:
             return None
         if not self.coverage_fits(n, mode, groups):
             return None
+        if n.supervised is not None and not self.supervision_fits(n, groups, ctx_axes, attended):
+            return None
         d_v = v.dim
         self.cm.attention[n.id] = AttentionInfo(attended, groups, mode,
                                                 q.dim if q is not None else None, k.dim, d_v)
@@ -807,6 +917,40 @@ class Checker:
         ax = q.axes[-1] if q.axes else None
         o = self.cm.model.by_id.get(self.cm.axis_origin.get(ax)) if ax else None
         return ax if isinstance(o, ir.Attention) and o.capsules else None
+
+    def supervision_fits(self, n: ir.Attention, groups: tuple[str, ...],
+                         ctx_axes: tuple[str, ...], attended: str) -> bool:
+        """``penalty = supervised(gold, …)`` (Liu et al. 2016): ``gold`` is an ``alignment``
+        input over the module's query positions and keys, (Lq, Lk), and the weights are one
+        distribution over the keys per query position."""
+        sup, where = n.supervised, f"attention `{n.name}`"
+        gold = self.cm.model.by_id.get(sup.gold)
+        if not (isinstance(gold, ir.Input) and gold.kind == "alignment"):
+            what = (f"{article(gold.kind)} `{gold.kind}` input" if isinstance(gold, ir.Input)
+                    else f"{article(gold.kind_)} {gold.kind_}" if gold is not None else "unknown")
+            self.err(sup.loc, f"{where}: `supervised` compares the weights with a target "
+                     f"alignment, but `{sup.gold}` is {what}",
+                     "declare the target as `input gold: alignment[T, S]` (rows sum to 1, or "
+                     "are all zero where a query position is aligned to nothing)")
+            return False
+        why = ("its weights are per feature (eq. 30-32)" if n.dimensionality == "multi" else
+               "its weights are per class (eq. 43-45)" if n.capsules else
+               "a sigmoid gate is not a distribution over the keys" if n.align.fn == "sigmoid"
+               else f"it attends once per group of {', '.join(groups)}" if groups else None)
+        if why:
+            self.err(sup.loc, f"{where}: `supervised` compares one distribution over the keys "
+                     f"per query position with the target alignment, but {why}",
+                     "supervise a single-dimensional module without groups")
+            return False
+        want = ctx_axes + (attended,)
+        if gold.axes != want:
+            shown = ", ".join(want)
+            self.err(sup.loc, f"{where}: the target alignment `{gold.id}` has axes "
+                     f"({', '.join(gold.axes)}), but the module's weights have "
+                     f"({shown}) (query positions, keys)",
+                     f"declare it as `input {gold.id}: alignment[{shown}]`")
+            return False
+        return True
 
     def modifiers_fit(self, n: ir.Attention, mode: str, ctx_axes: tuple[str, ...],
                       attended: str, k: Shape) -> bool:
@@ -938,6 +1082,28 @@ class Checker:
                          f"position of `{axis}`")
             self.check_init(n, e, s)
 
+    def check_encoder_init(self, n: ir.AnyNode, e: ir.Op) -> None:
+        """``init = ENCODER`` on an ``lstm``/``gru`` run over its whole input at once (a
+        decoder without ``feed``, e.g. a pointer network's, Vinyals et al. 2015): it starts
+        from the encoder's final states, layer by layer. Other initial states belong to a
+        decoder run step by step."""
+        init = e.param("init")
+        src = self.cm.model.by_id.get(str(init)) if init is not None else None
+        encoder = isinstance(src, ir.Node) and isinstance(src.expr, ir.Op) and \
+            src.expr.fn in ("lstm", "gru")
+        if e.fn not in ("lstm", "gru") or not encoder or e.param("init_c"):
+            self.err(e.loc, "without `feed`, `init` names an encoder `lstm`/`gru` whose final "
+                     "states start this RNN; other initial states (`init = s0`, `init_c`) "
+                     "belong to a decoder run step by step with `feed = …`",
+                     "e.g. `lstm(x, 256, init = enc)` with `feature enc = lstm(src, 256)`")
+            return
+        x = self.cm.shapes.get(n.id)
+        if x is not None and len(x.axes) != 1:
+            self.err(e.loc, f"`init = {init}` starts one sequence per example, but this RNN's "
+                     f"output {x} has several axes", "run it over one sequence per example")
+            return
+        self.check_init(n, e, x)
+
     def check_init(self, n: ir.Node, e: ir.Op, x: Shape) -> None:
         """``init``: a vector per example of the decoder's width (h_0; ``init_c`` c_0), or an
         encoder LSTM/GRU whose final states start the decoder layer by layer."""
@@ -1009,9 +1175,7 @@ class Checker:
                 continue
             stack.extend(e.args)
             if (e.param("init") or e.param("init_c")) and not e.param("feed"):
-                self.err(e.loc, "`init` sets the initial state of a decoder, a recurrent "
-                         "model run step by step with `feed = …`", "an encoder starts from "
-                         "zeros; give the decoder `feed = ATTENTION` to run it step by step")
+                self.check_encoder_init(n, e)
             if e.fn != "prev" or not e.args or not isinstance(e.args[0], ir.Ref):
                 continue
             x = e.args[0].node
@@ -1481,11 +1645,27 @@ def _base_ref(e: ir.Expr) -> str | None:
     return e.node if isinstance(e, ir.Ref) else None
 
 
+def weights_read(m: ir.Model) -> set[str]:
+    """Attention modules whose weights a feature reads (``att.weights``)."""
+    out: set[str] = set()
+    stack = [n.expr for n in m.nodes if isinstance(n, ir.Node)]
+    stack += [e for n in m.attentions for e in (n.query, n.keys, n.values) if e is not None]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ir.Op):
+            if e.fn == "weights":
+                out.add(e.args[0].node)
+            stack.extend(e.args)
+    return out
+
+
 def _name(e: ir.Expr | None) -> str:
     if e is None:
         return "?"
     if isinstance(e, ir.Ref):
         return e.node
+    if e.fn == "weights":
+        return f"{_name(e.args[0])}.weights"
     return f"{e.fn}(…)"
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from . import ir
-from .checks import CheckedModel
+from .checks import CheckedModel, weights_read
 from .graph import dataflow
 
 DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations", "scoring",
@@ -218,6 +218,11 @@ class Classifier:
                 if e.fn == "learned":
                     add("Self-Attentive", f"the query of {name} is a learned vector (eq. 34)")
                     return
+                if e.fn == "pointed":  # a pointer network's decoder reads its own outputs
+                    add("Basic", f"the query of {name} comes from a decoder that reads its "
+                        f"previous outputs, the inputs at the target pointers "
+                        f"{self.q(e.args[1].node)} (Vinyals et al.)")
+                    return
                 args = list(e.args)
                 if e.fn == "add":
                     args = [x for x in args if not self._is_context(x)] or args
@@ -289,6 +294,7 @@ class Classifier:
         return Classification(self.m.name, self.cells)
 
     def per_module(self) -> None:
+        read = weights_read(self.m)
         for a in self.atts:
             s = a.score
             if s.fn in ("affinity", "max_pool"):
@@ -317,6 +323,20 @@ class Classifier:
                                "keys (Oktay et al.'s attention gate), which the survey reads "
                                "as global: no key is left out, none is sampled"}[al.fn]
             self.cells["alignment"].add(ALIGN_LABEL[al.fn], f"attention {self.q(a.id)}: {what}")
+            if a.id in read:
+                # `att.weights` read by a feature model (AoA's alpha^T beta-bar, a pointer
+                # network's output, a supervised alignment): what reads them comes after
+                # the alignment, so the module's own row stays as it is
+                self.cells["alignment"].add(
+                    ALIGN_LABEL[al.fn], f"the weights of {self.q(a.id)} are read as values "
+                    f"(`{a.name}.weights`), after its alignment: its row stays as it is")
+            if a.supervised is not None:
+                # a loss term on the weights in training (Liu et al. 2016): the weights are
+                # computed as before, so the row stays as it is
+                self.cells["alignment"].add(
+                    ALIGN_LABEL[al.fn], f"attention {self.q(a.id)} is supervised by the "
+                    f"target alignment {self.q(a.supervised.gold)} (a loss term on its weights "
+                    "in training): its row stays as it is")
             if a.dimensionality == "multi":
                 self.cells["dimensionality"].add(
                     "Multi-Dimensional", f"attention {self.q(a.id)} weighs every feature of each "

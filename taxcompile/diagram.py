@@ -140,6 +140,8 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
                           and _PREC[a.fn] == _PREC[e.fn]):
                 return f"({text})"
             return text
+        if e.fn == "weights":  # `att.weights`
+            return f"{expr_text(m, e.args[0], outside)}.weights"
         if e.fn == "rsub":
             return f"{float(e.param('c', 1.0)):g} - {operand(e.args[0], True)}"
         return f" {op.label} ".join(operand(a, i > 0) for i, a in enumerate(e.args))

@@ -124,6 +124,17 @@ class Modifier(_Frozen):
                 "gaussian": "Gaussian localness bias"}[self.fn]
 
 
+class Supervision(_Frozen):
+    """``penalty = supervised(gold, lambda, loss = …)``: supervised attention (Liu et al.
+    2016, Mi et al. 2016), a loss term between the module's weights and a target alignment
+    input ``gold`` (B, Lq, Lk): lambda sum (a - gold)^2 or -lambda sum gold log a."""
+
+    gold: str  # the `alignment` input's id
+    lam: float
+    loss: Literal["squared", "cross_entropy"] = "squared"
+    loc: Location
+
+
 # ---- nodes ----------------------------------------------------------------------
 
 
@@ -147,13 +158,14 @@ class Hop(_Frozen):
 class Input(_Frozen):
     kind_: Literal["input"] = "input"
     id: str
-    kind: Literal["tokens", "sequence", "grid", "set", "vector"]
+    kind: Literal["tokens", "sequence", "grid", "set", "vector", "alignment", "pointers"]
     axes: tuple[str, ...]
     sizes: tuple[int | None, ...]
     dim: int | None  # None for tokens
     vocab: int | None = None
     autoregressive: bool = False
     view_of: str | None = None  # another view (level, tokenisation) of this input's data
+    into: str | None = None  # pointers: the axis whose positions they index (Vinyals et al.)
     sym: tuple[tuple[str, str], ...] = ()  # "dim", "vocab", "size:AXIS" -> constant expression
     loc: Location
 
@@ -205,6 +217,7 @@ class Attention(_Frozen):
     share: str | None = None  # the attention module whose weights this one uses
     position: Modifier | None = None  # relative (Shaw et al.) or rotary positions in q, k
     bias: Modifier | None = None  # an additive bias on the scores: ALiBi or Yang's Gaussian
+    supervised: Supervision | None = None  # a target alignment's loss term (Liu et al. 2016)
     hop: Hop | None = None
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
@@ -238,6 +251,9 @@ class Attention(_Frozen):
         if self.share is not None:
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
+        if self.supervised is not None:
+            out.append(f"supervised by {self.supervised.gold} "
+                       f"({self.supervised.loss.replace('_', ' ')}, {self.supervised.lam:g})")
         return out
 
 

@@ -39,7 +39,7 @@ FEATURE_MODELS = (
     "positional", "norm", "scale", "ffn", "tanh", "relu", "sigmoid", "concat", "stack",
     "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity",
     "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh", "maxout",
-    "conv2d", "maxpool", "upsample", "dropout",
+    "conv2d", "maxpool", "upsample", "dropout", "context", "pointed",
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (
@@ -49,7 +49,7 @@ SCORES = (
 )
 ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid")
 #: Input kinds (``input x: KIND[...]``).
-INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
+INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers")
 #: Option words used as values of keyword arguments and fields.
 OPTIONS = (
     "single", "multi", "sinusoid", "learned", "monotonic", "predictive", "bilinear",

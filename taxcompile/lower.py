@@ -35,7 +35,10 @@ MAX_HOPS = 64
 MAX_INT = 1 << 24
 MAX_NODES = 5000
 
-INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector")
+# `alignment[T, S]`: a target alignment (B, T, S) for supervised attention, no feature size
+# `pointers[T] (into = S)`: target positions of axis S, one per position of T (a pointer
+# network's outputs, Vinyals et al. 2015), read by `pointed(X, C)`
+INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers")
 # Inputs become parameters of the generated forward(), which has these of its own: its
 # options, the names its body uses for itself, and the file's modules, classes and helpers.
 FORWARD_OPTIONS = ("self", "return_attention", "validate")
@@ -629,7 +632,7 @@ class Lowerer:
         dims = list(s.dims)
         dim = None
         syms: dict[str, str] = {}
-        if s.kind != "tokens":
+        if s.kind not in ("tokens", "alignment", "pointers"):
             if not dims:
                 self.err(s.kind_pos, "missing feature size")
                 return
@@ -644,6 +647,14 @@ class Lowerer:
             return
         if s.kind == "grid" and len(dims) != 2:
             self.err(s.kind_pos, "a grid has two spatial axes and a channel size: `grid[H, W, C]`")
+            return
+        if s.kind == "pointers" and len(dims) != 1:
+            self.err(s.kind_pos, "pointers have one axis, the target positions, and no "
+                     "feature size: `pointers[T] (into = S)`")
+            return
+        if s.kind == "alignment" and len(dims) != 2:
+            self.err(s.kind_pos, "an alignment has two axes, the attention's query and key "
+                     "positions, and no feature size: `alignment[T, S]`")
             return
         if s.kind in ("sequence", "set") and not dims:
             self.err(s.kind_pos, f"{article(s.kind)} {s.kind} needs an axis and a feature size, e.g. `{s.kind}[L, 300]`")
@@ -676,9 +687,16 @@ class Lowerer:
         if len(set(axes)) != len(axes):
             self.err(s.kind_pos, f"input `{s.name}` repeats an axis name")
             return
-        vocab, auto, view_of, vocab_given = None, False, None, False
+        vocab, auto, view_of, vocab_given, into = None, False, None, False, None
         for a in s.args:
-            if isinstance(a, ast.Ref) and a.name == "autoregressive":
+            if s.kind == "pointers" and isinstance(a, ast.Kwarg) and a.name == "into":
+                if isinstance(a.value, ast.Ref) and len(a.value.parts) == 1 and \
+                        self.check_ident(a.value.name, a.value.pos, "axis"):
+                    into = a.value.name  # checks.py: an axis of another input
+                else:
+                    self.err(a.value.pos, "`into` names the axis the pointers index",
+                             "e.g. `input C: pointers[T] (into = S)`")
+            elif isinstance(a, ast.Ref) and a.name == "autoregressive":
                 auto = True
             elif isinstance(a, ast.Kwarg) and a.name == "vocab":
                 vocab_given = True  # a bad value is reported where it is written
@@ -718,8 +736,13 @@ class Lowerer:
         if s.kind != "tokens" and vocab is not None:
             self.err(s.kind_pos, "only token inputs have a vocabulary")
             return
+        if s.kind == "pointers" and into is None:
+            self.err(s.kind_pos, f"pointers `{s.name}` need the axis they point into",
+                     f"write `input {s.name}: pointers[{', '.join(axes)}] (into = S)`")
+            return
         self.add_node(ir.Input(id=node_id, kind=s.kind, axes=tuple(axes), sizes=tuple(sizes),
                                dim=dim, vocab=vocab, autoregressive=auto, view_of=view_of,
+                               into=into,
                                sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 
     def feature(self, s: ast.Feature, scope: Scope) -> None:
@@ -853,8 +876,36 @@ class Lowerer:
             s = s.parent
         return out
 
+    def weights_ref(self, e: ast.Ref, scope: Scope) -> ast.Ref | None:
+        """``att.weights`` (or ``block.att.weights``): the reference to the node whose
+        attention weights are read, when the name before ``.weights`` is a node and not a
+        ``repeat`` block (a block may hold a statement called ``weights``)."""
+        if len(e.parts) < 2 or e.parts[-1] != "weights" or (
+                e.indexes and e.indexes[-1] is not None):
+            return None
+        found = scope.lookup(e.parts[0])
+        indexes = e.indexes or (None,) * len(e.parts)
+        for part, index in zip(e.parts[1:-1], indexes[:-2]):
+            if found is None or found[0] != "block":
+                return None
+            hops = found[1]
+            hop = hops[index - 1] if index is not None and 1 <= index <= len(hops) else \
+                hops[-1] if index is None else None
+            if hop is None or part not in hop:
+                return None
+            found = hop[part]
+        if found is None or found[0] != "node" or indexes[-2] is not None:
+            return None
+        return ast.Ref(e.pos, e.parts[:-1], e.part_pos[:-1], tuple(indexes[:-1]))
+
     def expr(self, e: ast.Expr, scope: Scope) -> ir.Expr | None:
         loc = self.loc(e.pos)
+        if isinstance(e, ast.Ref) and (w := self.weights_ref(e, scope)) is not None:
+            # `att.weights`: the module's attention weights as a feature (checks.py)
+            node_id = self.resolve(w, scope)
+            if node_id is None:
+                return None
+            return ir.Op(fn="weights", args=(ir.Ref(node=node_id, loc=loc),), loc=loc)
         if isinstance(e, ast.Ref):
             node_id = self.resolve(e, scope)
             if node_id is None:
@@ -1051,10 +1102,12 @@ class Lowerer:
                     if "capsules" in f else 0)
         mask = (self.as_param(MASKS, f["mask"].value, scope, "`mask`") if "mask" in f
                 else "none")
-        penalty = doubly = cov_loss = disagree = None
+        penalty = doubly = cov_loss = disagree = supervised = None
         if "penalty" in f:
             v = f["penalty"].value
-            if isinstance(v, ast.Call) and v.fn == "doubly_stochastic":
+            if isinstance(v, ast.Call) and v.fn == "supervised":
+                supervised = self.supervised(v, scope)
+            elif isinstance(v, ast.Call) and v.fn == "doubly_stochastic":
                 # Xu et al. eq. 14: lambda sum_i (1 - sum_t a_ti)^2
                 if v.kwargs or len(v.args) > 1:
                     self.err(v.pos, "`doubly_stochastic` takes one argument, its coefficient "
@@ -1113,7 +1166,7 @@ class Lowerer:
             heads_out=heads_out or "project", capsules=capsules,
             mask=mask or "none", penalty=penalty, doubly_stochastic=doubly, dropout=dropout,
             coverage=coverage, coverage_loss=cov_loss, disagreement=disagree, share=share,
-            position=position, bias=bias, hop=self.hop_of(scope, s.name),
+            position=position, bias=bias, supervised=supervised, hop=self.hop_of(scope, s.name),
             sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
 
     def coverage_penalty(self, v: ast.Call, scope: Scope) -> float | None:
@@ -1148,6 +1201,28 @@ class Lowerer:
         if lam is None or where is None:
             return None
         return ir.Disagreement(lam=lam, on=where)
+
+    def supervised(self, v: ast.Call, scope: Scope) -> ir.Supervision | None:
+        """``supervised(gold, lambda, loss = squared | cross_entropy)``: supervised
+        attention (Liu et al. 2016, Mi et al. 2016); ``gold`` is checked in checks.py."""
+        usage = "e.g. `penalty = supervised(gold, 1.0, loss = cross_entropy)`"
+        if not v.args or len(v.args) > 2 or not isinstance(v.args[0], ast.Ref):
+            self.err(v.pos, "`supervised` takes the target alignment input and the "
+                     "coefficient lambda", usage)
+            return None
+        lam = (self.as_param(P("lambda", "float"), v.args[1], scope, "`lambda` of `supervised`")
+               if len(v.args) > 1 else 1.0)
+        loss = "squared"
+        for k in v.kwargs:
+            if k.name != "loss":
+                self.err(k.pos, f"`supervised` has no parameter `{k.name}`", usage)
+                return None
+            loss = self.as_param(P("loss", "enum", choices=("squared", "cross_entropy")),
+                                 k.value, scope, "`loss` of `supervised`")
+        gold = self.resolve(v.args[0], scope, "input")
+        if gold is None or lam is None or loss is None:
+            return None
+        return ir.Supervision(gold=gold, lam=float(lam), loss=loss, loc=self.loc(v.args[0].pos))
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str):
         if fld is None:

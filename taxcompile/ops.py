@@ -155,6 +155,12 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("prev", node()),
     _op("first", node()),
     _op("backward", node()),
+    # attention weights as values: `att.weights` (written as a name, not a call: `infix`),
+    # the (B, Lq, Lk) weights averaged over heads; `context(V, A)` = A V (AoA's s = alpha^T
+    # beta-bar, Cui et al. 2017); `pointed(X, C)`: X at the previous target pointer C_(i-1)
+    _op("weights", node("attention"), label="weights", infix=True),
+    _op("context", node("values"), node("weights")),
+    _op("pointed", node(), node("pointers")),
 )}
 
 # Operators whose module another statement's operation may use (`share = NODE`).

@@ -120,6 +120,11 @@ class Task:
         self.inputs = [_Input(n.id, n.kind, tuple(n.axes), bool(n.autoregressive),
                               _vocab(source, n.id, cfg))
                        for n in m.nodes if n.kind_ == "input"]
+        for i in self.inputs:  # pointers: positions of the axis they point into
+            ptr = m.node(i.name)
+            if i.kind == "pointers":
+                other = next(n for n in m.inputs if ptr.into in n.axes)
+                i.vocab = int(self.example[other.id].shape[1 + other.axes.index(ptr.into)])
         self.outputs = [(n.name, tuple(cm.shapes[n.id].axes)) for n in m.nodes
                         if n.kind_ == "output"]
         self.monotonic = any(a.align.fn == "local" and a.align.position == "monotonic"
@@ -165,7 +170,9 @@ class Task:
         where: dict[str, torch.Tensor] = {}
         for i in self.inputs:
             shape = (size, *self.example[i.name].shape[1:])
-            if self._is_tokens(i):
+            if i.kind == "pointers":  # positions of the axis they point into
+                t = torch.randint(0, i.vocab, shape, generator=g)
+            elif self._is_tokens(i):
                 lo = KEYWORDS + 2
                 hi = max(lo + 2, min(i.vocab, lo + ALPHABET))
                 t = torch.randint(lo, hi, shape, generator=g)
@@ -178,7 +185,7 @@ class Task:
             return x, self._describe(x, g)
         targets = {}
         for i in self.inputs:  # the keyword at one random position of every input
-            if i.autoregressive or self.task == "segment":
+            if i.autoregressive or self.task == "segment" or i.kind == "pointers":
                 continue
             where[i.name] = self._plant(x, i, label, g)
         for name, axes in self.outputs:

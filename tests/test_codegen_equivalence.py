@@ -111,6 +111,8 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "yang2018_encoder": "tests/test_position_terms.py",
     "see2017_coverage": "tests/test_coverage.py",
     "li2018_disagreement_encoder": "tests/test_coverage.py",
+    "cui2017_aoa_reader": "tests/test_weights_as_values.py",
+    "vinyals2015_ptr_net": "tests/test_weights_as_values.py",
 }
 
 

@@ -42,6 +42,15 @@ EXPECTED = {
     # A disagreement penalty on the heads is a term of the loss: the row of the Transformer.
     "li2018_disagreement": dict(scoring="Scaled Multiplicative", alignment="Global",
                                 query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Weights as values (issue 14): alpha^T beta-bar over two modules' weights (Cui et al.);
+    # reading the weights leaves each module's row: two dot-product cross-input modules.
+    "attention_over_attention": dict(scoring="Multiplicative", alignment="Global",
+                                     feature_multiplicity="Parallel Co-attention",
+                                     query_type="Specialized"),
+    # A pointer network's output is its attention's weights (Vinyals et al.); the query is
+    # a decoder over the inputs its previous outputs pointed at: Basic.
+    "pointer_network": dict(scoring="Additive", alignment="Global", query_type="Basic",
+                            feature_multiplicity="Singular"),
 }
 
 

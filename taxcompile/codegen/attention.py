@@ -105,9 +105,10 @@ def plan_attention(p, n: ir.Attention) -> None:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
     if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
         args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
+    read = n.id in checks.weights_read(p.m)  # `att.weights` as a feature
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
-        args.append("need_weights=True" if weights_penalty(n) else
-                    "need_weights=return_attention")
+        args.append("need_weights=True" if weights_penalty(n) or read
+                    or n.supervised is not None else "need_weights=return_attention")
     cov_key = repr(f"coverage:{p.key_code(n)[1:-1]}")  # where generate() keeps c
     if n.coverage and p.step is not None:  # c^t carried from step to step (See et al. eq. 10)
         args.append(f"coverage={p.step['cov'][n.id]}")
@@ -122,7 +123,50 @@ def plan_attention(p, n: ir.Attention) -> None:
     elif n.coverage and generate.is_target_side(p, n.id):
         p.frame.emit("if cache is not None:", "generate(): the coverage for the next call")
         p.frame.emit(f"    cache[{cov_key}] = {ex}[\"coverage\"]")
+    if read:
+        weights_value(p, n, a, info)
+    if n.supervised is not None:
+        supervised(p, n, a, q, kmask)
     penalty_of_weights(p, n, a, ex, q, kmask, G)
+
+
+def weights_value(p, n: ir.Attention, a: str, info) -> None:
+    """``att.weights`` as a value: the weights (N, H, Lq, Lk) averaged over the heads, with
+    the context's leading axes: (B, …, Lq, Lk) (or (B, …, Lk) for one query per group)."""
+    c = p.frame.vars[n.id]
+    shape = checks.Shape(c.shape.axes, p.cm.sizes[info.attended])
+    code = p.axis_size_code(info.attended)
+    dim = Dim(int(code)) if code.isdigit() else Dim(0, (code,))
+    mean = f"{a}.mean(1)" if n.heads > 1 else f"{a}.squeeze(1)"
+    w = p.tmp(f"{mean}.reshape(*{c.name}.shape[:-1], -1)", f"{p.want(n)}_w",
+              f"{p.shape(shape, dim=dim)}: the weights a_l (eq. 3)"
+              + (", averaged over the heads" if n.heads > 1 else ""))
+    p.frame.vars[n.id + ".weights"] = Var(w, shape, c.mask, dim, c.mask_code)
+
+
+def supervised(p, n: ir.Attention, a: str, q: Var, kmask: str) -> None:
+    """Supervised attention (Liu et al. 2016, Mi et al. 2016): a loss term between the
+    weights and the target alignment input; in a decoder loop, over every step's weights
+    once the loop is done (decoder.py)."""
+    p.helpers.add("supervised_penalty")
+    p.frame.records.add("penalties")
+    if p.step is not None:
+        p.step.setdefault("supervised", []).append((n, a, kmask))
+        return
+    p.frame.emit(f"if {p.frame.use(n.supervised.gold)} is not None:", "in training")
+    p.frame.indent += 1
+    p.frame.emit(supervised_call(p, n, a, p.mask_arg(q), kmask), SUPERVISED[n.supervised.loss])
+    p.frame.indent -= 1
+
+
+SUPERVISED = {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
+              "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}
+
+
+def supervised_call(p, n: ir.Attention, a: str, qmask: str, kmask: str) -> str:
+    sup = n.supervised
+    return (f"penalties.append(supervised_penalty({a}, {p.frame.use(sup.gold)}, {qmask}, "
+            f"{kmask}, {sup.lam!r}, \"{sup.loss}\"))")
 
 
 def weights_penalty(n: ir.Attention) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .. import checks, ir
 from ..ops import plan_rule
-from . import generate
+from . import attention, generate
 from .attention import penalty_call, plan_attention
 from .frame import Frame, Owner, Var
 from .names import dim_of, ident
@@ -28,12 +28,24 @@ def feed_regions(m: ir.Model) -> list[tuple[ir.Node, ir.Op, str]]:
     return out
 
 
+def encoder_started(n: ir.AnyNode) -> list[ir.Op]:
+    """``lstm``/``gru`` ops without ``feed`` that start from an encoder (``init = ENC``)."""
+    out, stack = [], [n.expr] if isinstance(n, ir.Node) else []
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ir.Op):
+            if e.param("init") and not e.param("feed"):
+                out.append(e)
+            stack.extend(e.args)
+    return out
+
+
 def encoder_inits(m: ir.Model) -> set[str]:
     """RNN statements a decoder starts from (``init = NAME``): they return their final
     states too."""
     out = set()
     for n in m.nodes:
-        for e in checks.decoder_ops(n):
+        for e in checks.decoder_ops(n) + encoder_started(n):
             init = e.param("init")
             src = m.node(str(init)) if init else None
             if isinstance(src, ir.Node) and isinstance(src.expr, ir.Op) and \
@@ -111,6 +123,8 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
     for nd, a, _ in p.step.get("penalty", []):  # every step's weights (heads), for a penalty
         f.emit(f"{steps}.setdefault({step_key('penalty', p.key_code(nd))}, []).append({a})")
+    for nd, a, _ in p.step.get("supervised", []):  # every step's weights, for the penalty
+        f.emit(f"{steps}.setdefault({step_key('supervised', p.key_code(nd))}, []).append({a})")
     f.indent -= 1
     for node_id in kept:
         v = f.vars[node_id]
@@ -127,6 +141,7 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
         f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
     covered = p.step.get("penalty", [])
+    supervised = p.step.get("supervised", [])
     generate.loop_save(p, n, p.step.get("cached", []))
     p.step = None
     for nd, a, kmask in covered:  # the penalty over every step's weights (the whole target)
@@ -135,6 +150,13 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         w = f"{w}[-1]" if d is not None and d.on == "subspace" else f"torch.cat({w}, -2)"
         code, comment = penalty_call(p, nd, w, p.mask_arg(x), kmask)
         f.emit(f"penalties.append({code})", comment)
+    for nd, a, kmask in supervised:  # against the target alignment over the whole target
+        w = f"torch.cat({steps}[{step_key('supervised', p.key_code(nd))}], -2)"
+        f.emit(f"if {f.use(nd.supervised.gold)} is not None:", "in training")
+        f.indent += 1
+        f.emit(attention.supervised_call(p, nd, w, p.mask_arg(x), kmask),
+               attention.SUPERVISED[nd.supervised.loss])
+        f.indent -= 1
     return order
 
 

@@ -107,6 +107,11 @@ def _rnn(p, e, a, n, kind: str, bidir: bool):
                      f"{what}: ({layers.shown()}, B, {hidden.shown()}), a decoder's initial state")
         p.finals[n.id] = final
         return resized(x, y, size, dim)
+    if e.param("init"):  # `init = ENCODER` without `feed`: from the encoder's final states
+        p.helpers.add("rnn_init")
+        state = p.finals[str(e.param("init"))]
+        return resized(x, f"rnn_init({mod}, {x.name}, {state}"
+                       f"{', ' + mask if mask != 'None' else ''})", size, dim)
     p.helpers.add("rnn")
     return resized(x, f"rnn({margs})", size, dim)
 
@@ -408,3 +413,4 @@ def affinity(p, e, a, n):
     else:
         code = f"{x.name} @ {y.name}.transpose(-1, -2) / math.sqrt({x.name}.shape[-1])"
     return Var(act_call(e.param("act"), code), p.cm.shapes[n.id], None, Dim())
+

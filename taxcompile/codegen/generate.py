@@ -230,7 +230,8 @@ def plan(p, outputs: list) -> GeneratePlan | None:
     if p.gen is None:
         return None
     t = p.gen["input"]
-    sources = [i for i in p.m.inputs if i.id != t.id]
+    # a target alignment (supervised attention) is for training: generate() gives none
+    sources = [i for i in p.m.inputs if i.id != t.id and i.kind != "alignment"]
     if len(outputs) == 1:
         out = ".output"
     else:  # the output over the target vocabulary

@@ -11,7 +11,7 @@ from .attention import describe
 from .names import mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
 
-MASKABLE = ("tokens", "sequence", "set")
+MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 RECORDS = {  # record container in forward() -> the Output field it fills
     "log_probs": OutputField("log_probs", "dict[str, torch.Tensor]", "field(default_factory=dict)",
@@ -74,14 +74,20 @@ def input_checks(p) -> list[Stmt]:
         sizes_code = f"({', '.join(exp)}{',' if len(exp) == 1 else ''})"
         axes = f"axes={tuple(inp.axes)!r}, " if inp.axes else ""
         vocab = f"vocab={p.sym(inp, 'vocab', inp.vocab)}, " if inp.kind == "tokens" else ""
+        if inp.kind == "pointers" and p.cm.sizes.get(inp.into) is not None:
+            vocab = f"vocab={p.axis_size_code(inp.into)}, "  # positions of the axis pointed into
+        ids = inp.kind in ("tokens", "pointers")
         longest = [f"({ax!r}, cfg.max_len, 'max_len')" for ax, size in zip(inp.axes, sizes)
                    if size is None and ax in p.max_len_axes]
         longest_code = f", longest=({', '.join(longest)},)" if longest else ""
-        if inp.kind != "tokens":
+        if not ids:
             longest_code += f", dtype=next(self.parameters(), {inp.id}).dtype"
+        optional = inp.kind == "alignment"  # a target alignment: given in training only
+        if optional:
+            out.append(Stmt(f"if {inp.id} is not None:", "the target alignment, when training"))
         out.append(Stmt(f"check_input({inp.id!r}, {inp.id}, {sizes_code}, "
-                        f"tokens={inp.kind == 'tokens'}, want={want}, {axes}{vocab}"
-                        f"validate=validate{longest_code})"))
+                        f"tokens={ids}, want={want}, {axes}{vocab}"
+                        f"validate=validate{longest_code})", depth=int(optional)))
         if inp.kind in MASKABLE:
             out.append(Stmt(f"{inp.id}_mask = check_mask({inp.id + '_mask'!r}, {inp.id}_mask, "
                             f"{inp.id}.shape[:{1 + len(inp.axes)}], validate)"))
@@ -107,6 +113,13 @@ def examples(p) -> list[str]:
             vocab = p.sym(inp, "vocab", inp.vocab)
             lines.append(f"out[{inp.id!r}] = torch.randint(0, {vocab}, ({', '.join(dims)}), "
                          "generator=g)")
+        elif inp.kind == "pointers":  # positions of the axis they point into, in the half
+            bound = inp.into if inp.into in free else p.axis_size_code(inp.into)  # never padded
+            lines.append(f"out[{inp.id!r}] = torch.randint(0, ({bound} + 1) // 2, "
+                         f"({', '.join(dims)}), generator=g)")
+        elif inp.kind == "alignment":  # a target alignment: every row a distribution
+            lines.append(f"out[{inp.id!r}] = torch.softmax(torch.randn({', '.join(dims)}, "
+                         "generator=g), -1)")
         else:
             dims.append(p.sym(inp, "dim", inp.dim))
             lines.append(f"out[{inp.id!r}] = torch.randn({', '.join(dims)}, generator=g)")
@@ -156,8 +169,9 @@ def file_plan(p) -> FilePlan:
     kw = [f"{RECORDS[r].name}={'sum(penalties)' if r == 'penalties' else r}" for r in records]
     head, body = generate.forward(p, head, body)  # generate(): the cache
     body.append(Stmt(f"return Output({', '.join([ret, 'attn'] + kw)})"))
-    params = [i.id for i in m.inputs] + [f"{i.id}_mask=None" for i in m.inputs
-                                         if i.kind in MASKABLE]
+    params = [i.id for i in m.inputs if i.kind != "alignment"] + \
+        [f"{i.id}=None" for i in m.inputs if i.kind == "alignment"] + \
+        [f"{i.id}_mask=None" for i in m.inputs if i.kind in MASKABLE]
     params += ["return_attention: bool = False", "validate: bool = True"]
     if generate.on(p):
         params.append("cache: dict | None = None")

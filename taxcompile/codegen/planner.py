@@ -13,12 +13,12 @@ import re
 import networkx as nx
 
 from .. import checks, graph, ir, ops
-from . import attention, decoder, features, generate, model, repeat  # noqa: F401 (plan rules)
+from . import attention, decoder, features, generate, model, repeat, values  # noqa: F401
 from .frame import Frame, Owner, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
 from .plan import FilePlan
 
-MASKABLE = ("tokens", "sequence", "set")
+MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 
 class Planner:
