@@ -364,19 +364,25 @@ QT_ABBR = {"basic": "B", "specialized": "Sp", "self_attentive": "SA"}
 QM_ABBR = {"singular": "1", "multi_head": "MH", "multi_hop": "hop", "capsule": "cap"}
 
 
-def render(results: dict[Combo, list[tuple[str, str]] | None],
-           pair_results: dict[Pair, list[tuple[str, str]] | None] | None = None) -> str:
-    if pair_results is None:
-        pair_results = pair_matrix()
-    total = len(results)
-    refused = {c: r for c, r in results.items() if r is not None}
+def _reasons(refused: dict) -> tuple[list[tuple[str, str]], dict, Counter]:
+    """The distinct refusal reasons in order of first appearance, their numbers (R1, R2, …)
+    and how many refused entries give each."""
     reasons: list[tuple[str, str]] = []
     for r in refused.values():
         for x in r:
             if x not in reasons:
                 reasons.append(x)
     number = {r: i for i, r in zip(range(1, len(reasons) + 1), reasons)}
-    count = Counter(x for r in refused.values() for x in r)
+    return reasons, number, Counter(x for r in refused.values() for x in r)
+
+
+def render(results: dict[Combo, list[tuple[str, str]] | None],
+           pair_results: dict[Pair, list[tuple[str, str]] | None] | None = None) -> str:
+    if pair_results is None:
+        pair_results = pair_matrix()
+    total = len(results)
+    refused = {c: r for c, r in results.items() if r is not None}
+    reasons, number, count = _reasons(refused)
     one_each = all(len(r) == 1 for r in refused.values())
     out = [
         "# Combinations of one attention module",
@@ -480,13 +486,7 @@ def render(results: dict[Combo, list[tuple[str, str]] | None],
 
 def render_pairs(results: dict[Pair, list[tuple[str, str]] | None]) -> list[str]:
     refused = {pr: r for pr, r in results.items() if r is not None}
-    reasons: list[tuple[str, str]] = []
-    for r in refused.values():
-        for x in r:
-            if x not in reasons:
-                reasons.append(x)
-    number = {r: i for i, r in zip(range(1, len(reasons) + 1), reasons)}
-    count = Counter(x for r in refused.values() for x in r)
+    reasons, number, count = _reasons(refused)
     out = [
         "",
         "## Pairs of mechanisms (the survey's §5)",
