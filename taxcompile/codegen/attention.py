@@ -11,12 +11,15 @@ from ..checks import share_kind
 from . import generate
 from .classes import attention_class, dot_form, fast_path
 from .frame import Var
+from .graph_attention import is_graph, plan_graph_attention
 from .names import Dim, atom, dim_of
 
 DOT_SCORES = ("multiplicative", "scaled_multiplicative", "similarity")
 
 
 def plan_attention(p, n: ir.Attention) -> None:
+    if is_graph(p, n):  # `mask = adj`: graph attention (GAT), a class of its own
+        return plan_graph_attention(p, n)
     info = p.cm.attention[n.id]
     capsule = n.capsules > 0
     other = p.m.node(n.share) if n.share is not None else None
