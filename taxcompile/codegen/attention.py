@@ -108,6 +108,8 @@ def plan_attention(p, n: ir.Attention) -> None:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
     if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
         args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
+    if n.mask_input is not None:  # `mask = m`: (B, Lq, Lk), one attention per example
+        args.append(f"pair_mask={p.frame.use(n.mask_input)}")
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
         args.append("need_weights=True" if n.coverage is not None else
                     "need_weights=return_attention")

@@ -56,6 +56,7 @@ class AttentionView:
     share: str | None = None  # "keys" (eq. 9) or "swap" (eq. 14-15): another module's weights
     position: ir.Modifier | None = None  # relative (Shaw et al.) or rotary positions
     bias: ir.Modifier | None = None  # ALiBi or Yang et al.'s Gaussian bias on the scores
+    pair: bool = False  # a mask input (B, Lq, Lk) narrows the keys each query may see
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -119,7 +120,8 @@ def class_key(p, n: ir.Attention) -> str:
     return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
         exclude={"loc", "sym", "window"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
-        n.heads_out, share_of(p, n) == "keys")) + modifier_key(n)
+        n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + \
+        ("+pair_mask" if n.mask_input is not None else "")
 
 
 def modifier_key(n: ir.Attention) -> str:
@@ -200,7 +202,8 @@ def attention_class(p, n: ir.Attention) -> str:
         init_args=tuple(init_args), dot=dot, fast=fast,
         act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
         heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n),
-        gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias)
+        gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,
+        pair=n.mask_input is not None)
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -291,6 +294,9 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     else:
         lines.append("mask: which keys a query position may see besides the padding: \"none\", "
                      "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
+        if n.mask_input is not None:
+            lines.append("pair_mask: (N, Lq, Lk) bool, True = the query may see the key, a mask "
+                         "given with the data (a mask input), combined with both.")
     if n.position is not None and n.position.fn == "relative":
         lines.append("Relative positions (Shaw et al. 2018): e_ij = q_i (k_j + a^K_ij)^T"
                      + (" / sqrt(d)" if n.score.fn == "scaled_multiplicative" else "")
