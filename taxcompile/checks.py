@@ -231,8 +231,8 @@ class Checker:
                                  "`input adj: graph[N]`")
                 if n.kind == "mask" and any(i.autoregressive for i in m.inputs):
                     self.err(n.loc, f"mask input `{n.id}` in a model with an autoregressive "
-                             "input: generate() feeds one position at a time and a KV cache, "
-                             "and a (B, T, S) mask given once does not follow them",
+                             "input: generate() decodes one position at a time from a KV cache, "
+                             "which a (B, T, S) mask given once does not follow",
                              "use `mask = causal` for the decoder's own positions, or drop "
                              "`autoregressive`")
                 continue

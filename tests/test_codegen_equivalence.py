@@ -109,6 +109,7 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "press2022_alibi": "tests/test_position_terms.py",
     "su2021_rotary": "tests/test_position_terms.py",
     "yang2018_encoder": "tests/test_position_terms.py",
+    "velickovic2018_gat": "tests/test_graph_attention.py",
 }
 
 

@@ -35,6 +35,10 @@ EXPECTED = {
     "alibi": dict(scoring="Scaled Multiplicative", alignment="Global"),
     "rotary": dict(scoring="Scaled Multiplicative", alignment="Global"),
     "yang2018_localness": dict(scoring="Scaled Multiplicative", alignment="Global"),
+    # Graph attention (issue 14): GAT's activated concat score, a softmax over each node's
+    # neighbours (global alignment over them), 8 heads concatenated, then averaged.
+    "gat": dict(scoring="Additive", alignment="Global", query_type="Self-Attentive",
+                query_multiplicity="Multi-Head", feature_multiplicity="Singular"),
 }
 
 
