@@ -44,7 +44,7 @@ def graph_class(p, n: ir.Attention) -> str:
     base, i = name, 2
     while name in taken:
         name, i = f"{base}{i}", i + 1
-    p.helpers.add("masked_softmax")
+    p.helpers.update(("masked_softmax", "edge_sum"))
     view = GraphAttentionView(
         cls=name, heads_out=heads_out, dropout=dropout,
         act=lambda x, act=n.score.act: act_call(act, x), act_doc=str(n.score.act),
