@@ -377,7 +377,7 @@ def gat_vs_pyg(s: Settings) -> list[dict]:
                 lambda s: gat_pair(s, **GRAPH))
     if r["ratio"] is not None:  # the curve vs N x degree (bench_graph_scaling.png)
         r["curve"] = {}
-        sizes = ((2000, 5), (2000, 10), (2000, 20)) if s.quick else \
+        sizes = ((1000, 5), (2000, 10)) if s.quick else \
             ((500, 10), (2000, 5), (2000, 10), (2000, 20), (8000, 10), (20000, 10))
         for N, degree in sizes:
             pair = gat_pair(s, **{**GRAPH, "N": N, "degree": degree})
