@@ -17,7 +17,7 @@ import networkx as nx
 
 from . import ir, ops
 from .diagnostics import Collector, Location, SpecError, article
-from .lower import SCORES_WITHOUT_QUERY
+from .lower import MASK_KINDS, SCORES_WITHOUT_QUERY
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,8 @@ def links(n: ir.AnyNode) -> list[tuple[str, str]]:
     out = expr_links(*exprs)
     if isinstance(n, ir.Attention) and n.affinity:
         out.append((n.affinity, "read"))
+    if isinstance(n, ir.Attention) and n.mask_input:
+        out.append((n.mask_input, "read"))
     return out
 
 
@@ -131,6 +133,14 @@ def decoder_ops(n: ir.AnyNode) -> list[ir.Op]:
                 out.append(e)
             stack.extend(e.args)
     return out
+
+
+def penalised(n: ir.Attention) -> bool:
+    """Whether attention ``n`` adds a term to the loss: Lin et al.'s penalty, Xu et al.'s
+    doubly stochastic one, See et al.'s coverage loss, Li et al.'s disagreement or
+    supervised attention."""
+    return n.penalty is not None or n.doubly_stochastic is not None or \
+        n.coverage_loss is not None or n.disagreement is not None or n.supervised is not None
 
 
 class Checker:
@@ -219,7 +229,22 @@ class Checker:
                     self.cm.steps[n.id] = set(comp)
         self.op_inputs: dict[int, list[Shape]] = {}
         fixed_by: dict[str, ir.Input] = {}
+        data_axes = {a for n in m.inputs if n.kind not in MASK_KINDS for a in n.axes}
         for n in m.inputs:
+            if n.kind in MASK_KINDS:
+                for a in dict.fromkeys(n.axes):
+                    if a not in data_axes:
+                        self.err(n.loc, f"axis `{a}` of {n.kind} input `{n.id}` is no axis of "
+                                 "the model's other inputs", "a mask or graph input names the "
+                                 "axes of the inputs it masks, e.g. `input x: set[N, 64]` and "
+                                 "`input adj: graph[N]`")
+                if n.kind == "mask" and any(i.autoregressive for i in m.inputs):
+                    self.err(n.loc, f"mask input `{n.id}` in a model with an autoregressive "
+                             "input: generate() decodes one position at a time from a KV cache, "
+                             "which a (B, T, S) mask given once does not follow",
+                             "use `mask = causal` for the decoder's own positions, or drop "
+                             "`autoregressive`")
+                continue
             for a, s in zip(n.axes, n.sizes):
                 if s is not None:
                     other = fixed_by.setdefault(a, n)
@@ -286,6 +311,12 @@ class Checker:
 
     def shape(self, e: ir.Expr, node_id: str) -> Shape | None:
         if isinstance(e, ir.Ref):
+            n = self.cm.model.by_id.get(e.node)
+            if isinstance(n, ir.Input) and n.kind in MASK_KINDS:
+                self.err(e.loc, f"`{e.node}` is a {n.kind} input: it says which keys each query "
+                         "may see and holds no features", f"read it in an attention module, "
+                         f"`mask = {e.node}`")
+                return None
             return self.cm.shapes.get(e.node)
         args = [self.shape(a, node_id) for a in e.args]
         if any(a is None for a in args):
@@ -817,6 +848,8 @@ class Checker:
                          "so query and keys must run over the same axis",
                          "masks are for self-attention (`query = project(F)`, `keys = F`)")
                 return None
+        if not self.masks_fit(n, q, k, mode, groups, attended):
+            return None
         if (n.position or n.bias) and not self.modifiers_fit(n, mode, ctx_axes, attended, k):
             return None
         al = n.align
@@ -949,6 +982,78 @@ class Checker:
                      f"({', '.join(gold.axes)}), but the module's weights have "
                      f"({shown}) (query positions, keys)",
                      f"declare it as `input {gold.id}: alignment[{shown}]`")
+            return False
+        return True
+
+    def masks_fit(self, n: ir.Attention, q: Shape | None, k: Shape, mode: str,
+                  groups: tuple[str, ...], attended: str) -> bool:
+        """A mask input (``mask = m``, ``causal * m``) and graph attention (``mask = adj``,
+        ``activated_concat``, ``self_loops``): what they need of the module."""
+        where = f"attention `{n.name}`"
+        mi = self.cm.model.node(n.mask_input) if n.mask_input else None
+        graph = mi is not None and mi.kind == "graph"
+        if n.score.fn == "activated_concat" and not graph:
+            self.err(n.score.loc, "the activated concat score act(a^T [W h_i || W h_j]) is GAT's "
+                     "(Velickovic et al. eq. 1-3): it scores the edges of a graph, and "
+                     f"{where} has no graph mask", "declare `input adj: graph[N]` and set "
+                     "`mask = adj`; over a sequence use `additive(…)` (eq. 6)")
+            return False
+        if n.self_loops and not graph:
+            self.err(n.loc, f"{where}: `self_loops` adds the edge i -> i to a graph, and the "
+                     "module has no graph mask", "set `mask = adj` with `input adj: graph[N]`, "
+                     "or drop `self_loops`")
+            return False
+        if mi is None:
+            return True
+        if mode != "sequence" or groups:
+            self.err(n.loc, f"{where}: mask `{mi.id}` gives one row of keys per query position, "
+                     "so the query must be a sequence over its own axis and the keys have no "
+                     "other axes (one attention per example)",
+                     "a query with one vector per position, e.g. `query = project(x)`")
+            return False
+        axes = (q.axes[-1], attended)
+        if mi.kind == "mask" and tuple(mi.axes) != axes:
+            self.err(n.loc, f"{where}: mask `{mi.id}` is over ({', '.join(mi.axes)}), and the "
+                     f"module's query and keys over ({', '.join(axes)})",
+                     f"declare `input {mi.id}: mask[{', '.join(axes)}]`")
+            return False
+        if graph and axes != (mi.axes[0], mi.axes[0]):
+            self.err(n.loc, f"{where}: graph `{mi.id}` relates the nodes of axis "
+                     f"`{mi.axes[0]}`, and the module's query and keys are over "
+                     f"({', '.join(axes)})", "graph attention: each node's features attend "
+                     "over its neighbours' (query, keys and values over the graph's axis)")
+            return False
+        refuse = None
+        if n.align.fn == "local" or n.position or n.bias or n.affinity or n.capsules \
+                or n.align.fn == "sigmoid" or n.coverage:
+            refuse = ("local alignment" if n.align.fn == "local" else "a position term"
+                      if n.position else "a score bias" if n.bias else "an affinity matrix"
+                      if n.affinity else "capsules" if n.capsules else "a sigmoid gate"
+                      if n.align.fn == "sigmoid" else "coverage")
+        elif graph and (n.align.fn != "global" or n.dimensionality == "multi"
+                        or penalised(n) or n.coverage or n.share or n.mask != "none"):
+            refuse = (f"`{n.align.fn}` alignment" if n.align.fn != "global" else
+                      "multi-dimensional weights" if n.dimensionality == "multi" else
+                      "a penalty" if penalised(n) else
+                      "`share`" if n.share else f"the {n.mask} mask")
+        if refuse:
+            why = ("graph attention normalises each node's scores over its neighbours "
+                   "(Velickovic et al. eq. 3) with one softmax per head" if graph else
+                   "coverage scores the query positions one at a time (See et al. eq. 10-11) "
+                   "over all the keys" if refuse == "coverage" else
+                   "a mask input is the whole (B, Lq, Lk) keep matrix")
+            self.err(n.loc, f"{where}: mask `{mi.id}` cannot be combined with {refuse}: {why}",
+                     "drop one of the two")
+            return False
+        if graph and n.score.fn != "activated_concat":
+            self.err(n.score.loc, f"{where}: graph attention scores the edges with GAT's "
+                     f"activated concat score, not `{n.score.fn}`", "write `score = "
+                     "activated_concat(act = leaky_relu(0.2))` (Velickovic et al. eq. 1)")
+            return False
+        if graph and n.heads > 1 and n.heads_out == "project":
+            self.err(n.loc, f"{where}: GAT joins its heads by concatenation or by their mean "
+                     "(Velickovic et al. eq. 5-6), with no W_O", "set `heads_out = concat` "
+                     "(hidden layers) or `heads_out = mean` (the output layer)")
             return False
         return True
 

@@ -37,6 +37,9 @@ SCORE_LABEL = {
     "scaled_multiplicative": "Scaled Multiplicative", "general": "General",
     "biased_general": "Biased General", "activated_general": "Activated General",
     "similarity": "Similarity", "location": "Location",
+    # GAT's act(a^T [q; k]): the concat form of the additive family (Table II), the
+    # activation after the weight vector rather than before it
+    "activated_concat": "Additive",
 }
 # See et al.'s coverage (`coverage = true`, eq. 10-11) adds w_c c_i^t to an additive score's
 # inputs: the score stays Additive (its form w^T act(W1 q + W2 k + ... + b) is unchanged) and
@@ -308,6 +311,12 @@ class Classifier:
                          "eq. 13)" if form == "trilinear" else "")
                 self.cells["scoring"].add(label, f"attention {self.q(a.id)} scores with {how} of the "
                                           f"{form} affinity {self.q(a.affinity)}{extra}")
+            elif s.fn == "activated_concat":
+                self.cells["scoring"].add("Additive", f"attention {self.q(a.id)} uses GAT's "
+                                          f"activated concat score e_ij = act(a^T [W h_i; W h_j]), act = {s.act}: "
+                                          "a weight vector over the concatenated query and key "
+                                          "(the concat form of the additive score, Table II), "
+                                          "the activation after it")
             else:
                 label = SCORE_LABEL[s.fn]
                 self.cells["scoring"].add(label, f"attention {self.q(a.id)} uses the "
@@ -322,6 +331,15 @@ class Classifier:
                     "sigmoid": "a sigmoid gate on every position, not normalised over the "
                                "keys (Oktay et al.'s attention gate), which the survey reads "
                                "as global: no key is left out, none is sampled"}[al.fn]
+            mi = self.m.node(a.mask_input) if a.mask_input else None
+            if mi is not None and mi.kind == "graph":
+                # GAT (eq. 3): a softmax over each node's neighbours. The survey's global
+                # alignment weighs every key the query may see; here those are the neighbours
+                what = (f"a softmax over each node's neighbours in graph {self.q(mi.id)} "
+                        "(Velickovic et al. eq. 3): global alignment over the neighbours, "
+                        "every neighbour weighted, none sampled and no window")
+            elif mi is not None:
+                what += f", the keys mask {self.q(mi.id)} leaves out (given with the data)"
             self.cells["alignment"].add(ALIGN_LABEL[al.fn], f"attention {self.q(a.id)}: {what}")
             if a.id in read:
                 # `att.weights` read by a feature model (AoA's alpha^T beta-bar, a pointer

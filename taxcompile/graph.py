@@ -2,7 +2,7 @@
 
 Nodes are typed (``input``, ``feature``, ``query``, ``output``, ``affinity``,
 ``attention``) and keep their IR object under ``ir``; edges carry the role they
-play (``query``, ``keys``, ``values``, ``affinity``, ``input``; ``feed`` for the node a
+play (``query``, ``keys``, ``values``, ``affinity``, ``mask`` (a mask or graph input), ``input``; ``feed`` for the node a
 recurrent decoder reads in each step, ``init`` for its initial state), whether they are
 delayed (read at the previous decoder step: ``prev(x)``, input feeding) and the shape
 of the tensor."""
@@ -32,6 +32,8 @@ def edges(n: ir.AnyNode, feed_now: frozenset = frozenset()) -> list[tuple[str, s
                     roles[(r, how == "prev")].append(role)
         if n.affinity:
             roles.setdefault((n.affinity, False), []).append("affinity")
+        if n.mask_input:  # a mask or graph input: which keys each query may see
+            roles.setdefault((n.mask_input, False), []).append("mask")
         return [(r, "+".join(v), delayed) for (r, delayed), v in roles.items()]
     out: dict[tuple[str, str, bool], None] = {}
     for r, how in links(n):

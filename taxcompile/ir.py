@@ -85,7 +85,7 @@ class Score(_Frozen):
 
     fn: Literal["additive", "concat", "multiplicative", "scaled_multiplicative", "general",
                 "biased_general", "activated_general", "similarity", "location",
-                "affinity", "max_pool"]
+                "affinity", "max_pool", "activated_concat"]
     d_w: int | None = None  # additive / concat: hidden size of W1 q + W2 k
     act: Act | None = None  # additive / activated_general
     bias: bool = True
@@ -158,7 +158,10 @@ class Hop(_Frozen):
 class Input(_Frozen):
     kind_: Literal["input"] = "input"
     id: str
-    kind: Literal["tokens", "sequence", "grid", "set", "vector", "alignment", "pointers"]
+    # mask: a (B, Lq, Lk) bool mask given to forward(); graph: a graph over one axis, an
+    # edge list (2, E) or a dense (B, N, N) adjacency (an attention's `mask = adj`)
+    kind: Literal["tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
+                  "mask", "graph"]
     axes: tuple[str, ...]
     sizes: tuple[int | None, ...]
     dim: int | None  # None for tokens
@@ -204,6 +207,10 @@ class Attention(_Frozen):
     heads_out: Literal["project", "concat", "mean"] = "project"  # how heads join (eq. 40)
     capsules: int = 0
     mask: Literal["none", "causal", "forward", "backward"] = "none"  # within one sequence
+    # a `mask` or `graph` input (`mask = m`, `mask = causal * m`, `mask = adj`): which keys
+    # each query may see, from the data; a graph makes it graph attention (GAT)
+    mask_input: str | None = None
+    self_loops: bool = False  # graph attention: every node also attends to itself (GATConv)
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
     # Xu et al. eq. 14: lambda sum_i (1 - sum_t a_ti)^2, every key attended once in all
     doubly_stochastic: float | None = None
@@ -236,6 +243,10 @@ class Attention(_Frozen):
             out.append(f"{self.capsules} capsules")
         if self.mask != "none":
             out.append(f"{self.mask} mask")
+        if self.mask_input is not None:
+            out.append(f"mask `{self.mask_input}`")
+        if self.self_loops:
+            out.append("self loops")
         if self.penalty is not None:
             out.append(f"penalty {self.penalty:g}")
         if self.doubly_stochastic is not None:

@@ -45,11 +45,12 @@ FEATURE_MODELS = (
 SCORES = (
     "additive", "concat", "multiplicative", "dot", "scaled_multiplicative", "general",
     "biased_general", "activated_general", "similarity", "location", "affinity",
-    "max_pool",
+    "max_pool", "activated_concat",
 )
 ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid")
 #: Input kinds (``input x: KIND[...]``).
-INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers")
+INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
+               "mask", "graph")
 #: Option words used as values of keyword arguments and fields.
 OPTIONS = (
     "single", "multi", "sinusoid", "learned", "monotonic", "predictive", "bilinear",

@@ -38,7 +38,11 @@ MAX_NODES = 5000
 # `alignment[T, S]`: a target alignment (B, T, S) for supervised attention, no feature size
 # `pointers[T] (into = S)`: target positions of axis S, one per position of T (a pointer
 # network's outputs, Vinyals et al. 2015), read by `pointed(X, C)`
-INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers")
+INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
+               "mask", "graph")
+# Inputs that only say which keys a query may see: `mask[T, S]`, a (B, T, S) bool mask, and
+# `graph[N]`, a graph over the N positions of an axis (an edge list or a dense adjacency).
+MASK_KINDS = ("mask", "graph")
 # Inputs become parameters of the generated forward(), which has these of its own: its
 # options, the names its body uses for itself, and the file's modules, classes and helpers.
 FORWARD_OPTIONS = ("self", "return_attention", "validate")
@@ -69,6 +73,10 @@ SCORES: dict[str, tuple[P, ...]] = {
     "location": (),
     "affinity": (),
     "max_pool": (),
+    # GAT (Velickovic et al.): act(a^T [q_i || k_j]), a split into a_dst and a_src; over a graph
+    "activated_concat": _sig(P("act", "act", False, ir.Act(fn="leaky_relu",
+                                                           params=(("slope", 0.2),)),
+                               tuple(a for a in ACTIVATIONS if a != "maxout"))),
 }
 
 # Scores that score the keys alone when a module has no query (eq. 33).
@@ -92,7 +100,7 @@ MASKS = P("mask", "enum", False, "none", ("none", "causal", "forward", "backward
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
                     "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
-                    "share", "position", "bias", "coverage")
+                    "share", "position", "bias", "coverage", "self_loops")
 # Score modifiers: position terms in q and k (`position = …`) and additive biases on the
 # scores before the alignment (`bias = …`); docs/codegen.md has their equations.
 POSITIONS: dict[str, tuple[P, ...]] = {
@@ -632,7 +640,13 @@ class Lowerer:
         dims = list(s.dims)
         dim = None
         syms: dict[str, str] = {}
-        if s.kind not in ("tokens", "alignment", "pointers"):
+        if s.kind in MASK_KINDS and len(dims) != (2 if s.kind == "mask" else 1):
+            self.err(s.kind_pos, "a mask input has the query's axis and the keys' axis, e.g. "
+                     "`mask[T, S]` (a (B, T, S) bool tensor)" if s.kind == "mask" else
+                     "a graph input has one axis, its nodes: `graph[N]` (an edge list (2, E) or "
+                     "a (B, N, N) adjacency)")
+            return
+        if s.kind not in ("tokens", "alignment", "pointers", "mask", "graph"):
             if not dims:
                 self.err(s.kind_pos, "missing feature size")
                 return
@@ -684,7 +698,7 @@ class Lowerer:
                     return
                 axes.append(f"{s.name}_{i}")
                 sizes.append(size)
-        if len(set(axes)) != len(axes):
+        if len(set(axes)) != len(axes) and s.kind != "mask":  # mask[L, L]: self-attention
             self.err(s.kind_pos, f"input `{s.name}` repeats an axis name")
             return
         vocab, auto, view_of, vocab_given, into = None, False, None, False, None
@@ -715,6 +729,10 @@ class Lowerer:
                              "(vocab = 300, of = words)`")
                 else:
                     view_of = found
+            elif s.kind in MASK_KINDS:
+                name = a.name if isinstance(a, (ast.Kwarg, ast.Ref)) else "this"
+                self.err(a.pos, f"a {s.kind} input takes no options (`{name}`): its axes are "
+                         "those of the inputs it masks, which fix their lengths")
             elif isinstance(a, ast.Kwarg) and a.name in axes:
                 i = axes.index(a.name)  # `(S = 50)`: the axis has a fixed length
                 if sizes[i] is not None:
@@ -1100,8 +1118,13 @@ class Lowerer:
         heads = self.as_int(f["heads"].value, scope, "`heads`", 1, 1024) if "heads" in f else 1
         capsules = (self.as_int(f["capsules"].value, scope, "`capsules`", 2, 1024)
                     if "capsules" in f else 0)
-        mask = (self.as_param(MASKS, f["mask"].value, scope, "`mask`") if "mask" in f
-                else "none")
+        mask, mask_input = "none", None
+        if "mask" in f:
+            mask, mask_input = self.mask_field(f["mask"].value, scope)
+        self_loops = False
+        if "self_loops" in f:
+            self_loops = bool(self.as_param(P("self_loops", "bool"), f["self_loops"].value,
+                                            scope, "`self_loops`"))
         penalty = doubly = cov_loss = disagree = supervised = None
         if "penalty" in f:
             v = f["penalty"].value
@@ -1164,7 +1187,8 @@ class Lowerer:
             id=node_id, name=s.name, query=query, keys=keys, values=values, affinity=affinity,
             score=score, align=align, dimensionality=dims, heads=heads,
             heads_out=heads_out or "project", capsules=capsules,
-            mask=mask or "none", penalty=penalty, doubly_stochastic=doubly, dropout=dropout,
+            mask=mask or "none", mask_input=mask_input, self_loops=self_loops,
+            penalty=penalty, doubly_stochastic=doubly, dropout=dropout,
             coverage=coverage, coverage_loss=cov_loss, disagreement=disagree, share=share,
             position=position, bias=bias, supervised=supervised, hop=self.hop_of(scope, s.name),
             sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
@@ -1223,6 +1247,36 @@ class Lowerer:
         if gold is None or lam is None or loss is None:
             return None
         return ir.Supervision(gold=gold, lam=float(lam), loss=loss, loc=self.loc(v.args[0].pos))
+
+    def mask_field(self, e: ast.Expr, scope: Scope) -> tuple[str | None, str | None]:
+        """``mask = causal``, ``mask = m`` (a mask or graph input), ``mask = causal * m``:
+        the structural mask and the mask input (an error is recorded when neither fits)."""
+        parts = [e.left, e.right] if isinstance(e, ast.BinOp) and e.op == "*" else [e]
+        structural, data = None, None
+        for x in parts:
+            look = (scope.lookup(x.name) if isinstance(x, ast.Ref) and len(x.parts) == 1
+                    else None)
+            found = look[1] if look and look[0] == "node" else None
+            node = next((n for n in self.nodes if n.id == found), None) if found else None
+            if isinstance(node, ir.Input):
+                kind = node.kind
+                if kind not in MASK_KINDS or data is not None:
+                    self.err(x.pos, f"`{x.name}` is {article(kind)} {kind} input, not a mask"
+                             if kind not in MASK_KINDS else "`mask` combines one mask input "
+                             "at most", "declare `input m: mask[T, S]` (a (B, T, S) bool "
+                             "mask) or `input adj: graph[N]`, and write `mask = m`")
+                    return None, None
+                data = found
+            elif isinstance(x, ast.Ref) and len(x.parts) == 1 and x.name in MASKS.choices \
+                    and structural is None and (len(parts) == 1 or x.name != "none"):
+                structural = x.name
+            else:
+                got = x.name if isinstance(x, ast.Ref) else "this"
+                self.err(x.pos, f"`mask` cannot be `{got}`",
+                         "a structural mask (`causal`, `forward`, `backward`), a mask or graph "
+                         "input declared above, or both: `mask = causal * m`")
+                return None, None
+        return structural or "none", data
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str):
         if fld is None:

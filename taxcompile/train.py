@@ -119,7 +119,10 @@ class Task:
         m = cm.model
         self.inputs = [_Input(n.id, n.kind, tuple(n.axes), bool(n.autoregressive),
                               _vocab(source, n.id, cfg))
-                       for n in m.nodes if n.kind_ == "input"]
+                       for n in m.nodes if n.kind_ == "input" and n.kind not in ("mask", "graph")]
+        # mask and graph inputs: every key kept, a complete graph (dense adjacency)
+        self.masks = [(n.id, n.kind, tuple(n.axes)) for n in m.nodes
+                      if n.kind_ == "input" and n.kind in ("mask", "graph")]
         for i in self.inputs:  # pointers: positions of the axis they point into
             ptr = m.node(i.name)
             if i.kind == "pointers":
@@ -179,6 +182,12 @@ class Task:
             else:
                 t = 0.5 * torch.randn(shape, generator=g)
             x[i.name] = t
+        for name, kind, axes in self.masks:
+            lengths = [next(x[i.name].shape[1 + i.axes.index(a)] for i in self.inputs
+                            if a in i.axes) for a in axes]
+            if kind == "graph":
+                lengths = lengths * 2  # (size, N, N)
+            x[name] = torch.ones((size, *lengths), dtype=torch.bool)
         if self.task in ("reverse", "copy"):
             return x, self._seq2seq(x, g)
         if self.task == "describe":

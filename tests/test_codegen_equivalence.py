@@ -113,6 +113,7 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "li2018_disagreement_encoder": "tests/test_coverage.py",
     "cui2017_aoa_reader": "tests/test_weights_as_values.py",
     "vinyals2015_ptr_net": "tests/test_weights_as_values.py",
+    "velickovic2018_gat": "tests/test_graph_attention.py",
 }
 
 

@@ -289,6 +289,8 @@ def allowed_keys(v: Variant, att: ir.Attention, w: torch.Tensor, inputs: dict, p
     kv = key_validity(v, att, inputs) if padding else None
     if kv is not None:
         keep = kv[..., None, None, :] & keep  # (B, *groups, 1, Lq, Lk)
+    if att.mask_input is not None and v.model.node(att.mask_input).kind == "mask":
+        keep = inputs[att.mask_input][:, None] & keep  # a mask input (B, Lq, Lk)
     return keep.unsqueeze(-1) if multi else keep
 
 
@@ -394,6 +396,16 @@ def test_generated_file_follows_the_contract(gen_dir, v):
     assert set(ex) == set(names) | {i.id + "_mask" for i in v.maskable}
     for inp in v.model.inputs:
         x = ex[inp.id]
+        if inp.kind in ("mask", "graph"):  # a (B, T, S) bool mask; an edge list over B x N nodes
+            lengths = [next(ex[i.id].shape[1 + i.axes.index(a)] for i in v.model.inputs
+                            if i.kind not in ("mask", "graph") and a in i.axes) for a in inp.axes]
+            if inp.kind == "mask":
+                assert x.dtype == torch.bool and x.shape == (3, *lengths) and x.any(-1).all()
+            else:
+                assert x.dtype == torch.long and x.dim() == 2 and x.shape[0] == 2
+                assert 0 <= int(x.min()) and int(x.max()) < 3 * lengths[0]
+                assert torch.equal(x[0] // lengths[0], x[1] // lengths[0])  # within an example
+            continue
         assert x.shape[0] == 3 and x.dim() == 1 + len(inp.axes) + (inp.dim is not None)
         if inp.kind == "tokens":
             assert x.dtype == torch.long
@@ -596,7 +608,39 @@ def _compile_one(v: Variant, directory: Path) -> Path:
 # =======================================================================================
 
 
+def graph_of(v, att: ir.Attention) -> ir.Input | None:
+    """The graph input of a graph attention module (`mask = adj`), else None."""
+    mi = v.model.node(att.mask_input) if att.mask_input else None
+    return mi if mi is not None and mi.kind == "graph" else None
+
+
+def _check_graph_weights(v, cfg, att, w, inputs, padding: bool) -> None:
+    """Graph attention's weights, (E', H) per edge of the edge list the module used: the
+    input's edges without their self loops, then one per node with `self_loops` (GATConv's
+    convention), without the edges from padded nodes; alpha sums to 1 over each node's
+    in-edges (eq. 3)."""
+    src, dst = inputs[graph_of(v, att).id]
+    n = inputs[key_input(v, att).id].shape[:2].numel()
+    if att.self_loops:
+        keep = src != dst
+        src = torch.cat([src[keep], torch.arange(n)])
+        dst = torch.cat([dst[keep], torch.arange(n)])
+    kv = key_validity(v, att, inputs) if padding else None
+    if kv is not None:
+        keep = kv.reshape(-1)[src]
+        src, dst = src[keep], dst[keep]
+    assert w.shape == (src.numel(), cfg_value(cfg, att, "heads", att.heads)), att.id
+    assert torch.isfinite(w).all() and (w >= 0).all(), att.id
+    sums = torch.zeros(n, w.shape[1], dtype=w.dtype).index_add_(0, dst, w)
+    has = torch.zeros(n, dtype=torch.bool)
+    has[dst] = True
+    torch.testing.assert_close(sums[has], torch.ones_like(sums[has]))
+    assert (sums[~has] == 0).all(), att.id
+
+
 def _check_weights(v, cfg, att, w, inputs, padding: bool) -> None:
+    if graph_of(v, att) is not None:
+        return _check_graph_weights(v, cfg, att, w, inputs, padding)
     info = v.cm.attention[att.id]
     multi = att.dimensionality == "multi"
     G = len(info.groups)
@@ -676,8 +720,11 @@ def test_padded_keys_get_no_attention(gen_dir, v):
         if key_validity(v, att, ex) is None or att.id not in out.attention:
             continue
         w = out.attention[att.id]
-        keep = allowed_keys(v, att, w, ex, True)
         checked += 1
+        if graph_of(v, att) is not None:  # padded nodes send no edge: (E', H) over the rest
+            _check_graph_weights(v, cfg, att, w, ex, True)
+            continue
+        keep = allowed_keys(v, att, w, ex, True)
         if (w.masked_fill(keep.expand_as(w), 0) != 0).any():
             leaks.append(att.id)
     assert checked, "no attention module reads a padded input's positions"
@@ -904,9 +951,10 @@ def test_float64_and_bfloat16_need_no_edits(gen_dir, v):
     for dtype in (torch.float64, torch.bfloat16):
         m = copy.deepcopy(model).to(dtype)
         inputs = cast_inputs(ex, dtype)
-        for inp in v.model.inputs:  # token ids stay long
-            assert inputs[inp.id].dtype == (torch.long if inp.kind in ("tokens", "pointers")
-                                            else dtype)
+        for inp in v.model.inputs:  # token ids, pointers and edge lists stay long, masks bool
+            assert inputs[inp.id].dtype == {"tokens": torch.long, "pointers": torch.long,
+                                            "graph": torch.long, "mask": torch.bool
+                                            }.get(inp.kind, dtype)
         with torch.no_grad():
             out = m(**inputs, return_attention=True)
         for oid, y in output_tensors(v, out).items():

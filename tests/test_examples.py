@@ -51,6 +51,10 @@ EXPECTED = {
     # a decoder over the inputs its previous outputs pointed at: Basic.
     "pointer_network": dict(scoring="Additive", alignment="Global", query_type="Basic",
                             feature_multiplicity="Singular"),
+    # Graph attention (issue 14): GAT's activated concat score, a softmax over each node's
+    # neighbours (global alignment over them), 8 heads concatenated, then averaged.
+    "gat": dict(scoring="Additive", alignment="Global", query_type="Self-Attentive",
+                query_multiplicity="Multi-Head", feature_multiplicity="Singular"),
 }
 
 

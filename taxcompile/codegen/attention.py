@@ -11,12 +11,15 @@ from ..checks import learned_capsules, share_kind
 from . import generate
 from .classes import attention_class, dot_form, fast_path
 from .frame import Var
+from .graph_attention import is_graph, plan_graph_attention
 from .names import Dim, atom, dim_of
 
 DOT_SCORES = ("multiplicative", "scaled_multiplicative", "similarity")
 
 
 def plan_attention(p, n: ir.Attention) -> None:
+    if is_graph(p, n):  # `mask = adj`: graph attention (GAT), a class of its own
+        return plan_graph_attention(p, n)
     info = p.cm.attention[n.id]
     capsule = n.capsules > 0
     other = p.m.node(n.share) if n.share is not None else None
@@ -105,6 +108,8 @@ def plan_attention(p, n: ir.Attention) -> None:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
     if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
         args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
+    if n.mask_input is not None:  # `mask = m`: (B, Lq, Lk), one attention per example
+        args.append(f"pair_mask={p.frame.use(n.mask_input)}")
     read = n.id in checks.weights_read(p.m)  # `att.weights` as a feature
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
         args.append("need_weights=True" if weights_penalty(n) or read

@@ -58,6 +58,7 @@ class AttentionView:
     bias: ir.Modifier | None = None  # ALiBi or Yang et al.'s Gaussian bias on the scores
     coverage: bool = False  # See et al. eq. 10-11: w_c c_i^t in the score, a loop over queries
     disagreement: str | None = None  # Li et al. eq. 5 / 7: return each head's V^h / O^h
+    pair: bool = False  # a mask input (B, Lq, Lk) narrows the keys each query may see
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -121,7 +122,8 @@ def class_key(p, n: ir.Attention) -> str:
     return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
         exclude={"loc", "sym", "window"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
-        n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n)
+        n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
+        ("+pair_mask" if n.mask_input is not None else "")
 
 
 def coverage_key(n: ir.Attention) -> str:
@@ -210,7 +212,8 @@ def attention_class(p, n: ir.Attention) -> str:
         act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
         heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n),
         gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,
-        coverage=n.coverage, disagreement=n.disagreement.on if n.disagreement else None)
+        coverage=n.coverage, disagreement=n.disagreement.on if n.disagreement else None,
+        pair=n.mask_input is not None)
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -308,6 +311,9 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     else:
         lines.append("mask: which keys a query position may see besides the padding: \"none\", "
                      "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
+        if n.mask_input is not None:
+            lines.append("pair_mask: (N, Lq, Lk) bool, True = the query may see the key, a mask "
+                         "given with the data (a mask input), combined with both.")
     if n.position is not None and n.position.fn == "relative":
         lines.append("Relative positions (Shaw et al. 2018): e_ij = q_i (k_j + a^K_ij)^T"
                      + (" / sqrt(d)" if n.score.fn == "scaled_multiplicative" else "")

@@ -68,7 +68,7 @@ def names(code: str) -> set[str]:
 def render(plan: FilePlan) -> str:
     e = env()
     helpers = [e.get_template(f"helpers/{h}.py.j2").render().rstrip() for h in plan.helpers]
-    classes = [e.get_template("attention.py.j2").render(a=c.view).rstrip()
+    classes = [e.get_template(c.template).render(a=c.view).rstrip()
                for c in plan.attention_classes]
     blocks = [class_view(b) for b in plan.blocks]
     model = class_view(plan.model)

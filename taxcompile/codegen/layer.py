@@ -97,6 +97,12 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     if n.affinity:
         raise LayerError(f"attention `{name}` reads an affinity matrix (co-attention, eq. "
                          "12-16): it belongs to its model, not a drop-in layer")
+    if n.mask_input is not None:
+        kind = cm.model.node(n.mask_input).kind
+        raise LayerError(f"attention `{name}` reads its {kind} input `{n.mask_input}` "
+                         f"(`mask = {n.mask_input}`): it belongs to its model, not a drop-in "
+                         "layer" + ("; the model's file has the graph attention class"
+                                    if kind == "graph" else ""))
     if n.share is not None:
         raise LayerError(f"attention `{name}` uses the weights of `{n.share}` (`share =`): it "
                          "belongs to its model; take the layer of the statement it shares")

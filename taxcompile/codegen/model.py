@@ -58,9 +58,38 @@ def axis_size_code(p, axis: str) -> str:
     return repr(p.cm.sizes[axis])
 
 
+MASK_KINDS = ("mask", "graph")
+
+
+def data_inputs(m: ir.Model) -> list[ir.Input]:
+    """The inputs that hold data (not a mask or a graph over the others' axes)."""
+    return [i for i in m.inputs if i.kind not in MASK_KINDS]
+
+
+def axis_length(m: ir.Model, axis: str) -> str:
+    """An axis's length at run time, read off the first data input over it."""
+    inp = next(i for i in data_inputs(m) if axis in i.axes)
+    return f"{inp.id}.shape[{1 + inp.axes.index(axis)}]"
+
+
+def mask_input_check(p, inp: ir.Input) -> Stmt:
+    """``m = check_pair_mask(…)`` / ``adj = check_graph(…)``: shape, type (and values)."""
+    batch = f"{data_inputs(p.m)[0].id}.shape[0]"
+    if inp.kind == "graph":
+        p.helpers.add("check_graph")
+        return Stmt(f"{inp.id} = check_graph({inp.id!r}, {inp.id}, {batch}, "
+                    f"{axis_length(p.m, inp.axes[0])}, validate)")
+    p.helpers.add("check_pair_mask")
+    shape = ", ".join([batch] + [axis_length(p.m, a) for a in inp.axes])
+    return Stmt(f"{inp.id} = check_pair_mask({inp.id!r}, {inp.id}, ({shape}), validate)")
+
+
 def input_checks(p) -> list[Stmt]:
     out = []
     for inp in p.m.inputs:
+        if inp.kind in MASK_KINDS:
+            out.append(mask_input_check(p, inp))
+            continue
         sizes = [fixed(p.m, inp, ax)[1] for ax in inp.axes]
         exp = [input_size(p, inp, ax) if size is not None else "None"
                for ax, size in zip(inp.axes, sizes)]
@@ -99,7 +128,7 @@ def input_checks(p) -> list[Stmt]:
 def examples(p) -> list[str]:
     lines, free = [], {}
     primes = [7, 5, 6, 4, 3]
-    for inp in p.m.inputs:
+    for inp in data_inputs(p.m):
         for ax in inp.axes:
             if fixed(p.m, inp, ax)[1] is None and ax not in free:
                 free[ax] = primes[len(free) % len(primes)] + 2
@@ -107,6 +136,9 @@ def examples(p) -> list[str]:
         lines.append(f"{ax} = {size}  # a free axis: any length works")
     lines.append("out = {}")
     for inp in p.m.inputs:
+        if inp.kind in MASK_KINDS:
+            lines += mask_example(p, inp)
+            continue
         dims = ["B"] + [ax if fixed(p.m, inp, ax)[1] is None else input_size(p, inp, ax)
                         for ax in inp.axes]
         if inp.kind == "tokens":
@@ -135,6 +167,22 @@ def examples(p) -> list[str]:
     return lines
 
 
+def mask_example(p, inp: ir.Input) -> list[str]:
+    """A mask input: a random (B, Lq, Lk) keep matrix, each query keeping its first key; a
+    graph input: a random edge list, about 4 edges into each node, within each example."""
+    size = [ax if fixed(p.m, inp, ax)[1] is None else input_size(p, inp, ax)
+            for ax in inp.axes]
+    if inp.kind == "mask":
+        return [f"keep = torch.rand(B, {', '.join(size)}, generator=g) < 0.7",
+                "keep[..., 0] = True",
+                f"out[{inp.id!r}] = keep"]
+    n = size[0]
+    return [f"E = 4 * B * {n}",
+            f"dst = torch.randint(0, B * {n}, (E,), generator=g)",
+            f"src = dst // {n} * {n} + torch.randint(0, {n}, (E,), generator=g)",
+            f"out[{inp.id!r}] = torch.stack([src, dst])  # (2, E): edge src -> dst"]
+
+
 def uses(stmts, word: str) -> bool:
     return mentions([s.code for s in stmts], word)
 
@@ -153,7 +201,7 @@ def file_plan(p) -> FilePlan:
         ret = "{" + ", ".join(f"{o.id!r}: {f.vars[o.id].name}" for o in outputs) + "}"
     body = list(f.body)
     if uses(body, "B"):
-        head.append(Stmt(f"B = {m.inputs[0].id}.shape[0]"))
+        head.append(Stmt(f"B = {data_inputs(m)[0].id}.shape[0]"))
     if uses(head + body, r"cfg\."):
         head.insert(0, Stmt("cfg = self.cfg"))
     records = sorted(f.records - {"attn", "cache"})
@@ -175,7 +223,10 @@ def file_plan(p) -> FilePlan:
     params += ["return_attention: bool = False", "validate: bool = True"]
     if generate.on(p):
         params.append("cache: dict | None = None")
-    shapes = ", ".join(f"{i.id} {p.shape(checks.Shape(i.axes, i.dim))}" for i in m.inputs)
+    shapes = ", ".join(f"{i.id} {p.shape(checks.Shape(i.axes, i.dim))}" if i.kind not in
+                       MASK_KINDS else f"{i.id} (B, {', '.join(i.axes)}) bool mask" if i.kind ==
+                       "mask" else f"{i.id} a graph over {i.axes[0]} (edge list (2, E) or "
+                       f"(B, {i.axes[0]}, {i.axes[0]}))" for i in m.inputs)
     model_doc = (f"`{m.name}`: inputs {shapes}.", "",
                  "Masks: `<input>_mask` (B, ...) bool or int 0/1, True/1 = a real position, "
                  "for sequence", "inputs (PyTorch's key_padding_mask is the inverse).", "Inputs are checked; validate=False skips the checks that read "

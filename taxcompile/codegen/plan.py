@@ -82,6 +82,7 @@ class AttentionClass:
 
     name: str
     view: object  # templates' typed view: see attention.AttentionView
+    template: str = "attention.py.j2"  # graph attention: graph_attention.py.j2
 
 
 @dataclass(frozen=True)
