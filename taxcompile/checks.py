@@ -593,7 +593,10 @@ class Checker:
                "key" if n.dimensionality == "multi" else
                "a capsule module's weights are per class (eq. 43-45)" if n.capsules else
                "a sigmoid gate's weights are not normalised over the keys" if
-               n.align.fn == "sigmoid" else None)
+               n.align.fn == "sigmoid" else
+               "graph attention's weights are one per edge and head, (E, H), not a dense "
+               "(N, N) matrix (its sparse path never builds one)" if n.mask_input is not None
+               and self.cm.model.node(n.mask_input).kind == "graph" else None)
         if why:
             self.err(e.loc, f"`{n.name}.weights`: {why}, so they are not a distribution "
                      "over the keys' positions", "read the weights of a single-dimensional "

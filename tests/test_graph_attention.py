@@ -412,7 +412,8 @@ def test_gat_example_compiles_runs_and_classifies():
 
 SNAPSHOTS = ["graph_activated_concat_without_graph", "graph_mask_with_autoregressive",
              "graph_mask_axes", "graph_mask_as_feature", "graph_score", "graph_self_loops_alone",
-             "graph_heads_project", "mask_input_with_coverage"]
+             "graph_heads_project", "mask_input_with_coverage",
+             "graph_weights"]
 
 
 @pytest.mark.parametrize("name", SNAPSHOTS)
