@@ -113,7 +113,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     read = n.id in checks.weights_read(p.m)  # `att.weights` as a feature
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
         args.append("need_weights=True" if weights_penalty(n) or read
-                    or n.supervised is not None else "need_weights=return_attention")
+                    else "need_weights=return_attention")
     cov_key = repr(f"coverage:{p.key_code(n)[1:-1]}")  # where generate() keeps c
     if n.coverage and p.step is not None:  # c^t carried from step to step (See et al. eq. 10)
         args.append(f"coverage={p.step['cov'][n.id]}")
@@ -130,8 +130,6 @@ def plan_attention(p, n: ir.Attention) -> None:
         p.frame.emit(f"    cache[{cov_key}] = {ex}[\"coverage\"]")
     if read:
         weights_value(p, n, a, info)
-    if n.supervised is not None:
-        supervised(p, n, a, q, kmask)
     penalty_of_weights(p, n, a, ex, q, kmask, G)
 
 
@@ -149,46 +147,23 @@ def weights_value(p, n: ir.Attention, a: str, info) -> None:
     p.frame.vars[n.id + ".weights"] = Var(w, shape, c.mask, dim, c.mask_code)
 
 
-def supervised(p, n: ir.Attention, a: str, q: Var, kmask: str) -> None:
-    """Supervised attention (Liu et al. 2016, Mi et al. 2016): a loss term between the
-    weights and the target alignment input; in a decoder loop, over every step's weights
-    once the loop is done (decoder.py)."""
-    p.helpers.add("supervised_penalty")
-    p.frame.records.add("penalties")
-    if p.step is not None:
-        p.step.setdefault("supervised", []).append((n, a, kmask))
-        return
-    p.frame.emit(f"if {p.frame.use(n.supervised.gold)} is not None:", "in training")
-    p.frame.indent += 1
-    p.frame.emit(supervised_call(p, n, a, p.mask_arg(q), kmask), SUPERVISED[n.supervised.loss])
-    p.frame.indent -= 1
-
-
-SUPERVISED = {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
-              "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}
-
-
-def supervised_call(p, n: ir.Attention, a: str, qmask: str, kmask: str) -> str:
-    sup = n.supervised
-    return (f"penalties.append(supervised_penalty({a}, {p.frame.use(sup.gold)}, {qmask}, "
-            f"{kmask}, {sup.lam!r}, \"{sup.loss}\"))")
-
-
 def weights_penalty(n: ir.Attention) -> bool:
     """Whether a penalty in the loss reads the module's weights (the fast path must then
     compute them)."""
     d = n.disagreement
     return n.doubly_stochastic is not None or n.coverage_loss is not None or \
-        d is not None and d.on == "position"
+        n.supervised is not None or d is not None and d.on == "position"
 
 
 def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask: str,
                        G: int) -> None:
-    """Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage loss (eq. 12-13)
-    and Li et al.'s disagreement (eq. 5-7) over the module's weights or heads: at once, or in
-    a decoder loop from the tensors of every step once the loop is done (``penalty_call``)."""
+    """Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage loss (eq. 12-13),
+    Li et al.'s disagreement (eq. 5-7) and supervised attention over the module's weights or
+    heads: at once, or in a decoder loop from the tensors of every step once the loop is done
+    (``penalty_call``)."""
     d = n.disagreement
-    if n.doubly_stochastic is None and n.coverage_loss is None and d is None:
+    if n.doubly_stochastic is None and n.coverage_loss is None and d is None \
+            and n.supervised is None:
         return
     p.frame.records.add("penalties")
     x = f"{ex}[\"heads\"]" if d is not None and d.on != "position" else a
@@ -199,14 +174,33 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
     qmask = "None"
     if q is not None and info.query_mode == "sequence":
         qmask = p.mask_arg(q, f".reshape(-1, {q.name}.shape[-2])") if G else p.mask_arg(q)
+    emit_penalty(p, n, x, qmask, kmask)
+
+
+def emit_penalty(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> None:
+    """``penalties.append(…)`` of ``penalty_call``; supervised attention's only when the
+    target alignment is given (in training)."""
+    f = p.frame
+    if n.supervised is not None:
+        f.emit(f"if {f.use(n.supervised.gold)} is not None:", "in training")
+        f.indent += 1
     code, comment = penalty_call(p, n, x, qmask, kmask)
-    p.frame.emit(f"penalties.append({code})", comment)
+    f.emit(f"penalties.append({code})", comment)
+    if n.supervised is not None:
+        f.indent -= 1
 
 
 def penalty_call(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> tuple[str, str]:
     """The call that computes a module's penalty from its weights (or heads) x, with the
     padding masks of its queries and keys, and its comment."""
     d = n.disagreement
+    if n.supervised is not None:  # Liu et al. 2016 (squared), Mi et al. 2016 (cross entropy)
+        sup = n.supervised
+        p.helpers.add("supervised_penalty")
+        return (f"supervised_penalty({x}, {p.frame.use(sup.gold)}, {qmask}, {kmask}, "
+                f"{sup.lam!r}, \"{sup.loss}\")",
+                {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
+                 "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}[sup.loss])
     if n.doubly_stochastic is not None:
         p.helpers.add("doubly_stochastic_penalty")
         return (f"doubly_stochastic_penalty({x}, {qmask}, {kmask}, "

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from .. import checks, ir
 from ..ops import plan_rule
-from . import attention, generate
-from .attention import penalty_call, plan_attention
+from . import generate
+from .attention import emit_penalty, plan_attention
 from .frame import Frame, Owner, Var
 from .names import dim_of, ident
 
@@ -123,8 +123,6 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
     for nd, a, _ in p.step.get("penalty", []):  # every step's weights (heads), for a penalty
         f.emit(f"{steps}.setdefault({step_key('penalty', p.key_code(nd))}, []).append({a})")
-    for nd, a, _ in p.step.get("supervised", []):  # every step's weights, for the penalty
-        f.emit(f"{steps}.setdefault({step_key('supervised', p.key_code(nd))}, []).append({a})")
     f.indent -= 1
     for node_id in kept:
         v = f.vars[node_id]
@@ -141,22 +139,13 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
         f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
     covered = p.step.get("penalty", [])
-    supervised = p.step.get("supervised", [])
     generate.loop_save(p, n, p.step.get("cached", []))
     p.step = None
     for nd, a, kmask in covered:  # the penalty over every step's weights (the whole target)
         w = f"{steps}[{step_key('penalty', p.key_code(nd))}]"
         d = nd.disagreement  # the values V^h are the same at every step: the last step's
         w = f"{w}[-1]" if d is not None and d.on == "subspace" else f"torch.cat({w}, -2)"
-        code, comment = penalty_call(p, nd, w, p.mask_arg(x), kmask)
-        f.emit(f"penalties.append({code})", comment)
-    for nd, a, kmask in supervised:  # against the target alignment over the whole target
-        w = f"torch.cat({steps}[{step_key('supervised', p.key_code(nd))}], -2)"
-        f.emit(f"if {f.use(nd.supervised.gold)} is not None:", "in training")
-        f.indent += 1
-        f.emit(attention.supervised_call(p, nd, w, p.mask_arg(x), kmask),
-               attention.SUPERVISED[nd.supervised.loss])
-        f.indent -= 1
+        emit_penalty(p, nd, w, p.mask_arg(x), kmask)
     return order
 
 
