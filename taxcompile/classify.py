@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from . import ir
+from . import ir, mechanisms
 from .checks import CheckedModel, weights_read
 from .graph import dataflow
 
@@ -32,25 +32,13 @@ ORDER = {
     "query_multiplicity": ("Singular", "Multi-Head", "Multi-Hop", "Capsule-Based"),
 }
 
-SCORE_LABEL = {
-    "additive": "Additive", "concat": "Additive", "multiplicative": "Multiplicative",
-    "scaled_multiplicative": "Scaled Multiplicative", "general": "General",
-    "biased_general": "Biased General", "activated_general": "Activated General",
-    "similarity": "Similarity", "location": "Location",
-    # GAT's act(a^T [q; k]): the concat form of the additive family (Table II), the
-    # activation after the weight vector rather than before it
-    "activated_concat": "Additive",
-}
-# See et al.'s coverage (`coverage = true`, eq. 10-11) adds w_c c_i^t to an additive score's
-# inputs: the score stays Additive (its form w^T act(W1 q + W2 k + ... + b) is unchanged) and
-# the coverage, the module's own earlier weights, is no query. A penalty (Lin et al., Xu et
-# al.'s doubly stochastic, See et al.'s coverage loss, Li et al.'s disagreement) is a term
-# of the training loss: it changes no module's score, alignment, wiring or heads, so it
-# changes no cell of the row.
-ALIGN_LABEL = {"global": "Global", "hard": "Hard", "local": "Local", "reinforced": "Reinforced",
-               "sparsemax": "Sparse", "entmax": "Sparse",
-               # Oktay et al.'s attention gates: Table III reads them as Global
-               "sigmoid": "Global"}
+# A score's and an alignment's Table III value and the reason text come from their records
+# (taxcompile/mechanisms). See et al.'s coverage (`coverage = true`, eq. 10-11) adds w_c
+# c_i^t to an additive score's inputs: the score stays Additive (its form w^T act(W1 q + W2
+# k + ... + b) is unchanged) and the coverage, the module's own earlier weights, is no
+# query. A penalty (Lin et al., Xu et al.'s doubly stochastic, See et al.'s coverage loss,
+# Li et al.'s disagreement) is a term of the training loss: it changes no module's score,
+# alignment, wiring or heads, so it changes no cell of the row.
 # Transparent maps: a context reaching a query only through these "joins" the query.
 TRANSPARENT = {"concat", "project", "linear", "identity", "dropout"}
 
@@ -84,28 +72,14 @@ class Classification:
         return {d: self.cells[d].text(d) for d in DIMENSIONS}
 
 
-# How a score modifier reads: a position term or bias added to a score leaves its family
-# (the survey's Table II) and the alignment as they are; it is noted, not a new category.
-MODIFIER_READING = {
-    "relative": "Shaw et al.'s relative-position term q_i a^K_ij^T added to q_i k_j^T: still "
-                "the same q·k score, with learned embeddings of the clipped distance j - i",
-    "rotary": "rotary positions turn q and k before the dot product, so q'·k' depends on "
-              "j - i: still the same q·k score",
-    "alibi": "ALiBi adds -m_h |i - j| to every score before the alignment: a fixed bias, "
-             "the score function is unchanged",
-    "gaussian": "Yang et al.'s Gaussian bias -(j - P_i)^2 / (2 sigma_i^2) is added to every "
-                "score before the alignment: the score function is unchanged and the "
-                "alignment still spans all keys (a soft locality, not local alignment)",
-}
-
-
 def modifier_reading(a: ir.Attention) -> str:
-    """The reason's tail for a module with score modifiers, '' without any."""
-    mods = [m for m in (a.position, a.bias) if m is not None]
+    """The reason's tail for a module with score modifiers, '' without any: a position term
+    or bias added to a score leaves its family (the survey's Table II) and the alignment as
+    they are; it is noted, not a new category (each record's reason)."""
+    mods = mechanisms.modifiers(a)
     if not mods:
         return ""
-    return "; " + "; ".join(MODIFIER_READING[m.fn] + (
-        " (and a^V_ij in the values)" if m.fn == "relative" and m.values else "") for m in mods)
+    return "; " + "; ".join(rec.text("reason", m) for rec, m in mods)
 
 
 def display(m: ir.Model, node_id: str) -> str:
@@ -299,60 +273,31 @@ class Classifier:
     def per_module(self) -> None:
         read = weights_read(self.m)
         for a in self.atts:
-            s = a.score
-            if s.fn in ("affinity", "max_pool"):
-                aff = self.m.node(a.affinity)
-                form, act = aff.expr.param("form", "bilinear"), aff.expr.param("act", "none")
-                label = {"dot": "Multiplicative", "scaled_dot": "Scaled Multiplicative",
-                         "trilinear": "Multiplicative",
-                         "bilinear": "General" if str(act) == "none" else "Activated General"}[form]
-                how = "the maximum of each row" if s.fn == "max_pool" else "its rows"
-                extra = (" (w^T[k_i; k_j; k_i∘k_j]: an element-wise product of the pair, "
-                         "eq. 13)" if form == "trilinear" else "")
-                self.cells["scoring"].add(label, f"attention {self.q(a.id)} scores with {how} of the "
-                                          f"{form} affinity {self.q(a.affinity)}{extra}")
-            elif s.fn == "activated_concat":
-                self.cells["scoring"].add("Additive", f"attention {self.q(a.id)} uses GAT's "
-                                          f"activated concat score e_ij = act(a^T [W h_i; W h_j]), act = {s.act}: "
-                                          "a weight vector over the concatenated query and key "
-                                          "(the concat form of the additive score, Table II), "
-                                          "the activation after it")
-            else:
-                label = SCORE_LABEL[s.fn]
-                self.cells["scoring"].add(label, f"attention {self.q(a.id)} uses the "
-                                          f"{s.fn.replace('_', ' ')} score"
-                                          + modifier_reading(a))
+            self.scoring(a)
             al = a.align
-            what = {"global": "softmax over all keys (eq. 25)", "hard": "samples one key (eq. 26)",
-                    "local": f"a window of D = {al.window} around a {al.position} position "
-                             "(eq. 27-29)",
-                    "reinforced": "soft alignment over a subset an agent selects",
-                    "sparsemax": "sparsemax", "entmax": "entmax-1.5",
-                    "sigmoid": "a sigmoid gate on every position, not normalised over the "
-                               "keys (Oktay et al.'s attention gate), which the survey reads "
-                               "as global: no key is left out, none is sampled"}[al.fn]
+            rec = mechanisms.align(al.fn)
+            what = rec.text("reason", al)
             mi = self.m.node(a.mask_input) if a.mask_input else None
             if mi is not None and mi.kind == "graph":
                 # GAT (eq. 3): a softmax over each node's neighbours. The survey's global
                 # alignment weighs every key the query may see; here those are the neighbours
-                what = (f"a softmax over each node's neighbours in graph {self.q(mi.id)} "
-                        "(Velickovic et al. eq. 3): global alignment over the neighbours, "
-                        "every neighbour weighted, none sampled and no window")
+                what = mechanisms.GRAPH_REASON.format(graph=self.q(mi.id))
             elif mi is not None:
                 what += f", the keys mask {self.q(mi.id)} leaves out (given with the data)"
-            self.cells["alignment"].add(ALIGN_LABEL[al.fn], f"attention {self.q(a.id)}: {what}")
+            label = rec.text("reading", al)
+            self.cells["alignment"].add(label, f"attention {self.q(a.id)}: {what}")
             if a.id in read:
                 # `att.weights` read by a feature model (AoA's alpha^T beta-bar, a pointer
                 # network's output, a supervised alignment): what reads them comes after
                 # the alignment, so the module's own row stays as it is
                 self.cells["alignment"].add(
-                    ALIGN_LABEL[al.fn], f"the weights of {self.q(a.id)} are read as values "
+                    label, f"the weights of {self.q(a.id)} are read as values "
                     f"(`{a.name}.weights`), after its alignment: its row stays as it is")
             if a.supervised is not None:
                 # a loss term on the weights in training (Liu et al. 2016): the weights are
                 # computed as before, so the row stays as it is
                 self.cells["alignment"].add(
-                    ALIGN_LABEL[al.fn], f"attention {self.q(a.id)} is supervised by the "
+                    label, f"attention {self.q(a.id)} is supervised by the "
                     f"target alignment {self.q(a.supervised.gold)} (a loss term on its weights "
                     "in training): its row stays as it is")
             if a.dimensionality == "multi":
@@ -362,6 +307,18 @@ class Classifier:
             else:
                 self.cells["dimensionality"].add(
                     "Single-Dimensional", f"attention {self.q(a.id)} gives one weight per value")
+
+    def scoring(self, a: ir.Attention) -> None:
+        """The score's Table III value (its record's reading; over an affinity matrix, the
+        affinity's form) and why."""
+        s, rec = a.score, mechanisms.score(a.score.fn)
+        more = {}
+        if a.affinity is not None:
+            aff = self.m.node(a.affinity).expr
+            more = dict(form=aff.param("form", "bilinear"), act=str(aff.param("act", "none")),
+                        affinity=self.q(a.affinity))
+        self.cells["scoring"].add(rec.text("reading", s, **more), f"attention {self.q(a.id)} "
+                                  + rec.text("reason", s, **more) + modifier_reading(a))
 
     def query_type_and_multiplicity(self) -> None:
         qt, qm = self.cells["query_type"], self.cells["query_multiplicity"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import graphviz
 
-from . import ir
+from . import ir, mechanisms
 from .checks import CheckedModel, CheckedSpec
 from .classify import classify_model
 from .files import OutputError, write_atomic
@@ -176,17 +176,18 @@ def _wrap(text: str, width: int = 38) -> str:
 
 
 def attention_label(a: ir.Attention) -> list[str]:
-    s = a.score
-    score = s.fn.replace("_", " ")
+    s, al = a.score, a.align
+    rec = mechanisms.score(s.fn)
+    score = rec.text("label", s)
     extra = [f"d_w = {s.d_w}"] if s.d_w else []
-    if s.act and s.fn in ("additive", "activated_general") and s.act.fn != "tanh":
+    # an activation is shown where it is not the score's default (tanh for the additive
+    # and activated general scores)
+    default = next((p.default for p in rec.params if p.name == "act"), None)
+    if s.act and default is not None and s.act != default:
         extra.append(str(s.act))
     if s.similarity:
         extra.append(s.similarity)
-    al = a.align
-    align = al.fn
-    if al.fn == "local":
-        align = f"local, D = {al.window}, {al.position}" + (", gaussian" if al.gaussian else "")
+    align = mechanisms.align(al.fn).text("label", al)
     lines = [f"attention {a.name}", f"score: {score}" + (f" ({', '.join(extra)})" if extra else ""),
              f"align: {align}"]
     more = a.traits()

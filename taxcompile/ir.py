@@ -118,10 +118,9 @@ class Modifier(_Frozen):
     loc: Location
 
     def __str__(self) -> str:
-        if self.fn == "relative":
-            return f"relative positions (k = {self.clip}{', values' if self.values else ''})"
-        return {"rotary": "rotary positions", "alibi": "ALiBi bias",
-                "gaussian": "Gaussian localness bias"}[self.fn]
+        from .mechanisms import MODIFIERS  # (the registry's parameters import this module)
+
+        return MODIFIERS[self.fn].text("label", self)
 
 
 class Supervision(_Frozen):
@@ -232,39 +231,40 @@ class Attention(_Frozen):
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""
         out = []
+        from . import mechanisms as mech  # (the registry's parameters import this module)
+
+        traits, out = mech.TRAITS, []
         if self.heads > 1:
-            out.append(f"{self.heads} heads")
+            out.append(traits["heads"].text("label", self))
             if self.heads_out != "project":
-                out.append({"concat": "heads concatenated", "mean": "heads averaged"}
-                           [self.heads_out])
+                out.append(mech.HEADS_OUT[self.heads_out].text("label"))
         if self.dimensionality == "multi":
-            out.append("multi-dimensional")
+            out.append(traits["multi_dimensional"].text("label"))
         if self.capsules:
-            out.append(f"{self.capsules} capsules")
+            out.append(traits["capsules"].text("label", self))
         if self.mask != "none":
-            out.append(f"{self.mask} mask")
+            out.append(mech.MASKS[self.mask].text("label"))
         if self.mask_input is not None:
-            out.append(f"mask `{self.mask_input}`")
+            out.append(traits["pair_mask"].text("label", self))
         if self.self_loops:
             out.append("self loops")
-        if self.penalty is not None:
-            out.append(f"penalty {self.penalty:g}")
-        if self.doubly_stochastic is not None:
-            out.append(f"doubly stochastic penalty {self.doubly_stochastic:g}")
+        pens = dict((rec.name, (rec, v)) for rec, v in mech.penalties(self))
+        for name, arg in (("frobenius", self.penalty), ("doubly_stochastic", self.doubly_stochastic)):
+            if name in pens:
+                out.append(pens[name][0].text("label", lam=arg))
         if self.coverage:
-            out.append("coverage")
-        if self.coverage_loss is not None:
-            out.append(f"coverage loss {self.coverage_loss:g}")
-        if self.disagreement is not None:
-            out.append(f"disagreement on {self.disagreement.on} {self.disagreement.lam:g}")
+            out.append(traits["coverage"].text("label"))
+        if "coverage" in pens:
+            out.append(pens["coverage"][0].text("label", lam=self.coverage_loss))
+        if "disagreement" in pens:
+            out.append(pens["disagreement"][0].text("label", self.disagreement))
         if self.dropout:
-            out.append(f"dropout {self.dropout:g}")
+            out.append(traits["dropout"].text("label", self))
         if self.share is not None:
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
         if self.supervised is not None:
-            out.append(f"supervised by {self.supervised.gold} "
-                       f"({self.supervised.loss.replace('_', ' ')}, {self.supervised.lam:g})")
+            out.append(pens["supervised"][0].text("label", self.supervised))
         return out
 
 

@@ -10,9 +10,11 @@ import math
 from dataclasses import dataclass, field
 
 from . import ast, ir
+from . import mechanisms as mech
 from .diagnostics import Collector, Location, article
+from .mechanisms import spellings
 from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabulary)
-from .ops import ACTIVATIONS, act
+from .ops import ACTIVATIONS
 from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
 from .ops import NAMED  # parameters that name a node (`feed = att`, `init = s0`)
 
@@ -56,64 +58,27 @@ FORWARD_NAMES = frozenset(FORWARD_OPTIONS) | {
     "rotary", "rel_distance", "alibi_slopes", "flex_context", "flex_ready"}
 
 
-def _sig(*params: P) -> tuple[P, ...]:
-    return params
-
-
-SCORES: dict[str, tuple[P, ...]] = {
-    "additive": _sig(pint("d_w", False), act("tanh"), P("bias", "bool", False, True)),
-    "concat": _sig(pint("d_w", False)),
-    "multiplicative": (),
-    "dot": (),  # Luong et al.'s name for the multiplicative score q^T k
-    "scaled_multiplicative": (),
-    "general": (),
-    "biased_general": (),
-    "activated_general": _sig(act("tanh")),
-    "similarity": _sig(enum("kind", ("cosine", "l2"), "cosine")),
-    "location": (),
-    "affinity": (),
-    "max_pool": (),
-    # GAT (Velickovic et al.): act(a^T [q_i || k_j]), a split into a_dst and a_src; over a graph
-    "activated_concat": _sig(P("act", "act", False, ir.Act(fn="leaky_relu",
-                                                           params=(("slope", 0.2),)),
-                               tuple(a for a in ACTIVATIONS if a != "maxout"))),
-}
+# The parameters of each mechanism a statement names come from its record
+# (taxcompile/mechanisms), aliases included (`dot`, `soft`).
+SCORES: dict[str, tuple[P, ...]] = {k: m.params for k, m in spellings(mech.SCORES).items()}
 
 # Scores that score the keys alone when a module has no query (eq. 33).
-SCORES_WITHOUT_QUERY = ("additive", "concat")
+SCORES_WITHOUT_QUERY = mech.WITHOUT_QUERY
 
-ALIGNS: dict[str, tuple[P, ...]] = {
-    "global": (),
-    "soft": (),
-    "hard": (),
-    "local": _sig(pint("D"), enum("position", ("monotonic", "predictive"), "predictive"),
-                  P("gaussian", "bool", False, True), P("sigma", "float", False)),
-    "reinforced": (),
-    "sparsemax": (),
-    "entmax": (),
-    "sigmoid": (),  # a gate per key position, not normalised (Oktay et al.)
-}
+ALIGNS: dict[str, tuple[P, ...]] = {k: m.params for k, m in spellings(mech.ALIGNS).items()}
 
-# Masks over one sequence: causal hides later positions (j > i); DiSAN's directional
-# masks hide the position itself too: forward keeps j < i, backward keeps j > i.
-MASKS = P("mask", "enum", False, "none", ("none", "causal", "forward", "backward"))
+# Masks over one sequence (their records say which keys each keeps).
+MASKS = P("mask", "enum", False, "none", tuple(mech.MASKS))
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
                     "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
                     "share", "position", "bias", "coverage", "self_loops")
 # Score modifiers: position terms in q and k (`position = …`) and additive biases on the
 # scores before the alignment (`bias = …`); docs/codegen.md has their equations.
-POSITIONS: dict[str, tuple[P, ...]] = {
-    "relative": _sig(pint("k"), P("values", "bool", False, False)),  # Shaw et al. 2018
-    "rotary": _sig(P("base", "float", False, 10000.0)),  # Su et al. (RoPE)
-}
-BIASES: dict[str, tuple[P, ...]] = {
-    "alibi": (),  # Press et al.: -m_h |i - j|
-    "gaussian": (),  # Yang et al. 2018: -(j - P_i)^2 / (2 sigma_i^2)
-}
-# How a multi-head module joins its heads' contexts: W_O concat (eq. 40), the plain concat
-# (Lin et al.'s flattened M), or their mean (GAT's last layer).
-HEADS_OUT = P("heads_out", "enum", False, "project", ("project", "concat", "mean"))
+POSITIONS: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.POSITIONS.items()}
+BIASES: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.BIASES.items()}
+# How a multi-head module joins its heads' contexts (the records of mechanisms.HEADS_OUT).
+HEADS_OUT = P("heads_out", "enum", False, "project", tuple(mech.HEADS_OUT))
 PAPER_FIELDS = ("cite", "ref", "row", "title", "year")
 
 def suggest(word: str, options) -> str:

@@ -1,0 +1,97 @@
+"""The registry of attention mechanisms: one frozen ``Mechanism`` record per score function,
+alignment, position term, bias, mask kind, way of joining heads, penalty and trait of an
+attention module, with its parameters, its Table III reading and the reason text, its part
+of the generated class's name and its docstring line, the constructor arguments it adds,
+its template and the helpers it needs. ``tests/test_mechanisms.py`` checks that every
+mechanism the IR admits has a record and that every record's template and helpers exist.
+
+The front end reads it (``classify``, ``diagram``, the IR's summaries), and so do the
+codegen's attention classes and the drop-in layer (``constructor`` below: one list of
+constructor arguments for both). Importing it costs nothing the front end does not load
+anyway (the operator registry's parameter type, no pydantic model of its own)."""
+
+from __future__ import annotations
+
+from .aligns import ALIGNS, GRAPH_REASON
+from .modifiers import BIASES, MODIFIERS, POSITIONS
+from .others import HEADS_OUT, MASK_ARG, MASKS, PENALTIES, TRAITS
+from .record import KINDS, CtorArg, Mechanism
+from .scores import KEYS_ALONE_DOC, SCORES, WITHOUT_QUERY, affinity_reading
+
+__all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEADS_OUT", "KEYS_ALONE_DOC", "KINDS",
+           "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POSITIONS", "REGISTRY", "SCORES",
+           "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
+           "constructor", "modifiers", "penalties", "score", "align", "signature", "spellings"]
+
+# Every record, by (kind, name).
+REGISTRY: dict[tuple[str, str], Mechanism] = {
+    (m.kind, m.name): m for table in (SCORES, ALIGNS, POSITIONS, BIASES, MASKS, HEADS_OUT,
+                                      PENALTIES, TRAITS) for m in table.values()}
+
+
+def spellings(table: dict[str, Mechanism]) -> dict[str, Mechanism]:
+    """The names a spec may write for the mechanisms of ``table``, aliases included."""
+    out: dict[str, Mechanism] = {}
+    for name, m in table.items():  # each alias after its record (the order errors list)
+        out[name] = m
+        out.update((a, m) for a in m.aliases)
+    return out
+
+
+def score(fn: str) -> Mechanism:
+    return SCORES[fn]
+
+
+def align(fn: str) -> Mechanism:
+    return ALIGNS[fn]
+
+
+def modifiers(n) -> list[tuple[Mechanism, object]]:
+    """(record, ir.Modifier) of a statement's position term and bias, in that order."""
+    return [(MODIFIERS[m.fn], m) for m in (n.position, n.bias) if m is not None]
+
+
+def penalties(n) -> list[tuple[Mechanism, object]]:
+    """(record, its IR value) of each penalty of a statement."""
+    out = []
+    for name, value in (("frobenius", n.penalty), ("doubly_stochastic", n.doubly_stochastic),
+                        ("coverage", n.coverage_loss), ("disagreement", n.disagreement),
+                        ("supervised", n.supervised)):
+        if value is not None:
+            out.append((PENALTIES[name], value))
+    return out
+
+
+# The arguments every attention class takes: the widths of q, k and v and the heads.
+D_Q = CtorArg("d_q", "int")
+BASE = (CtorArg("d_k", "int"), CtorArg("d_v", "int"), CtorArg("heads", "int", field="heads"))
+
+
+def constructor(n, dropout: bool = False, share: str | None = None,
+                query: bool = True) -> list[CtorArg]:
+    """The constructor arguments of ``n``'s attention class, in the order a call passes
+    them: the one list that the class's signature (``signature``), the model's call and
+    the drop-in layer's call and Config are all built from. ``dropout``: the class takes
+    an attention dropout (a module of its family has one); ``share``: "keys" (eq. 9) or
+    "swap" (eq. 14-15); ``query``: the class reads a query (given, learned or a capsule's)."""
+    out = [D_Q] if query else []
+    out += BASE
+    out += SCORES[n.score.fn].ctor + ALIGNS[n.align.fn].ctor
+    if n.capsules:
+        out += TRAITS["capsules"].ctor
+    out.append(MASK_ARG)
+    if dropout:
+        out += TRAITS["dropout"].ctor
+    for m, _ in modifiers(n):
+        out += m.ctor
+    if share == "keys":
+        out += TRAITS["shared_keys"].ctor
+    elif share == "swap":
+        out += TRAITS["swapped_keys"].ctor
+    return out
+
+
+def signature(args: list[CtorArg]) -> tuple[str, ...]:
+    """The ``__init__`` arguments: the required ones first, each group in call order."""
+    return tuple(a.signature() for a in [*(a for a in args if a.required),
+                                         *(a for a in args if not a.required)])

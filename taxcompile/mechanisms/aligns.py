@@ -1,0 +1,60 @@
+"""Alignment functions, align(e_l; e) (eq. 3, 25-29): one record each."""
+
+from __future__ import annotations
+
+from ..ops import P, enum, pint
+from .record import CtorArg, Mechanism
+
+
+def _local_label(al) -> str:
+    return f"local, D = {al.window}, {al.position}" + (", gaussian" if al.gaussian else "")
+
+
+def _local_part(al) -> str:
+    return "Local" + ("Monotonic" if al.position == "monotonic" else "")
+
+
+ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
+    Mechanism("align", "global", aliases=("soft",), reading="Global",
+              reason="softmax over all keys (eq. 25)", label="global", class_part="",
+              doc="global (soft) alignment (eq. 25)", template="align/global.py.j2",
+              helpers=("masked_softmax",)),
+    Mechanism("align", "hard", reading="Hard", reason="samples one key (eq. 26)", label="hard",
+              class_part="Hard", doc="hard alignment: sample one position (eq. 26)",
+              template="align/hard.py.j2", helpers=("masked_softmax",), extras=("log_prob",)),
+    Mechanism("align", "local",
+              (pint("D"), enum("position", ("monotonic", "predictive"), "predictive"),
+               P("gaussian", "bool", False, True), P("sigma", "float", False)),
+              reading="Local",
+              reason="a window of D = {window} around a {position} position (eq. 27-29)",
+              label=_local_label, class_part=_local_part,
+              doc="local alignment, {position} position (eq. 27-29)",
+              ctor=(CtorArg("window", "int", owner="align", field="window", sym="D",
+                            comment="D: keys within |l - p| <= D (eq. 27)"),),
+              template="align/local.py.j2", helpers=("masked_softmax",)),
+    Mechanism("align", "reinforced", reading="Reinforced",
+              reason="soft alignment over a subset an agent selects", label="reinforced",
+              class_part="Reinforced",
+              doc="reinforced alignment: a policy picks the subset, softmax over it",
+              template="align/reinforced.py.j2", helpers=("masked_softmax",),
+              extras=("log_prob",)),
+    Mechanism("align", "sparsemax", reading="Sparse", reason="sparsemax", label="sparsemax",
+              class_part="Sparsemax", doc="sparsemax alignment (seed 000)",
+              template="align/sparsemax.py.j2", helpers=("sparsemax",)),
+    Mechanism("align", "entmax", reading="Sparse", reason="entmax-1.5", label="entmax",
+              class_part="Entmax", doc="1.5-entmax alignment", template="align/entmax.py.j2",
+              helpers=("entmax15",)),
+    # Oktay et al.'s attention gates: Table III reads them as Global
+    Mechanism("align", "sigmoid", reading="Global",
+              reason="a sigmoid gate on every position, not normalised over the keys (Oktay "
+                     "et al.'s attention gate), which the survey reads as global: no key is "
+                     "left out, none is sampled",
+              label="sigmoid", class_part="Sigmoid",
+              doc="a sigmoid gate per key position, c_l = a_l v_l (Oktay et al.)",
+              template="align/sigmoid.py.j2"),
+)}
+
+# Graph attention (GAT, eq. 3): a softmax over each node's neighbours, read as global.
+GRAPH_REASON = ("a softmax over each node's neighbours in graph {graph} (Velickovic et al. "
+                "eq. 3): global alignment over the neighbours, every neighbour weighted, none "
+                "sampled and no window")

@@ -1,0 +1,121 @@
+"""The other attention-level mechanisms: structural masks, how heads join, penalties (terms
+of the training loss) and the traits of a module (its heads, dimensionality, capsules, …)."""
+
+from __future__ import annotations
+
+from ..ops import P
+from .record import CtorArg, Mechanism
+
+# which keys a query position may see besides the padding (a constructor argument: one
+# class serves every mask)
+MASK_ARG = CtorArg("mask", "str", '"none"', field="mask",
+                   comment="which keys a query position may see")
+MASK_DOC = ("mask: which keys a query position may see besides the padding: \"none\", "
+            "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
+
+
+def _mask(name: str, keeps: str) -> Mechanism:
+    return Mechanism("mask", name, reason=f"keys with {keeps}" if keeps else "",
+                     label=f"{name} mask" if name != "none" else "", doc=MASK_DOC,
+                     ctor=(MASK_ARG,), helpers=("key_keep",))
+
+
+# Masks over one sequence: causal hides later positions (j > i); DiSAN's directional masks
+# hide the position itself too: forward keeps j < i, backward keeps j > i.
+MASKS: dict[str, Mechanism] = {m.name: m for m in (
+    _mask("none", ""), _mask("causal", "j <= i"), _mask("forward", "j < i"),
+    _mask("backward", "j > i"),
+)}
+
+# How a multi-head module joins its heads' contexts: W_O concat (eq. 40), the plain concat
+# (Lin et al.'s flattened M), or their mean (GAT's last layer).
+HEADS_OUT: dict[str, Mechanism] = {m.name: m for m in (
+    Mechanism("heads_out", "project", label="", doc="joined by W_O"),
+    Mechanism("heads_out", "concat", label="heads concatenated", doc="concatenated, no W_O"),
+    Mechanism("heads_out", "mean", label="heads averaged", doc="averaged, no W_O"),
+)}
+
+# Terms of the training loss. None changes a module's score, alignment, wiring or heads,
+# so none changes a cell of the row.
+LOSS_REASON = "a term of the training loss: no cell of the row changes"
+_DISAGREEMENT = {"subspace": "5: cos(V^i, V^j)", "position": "6: |A^i * A^j|",
+                 "output": "7: cos(O^i, O^j)"}
+
+
+def _disagreement_doc(d) -> str:
+    """The docstring line of the heads' tensors the penalty reads ('' for the weights)."""
+    if d.on == "position":
+        return ""
+    return "extras[\"heads\"]: each head's " + (
+        "values V^h (Li et al. eq. 5)" if d.on == "subspace" else
+        "output O^h (Li et al. eq. 7)") + ", for the disagreement penalty."
+
+
+PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
+    # Lin et al.: ||A A^T - I||_F^2, `penalty = λ`
+    Mechanism("penalty", "frobenius", (P("lambda", "float"),), reason=LOSS_REASON,
+              label="penalty {lam:g}", extras=("penalty",)),
+    Mechanism("penalty", "doubly_stochastic", (P("lambda", "float"),), reason=LOSS_REASON,
+              label="doubly stochastic penalty {lam:g}",
+              doc="lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)",
+              helpers=("doubly_stochastic_penalty",)),
+    Mechanism("penalty", "coverage", (P("lambda", "float"),), reason=LOSS_REASON,
+              label="coverage loss {lam:g}",
+              doc="lambda sum_t sum_i min(a_i^t, c_i^t) (See et al. eq. 12-13)",
+              helpers=("coverage_loss",)),
+    Mechanism("penalty", "disagreement",
+              (P("lambda", "float", False, 1.0),
+               P("on", "enum", True, None, ("subspace", "position", "output"))),
+              reason=LOSS_REASON, label="disagreement on {on} {lam:g}", doc=_disagreement_doc,
+              helpers=("disagreement_penalty",)),
+    Mechanism("penalty", "supervised",
+              (P("gold", "node"), P("lambda", "float", False, 1.0),
+               P("loss", "enum", False, "squared", ("squared", "cross_entropy"))),
+              reason=LOSS_REASON,
+              label=lambda sup: f"supervised by {sup.gold} ({sup.loss.replace('_', ' ')}, "
+                                f"{sup.lam:g})",
+              doc=lambda sup: {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
+                               "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}[
+                  sup.loss],
+              helpers=("supervised_penalty",)),
+)}
+PENALTY_EQUATIONS = _DISAGREEMENT  # Li et al.'s three similarities, by `on`
+
+# The traits of a module beyond its score and alignment, in the order its class name
+# lists them. A trait with constructor arguments adds them to every class that has it.
+TRAITS: dict[str, Mechanism] = {m.name: m for m in (
+    Mechanism("query", "queryless", class_part="Queryless",
+              doc="no query: self-attentive (eq. 33)"),
+    Mechanism("trait", "heads", class_part="MultiHead", label="{heads} heads",
+              reading="Multi-Head"),
+    Mechanism("trait", "capsules", class_part="Capsule", label="{capsules} capsules",
+              reading="Capsule-Based",
+              ctor=(CtorArg("capsules", "int", field="capsules", comment="classes (eq. 43)"),),
+              extras=("capsule",), helpers=("pool",)),
+    Mechanism("trait", "multi_dimensional", class_part="MultiDim", label="multi-dimensional",
+              reading="Multi-Dimensional",
+              doc="Multi-dimensional (eq. 30-32): one weight per key and feature."),
+    Mechanism("trait", "coattention", class_part="CoAttention"),  # an affinity matrix's rows
+    Mechanism("trait", "shared_keys", class_part="SharedKey",  # eq. 9: another module's W, b, w
+              ctor=(CtorArg("share", "nn.Module"),),
+              doc="share: the module with no query (eq. 7) whose W, b and w this one uses; "
+                  "it adds its own W1 for the query (eq. 9, 6)."),
+    Mechanism("trait", "coverage", class_part="Coverage", label="coverage",  # See et al.
+              doc="Coverage (See et al. 2017, eq. 10-11): e_i^t = w^T act(W1 q_t + W2 k_i + "
+                  "w_c c_i^t + b), c^t = sum_{t' < t} a^{t'}, one query position at a time; "
+                  "coverage: c before the first query, (N, H, Lk), or None (zeros)."),
+    Mechanism("trait", "dropout", label="dropout {dropout:g}",
+              ctor=(CtorArg("dropout", "float", "0.0", field="dropout",
+                            comment="dropout on the attention weights, in training"),),
+              doc="dropout: the probability of zeroing each attention weight in training "
+                  "(after the alignment, before the values are weighted; the weights "
+                  "returned are those before dropout)."),
+    # eq. 14-15: the co-attention module of the other direction over the same affinity
+    Mechanism("trait", "swapped_keys", ctor=(CtorArg("share", "nn.Module | None", "None"),),
+              doc="share: the co-attention module of the other direction over the same "
+                  "affinity matrix, whose W_k is this one's W_q and W_q its W_k (eq. 14-15: "
+                  "one W1 and W2); w stays per direction."),
+    Mechanism("trait", "pair_mask", label="mask `{mask_input}`",
+              doc="pair_mask: (N, Lq, Lk) bool, True = the query may see the key, a mask "
+                  "given with the data (a mask input), combined with both."),
+)}

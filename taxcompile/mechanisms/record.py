@@ -1,0 +1,89 @@
+"""The record of one attention mechanism (``Mechanism``) and of one constructor argument
+of the attention class it adds (``CtorArg``).
+
+A record's text fields are either plain strings or ``str.format`` patterns over the IR
+object that carries the mechanism (an ``ir.Score``, ``ir.Align``, ``ir.Modifier``, …):
+``"a window of D = {window} around a {position} position"``; a field whose text is not a
+pattern of the object's fields is a function of it. ``Mechanism.text`` renders either."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from ..ops import P
+
+Text = Union[str, Callable[..., str], None]
+
+# The kinds of mechanism, in the order a statement lists them (its class name, its
+# constructor and its docstring follow this order).
+KINDS = ("query", "trait", "score", "align", "position", "bias", "mask", "heads_out",
+         "penalty")
+
+
+@dataclass(frozen=True)
+class CtorArg:
+    """One argument of an attention class's constructor that a mechanism adds."""
+
+    name: str
+    type: str  # its annotation in the generated signature
+    default: str | None = None  # its default, as code; None: required
+    owner: str = "attention"  # the IR object that holds the value: attention | score | align | position
+    field: str = ""  # the value's attribute on ``owner`` ('' for values the caller computes)
+    sym: str = ""  # its key in the owner's ``sym`` (a Config expression), '' as ``field``
+    comment: str = ""  # the drop-in layer's Config comment
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+    def signature(self) -> str:
+        return f"{self.name}: {self.type}" + ("" if self.required else f" = {self.default}")
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One attention-level mechanism: a score function, an alignment, a position term or
+    bias, a penalty, a mask kind, a way of joining heads or another trait of a module."""
+
+    kind: str  # one of KINDS
+    name: str  # as a spec writes it (`score = NAME`), or the trait's name
+    params: tuple[P, ...] = ()  # its parameters in the spec (lower checks calls against them)
+    aliases: tuple[str, ...] = ()  # other spellings a spec may use (`dot`, `soft`)
+    reading: Text = None  # its Table III value (scoring / alignment); None: it sets no cell
+    reason: Text = ""  # why it reads so: the classifier's rationale (a pattern)
+    label: Text = ""  # its short name in diagrams and summaries (a pattern)
+    class_part: Text = ""  # its part of the generated class's name
+    doc: Text = ""  # its line in the class docstring (a pattern)
+    ctor: tuple[CtorArg, ...] = ()  # the arguments it adds to the class's constructor
+    template: str | None = None  # its template under templates/codegen/
+    helpers: tuple[str, ...] = ()  # helpers (templates/codegen/helpers/) its class calls
+    # helpers it needs only when it compares a given query with the keys itself (not over
+    # an affinity matrix, not as a gate): the additive score's one-query loop
+    query_helpers: tuple[str, ...] = ()
+    # a score that is a dot product of (transformed) q and k: what the docstring says it
+    # computes, and whether it is scaled by 1/sqrt(d_k) (a fused kernel computes it)
+    dot: Text = None
+    scaled: bool = False
+    extras: tuple[str, ...] = ()  # what the class returns besides c and a (log_prob, penalty)
+
+    def text(self, what: str, obj=None, **more) -> str:
+        """Field ``what`` rendered for ``obj`` (the IR object carrying the mechanism)."""
+        value = getattr(self, what)
+        if value is None:
+            return ""
+        if callable(value):
+            return value(obj, **more)
+        if "{" not in value:
+            return value
+        return value.format(**{**fields(obj), **more})
+
+
+def fields(obj) -> dict:
+    """The attributes of an IR object as format fields (pydantic models and dataclasses)."""
+    if obj is None:
+        return {}
+    model_fields = getattr(type(obj), "model_fields", None)
+    if model_fields is not None:
+        return {k: getattr(obj, k) for k in model_fields}
+    return dict(vars(obj))

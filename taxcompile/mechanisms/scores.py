@@ -1,0 +1,108 @@
+"""Score functions, score(q, k_l) (eq. 2; Table II): one record each."""
+
+from __future__ import annotations
+
+from ..ir import Act
+from ..ops import ACTIVATIONS, P, act, enum, pint
+from .record import CtorArg, Mechanism
+
+# d_w: the hidden width of W1 q + W2 k (the additive and concat scores)
+D_W = CtorArg("d_w", "int", owner="score", field="d_w", comment="width of the score's hidden layer")
+# the keys' fixed length: Luong et al.'s location score W_a q has one output per key
+N_KEYS = CtorArg("n_keys", "int", comment="the keys' fixed length")
+
+
+def _score(name: str, reading: str, doc: str, *params: P, part: str | None = None,
+           **more) -> Mechanism:
+    return Mechanism(
+        "score", name, params, reading=reading, reason=f"uses the {name.replace('_', ' ')} score",
+        label=name.replace("_", " "), class_part=part if part is not None else
+        "".join(w.capitalize() for w in name.split("_")), doc=doc,
+        template=f"score/{name}.py.j2", **more)
+
+
+def _similarity_part(s) -> str:
+    return "Similarity" + ("L2" if s.similarity == "l2" else "Cosine")
+
+
+def _similarity_doc(s) -> str:
+    return f"similarity score ({s.similarity or 'cosine'}) (Table II)"
+
+
+def _similarity_dot(s) -> str | None:
+    """Cosine similarity is a dot product of the normalised q and k; l2 is not."""
+    return None if s.similarity == "l2" else "cos(q, k_l) (Table II, similarity)"
+
+
+# The affinity matrix's forms (`affinity(a, b, form = …)`), read as Table II's scores.
+AFFINITY_READING = {"dot": "Multiplicative", "scaled_dot": "Scaled Multiplicative",
+                    "trilinear": "Multiplicative", "bilinear": "General"}
+AFFINITY_ACTIVATED = "Activated General"  # a bilinear affinity with an activation
+
+
+def affinity_reading(s, form: str = "bilinear", act: str = "none", **_) -> str:
+    if form == "bilinear" and act != "none":
+        return AFFINITY_ACTIVATED
+    return AFFINITY_READING[form]
+
+
+def affinity_reason(how: str):
+    def reason(s, form: str = "bilinear", affinity: str = "", **_) -> str:
+        extra = (" (w^T[k_i; k_j; k_i∘k_j]: an element-wise product of the pair, eq. 13)"
+                 if form == "trilinear" else "")
+        return f"scores with {how} of the {form} affinity {affinity}{extra}"
+    return reason
+
+
+SCORES: dict[str, Mechanism] = {m.name: m for m in (
+    _score("additive", "Additive", "additive score w^T act(W1 q + W2 k + b) (eq. 6)",
+           pint("d_w", False), act("tanh"), P("bias", "bool", False, True), ctor=(D_W,),
+           query_helpers=("additive_score",)),
+    _score("concat", "Additive", "concat score w^T W [q; k] (Table II)", pint("d_w", False),
+           ctor=(D_W,)),
+    _score("multiplicative", "Multiplicative", "multiplicative score q^T k (Table II)",
+           aliases=("dot",),  # Luong et al.'s name for q^T k
+           dot="q^T k_l (Table II, multiplicative)"),
+    _score("scaled_multiplicative", "Scaled Multiplicative",
+           "scaled multiplicative score q^T k / sqrt(d_k) (Table II)",
+           dot="q^T k_l / sqrt(d_k)", scaled=True),
+    _score("general", "General", "general score k^T W q (Table II)", dot="k_l^T W q"),
+    _score("biased_general", "Biased General", "biased general score k^T (W q + b) (Table II)",
+           dot="k_l^T (W q + b)"),
+    _score("activated_general", "Activated General",
+           "activated general score act(k^T W q + b) (Table II)", act("tanh")),
+    _score("similarity", "Similarity", _similarity_doc,
+           enum("kind", ("cosine", "l2"), "cosine"), part=_similarity_part,
+           dot=_similarity_dot),
+    _score("location", "Location", "location score W_a q (Luong et al.)", ctor=(N_KEYS,)),
+    # co-attention (eq. 12-16): the scores are an affinity matrix's rows, or their maximum;
+    # Table II's reading is the affinity's form
+    Mechanism("score", "affinity", reading=affinity_reading, reason=affinity_reason("its rows"),
+              label="affinity", class_part="Affinity",
+              doc="scores read off an affinity matrix (eq. 12-13)",
+              template="score/affinity.py.j2"),
+    Mechanism("score", "max_pool", reading=affinity_reading,
+              reason=affinity_reason("the maximum of each row"), label="max pool",
+              class_part="MaxPool", doc="max-pooled affinity scores (eq. 16)",
+              template="score/max_pool.py.j2"),
+    # GAT (Velickovic et al.): act(a^T [q_i || k_j]), a split into a_dst and a_src, over a
+    # graph: the concat form of the additive family (Table II), the activation after the
+    # weight vector rather than before it. Its class is graph_attention.py.j2.
+    Mechanism("score", "activated_concat",
+              (P("act", "act", False, Act(fn="leaky_relu", params=(("slope", 0.2),)),
+                 tuple(a for a in ACTIVATIONS if a != "maxout")),),
+              reading="Additive",
+              reason="uses GAT's activated concat score e_ij = act(a^T [W h_i; W h_j]), act = "
+                     "{act}: a weight vector over the concatenated query and key (the concat "
+                     "form of the additive score, Table II), the activation after it",
+              label="activated concat", class_part="Graph",
+              doc="activated concat score act(a^T [W h_i; W h_j]) (Velickovic et al. eq. 1)",
+              template="graph_attention.py.j2", helpers=("masked_softmax", "edge_sum")),
+)}
+
+# Scores that score the keys alone when a module has no query (eq. 33).
+WITHOUT_QUERY = ("additive", "concat")
+# Scores a statement without a query reads as "of the keys alone" in its class docstring.
+KEYS_ALONE_DOC = {
+    "additive": "additive score of the keys alone, w^T act(W k + b) (eq. 33)",
+    "concat": "concat score of the keys alone, w^T W k (Table II, eq. 33)"}
