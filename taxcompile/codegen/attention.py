@@ -7,14 +7,13 @@ from __future__ import annotations
 import re
 
 from .. import checks, ir
+from .. import mechanisms as mech
 from ..checks import learned_capsules, share_kind
 from . import generate
 from .classes import attention_class, dot_form, fast_path
 from .frame import Var
 from .graph_attention import is_graph, plan_graph_attention
 from .names import Dim, atom, dim_of
-
-DOT_SCORES = ("multiplicative", "scaled_multiplicative", "similarity")
 
 
 def plan_attention(p, n: ir.Attention) -> None:
@@ -39,39 +38,17 @@ def plan_attention(p, n: ir.Attention) -> None:
         q = fused.get("q") or p.expr(n.query, n)
     p.role = ""
     G = len(info.groups)
-    if q is not None and n.score.fn in DOT_SCORES:
+    if q is not None and mech.score(n.score.fn).equal_qk:  # q^T k
         p.equal.append((q.dim, k.dim))
     if n.heads > 1:
         heads = p.sym(n, "heads", n.heads)
         p.divides.extend((d.dim, heads) for d in (q, k, v) if d is not None)
     cls = attention_class(p, n)
-    ctor = [f"d_q={q.dim if q is not None else k.dim}"] if q is not None or capsule else []
-    ctor += [f"d_k={k.dim}", f"d_v={v.dim}", f"heads={p.sym(n, 'heads', n.heads)}"]
-    if n.score.fn in ("additive", "concat"):
-        sym = dict(n.score.sym).get("d_w")
-        if sym:
-            p.use_sym(sym)
-        d_w = dim_of(n.score.d_w, sym) if n.score.d_w else \
-            (q.dim if q is not None else k.dim)
-        ctor.append(f"d_w={d_w}")
-    if n.score.fn == "location":
-        ctor.append(f"n_keys={p.axis_size_code(info.attended)}")
-    if n.align.fn == "local":
-        ctor.append(f"window={p.sym(n.align, 'D', n.align.window)}")
-    if capsule:
-        ctor.append(f"capsules={p.sym(n, 'capsules', n.capsules)}")
-    if n.mask != "none":
-        ctor.append(f"mask=\"{n.mask}\"")
-    if n.dropout is not None:
-        ctor.append(f"dropout={p.sym(n, 'dropout', n.dropout)}")
-    if n.position is not None and n.position.fn == "relative":  # Shaw et al.'s k
-        ctor.append(f"clip={p.sym(n.position, 'k', n.position.clip)}")
-    if n.position is not None and n.position.fn == "rotary" and n.position.base != 10000.0:
-        ctor.append(f"base={n.position.base!r}")
+    owner = None
     if kind in ("keys", "swap"):  # eq. 9 / eq. 14-15: the other module's score weights
         owner = p.frame.owner.by_key.get(p.share_key(other) + ("",))
         assert owner is not None, f"`{other.id}` is planned before `{n.id}` (checks.py)"
-        ctor.append(f"share={owner}")
+    ctor = constructor_call(p, n, info, q, k, v, kind, owner)
     mod = p.module(n, "", f"{cls}({', '.join(ctor)})")
     name = p.want(n)
     p.frame.note(f"attention `{n.name}`: {describe(n, info)}")
@@ -131,6 +108,38 @@ def plan_attention(p, n: ir.Attention) -> None:
     if read:
         weights_value(p, n, a, info)
     penalty_of_weights(p, n, a, ex, q, kmask, G)
+
+
+def constructor_call(p, n: ir.Attention, info, q: Var | None, k: Var, v: Var, kind: str | None,
+                     owner: str | None) -> list[str]:
+    """``name=value`` of the module's constructor call: the arguments of its mechanisms'
+    records (``mechanisms.constructor``, the list the drop-in layer's call is built from
+    too), each a Config expression where the spec wrote one."""
+    def d_w() -> str:
+        sym = dict(n.score.sym).get("d_w")
+        if sym:
+            p.use_sym(sym)
+        return str(dim_of(n.score.d_w, sym) if n.score.d_w else
+                   (q.dim if q is not None else k.dim))
+
+    computed = {"d_q": lambda: q.dim if q is not None else k.dim, "d_k": lambda: k.dim,
+                "d_v": lambda: v.dim, "d_w": d_w, "share": lambda: owner,
+                "n_keys": lambda: p.axis_size_code(info.attended)}
+    args = mech.constructor(n, n.dropout is not None, kind if kind != "same" else None,
+                            q is not None or n.capsules > 0)
+    out = []
+    for arg in args:
+        if not arg.passed(n):
+            continue
+        value = arg.value(n)
+        if arg.name in computed:
+            code = str(computed[arg.name]())
+        elif isinstance(value, str):
+            code = mech.literal(value)
+        else:
+            code = p.sym(arg.owner_of(n), arg.sym or arg.field, value)
+        out.append(f"{arg.name}={code}")
+    return out
 
 
 def weights_value(p, n: ir.Attention, a: str, info) -> None:

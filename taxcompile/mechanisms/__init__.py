@@ -16,12 +16,12 @@ from .aligns import ALIGNS, GRAPH_REASON
 from .modifiers import BIASES, MODIFIERS, POSITIONS
 from .others import HEADS_OUT, MASK_ARG, MASKS, PENALTIES, TRAITS
 from .record import KINDS, CtorArg, Mechanism
-from .scores import KEYS_ALONE_DOC, SCORES, WITHOUT_QUERY, affinity_reading
+from .scores import SCORES, WITHOUT_QUERY, affinity_reading
 
-__all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEADS_OUT", "KEYS_ALONE_DOC", "KINDS",
+__all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEADS_OUT", "KINDS",
            "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POSITIONS", "REGISTRY", "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
-           "constructor", "modifiers", "penalties", "score", "align", "signature", "spellings"]
+           "constructor", "literal", "modifiers", "penalties", "score", "align", "signature", "spellings"]
 
 # Every record, by (kind, name).
 REGISTRY: dict[tuple[str, str], Mechanism] = {
@@ -89,6 +89,11 @@ def constructor(n, dropout: bool = False, share: str | None = None,
     elif share == "swap":
         out += TRAITS["swapped_keys"].ctor
     return out
+
+
+def literal(value) -> str:
+    """A spec value as Python code (validated numbers and enum names only)."""
+    return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
 def signature(args: list[CtorArg]) -> tuple[str, ...]:

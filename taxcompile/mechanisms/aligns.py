@@ -18,7 +18,7 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("align", "global", aliases=("soft",), reading="Global",
               reason="softmax over all keys (eq. 25)", label="global", class_part="",
               doc="global (soft) alignment (eq. 25)", template="align/global.py.j2",
-              helpers=("masked_softmax",)),
+              helpers=("masked_softmax",), plain=True, fast="sdpa"),
     Mechanism("align", "hard", reading="Hard", reason="samples one key (eq. 26)", label="hard",
               class_part="Hard", doc="hard alignment: sample one position (eq. 26)",
               template="align/hard.py.j2", helpers=("masked_softmax",), extras=("log_prob",)),
@@ -31,13 +31,15 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               doc="local alignment, {position} position (eq. 27-29)",
               ctor=(CtorArg("window", "int", owner="align", field="window", sym="D",
                             comment="D: keys within |l - p| <= D (eq. 27)"),),
-              template="align/local.py.j2", helpers=("masked_softmax",)),
+              template="align/local.py.j2", helpers=("masked_softmax",),
+              # O(L D): a band of keys (monotonic: p_t = t) or the window gathered
+              fast=lambda al: "band" if al.position == "monotonic" else "gather"),
     Mechanism("align", "reinforced", reading="Reinforced",
               reason="soft alignment over a subset an agent selects", label="reinforced",
               class_part="Reinforced",
               doc="reinforced alignment: a policy picks the subset, softmax over it",
               template="align/reinforced.py.j2", helpers=("masked_softmax",),
-              extras=("log_prob",)),
+              extras=("log_prob",), fast="sdpa"),
     Mechanism("align", "sparsemax", reading="Sparse", reason="sparsemax", label="sparsemax",
               class_part="Sparsemax", doc="sparsemax alignment (seed 000)",
               template="align/sparsemax.py.j2", helpers=("sparsemax",)),
@@ -51,7 +53,9 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                      "left out, none is sampled",
               label="sigmoid", class_part="Sigmoid",
               doc="a sigmoid gate per key position, c_l = a_l v_l (Oktay et al.)",
-              template="align/sigmoid.py.j2"),
+              note="Per position: a_l = sigmoid(e_l + b_psi) from key l and the query at l (or "
+                   "one query for all), c_l = a_l v_l: the values keep their positions.",
+              template="align/sigmoid.py.j2", gate=True),
 )}
 
 # Graph attention (GAT, eq. 3): a softmax over each node's neighbours, read as global.

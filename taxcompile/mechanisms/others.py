@@ -8,7 +8,7 @@ from .record import CtorArg, Mechanism
 
 # which keys a query position may see besides the padding (a constructor argument: one
 # class serves every mask)
-MASK_ARG = CtorArg("mask", "str", '"none"', field="mask",
+MASK_ARG = CtorArg("mask", "str", '"none"', field="mask", unset="none",
                    comment="which keys a query position may see")
 MASK_DOC = ("mask: which keys a query position may see besides the padding: \"none\", "
             "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
@@ -87,9 +87,18 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("query", "queryless", class_part="Queryless",
               doc="no query: self-attentive (eq. 33)"),
     Mechanism("trait", "heads", class_part="MultiHead", label="{heads} heads",
-              reading="Multi-Head"),
+              reading="Multi-Head", doc="Multi-head (eq. 38-40): ", docs=(
+                  ("split", "q, k, v split into H slices, one score per head, contexts "
+                            "{joined}."),
+                  ("rows", "H rows of weights over the same keys (Lin et al.'s r-row "
+                           "annotation matrix), contexts {joined}."))),
     Mechanism("trait", "capsules", class_part="Capsule", label="{capsules} capsules",
-              reading="Capsule-Based",
+              reading="Capsule-Based", docs=(
+                  ("learned", "Capsule-based (eq. 43-45): a learned query per class, p_c and "
+                              "r_c."),
+                  ("hops", "Capsule-based over hops (eq. 41-45): row c of the query, an "
+                           "earlier capsule module's output, is capsule c's query; p_c and "
+                           "r_c.")),
               ctor=(CtorArg("capsules", "int", field="capsules", comment="classes (eq. 43)"),),
               extras=("capsule",), helpers=("pool",)),
     Mechanism("trait", "multi_dimensional", class_part="MultiDim", label="multi-dimensional",

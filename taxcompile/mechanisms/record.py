@@ -32,6 +32,24 @@ class CtorArg:
     field: str = ""  # the value's attribute on ``owner`` ('' for values the caller computes)
     sym: str = ""  # its key in the owner's ``sym`` (a Config expression), '' as ``field``
     comment: str = ""  # the drop-in layer's Config comment
+    unset: object = None  # an optional argument's value when the spec does not set it
+
+    def value(self, n):
+        """The value statement ``n`` gives it (None: computed by the caller)."""
+        if not self.field:
+            return None
+        owner = n if self.owner == "attention" else getattr(n, self.owner)
+        return getattr(owner, self.field)
+
+    def owner_of(self, n):
+        """The IR object whose ``sym`` holds the argument's Config expression."""
+        return n if self.owner == "attention" else getattr(n, self.owner)
+
+    def passed(self, n) -> bool:
+        """Whether a call for ``n`` passes it: a required one always, an optional one when
+        the statement sets it (a computed optional one, such as ``share``, is listed only
+        where the statement has it)."""
+        return self.required or not self.field or self.value(n) != self.unset
 
     @property
     def required(self) -> bool:
@@ -66,6 +84,22 @@ class Mechanism:
     dot: Text = None
     scaled: bool = False
     extras: tuple[str, ...] = ()  # what the class returns besides c and a (log_prob, penalty)
+    note: Text = ""  # a further line of the class docstring's body
+    # a score's docstring in other settings: "no_query" (eq. 33), "affinity" (eq. 14-15),
+    # "shared_keys" (eq. 9) and "shared_keys_multi" (eq. 9, 31)
+    docs: tuple[tuple[str, str], ...] = ()
+    equal_qk: bool = False  # a score that needs q and k of one width (q^T k)
+    rows_fast: str | None = None  # a score's fast path for multi-dimensional rows ("blocks")
+    # alignments: a plain softmax over all keys (fused and FlexAttention kernels compute
+    # it); a gate per key position (c_l = a_l v_l) rather than a distribution over keys;
+    # the fast path without the weights ("sdpa", "band", "gather"; a function of the align)
+    plain: bool = False
+    gate: bool = False
+    fast: Text = None
+    in_scores: bool = False  # a modifier that is a term of the scores (a score_mod)
+
+    def variant_doc(self, setting: str) -> str | None:
+        return dict(self.docs).get(setting)
 
     def text(self, what: str, obj=None, **more) -> str:
         """Field ``what`` rendered for ``obj`` (the IR object carrying the mechanism)."""

@@ -57,15 +57,22 @@ def affinity_reason(how: str):
 SCORES: dict[str, Mechanism] = {m.name: m for m in (
     _score("additive", "Additive", "additive score w^T act(W1 q + W2 k + b) (eq. 6)",
            pint("d_w", False), act("tanh"), P("bias", "bool", False, True), ctor=(D_W,),
-           query_helpers=("additive_score",)),
+           query_helpers=("additive_score",), rows_fast="blocks", docs=(
+               ("no_query", "additive score of the keys alone, w^T act(W k + b) (eq. 33)"),
+               ("affinity", "aggregate additive score over an affinity matrix (eq. 14-15)"),
+               ("shared_keys", "additive score w^T act(W1 q + W k + b), W, b and w those of "
+                               "eq. 7 (eq. 9)"),
+               ("shared_keys_multi", "additive score W_d^T act(W1 q + W k + b), W, b and W_d "
+                                     "those of eq. 7 (eq. 9, 31)"))),
     _score("concat", "Additive", "concat score w^T W [q; k] (Table II)", pint("d_w", False),
-           ctor=(D_W,)),
+           ctor=(D_W,),
+           docs=(("no_query", "concat score of the keys alone, w^T W k (Table II, eq. 33)"),)),
     _score("multiplicative", "Multiplicative", "multiplicative score q^T k (Table II)",
            aliases=("dot",),  # Luong et al.'s name for q^T k
-           dot="q^T k_l (Table II, multiplicative)"),
+           dot="q^T k_l (Table II, multiplicative)", equal_qk=True),
     _score("scaled_multiplicative", "Scaled Multiplicative",
            "scaled multiplicative score q^T k / sqrt(d_k) (Table II)",
-           dot="q^T k_l / sqrt(d_k)", scaled=True),
+           dot="q^T k_l / sqrt(d_k)", scaled=True, equal_qk=True),
     _score("general", "General", "general score k^T W q (Table II)", dot="k_l^T W q"),
     _score("biased_general", "Biased General", "biased general score k^T (W q + b) (Table II)",
            dot="k_l^T (W q + b)"),
@@ -73,7 +80,7 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
            "activated general score act(k^T W q + b) (Table II)", act("tanh")),
     _score("similarity", "Similarity", _similarity_doc,
            enum("kind", ("cosine", "l2"), "cosine"), part=_similarity_part,
-           dot=_similarity_dot),
+           dot=_similarity_dot, equal_qk=True),
     _score("location", "Location", "location score W_a q (Luong et al.)", ctor=(N_KEYS,)),
     # co-attention (eq. 12-16): the scores are an affinity matrix's rows, or their maximum;
     # Table II's reading is the affinity's form
@@ -102,7 +109,3 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
 
 # Scores that score the keys alone when a module has no query (eq. 33).
 WITHOUT_QUERY = ("additive", "concat")
-# Scores a statement without a query reads as "of the keys alone" in its class docstring.
-KEYS_ALONE_DOC = {
-    "additive": "additive score of the keys alone, w^T act(W k + b) (eq. 33)",
-    "concat": "concat score of the keys alone, w^T W k (Table II, eq. 33)"}
