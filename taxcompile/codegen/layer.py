@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import checks, ir
+from .. import mechanisms as mech
 from .classes import attention_class, dot_form, fast_path
 from .emit import env, names
 from .plan import AttentionClass
@@ -73,6 +74,10 @@ def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) ->
         return Role(r, "none")
     if r == "v" and n.values == n.keys:
         return Role(r, "keys")
+    if isinstance(e, ir.Op) and e.fn == "prev":
+        # a decoder's query s_(t-1) (Bahdanau et al.): the layer takes the query tensor
+        # as given, one row per query position, and has no step loop of its own
+        e = e.args[0]
     if isinstance(e, ir.Ref):
         d = cm.shapes[e.node].dim
         return Role(r, "input", d, d)
@@ -116,17 +121,14 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     helpers = [e.get_template(f"helpers/{h}.py.j2").render().rstrip()
                for h in sorted(reg.helpers)]
     klass = e.get_template("attention.py.j2").render(a=view).rstrip()
-    fields = config_fields(cm, n, q, k, v)
+    args = [a for a in mech.constructor(n, n.dropout is not None, None,
+                                          q.kind != "none" or bool(n.capsules)) if a.passed(n)]
+    fields = config_fields(cm, n, q, k, v, args)
     vk = v if v.kind != "keys" else k
-    ctor = ([f"d_q={width(q, 'q')}"] if q.kind != "none" or n.capsules else [])
-    if checks.learned_capsules(n):
-        ctor = [f"d_q={width(k, 'k')}"]
-    ctor += [f"d_k={width(k, 'k')}", f"d_v={width(vk, 'v' if v.kind != 'keys' else 'k')}",
-             "heads=cfg.heads"]
-    ctor += [f"{f}=cfg.{f}" for f in ("d_w", "n_keys", "window", "capsules")
-             if f in {x[0] for x in fields}]
-    if n.mask != "none":
-        ctor.append("mask=cfg.mask")
+    widths = {"d_q": width(k, "k") if checks.learned_capsules(n) else width(q, "q"),
+              "d_k": width(k, "k"), "d_v": width(vk, "v" if v.kind != "keys" else "k")}
+    # the model's call (codegen/attention.py) is built from the same list of arguments
+    ctor = [f"{a.name}={widths.get(a.name, f'cfg.{a.name}')}" for a in args]
     shown = n.hop.template if n.hop else n.id
     label = cs.spec.paper.cite or cs.spec.paper.id
     call = wrap(f"self.attn = {cls}({', '.join(ctor)})", 8, 100)
@@ -154,8 +156,10 @@ def width(r: Role, which: str) -> str:
         f"cfg.d_{which}" if r.kind in ("input", "learned") else "0"
 
 
-def config_fields(cm, n: ir.Attention, q: Role, k: Role, v: Role) -> list[tuple[str, ...]]:
-    """(field, type, value, comment) of the layer's Config, in order."""
+def config_fields(cm, n: ir.Attention, q: Role, k: Role, v: Role,
+                  args: list[mech.CtorArg]) -> list[tuple[str, ...]]:
+    """(field, type, value, comment) of the layer's Config, in order: the widths of what
+    forward() is given, then one field per constructor argument the statement sets."""
     out = []
     for r, what in ((q, "queries"), (k, "keys"), (v, "values")):
         if r.kind in ("input", "project"):
@@ -166,16 +170,11 @@ def config_fields(cm, n: ir.Attention, q: Role, k: Role, v: Role) -> list[tuple[
         if r.kind == "learned":
             out.append(("d_q", "int", str(r.d), "width of the learned query (eq. 34)"))
     out.append(("heads", "int", str(n.heads), "attention heads (eq. 38)"))
-    if n.score.fn in ("additive", "concat"):
-        d_w = n.score.d_w or (q.d if q.kind != "none" and not checks.learned_capsules(n) else k.d)
-        out.append(("d_w", "int", str(d_w), "width of the score's hidden layer"))
-    if n.score.fn == "location":
-        info = cm.attention[n.id]
-        out.append(("n_keys", "int", str(cm.sizes[info.attended]), "the keys' fixed length"))
-    if n.align.fn == "local":
-        out.append(("window", "int", str(n.align.window), "D: keys within |l - p| <= D (eq. 27)"))
-    if n.capsules:
-        out.append(("capsules", "int", str(n.capsules), "classes (eq. 43)"))
-    if n.mask != "none":
-        out.append(("mask", "str", f'"{n.mask}"', "which keys a query position may see"))
+    d_w = n.score.d_w or (q.d if q.kind != "none" and not checks.learned_capsules(n) else k.d)
+    computed = {"d_w": d_w, "n_keys": cm.sizes[cm.attention[n.id].attended]}
+    for a in args:
+        if a.name in ("d_q", "d_k", "d_v", "heads"):
+            continue
+        value = computed[a.name] if a.name in computed else a.value(n)
+        out.append((a.name, a.type, mech.literal(value), a.comment))
     return out

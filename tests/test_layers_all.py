@@ -1,0 +1,226 @@
+"""Every attention statement of specs/ and examples/ that a drop-in layer accepts
+(`taxcompile compile SPEC --layer NAME`): the layer constructs its attention class with the
+arguments the full model gives the same statement's module, the two compute the same
+output from the same input with the same weights, and the layer runs forward and backward.
+One constructor list (mechanisms.constructor) builds both calls; before it, Shaw et al.'s
+relative term lost its `clip` in the layer (TypeError) and the attention dropout its value.
+
+Budget: about 15 s on one core (the full models are built on the meta device)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import ROOT  # noqa: E402
+from taxcompile import checks, codegen, pipeline  # noqa: E402
+from taxcompile.codegen import layer  # noqa: E402
+from taxcompile.run import load_module  # noqa: E402
+
+SOURCES = sorted([*(ROOT / "specs").glob("*.attn"), *(ROOT / "examples").glob("*.attn")])
+
+
+def statements():
+    """(spec file, model name, statement name) of every attention statement, hops once."""
+    out = []
+    for f in SOURCES:
+        cs = pipeline.load(f)
+        for cm in cs.models:
+            seen = set()
+            for a in cm.model.attentions:
+                name = a.hop.template if a.hop else a.id
+                if name not in seen:
+                    seen.add(name)
+                    out.append((f, cm.model.name, name))
+    return out
+
+
+class Recorder:
+    """Records the keyword arguments each instance of the classes named ``names`` of a
+    generated module was constructed with."""
+
+    def __init__(self, module, names):
+        self.calls: dict[int, dict] = {}
+        for name in names:
+            cls = getattr(module, name)
+            init = cls.__init__
+
+            def wrapped(obj, *args, _init=init, **kwargs):
+                assert not args, "the generated code passes constructor arguments by name"
+                self.calls[id(obj)] = kwargs
+                _init(obj, **kwargs)
+
+            cls.__init__ = wrapped
+
+
+def attention_classes(module) -> list[str]:
+    return [n for n, c in vars(module).items() if isinstance(c, type)
+            and issubclass(c, torch.nn.Module) and n.endswith("Attention")]
+
+
+_MODELS: dict = {}
+
+
+def full_model(f: Path, model: str):
+    """The full model's module, its instance on the meta device and the recorded
+    constructor arguments of its attention modules (built once per model)."""
+    key = (f, model)
+    if key not in _MODELS:
+        cs = pipeline.load(f)
+        cm = next(m for m in cs.models if m.model.name == model)
+        mod = load_module(codegen.generate(cs, cm, str(f)), f"full_{f.stem}_{model}")
+        rec = Recorder(mod, attention_classes(mod))
+        with torch.device("meta"):
+            net = mod.Model(mod.Config())
+        _MODELS[key] = (mod, net, rec)
+    return _MODELS[key]
+
+
+def module_of(net, n, cls_name: str):
+    """The full model's module of statement ``n``: named after it (``self`` is
+    ``self_attn``), the first hop of a repeat."""
+    want = n.name
+    found = []
+    for path, m in net.named_modules():
+        last = path.rsplit(".", 1)[-1]
+        if type(m).__name__ == cls_name and (last == want or last.startswith(want + "_")):
+            if n.hop is None or re.split(r"[.\[]", n.hop.block)[0] in path.split("."):
+                found.append(m)
+    assert found, f"no module of class {cls_name} for `{n.id}` in the full model"
+    return found[0]
+
+
+def inputs(lay, n, roles, B: int = 2):
+    cfg = lay.cfg
+    Lk = getattr(cfg, "n_keys", 5)
+    Lq = getattr(cfg, "capsules", Lk) if n.capsules else Lk
+    g = torch.Generator().manual_seed(0)
+    q = None if roles[0].kind in ("none", "learned") else torch.randn(B, Lq, cfg.d_q, generator=g)
+    k = torch.randn(B, Lk, cfg.d_k, generator=g)
+    v = None if roles[2].kind == "keys" else torch.randn(B, Lk, cfg.d_v, generator=g)
+    mask = torch.ones(B, Lk, dtype=torch.bool)
+    mask[-1, -1] = False
+    return q, k, v, mask
+
+
+def layer_cases():
+    out = []
+    for f, model, name in statements():
+        cs = pipeline.load(f)
+        cm = next(m for m in cs.models if m.model.name == model)
+        try:
+            text = layer.generate(cs, cm, name, str(f.relative_to(ROOT)))
+        except layer.LayerError:
+            continue
+        out.append(pytest.param(f, model, name, text, id=f"{f.stem}:{model}:{name}"))
+    return out
+
+
+CASES = layer_cases()
+
+
+def test_the_layer_takes_most_statements():
+    """The statements it refuses read an affinity matrix, a mask or graph input, another
+    module's weights, or keys and queries built by other operators (test_layers.py)."""
+    assert len(CASES) >= 50, len(CASES)
+    names = {c.id for c in CASES}
+    for must in ("shaw2018_relative:encoder:encoder.self", "xu2015:soft:att", "xu2015:hard:att",
+                 "rotary:rotary:decoder.self", "alibi:alibi:decoder.self",
+                 "see2017_coverage:coverage:att", "yang2018_localness:encoder:lower.self"):
+        assert must in names, (must, sorted(names))
+
+
+@pytest.mark.parametrize("f, model, name, text", CASES)
+def test_every_layer_is_the_models_module(f, model, name, text):
+    cs = pipeline.load(f)
+    cm = next(m for m in cs.models if m.model.name == model)
+    n = layer.find(cm, name)
+    mod = load_module(text, f"layer_all_{f.stem}_{model}_{name.replace('.', '_')}")
+    lrec = Recorder(mod, attention_classes(mod))
+    torch.manual_seed(0)
+    lay = mod.Layer(mod.Config())
+    full, net, frec = full_model(f, model)
+    cls_name = type(lay.attn).__name__
+    theirs = module_of(net, n, cls_name)
+    # the same constructor arguments as the model's module (clip, dropout, window, mask, …)
+    assert lrec.calls[id(lay.attn)] == frec.calls[id(theirs)]
+    assert getattr(lay.attn, "dropout", None) == getattr(theirs, "dropout", None)
+
+    # the same output from the same input, with the model module's weights
+    torch.manual_seed(1)
+    ref = getattr(full, cls_name)(**frec.calls[id(theirs)]).eval()
+    lay.eval()
+    lay.attn.load_state_dict(ref.state_dict())
+    roles = [layer.role(cm, n, r, e) for r, e in (("q", n.query), ("k", n.keys),
+                                                  ("v", n.values))]
+    q, k, v, mask = inputs(lay, n, roles)
+    aq = None if q is None else (lay.q_proj(q) if roles[0].kind == "project" else q)
+    if roles[0].kind == "learned":
+        aq = lay.query.expand(k.shape[0], 1, -1)
+    ak = lay.k_proj(k) if roles[1].kind == "project" else k
+    av = ak if roles[2].kind == "keys" else (lay.v_proj(v) if roles[2].kind == "project" else v)
+    extra = {"need_weights": True} if "need_weights" in inspect.signature(ref.forward).parameters \
+        else {}
+    with torch.no_grad():
+        torch.manual_seed(2)
+        want = ref(aq, ak, av, mask, **extra)
+        torch.manual_seed(2)
+        got = lay.attn(aq, ak, av, mask, **extra)
+        torch.manual_seed(2)
+        out = lay(q, k, v, mask=mask, return_attention=True)  # (no torch.compile)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+    torch.testing.assert_close(out[0], want[0])
+
+    # forward and backward in training (dropout on)
+    lay.train()
+    given = [x.requires_grad_() for x in (q, k, v) if x is not None]
+    c = lay(q, k, v, mask=mask, return_attention=True)[0]
+    assert torch.isfinite(c).all()
+    c.square().sum().backward()
+    grads = [p.grad for p in (*lay.parameters(), *given) if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)
+
+
+def test_layer_keeps_the_attention_dropout(tmp_path):
+    """Issue 24: `--layer` dropped the statement's attention dropout (the layer's attention
+    had dropout 0 and its Config no field for it)."""
+    text = """paper t { cite = "T" }
+model m {
+    input x: sequence[L, 16]
+    attention att { query = project(x)  keys = project(x)  values = project(x)
+                    score = scaled_multiplicative  heads = 2  dropout = 0.1 }
+    output y = classify(mean(att), 3)
+}
+"""
+    cs = pipeline.load_text(text, "t.attn")
+    cm = cs.models[0]
+    mod = load_module(layer.generate(cs, cm, "att", "t.attn"), "layer_dropout")
+    lay = mod.Layer(mod.Config())
+    assert mod.Config().dropout == 0.1
+    assert lay.attn.dropout == 0.1
+    full = load_module(codegen.generate(cs, cm, "t.attn"), "full_dropout")
+    assert full.Model(full.Config()).att.dropout == 0.1
+
+
+def test_a_decoder_query_prev_is_taken_as_given():
+    """Issue 24: `--layer` refused every decoder attention whose query is `prev(s)`; the
+    layer takes the query tensor as given (s_(t-1) for each target position)."""
+    cs = pipeline.load(ROOT / "specs" / "xu2015.attn")
+    cm = cs.models[0]
+    n = layer.find(cm, "att")
+    assert isinstance(n.query, checks.ir.Op) and n.query.fn == "prev"
+    mod = load_module(layer.generate(cs, cm, "att", "specs/xu2015.attn"), "layer_prev")
+    cfg = mod.Config()
+    lay = mod.Layer(cfg).eval()
+    s = torch.randn(2, 3, cfg.d_q)
+    feats = torch.randn(2, 7, cfg.d_k)
+    c = lay(s, feats, None)  # the values are the keys
+    c = c[0] if isinstance(c, tuple) else c
+    assert c.shape[:2] == (2, 3)
