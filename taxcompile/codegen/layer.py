@@ -136,7 +136,7 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
         source=safe_source(source), shown=shown, model=cm.model.name, cite=safe(label),
         cls=cls, view=view, q=q, k=k, v=v, fields=fields, helpers=helpers, klass=klass,
         ctor=call, fast=bool(fast_path(n, dot_form(n))),
-        extras=n.align.fn in ("hard", "reinforced") or n.penalty is not None or bool(n.capsules),
+        extras=bool(mech.align(n.align.fn).extras) or n.penalty is not None or bool(n.capsules),
         structural=n.mask)
     text = e.get_template("layer.py.j2").render(**ctx, imports=False)
     used = names(text)

@@ -1,0 +1,177 @@
+"""The mechanism registry (taxcompile.mechanisms): every attention mechanism the language
+and the IR admit has one record, every record's template and helpers exist, the stages
+that read it agree with it, and the front end tests no mechanism's name as a string."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+import pytest
+
+from taxcompile import classify, ir, lower, mechanisms as mech, ops
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "taxcompile"
+TEMPLATES = PKG / "templates" / "codegen"
+
+
+def literal_values(model, field: str) -> set[str]:
+    """The values a ``Literal`` field of an IR class admits."""
+    hint = typing.get_type_hints(model)[field]
+    while typing.get_origin(hint) is typing.Union:  # Literal[...] | None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return set(typing.get_args(hint))
+
+
+def test_every_mechanism_the_ir_admits_has_a_record():
+    assert set(mech.SCORES) == literal_values(ir.Score, "fn")
+    assert set(mech.ALIGNS) == literal_values(ir.Align, "fn")
+    assert set(mech.MODIFIERS) == literal_values(ir.Modifier, "fn")
+    assert set(mech.MASKS) == literal_values(ir.Attention, "mask")
+    assert set(mech.HEADS_OUT) == literal_values(ir.Attention, "heads_out")
+    on = next(p for p in mech.PENALTIES["disagreement"].params if p.name == "on")
+    assert set(on.choices) == literal_values(ir.Disagreement, "on")
+    loss = next(p for p in mech.PENALTIES["supervised"].params if p.name == "loss")
+    assert set(loss.choices) == literal_values(ir.Supervision, "loss")
+
+
+def test_records_are_keyed_by_their_name_and_kind():
+    for (kind, name), m in mech.REGISTRY.items():
+        assert (m.kind, m.name) == (kind, name)
+        assert kind in mech.KINDS
+    for table, kind in ((mech.SCORES, "score"), (mech.ALIGNS, "align"),
+                        (mech.POSITIONS, "position"), (mech.BIASES, "bias"),
+                        (mech.MASKS, "mask"), (mech.PENALTIES, "penalty")):
+        assert {m.kind for m in table.values()} == {kind}
+    with pytest.raises(Exception):
+        mech.SCORES["additive"].reading = "General"  # frozen
+
+
+def test_every_template_and_helper_exists_and_has_a_record():
+    for m in mech.REGISTRY.values():
+        if m.template:
+            assert (TEMPLATES / m.template).is_file(), (m.name, m.template)
+        for h in (*m.helpers, *m.query_helpers):
+            assert (TEMPLATES / "helpers" / f"{h}.py.j2").is_file(), (m.name, h)
+    # no score or alignment template without its record
+    for kind, table in (("score", mech.SCORES), ("align", mech.ALIGNS)):
+        files = {p.name.removesuffix(".py.j2") for p in (TEMPLATES / kind).glob("*.py.j2")}
+        assert files == {m.name for m in table.values() if m.template.startswith(kind + "/")}
+
+
+def test_every_score_and_alignment_reads_as_a_table_iii_value_with_a_reason():
+    for table, dim in ((mech.SCORES, "scoring"), (mech.ALIGNS, "alignment")):
+        for m in table.values():
+            assert m.reading and m.reason and m.label and m.doc, m.name
+            if isinstance(m.reading, str):
+                assert m.reading in classify.ORDER[dim], (m.name, m.reading)
+    for form in mech.scores.AFFINITY_READING:
+        for act in ("none", "tanh"):
+            assert mech.affinity_reading(None, form, act) in classify.ORDER["scoring"]
+    for m in mech.MODIFIERS.values():
+        assert m.reason and m.class_part and m.doc and m.label and m.reading is None, m.name
+
+
+def test_class_name_parts_are_unique():
+    for table in (mech.SCORES, mech.ALIGNS, mech.MODIFIERS):
+        parts = [m.class_part for m in table.values() if isinstance(m.class_part, str)]
+        assert len(parts) == len(set(parts)), parts
+    traits = [m.class_part for m in mech.TRAITS.values() if m.class_part]
+    assert len(traits) == len(set(traits))
+
+
+def test_constructor_arguments_name_fields_of_the_ir():
+    owners = {"attention": ir.Attention, "score": ir.Score, "align": ir.Align,
+              "position": ir.Modifier}
+    names = []
+    for m in mech.REGISTRY.values():
+        for a in m.ctor:
+            assert a.owner in owners, (m.name, a)
+            if a.field:
+                assert a.field in owners[a.owner].model_fields, (m.name, a.field)
+            assert a.required or a.default is not None
+            names.append(a.name)
+    assert "clip" in names and "dropout" in names
+
+
+def test_the_constructor_list_orders_required_arguments_first_in_the_signature():
+    n = _statement("query = project(x)  keys = x  values = x  score = scaled_multiplicative  "
+                   "position = relative(k = 4)  dropout = 0.1  "
+                   "mask = causal")
+    args = mech.constructor(n, dropout=True)
+    assert [a.name for a in args] == ["d_q", "d_k", "d_v", "heads", "mask", "dropout", "clip"]
+    assert mech.signature(args) == ("d_q: int", "d_k: int", "d_v: int", "heads: int",
+                                     "clip: int",
+                                     'mask: str = "none"', "dropout: float = 0.0")
+    assert [a.name for a in args if a.passed(n)] == [a.name for a in args]
+    plain = _statement("features = x  score = additive")
+    assert [a.name for a in mech.constructor(plain, query=False) if a.passed(plain)] == \
+        ["d_k", "d_v", "heads", "d_w"]
+
+
+def _statement(fields: str) -> ir.Attention:
+    from taxcompile import pipeline
+
+    cs = pipeline.load_text("paper t { cite = \"T\" }\nmodel m {\n input x: sequence[L, 8]\n"
+                            f" attention a {{ {fields} }}\n}}\n", "t.attn")
+    return cs.models[0].model.attentions[0]
+
+
+def test_lower_reads_the_registry():
+    assert lower.SCORES == {k: m.params for k, m in mech.spellings(mech.SCORES).items()}
+    assert list(lower.SCORES)[:4] == ["additive", "concat", "multiplicative", "dot"]
+    assert lower.ALIGNS["soft"] is mech.ALIGNS["global"].params
+    assert lower.POSITIONS.keys() == mech.POSITIONS.keys()
+    assert lower.BIASES.keys() == mech.BIASES.keys()
+    assert lower.MASKS.choices == tuple(mech.MASKS)
+    assert lower.HEADS_OUT.choices == tuple(mech.HEADS_OUT)
+
+
+# ---- no mechanism's name tested as a string in the modules that read the registry ----------
+
+# The names a spec writes for a mechanism. Left out: names that are also feature operators
+# (`concat(...)`, `sigmoid(x)`: a test of an operator's name is not a mechanism's), "none"
+# (no mask, no activation) and "dot" (an affinity's form, graphviz's program).
+SPELLED = (mech.SCORES, mech.ALIGNS, mech.MODIFIERS, mech.MASKS, mech.HEADS_OUT, mech.PENALTIES)
+NAMES = {n for table in SPELLED for n in mech.spellings(table)} - set(ops.OPS) - {"none", "dot"}
+
+
+def name_tests(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of each comparison of a value with a mechanism's name (``fn == "local"``,
+    ``fn in ("hard", "reinforced")``) in a module."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in (node.left, *node.comparators):
+            consts = side.elts if isinstance(side, (ast.Tuple, ast.Set, ast.List)) else [side]
+            out += [(node.lineno, c.value) for c in consts
+                    if isinstance(c, ast.Constant) and c.value in NAMES]
+    return out
+
+
+@pytest.mark.parametrize("module", ["classify.py", "diagram.py", "fmt.py",
+                                    "codegen/classes.py", "codegen/layer.py"])
+def test_front_end_modules_test_no_mechanism_name(module):
+    """classify, diagram and fmt (and the attention classes' names, docstrings and
+    constructors, and the drop-in layer) read the registry instead."""
+    found = name_tests(PKG / module)
+    if module == "codegen/classes.py":  # one query per group: the affinity's additive and
+        found = [f for f in found if f[1] not in ("max_pool", "additive")]  # max-pool rows
+    assert not found, found
+
+
+def test_the_registry_adds_no_import():
+    """Importing the registry loads nothing but the operator registry it shares P with (the
+    front end loads both anyway): no jinja2, no torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys; before = set(sys.modules); import taxcompile.mechanisms; "
+            "print(sorted(m for m in set(sys.modules) - before "
+            "if not m.startswith('taxcompile.mechanisms')))")
+    out = subprocess.run([sys.executable, "-c", "import taxcompile.ops\n" + code],
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]", out
