@@ -54,13 +54,19 @@ def sources_digest(files: list[Path]) -> str:
     return h.hexdigest()
 
 
+def subpackage_sources() -> list[Path]:
+    """The sources of the front end's subpackages (the mechanism registry: a record's
+    reading or reason text changes rows)."""
+    return sorted((_PACKAGE / "mechanisms").glob("*.py"))
+
+
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> str:
     """What, besides a spec, decides its row: the front end's code and its libraries."""
     grammar = [p for p in (_PACKAGE.parent / "grammar" / "attn.lark",
                            _PACKAGE / "grammar" / "attn.lark") if p.is_file()]
     parts = [f"format {FORMAT}", sys.version,
-             sources_digest(sorted(_PACKAGE.glob("*.py")) + grammar)]
+             sources_digest(sorted(_PACKAGE.glob("*.py")) + subpackage_sources() + grammar)]
     for name in DEPENDENCIES:
         spec = importlib.util.find_spec(name)  # finds the package without importing it
         origin = spec.origin if spec is not None else None

@@ -649,16 +649,19 @@ def test_table_cache_fingerprint_covers_the_front_end_sources(tmp_path, monkeypa
     (package / "grammar").mkdir(parents=True)
     (package / "checks.py").write_text("x = 1\n")
     (package / "grammar" / "attn.lark").write_text("start: NAME\n")
+    (package / "mechanisms").mkdir()
+    (package / "mechanisms" / "scores.py").write_text("READING = 'Additive'\n")
     monkeypatch.setattr(cache, "_PACKAGE", package)
     prints = []
     for path, text in ((None, None), (package / "checks.py", "x = 2\n"),
-                       (package / "grammar" / "attn.lark", "start: NUMBER\n")):
+                       (package / "grammar" / "attn.lark", "start: NUMBER\n"),
+                       (package / "mechanisms" / "scores.py", "READING = 'General'\n")):
         if path is not None:
             path.write_text(text)
         cache.fingerprint.cache_clear()
         prints.append(cache.fingerprint())
     cache.fingerprint.cache_clear()
-    assert len(set(prints)) == 3
+    assert len(set(prints)) == 4  # the mechanism registry's records decide rows too
 
 
 def test_table_dimensions_are_the_classifiers():
