@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import networkx as nx
+from . import digraph as nx  # networkx's algorithms that checks uses, without its import
 
 from . import ir, ops
 from .diagnostics import Collector, Location, SpecError, article
@@ -62,7 +62,7 @@ class CheckedModel:
     steps: dict = field(default_factory=dict)
 
     @property
-    def graph(self) -> nx.DiGraph:
+    def graph(self) -> "networkx.DiGraph":
         """The model graph (``graph.build``), built once and shared by every later stage."""
         g = self.__dict__.get("_graph")
         if g is None:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
-
-from . import ir, mechanisms
+from . import digraph, ir, mechanisms
 from .checks import CheckedModel, weights_read
-from .graph import dataflow
+from .graph import dataflow_of
 
 DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations", "scoring",
               "alignment", "dimensionality", "query_type", "query_multiplicity")
@@ -105,8 +103,7 @@ class Classifier:
         self.reading = reading
         self.cm = cm
         self.m = cm.model
-        self.g = cm.graph
-        self.dag = dataflow(self.g)
+        self.dag = dataflow_of(cm)  # the model graph without delayed edges (a DAG)
         self.atts = [n for n in self.m.nodes if isinstance(n, ir.Attention)]
         self.cells = {d: Cell() for d in DIMENSIONS}
         self._anc: dict[str, set[str]] = {}
@@ -117,7 +114,7 @@ class Classifier:
 
     def ancestors(self, node_id: str) -> set[str]:
         if node_id not in self._anc:
-            self._anc[node_id] = nx.ancestors(self.dag, node_id)
+            self._anc[node_id] = digraph.ancestors(self.dag, node_id)
         return self._anc[node_id]
 
     def expr_ancestors(self, e: ir.Expr | None) -> set[str]:

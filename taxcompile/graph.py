@@ -10,11 +10,13 @@ of the tensor."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-import networkx as nx
-
-from . import ir
+from . import digraph, ir
 from .checks import CheckedModel, expr_links, links
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built (it is slow to import)
+    import networkx as nx
 
 
 def edges(n: ir.AnyNode, feed_now: frozenset = frozenset()) -> list[tuple[str, str, bool]]:
@@ -44,6 +46,8 @@ def edges(n: ir.AnyNode, feed_now: frozenset = frozenset()) -> list[tuple[str, s
 
 
 def build(cm: CheckedModel) -> nx.DiGraph:
+    import networkx as nx
+
     g = nx.DiGraph(name=cm.model.name)
     for node_id in cm.order:
         n = cm.model.node(node_id)
@@ -67,10 +71,29 @@ def build(cm: CheckedModel) -> nx.DiGraph:
 
 def dataflow(g: nx.DiGraph) -> nx.DiGraph:
     """The graph without delayed edges (input feeding, ``prev``): a DAG."""
+    import networkx as nx
+
     return nx.subgraph_view(g, filter_edge=lambda a, b: not g.edges[a, b]["delayed"])
 
 
+def dataflow_of(cm: CheckedModel) -> digraph.DiGraph:
+    """``dataflow(build(cm))`` as a plain ``digraph.DiGraph``, for the classifier: the same
+    nodes and edges (of two edges between one pair of nodes the later one holds, as in
+    ``build``), without importing networkx."""
+    delayed: dict[tuple[str, str], bool] = {}
+    for node_id in cm.order:
+        for src, _, late in edges(cm.model.node(node_id), cm.feed_now):
+            delayed[(src, node_id)] = late
+    g = digraph.DiGraph()
+    g.add_nodes_from(cm.order)
+    g.add_nodes_from(src for src, _ in delayed)
+    g.add_edges_from(pair for pair, late in delayed.items() if not late)
+    return g
+
+
 def _plain(g: nx.DiGraph) -> nx.DiGraph:
+    import networkx as nx
+
     h = nx.DiGraph(name=g.graph.get("name", ""))
     for n, a in g.nodes(data=True):
         h.add_node(n, **{k: v for k, v in a.items() if k != "ir" and v is not None})
@@ -80,8 +103,12 @@ def _plain(g: nx.DiGraph) -> nx.DiGraph:
 
 
 def to_json(g: nx.DiGraph) -> str:
+    import networkx as nx
+
     return json.dumps(nx.node_link_data(_plain(g), edges="edges"), indent=2, sort_keys=True)
 
 
 def to_graphml(g: nx.DiGraph) -> str:
+    import networkx as nx
+
     return "\n".join(nx.generate_graphml(_plain(g)))

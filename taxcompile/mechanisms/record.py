@@ -1,15 +1,15 @@
 """The record of one attention mechanism (``Mechanism``) and of one constructor argument
-of the attention class it adds (``CtorArg``).
+of the attention class it adds (``CtorArg``). Both are named tuples: immutable, and a
+tenth of a frozen dataclass's cost to define at import (the front end imports them). No
+``from __future__ import annotations`` here: a named tuple's string annotations would each
+be compiled as a forward reference at import.
 
 A record's text fields are either plain strings or ``str.format`` patterns over the IR
 object that carries the mechanism (an ``ir.Score``, ``ir.Align``, ``ir.Modifier``, …):
 ``"a window of D = {window} around a {position} position"``; a field whose text is not a
 pattern of the object's fields is a function of it. ``Mechanism.text`` renders either."""
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Callable, NamedTuple, Union
 
 from ..ops import P
 
@@ -21,8 +21,7 @@ KINDS = ("query", "trait", "score", "align", "position", "bias", "mask", "heads_
          "penalty")
 
 
-@dataclass(frozen=True)
-class CtorArg:
+class CtorArg(NamedTuple):
     """One argument of an attention class's constructor that a mechanism adds."""
 
     name: str
@@ -59,8 +58,7 @@ class CtorArg:
         return f"{self.name}: {self.type}" + ("" if self.required else f" = {self.default}")
 
 
-@dataclass(frozen=True)
-class Mechanism:
+class Mechanism(NamedTuple):
     """One attention-level mechanism: a score function, an alignment, a position term or
     bias, a penalty, a mask kind, a way of joining heads or another trait of a module."""
 
