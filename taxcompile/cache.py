@@ -14,7 +14,6 @@ that cannot be read or written is ignored. Nothing here imports the front end.""
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import json
 import os
@@ -46,6 +45,8 @@ def directory() -> Path | None:
 
 def sources_digest(files: list[Path]) -> str:
     """A digest of the files' names and bytes."""
+    import hashlib  # (with the cache off, a cold table needs no digest)
+
     h = hashlib.sha256()
     for f in files:
         data = f.read_bytes()
@@ -75,13 +76,20 @@ def fingerprint() -> str:
             parts.append(f"{name} {origin} {st.st_size} {st.st_mtime_ns}")
         else:
             parts.append(f"{name} missing")
+    import hashlib
+
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def key(path: Path, reading: str) -> tuple[str, bytes] | None:
     """The entry's key for the spec at ``path`` and the bytes it was computed from (load
     the spec from them, not from a second read), or None where the spec must not be
-    cached (not a regular file, too large, unreadable: the front end reports those)."""
+    cached (not a regular file, too large, unreadable: the front end reports those) or
+    when the cache is off (no fingerprint of the sources is computed then)."""
+    if directory() is None:
+        return None
+    import hashlib
+
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from . import __version__
 from .diagnostics import SpecError
-from .files import OutputError, write_all_atomic, write_atomic
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 
@@ -189,6 +188,7 @@ def cmd_graph(args) -> int:
 
 def cmd_diagram(args) -> int:
     from . import diagram
+    from .files import OutputError
 
     cs = _load_one(args.file, "`diagram` draws")
     if isinstance(cs, int):
@@ -211,6 +211,7 @@ def cmd_layer(args) -> int:
     """`compile SPEC --layer NAME -o FILE`: one attention statement as a drop-in layer."""
     from . import codegen
     from .codegen import layer
+    from .files import write_all_atomic
 
     if len(args.paths) != 1:
         print("taxcompile: error: --layer compiles one spec file", file=sys.stderr)
@@ -255,6 +256,7 @@ def cmd_layer(args) -> int:
 
 def cmd_compile(args) -> int:
     from . import codegen
+    from .files import write_all_atomic
 
     if args.layer is not None:
         return cmd_layer(args)
@@ -352,6 +354,7 @@ def _layer_goldens(out_dir: Path, results) -> tuple[dict[Path, str], list[tuple[
 
 def cmd_fmt(args) -> int:
     from . import fmt, parser, pipeline
+    from .files import write_atomic
 
     files = pipeline.expand(args.files)
     if not files:
@@ -404,6 +407,7 @@ def cmd_fmt(args) -> int:
 
 def cmd_new(args) -> int:
     from . import fmt
+    from .files import write_atomic
     from .lower import bad_identifier
 
     why = bad_identifier(args.name)
@@ -430,6 +434,7 @@ def cmd_new(args) -> int:
 
 def cmd_report(args) -> int:
     from . import report
+    from .files import OutputError
 
     results, failed = _load_all(args.paths)
     if failed:
