@@ -248,24 +248,20 @@ class Attention(_Frozen):
             out.append(traits["pair_mask"].text("label", self))
         if self.self_loops:
             out.append("self loops")
-        pens = dict((rec.name, (rec, v)) for rec, v in mech.penalties(self))
-        for name, arg in (("frobenius", self.penalty), ("doubly_stochastic", self.doubly_stochastic)):
-            if name in pens:
-                out.append(pens[name][0].text("label", lam=arg))
+        # each penalty's label, by its record's name (a coefficient's pattern reads `lam`)
+        pen = {rec.name: rec.text("label", v, lam=getattr(v, "lam", v))
+               for rec, v in mech.penalties(self)}
+        out += [pen.get("frobenius"), pen.get("doubly_stochastic")]
         if self.coverage:
             out.append(traits["coverage"].text("label"))
-        if "coverage" in pens:
-            out.append(pens["coverage"][0].text("label", lam=self.coverage_loss))
-        if "disagreement" in pens:
-            out.append(pens["disagreement"][0].text("label", self.disagreement))
+        out += [pen.get("coverage"), pen.get("disagreement")]
         if self.dropout:
             out.append(traits["dropout"].text("label", self))
         if self.share is not None:
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
-        if self.supervised is not None:
-            out.append(pens["supervised"][0].text("label", self.supervised))
-        return out
+        out.append(pen.get("supervised"))
+        return [x for x in out if x]
 
 
 AnyNode = Union[Input, Node, Attention]

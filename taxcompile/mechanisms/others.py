@@ -72,7 +72,7 @@ PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
               (P("gold", "node"), P("lambda", "float", False, 1.0),
                P("loss", "enum", False, "squared", ("squared", "cross_entropy"))),
               reason=LOSS_REASON,
-              label=lambda sup: f"supervised by {sup.gold} ({sup.loss.replace('_', ' ')}, "
+              label=lambda sup, **_: f"supervised by {sup.gold} ({sup.loss.replace('_', ' ')}, "
                                 f"{sup.lam:g})",
               doc=lambda sup: {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
                                "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}[

@@ -118,4 +118,4 @@ def fields(obj) -> dict:
     model_fields = getattr(type(obj), "model_fields", None)
     if model_fields is not None:
         return {k: getattr(obj, k) for k in model_fields}
-    return dict(vars(obj))
+    return dict(getattr(obj, "__dict__", {}))  # a number (a penalty's coefficient): none
