@@ -280,16 +280,20 @@ def frontend(s: Settings) -> list[dict]:
     """``taxcompile`` as a user runs it, a fresh process each time: ``table specs/`` with the
     row cache off (every spec parsed, checked and classified: the first run after an
     install) and on (taxcompile/cache.py), and ``compile specs/``."""
-    exe = Path(sys.executable).parent / "taxcompile"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "taxcompile"]
+    # `python -m taxcompile` from the checkout: the code of this tree (an installed script
+    # would run whatever checkout the environment was installed from, another worktree's)
+    cmd = [sys.executable, "-m", "taxcompile"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        cold = {**os.environ, "TAXCOMPILE_NO_CACHE": "1"}
+        # byte code written (as on a user's second run) even where the caller's environment
+        # says not to
+        user = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        cold = {**user, "TAXCOMPILE_NO_CACHE": "1"}
         for case, what, args, env, budget in (
                 ("frontend_table_cold", "table specs/, no row cache", ["table", "specs/"], cold,
                  0.3),
-                ("frontend_table", "table specs/, cached rows", ["table", "specs/"], None, 0.3),
-                ("frontend_compile", "compile specs/", ["compile", "specs/", "-o", tmp], None,
+                ("frontend_table", "table specs/, cached rows", ["table", "specs/"], user, 0.3),
+                ("frontend_compile", "compile specs/", ["compile", "specs/", "-o", tmp], user,
                  2.0)):
             def call():
                 subprocess.run(cmd + args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
