@@ -11,7 +11,6 @@ from .. import ir
 from .. import mechanisms as mech
 from ..checks import learned_capsules, share_kind
 from .acts import act_call, act_fn
-from .names import camel
 from .pretty import wrap
 from .plan import AttentionClass
 
