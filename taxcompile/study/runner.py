@@ -137,9 +137,6 @@ class Ensemble:
                 return vmap(self._one, randomness="different")(self.params, self.buffers, kws)
             except Exception:  # an operator vmap cannot batch: members one by one
                 self.vmap = False
-                import os
-                if os.environ.get('STUDY_DEBUG'):
-                    import traceback; traceback.print_exc()
         outs = [self._one({k: v[i] for k, v in self.params.items()},
                           {k: v[i] for k, v in self.buffers.items()},
                           {k: v[i] for k, v in kws.items()}) for i in range(len(self.members))]
@@ -227,12 +224,13 @@ def execute(run: Run) -> list[SeedResult]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _execute(run, prof)
+            return execute_with(run, prof)
     finally:
         torch.set_num_threads(threads)
 
 
-def _execute(run: Run, prof: Profile) -> list[SeedResult]:
+def execute_with(run: Run, prof: Profile) -> list[SeedResult]:
+    """``execute`` under the settings ``prof`` (the benchmarks' shortened profiles)."""
     import torch
 
     from . import evaluate
