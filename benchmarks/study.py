@@ -70,7 +70,7 @@ def plain_member(run, prof, seed: int, lr: float) -> float:
         out = model(**_kwargs(b, batch, True), validate=False)
         z = logits_of(out, batch["y"].shape[1])
         loss = F.cross_entropy(z.reshape(-1, z.shape[-1]), batch["y"].reshape(-1),
-                               ignore_index=-100) + out.penalty
+                               ignore_index=-100) + getattr(out, "penalty", 0.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), prof.clip)

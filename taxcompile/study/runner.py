@@ -63,7 +63,7 @@ def build(run: Run) -> Built:
     gold = names.get("gold")
     c = classify_model(cm)
     row = {d: c.cells[d].text(d) for d in DIMENSIONS}
-    return Built(mod, cm, mod.Config(), tuple(n for n in ("x", "q", "gold") if n in names),
+    return Built(mod, cm, mod.Config(), tuple(n for n in ("x", "q", "z", "gold") if n in names),
                  gold is not None and len(gold.axes) == 2, row)
 
 
@@ -200,9 +200,11 @@ class Ensemble:
         import torch
 
         model = self.b.mod.Model(self.b.cfg)
-        with torch.no_grad():
-            model.load_state_dict({**{k: v[i] for k, v in self.params.items()},
-                                   **{k: v[i] for k, v in self.buffers.items()}})
+        with torch.no_grad():  # by name, as stacked (a shared parameter is stacked once)
+            for k, p in model.named_parameters():
+                p.copy_(self.params[k][i])
+            for k, buf in model.named_buffers():
+                buf.copy_(self.buffers[k][i])
         return model.eval()
 
 
