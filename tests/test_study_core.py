@@ -83,13 +83,18 @@ def test_smoke_covers_every_value_of_the_five_dimensions():
         want = set(ORDER[dim]) - {"Soft"}  # "Soft" is the table's name for Global beside Hard
         assert labels[dim] == want, dim
     assert any(r.supervised for r in runs)
+    # and the feature dimensions on the tasks whose inputs give them something to do
+    feature = {(r.source.split(":")[2]) for r in runs}
+    assert {"feature_multiplicity=alternating", "feature_multiplicity=interactive",
+            "feature_multiplicity=parallel", "feature_levels=hierarchical",
+            "feature_representations=multi"} <= feature
 
 
 def test_tasks_emit_consistent_gold():
     torch = pytest.importorskip("torch")
     for name, info in T.TASKS.items():
         b = T.batch(name, torch.Generator().manual_seed(0), 4)
-        assert b["x"].shape == (4, info.L) and b["q"].shape == (4, info.T)
+        assert b["x"].shape[:2] == (4, info.L) and b["q"].shape == (4, info.T)
         assert b["gold"].shape == (4, info.T, info.L)
         rows = b["gold"].sum(-1)
         assert torch.allclose(rows, torch.ones_like(rows)), name
@@ -97,7 +102,14 @@ def test_tasks_emit_consistent_gold():
         again = T.batch(name, torch.Generator().manual_seed(0), 4)
         assert all(torch.equal(b[k], again[k]) for k in b), name
         pos = b["gold"].argmax(-1)
-        if name.startswith("mqar") or name == "noisy_recall":
+        if name == "segments":  # the keyword sits in the gold segment
+            seg = b["x"][torch.arange(4), pos[:, 0]]  # (B, W)
+            assert bool((seg == b["y"]).any(1).all())
+        elif name == "pair_recall":  # the gold key is in z, and its value follows it
+            key = b["x"].gather(1, pos)
+            assert bool((b["z"] == key).any(1).all())
+            assert torch.equal(b["x"].gather(1, pos + 1), b["y"])
+        elif name.startswith("mqar") or name == "noisy_recall":
             # the value follows its key
             assert torch.equal(b["x"].gather(1, pos + 1), b["y"]), name
         else:
