@@ -105,14 +105,16 @@ def _slice(prof: Profile, names: list[str], params: int | None):
                 continue
             variants = [False] + ([True] if prof.supervised and m.dimension == "base" else [])
             for sup in variants:
-                source = m.source + (":supervised" if sup else "")
+                # the source names the model; ``supervised`` says how it was trained
+                source = m.source
                 if sup and Mdl.unsupervisable(m):
-                    skips.append(Skip(source, m.name, task, Mdl.unsupervisable(m)))
+                    skips.append(Skip(source, m.name, task, "supervised: " +
+                                      Mdl.unsupervisable(m)))
                     continue
                 text = Mdl.spec_text(m, sup)
                 cs, why = _check(text, source)
                 if cs is None:
-                    skips.append(Skip(source, m.name, task, why))
+                    skips.append(Skip(source, m.name, task, ("supervised: " if sup else "") + why))
                     continue
                 if params is not None:
                     fitted = fit_width(m, sup, params)
