@@ -9,7 +9,6 @@ import math
 import torch
 
 from . import measures
-from . import tasks as T
 
 ERASE_EXAMPLES = 32  # examples of the evaluation batch the erasure tests use
 # the generated modules' normalisations over the keys, which the uniform ablation replaces
