@@ -113,8 +113,9 @@ def _child(args: str) -> None:
 def _process(quick: bool, member) -> float:
     """CPU seconds (user + system) of one worker process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", "import sys, benchmarks.study as m; m._child(sys.argv[1])",
-                    json.dumps(dict(quick=quick, member=member))], cwd=ROOT, check=True)
+    code = "import sys, benchmarks.study as m; m._child(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", code, json.dumps(dict(quick=quick, member=member))],
+                   cwd=ROOT, check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
