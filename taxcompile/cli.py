@@ -438,7 +438,8 @@ def cmd_report(args) -> int:
     spec_dirs = [Path(p) for p in args.paths if Path(p).is_dir()]
     try:
         files, notes = report.build([(path, cs) for path, _, cs in results], Path(args.output),
-                                    spec_dirs, train_steps=args.train_steps)
+                                    spec_dirs, train_steps=args.train_steps,
+                                    progress=lambda line: print(line, file=sys.stderr, flush=True))
     except OutputError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
