@@ -263,6 +263,11 @@ def cmd_compile(args) -> int:
         print("taxcompile: nothing written: fix the spec errors first", file=sys.stderr)
         return EXIT_SPEC
     out_dir = Path(args.output or "generated")
+    if out_dir.exists() and not out_dir.is_dir():
+        print(f"taxcompile: error: -o {out_dir}: it is a file, not a directory: compile "
+              "writes one .py file per model variant into the directory -o names "
+              "(nothing written)", file=sys.stderr)
+        return EXIT_USAGE
     files: dict[Path, str] = {}
     for path, _, cs in results:
         source = codegen.source_name(path)
