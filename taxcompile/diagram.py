@@ -203,6 +203,12 @@ class _Cluster:
     nodes: list[str] = field(default_factory=list)
     children: dict[str, "_Cluster"] = field(default_factory=dict)
 
+    def all_nodes(self):
+        """The nodes of this cluster and of the clusters inside it."""
+        yield from self.nodes
+        for child in self.children.values():
+            yield from child.all_nodes()
+
 
 class Drawer:
     def __init__(self, cm: CheckedModel, prefix: str):
@@ -382,8 +388,16 @@ class Drawer:
             child = c.children[key]
             safe = "".join(ch if ch.isalnum() else "_" for ch in f"{self.prefix}_{key}")
             with g.subgraph(name=f"cluster_{safe}") as sub:
-                sub.attr(label=child.label, fontsize="11", margin="14", **child.style)
+                sub.attr(label="", fontsize="11", margin="14", **child.style)
+                # The title is a node above the cluster's nodes, not the cluster's label:
+                # dot routes edges around nodes and keeps external labels off them, but
+                # draws both over a cluster's label (issue 24).
+                title = f"{self.prefix}/{safe}/title"
+                sub.node(title, child.label, shape="plaintext", fontsize="11", height="0.1",
+                         margin="0.02,0.02")
                 self._emit(sub, child)
+                for node_id in child.all_nodes():
+                    sub.edge(title, self.gid(node_id), style="invis")
 
 
 class Diagram(graphviz.Digraph):
