@@ -69,7 +69,7 @@ demo: $(DEMO_STAMP) graphviz
 	@$(BIN)/python -m taxcompile.run generated/*.py
 	@echo
 	@echo "Writing the HTML report (its attention heatmaps train each model briefly):"
-	@$(BIN)/taxcompile report specs/ examples/ -o site
+	@$(BIN)/taxcompile report specs/ examples/ -o site --jobs $$(nproc 2>/dev/null || echo 2)
 	@echo
 	@echo "Where to look:"
 	@echo "  generated/*.py   a standalone PyTorch module per model variant"

@@ -444,7 +444,8 @@ def cmd_report(args) -> int:
     try:
         files, notes = report.build([(path, cs) for path, _, cs in results], Path(args.output),
                                     spec_dirs, train_steps=args.train_steps,
-                                    progress=lambda line: print(line, file=sys.stderr, flush=True))
+                                    progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                    jobs=max(1, args.jobs))
     except OutputError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -526,6 +527,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="train each heatmap's model at most N steps on its synthetic task "
                    "(default 200; 0: untrained); trained weights are cached under "
                    "$XDG_CACHE_HOME/taxcompile")
+    s.add_argument("--jobs", metavar="N", type=int, default=1,
+                   help="train the heatmaps' models in N processes (default 1)")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("compile", help="generate a PyTorch module per model variant",

@@ -92,7 +92,7 @@ class _Clock:
 def build(specs: list[tuple[Path, object]], out: Path,
           spec_dirs: list[Path] | tuple = (), train_steps: int | None = None,
           cache: Path | None | bool = True,
-          progress=None) -> tuple[list[Path], list[str]]:
+          progress=None, jobs: int = 1) -> tuple[list[Path], list[str]]:
     """Write the site of the checked ``specs`` (file, CheckedSpec) to ``out``; returns the
     files written and notes for the user.
 
@@ -104,20 +104,22 @@ def build(specs: list[tuple[Path, object]], out: Path,
     only those are replaced or removed. ``files.OutputError`` (raised before anything is
     written) refuses a directory that is not the report's: see ``files.check_site_dir``;
     ``spec_dirs`` are the directories given as inputs. ``progress``: called with a line
-    per model whose heatmap is drawn (its training steps and time, the time left)."""
+    per model whose heatmap is drawn (its training steps and time, the time left).
+    ``jobs`` > 1: the models are first trained into the cache by that many processes
+    (``pretrain.py``)."""
     spec_paths = [Path(p) for p, _ in specs]
     check_site_dir(out, spec_paths, list(spec_dirs))  # refuse before the slow part
     created = make_dirs(out, "cannot write the report to")  # fail early where -o cannot be
     try:
         return _build(specs, out, spec_paths, list(spec_dirs), train_steps, cache,
-                      progress or (lambda line: None))
+                      progress or (lambda line: None), jobs)
     except BaseException:
         remove_dirs(created)  # the directories made for a report that was not written
         raise
 
 
 def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], train_steps,
-           cache, progress):
+           cache, progress, jobs):
     from . import train  # imports no torch until a model is trained
 
     if cache is True:
@@ -166,7 +168,16 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
     }
     clock = _Clock(sum(len(by_id[r.paper.id].checked.models) for r in ordered), progress)
     progress(f"heatmaps: {clock.total} models, each trained up to {steps} steps at toy sizes"
-             + (f" (weights cached in {cache})" if cache else ""))
+             + (f" (weights cached in {cache})" if cache else "")
+             + (f", {jobs} at a time" if jobs > 1 and cache and steps else ""))
+    if jobs > 1 and cache and steps:
+        from . import pretrain
+
+        pretrain.warm([(page.file, cm.model.name, codegen.generate(
+            page.checked, cm, codegen.source_name(page.file)), codegen.output_name(
+                page.checked, cm)[:-3]) for page in (by_id[r.paper.id] for r in ordered)
+            for cm in page.checked.models], steps, cache, jobs, progress)
+        clock.say = lambda line: None  # trained: the report reads them from the cache
     for row in ordered:
         page = by_id[row.paper.id]
         source = Path(page.file).read_text(encoding="utf-8")
