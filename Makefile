@@ -68,8 +68,10 @@ demo: $(DEMO_STAMP) graphviz
 	@echo "Running each generated model once (Config.tiny(), example_inputs()):"
 	@$(BIN)/python -m taxcompile.run generated/*.py
 	@echo
-	@echo "Writing the HTML report (its attention heatmaps train each model briefly):"
-	@$(BIN)/taxcompile report specs/ examples/ -o site --jobs $$(nproc 2>/dev/null || echo 2)
+	@echo "Writing the HTML report (its attention heatmaps train each model briefly,"
+	@echo "one process per core, at most 8):"
+	@n=$$(nproc 2>/dev/null || echo 2); \
+	  $(BIN)/taxcompile report specs/ examples/ -o site --jobs $$(( n < 8 ? n : 8 ))
 	@echo
 	@echo "Where to look:"
 	@echo "  generated/*.py   a standalone PyTorch module per model variant"
