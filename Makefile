@@ -10,13 +10,23 @@ venv: $(BIN)/python
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when pyproject.toml is newer than the stamp. The test extra pins
+# Reinstall only when pyproject.toml is newer than the stamp. The extras pin
 # torch==2.13.0 (the CPU build; an unpinned torch pulls a multi-GB CUDA build).
 $(STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing taxcompile with its test extra into $(VENV)/"
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP) graphviz
+
+# The demo needs only the report extra (torch and matplotlib), not the test extra: a
+# stamp of its own (the test extra includes the report's packages).
+DEMO_STAMP := $(VENV)/.stamp-demo
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing taxcompile with torch (CPU) and matplotlib into $(VENV)/"
+	$(BIN)/pip install -e '.[report]'
+	touch $(DEMO_STAMP)
 
 # The benchmark peers (x-transformers, local-attention, entmax, torch-geometric) and
 # matplotlib: a stamp of their own, so `make test` installs only the test extra.
@@ -42,7 +52,7 @@ graphviz:
 test: install
 	$(BIN)/python -m pytest -n auto
 
-demo: install
+demo: $(DEMO_STAMP) graphviz
 	$(BIN)/taxcompile check specs/
 	@echo
 	@echo "Table III, derived from the specs' structure:"
@@ -57,7 +67,11 @@ demo: install
 	@echo
 	@echo "Running each generated model once (Config.tiny(), example_inputs()):"
 	@$(BIN)/python -m taxcompile.run generated/*.py
-	@$(BIN)/taxcompile report specs/ examples/ -o site >/dev/null
+	@echo
+	@echo "Writing the HTML report (its attention heatmaps train each model briefly,"
+	@echo "one process per core, at most 8):"
+	@n=$$(nproc 2>/dev/null || echo 2); \
+	  $(BIN)/taxcompile report specs/ examples/ -o site --jobs $$(( n < 8 ? n : 8 ))
 	@echo
 	@echo "Where to look:"
 	@echo "  generated/*.py   a standalone PyTorch module per model variant"

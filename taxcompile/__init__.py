@@ -2,6 +2,25 @@
 
 Pipeline: parser (text -> AST) -> lower (AST -> IR) -> checks (names, cycles, shapes)
 -> graph (networkx) -> classify (Table III) -> table. The front end never imports torch.
+
+The Python API (``api.py``, imported on first use so that ``import taxcompile`` stays
+light): ``build(spec, model=None, **config)`` -> nn.Module, ``module(spec, model=None)``
+-> the generated Python module, ``classify(spec, model=None)`` -> the row with its
+reasons, ``diagram(spec, model=None)`` -> a graphviz.Digraph. ``spec`` is a path or
+spec text.
 """
 
 __version__ = "0.1.0"
+__all__ = ["build", "classify", "diagram", "module"]
+
+
+def __getattr__(name: str):
+    if name in ("classify", "diagram"):  # the stage module, callable as the API function
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'taxcompile' has no attribute {name!r}")

@@ -69,6 +69,10 @@ class Classification:
     def row(self) -> dict[str, str]:
         return {d: self.cells[d].text(d) for d in DIMENSIONS}
 
+    def _repr_markdown_(self) -> str:  # Jupyter: the row with its reasons
+        from .table import classification_md
+        return classification_md([self], f"model {self.model}")
+
 
 def modifier_reading(a: ir.Attention) -> str:
     """The reason's tail for a module with score modifiers, '' without any: a position term
@@ -533,3 +537,9 @@ def classify_model(cm: CheckedModel, reading: str = "table") -> Classification:
     """The model's Table III row, derived from its graph. ``reading``: "table" follows the
     survey's Table III where its text reads a mechanism otherwise, "text" its §3.3.2."""
     return Classifier(cm, reading).run()
+
+
+# `taxcompile.classify(spec, …)` calls the API function ``api.classify`` (see api.make_callable)
+from .api import make_callable  # noqa: E402
+
+make_callable(__name__)

@@ -265,6 +265,11 @@ def cmd_compile(args) -> int:
         print("taxcompile: nothing written: fix the spec errors first", file=sys.stderr)
         return EXIT_SPEC
     out_dir = Path(args.output or "generated")
+    if out_dir.exists() and not out_dir.is_dir():
+        print(f"taxcompile: error: -o {out_dir}: it is a file, not a directory: compile "
+              "writes one .py file per model variant into the directory -o names "
+              "(nothing written)", file=sys.stderr)
+        return EXIT_USAGE
     files: dict[Path, str] = {}
     for path, _, cs in results:
         source = codegen.source_name(path)
@@ -443,7 +448,9 @@ def cmd_report(args) -> int:
     spec_dirs = [Path(p) for p in args.paths if Path(p).is_dir()]
     try:
         files, notes = report.build([(path, cs) for path, _, cs in results], Path(args.output),
-                                    spec_dirs, train_steps=args.train_steps)
+                                    spec_dirs, train_steps=args.train_steps,
+                                    progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                    jobs=max(1, args.jobs))
     except OutputError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -525,6 +532,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="train each heatmap's model at most N steps on its synthetic task "
                    "(default 200; 0: untrained); trained weights are cached under "
                    "$XDG_CACHE_HOME/taxcompile")
+    s.add_argument("--jobs", metavar="N", type=int, default=1,
+                   help="train the heatmaps' models in N processes (default 1)")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("compile", help="generate a PyTorch module per model variant",

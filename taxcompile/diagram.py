@@ -204,6 +204,12 @@ class _Cluster:
     nodes: list[str] = field(default_factory=list)
     children: dict[str, "_Cluster"] = field(default_factory=dict)
 
+    def all_nodes(self):
+        """The nodes of this cluster and of the clusters inside it."""
+        yield from self.nodes
+        for child in self.children.values():
+            yield from child.all_nodes()
+
 
 class Drawer:
     def __init__(self, cm: CheckedModel, prefix: str):
@@ -383,16 +389,31 @@ class Drawer:
             child = c.children[key]
             safe = "".join(ch if ch.isalnum() else "_" for ch in f"{self.prefix}_{key}")
             with g.subgraph(name=f"cluster_{safe}") as sub:
-                sub.attr(label=child.label, fontsize="11", margin="14", **child.style)
+                sub.attr(label="", fontsize="11", margin="14", **child.style)
+                # The title is a node above the cluster's nodes, not the cluster's label:
+                # dot routes edges around nodes and keeps external labels off them, but
+                # draws both over a cluster's label (issue 24).
+                title = f"{self.prefix}/{safe}/title"
+                sub.node(title, child.label, shape="plaintext", fontsize="11", height="0.1",
+                         margin="0.02,0.02")
                 self._emit(sub, child)
+                for node_id in child.all_nodes():
+                    sub.edge(title, self.gid(node_id), style="invis")
 
 
-def build(cs: CheckedSpec, models: list[str] | None = None) -> graphviz.Digraph:
+class Diagram(graphviz.Digraph):
+    """A ``graphviz.Digraph`` that Jupyter shows as SVG drawn by ``dot``."""
+
+    def _repr_svg_(self) -> str:
+        return _svg(self.source)
+
+
+def build(cs: CheckedSpec, models: list[str] | None = None) -> Diagram:
     """The DOT graph of every model variant of a spec (of ``models`` only, if given: then
     without the paper's title, which the page around it shows)."""
     p = cs.spec.paper
     title = f"{p.cite}" + (f" {p.year}" if p.year else "") + (f": {p.title}" if p.title else "")
-    g = graphviz.Digraph(name=p.id, graph_attr=dict(
+    g = Diagram(name=p.id, graph_attr=dict(
         comment=MARK, rankdir="TB", fontname="Helvetica",
         label=graphviz.escape(title) if models is None else "", labelloc="t",
         fontsize="16", nodesep="0.4", ranksep="0.55", newrank="true", forcelabels="true"),
@@ -410,10 +431,14 @@ def build(cs: CheckedSpec, models: list[str] | None = None) -> graphviz.Digraph:
 def render_svg(cs: CheckedSpec, models: list[str] | None = None) -> str:
     """The diagram (of ``models`` only, if given) as SVG text, drawn by graphviz's `dot`
     (raises DiagramError when it fails or is missing)."""
+    return _svg(build(cs, models).source)
+
+
+def _svg(source: str) -> str:
     dot = shutil.which("dot")
     if dot is None:
         raise DiagramError("graphviz's `dot` program was not found")
-    done = subprocess.run([dot, "-Tsvg"], input=build(cs, models).source.encode("utf-8"),
+    done = subprocess.run([dot, "-Tsvg"], input=source.encode("utf-8"),
                           capture_output=True, timeout=120)
     if done.returncode != 0:
         raise DiagramError(f"`dot` failed: {done.stderr.decode('utf-8', 'replace').strip()}")
@@ -447,3 +472,9 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
         raise DiagramError(f"`dot` failed: {done.stderr.decode('utf-8', 'replace').strip()}")
     _write(out, _marked(fmt, done.stdout))
     return [out], ""
+
+
+# `taxcompile.diagram(spec, …)` calls the API function ``api.diagram`` (see api.make_callable)
+from .api import make_callable  # noqa: E402
+
+make_callable(__name__)

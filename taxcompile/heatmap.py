@@ -17,6 +17,7 @@ from .run import load_module
 MAX_PANELS = 6
 PANEL_W, PANEL_H = 3.4, 3.2  # inches per panel
 DPI = 90
+MAX_STRETCH = 12  # the most elongated a map is drawn (height:width or width:height)
 
 
 class HeatmapUnavailable(Exception):
@@ -69,6 +70,15 @@ def _wrap(text: str, inches: float, fontsize: float) -> str:
                                    break_on_hyphens=False)) or text
 
 
+def _aspect(shape: tuple) -> float:
+    """imshow's aspect (a cell's height over its width): square cells, so that a 1 × 9 map
+    is drawn as a strip, not a square; a map longer than 12:1 has its cells stretched so
+    that it stays at least 1/12 as tall as wide (or as wide as tall)."""
+    rows, cols = shape
+    ratio = rows / cols
+    return min(max(ratio, 1 / MAX_STRETCH), MAX_STRETCH) / ratio
+
+
 def figure(maps: dict, title: str = ""):
     """The matplotlib figure: one panel per module in ``panels(maps)``, titles wrapped to
     their panel (and the figure title to the figure) so that no text leaves the image."""
@@ -85,8 +95,8 @@ def figure(maps: dict, title: str = ""):
                              layout="constrained", dpi=DPI)
     for ax, key in zip(axes[0], keys):
         w = maps[key]
-        im = ax.imshow(w, cmap="viridis", aspect="auto", vmin=0.0, vmax=max(float(w.max()), 1e-6),
-                       interpolation="nearest")
+        im = ax.imshow(w, cmap="viridis", aspect=_aspect(w.shape), vmin=0.0,
+                       vmax=max(float(w.max()), 1e-6), interpolation="nearest")
         ax.set_title(_wrap(key, PANEL_W * 0.8, 9), fontsize=9)
         ax.set_xlabel("key position", fontsize=8)
         ax.set_ylabel("query position" if w.shape[0] > 1 else "", fontsize=8)

@@ -43,7 +43,8 @@ FEATURE_MODELS = (
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (
-    "additive", "concat", "multiplicative", "dot", "scaled_multiplicative", "general",
+    "additive", "concat", "multiplicative", "dot", "scaled_multiplicative", "scaled_dot",
+    "general",
     "biased_general", "activated_general", "similarity", "location", "affinity",
     "max_pool", "activated_concat",
 )

@@ -4,7 +4,6 @@ Cross-entry checks (cycles, shapes, a score's requirements) live in ``checks.py`
 
 from __future__ import annotations
 
-import difflib
 import keyword
 import math
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabul
 from .ops import ACTIVATIONS
 from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
 from .ops import NAMED  # parameters that name a node (`feed = att`, `init = s0`)
+from .suggest import alias, suggest
 
 NAMED_HINT = {
     "feed": ("`feed` names the node of the decoder step that the recurrent model reads",
@@ -80,14 +80,6 @@ BIASES: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.BIASES.items()}
 # How a multi-head module joins its heads' contexts (the records of mechanisms.HEADS_OUT).
 HEADS_OUT = P("heads_out", "enum", False, "project", tuple(mech.HEADS_OUT))
 PAPER_FIELDS = ("cite", "ref", "row", "title", "year")
-
-def suggest(word: str, options) -> str:
-    options = list(options)
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    if close:
-        return f"did you mean `{close[0]}`?"
-    return "one of: " + ", ".join(f"`{o}`" for o in options)
-
 
 def bad_identifier(name: str, python_keywords: bool = False) -> str | None:
     """Why ``name`` cannot be used as an identifier (specs are untrusted). Python keywords
@@ -318,8 +310,8 @@ class Lowerer:
             self.err(e.pos, f"{what} must be `true` or `false`")
             return None
         if p.type == "enum":
-            if isinstance(e, ast.Ref) and len(e.parts) == 1 and e.name in p.choices:
-                return e.name
+            if isinstance(e, ast.Ref) and len(e.parts) == 1 and alias(p.name, e.name) in p.choices:
+                return alias(p.name, e.name)
             got = e.name if isinstance(e, ast.Ref) else "this"
             self.err(e.pos, f"{what} cannot be `{got}`", suggest(got, p.choices))
             return None
@@ -1302,8 +1294,7 @@ class Lowerer:
         name, p = self._mechanism(fld, SCORES, "score")
         if not name:
             return None
-        if name == "dot":  # the same function as multiplicative (Luong et al.)
-            name = "multiplicative"
+        name = alias("score", name)  # dot, scaled_dot: the IR's one spelling
         return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
                         similarity=p.get("kind"), sym=tuple(sorted(self.mech_syms.items())),
                         loc=self.loc(fld.value.pos))

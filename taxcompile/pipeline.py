@@ -38,6 +38,12 @@ class PaperRow:
                              for t in text.split(", "))
         return text
 
+    def _repr_markdown_(self) -> str:  # Jupyter: the row with its reasons
+        from .table import classification_md
+
+        ref = f" [{self.paper.ref}]" if self.paper.ref is not None else ""
+        return classification_md(self.variants, f"{self.paper.cite}{ref}")
+
     def row(self) -> dict[str, str]:
         from . import classify
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,9 +70,29 @@ def _svgs(cs) -> tuple[list[tuple[str, str]], str]:
     return out, ""
 
 
+class _Clock:
+    """The heatmaps' progress: a line per model, with the time left (trained models only:
+    a model from the cache takes no time)."""
+
+    def __init__(self, total: int, say):
+        self.total, self.say, self.done = total, say, 0
+        self.start = self.last = time.perf_counter()
+
+    def tick(self, what: str, trained) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        took, self.last = now - self.last, now
+        how = ("no heatmap" if trained is None else "from the cache" if trained.cached
+               else f"{trained.steps} steps, {took:.1f} s")
+        left = (now - self.start) / self.done * (self.total - self.done)
+        eta = f"; about {left:.0f} s left" if self.done < self.total else ""
+        self.say(f"heatmap {self.done}/{self.total} {what}: {how}{eta}")
+
+
 def build(specs: list[tuple[Path, object]], out: Path,
           spec_dirs: list[Path] | tuple = (), train_steps: int | None = None,
-          cache: Path | None | bool = True) -> tuple[list[Path], list[str]]:
+          cache: Path | None | bool = True,
+          progress=None, jobs: int = 1) -> tuple[list[Path], list[str]]:
     """Write the site of the checked ``specs`` (file, CheckedSpec) to ``out``; returns the
     files written and notes for the user.
 
@@ -82,19 +103,23 @@ def build(specs: list[tuple[Path, object]], out: Path,
     ``out`` holds only what reports wrote: a manifest (``files.MANIFEST``) lists them, and
     only those are replaced or removed. ``files.OutputError`` (raised before anything is
     written) refuses a directory that is not the report's: see ``files.check_site_dir``;
-    ``spec_dirs`` are the directories given as inputs."""
+    ``spec_dirs`` are the directories given as inputs. ``progress``: called with a line
+    per model whose heatmap is drawn (its training steps and time, the time left).
+    ``jobs`` > 1: the models are first trained into the cache by that many processes
+    (``pretrain.py``)."""
     spec_paths = [Path(p) for p, _ in specs]
     check_site_dir(out, spec_paths, list(spec_dirs))  # refuse before the slow part
     created = make_dirs(out, "cannot write the report to")  # fail early where -o cannot be
     try:
-        return _build(specs, out, spec_paths, list(spec_dirs), train_steps, cache)
+        return _build(specs, out, spec_paths, list(spec_dirs), train_steps, cache,
+                      progress or (lambda line: None), jobs)
     except BaseException:
         remove_dirs(created)  # the directories made for a report that was not written
         raise
 
 
 def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], train_steps,
-           cache):
+           cache, progress, jobs):
     from . import train  # imports no torch until a model is trained
 
     if cache is True:
@@ -141,6 +166,18 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
         "style.css": (TEMPLATES / "style.css").read_text(encoding="utf-8")
         + fmt.get_style_defs(".highlight") + "\n",
     }
+    clock = _Clock(sum(len(by_id[r.paper.id].checked.models) for r in ordered), progress)
+    progress(f"heatmaps: {clock.total} models, each trained up to {steps} steps at toy sizes"
+             + (f" (weights cached in {cache})" if cache else "")
+             + (f", {jobs} at a time" if jobs > 1 and cache and steps else ""))
+    if jobs > 1 and cache and steps:
+        from . import pretrain
+
+        pretrain.warm([(page.file, cm.model.name, codegen.generate(
+            page.checked, cm, codegen.source_name(page.file)), codegen.output_name(
+                page.checked, cm)[:-3]) for page in (by_id[r.paper.id] for r in ordered)
+            for cm in page.checked.models], steps, cache, jobs, progress)
+        clock.say = lambda line: None  # trained: the report reads them from the cache
     for row in ordered:
         page = by_id[row.paper.id]
         source = Path(page.file).read_text(encoding="utf-8")
@@ -162,6 +199,7 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
                 why = f"no heatmap: {type(e).__name__}: {e}"
                 if why not in notes:
                     notes.append(why)
+            clock.tick(f"{row.paper.id} {cm.model.name}", trained)
             if png is not None:
                 files_out[f"papers/{row.paper.id}/{cm.model.name}.png"] = png
             code.append(dict(model=cm.model.name, file=name, why=why,

@@ -4,27 +4,19 @@ after compiling). Prints the output shape and the attention modules' weight shap
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 
 def load_module(source: str, name: str):
-    """Import generated source as a module (through a temporary file, like any import)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{name}.py"
-        path.write_text(source, encoding="utf-8")
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # dataclasses look their module up while the class is built
-        try:
-            spec.loader.exec_module(mod)
-        finally:
-            sys.modules.pop(name, None)
-    return mod
+    """Import generated source as a module, from memory, under a stable name
+    (``taxcompile.built.<name>_<hash of source>``, see ``built``): the same source and name
+    give the same module, which stays importable, so that its models pickle."""
+    from . import built
+
+    return built.load(source, name)
 
 
 def main(argv: list[str] | None = None) -> int:

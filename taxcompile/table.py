@@ -104,3 +104,28 @@ def render_latex(rows: list[PaperRow]) -> str:
 
 
 RENDER = {"csv": render_csv, "md": render_md, "latex": render_latex}
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def classification_md(variants: list, title: str = "") -> str:
+    """One model's (or a paper's variants') classification as a Markdown table: each
+    dimension's value and the reasons for it (Jupyter's ``_repr_markdown_``)."""
+    lines = ([f"**{_md(title)}**", ""] if title else []) + [
+        "| Dimension | Value | Reasons |", "|---|---|---|"]
+    for d in DIMENSIONS:
+        values, reasons = [], []
+        for v in variants:
+            cell = v.cells[d]
+            text = cell.text(d)
+            if text not in values:
+                values.append(text)
+            tag = f"`{v.model}`: " if len(variants) > 1 else ""
+            reasons += [f"{tag}{val}: {why}" for val in cell.labels(d)
+                        for why in cell.values[val]]
+            reasons += [f"{tag}note: {n}" for n in cell.notes]
+        lines.append(f"| {TITLES[d]} | {_md(', '.join(values))} | "
+                     + "<br>".join(_md(r) for r in reasons) + " |")
+    return "\n".join(lines) + "\n"

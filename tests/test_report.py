@@ -146,18 +146,40 @@ def test_a_spec_error_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+BROWSERS = ("chromium-headless-shell", "chrome-headless-shell", "chromium", "chromium-browser",
+            "google-chrome", "google-chrome-stable")
+
+
+def find_browser() -> str | None:
+    return next((exe for exe in map(shutil.which, BROWSERS) if exe), None)
+
+
 def chromium() -> str:
-    """Debian's chromium, installed when missing (as root, with apt-get)."""
-    exe = shutil.which("chromium")
+    """A headless Chromium: one on PATH if there is one, else the smallest that serves,
+    installed with apt-get (as root) without recommends: Debian's
+    chromium-headless-shell (no desktop services), or chromium where that is missing.
+    Says so with a warning."""
+    import warnings
+
+    exe = find_browser()
     if exe is None and shutil.which("apt-get"):
-        assert os.geteuid() == 0, "install Debian's chromium: sudo apt-get install -y chromium"
+        assert os.geteuid() == 0, ("no headless Chromium: install one with "
+                                   "`sudo apt-get install -y --no-install-recommends "
+                                   "chromium-headless-shell`")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, timeout=600,
-                       capture_output=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, timeout=900,
-                       capture_output=True, env=env)
-        exe = shutil.which("chromium")
-    assert exe, "chromium is required for the browser test"
+        apt = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]  # the other browser test may install
+        subprocess.run([*apt, "update", "-qq"], check=True, timeout=600, capture_output=True,
+                       env=env)
+        policy = subprocess.run(["apt-cache", "policy", "chromium-headless-shell"],
+                                capture_output=True, text=True, timeout=60).stdout
+        package = ("chromium-headless-shell" if re.search(r"Candidate: (?!\(none\))", policy)
+                   else "chromium")
+        warnings.warn(f"no headless Chromium on PATH: installing Debian's {package} "
+                      "(apt-get install --no-install-recommends) for the browser tests")
+        subprocess.run([*apt, "install", "-y", "-qq", "--no-install-recommends", package],
+                       check=True, timeout=900, capture_output=True, env=env)
+        exe = find_browser()
+    assert exe, "a headless Chromium is required for the browser test"
     return exe
 
 
@@ -236,9 +258,7 @@ def test_no_heatmap_title_is_clipped_in_the_browser(site, tmp_path):
 
     from PIL import Image
 
-    exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("no chromium on PATH (Debian: apt-get install -y chromium)")
+    exe = chromium()
     # every heatmap of every paper page, laid out by the report's own CSS, on one page
     # (one browser start instead of one per page)
     figures = []

@@ -72,6 +72,7 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
            dot="q^T k_l (Table II, multiplicative)", equal_qk=True),
     _score("scaled_multiplicative", "Scaled Multiplicative",
            "scaled multiplicative score q^T k / sqrt(d_k) (Table II)",
+           aliases=("scaled_dot",),  # the affinity form's name for it
            dot="q^T k_l / sqrt(d_k)", scaled=True, equal_qk=True),
     _score("general", "General", "general score k^T W q (Table II)", dot="k_l^T W q"),
     _score("biased_general", "Biased General", "biased general score k^T (W q + b) (Table II)",
