@@ -163,7 +163,22 @@ def examples(p) -> list[str]:
             lines.append("keep[0] = True")
             lines.append(f"out[{inp.id + '_mask'!r}] = keep.expand(out[{inp.id!r}]"
                          f".shape[:{1 + len(inp.axes)}]).contiguous()")
+    lines += gold_off_padding(p)
     lines.append("return {name: x.to(device) for name, x in out.items()}")
+    return lines
+
+
+def gold_off_padding(p) -> list[str]:
+    """A target alignment's rows moved off the padded keys (renormalised over the kept ones)
+    when one sequence input's padding mask covers its key axis: gold is a real alignment."""
+    lines = []
+    for gold in (i for i in p.m.inputs if i.kind == "alignment"):
+        seq = next((i for i in p.m.inputs if i.kind in MASKABLE and i.axes == gold.axes[-1:]),
+                   None)
+        if seq is not None:
+            lines.append(f"gold = out[{gold.id!r}] * out[{seq.id + '_mask'!r}][:, None, :]  "
+                         "# no mass on padded keys")
+            lines.append(f"out[{gold.id!r}] = gold / gold.sum(-1, keepdim=True)")
     return lines
 
 
