@@ -141,6 +141,18 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
     return mask
 
 
+def check_penalty(penalty: torch.Tensor | float, validate: bool = True) -> torch.Tensor | float:
+    """The attention penalties' sum, refused with a ValueError when it is not finite (a
+    coefficient too large for the dtype, or weights that overflowed): an infinite loss makes
+    every gradient NaN. Read only with ``validate``, outside torch.compile."""
+    if validate and isinstance(penalty, torch.Tensor) and not torch.compiler.is_compiling() \
+            and not bool(torch.isfinite(penalty)):
+        raise ValueError(f"the attention penalty is {penalty.item()} in {penalty.dtype}: a "
+                         "coefficient (lambda) too large for the dtype makes the loss and every "
+                         "gradient non-finite (validate=False skips this check)")
+    return penalty
+
+
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
              device: torch.device) -> torch.Tensor | None:
     """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
@@ -268,7 +280,7 @@ class Model(nn.Module):
             attn['M'] = M_a  # (B, H, 1, N)
         penalties.append(M_ex["penalty"])
         label = self.label_head(F.relu(self.label_linear(M)))  # (B, classes): output `label`
-        return Output(label, attn, penalty=sum(penalties))
+        return Output(label, attn, penalty=check_penalty(sum(penalties), validate))
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -139,6 +139,24 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
     return mask
 
 
+def check_sizes(inputs: dict) -> None:
+    """Raise a ValueError naming two inputs whose batch sizes differ, or whose lengths of an
+    axis they share differ (the spec names that axis in both): name -> (tensor or None, the
+    names of its axes after B)."""
+    seen = {}  # axis -> (its length, the first input over it, that input's shape)
+    for name, (x, axes) in inputs.items():
+        if x is None:  # an optional input (a target alignment) not given
+            continue
+        for axis, n in zip(("B",) + tuple(axes), x.shape):
+            if axis not in seen:
+                seen[axis] = (n, name, tuple(x.shape))
+            elif seen[axis][0] != n:
+                m, first, shape = seen[axis]
+                what = "batch sizes B" if axis == "B" else f"lengths of axis `{axis}`"
+                raise ValueError(f"inputs `{first}` and `{name}` have different {what}: {m} "
+                                 f"and {n} (shapes {shape} and {tuple(x.shape)})")
+
+
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
              device: torch.device) -> torch.Tensor | None:
     """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
@@ -327,6 +345,7 @@ class Model(nn.Module):
             validate=validate
         )
         right_mask = check_mask('right_mask', right_mask, right.shape[:2], validate)
+        check_sizes({'left': (left, ('L',)), 'target': (target, ('T',)), 'right': (right, ('R',))})
         attn = {}  # module -> its weights, when return_attention
         fl = rnn(self.fl_bilstm, self.fl_embed(left), left_mask)  # (B, L, 2 * hidden): feature `fl`
         # (B, T, 2 * hidden): feature `ft`

@@ -115,6 +115,7 @@ BIASES: dict[str, tuple[P, ...]] = {
 # (Lin et al.'s flattened M), or their mean (GAT's last layer).
 HEADS_OUT = P("heads_out", "enum", False, "project", ("project", "concat", "mean"))
 PAPER_FIELDS = ("cite", "ref", "row", "title", "year")
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32 (torch.finfo(torch.float32).max)
 
 def suggest(word: str, options) -> str:
     options = list(options)
@@ -342,6 +343,11 @@ class Lowerer:
                 return None
             if p.below is not None and v >= p.below:
                 self.err(e.pos, f"{what} must be between 0 and {p.below:g}, got {v:g}")
+                return None
+            if v > FLOAT32_MAX:  # e.g. a penalty's lambda: the loss would be infinite
+                self.err(e.pos, f"{what} must be at most {FLOAT32_MAX:.4g} (the largest "
+                         f"float32), got {v:g}", "a larger number is infinite in the model's "
+                         "float32 arithmetic")
                 return None
             return float(v)
         if p.type == "prob":  # a dropout probability: 0 <= p < 1

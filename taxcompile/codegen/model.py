@@ -117,11 +117,19 @@ def input_checks(p) -> list[Stmt]:
         out.append(Stmt(f"check_input({inp.id!r}, {inp.id}, {sizes_code}, "
                         f"tokens={ids}, want={want}, {axes}{vocab}"
                         f"validate=validate{longest_code})", depth=int(optional)))
+        if optional:
+            out.append(Stmt(f"check_alignment({inp.id!r}, {inp.id}, validate)", depth=1))
+            p.helpers.add("check_alignment")
         if inp.kind in MASKABLE:
             out.append(Stmt(f"{inp.id}_mask = check_mask({inp.id + '_mask'!r}, {inp.id}_mask, "
                             f"{inp.id}.shape[:{1 + len(inp.axes)}], validate)"))
             p.helpers.add("check_mask")
     p.helpers.add("check_input")
+    datas = data_inputs(p.m)
+    if len(datas) > 1:  # one batch, and one length per axis the inputs share
+        items = ", ".join(f"{i.id!r}: ({i.id}, {tuple(i.axes)!r})" for i in datas)
+        out.append(Stmt(f"check_sizes({{{items}}})"))
+        p.helpers.add("check_sizes")
     return out
 
 
@@ -229,7 +237,10 @@ def file_plan(p) -> FilePlan:
               OutputField("attention", "dict[str, torch.Tensor]", "field(default_factory=dict)",
                           "module -> weights (return_attention=True)")]
     fields += [RECORDS[r] for r in records]
-    kw = [f"{RECORDS[r].name}={'sum(penalties)' if r == 'penalties' else r}" for r in records]
+    kw = [f"{RECORDS[r].name}={r}" if r != "penalties" else
+          f"{RECORDS[r].name}=check_penalty(sum(penalties), validate)" for r in records]
+    if "penalties" in records:
+        p.helpers.add("check_penalty")
     head, body = generate.forward(p, head, body)  # generate(): the cache
     body.append(Stmt(f"return Output({', '.join([ret, 'attn'] + kw)})"))
     params = [i.id for i in m.inputs if i.kind != "alignment"] + \
