@@ -9,7 +9,7 @@ import keyword
 import math
 from dataclasses import dataclass, field
 
-from . import ast, ir
+from . import ast, ir, reserved
 from .diagnostics import Collector, Location, article
 from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabulary)
 from .ops import ACTIVATIONS, act
@@ -43,17 +43,6 @@ INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "poin
 # Inputs that only say which keys a query may see: `mask[T, S]`, a (B, T, S) bool mask, and
 # `graph[N]`, a graph over the N positions of an axis (an edge list or a dense adjacency).
 MASK_KINDS = ("mask", "graph")
-# Inputs become parameters of the generated forward(), which has these of its own: its
-# options, the names its body uses for itself, and the file's modules, classes and helpers.
-FORWARD_OPTIONS = ("self", "return_attention", "validate")
-FORWARD_NAMES = frozenset(FORWARD_OPTIONS) | {
-    "cfg", "B", "at", "layer", "attn", "log_probs", "penalties", "capsules",
-    "features", "torch", "nn", "F", "math", "field", "dataclass", "annotations", "Output",
-    "Config", "Model", "example_inputs", "check_input", "check_mask", "key_keep",
-    "masked_softmax", "sparsemax", "entmax15", "sinusoid", "broadcast", "pool", "rnn",
-    "cell_step", "additive_score", "additive_context", "local_band", "local_gather",
-    "local_flex", "create_block_mask", "flex_attention", "sum", "tuple", "range", "enumerate",
-    "rotary", "rel_distance", "alibi_slopes", "flex_context", "flex_ready"}
 
 
 def _sig(*params: P) -> tuple[P, ...]:
@@ -201,6 +190,10 @@ class Lowerer:
         why = bad_identifier(name, python_keywords)
         if why:
             self.err(pos, f"{what} name `{name}` {why}", "use letters, digits and `_`, e.g. `enc_self`")
+            return False
+        clash = reserved.refusal(name, what) if what in reserved.ROLES else None
+        if clash:  # the generated file's own names (taxcompile/reserved.py)
+            self.err(pos, *clash)
             return False
         return True
 
@@ -638,10 +631,6 @@ class Lowerer:
     def input(self, s: ast.Input, scope: Scope) -> None:
         if scope.hop is not None:
             self.err(s.pos, "inputs are declared at the top of a model, not inside `repeat`")
-            return
-        if s.name in FORWARD_NAMES:
-            self.err(s.pos, f"input name `{s.name}` is reserved: the generated model's "
-                     f"`forward()` has its own `{s.name}`", f"pick another name, e.g. `{s.name}_in`")
             return
         node_id = self.bind(scope, s.name, s.pos, "input")
         if node_id is None:

@@ -33,19 +33,9 @@ def op_module(p, e: ir.Op, n, base: str, ctor: str, comment: str = "") -> str:
     NODE`` the module of NODE's operation of the same operator (the same weights)."""
     root = checks.share_root(p.m, e) if e.param("share") is not None else None
     if root is None:
-        return p.module(n, p.suffix(n, base) if base != "embed" else embed_suffix(n, e), ctor,
-                        comment)
+        return p.module(n, p.suffix(n, base) if base != "embed" else p.embed_suffix(n, e),
+                        ctor, comment)
     return p.module(root[0], base, ctor, comment)
-
-
-def embed_suffix(n, e: ir.Op) -> str:
-    """``embed``, ``embed2`` … by the op's place among the statement's embeddings: one table
-    per op, and the same name wherever the op is planned (``tie = x`` plans x's again)."""
-    exprs = [getattr(n, f, None) for f in ("expr", "query", "keys", "values")]
-    found = [op for x in exprs if isinstance(x, (ir.Ref, ir.Op))
-             for op in checks.operations(x) if op.fn == "embed"]
-    i = next((i for i, op in enumerate(found) if op is e), 0)
-    return "embed" if i == 0 else f"embed{i + 1}"
 
 
 def embedding(p, e: ir.Op, n) -> str:

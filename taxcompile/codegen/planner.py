@@ -130,6 +130,16 @@ class Planner:
         self.op_counts[(n.id, base)] = count + 1
         return base if count == 0 else f"{base}{count + 1}"
 
+    @staticmethod
+    def embed_suffix(n, e: ir.Op) -> str:
+        """``embed``, ``embed2`` … by the op's place among the statement's embeddings: one
+        table per op, the same name wherever the op is planned (``tie = x`` plans x's again)."""
+        exprs = [getattr(n, f, None) for f in ("expr", "query", "keys", "values")]
+        found = [op for x in exprs if isinstance(x, (ir.Ref, ir.Op))
+                 for op in checks.operations(x) if op.fn == "embed"]
+        i = next((i for i, op in enumerate(found) if op is e), 0)
+        return "embed" if i == 0 else f"embed{i + 1}"
+
     def axis_size_code(self, axis: str) -> str:
         return model.axis_size_code(self, axis)
 
