@@ -632,6 +632,16 @@ class Lowerer:
         if scope.hop is not None:
             self.err(s.pos, "inputs are declared at the top of a model, not inside `repeat`")
             return
+        masked = ("tokens", "sequence", "set", "pointers")  # the inputs with a NAME_mask
+        twin = next((n.id for n in self.nodes if isinstance(n, ir.Input) and (
+            n.id == s.name + "_mask" and s.kind in masked
+            or n.id + "_mask" == s.name and n.kind in masked)), None)
+        if twin is not None:  # forward(x, x_mask, x_mask=None): one parameter, two inputs
+            mask = max(twin, s.name, key=len)
+            self.err(s.pos, f"input name `{s.name}` is taken: `forward()` would have two "
+                     f"parameters `{mask}`, input `{mask}` and the padding mask of input "
+                     f"`{min(twin, s.name, key=len)}`", f"pick another name, e.g. `{s.name}2`")
+            return
         node_id = self.bind(scope, s.name, s.pos, "input")
         if node_id is None:
             return

@@ -77,8 +77,8 @@ def _code(path: Path) -> str:
 
 
 # strings (triple-quoted first) and comments: what is left is code
-_NOT_CODE = re.compile(r'[rfb]*"""[\s\S]*?"""|[rfb]*\'\'\'[\s\S]*?\'\'\'|[rfb]*"(?:\\.|[^"\\\n])*"'
-                       r"|[rfb]*'(?:\\.|[^'\\\n])*'|#[^\n]*")
+_NOT_CODE = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|[^"\\\n])*"'
+                       r"|'(?:\\.|[^'\\\n])*'|#[^\n]*")
 
 
 def _code_names(text: str) -> set[str]:
@@ -93,19 +93,24 @@ def _templates() -> tuple[tuple[str, str], ...]:
                  for p in sorted(TEMPLATES.rglob("*.j2")))
 
 
+_TOP = re.compile(r"^(?:def|class)\s+([A-Za-z_]\w*)|^import\s+([\w.]+)(?:\s+as\s+(\w+))?"
+                  r"|^from\s+\S+\s+import\s+(.+)", re.M)
+
+
 @lru_cache(maxsize=None)
 def module_names() -> frozenset[str]:
     """Every name a generated file defines at its top level: the templates' unindented
     ``def``/``class`` and ``import``/``from … import`` names, and the file's fixed classes."""
     names = {"Config", "Output", "Model", "example_inputs", "annotations"}
-    for _, text in _templates():
-        for line in text.splitlines():
-            if m := re.match(r"(?:def|class)\s+([A-Za-z_]\w*)", line):
-                names.add(m.group(1))
-            elif m := re.match(r"import\s+([\w.]+)(?:\s+as\s+(\w+))?", line):
-                names.add(m.group(2) or m.group(1).split(".")[0])
-            elif m := re.match(r"from\s+\S+\s+import\s+(.+)", line):
-                names.update(n.split(" as ")[-1].strip() for n in m.group(1).split(","))
+    text = "\n".join(line for _, t in _templates() for line in t.split("\n")
+                     if line.startswith(("def ", "class ", "import ", "from ")))
+    for d, imp, alias, frm in _TOP.findall(text):
+        if d:
+            names.add(d)
+        elif imp:
+            names.add(alias or imp.split(".")[0])
+        else:
+            names.update(n.split(" as ")[-1].strip() for n in frm.split(","))
     return frozenset(n for n in names if n.isidentifier() and not n.startswith("_j"))
 
 
@@ -113,7 +118,7 @@ def module_names() -> frozenset[str]:
 def builtins_used() -> frozenset[str]:
     """The builtins the templates' code calls or names (strings and comments left out)."""
     known = set(dir(builtins)) - set(keyword.kwlist)
-    return frozenset(n for _, text in _templates() for n in _code_names(text) if n in known)
+    return frozenset(_code_names("\n".join(t for _, t in _templates())) & known)
 
 
 def _function(template: str, name: str) -> str:

@@ -227,3 +227,21 @@ def test_reserved_names_come_from_the_templates():
         reserved.module_names()
     assert {"tiny", "generate", "capsule_loss"} <= reserved.class_methods()
     assert Path(reserved.__file__).read_text().count("torch") < 20  # no torch import
+
+
+@pytest.mark.parametrize("first, second", [("x", "x_mask"), ("x_mask", "x")])
+def test_an_input_named_like_another_inputs_padding_mask(first, second):
+    """forward(x, x_mask, x_mask=None) is a SyntaxError: refused, in either order."""
+    text = HEADER + f"""model m {{
+    input {first}: sequence[L, 8]
+    input {second}: sequence[L, 8]
+    attention s {{ query = project(x)  keys = x_mask  score = scaled_multiplicative }}
+    output y = s
+}}
+"""
+    with pytest.raises(SpecError) as info:
+        pipeline.load_text(text, "t.attn")
+    d = info.value.diagnostics[0]
+    assert (d.loc.line, d.message) == (4, f"input name `{second}` is taken: `forward()` would "
+                                          "have two parameters `x_mask`, input `x_mask` and the "
+                                          "padding mask of input `x`")

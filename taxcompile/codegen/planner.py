@@ -12,7 +12,7 @@ import re
 
 import networkx as nx
 
-from .. import checks, graph, ir, ops
+from .. import checks, graph, ir, ops, reserved
 from . import attention, decoder, features, generate, model, repeat, values  # noqa: F401
 from .frame import Frame, Owner, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
@@ -33,7 +33,7 @@ class Planner:
         self.classes: dict[str, object] = {}  # attention class name -> its plan
         self.class_key: dict[str, str] = {}
         self.blocks: list = []  # ModuleClass plans of repeat bodies, innermost first
-        self.block_names = Names({"Model", "Config", "Output"})
+        self.block_names = Names(set(reserved.module_names()))  # the file's own classes
         self.reserved = RESERVED | {i.id for i in self.m.inputs} | \
             {i.id + "_mask" for i in self.m.inputs} | {"i", "j", "k", "l"}
         self.used_cfg: set[str] = set()
