@@ -224,9 +224,10 @@ def check_penalty(penalty: torch.Tensor | float, validate: bool = True) -> torch
     every gradient NaN. Read only with ``validate``, outside torch.compile."""
     if validate and isinstance(penalty, torch.Tensor) and not torch.compiler.is_compiling() \
             and not bool(torch.isfinite(penalty)):
-        raise ValueError(f"the attention penalty is {penalty.item()} in {penalty.dtype}: a "
-                         "coefficient (lambda) too large for the dtype makes the loss and every "
-                         "gradient non-finite (validate=False skips this check)")
+        raise ValueError(f"the attention penalty is {penalty.item()} in {penalty.dtype}, and "
+                         "so would be the loss and every gradient: a coefficient (lambda) too "
+                         "large for the dtype, or -log 0 (a target alignment's mass on a key "
+                         "whose weight is exactly 0); validate=False skips this check")
     return penalty
 
 

@@ -200,8 +200,11 @@ def test_supervised_cross_entropy_on_its_own_example_inputs():
     # gold mass on a padded key, whose weight is exactly 0: it contributes 0, not inf x 0
     bad = gold.clone()
     bad[1, :, -1] = 0.5
+    bad = bad / bad.sum(-1, keepdim=True)
     assert not x_keep[1, -1]
     out = model(**{**inputs, "gold": bad})
+    want = supervised_ref(model, inputs["x"], inputs["y"], bad, x_keep, inputs["y_mask"])
+    assert torch.isfinite(want)
     torch.testing.assert_close(out.penalty, want, atol=1e-10, rtol=0)
     out.penalty.backward()
     assert torch.isfinite(model.s_q_proj.weight.grad).all()
@@ -215,9 +218,13 @@ def test_supervised_cross_entropy_of_a_sparse_alignment_has_finite_gradients():
     model = mod.Model(mod.Config()).to(DT)
     inputs = {k: v.to(DT) if v.is_floating_point() else v
               for k, v in mod.example_inputs(cfg=mod.Config()).items()}
-    out = model(**inputs, return_attention=True)
+    with pytest.raises(ValueError, match="-log 0"):  # the example's gold on zero weights
+        model(**inputs)
+    out = model(**inputs, return_attention=True, validate=False)
+    assert out.penalty == math.inf
     a = out.attention["s"].mean(1)
-    gold = (a > 0).to(DT) / (a > 0).sum(-1, keepdim=True)  # mass only where the weights are
+    kept = (a > 0).to(DT)  # mass only where the weights are (rows of no key: all 0)
+    gold = kept / kept.sum(-1, keepdim=True).clamp_min(1)
     assert (a == 0).any()
     out = model(**{**inputs, "gold": gold})
     assert torch.isfinite(out.penalty)

@@ -391,9 +391,10 @@ def test_an_infinite_penalty_is_an_error():
     inputs = mod.example_inputs(cfg=mod.Config.tiny())
     with pytest.raises(ValueError) as info:
         model(**inputs)
-    assert str(info.value) == ("the attention penalty is inf in torch.float32: a coefficient "
-                               "(lambda) too large for the dtype makes the loss and every "
-                               "gradient non-finite (validate=False skips this check)")
+    assert str(info.value) == ("the attention penalty is inf in torch.float32, and so would be "
+                               "the loss and every gradient: a coefficient (lambda) too large "
+                               "for the dtype, or -log 0 (a target alignment's mass on a key "
+                               "whose weight is exactly 0); validate=False skips this check")
     assert model(**inputs, validate=False).penalty == float("inf")
 
 
