@@ -147,11 +147,11 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
             what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
             raise ValueError(f"input `{name}`: {what} must be at least 1, got 0 "
                              f"(shape {tuple(x.shape)}, expected {want})")
-    for axis, limit, field in longest:
+    for axis, limit, knob in longest:
         n = x.shape[1 + tuple(axes).index(axis)]
         if n > limit:
             raise ValueError(f"input `{name}`: the length of axis `{axis}` must be at most "
-                             f"{limit} (Config.{field}: the learned position table), got {n}")
+                             f"{limit} (Config.{knob}: the learned position table), got {n}")
     if not validate or torch.compiler.is_compiling():
         return
     if tokens and vocab is not None:
@@ -198,6 +198,24 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
             warnings.warn(f"input `{name}` keeps no position of example {b}: is it "
                           f"inverted? ({convention})", stacklevel=3)
     return mask
+
+
+def check_sizes(inputs: dict) -> None:
+    """Raise a ValueError naming two inputs whose batch sizes differ, or whose lengths of an
+    axis they share differ (the spec names that axis in both): name -> (tensor or None, the
+    names of its axes after B)."""
+    seen = {}  # axis -> (its length, the first input over it, that input's shape)
+    for name, (x, axes) in inputs.items():
+        if x is None:  # an optional input (a target alignment) not given
+            continue
+        for axis, n in zip(("B",) + tuple(axes), x.shape):
+            if axis not in seen:
+                seen[axis] = (n, name, tuple(x.shape))
+            elif seen[axis][0] != n:
+                m, first, shape = seen[axis]
+                what = "batch sizes B" if axis == "B" else f"lengths of axis `{axis}`"
+                raise ValueError(f"inputs `{first}` and `{name}` have different {what}: {m} "
+                                 f"and {n} (shapes {shape} and {tuple(x.shape)})")
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
@@ -323,6 +341,7 @@ class Model(nn.Module):
             longest=(('S', cfg.max_len, 'max_len'), ('W', cfg.max_len, 'max_len'),)
         )
         masked_mask = check_mask('masked_mask', masked_mask, masked.shape[:3], validate)
+        check_sizes({'doc': (doc, ('S', 'W')), 'masked': (masked, ('S', 'W'))})
         B = doc.shape[0]
         attn = {}  # module -> its weights, when return_attention
         h = self.xp_embed(doc)  # (B, S, W, d_emb)

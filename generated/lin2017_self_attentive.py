@@ -88,11 +88,11 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
             what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
             raise ValueError(f"input `{name}`: {what} must be at least 1, got 0 "
                              f"(shape {tuple(x.shape)}, expected {want})")
-    for axis, limit, field in longest:
+    for axis, limit, knob in longest:
         n = x.shape[1 + tuple(axes).index(axis)]
         if n > limit:
             raise ValueError(f"input `{name}`: the length of axis `{axis}` must be at most "
-                             f"{limit} (Config.{field}: the learned position table), got {n}")
+                             f"{limit} (Config.{knob}: the learned position table), got {n}")
     if not validate or torch.compiler.is_compiling():
         return
     if tokens and vocab is not None:
@@ -139,6 +139,19 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
             warnings.warn(f"input `{name}` keeps no position of example {b}: is it "
                           f"inverted? ({convention})", stacklevel=3)
     return mask
+
+
+def check_penalty(penalty: torch.Tensor | float, validate: bool = True) -> torch.Tensor | float:
+    """The attention penalties' sum, refused with a ValueError when it is not finite (a
+    coefficient too large for the dtype, or weights that overflowed): an infinite loss makes
+    every gradient NaN. Read only with ``validate``, outside torch.compile."""
+    if validate and isinstance(penalty, torch.Tensor) and not torch.compiler.is_compiling() \
+            and not bool(torch.isfinite(penalty)):
+        raise ValueError(f"the attention penalty is {penalty.item()} in {penalty.dtype}, and "
+                         "so would be the loss and every gradient: a coefficient (lambda) too "
+                         "large for the dtype, or -log 0 (a target alignment's mass on a key "
+                         "whose weight is exactly 0); validate=False skips this check")
+    return penalty
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
@@ -268,7 +281,7 @@ class Model(nn.Module):
             attn['M'] = M_a  # (B, H, 1, N)
         penalties.append(M_ex["penalty"])
         label = self.label_head(F.relu(self.label_linear(M)))  # (B, classes): output `label`
-        return Output(label, attn, penalty=sum(penalties))
+        return Output(label, attn, penalty=check_penalty(sum(penalties), validate))
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -99,11 +99,11 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
             what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
             raise ValueError(f"input `{name}`: {what} must be at least 1, got 0 "
                              f"(shape {tuple(x.shape)}, expected {want})")
-    for axis, limit, field in longest:
+    for axis, limit, knob in longest:
         n = x.shape[1 + tuple(axes).index(axis)]
         if n > limit:
             raise ValueError(f"input `{name}`: the length of axis `{axis}` must be at most "
-                             f"{limit} (Config.{field}: the learned position table), got {n}")
+                             f"{limit} (Config.{knob}: the learned position table), got {n}")
     if not validate or torch.compiler.is_compiling():
         return
     if tokens and vocab is not None:
@@ -150,6 +150,24 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
             warnings.warn(f"input `{name}` keeps no position of example {b}: is it "
                           f"inverted? ({convention})", stacklevel=3)
     return mask
+
+
+def check_sizes(inputs: dict) -> None:
+    """Raise a ValueError naming two inputs whose batch sizes differ, or whose lengths of an
+    axis they share differ (the spec names that axis in both): name -> (tensor or None, the
+    names of its axes after B)."""
+    seen = {}  # axis -> (its length, the first input over it, that input's shape)
+    for name, (x, axes) in inputs.items():
+        if x is None:  # an optional input (a target alignment) not given
+            continue
+        for axis, n in zip(("B",) + tuple(axes), x.shape):
+            if axis not in seen:
+                seen[axis] = (n, name, tuple(x.shape))
+            elif seen[axis][0] != n:
+                m, first, shape = seen[axis]
+                what = "batch sizes B" if axis == "B" else f"lengths of axis `{axis}`"
+                raise ValueError(f"inputs `{first}` and `{name}` have different {what}: {m} "
+                                 f"and {n} (shapes {shape} and {tuple(x.shape)})")
 
 
 def check_decoding(max_len, bos, eos, pad, vocab, strategy, beams, top_k, top_p,
@@ -383,6 +401,7 @@ class Model(nn.Module):
             validate=validate
         )
         tgt_mask = check_mask('tgt_mask', tgt_mask, tgt.shape[:2], validate)
+        check_sizes({'src': (src, ('L',)), 'tgt': (tgt, ('T',))})
         B = src.shape[0]
         attn = {}  # module -> its weights, when return_attention
         if cache is not None and tgt_mask is not None:

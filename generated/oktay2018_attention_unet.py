@@ -86,11 +86,11 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
             what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
             raise ValueError(f"input `{name}`: {what} must be at least 1, got 0 "
                              f"(shape {tuple(x.shape)}, expected {want})")
-    for axis, limit, field in longest:
+    for axis, limit, knob in longest:
         n = x.shape[1 + tuple(axes).index(axis)]
         if n > limit:
             raise ValueError(f"input `{name}`: the length of axis `{axis}` must be at most "
-                             f"{limit} (Config.{field}: the learned position table), got {n}")
+                             f"{limit} (Config.{knob}: the learned position table), got {n}")
     if not validate or torch.compiler.is_compiling():
         return
     if tokens and vocab is not None:

@@ -165,11 +165,11 @@ def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: st
             what = "the batch size B" if axis == "B" else f"the length of axis `{axis}`"
             raise ValueError(f"input `{name}`: {what} must be at least 1, got 0 "
                              f"(shape {tuple(x.shape)}, expected {want})")
-    for axis, limit, field in longest:
+    for axis, limit, knob in longest:
         n = x.shape[1 + tuple(axes).index(axis)]
         if n > limit:
             raise ValueError(f"input `{name}`: the length of axis `{axis}` must be at most "
-                             f"{limit} (Config.{field}: the learned position table), got {n}")
+                             f"{limit} (Config.{knob}: the learned position table), got {n}")
     if not validate or torch.compiler.is_compiling():
         return
     if tokens and vocab is not None:
@@ -216,6 +216,37 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
             warnings.warn(f"input `{name}` keeps no position of example {b}: is it "
                           f"inverted? ({convention})", stacklevel=3)
     return mask
+
+
+def check_penalty(penalty: torch.Tensor | float, validate: bool = True) -> torch.Tensor | float:
+    """The attention penalties' sum, refused with a ValueError when it is not finite (a
+    coefficient too large for the dtype, or weights that overflowed): an infinite loss makes
+    every gradient NaN. Read only with ``validate``, outside torch.compile."""
+    if validate and isinstance(penalty, torch.Tensor) and not torch.compiler.is_compiling() \
+            and not bool(torch.isfinite(penalty)):
+        raise ValueError(f"the attention penalty is {penalty.item()} in {penalty.dtype}, and "
+                         "so would be the loss and every gradient: a coefficient (lambda) too "
+                         "large for the dtype, or -log 0 (a target alignment's mass on a key "
+                         "whose weight is exactly 0); validate=False skips this check")
+    return penalty
+
+
+def check_sizes(inputs: dict) -> None:
+    """Raise a ValueError naming two inputs whose batch sizes differ, or whose lengths of an
+    axis they share differ (the spec names that axis in both): name -> (tensor or None, the
+    names of its axes after B)."""
+    seen = {}  # axis -> (its length, the first input over it, that input's shape)
+    for name, (x, axes) in inputs.items():
+        if x is None:  # an optional input (a target alignment) not given
+            continue
+        for axis, n in zip(("B",) + tuple(axes), x.shape):
+            if axis not in seen:
+                seen[axis] = (n, name, tuple(x.shape))
+            elif seen[axis][0] != n:
+                m, first, shape = seen[axis]
+                what = "batch sizes B" if axis == "B" else f"lengths of axis `{axis}`"
+                raise ValueError(f"inputs `{first}` and `{name}` have different {what}: {m} "
+                                 f"and {n} (shapes {shape} and {tuple(x.shape)})")
 
 
 def check_decoding(max_len, bos, eos, pad, vocab, strategy, beams, top_k, top_p,
@@ -447,6 +478,7 @@ class Model(nn.Module):
             validate=validate
         )
         caption_mask = check_mask('caption_mask', caption_mask, caption.shape[:2], validate)
+        check_sizes({'image': (image, ('image_0', 'image_1')), 'caption': (caption, ('T',))})
         attn = {}  # module -> its weights, when return_attention
         penalties = []
         if cache is not None and caption_mask is not None:
@@ -497,7 +529,7 @@ class Model(nn.Module):
         )
         # (B, T, vocab): output `logits`
         logits = self.logits_head(torch.tanh(self.logits_linear(torch.cat([h, z], -1)) + e))
-        return Output(logits, attn, penalty=sum(penalties))
+        return Output(logits, attn, penalty=check_penalty(sum(penalties), validate))
 
     @torch.no_grad()
     def generate(

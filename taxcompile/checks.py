@@ -362,6 +362,15 @@ class Checker:
             self.err(e.args[0].loc, f"`embed` reads token ids, but `{_name(e.args[0])}` "
                      f"already has features {a[0]}", "use `linear(x, d)` to map features")
             return None
+        src = e.args[0]
+        while isinstance(src, ir.Op):  # the input the token ids come from
+            src = src.args[0]
+        kind = getattr(self.cm.model.by_id.get(src.node), "kind", "tokens")
+        if kind != "tokens":  # an alignment or pointers: no vocabulary to embed
+            self.err(e.args[0].loc, f"`embed` reads token ids, but `{src.node}` is "
+                     f"{'an' if kind[0] in 'aeiou' else 'a'} `{kind}` input",
+                     "embed a `tokens[…] (vocab = V)` input")
+            return None
         return Shape(a[0].axes, int(e.param("d")))
 
     @ops.shape_rule("linear")
@@ -796,6 +805,13 @@ class Checker:
                      f"`{n.affinity}` (eq. 14-15), but capsule-based attention learns one query "
                      "per class (eq. 43): a capsule has no query from the other input",
                      "drop `capsules`, or attend with learned capsule queries in another module")
+            return None
+        if n.affinity is not None and n.align.fn == "local" and sc.fn in ("additive", "max_pool"):
+            self.err(n.align.loc, f"{where}: the `{sc.fn}` score reads the whole other input "
+                     f"through affinity `{n.affinity}` (eq. 14-16), one context per input: "
+                     "there is no query position or vector for local alignment's centre p "
+                     "(eq. 27-28)", "use `align = global` (or `sparsemax`, `entmax`), or "
+                     "`score = affinity` (one context per query position)")
             return None
         if n.affinity is not None and sc.fn != "additive" and (
                 n.heads > 1 or n.dimensionality == "multi"):
@@ -1576,6 +1592,9 @@ class Checker:
                    if a.attended == b.attended else
                    f"act = {so.act}" if n.score.act != so.act else
                    f"bias = {_show(so.bias)}" if n.score.bias != so.bias else
+                   f"heads = {o.heads} (W1, W2 split the same way)" if n.heads != o.heads else
+                   f"dimensionality = {o.dimensionality} (both build W1 and W2 alike)"
+                   if n.dimensionality != o.dimensionality else
                    f"d_q = {b.d_k} and d_k = {b.d_q}" if (a.d_q, a.d_k) != (b.d_k, b.d_q) else
                    f"d_w = {_d_w(o, b)}" if _d_w(n, a) != _d_w(o, b) else None)
             if why:

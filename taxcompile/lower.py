@@ -8,7 +8,7 @@ import keyword
 import math
 from dataclasses import dataclass, field
 
-from . import ast, ir
+from . import ast, ir, reserved
 from . import mechanisms as mech
 from .diagnostics import Collector, Location, article
 from .mechanisms import spellings
@@ -45,17 +45,6 @@ INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "poin
 # Inputs that only say which keys a query may see: `mask[T, S]`, a (B, T, S) bool mask, and
 # `graph[N]`, a graph over the N positions of an axis (an edge list or a dense adjacency).
 MASK_KINDS = ("mask", "graph")
-# Inputs become parameters of the generated forward(), which has these of its own: its
-# options, the names its body uses for itself, and the file's modules, classes and helpers.
-FORWARD_OPTIONS = ("self", "return_attention", "validate")
-FORWARD_NAMES = frozenset(FORWARD_OPTIONS) | {
-    "cfg", "B", "at", "layer", "attn", "log_probs", "penalties", "capsules",
-    "features", "torch", "nn", "F", "math", "field", "dataclass", "annotations", "Output",
-    "Config", "Model", "example_inputs", "check_input", "check_mask", "key_keep",
-    "masked_softmax", "sparsemax", "entmax15", "sinusoid", "broadcast", "pool", "rnn",
-    "cell_step", "additive_score", "additive_context", "local_band", "local_gather",
-    "local_flex", "create_block_mask", "flex_attention", "sum", "tuple", "range", "enumerate",
-    "rotary", "rel_distance", "alibi_slopes", "flex_context", "flex_ready"}
 
 
 # The parameters of each mechanism a statement names come from its record
@@ -80,6 +69,7 @@ BIASES: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.BIASES.items()}
 # How a multi-head module joins its heads' contexts (the records of mechanisms.HEADS_OUT).
 HEADS_OUT = P("heads_out", "enum", False, "project", tuple(mech.HEADS_OUT))
 PAPER_FIELDS = ("cite", "ref", "row", "title", "year")
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32 (torch.finfo(torch.float32).max)
 
 def bad_identifier(name: str, python_keywords: bool = False) -> str | None:
     """Why ``name`` cannot be used as an identifier (specs are untrusted). Python keywords
@@ -157,6 +147,10 @@ class Lowerer:
         why = bad_identifier(name, python_keywords)
         if why:
             self.err(pos, f"{what} name `{name}` {why}", "use letters, digits and `_`, e.g. `enc_self`")
+            return False
+        clash = reserved.refusal(name, what) if what in reserved.ROLES else None
+        if clash:  # the generated file's own names (taxcompile/reserved.py)
+            self.err(pos, *clash)
             return False
         return True
 
@@ -266,6 +260,12 @@ class Lowerer:
         shown = str(int(v)) if isinstance(v, float) and v.is_integer() and abs(v) < 1e16 \
             else _show(v)
         if isinstance(v, float) and v.is_integer():
+            if self.sym(e, scope) is not None:  # Config would compute it as a float
+                self.err(e.pos, f"{what} must be a whole number, but it is computed in "
+                         f"floating point ({shown}.0): the generated Config would hold a float",
+                         "use whole numbers: integer `let`s, `*` and `/` by integers, "
+                         "e.g. `d * 10` for `d / 0.1`")
+                return None
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
             self.err(e.pos, f"{what} must be a whole number, got {shown}")
@@ -293,6 +293,11 @@ class Lowerer:
                 return None
             if p.below is not None and v >= p.below:
                 self.err(e.pos, f"{what} must be between 0 and {p.below:g}, got {v:g}")
+                return None
+            if v > FLOAT32_MAX:  # e.g. a penalty's lambda: the loss would be infinite
+                self.err(e.pos, f"{what} must be at most {FLOAT32_MAX:.4g} (the largest "
+                         f"float32), got {v:g}", "a larger number is infinite in the model's "
+                         "float32 arithmetic")
                 return None
             return float(v)
         if p.type == "prob":  # a dropout probability: 0 <= p < 1
@@ -584,9 +589,15 @@ class Lowerer:
         if scope.hop is not None:
             self.err(s.pos, "inputs are declared at the top of a model, not inside `repeat`")
             return
-        if s.name in FORWARD_NAMES:
-            self.err(s.pos, f"input name `{s.name}` is reserved: the generated model's "
-                     f"`forward()` has its own `{s.name}`", f"pick another name, e.g. `{s.name}_in`")
+        masked = ("tokens", "sequence", "set", "pointers")  # the inputs with a NAME_mask
+        twin = next((n.id for n in self.nodes if isinstance(n, ir.Input) and (
+            n.id == s.name + "_mask" and s.kind in masked
+            or n.id + "_mask" == s.name and n.kind in masked)), None)
+        if twin is not None:  # forward(x, x_mask, x_mask=None): one parameter, two inputs
+            mask = max(twin, s.name, key=len)
+            self.err(s.pos, f"input name `{s.name}` is taken: `forward()` would have two "
+                     f"parameters `{mask}`, input `{mask}` and the padding mask of input "
+                     f"`{min(twin, s.name, key=len)}`", f"pick another name, e.g. `{s.name}2`")
             return
         node_id = self.bind(scope, s.name, s.pos, "input")
         if node_id is None:

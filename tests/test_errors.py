@@ -199,8 +199,8 @@ CASES: list[Case] = [
          "feature name `class` is a Python keyword", IDENT_HINT),
     Case("input_named_like_a_forward_option",
          PAPER + MODEL.replace("src", "validate"), 3, 11,
-         "input name `validate` is reserved: the generated model's `forward()` has its own "
-         "`validate`", "pick another name, e.g. `validate_in`"),
+         "input name `validate` is reserved: the generated `forward()` and `generate()` already "
+         "use `validate`, a name of its own", "pick another name, e.g. `validate2`"),
     Case("ident_dunder", spec("feature __init__ = norm(x)"), BODY, 13,
          "feature name `__init__` starts with `__` (dunder names are reserved)", IDENT_HINT),
     Case("duplicate_feature", spec("feature x = norm(x)"), BODY, 13,
@@ -307,10 +307,10 @@ CASES: list[Case] = [
          BODY, 15, "attention `b`: d_q = 64 is not divisible by heads = 5",
          "each head gets an equal slice (eq. 38)"),
     Case("query_does_not_fit_keys",
-         PAPER + HEAD + "    input doc: tokens[A, B] (vocab = 10)\n"
+         PAPER + HEAD + "    input doc: tokens[A, C] (vocab = 10)\n"
          "    feature y = embed(doc, 64)\n"
          "    attention a { query = project(y)  keys = x  score = multiplicative }\n}\n",
-         7, 27, "query (A, B, 64) does not fit keys (S, 64)",
+         7, 27, "query (A, C, 64) does not fit keys (S, 64)",
          "a query is one vector per group of keys, or one per position of a sequence whose "
          "other axes match the keys'"),
     Case("tokens_not_embedded", spec("feature y = norm(src)"), BODY, 22,

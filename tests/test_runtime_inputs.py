@@ -276,3 +276,131 @@ def test_a_mask_that_keeps_nothing_of_an_example_warns_once(rnnsearch):
         warnings.simplefilter("error")
         model(**inputs, validate=False)  # validate=False reads no values: no warning
         model(**mod.example_inputs(cfg=cfg))  # a proper mask: no warning
+
+
+# ---- inputs read together (issue 23) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec, model, bigger", [
+    ("xu2015", "soft", "image"),  # image has no padding mask: a raw RuntimeError before
+    ("lu2016", "parallel", "image"),
+    ("bahdanau2015", "rnnsearch", "src"),
+])
+def test_inputs_with_different_batch_sizes(spec, model, bigger):
+    mod, m, cfg, inputs_ir = build(SPECS / f"{spec}.attn", model)
+    inputs = mod.example_inputs(cfg=cfg)
+    one_more = {k: torch.cat([v, v[:1]]) for k, v in inputs.items()
+                if k in (bigger, bigger + "_mask")}
+    others = [i.id for i in inputs_ir if i.id != bigger]
+    with pytest.raises(ValueError) as info:
+        call(m, {**inputs, **one_more})
+    first, second = (bigger, others[0]) if inputs_ir[0].id == bigger else (others[0], bigger)
+    shapes = {k: tuple(v.shape) for k, v in {**inputs, **one_more}.items()}
+    B = {k: s[0] for k, s in shapes.items()}
+    assert str(info.value) == (f"inputs `{first}` and `{second}` have different batch sizes B: "
+                               f"{B[first]} and {B[second]} (shapes {shapes[first]} and "
+                               f"{shapes[second]})")
+
+
+SUPERVISED = """paper t { cite = "T" }
+model m {
+    input x: sequence[L, 8]
+    input y: sequence[M, 8]
+    input gold: alignment[M, L]
+    attention s {
+        query = project(y)  keys = x  score = scaled_multiplicative
+        penalty = supervised(gold, 0.5)
+    }
+    output u = s
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def supervised():
+    cs = pipeline.load_text(SUPERVISED, "t.attn")
+    mod = load_module(codegen.generate(cs, cs.models[0], "t.attn"), "rt_supervised")
+    cfg = mod.Config.tiny()
+    return mod, mod.Model(cfg).eval(), cfg
+
+
+def test_the_target_alignment_shape_is_the_inputs_axes(supervised):
+    mod, model, cfg = supervised
+    inputs = mod.example_inputs(cfg=cfg)
+    gold = inputs["gold"][:, :, :-1]  # one key short of x's L
+    with pytest.raises(ValueError) as info:
+        call(model, {**inputs, "gold": gold / gold.sum(-1, keepdim=True)})
+    L = inputs["x"].shape[1]
+    assert str(info.value) == (f"inputs `x` and `gold` have different lengths of axis `L`: {L} "
+                               f"and {L - 1} (shapes {tuple(inputs['x'].shape)} and "
+                               f"{tuple(gold.shape)})")
+
+
+def test_the_target_alignment_values(supervised):
+    mod, model, cfg = supervised
+    inputs = mod.example_inputs(cfg=cfg)
+    gold = inputs["gold"].clone()
+    gold[1, 2, 0] = -0.25
+    with pytest.raises(ValueError) as info:
+        call(model, {**inputs, "gold": gold})
+    assert str(info.value) == "input `gold`: a target alignment holds weights >= 0, got -0.25"
+    gold = inputs["gold"].clone()
+    gold[1, 3] *= 0.5
+    with pytest.raises(ValueError) as info:
+        call(model, {**inputs, "gold": gold})
+    assert str(info.value) == ("input `gold`: each row of a target alignment sums to 1 over the "
+                               "keys (or is all 0: a query aligned to nothing), got 0.5 in row 3 "
+                               "of example 1")
+    gold[1, 3] = 0  # a query aligned to nothing; validate=False reads no values
+    call(model, {**inputs, "gold": gold})
+    gold[0, 0, 0] = 7.0
+    call(model, {**inputs, "gold": gold}, validate=False)
+
+
+MASK_INPUT = """paper t { cite = "T" }
+model m {
+    input x: sequence[L, 8]
+    input keep: mask[L, L]
+    attention att { query = project(x)  keys = x  score = scaled_multiplicative  mask = keep }
+    output o = att
+}
+"""
+
+
+def test_a_mask_input_that_keeps_no_key_warns():
+    cs = pipeline.load_text(MASK_INPUT, "t.attn")
+    mod = load_module(codegen.generate(cs, cs.models[0], "t.attn"), "rt_mask_input")
+    model = mod.Model(mod.Config.tiny()).eval()
+    inputs = mod.example_inputs(cfg=mod.Config.tiny())
+    inputs["keep"][1] = False  # example 1 keeps nothing: the mask inverted, or all padding
+    with torch.no_grad(), pytest.warns(UserWarning) as record:
+        model(**inputs)
+    assert [str(w.message) for w in record] == [
+        "input `keep` keeps no key of example 1: is it inverted? (True = keep)"]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(**inputs, validate=False)
+        model(**mod.example_inputs(cfg=mod.Config.tiny()))
+
+
+def test_an_infinite_penalty_is_an_error():
+    """lambda = 3e38 is a float32 (check accepts it), but times a penalty above 1 it is not."""
+    cs = pipeline.load_text(SUPERVISED.replace("gold, 0.5", "gold, 3e38, loss = cross_entropy"), "t.attn")
+    mod = load_module(codegen.generate(cs, cs.models[0], "t.attn"), "rt_inf_penalty")
+    model = mod.Model(mod.Config.tiny())
+    inputs = mod.example_inputs(cfg=mod.Config.tiny())
+    with pytest.raises(ValueError) as info:
+        model(**inputs)
+    assert str(info.value) == ("the attention penalty is inf in torch.float32, and so would be "
+                               "the loss and every gradient: a coefficient (lambda) too large "
+                               "for the dtype, or -log 0 (a target alignment's mass on a key "
+                               "whose weight is exactly 0); validate=False skips this check")
+    assert model(**inputs, validate=False).penalty == float("inf")
+
+
+def test_a_penalty_coefficient_beyond_float32_is_refused():
+    from taxcompile.diagnostics import SpecError
+    with pytest.raises(SpecError) as info:
+        pipeline.load_text(SUPERVISED.replace("gold, 0.5", "gold, 1e308"), "t.attn")
+    assert info.value.diagnostics[0].message == (
+        "`lambda` of `supervised` must be at most 3.403e+38 (the largest float32), got 1e+308")

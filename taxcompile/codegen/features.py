@@ -33,7 +33,8 @@ def op_module(p, e: ir.Op, n, base: str, ctor: str, comment: str = "") -> str:
     NODE`` the module of NODE's operation of the same operator (the same weights)."""
     root = checks.share_root(p.m, e) if e.param("share") is not None else None
     if root is None:
-        return p.module(n, p.suffix(n, base) if base != "embed" else base, ctor, comment)
+        return p.module(n, p.suffix(n, base) if base != "embed" else p.embed_suffix(n, e),
+                        ctor, comment)
     return p.module(root[0], base, ctor, comment)
 
 

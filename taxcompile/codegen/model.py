@@ -117,11 +117,19 @@ def input_checks(p) -> list[Stmt]:
         out.append(Stmt(f"check_input({inp.id!r}, {inp.id}, {sizes_code}, "
                         f"tokens={ids}, want={want}, {axes}{vocab}"
                         f"validate=validate{longest_code})", depth=int(optional)))
+        if optional:
+            out.append(Stmt(f"check_alignment({inp.id!r}, {inp.id}, validate)", depth=1))
+            p.helpers.add("check_alignment")
         if inp.kind in MASKABLE:
             out.append(Stmt(f"{inp.id}_mask = check_mask({inp.id + '_mask'!r}, {inp.id}_mask, "
                             f"{inp.id}.shape[:{1 + len(inp.axes)}], validate)"))
             p.helpers.add("check_mask")
     p.helpers.add("check_input")
+    datas = data_inputs(p.m)
+    if len(datas) > 1:  # one batch, and one length per axis the inputs share
+        items = ", ".join(f"{i.id!r}: ({i.id}, {tuple(i.axes)!r})" for i in datas)
+        out.append(Stmt(f"check_sizes({{{items}}})"))
+        p.helpers.add("check_sizes")
     return out
 
 
@@ -163,7 +171,22 @@ def examples(p) -> list[str]:
             lines.append("keep[0] = True")
             lines.append(f"out[{inp.id + '_mask'!r}] = keep.expand(out[{inp.id!r}]"
                          f".shape[:{1 + len(inp.axes)}]).contiguous()")
+    lines += gold_off_padding(p)
     lines.append("return {name: x.to(device) for name, x in out.items()}")
+    return lines
+
+
+def gold_off_padding(p) -> list[str]:
+    """A target alignment's rows moved off the padded keys (renormalised over the kept ones)
+    when one sequence input's padding mask covers its key axis: gold is a real alignment."""
+    lines = []
+    for gold in (i for i in p.m.inputs if i.kind == "alignment"):
+        seq = next((i for i in p.m.inputs if i.kind in MASKABLE and i.axes == gold.axes[-1:]),
+                   None)
+        if seq is not None:
+            lines.append(f"gold = out[{gold.id!r}] * out[{seq.id + '_mask'!r}][:, None, :]  "
+                         "# no mass on padded keys")
+            lines.append(f"out[{gold.id!r}] = gold / gold.sum(-1, keepdim=True)")
     return lines
 
 
@@ -214,7 +237,10 @@ def file_plan(p) -> FilePlan:
               OutputField("attention", "dict[str, torch.Tensor]", "field(default_factory=dict)",
                           "module -> weights (return_attention=True)")]
     fields += [RECORDS[r] for r in records]
-    kw = [f"{RECORDS[r].name}={'sum(penalties)' if r == 'penalties' else r}" for r in records]
+    kw = [f"{RECORDS[r].name}={r}" if r != "penalties" else
+          f"{RECORDS[r].name}=check_penalty(sum(penalties), validate)" for r in records]
+    if "penalties" in records:
+        p.helpers.add("check_penalty")
     head, body = generate.forward(p, head, body)  # generate(): the cache
     body.append(Stmt(f"return Output({', '.join([ret, 'attn'] + kw)})"))
     params = [i.id for i in m.inputs if i.kind != "alignment"] + \

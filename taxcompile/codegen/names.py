@@ -9,19 +9,14 @@ import operator
 import re
 from dataclasses import dataclass
 
-from ..lower import FORWARD_NAMES
+from .. import reserved
 
-# Local names the generated forward() uses for itself (inputs may not take them either).
-RESERVED = set(FORWARD_NAMES) | {"t", "out", "penalty", "state", "ctx", "g", "outputs"} \
-    | set(dir(builtins))
-# Attribute names nn.Module already has.
-MODULE_ATTRS = {"training", "forward", "to", "cuda", "cpu", "eval", "train", "parameters",
-                "buffers", "children", "modules", "state_dict", "apply", "half", "float",
-                "double", "type", "zero_grad", "register_buffer", "add_module", "cfg",
-                "get_submodule", "extra_repr", "dump_patches", "call_super_init", "bfloat16",
-                "named_modules", "named_parameters", "requires_grad_", "load_state_dict",
-                "capsule_loss", "register_parameter", "share_memory", "xpu", "ipu", "mtia",
-                "self"}
+# Local names the generated forward() uses for itself (inputs may not take them either): the
+# file's helpers, classes and imports, the builtins it calls, forward()'s and generate()'s
+# own names (taxcompile/reserved.py derives them from the templates); a local gets `_2`.
+RESERVED = set(reserved.forward_names()) | reserved.TEMPORARIES | set(dir(builtins))
+# Attribute names nn.Module and the generated classes already have: a submodule gets `_2`.
+MODULE_ATTRS = set(reserved.module_attrs())
 
 NAME = re.compile(r"[A-Za-z_]\w*")
 

@@ -12,7 +12,7 @@ import re
 
 import networkx as nx
 
-from .. import checks, graph, ir, ops
+from .. import checks, graph, ir, ops, reserved
 from . import attention, decoder, features, generate, model, repeat, values  # noqa: F401
 from .frame import Frame, Owner, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
@@ -33,7 +33,7 @@ class Planner:
         self.classes: dict[str, object] = {}  # attention class name -> its plan
         self.class_key: dict[str, str] = {}
         self.blocks: list = []  # ModuleClass plans of repeat bodies, innermost first
-        self.block_names = Names({"Model", "Config", "Output"})
+        self.block_names = Names(set(reserved.module_names()))  # the file's own classes
         self.reserved = RESERVED | {i.id for i in self.m.inputs} | \
             {i.id + "_mask" for i in self.m.inputs} | {"i", "j", "k", "l"}
         self.used_cfg: set[str] = set()
@@ -129,6 +129,16 @@ class Planner:
         count = self.op_counts.setdefault((n.id, base), 0)
         self.op_counts[(n.id, base)] = count + 1
         return base if count == 0 else f"{base}{count + 1}"
+
+    @staticmethod
+    def embed_suffix(n, e: ir.Op) -> str:
+        """``embed``, ``embed2`` … by the op's place among the statement's embeddings: one
+        table per op, the same name wherever the op is planned (``tie = x`` plans x's again)."""
+        exprs = [getattr(n, f, None) for f in ("expr", "query", "keys", "values")]
+        found = [op for x in exprs if isinstance(x, (ir.Ref, ir.Op))
+                 for op in checks.operations(x) if op.fn == "embed"]
+        i = next((i for i, op in enumerate(found) if op is e), 0)
+        return "embed" if i == 0 else f"embed{i + 1}"
 
     def axis_size_code(self, axis: str) -> str:
         return model.axis_size_code(self, axis)
