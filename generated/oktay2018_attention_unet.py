@@ -44,6 +44,15 @@ class Config:
     H: int = 160  # length of axis H, a multiple of 8 (down-sampled by 8)
     W: int = 160  # length of axis W, a multiple of 8 (down-sampled by 8)
 
+    def __post_init__(self) -> None:
+        # an axis down-sampled by a factor must be a multiple of it: else a strided conv2d or
+        # a maxpool silently drops its last rows (and an up-sampled level no longer lines up)
+        for axis, factor in (("H", 8), ("W", 8)):
+            n = getattr(self, axis)
+            if n < factor or n % factor:
+                raise ValueError(f"Config.{axis} = {n}: must be a positive multiple of {factor} "
+                                 f"(the model down-samples that axis by {factor})")
+
     @classmethod
     def tiny(cls) -> "Config":
         """The same architecture at toy sizes, for tests and smoke runs."""
@@ -130,6 +139,7 @@ class MultiDimAdditiveSigmoidAttention(nn.Module):
     all), c_l = a_l v_l: the values keep their positions.
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
+    wk: project_keys(k), (N, H, Lk, d_w), or None (computed here).
     Returns c: (N, Lk, d_v), the gated values, a: (N, H, 1, Lk, d_v / H), the gates,
     and a dict of extras.
     """
@@ -146,16 +156,25 @@ class MultiDimAdditiveSigmoidAttention(nn.Module):
         # b_psi: the gate's bias (Oktay et al.: alpha_l = sigmoid(psi^T h_l + b_psi))
         self.b_psi = nn.Parameter(torch.zeros(heads, 1, 1, d_v))
 
-    def forward(self, q, k, v, key_mask=None):
+    def project_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """W2 k_l + b of eq. 6 for every key, (N, Lk, d_k) -> (N, H, Lk, d_w). It does not
+        depend on the query: a decoder computes it once per sequence and passes it to every
+        step's forward() as `wk`."""
+        N, Lk, _ = k.shape
+        k = k.reshape(N, Lk, self.heads, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
+        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
+        return wk + self.b[:, None, :]  # W2 k_l + b
+
+    def forward(self, q, k, v, key_mask=None, wk=None):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
+        if wk is None:  # W2 k_l + b (eq. 6); a decoder passes it, projected once per sequence
+            wk = self.project_keys(k)  # (N, H, Lk, d_w)
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
-        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        wk = wk + self.b[:, None, :]  # W2 k_l + b
         keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         # the same keys for every feature (eq. 32)
         keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)

@@ -373,6 +373,7 @@ class AdditiveAttention(nn.Module):
     "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
+    wk: project_keys(k), (N, H, Lk, d_w), or None (computed here).
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
@@ -386,16 +387,25 @@ class AdditiveAttention(nn.Module):
         self.b = nn.Parameter(torch.zeros(heads, d_w))
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
 
-    def forward(self, q, k, v, key_mask=None):
+    def project_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """W2 k_l + b of eq. 6 for every key, (N, Lk, d_k) -> (N, H, Lk, d_w). It does not
+        depend on the query: a decoder computes it once per sequence and passes it to every
+        step's forward() as `wk`."""
+        N, Lk, _ = k.shape
+        k = k.reshape(N, Lk, self.heads, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
+        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
+        return wk + self.b[:, None, :]  # W2 k_l + b
+
+    def forward(self, q, k, v, key_mask=None, wk=None):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
+        if wk is None:  # W2 k_l + b (eq. 6); a decoder passes it, projected once per sequence
+            wk = self.project_keys(k)  # (N, H, Lk, d_w)
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
-        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        wk = wk + self.b[:, None, :]  # W2 k_l + b
         keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
@@ -457,10 +467,12 @@ class Model(nn.Module):
             a = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
             h0 = torch.tanh(self.h0_linear(a.mean(-2)))  # (B, hidden): feature `h0`
             c0 = torch.tanh(self.c0_linear(a.mean(-2)))  # (B, hidden): feature `c0`
-            memory = (a, h0, c0)
+            # (B, H, image_0*image_1, d_w): W2 k_l + b of `att`, for all steps
+            att_wk = self.att.project_keys(a)
+            memory = (a, h0, c0, att_wk)
             if cache is not None:
                 cache["@memory"] = memory
-        a, h0, c0 = memory
+        a, h0, c0, att_wk = memory
         e = self.e_embed(caption)  # (B, T, d_emb): feature `e`
         h_in = e  # (B, T, d_emb): the decoder's inputs, all steps
         h_state = [(h0, c0)]  # the decoder's initial state, one per layer
@@ -471,7 +483,7 @@ class Model(nn.Module):
         for t in range(h_in.shape[1]):  # one decoder step per position of T
             # attention `att`: additive score, global alignment, doubly stochastic penalty 1
             att_q = h_prev.unsqueeze(1)  # (B, 1, hidden)
-            att_t, att_a, _ = self.att(att_q, a, a, None)  # (B, 1, 512)
+            att_t, att_a, _ = self.att(att_q, a, a, None, wk=att_wk)  # (B, 1, 512)
             # (B, 1, 512): feature `z`, one step
             z_t = torch.sigmoid(self.z_linear(h_prev.unsqueeze(1))) * att_t
             # (B, hidden)

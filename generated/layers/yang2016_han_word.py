@@ -165,6 +165,7 @@ class AdditiveAttention(nn.Module):
     "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
+    wk: project_keys(k), (N, H, Lk, d_w), or None (computed here).
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
@@ -178,16 +179,25 @@ class AdditiveAttention(nn.Module):
         self.b = nn.Parameter(torch.zeros(heads, d_w))
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
 
-    def forward(self, q, k, v, key_mask=None):
+    def project_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """W2 k_l + b of eq. 6 for every key, (N, Lk, d_k) -> (N, H, Lk, d_w). It does not
+        depend on the query: a decoder computes it once per sequence and passes it to every
+        step's forward() as `wk`."""
+        N, Lk, _ = k.shape
+        k = k.reshape(N, Lk, self.heads, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
+        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
+        return wk + self.b[:, None, :]  # W2 k_l + b
+
+    def forward(self, q, k, v, key_mask=None, wk=None):
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
+        if wk is None:  # W2 k_l + b (eq. 6); a decoder passes it, projected once per sequence
+            wk = self.project_keys(k)  # (N, H, Lk, d_w)
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
-        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        wk = wk + self.b[:, None, :]  # W2 k_l + b
         keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)

@@ -31,6 +31,8 @@ class ConfigPlan:
     fields: tuple[ConfigField, ...]
     properties: tuple[ConfigProperty, ...]
     tiny: tuple[tuple[str, str], ...]  # field -> its toy size in Config.tiny()
+    # field -> the factor its grid axis is down-sampled by: __post_init__ checks the multiple
+    multiples: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
