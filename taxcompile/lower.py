@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from . import ast, ir
 from .diagnostics import Collector, Location, article
 from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabulary)
-from .ops import ACTIVATIONS, act
+from .ops import ACTIVATIONS, GATED_ACTS, SAME_WIDTH_ACTS, act
 from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
 from .ops import NAMED  # parameters that name a node (`feed = att`, `init = s0`)
 
@@ -76,7 +76,7 @@ SCORES: dict[str, tuple[P, ...]] = {
     # GAT (Velickovic et al.): act(a^T [q_i || k_j]), a split into a_dst and a_src; over a graph
     "activated_concat": _sig(P("act", "act", False, ir.Act(fn="leaky_relu",
                                                            params=(("slope", 0.2),)),
-                               tuple(a for a in ACTIVATIONS if a != "maxout"))),
+                               SAME_WIDTH_ACTS)),
 }
 
 # Scores that score the keys alone when a module has no query (eq. 33).
@@ -371,6 +371,11 @@ class Lowerer:
             return None
         if name not in ACTIVATIONS:
             self.err(e.pos, f"unknown activation `{name}`", suggest(name, ACTIVATIONS))
+            return None
+        if name not in p.choices and name in GATED_ACTS:
+            self.err(e.pos, f"{what} cannot be `{name}`: a gated unit multiplies act(x W) by a "
+                     "second projection x V of the layer's input (Shazeer 2020)",
+                     f"use `ffn(x, d_ff, act = {name})`")
             return None
         if name not in p.choices:
             self.err(e.pos, f"{what} cannot be `{name}`: maxout narrows d·k features to d, "

@@ -31,7 +31,7 @@ from .plan import GeneratePlan, Stmt
 # side they see later positions, so a step cannot run on the new token alone (a recurrence
 # with `feed =` is a decoder loop, which carries its state instead)
 MIXING = ("lstm", "gru", "bilstm", "bigru", "cnn", "mean", "max", "sum", "flatten", "resize",
-          "conv2d", "maxpool", "upsample", "first", "backward", "stack", "affinity")
+          "conv2d", "maxpool", "upsample", "first", "backward", "stack", "affinity", "prepend")
 
 
 def target(m: ir.Model) -> ir.Input | None:
