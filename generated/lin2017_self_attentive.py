@@ -58,6 +58,12 @@ class Output:
     # sum_i (1 - sum_t a_ti)^2, See et al.'s coverage loss, Li et al.'s -D
     penalty: torch.Tensor | float = 0.0
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'label': self.output}
+
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
                 axes: tuple = (), vocab: int | None = None, validate: bool = True,
@@ -269,6 +275,22 @@ class Model(nn.Module):
         penalties.append(M_ex["penalty"])
         label = self.label_head(F.relu(self.label_linear(M)))  # (B, classes): output `label`
         return Output(label, attn, penalty=sum(penalties))
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `label`, logits (B, classes), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        The attention penalties (out.penalty) are added.
+        """
+        logits = out.output  # (B, classes)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss + out.penalty
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

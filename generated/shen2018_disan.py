@@ -53,6 +53,12 @@ class Output:
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'label': self.output}
+
 
 def additive_context(wq: torch.Tensor, wk: torch.Tensor, w: torch.Tensor, act, v: torch.Tensor,
                      keep: torch.Tensor | None) -> torch.Tensor:
@@ -399,6 +405,21 @@ class Model(nn.Module):
             attn['s2t'] = s2t_a  # (B, H, 1, L, d_v / H)
         label = self.label_head(s2t)  # (B, classes): output `label`
         return Output(label, attn)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `label`, logits (B, classes), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        """
+        logits = out.output  # (B, classes)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

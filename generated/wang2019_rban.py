@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -53,6 +54,12 @@ class Output:
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
     # hard / reinforced: log p(sample), for REINFORCE
     log_probs: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'polarity': self.output}
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -383,6 +390,21 @@ class Model(nn.Module):
         pooled = torch.cat([pool(a2q, answer_mask, "mean"), pool(q2a, question_mask, "mean")], -1)
         polarity = self.polarity_head(pooled)  # (B, classes): output `polarity`
         return Output(polarity, attn, log_probs=log_probs)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `polarity`, logits (B, classes), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        """
+        logits = out.output  # (B, classes)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -159,3 +159,97 @@ def test_prepend_errors_are_located():
                            "score = multiplicative } }\n    output y = first(r.att)\n}\n", "t.attn")
     with pytest.raises(SpecError, match=r"t.attn:5:\d+: error: .*holds token ids"):
         pipeline.load_text(HEADER + CLS.format(x="prepend(src, 1)"), "t.attn")
+
+
+# ---- generate(prompt=...) ---------------------------------------------------------------------
+
+LM = """
+model lm {
+    input tgt: tokens[T] (vocab = 30, autoregressive)
+    feature y = positional(embed(tgt, 16), kind = sinusoid)
+    attention a {
+        query = project(y)  keys = project(y)  values = project(y)
+        score = scaled_multiplicative  mask = causal
+    }
+    output logits = classify(concat(y, a), 30)
+}
+"""
+
+
+def greedy_after(m, prefix, n: int, eos: int):
+    """A greedy loop written here: run the whole model on the prefix, append the argmax (pad
+    = eos after eos), n times; the new tokens."""
+    tokens = prefix.clone()
+    done = torch.zeros(len(prefix), dtype=torch.bool)
+    for _ in range(n):
+        nxt = m(tgt=tokens).output[:, -1].argmax(-1).masked_fill(done, eos)
+        tokens = torch.cat([tokens, nxt[:, None]], 1)
+        done |= nxt == eos
+    return tokens[:, prefix.shape[1]:]
+
+
+def test_generate_continues_a_prompt(gen):
+    mod, m = build(gen, LM)
+    m.float()
+    prompt = torch.tensor([[1, 7, 7, 3], [1, 12, 4, 9]])
+    with torch.no_grad():
+        want = greedy_after(m, prompt, 5, eos=29)
+    for incremental in (True, False):  # the KV cache takes the whole prompt at its first step
+        got = m.generate(max_len=5, bos=1, eos=29, prompt=prompt, incremental=incremental)
+        assert torch.equal(got, want), (incremental, got, want)
+    # one beam is greedy; a prompt of [bos] is the plain start
+    assert torch.equal(m.generate(max_len=5, bos=1, eos=29, prompt=prompt, strategy="beam",
+                                  beams=1), want)
+    assert torch.equal(m.generate(max_len=5, bos=1, eos=29, prompt=prompt[:, :1]),
+                       m.generate(max_len=5, bos=1, eos=29, batch_size=2))
+    with pytest.raises(ValueError, match=r"prompt must be \(2, P\) token ids"):
+        m.generate(max_len=5, bos=1, eos=29, prompt=prompt.float())
+    with pytest.raises(ValueError, match=r"prompt token ids must be in \[0, 30\)"):
+        m.generate(max_len=5, bos=1, eos=29, prompt=prompt + 30)
+
+
+# ---- model.loss(out, target) and Output.outputs -----------------------------------------------
+
+
+def cross_entropy(logits, target):
+    """-log softmax(logits)[target], per position, written out: log sum exp - the target's."""
+    return torch.logsumexp(logits, -1) - logits.gather(-1, target[..., None]).squeeze(-1)
+
+
+def test_loss_shifts_an_autoregressive_output_and_ignores(gen):
+    mod, m = build(gen, LM)
+    tokens = torch.tensor([[1, 7, 7, 3, 2], [1, 12, 4, 9, 9]])
+    keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    out = m(tgt=tokens, tgt_mask=keep)
+    assert torch.equal(out.outputs["logits"], out.output)  # one output: a dict all the same
+    ce = cross_entropy(out.output[:, :-1], tokens[:, 1:])  # logits at t, the token at t + 1
+    close(m.loss(out, tokens), ce.mean())
+    counted = keep[:, 1:]  # the predicted token is real
+    close(m.loss(out, tokens, mask=keep), ce[counted].mean())
+    ignored = tokens.clone()
+    ignored[0, 2] = -100  # the target of position 1
+    counted = torch.ones(2, 4, dtype=torch.bool)
+    counted[0, 1] = False
+    close(m.loss(out, ignored), ce[counted].mean())
+    close(m.loss(out, tokens, ignore_index=9), ce[tokens[:, 1:] != 9].mean())
+
+
+def test_loss_of_a_classifier_and_with_a_penalty(gen):
+    mod, m = build(gen, CLS.format(x="embed(src, 6)").replace("first(att)",
+                                                               "classify(first(att), 3)"))
+    src = torch.tensor([[3, 7, 1, 9], [5, 5, 0, 0]])
+    out = m(src=src)
+    label = torch.tensor([2, 0])
+    close(m.loss(out, label), cross_entropy(out.output, label).mean())  # (B, 3): no shift
+    from taxcompile.run import load_module
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "generated" / "lin2017_self_attentive.py"
+    lin = load_module(path.read_text(encoding="utf-8"), "_taxcompile_blocks_lin")
+    torch.manual_seed(0)
+    model = lin.Model(lin.Config.tiny())
+    out = model(**lin.example_inputs(cfg=lin.Config.tiny()))
+    label = torch.zeros(2, dtype=torch.long)
+    want = cross_entropy(out.output, label).mean() + out.penalty  # Lin et al.'s penalty added
+    torch.testing.assert_close(model.loss(out, label), want)
+    assert out.penalty.item() > 0

@@ -7,6 +7,7 @@ import textwrap
 
 from .. import checks, classify, ir
 from . import config, generate
+from .loss import plan_loss
 from .attention import describe
 from .names import mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
@@ -248,7 +249,8 @@ def file_plan(p) -> FilePlan:
         model=model, capsule_loss=any(a.capsules for a in m.attentions),
         examples=tuple(example), masked=any(i.kind in MASKABLE for i in m.inputs),
         flex="local_flex" in p.helpers or "flex_context" in p.helpers,
-        generate=generate.plan(p, outputs))
+        generate=generate.plan(p, outputs), loss=plan_loss(p, outputs, "penalties" in records),
+        output_names=tuple(o.id for o in outputs))
 
 
 def file_doc(p) -> list[str]:
