@@ -216,10 +216,25 @@ class ScaledMultiplicativeAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -288,7 +303,8 @@ class Model(nn.Module):
         self.answer_head = nn.Linear(cfg.d + cfg.d, cfg.answers)
 
     def forward(
-        self, video, question, video_mask=None, question_mask=None, return_attention: bool = False,
+        self, video: torch.Tensor, question: torch.Tensor, video_mask: torch.Tensor | None = None,
+        question_mask: torch.Tensor | None = None, return_attention: bool = False,
         validate: bool = True
     ) -> Output:
         cfg = self.cfg

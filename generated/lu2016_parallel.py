@@ -208,6 +208,8 @@ class CoAttentionAdditiveAttention(nn.Module):
         share: nn.Module | None = None
     ):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 14-15: e = w^T act(W_q (A^T Q) + W_k K + b), one score per key
@@ -218,7 +220,20 @@ class CoAttentionAdditiveAttention(nn.Module):
             self.W_q, self.W_k = share.W_k, share.W_q
         self.w = nn.Linear(d_w, 1, bias=False)
 
-    def forward(self, q, k, v, key_mask=None, affinity=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, affinity: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -282,7 +297,8 @@ class Model(nn.Module):
         self.answer_head = nn.Linear(cfg.d, cfg.answers)
 
     def forward(
-        self, question, image, question_mask=None, return_attention: bool = False,
+        self, question: torch.Tensor, image: torch.Tensor,
+        question_mask: torch.Tensor | None = None, return_attention: bool = False,
         validate: bool = True
     ) -> Output:
         cfg = self.cfg

@@ -338,12 +338,27 @@ class LocationAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, n_keys: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, n_keys=n_keys, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # e = W_a q: one score per key position, from the query alone
         self.W = nn.Linear(d_q, n_keys)
 
-    def forward(self, q, k, v, key_mask=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -395,8 +410,9 @@ class Model(nn.Module):
         self.logits_head = nn.Linear(cfg.hidden, cfg.vocab)
 
     def forward(
-        self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False,
-        validate: bool = True, cache: dict | None = None
+        self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None, return_attention: bool = False, validate: bool = True,
+        cache: dict | None = None
     ) -> Output:
         cfg = self.cfg
         check_input(

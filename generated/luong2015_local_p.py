@@ -402,6 +402,8 @@ class MultiplicativeLocalAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, window: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, window=window, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         self.window = window  # D: attend to [p - D, p + D] (eq. 27)
@@ -409,7 +411,20 @@ class MultiplicativeLocalAttention(nn.Module):
         self.W_p = nn.Linear(d_q, d_q, bias=False)  # p = S sigmoid(w_p^T tanh(W_p q)) (eq. 28)
         self.w_p = nn.Linear(d_q, 1, bias=False)
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -475,8 +490,9 @@ class Model(nn.Module):
         self.logits_head = nn.Linear(cfg.hidden, cfg.vocab)
 
     def forward(
-        self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False,
-        validate: bool = True, cache: dict | None = None
+        self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None, return_attention: bool = False, validate: bool = True,
+        cache: dict | None = None
     ) -> Output:
         cfg = self.cfg
         check_input(

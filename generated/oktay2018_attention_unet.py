@@ -152,6 +152,8 @@ class MultiDimAdditiveSigmoidAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 31: e = W_d^T act(W1 q + W2 k + b), per head
@@ -162,6 +164,16 @@ class MultiDimAdditiveSigmoidAttention(nn.Module):
         # b_psi: the gate's bias (Oktay et al.: alpha_l = sigmoid(psi^T h_l + b_psi))
         self.b_psi = nn.Parameter(torch.zeros(heads, 1, 1, d_v))
 
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
     def project_keys(self, k: torch.Tensor) -> torch.Tensor:
         """W2 k_l + b of eq. 6 for every key, (N, Lk, d_k) -> (N, H, Lk, d_w). It does not
         depend on the query: a decoder computes it once per sequence and passes it to every
@@ -171,7 +183,10 @@ class MultiDimAdditiveSigmoidAttention(nn.Module):
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         return wk + self.b[:, None, :]  # W2 k_l + b
 
-    def forward(self, q, k, v, key_mask=None, wk=None):
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, wk: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -234,7 +249,9 @@ class Model(nn.Module):
         self.d1_conv2 = nn.Conv2d(cfg.f1, cfg.f1, kernel_size=3, padding="same")
         self.segmentation_head = nn.Linear(cfg.f1, cfg.classes)
 
-    def forward(self, image, return_attention: bool = False, validate: bool = True) -> Output:
+    def forward(
+        self, image: torch.Tensor, return_attention: bool = False, validate: bool = True
+    ) -> Output:
         cfg = self.cfg
         check_input(
             'image', image, (cfg.H, cfg.W, 1), tokens=False, want=f"(B, {cfg.H}, {cfg.W}, 1)",

@@ -218,6 +218,8 @@ class ActivatedGeneralAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         self.W = nn.Parameter(
@@ -225,7 +227,20 @@ class ActivatedGeneralAttention(nn.Module):
         )
         self.b = nn.Parameter(torch.zeros(heads))
 
-    def forward(self, q, k, v, key_mask=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -315,8 +330,10 @@ class Model(nn.Module):
         )
 
     def forward(
-        self, left, target, right, left_mask=None, target_mask=None, right_mask=None,
-        return_attention: bool = False, validate: bool = True
+        self, left: torch.Tensor, target: torch.Tensor, right: torch.Tensor,
+        left_mask: torch.Tensor | None = None, target_mask: torch.Tensor | None = None,
+        right_mask: torch.Tensor | None = None, return_attention: bool = False,
+        validate: bool = True
     ) -> Output:
         cfg = self.cfg
         check_input(

@@ -262,6 +262,8 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
@@ -269,6 +271,16 @@ class AdditiveAttention(nn.Module):
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
         self.b = nn.Parameter(torch.zeros(heads, d_w))
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
+
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
 
     def project_keys(self, k: torch.Tensor) -> torch.Tensor:
         """W2 k_l + b of eq. 6 for every key, (N, Lk, d_k) -> (N, H, Lk, d_w). It does not
@@ -279,7 +291,10 @@ class AdditiveAttention(nn.Module):
         wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
         return wk + self.b[:, None, :]  # W2 k_l + b
 
-    def forward(self, q, k, v, key_mask=None, wk=None):
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, wk: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -327,7 +342,8 @@ class Model(nn.Module):
         self.label_head = nn.Linear(2 * cfg.hidden, cfg.classes)
 
     def forward(
-        self, doc, doc_mask=None, return_attention: bool = False, validate: bool = True
+        self, doc: torch.Tensor, doc_mask: torch.Tensor | None = None,
+        return_attention: bool = False, validate: bool = True
     ) -> Output:
         cfg = self.cfg
         check_input(

@@ -208,11 +208,26 @@ class MultiHeadMultiplicativeAttention(nn.Module):
                 f"MultiHeadMultiplicativeAttention: heads = {heads} must divide "
                 f"d_q = {d_q}, d_k = {d_k} and d_v = {d_v} (eq. 38: each head gets an equal slice)"
             )
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}
@@ -252,10 +267,25 @@ class CoAttentionAffinityAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
 
-    def forward(self, q, k, v, key_mask=None, affinity=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, affinity: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -418,7 +448,8 @@ class Model(nn.Module):
         self.end_head = nn.Linear(cfg.d + cfg.d, 1)
 
     def forward(
-        self, context, question, context_mask=None, question_mask=None,
+        self, context: torch.Tensor, question: torch.Tensor,
+        context_mask: torch.Tensor | None = None, question_mask: torch.Tensor | None = None,
         return_attention: bool = False, validate: bool = True
     ) -> Output:
         cfg = self.cfg

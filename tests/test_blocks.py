@@ -253,3 +253,50 @@ def test_loss_of_a_classifier_and_with_a_penalty(gen):
     want = cross_entropy(out.output, label).mean() + out.penalty  # Lin et al.'s penalty added
     torch.testing.assert_close(model.loss(out, label), want)
     assert out.penalty.item() > 0
+
+
+# ---- the generated modules: repr, reset_parameters(), type hints, Output.outputs --------------
+
+
+def test_attention_modules_show_sizes_and_reset_their_parameters():
+    import typing
+    from pathlib import Path
+
+    from taxcompile.run import load_module
+
+    path = Path(__file__).resolve().parent.parent / "generated" / "bahdanau2015_rnnsearch.py"
+    mod = load_module(path.read_text(encoding="utf-8"), "_taxcompile_blocks_bahdanau")
+    m = mod.Model(mod.Config(vocab=50, d_emb=8, hidden=64, d_w=400)).double()
+    assert "AdditiveAttention(d_q=64, d_k=128, d_v=128, heads=1, d_w=400, mask='none')" in repr(m)
+    att = m.att
+    params = dict(att.named_parameters())
+    with torch.no_grad():
+        for p in params.values():
+            p.fill_(3.0)
+    torch.manual_seed(5)
+    att.reset_parameters()
+    assert dict(att.named_parameters()) == params  # in place: the same Parameter objects
+    assert all(p.dtype == torch.float64 for p in params.values())
+    # eq. 6's initialisation: W1, W2 ~ N(0, 1/d_in), w ~ N(0, 1/d_w), b = 0
+    for name, d_in in (("W1", 64), ("W2", 128), ("w", 400)):
+        std = params[name].std().item()
+        assert abs(std * math.sqrt(d_in) - 1) < 0.05, (name, std)
+    assert params["b"].abs().max() == 0
+    hints = typing.get_type_hints(mod.Model.forward)
+    assert hints["src"] is torch.Tensor and hints["src_mask"] == torch.Tensor | None
+    assert typing.get_type_hints(mod.AdditiveAttention.forward)["k"] is torch.Tensor
+
+
+def test_outputs_is_a_dict_with_several_outputs(gen):
+    mod, m = build(gen, """
+    model m {
+        input x: sequence[L, 6]
+        attention a { query = learned(6)  features = x  score = multiplicative }
+        output y = classify(a, 3)
+        output z = linear(a, 2)
+    }
+    """)
+    out = m(torch.randn(2, 4, 6, dtype=DT))
+    assert set(out.outputs) == {"y", "z"} and out.outputs["z"] is out.output["z"]
+    close(m.loss(out, torch.tensor([0, 2])), cross_entropy(out.output["y"], torch.tensor([0, 2]))
+          .mean())

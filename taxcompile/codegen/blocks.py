@@ -1,13 +1,37 @@
-"""Plan rules of the everyday blocks outside the survey's vocabulary (issue 24):
-``prepend(x, n)``, n learned vectors (a CLS token, registers) before the first position,
+"""Plan rules of the everyday blocks outside the survey's vocabulary: layer norm and
+RMSNorm (``norm``), the feed-forward layer with its gated variants (``ffn``, SwiGLU / GEGLU),
+and ``prepend(x, n)``, n learned vectors (a CLS token, registers) before the first position,
 with the padding mask extended so that they are never masked."""
 
 from __future__ import annotations
 
 from .. import checks
-from ..ops import plan_rule
-from .features import local
+from ..ops import GATED_ACTS, plan_rule
+from .acts import act_module, widened
+from .features import local, op_module, same
 from .frame import Var
+
+
+@plan_rule("norm")
+def norm(p, e, a, n):
+    if e.param("kind", "layer") == "rms":  # x / sqrt(mean(x^2) + eps) * g (Zhang & Sennrich)
+        mod = op_module(p, e, n, "norm", f"nn.RMSNorm({a[0].dim})")
+    else:
+        mod = op_module(p, e, n, "norm", f"nn.LayerNorm({a[0].dim})")
+    return same(a[0], f"{mod}({a[0].name})")
+
+
+@plan_rule("ffn")
+def ffn(p, e, a, n):
+    x, d_ff, act = a[0], p.p(e, "d_ff"), e.param("act")
+    if act.fn in GATED_ACTS:  # (act(x W) * x V) W2 (Shazeer 2020)
+        p.helpers.add("gated_ffn")
+        mod = op_module(p, e, n, "ffn", f"GatedFFN({x.dim}, {d_ff}, \"{act.fn}\")")
+        return same(x, f"{mod}({x.name})")
+    mod = op_module(p, e, n, "ffn",
+                    f"nn.Sequential(nn.Linear({x.dim}, {widened(act, d_ff)}), {act_module(p, act)}, "
+                    f"nn.Linear({d_ff}, {x.dim}))")
+    return same(x, f"{mod}({x.name})")
 
 
 @plan_rule("prepend")

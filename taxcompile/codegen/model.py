@@ -218,9 +218,9 @@ def file_plan(p) -> FilePlan:
     kw = [f"{RECORDS[r].name}={'sum(penalties)' if r == 'penalties' else r}" for r in records]
     head, body = generate.forward(p, head, body)  # generate(): the cache
     body.append(Stmt(f"return Output({', '.join([ret, 'attn'] + kw)})"))
-    params = [i.id for i in m.inputs if i.kind != "alignment"] + \
-        [f"{i.id}=None" for i in m.inputs if i.kind == "alignment"] + \
-        [f"{i.id}_mask=None" for i in m.inputs if i.kind in MASKABLE]
+    params = [f"{i.id}: torch.Tensor" for i in m.inputs if i.kind != "alignment"] + \
+        [f"{i.id}: torch.Tensor | None = None" for i in m.inputs if i.kind == "alignment"] + \
+        [f"{i.id}_mask: torch.Tensor | None = None" for i in m.inputs if i.kind in MASKABLE]
     params += ["return_attention: bool = False", "validate: bool = True"]
     if generate.on(p):
         params.append("cache: dict | None = None")
