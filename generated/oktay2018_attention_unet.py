@@ -47,8 +47,7 @@ class Config:
     def __post_init__(self) -> None:
         # an axis down-sampled by a factor must be a multiple of it: else a strided conv2d or
         # a maxpool silently drops its last rows (and an up-sampled level no longer lines up)
-        for axis, factor in (("H", 8), ("W", 8)):
-            n = getattr(self, axis)
+        for axis, n, factor in (("H", self.H, 8), ("W", self.W, 8)):
             if n < factor or n % factor:
                 raise ValueError(f"Config.{axis} = {n}: must be a positive multiple of {factor} "
                                  f"(the model down-samples that axis by {factor})")
