@@ -58,6 +58,12 @@ class Output:
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'answer': self.output}
+
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
                 axes: tuple = (), vocab: int | None = None, validate: bool = True,
@@ -228,10 +234,25 @@ class ScaledMultiplicativeAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -300,7 +321,8 @@ class Model(nn.Module):
         self.answer_head = nn.Linear(cfg.d + cfg.d, cfg.answers)
 
     def forward(
-        self, video, question, video_mask=None, question_mask=None, return_attention: bool = False,
+        self, video: torch.Tensor, question: torch.Tensor, video_mask: torch.Tensor | None = None,
+        question_mask: torch.Tensor | None = None, return_attention: bool = False,
         validate: bool = True
     ) -> Output:
         cfg = self.cfg
@@ -362,6 +384,21 @@ class Model(nn.Module):
         )
         answer = self.answer_head(fused)  # (B, answers): output `answer`
         return Output(answer, attn)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `answer`, logits (B, answers), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        """
+        logits = out.output  # (B, answers)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -58,6 +58,12 @@ class Output:
     # sum_i (1 - sum_t a_ti)^2, See et al.'s coverage loss, Li et al.'s -D
     penalty: torch.Tensor | float = 0.0
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'label': self.output}
+
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
                 axes: tuple = (), vocab: int | None = None, validate: bool = True,
@@ -212,6 +218,8 @@ class QuerylessMultiHeadAdditiveAttention(nn.Module):
 
     def __init__(self, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 33: e = w^T act(W k + b), W shared; one w per head (Lin et al.'s W_s2 rows)
@@ -219,7 +227,20 @@ class QuerylessMultiHeadAdditiveAttention(nn.Module):
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
         self.penalty = 1.0  # coefficient of ||A A^T - I||_F^2 (Lin et al.)
 
-    def forward(self, q, k, v, key_mask=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor | None, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}
@@ -262,7 +283,8 @@ class Model(nn.Module):
         self.label_head = nn.Linear(cfg.d_mlp, cfg.classes)
 
     def forward(
-        self, sent, sent_mask=None, return_attention: bool = False, validate: bool = True
+        self, sent: torch.Tensor, sent_mask: torch.Tensor | None = None,
+        return_attention: bool = False, validate: bool = True
     ) -> Output:
         cfg = self.cfg
         check_input(
@@ -282,6 +304,22 @@ class Model(nn.Module):
         penalties.append(M_ex["penalty"])
         label = self.label_head(F.relu(self.label_linear(M)))  # (B, classes): output `label`
         return Output(label, attn, penalty=check_penalty(sum(penalties), validate))
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `label`, logits (B, classes), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        The attention penalties (out.penalty) are added.
+        """
+        logits = out.output  # (B, classes)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss + out.penalty
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -58,6 +58,12 @@ class Output:
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'answer': self.output}
+
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
                 axes: tuple = (), vocab: int | None = None, validate: bool = True,
@@ -220,6 +226,8 @@ class CoAttentionAdditiveAttention(nn.Module):
         share: nn.Module | None = None
     ):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 14-15: e = w^T act(W_q (A^T Q) + W_k K + b), one score per key
@@ -230,7 +238,20 @@ class CoAttentionAdditiveAttention(nn.Module):
             self.W_q, self.W_k = share.W_k, share.W_q
         self.w = nn.Linear(d_w, 1, bias=False)
 
-    def forward(self, q, k, v, key_mask=None, affinity=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, affinity: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -294,7 +315,8 @@ class Model(nn.Module):
         self.answer_head = nn.Linear(cfg.d, cfg.answers)
 
     def forward(
-        self, question, image, question_mask=None, return_attention: bool = False,
+        self, question: torch.Tensor, image: torch.Tensor,
+        question_mask: torch.Tensor | None = None, return_attention: bool = False,
         validate: bool = True
     ) -> Output:
         cfg = self.cfg
@@ -378,6 +400,21 @@ class Model(nn.Module):
         h_s = torch.tanh(self.h_s_linear(torch.cat([q_s + img_s, h_p], -1)))
         answer = self.answer_head(h_s)  # (B, answers): output `answer`
         return Output(answer, attn)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `answer`, logits (B, answers), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        """
+        logits = out.output  # (B, answers)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -44,6 +44,14 @@ class Config:
     H: int = 160  # length of axis H, a multiple of 8 (down-sampled by 8)
     W: int = 160  # length of axis W, a multiple of 8 (down-sampled by 8)
 
+    def __post_init__(self) -> None:
+        # an axis down-sampled by a factor must be a multiple of it: else a strided conv2d or
+        # a maxpool silently drops its last rows (and an up-sampled level no longer lines up)
+        for axis, n, factor in (("H", self.H, 8), ("W", self.W, 8)):
+            if n < factor or n % factor:
+                raise ValueError(f"Config.{axis} = {n}: must be a positive multiple of {factor} "
+                                 f"(the model down-samples that axis by {factor})")
+
     @classmethod
     def tiny(cls) -> "Config":
         """The same architecture at toy sizes, for tests and smoke runs."""
@@ -55,6 +63,12 @@ class Output:
     output: torch.Tensor  # `segmentation`
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'segmentation': self.output}
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
@@ -130,12 +144,15 @@ class MultiDimAdditiveSigmoidAttention(nn.Module):
     all), c_l = a_l v_l: the values keep their positions.
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
+    wk: project_keys(k), (N, H, Lk, d_w), or None (computed here).
     Returns c: (N, Lk, d_v), the gated values, a: (N, H, 1, Lk, d_v / H), the gates,
     and a dict of extras.
     """
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 31: e = W_d^T act(W1 q + W2 k + b), per head
@@ -146,16 +163,38 @@ class MultiDimAdditiveSigmoidAttention(nn.Module):
         # b_psi: the gate's bias (Oktay et al.: alpha_l = sigmoid(psi^T h_l + b_psi))
         self.b_psi = nn.Parameter(torch.zeros(heads, 1, 1, d_v))
 
-    def forward(self, q, k, v, key_mask=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def project_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """W2 k_l + b of eq. 6 for every key, (N, Lk, d_k) -> (N, H, Lk, d_w). It does not
+        depend on the query: a decoder computes it once per sequence and passes it to every
+        step's forward() as `wk`."""
+        N, Lk, _ = k.shape
+        k = k.reshape(N, Lk, self.heads, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
+        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
+        return wk + self.b[:, None, :]  # W2 k_l + b
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, wk: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
+        if wk is None:  # W2 k_l + b (eq. 6); a decoder passes it, projected once per sequence
+            wk = self.project_keys(k)  # (N, H, Lk, d_w)
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
-        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        wk = wk + self.b[:, None, :]  # W2 k_l + b
         keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         # the same keys for every feature (eq. 32)
         keep = None if keep is None else keep.unsqueeze(-1)  # (N | 1, 1, Lq, Lk, 1)
@@ -209,7 +248,9 @@ class Model(nn.Module):
         self.d1_conv2 = nn.Conv2d(cfg.f1, cfg.f1, kernel_size=3, padding="same")
         self.segmentation_head = nn.Linear(cfg.f1, cfg.classes)
 
-    def forward(self, image, return_attention: bool = False, validate: bool = True) -> Output:
+    def forward(
+        self, image: torch.Tensor, return_attention: bool = False, validate: bool = True
+    ) -> Output:
         cfg = self.cfg
         check_input(
             'image', image, (cfg.H, cfg.W, 1), tokens=False, want=f"(B, {cfg.H}, {cfg.W}, 1)",
@@ -286,6 +327,21 @@ class Model(nn.Module):
         d1 = F.relu(y_15)  # (B, H, W, f1): feature `d1`
         segmentation = self.segmentation_head(d1)  # (B, H, W, classes): output `segmentation`
         return Output(segmentation, attn)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `segmentation`, logits (B, H, W, classes), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        """
+        logits = out.output  # (B, H, W, classes)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

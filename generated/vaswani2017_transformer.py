@@ -59,6 +59,12 @@ class Output:
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'logits': self.output}
+
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
                 axes: tuple = (), vocab: int | None = None, validate: bool = True,
@@ -182,6 +188,22 @@ def check_decoding(max_len, bos, eos, pad, vocab, strategy, beams, top_k, top_p,
         raise ValueError(f"generate(): temperature must be > 0, got {temperature!r}")
 
 
+def start_tokens(prompt: torch.Tensor | None, bos: int, B: int, vocab: int,
+                 device) -> torch.Tensor:
+    """The prefix decoding continues: `prompt` (B, P) token ids, or [bos] for every sequence."""
+    if prompt is None:
+        return torch.full((B, 1), bos, dtype=torch.long, device=device)
+    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[0] != B \
+            or prompt.shape[1] < 1 or prompt.dtype != torch.long:
+        got = f"{tuple(prompt.shape)} {prompt.dtype}" if isinstance(prompt, torch.Tensor) \
+            else type(prompt).__name__
+        raise ValueError(f"generate(): prompt must be ({B}, P) token ids (torch.long), P >= 1, "
+                         f"one row per sequence, got {got}")
+    if bool(((prompt < 0) | (prompt >= vocab)).any()):
+        raise ValueError(f"generate(): prompt token ids must be in [0, {vocab})")
+    return prompt.to(device)
+
+
 def sample_probs(logp: torch.Tensor, top_k: int | None, top_p: float | None,
                  temperature: float) -> torch.Tensor:
     """(N, V) log-probabilities -> the distribution a token is sampled from: divided by the
@@ -198,12 +220,13 @@ def sample_probs(logp: torch.Tensor, top_k: int | None, top_p: float | None,
     return logits.softmax(-1)
 
 
-def decode_one(step, B: int, max_len: int, bos: int, eos: int, pad: int, strategy: str,
-               top_k, top_p, temperature: float, generator, device) -> torch.Tensor:
-    """Greedy (argmax) or sampled decoding. step(tokens (B, t)) -> (B, V) log p(next token).
-    A sequence that wrote eos gets `pad` after it; decoding stops when all did."""
-    tokens = torch.full((B, 1), bos, dtype=torch.long, device=device)
-    done = torch.zeros(B, dtype=torch.bool, device=device)
+def decode_one(step, start: torch.Tensor, max_len: int, eos: int, pad: int, strategy: str,
+               top_k, top_p, temperature: float, generator) -> torch.Tensor:
+    """Greedy (argmax) or sampled decoding after the prefix `start` (B, P). step(tokens
+    (B, t)) -> (B, V) log p(next token). A sequence that wrote eos gets `pad` after it;
+    decoding stops when all did. Returns the new tokens only."""
+    tokens, B = start, start.shape[0]
+    done = torch.zeros(B, dtype=torch.bool, device=start.device)
     for _ in range(max_len):
         logp = step(tokens)  # (B, V)
         if strategy == "greedy":
@@ -216,20 +239,22 @@ def decode_one(step, B: int, max_len: int, bos: int, eos: int, pad: int, strateg
         done = done | (nxt == eos)
         if bool(done.all()):
             break
-    return tokens[:, 1:]
+    return tokens[:, start.shape[1]:]
 
 
-def beam_search(step, reorder, B: int, K: int, max_len: int, bos: int, eos: int, pad: int,
-                length_penalty: float, device) -> torch.Tensor:
+def beam_search(step, reorder, start: torch.Tensor, K: int, max_len: int, eos: int, pad: int,
+                length_penalty: float) -> torch.Tensor:
     """Beam search with K hypotheses per example, rows b * K .. b * K + K - 1 of the (B * K)
     batch. step(tokens) -> (B * K, V) log p(next token); reorder(rows) makes the decoder's
     cache follow the hypotheses kept. A hypothesis is ranked by its summed log-probability
     s = sum_t log p(y_t | y_<t, x); one that wrote eos is finished: it continues with `pad`
     at no cost (its s and length stay). The result is each example's hypothesis with the
     best s / length ** length_penalty (0: plain log-probability, 1: per token), length =
-    its tokens up to and including eos."""
+    its tokens up to and including eos. Every hypothesis starts from its example's prefix
+    `start` (B, P); the new tokens are returned."""
+    B, device = start.shape[0], start.device
     N = B * K
-    tokens = torch.full((N, 1), bos, dtype=torch.long, device=device)
+    tokens = start.repeat_interleave(K, 0)  # (N, P)
     score = torch.full((B, K), float("-inf"), device=device)
     score[:, 0] = 0.0  # the K hypotheses start as one: only the first one is expanded
     score = score.view(N)
@@ -254,7 +279,7 @@ def beam_search(step, reorder, B: int, K: int, max_len: int, bos: int, eos: int,
             break
     final = (score / length.clamp_min(1) ** length_penalty).view(B, K)
     best = base.view(B, K)[:, 0] + final.argmax(-1)  # (B,)
-    return tokens[best, 1:]
+    return tokens[best, start.shape[1]:]
 
 
 def reorder_cache(x, rows: torch.Tensor):
@@ -351,11 +376,26 @@ class MultiHeadScaledMultiplicativeAttention(nn.Module):
                 f"MultiHeadScaledMultiplicativeAttention: heads = {heads} must divide "
                 f"d_q = {d_q}, d_k = {d_k} and d_v = {d_v} (eq. 38: each head gets an equal slice)"
             )
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}
@@ -510,8 +550,9 @@ class Model(nn.Module):
         self.logits_bias = nn.Parameter(torch.zeros(cfg.vocab))  # b; the weight is x_embed's (tied)
 
     def forward(
-        self, src, tgt, src_mask=None, tgt_mask=None, return_attention: bool = False,
-        validate: bool = True, cache: dict | None = None
+        self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None, return_attention: bool = False, validate: bool = True,
+        cache: dict | None = None
     ) -> Output:
         cfg = self.cfg
         check_input(
@@ -563,10 +604,12 @@ class Model(nn.Module):
         top_p: float | None = None, temperature: float = 1.0,
         generator: torch.Generator | None = None, pad: int | None = None,
         src_mask: torch.Tensor | None = None,
-        incremental: bool = True
+        prompt: torch.Tensor | None = None, incremental: bool = True
     ) -> torch.Tensor:
-        """Decode `tgt` one token at a time from `bos`: (B, L) token ids, L <= max_len,
-        without bos; a sequence stops at its eos and gets `pad` (default: eos) after it.
+        """Decode `tgt` one token at a time from `bos`, or after `prompt` (B, P) token
+        ids when given (the prefix to continue, instead of [bos]): (B, L) new token ids,
+        L <= max_len, without bos or the prompt; a sequence stops at its eos and gets `pad`
+        (default: eos) after it.
 
         strategy: "greedy" (argmax); "beam": beam search with `beams` hypotheses ranked by
         their summed log-probability, the best finished one picked by
@@ -583,6 +626,7 @@ class Model(nn.Module):
         K = beams if strategy == "beam" else 1
         inputs = dict(src=src, src_mask=src_mask)
         B, device = src.shape[0], src.device
+        start = start_tokens(prompt, bos, B, self.cfg.vocab, device)  # (B, P): the prefix
         inputs = {name: x if x is None else x.repeat_interleave(K, 0)  # one row per hypothesis
                   for name, x in inputs.items()}
         cache = {} if incremental else None
@@ -602,9 +646,29 @@ class Model(nn.Module):
                                            rows))
 
         if strategy == "beam":
-            return beam_search(step, reorder, B, K, max_len, bos, eos, pad, length_penalty, device)
-        return decode_one(step, B, max_len, bos, eos, pad, strategy, top_k, top_p, temperature,
-                          generator, device)
+            return beam_search(step, reorder, start, K, max_len, eos, pad, length_penalty)
+        return decode_one(step, start, max_len, eos, pad, strategy, top_k, top_p, temperature,
+                          generator)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `logits`, logits (B, T, vocab), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        `target` is the `tgt` given to forward() (with its `mask`): the logits at position t
+        predict its token t + 1 (the shift of x-transformers' AutoregressiveWrapper), so the
+        last position predicts nothing.
+        """
+        logits = out.output  # (B, T, vocab)
+        logits, target = logits[:, :-1], target[:, 1:]  # position t predicts token t + 1
+        mask = None if mask is None else mask[:, 1:]
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

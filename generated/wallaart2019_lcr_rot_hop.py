@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -55,6 +56,12 @@ class Output:
     output: torch.Tensor  # `polarity`
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'polarity': self.output}
 
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
@@ -229,6 +236,8 @@ class ActivatedGeneralAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         self.W = nn.Parameter(
@@ -236,7 +245,20 @@ class ActivatedGeneralAttention(nn.Module):
         )
         self.b = nn.Parameter(torch.zeros(heads))
 
-    def forward(self, q, k, v, key_mask=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -326,8 +348,10 @@ class Model(nn.Module):
         )
 
     def forward(
-        self, left, target, right, left_mask=None, target_mask=None, right_mask=None,
-        return_attention: bool = False, validate: bool = True
+        self, left: torch.Tensor, target: torch.Tensor, right: torch.Tensor,
+        left_mask: torch.Tensor | None = None, target_mask: torch.Tensor | None = None,
+        right_mask: torch.Tensor | None = None, return_attention: bool = False,
+        validate: bool = True
     ) -> Output:
         cfg = self.cfg
         check_input(
@@ -362,6 +386,21 @@ class Model(nn.Module):
         # (B, classes): output `polarity`
         polarity = self.polarity_head(torch.cat([hop_ctx_l, hop_ctx_r, hop_tgt_l, hop_tgt_r], -1))
         return Output(polarity, attn)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `polarity`, logits (B, classes), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        """
+        logits = out.output  # (B, classes)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

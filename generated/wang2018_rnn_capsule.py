@@ -54,6 +54,12 @@ class Output:
     # capsule module -> mean feature vector f
     features: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'p': self.output}
+
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
                 axes: tuple = (), vocab: int | None = None, validate: bool = True,
@@ -209,6 +215,8 @@ class CapsuleMultiplicativeAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, capsules: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, capsules=capsules, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # q_c: one learned query per class (eq. 43)
@@ -216,7 +224,20 @@ class CapsuleMultiplicativeAttention(nn.Module):
         self.prob = nn.Parameter(torch.zeros(capsules, d_v))  # w_c (eq. 44)
         self.prob_bias = nn.Parameter(torch.zeros(capsules))  # b_c (eq. 44)
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor | None, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         q = self.queries.expand(N, -1, -1)  # (N, C, d_q)
@@ -265,7 +286,8 @@ class Model(nn.Module):
         self.p_linear = nn.Linear(cfg.hidden, 1)
 
     def forward(
-        self, sent, sent_mask=None, return_attention: bool = False, validate: bool = True
+        self, sent: torch.Tensor, sent_mask: torch.Tensor | None = None,
+        return_attention: bool = False, validate: bool = True
     ) -> Output:
         cfg = self.cfg
         check_input(

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -53,6 +54,12 @@ class Output:
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
     # hard / reinforced: log p(sample), for REINFORCE
     log_probs: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'polarity': self.output}
 
 
 class QueryBlocks(torch.autograd.Function):
@@ -284,11 +291,14 @@ class AdditiveReinforcedAttention(nn.Module):
     "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
+    wk: project_keys(k), (N, H, Lk, d_w), or None (computed here).
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
@@ -298,10 +308,34 @@ class AdditiveReinforcedAttention(nn.Module):
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
         self.policy = nn.Linear(d_k, 1)  # pi_l = sigmoid(w_pi^T k_l + b_pi): keep feature vector l?
 
-    def forward(self, q, k, v, key_mask=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def project_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """W2 k_l + b of eq. 6 for every key, (N, Lk, d_k) -> (N, H, Lk, d_w). It does not
+        depend on the query: a decoder computes it once per sequence and passes it to every
+        step's forward() as `wk`."""
+        N, Lk, _ = k.shape
+        k = k.reshape(N, Lk, self.heads, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
+        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
+        return wk + self.b[:, None, :]  # W2 k_l + b
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, wk: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
+        if wk is None:  # W2 k_l + b (eq. 6); a decoder passes it, projected once per sequence
+            wk = self.project_keys(k)  # (N, H, Lk, d_w)
         pi = torch.sigmoid(self.policy(k)).squeeze(-1)  # (N, Lk): pi_l, the agent's policy
         if self.training:
             pick = torch.bernoulli(pi.detach()).bool()  # sample a subset (the agent's action)
@@ -318,8 +352,6 @@ class AdditiveReinforcedAttention(nn.Module):
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
-        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        wk = wk + self.b[:, None, :]  # W2 k_l + b
         keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
@@ -357,7 +389,8 @@ class Model(nn.Module):
         self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
 
     def forward(
-        self, question, answer, question_mask=None, answer_mask=None,
+        self, question: torch.Tensor, answer: torch.Tensor,
+        question_mask: torch.Tensor | None = None, answer_mask: torch.Tensor | None = None,
         return_attention: bool = False, validate: bool = True
     ) -> Output:
         cfg = self.cfg
@@ -392,6 +425,21 @@ class Model(nn.Module):
         pooled = torch.cat([pool(a2q, answer_mask, "mean"), pool(q2a, question_mask, "mean")], -1)
         polarity = self.polarity_head(pooled)  # (B, classes): output `polarity`
         return Output(polarity, attn, log_probs=log_probs)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `polarity`, logits (B, classes), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        """
+        logits = out.output  # (B, classes)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

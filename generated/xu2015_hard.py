@@ -59,6 +59,12 @@ class Output:
     # hard / reinforced: log p(sample), for REINFORCE
     log_probs: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'logits': self.output}
+
 
 class QueryBlocks(torch.autograd.Function):
     """out = fn(keep, q, *xs), computed over blocks of queries (axis 2 of q and of keep) of
@@ -258,6 +264,22 @@ def check_decoding(max_len, bos, eos, pad, vocab, strategy, beams, top_k, top_p,
         raise ValueError(f"generate(): temperature must be > 0, got {temperature!r}")
 
 
+def start_tokens(prompt: torch.Tensor | None, bos: int, B: int, vocab: int,
+                 device) -> torch.Tensor:
+    """The prefix decoding continues: `prompt` (B, P) token ids, or [bos] for every sequence."""
+    if prompt is None:
+        return torch.full((B, 1), bos, dtype=torch.long, device=device)
+    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[0] != B \
+            or prompt.shape[1] < 1 or prompt.dtype != torch.long:
+        got = f"{tuple(prompt.shape)} {prompt.dtype}" if isinstance(prompt, torch.Tensor) \
+            else type(prompt).__name__
+        raise ValueError(f"generate(): prompt must be ({B}, P) token ids (torch.long), P >= 1, "
+                         f"one row per sequence, got {got}")
+    if bool(((prompt < 0) | (prompt >= vocab)).any()):
+        raise ValueError(f"generate(): prompt token ids must be in [0, {vocab})")
+    return prompt.to(device)
+
+
 def sample_probs(logp: torch.Tensor, top_k: int | None, top_p: float | None,
                  temperature: float) -> torch.Tensor:
     """(N, V) log-probabilities -> the distribution a token is sampled from: divided by the
@@ -274,12 +296,13 @@ def sample_probs(logp: torch.Tensor, top_k: int | None, top_p: float | None,
     return logits.softmax(-1)
 
 
-def decode_one(step, B: int, max_len: int, bos: int, eos: int, pad: int, strategy: str,
-               top_k, top_p, temperature: float, generator, device) -> torch.Tensor:
-    """Greedy (argmax) or sampled decoding. step(tokens (B, t)) -> (B, V) log p(next token).
-    A sequence that wrote eos gets `pad` after it; decoding stops when all did."""
-    tokens = torch.full((B, 1), bos, dtype=torch.long, device=device)
-    done = torch.zeros(B, dtype=torch.bool, device=device)
+def decode_one(step, start: torch.Tensor, max_len: int, eos: int, pad: int, strategy: str,
+               top_k, top_p, temperature: float, generator) -> torch.Tensor:
+    """Greedy (argmax) or sampled decoding after the prefix `start` (B, P). step(tokens
+    (B, t)) -> (B, V) log p(next token). A sequence that wrote eos gets `pad` after it;
+    decoding stops when all did. Returns the new tokens only."""
+    tokens, B = start, start.shape[0]
+    done = torch.zeros(B, dtype=torch.bool, device=start.device)
     for _ in range(max_len):
         logp = step(tokens)  # (B, V)
         if strategy == "greedy":
@@ -292,20 +315,22 @@ def decode_one(step, B: int, max_len: int, bos: int, eos: int, pad: int, strateg
         done = done | (nxt == eos)
         if bool(done.all()):
             break
-    return tokens[:, 1:]
+    return tokens[:, start.shape[1]:]
 
 
-def beam_search(step, reorder, B: int, K: int, max_len: int, bos: int, eos: int, pad: int,
-                length_penalty: float, device) -> torch.Tensor:
+def beam_search(step, reorder, start: torch.Tensor, K: int, max_len: int, eos: int, pad: int,
+                length_penalty: float) -> torch.Tensor:
     """Beam search with K hypotheses per example, rows b * K .. b * K + K - 1 of the (B * K)
     batch. step(tokens) -> (B * K, V) log p(next token); reorder(rows) makes the decoder's
     cache follow the hypotheses kept. A hypothesis is ranked by its summed log-probability
     s = sum_t log p(y_t | y_<t, x); one that wrote eos is finished: it continues with `pad`
     at no cost (its s and length stay). The result is each example's hypothesis with the
     best s / length ** length_penalty (0: plain log-probability, 1: per token), length =
-    its tokens up to and including eos."""
+    its tokens up to and including eos. Every hypothesis starts from its example's prefix
+    `start` (B, P); the new tokens are returned."""
+    B, device = start.shape[0], start.device
     N = B * K
-    tokens = torch.full((N, 1), bos, dtype=torch.long, device=device)
+    tokens = start.repeat_interleave(K, 0)  # (N, P)
     score = torch.full((B, K), float("-inf"), device=device)
     score[:, 0] = 0.0  # the K hypotheses start as one: only the first one is expanded
     score = score.view(N)
@@ -330,7 +355,7 @@ def beam_search(step, reorder, B: int, K: int, max_len: int, bos: int, eos: int,
             break
     final = (score / length.clamp_min(1) ** length_penalty).view(B, K)
     best = base.view(B, K)[:, 0] + final.argmax(-1)  # (B,)
-    return tokens[best, 1:]
+    return tokens[best, start.shape[1]:]
 
 
 def reorder_cache(x, rows: torch.Tensor):
@@ -378,11 +403,14 @@ class AdditiveHardAttention(nn.Module):
     "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
+    wk: project_keys(k), (N, H, Lk, d_w), or None (computed here).
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
@@ -391,17 +419,39 @@ class AdditiveHardAttention(nn.Module):
         self.b = nn.Parameter(torch.zeros(heads, d_w))
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
 
-    def forward(self, q, k, v, key_mask=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def project_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """W2 k_l + b of eq. 6 for every key, (N, Lk, d_k) -> (N, H, Lk, d_w). It does not
+        depend on the query: a decoder computes it once per sequence and passes it to every
+        step's forward() as `wk`."""
+        N, Lk, _ = k.shape
+        k = k.reshape(N, Lk, self.heads, -1).transpose(1, 2)  # (N, H, Lk, d_k / H): K^(j)
+        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
+        return wk + self.b[:, None, :]  # W2 k_l + b
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, wk: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}
         Lq = q.shape[1]
+        if wk is None:  # W2 k_l + b (eq. 6); a decoder passes it, projected once per sequence
+            wk = self.project_keys(k)  # (N, H, Lk, d_w)
         q = q.unsqueeze(1)  # (N, 1, Lq, d_q)
         k = k.unsqueeze(1)  # (N, 1, Lk, d_k): every head reads all of k
         v = v.unsqueeze(1)  # (N, 1, Lk, d_v)
         wq = torch.einsum("nhqd,hdw->nhqw", q, self.W1)  # (N, H, Lq, d_w): W1 q
-        wk = torch.einsum("nhkd,hdw->nhkw", k, self.W2)  # (N, H, Lk, d_w): W2 k_l
-        wk = wk + self.b[:, None, :]  # W2 k_l + b
         keep = key_keep(key_mask, self.mask, Lq, Lk, k.device)  # (N | 1, 1, Lq, Lk) or None
         # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
@@ -451,8 +501,8 @@ class Model(nn.Module):
         self.logits_head = nn.Linear(cfg.d_emb, cfg.vocab)
 
     def forward(
-        self, image, caption, caption_mask=None, return_attention: bool = False,
-        validate: bool = True, cache: dict | None = None
+        self, image: torch.Tensor, caption: torch.Tensor, caption_mask: torch.Tensor | None = None,
+        return_attention: bool = False, validate: bool = True, cache: dict | None = None
     ) -> Output:
         cfg = self.cfg
         check_input(
@@ -476,10 +526,12 @@ class Model(nn.Module):
             a = image.flatten(-3, -2)  # (B, image_0*image_1, 512): feature `a`
             h0 = torch.tanh(self.h0_linear(a.mean(-2)))  # (B, hidden): feature `h0`
             c0 = torch.tanh(self.c0_linear(a.mean(-2)))  # (B, hidden): feature `c0`
-            memory = (a, h0, c0)
+            # (B, H, image_0*image_1, d_w): W2 k_l + b of `att`, for all steps
+            att_wk = self.att.project_keys(a)
+            memory = (a, h0, c0, att_wk)
             if cache is not None:
                 cache["@memory"] = memory
-        a, h0, c0 = memory
+        a, h0, c0, att_wk = memory
         e = self.e_embed(caption)  # (B, T, d_emb): feature `e`
         h_in = e  # (B, T, d_emb): the decoder's inputs, all steps
         h_state = [(h0, c0)]  # the decoder's initial state, one per layer
@@ -490,7 +542,7 @@ class Model(nn.Module):
         for t in range(h_in.shape[1]):  # one decoder step per position of T
             # attention `att`: additive score, hard alignment
             att_q = h_prev.unsqueeze(1)  # (B, 1, hidden)
-            att_t, att_a, att_ex = self.att(att_q, a, a, None)  # (B, 1, 512)
+            att_t, att_a, att_ex = self.att(att_q, a, a, None, wk=att_wk)  # (B, 1, 512)
             # (B, 1, 512): feature `z`, one step
             z_t = torch.sigmoid(self.z_linear(h_prev.unsqueeze(1))) * att_t
             # (B, hidden)
@@ -521,10 +573,12 @@ class Model(nn.Module):
         beams: int = 4, length_penalty: float = 0.0, top_k: int | None = None,
         top_p: float | None = None, temperature: float = 1.0,
         generator: torch.Generator | None = None, pad: int | None = None,
-        incremental: bool = True
+        prompt: torch.Tensor | None = None, incremental: bool = True
     ) -> torch.Tensor:
-        """Decode `caption` one token at a time from `bos`: (B, L) token ids, L <= max_len,
-        without bos; a sequence stops at its eos and gets `pad` (default: eos) after it.
+        """Decode `caption` one token at a time from `bos`, or after `prompt` (B, P) token
+        ids when given (the prefix to continue, instead of [bos]): (B, L) new token ids,
+        L <= max_len, without bos or the prompt; a sequence stops at its eos and gets `pad`
+        (default: eos) after it.
 
         strategy: "greedy" (argmax); "beam": beam search with `beams` hypotheses ranked by
         their summed log-probability, the best finished one picked by
@@ -541,6 +595,7 @@ class Model(nn.Module):
         K = beams if strategy == "beam" else 1
         inputs = dict(image=image, )
         B, device = image.shape[0], image.device
+        start = start_tokens(prompt, bos, B, self.cfg.vocab, device)  # (B, P): the prefix
         inputs = {name: x if x is None else x.repeat_interleave(K, 0)  # one row per hypothesis
                   for name, x in inputs.items()}
         cache = {} if incremental else None
@@ -560,9 +615,29 @@ class Model(nn.Module):
                                            rows))
 
         if strategy == "beam":
-            return beam_search(step, reorder, B, K, max_len, bos, eos, pad, length_penalty, device)
-        return decode_one(step, B, max_len, bos, eos, pad, strategy, top_k, top_p, temperature,
-                          generator, device)
+            return beam_search(step, reorder, start, K, max_len, eos, pad, length_penalty)
+        return decode_one(step, start, max_len, eos, pad, strategy, top_k, top_p, temperature,
+                          generator)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `logits`, logits (B, T, vocab), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        `target` is the `caption` given to forward() (with its `mask`): the logits at position t
+        predict its token t + 1 (the shift of x-transformers' AutoregressiveWrapper), so the
+        last position predicts nothing.
+        """
+        logits = out.output  # (B, T, vocab)
+        logits, target = logits[:, :-1], target[:, 1:]  # position t predicts token t + 1
+        mask = None if mask is None else mask[:, 1:]
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -60,6 +60,12 @@ class Output:
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return dict(self.output)
+
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
                 axes: tuple = (), vocab: int | None = None, validate: bool = True,
@@ -220,11 +226,26 @@ class MultiHeadMultiplicativeAttention(nn.Module):
                 f"MultiHeadMultiplicativeAttention: heads = {heads} must divide "
                 f"d_q = {d_q}, d_k = {d_k} and d_v = {d_v} (eq. 38: each head gets an equal slice)"
             )
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}
@@ -264,10 +285,25 @@ class CoAttentionAffinityAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
 
-    def forward(self, q, k, v, key_mask=None, affinity=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, affinity: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -430,7 +466,8 @@ class Model(nn.Module):
         self.end_head = nn.Linear(cfg.d + cfg.d, 1)
 
     def forward(
-        self, context, question, context_mask=None, question_mask=None,
+        self, context: torch.Tensor, question: torch.Tensor,
+        context_mask: torch.Tensor | None = None, question_mask: torch.Tensor | None = None,
         return_attention: bool = False, validate: bool = True
     ) -> Output:
         cfg = self.cfg
@@ -503,6 +540,21 @@ class Model(nn.Module):
         # (B, C, 1): output `end`
         end = self.end_head(torch.cat([pass_out_hops[0], model_enc_pass_out], -1))
         return Output({'start': start, 'end': end}, attn)
+
+    def loss(
+        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
+        ignore_index: int = -100
+    ) -> torch.Tensor:
+        """The cross-entropy of output `start`, logits (B, C, 1), against `target`:
+        class ids over its leading axes, the mean over the positions that count (`mask` True,
+        True = real, and `target` not `ignore_index`).
+        """
+        logits = out.output['start']  # (B, C, 1)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index)
+        return loss
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

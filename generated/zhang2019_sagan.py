@@ -54,6 +54,12 @@ class Output:
     # module -> weights (return_attention=True)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    @property
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """Every output by name: a dict however many the model has (`output` is the tensor
+        itself when there is one)."""
+        return {'y': self.output}
+
 
 def check_input(name: str, x: torch.Tensor, sizes: tuple, tokens: bool, want: str,
                 axes: tuple = (), vocab: int | None = None, validate: bool = True,
@@ -140,10 +146,25 @@ class MultiplicativeAttention(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
@@ -187,7 +208,9 @@ class Model(nn.Module):
         self.y_proj = nn.Linear(cfg.C_k, cfg.C, bias=False)  # W F (eq. 1)
         self.y_gamma = nn.Parameter(torch.zeros(()))  # gamma, starts at 0 (SAGAN)
 
-    def forward(self, x, return_attention: bool = False, validate: bool = True) -> Output:
+    def forward(
+        self, x: torch.Tensor, return_attention: bool = False, validate: bool = True
+    ) -> Output:
         cfg = self.cfg
         check_input(
             'x', x, (cfg.x_0, cfg.x_1, cfg.C), tokens=False,

@@ -1323,7 +1323,7 @@ class Checker:
     # positions of their input's last axis, and what they do (for messages).
     STEP_MIXING = {"lstm": "runs", "gru": "runs", "bilstm": "runs", "bigru": "runs",
                    "cnn": "convolves", "positional": "encodes positions", "mean": "pools",
-                   "max": "pools", "sum": "pools"}
+                   "max": "pools", "sum": "pools", "prepend": "prepends"}
 
     def check_feed_loop(self, n: ir.AnyNode) -> None:
         """``feed = ATT`` runs the recurrent model R one step at a time, and with it every
@@ -1799,6 +1799,8 @@ def _name(e: ir.Expr | None) -> str:
 def check(spec: ir.Spec, source: str | None = None) -> CheckedSpec:
     return Checker(spec, source).run()
 
+
+from . import blocks  # noqa: E402,F401  (registers the shape rules of the everyday blocks)
 
 __all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "check", "deps", "links",
            "SpecError", "learned_capsules", "share_kind", "share_root"]

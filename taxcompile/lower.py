@@ -13,7 +13,7 @@ from . import mechanisms as mech
 from .diagnostics import Collector, Location, article
 from .mechanisms import spellings
 from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabulary)
-from .ops import ACTIVATIONS
+from .ops import ACTIVATIONS, GATED_ACTS
 from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
 from .ops import NAMED  # parameters that name a node (`feed = att`, `init = s0`)
 from .suggest import alias, suggest
@@ -333,6 +333,11 @@ class Lowerer:
             return None
         if name not in ACTIVATIONS:
             self.err(e.pos, f"unknown activation `{name}`", suggest(name, ACTIVATIONS))
+            return None
+        if name not in p.choices and name in GATED_ACTS:
+            self.err(e.pos, f"{what} cannot be `{name}`: a gated unit multiplies act(x W) by a "
+                     "second projection x V of the layer's input (Shazeer 2020)",
+                     f"use `ffn(x, d_ff, act = {name})`")
             return None
         if name not in p.choices:
             self.err(e.pos, f"{what} cannot be `{name}`: maxout narrows d·k features to d, "

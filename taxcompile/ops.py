@@ -57,8 +57,12 @@ ACTIVATIONS: dict[str, tuple[P, ...]] = {
     "softplus": (),
     "scaled_tanh": (P("c", "float"),),  # c tanh(x / c) (DiSAN)
     "maxout": (pint("k", lo=2),),
+    # gated linear units, ffn only (Shazeer 2020): (act(x W) * x V) W2, Swish = SiLU or GELU
+    "swiglu": (),
+    "geglu": (),
 }
-ACTS = tuple(ACTIVATIONS)
+GATED_ACTS = ("swiglu", "geglu")  # multiply by a second projection of the layer's input
+ACTS = tuple(a for a in ACTIVATIONS if a not in GATED_ACTS)
 WIDTH_ACTS = ("maxout",)  # change the feature size
 SAME_WIDTH_ACTS = tuple(a for a in ACTS if a not in WIDTH_ACTS)
 
@@ -113,9 +117,10 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS), SHARE),
     _op("identity", node()),
     _op("positional", node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
-    _op("norm", node(), SHARE),
+    # layer norm (Ba et al.) or RMSNorm (Zhang & Sennrich 2019: x / RMS(x) * g, no centring)
+    _op("norm", node(), enum("kind", ("layer", "rms"), "layer"), SHARE),
     _op("scale", node(), SHARE),
-    _op("ffn", node(), pint("d_ff"), act("relu", ACTS), SHARE),
+    _op("ffn", node(), pint("d_ff"), act("relu", ACTS + GATED_ACTS), SHARE),
     _op("dropout", node(), P("p", "prob")),  # zero each feature with probability p (training)
     _op("tanh", node()),
     _op("relu", node()),
@@ -139,6 +144,8 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("maxpool", node(), pint("factor")),
     _op("upsample", node(), pint("factor"), enum("mode", ("bilinear", "nearest"), "bilinear")),
     _op("learned", pint("d")),
+    # n learned vectors before the first position (a CLS token, registers): (S, d) -> (S+n, d)
+    _op("prepend", node(), pint("n", False, 1)),
     # tie: the output layer's weight is the embedding matrix of statement NODE's embed
     _op("classify", node(), pint("classes"), SHARE, TIE),
     _op("affinity", node("a"), node("b"),

@@ -336,6 +336,7 @@ ERRORS = {
         "attention b { query = x  keys = x  score = additive(d_w = 8, act = maxout(2)) }"),
     "act_maxout_not_dividing": err_spec("feature y = maxout(x, 3)"),
     "act_scaled_tanh_needs_c": err_spec("feature y = ffn(x, 8, act = scaled_tanh)"),
+    "act_gated_outside_ffn": err_spec("feature y = linear(x, 8, act = swiglu)"),
     "heads_out_one_head": err_spec(
         "attention b { query = x  keys = x  score = multiplicative  heads_out = concat }"),
 }

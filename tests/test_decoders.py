@@ -192,6 +192,52 @@ def test_bahdanau_attends_with_the_previous_state_and_feeds_this_context():
     assert not torch.allclose(out2.attention["att"][:, 0, 1], weights[:, 1])
 
 
+def counting_projections(m):
+    """Count the module's key projections (W2 k + b) and record which steps got them given."""
+    calls, given = [], []
+    project, forward = m.att.project_keys, m.att.forward
+
+    def project_keys(k):
+        calls.append(tuple(k.shape))
+        return project(k)
+
+    def step(q, k, v, key_mask=None, wk=None, **kw):
+        given.append(wk is not None)
+        return forward(q, k, v, key_mask, wk=wk, **kw)
+
+    m.att.project_keys, m.att.forward = project_keys, step
+    return calls, given
+
+
+def test_the_decoder_projects_the_keys_once_per_sequence():
+    """Issue 24: W2 h_j + b (eq. 6) does not depend on the step, so forward() computes it
+    once before the loop and generate() once for the whole decoding, and every step reads
+    it; the values stay the reference's (eq. 6 with W2 h_j recomputed at every step)."""
+    m = model_of("bahdanau2015_rnnsearch")
+    calls, given = counting_projections(m)
+    src = torch.tensor([[3, 7, 1, 9, 4, 2], [5, 5, 8, 0, 0, 0]])
+    tgt = torch.tensor([[4, 1, 8, 2, 6], [9, 3, 3, 0, 0]])
+    src_mask = lengths_mask(2, 6, [6, 3])
+    out = m(src=src, tgt=tgt, src_mask=src_mask, return_attention=True)
+    assert calls == [(2, 6, 32)] and given == [True] * 5  # once, for 5 steps
+    logits, weights = bahdanau_reference(m, src, tgt, src_mask)
+    close(out.output, logits)
+    close(out.attention["att"][:, 0], weights)
+    for strategy in ("greedy", "beam"):
+        calls.clear()
+        tokens = m.generate(src, max_len=6, bos=1, eos=2, src_mask=src_mask, strategy=strategy,
+                            beams=3)
+        assert len(calls) == 1, (strategy, calls)  # the first step's, kept in the cache
+        full = m.generate(src, max_len=6, bos=1, eos=2, src_mask=src_mask, strategy=strategy,
+                          beams=3, incremental=False)
+        assert torch.equal(tokens, full)
+    # xu2015: the same module class over the image's annotations (no generate() cache path)
+    x = model_of("xu2015_soft")
+    calls, given = counting_projections(x)
+    x(image=torch.randn(1, 6, 6, 512, dtype=DT), caption=torch.randint(0, 50, (1, 4)))
+    assert len(calls) == 1 and given == [True] * 4
+
+
 # ---- Luong et al. ----------------------------------------------------------------------------
 
 

@@ -263,8 +263,8 @@ CASES: list[Case] = [
          "`kind` of `positional` cannot be `sine`", "one of: `sinusoid`, `learned`"),
     Case("required_parameter_missing", spec("feature y = linear(x)"), BODY, 17,
          "`linear` is missing `d`", "write `linear(x, d)`"),
-    Case("extra_argument", spec("feature y = norm(x, 3)"), BODY, 25,
-         "`norm` takes 1 argument(s); this one is extra",
+    Case("extra_argument", spec("feature y = scale(x, 3)"), BODY, 26,
+         "`scale` takes 1 argument(s); this one is extra",
          "`share` is given by name, e.g. `share = NODE`"),
     Case("local_without_window", spec(attn("query = project(x)  keys = x  score = general  "
                                            "align = local")),

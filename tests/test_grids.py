@@ -88,6 +88,19 @@ def test_conv2d_is_a_2d_convolution_over_h_and_w(gen, kernel, stride):
     torch.testing.assert_close(model(**{"image": x}).output, ref)
 
 
+def test_config_refuses_an_axis_that_is_not_a_multiple_of_its_down_sampling(gen):
+    """Issue 24: Config(H=18, W=16) of a patch-4 model ran and dropped two pixel rows (a
+    stride-4 convolution over 18 rows gives 4 patch rows, 16 of the 18 pixels)."""
+    mod = gen(op_model("conv2d(image, 5, kernel = 4, stride = 4)", 16, 16))
+    assert "a multiple of 4" in Path(mod.__file__).read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match=r"Config\.H = 18: must be a positive multiple of 4"):
+        mod.Config(H=18, W=16)
+    with pytest.raises(ValueError, match=r"Config\.W = 0: must be a positive multiple of 4"):
+        mod.Config(W=0)
+    y = mod.Model(mod.Config(H=20, W=8))(image=torch.randn(1, 20, 8, 3)).output
+    assert y.shape == (1, 5, 2, 5)  # a multiple: every pixel in a patch
+
+
 def test_conv2d_applies_its_activation(gen):
     mod, model = build(gen, op_model("conv2d(image, 4)"))
     x = mod.example_inputs(2)["image"]

@@ -109,6 +109,8 @@ class QuerylessMultiHeadAdditiveAttention(nn.Module):
 
     def __init__(self, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
         super().__init__()
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 33: e = w^T act(W k + b), W shared; one w per head (Lin et al.'s W_s2 rows)
@@ -116,7 +118,20 @@ class QuerylessMultiHeadAdditiveAttention(nn.Module):
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
         self.penalty = 1.0  # coefficient of ||A A^T - I||_F^2 (Lin et al.)
 
-    def forward(self, q, k, v, key_mask=None):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor | None, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}

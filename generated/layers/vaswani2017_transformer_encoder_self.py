@@ -120,11 +120,26 @@ class MultiHeadScaledMultiplicativeAttention(nn.Module):
                 f"MultiHeadScaledMultiplicativeAttention: heads = {heads} must divide "
                 f"d_q = {d_q}, d_k = {d_k} and d_v = {d_v} (eq. 38: each head gets an equal slice)"
             )
+        # the constructor's arguments, for repr and reset_parameters()
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         self.out = nn.Linear(d_v, d_v)  # W_O (eq. 40)
 
-    def forward(self, q, k, v, key_mask=None, need_weights=True):
+    def reset_parameters(self) -> None:
+        """Draw the parameters again as __init__ does (fresh random values, in place)."""
+        fresh = type(self)(**self.init_args)
+        with torch.no_grad():
+            for name, p in fresh.named_parameters():
+                self.get_parameter(name).copy_(p)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.init_args.items())
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        key_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         H = self.heads
         extras = {}

@@ -80,7 +80,7 @@ def plan_attention(p, n: ir.Attention) -> None:
         p.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])")
     if kmask != "None" and kmask.startswith("("):
         kmask = p.tmp(kmask[1:-1], f"{name}_keep", "(N, Lk): padding mask of the keys")
-    args = [qq, kk, vv, kmask]
+    args = [qq, kk, vv, kmask] + generate.keys_once(p, n, mod, kk)
     if n.affinity:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
     if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":

@@ -59,12 +59,20 @@ class AttentionView:
     coverage: bool = False  # See et al. eq. 10-11: w_c c_i^t in the score, a loop over queries
     disagreement: str | None = None  # Li et al. eq. 5 / 7: return each head's V^h / O^h
     pair: bool = False  # a mask input (B, Lq, Lk) narrows the keys each query may see
+    keys_once: bool = False  # project_keys(k): W2 k + b, computed once by a decoder (wk=)
 
 
 def fit(text: str, indent: int = 8) -> str:
     """A statement of a template written at 8 columns (``indent`` once re-indented),
     wrapped to 100 columns: an activation with parameters can make it long."""
     return ("\n" + " " * 8).join(wrap(text, indent, 100))
+
+
+def keys_once(p, n: ir.Attention) -> bool:
+    """Whether the class projects its keys apart from the query (``project_keys``: W2 k_l + b
+    of eq. 6), so that a decoder computes it once per sequence, not at every step."""
+    return n.score.fn == "additive" and n.query is not None and not learned_capsules(n) \
+        and not n.affinity and share_of(p, n) != "keys"
 
 
 def dot_form(n: ir.Attention) -> DotForm | None:
@@ -182,7 +190,7 @@ def attention_class(p, n: ir.Attention) -> str:
         heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n),
         gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,
         coverage=n.coverage, disagreement=n.disagreement.on if n.disagreement else None,
-        pair=n.mask_input is not None)
+        pair=n.mask_input is not None, keys_once=keys_once(p, n))
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name

@@ -54,7 +54,10 @@ def plan_config(p) -> ConfigPlan:
         fields.append(ConfigField("max_len", "int", "512",
                                   "longest sequence for learned position embeddings"))
         tiny["max_len"] = 64
-    return ConfigPlan(tuple(fields), tuple(props), tuple((k, str(v)) for k, v in tiny.items()))
+    checked = tuple((f.name, multiple[f.name]) for f in fields
+                    if f.type == "int" and multiple.get(f.name, 1) > 1)
+    return ConfigPlan(tuple(fields), tuple(props), tuple((k, str(v)) for k, v in tiny.items()),
+                      checked)
 
 
 def axis_multiples(p) -> dict[str, int]:

@@ -101,6 +101,7 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     generate.loop_resume(p, n, [p.step["prev"][c] for c in carried] + list(covs.values()))
     steps = f.locals.new("steps")
     f.emit(f"{steps} = {{}}", "node -> its value at every step")
+    p.step["loop_at"] = len(f.body)  # where statements that run once, before the loop, go
     f.emit(f"for t in range({seq}.shape[{pos}]):", f"one decoder step per position of {axis}")
     f.indent += 1
     for node_id in order:

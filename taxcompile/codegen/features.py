@@ -181,26 +181,11 @@ def positional(p, e, a, n):
     return same(x, f"{xin} + {mod}.weight[: {xin}.shape[-2]]")
 
 
-@plan_rule("norm")
-def norm(p, e, a, n):
-    mod = op_module(p, e, n, "norm", f"nn.LayerNorm({a[0].dim})")
-    return same(a[0], f"{mod}({a[0].name})")
-
-
 @plan_rule("scale")
 def scale(p, e, a, n):
     mod = op_module(p, e, n, "gamma", "nn.Parameter(torch.zeros(()))",
                     "gamma, starts at 0 (SAGAN)")
     return same(a[0], f"{mod} * {atom(a[0].name)}")
-
-
-@plan_rule("ffn")
-def ffn(p, e, a, n):
-    x, d_ff, act = a[0], p.p(e, "d_ff"), e.param("act")
-    mod = op_module(p, e, n, "ffn",
-                    f"nn.Sequential(nn.Linear({x.dim}, {widened(act, d_ff)}), {act_module(p, act)}, "
-                    f"nn.Linear({d_ff}, {x.dim}))")
-    return same(x, f"{mod}({x.name})")
 
 
 @plan_rule("tanh", "relu", "sigmoid", "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh")

@@ -31,7 +31,7 @@ from .plan import GeneratePlan, Stmt
 # side they see later positions, so a step cannot run on the new token alone (a recurrence
 # with `feed =` is a decoder loop, which carries its state instead)
 MIXING = ("lstm", "gru", "bilstm", "bigru", "cnn", "mean", "max", "sum", "flatten", "resize",
-          "conv2d", "maxpool", "upsample", "first", "backward", "stack", "affinity")
+          "conv2d", "maxpool", "upsample", "first", "backward", "stack", "affinity", "prepend")
 
 
 def target(m: ir.Model) -> ir.Input | None:
@@ -155,6 +155,33 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     f.emit(f"        cache[{key}] = {names}")
     f.body.extend(later)
     return k, v
+
+
+def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
+    """In a decoder's step, an additive module over keys from outside the step: W2 k + b
+    (``project_keys``, eq. 6) is computed once before the loop, not at every step; in
+    generate(), with the source side when the keys are the source's (kept in
+    ``cache["@memory"]``: once per generate()). Returns the module's ``wk=`` argument (none
+    elsewhere)."""
+    from .classes import keys_once as projects_keys
+
+    st = p.step
+    reads = {r for r, _ in checks.expr_links(n.keys)}
+    if st is None or not projects_keys(p, n) or not re.fullmatch(r"\w+", keys) or \
+            reads & st["region"]:
+        return []
+    f = p.frame
+    name = f.locals.new(f"{p.want(n)}_wk")
+    code = f"{name} = {module}.project_keys({keys})"
+    what = f"(B, H, {p.cm.attention[n.id].attended}, d_w): W2 k_l + b of `{n.name}`, for all steps"
+    source = on(p) and not reads & (p.gen["side"] | {p.gen["input"].id})
+    if source and f.parent is None and p.gen["prefix_end"] is not None:
+        f.body.insert(p.gen["prefix_end"], Stmt(code, what, 0))
+        p.gen["prefix_end"] += 1
+    else:
+        f.body.insert(st["loop_at"], Stmt(code, what, f.indent - 1))
+    st["loop_at"] += 1
+    return [f"wk={name}"]
 
 
 def step_start(p) -> str:

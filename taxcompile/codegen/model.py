@@ -7,6 +7,7 @@ import textwrap
 
 from .. import checks, classify, ir
 from . import config, generate
+from .loss import plan_loss
 from .attention import describe
 from .names import mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
@@ -243,9 +244,9 @@ def file_plan(p) -> FilePlan:
         p.helpers.add("check_penalty")
     head, body = generate.forward(p, head, body)  # generate(): the cache
     body.append(Stmt(f"return Output({', '.join([ret, 'attn'] + kw)})"))
-    params = [i.id for i in m.inputs if i.kind != "alignment"] + \
-        [f"{i.id}=None" for i in m.inputs if i.kind == "alignment"] + \
-        [f"{i.id}_mask=None" for i in m.inputs if i.kind in MASKABLE]
+    params = [f"{i.id}: torch.Tensor" for i in m.inputs if i.kind != "alignment"] + \
+        [f"{i.id}: torch.Tensor | None = None" for i in m.inputs if i.kind == "alignment"] + \
+        [f"{i.id}_mask: torch.Tensor | None = None" for i in m.inputs if i.kind in MASKABLE]
     params += ["return_attention: bool = False", "validate: bool = True"]
     if generate.on(p):
         params.append("cache: dict | None = None")
@@ -274,7 +275,8 @@ def file_plan(p) -> FilePlan:
         model=model, capsule_loss=any(a.capsules for a in m.attentions),
         examples=tuple(example), masked=any(i.kind in MASKABLE for i in m.inputs),
         flex="local_flex" in p.helpers or "flex_context" in p.helpers,
-        generate=generate.plan(p, outputs))
+        generate=generate.plan(p, outputs), loss=plan_loss(p, outputs, "penalties" in records),
+        output_names=tuple(o.id for o in outputs))
 
 
 def file_doc(p) -> list[str]:

@@ -31,6 +31,8 @@ class ConfigPlan:
     fields: tuple[ConfigField, ...]
     properties: tuple[ConfigProperty, ...]
     tiny: tuple[tuple[str, str], ...]  # field -> its toy size in Config.tiny()
+    # field -> the factor its grid axis is down-sampled by: __post_init__ checks the multiple
+    multiples: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,17 @@ class AttentionClass:
 
 
 @dataclass(frozen=True)
+class LossPlan:
+    """``Model.loss(out, target)``: the cross-entropy of a classify output (``loss.py.j2``)."""
+
+    name: str  # the output node
+    read: str  # how its logits are read from Output: ``.output`` or ``.output['name']``
+    shape: str  # the logits' shape, for the docstring
+    target: str | None  # the autoregressive input it predicts (shifted by one), or None
+    penalty: bool  # Output.penalty is added
+
+
+@dataclass(frozen=True)
 class FilePlan:
     source: str  # the spec's path, percent-encoded
     title: str
@@ -101,6 +114,8 @@ class FilePlan:
     masked: bool  # some input takes a padding mask
     flex: bool  # imports FlexAttention
     generate: "GeneratePlan | None" = None  # models with an autoregressive input
+    loss: LossPlan | None = None  # models with a classify output
+    output_names: tuple[str, ...] = ()  # Output.outputs' keys, in order
 
 
 @dataclass(frozen=True)

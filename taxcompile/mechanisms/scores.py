@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir import Act
-from ..ops import ACTIVATIONS, P, act, enum, pint
+from ..ops import SAME_WIDTH_ACTS, P, act, enum, pint
 from .record import CtorArg, Mechanism
 
 # d_w: the hidden width of W1 q + W2 k (the additive and concat scores)
@@ -98,7 +98,7 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
     # weight vector rather than before it. Its class is graph_attention.py.j2.
     Mechanism("score", "activated_concat",
               (P("act", "act", False, Act(fn="leaky_relu", params=(("slope", 0.2),)),
-                 tuple(a for a in ACTIVATIONS if a != "maxout")),),
+                 SAME_WIDTH_ACTS),),
               reading="Additive",
               reason="uses GAT's activated concat score e_ij = act(a^T [W h_i; W h_j]), act = "
                      "{act}: a weight vector over the concatenated query and key (the concat "
