@@ -612,7 +612,7 @@ class Model(nn.Module):
         K = beams if strategy == "beam" else 1
         inputs = dict(image=image, )
         B, device = image.shape[0], image.device
-        start = start_tokens(prompt, bos, B, self.cfg.vocab, device)  # (B, P): the prefix
+        prefix = start_tokens(prompt, bos, B, self.cfg.vocab, device)  # (B, P): the prefix
         inputs = {name: x if x is None else x.repeat_interleave(K, 0)  # one row per hypothesis
                   for name, x in inputs.items()}
         cache = {} if incremental else None
@@ -632,8 +632,8 @@ class Model(nn.Module):
                                            rows))
 
         if strategy == "beam":
-            return beam_search(step, reorder, start, K, max_len, eos, pad, length_penalty)
-        return decode_one(step, start, max_len, eos, pad, strategy, top_k, top_p, temperature,
+            return beam_search(step, reorder, prefix, K, max_len, eos, pad, length_penalty)
+        return decode_one(step, prefix, max_len, eos, pad, strategy, top_k, top_p, temperature,
                           generator)
 
     def loss(
