@@ -547,10 +547,20 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", metavar="FILE")
     s.add_argument("--force", action="store_true", help="overwrite an existing file")
     s.set_defaults(func=cmd_new)
+
+    # `study` has its own command line (study/cli.py); main() hands it everything after
+    # the word, so this entry only lists it in --help
+    sub.add_parser("study", help="train every mechanism on tasks with gold, report effects "
+                   "per dimension (`taxcompile study run|report --help`)", add_help=False)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["study"]:
+        from .study.cli import main as study
+
+        return study(argv[1:])
     args = make_parser().parse_args(argv)
     try:
         return args.func(args)

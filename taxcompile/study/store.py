@@ -192,7 +192,10 @@ def _db_error(path: Path, e: sqlite3.DatabaseError) -> StudyError:
     if "locked" in text or "busy" in text:
         return StudyError(f"the study file {path} is locked by another process",
                           "wait for the other study to finish, or " + _hint_other_db(path))
-    return StudyError(f"{path} is not a readable study file ({text})",
+    if "not a database" in text:
+        return StudyError(f"{path} is not a study file (not a SQLite database)",
+                          "it is kept as it is; " + _hint_other_db(path))
+    return StudyError(f"{path} is damaged ({text})",
                       "it is kept as it is; " + _hint_other_db(path))
 
 
