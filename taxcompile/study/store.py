@@ -206,6 +206,11 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     conn = None
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=10)
+        if readonly and not _readable(conn):
+            # a WAL file in a read-only directory: SQLite cannot make its shared-memory
+            # file there; read it as immutable (nobody can be writing it then)
+            conn.close()
+            conn = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=10)
         app, = conn.execute("PRAGMA application_id").fetchone()
         if app != APPLICATION_ID:
             raise StudyError(f"{path} is not a taxcompile study file",
@@ -232,6 +237,14 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
         raise
 
 
+def _readable(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.execute("PRAGMA application_id").fetchone()
+        return True
+    except sqlite3.OperationalError as e:
+        return "readonly" not in str(e) and "unable to open" not in str(e)
+
+
 def _create(path: Path, protocol: dict) -> None:
     """A new, complete study file at ``path``: written beside it and renamed into place, so
     an error leaves nothing behind."""
@@ -246,6 +259,9 @@ def _create(path: Path, protocol: dict) -> None:
                          "choose a writable place with --db") from None
     os.close(fd)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as any new file (mkstemp makes it private)
         conn = sqlite3.connect(tmp)
         try:
             conn.executescript(SCHEMA)
