@@ -1,0 +1,135 @@
+"""A trained model's measures: accuracy, and its attention against the task's gold
+(``measures``' equations applied to a generated model). Used by ``runner``; torch only."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from . import measures
+from . import tasks as T
+
+ERASE_EXAMPLES = 32  # examples of the evaluation batch the erasure tests use
+# the generated modules' normalisations over the keys, which the uniform ablation replaces
+NORMALISERS = ("masked_softmax", "sparsemax", "entmax15")
+
+
+def _kwargs(b, batch: dict, n: int | None = None) -> dict:
+    kw = {k: batch[k][:n] if n else batch[k] for k in b.inputs if k != "gold"}
+    return dict(kw, validate=False)
+
+
+def ensemble_accuracy(ens, ev: dict) -> torch.Tensor:
+    """(M,) evaluation accuracy of every member (ev stacked per member)."""
+    from .runner import _kwargs as train_kwargs
+
+    with torch.no_grad():
+        out, _, _ = ens.forward(train_kwargs(ens.b, ev, False))
+    z = out if out.dim() == 4 else out.unsqueeze(2)
+    y = ev["y"]
+    if z.shape[2] != y.shape[2] and y.shape[2] == 1:
+        z = z.mean(2, keepdim=True)
+    keep = y != -100
+    hit = (z.argmax(-1) == y) & keep
+    return hit.flatten(1).sum(1).float() / keep.flatten(1).sum(1).clamp_min(1)
+
+
+def _logits(model, kw: dict, T_: int, **extra):
+    from .runner import logits_of
+
+    return logits_of(model(**kw, **extra), T_)
+
+
+@contextlib.contextmanager
+def uniform_weights(mod):
+    """Inside: every softmax / sparsemax / entmax of the generated module ``mod`` gives
+    the uniform distribution over the keys it may see."""
+    saved = {n: getattr(mod, n) for n in NORMALISERS if hasattr(mod, n)}
+    try:
+        for n in saved:
+            setattr(mod, n, lambda e, keep, dim: measures.uniform_like(e, keep, dim))
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(mod, n, f)
+
+
+def _measured(out, gold) -> list[tuple[str, torch.Tensor]]:
+    """(name, ā) of the modules whose weights are over x's L keys with the gold's rows."""
+    Tq, L = gold.shape[1:]
+    got = []
+    for name, a in out.attention.items():
+        if not torch.is_tensor(a) or a.dim() not in (4, 5):
+            continue
+        lk = a.shape[3]
+        if lk == L and (a.shape[2] == Tq or Tq == 1):
+            got.append((name, a))
+    return got
+
+
+def attention_measures(b, model, ev: dict, k: int, seed: int) -> dict:
+    """gold_mass, aer (of the last module over x; per module and head as well),
+    comprehensiveness and sufficiency of the top-k attended positions and of random k
+    positions, uniform_drop; None where a measure does not apply."""
+    info_T = ev["y"].shape[1]
+    out: dict = dict(gold_mass=None, aer=None, comprehensiveness=None, sufficiency=None,
+                     uniform_drop=None)
+    kw = _kwargs(b, ev)
+    aligns = {a.align.fn for a in b.cm.model.nodes if a.kind_ == "attention"}
+    with torch.no_grad():
+        full = model(**kw, return_attention=True)
+        from .runner import logits_of
+        z = logits_of(full, info_T)
+        acc = measures.accuracy(z, ev["y"])
+        if aligns <= {"global", "local", "reinforced", "sparsemax", "entmax"}:
+            with uniform_weights(b.mod):
+                zu = _logits(model, kw, info_T, return_attention=True)
+            out["uniform_drop"] = acc - measures.accuracy(zu, ev["y"])
+        mods = _measured(full, ev["gold"])
+        if not mods:
+            return out
+        for name, a in mods:
+            heads = [("", measures.mean_weights(a))]
+            if a.shape[1] > 1:
+                heads += [(f"/h{h}", measures.mean_weights(a[:, h:h + 1]))
+                          for h in range(a.shape[1])]
+            for tag, abar in heads:
+                out[f"gold_mass:{name}{tag}"] = measures.gold_mass(abar, ev["gold"])
+                out[f"aer:{name}{tag}"] = measures.aer(abar, ev["gold"], ev["possible"])
+        abar = measures.mean_weights(mods[-1][1])
+        out["gold_mass"] = measures.gold_mass(abar, ev["gold"])
+        out["aer"] = measures.aer(abar, ev["gold"], ev["possible"])
+        out.update(_erasure(b, model, ev, abar, z, k, seed))
+    return out
+
+
+def _erasure(b, model, ev: dict, abar, z, k: int, seed: int) -> dict:
+    """ERASER's comprehensiveness and sufficiency of each scored query's top-k attended
+    positions of x, and of k random positions (the baseline): one copy of the example per
+    query row, the positions erased (pad token, masked out) or kept alone."""
+    n = min(ERASE_EXAMPLES, ev["x"].shape[0])
+    y = ev["y"][:n]
+    Tq = y.shape[1]
+    a = measures._rows(abar[:n], ev["gold"][:n])  # (n, Tq, L)
+    bi, ti = (y != -100).nonzero(as_tuple=True)  # scored rows
+    L = ev["x"].shape[1]
+    p = z[:n].float().softmax(-1)
+    pred = p.argmax(-1)
+    p_full = p[bi, ti, pred[bi, ti]]
+    top = measures.top_k(a, k)[bi, ti]  # (R, k)
+    g = torch.Generator().manual_seed(seed)
+    rand = torch.stack([torch.randperm(L, generator=g)[:top.shape[1]] for _ in range(len(bi))])
+    res = {}
+    for tag, pos in (("", top), ("_random", rand)):
+        chosen = torch.zeros(len(bi), L, dtype=torch.bool)
+        chosen.scatter_(1, pos, True)
+        for what, keep in (("comprehensiveness", ~chosen), ("sufficiency", chosen)):
+            x = torch.where(keep, ev["x"][bi], torch.zeros_like(ev["x"][bi]))
+            kw = dict(x=x, x_mask=keep, validate=False)
+            if "q" in b.inputs:
+                kw["q"] = ev["q"][bi]
+            zz = _logits(model, kw, Tq, return_attention=True).float().softmax(-1)
+            p_part = zz[torch.arange(len(bi)), ti, pred[bi, ti]]
+            res[what + tag] = float((p_full - p_part).mean())
+    return res
