@@ -117,15 +117,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def protocol_record(profile: str) -> dict:
-    """What the study file stores as its protocol: the version and the profile's frozen
-    settings (a file of other settings is refused: ``Store._check``)."""
+    """What the study file stores as its protocol: the version, the profile and its frozen
+    settings, as JSON gives them back (a file of other settings is refused:
+    ``Store._check``)."""
+    import json
+
     from . import protocol
 
-    record = {"version": protocol.PROTOCOL_VERSION, "profile": profile}
-    settings = getattr(protocol, "settings", None)
-    if settings is not None:
-        record["settings"] = settings(profile)
-    return record
+    record = {"version": protocol.PROTOCOL_VERSION, "profile": profile,
+              "settings": protocol.profile(profile).settings()}
+    return json.loads(json.dumps(record))
 
 
 def _plan(args):

@@ -78,7 +78,9 @@ def _run_doc(r: dict) -> dict:
         "seconds": r["seconds"], "seconds_per_step": r["seconds_per_step"],
         "accuracy": _finite(r["accuracy"]), "final_loss": _finite(r["final_loss"]),
         "steps_to_threshold": r["steps_to_threshold"],
-        "attention": {m: _finite(r["attention"].get(m)) for m in MEASURES},
+        # the five measures (None where one does not apply), then any per-module detail
+        "attention": {m: None for m in MEASURES}
+        | {k: _finite(v) for k, v in r["attention"].items()},
         "engine": r["engine"],
     }
 

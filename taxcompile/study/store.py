@@ -114,12 +114,10 @@ class Store:
                 f"{_hint_other_db(self.path)}; report the old file with "
                 f"`taxcompile study report {self.path}`")
         if protocol != self.protocol:
-            what = [k for k in sorted(set(protocol) | set(self.protocol))
-                    if protocol.get(k) != self.protocol.get(k)]
-            raise StudyError(
-                f"{self.path} holds results of another protocol setting "
-                f"({', '.join(f'{k}: {self.protocol.get(k)!r} there, {protocol.get(k)!r} now' for k in what)})",
-                f"{_hint_other_db(self.path)}, or run with the file's own settings")
+            raise StudyError(f"{self.path} holds results of other protocol settings "
+                             f"({_differences(self.protocol, protocol)})",
+                             f"{_hint_other_db(self.path)}, or run with the file's own "
+                             "settings")
 
     def close(self) -> None:
         store_close(self.conn, self._lock_fd)
@@ -176,6 +174,18 @@ class Store:
         cur = self.conn.execute("SELECT source, model, task, why FROM skips "
                                 "ORDER BY source, model, task")
         return [dict(source=s, model=m, task=t, why=w) for s, m, t, w in cur]
+
+
+def _differences(there: dict, now: dict, prefix: str = "") -> str:
+    """The settings that differ, as ``steps: 60 there, 600 now``."""
+    out = []
+    for k in sorted(set(there) | set(now)):
+        a, b = there.get(k), now.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.append(_differences(a, b, f"{prefix}{k}."))
+        elif a != b:
+            out.append(f"{prefix}{k}: {a!r} there, {b!r} now")
+    return ", ".join(o for o in out if o)
 
 
 def store_close(conn: sqlite3.Connection, lock_fd: int | None) -> None:
