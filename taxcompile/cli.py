@@ -436,9 +436,15 @@ def cmd_report(args) -> int:
         print("taxcompile: no report written: fix the spec first", file=sys.stderr)
         return EXIT_SPEC
     spec_dirs = [Path(p) for p in args.paths if Path(p).is_dir()]
+    study = None
+    if args.study:  # the study's page: its document, read as `study report` reads it
+        from .study.cli import read_document
+        study = read_document(args.study)
+        if isinstance(study, int):
+            return study
     try:
         files, notes = report.build([(path, cs) for path, _, cs in results], Path(args.output),
-                                    spec_dirs, train_steps=args.train_steps)
+                                    spec_dirs, train_steps=args.train_steps, study=study)
     except OutputError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -520,6 +526,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="train each heatmap's model at most N steps on its synthetic task "
                    "(default 200; 0: untrained); trained weights are cached under "
                    "$XDG_CACHE_HOME/taxcompile")
+    s.add_argument("--study", metavar="DB", default=None,
+                   help="add a page of this study file's results (`taxcompile study run`)")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("compile", help="generate a PyTorch module per model variant",

@@ -350,3 +350,23 @@ def test_the_front_end_and_study_report_import_neither_torch_nor_ray(fake, tmp_p
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout.strip() == "[]", p.stderr
+
+
+def test_the_html_report_has_a_study_page_with_the_effects(fake, tmp_path, capsys):
+    from taxcompile import report as site
+
+    db = tmp_path / "s.db"
+    assert study("run", "--db", str(db)) == 0
+    with Store.read(db) as store:
+        doc = report.document(store)
+    files = site._study_page(site._env(), doc)
+    page = files["study.html"]
+    e = next(e for e in doc["effects"] if e["value"] == "Multi-Dimensional")
+    row = (f"<tr><td>dimensionality</td><td>Multi-Dimensional</td><td>others at base</td>"
+           f"<td>3</td>\n<td>{e['accuracy_mean']:.3f}</td><td>[{e['ci95'][0]:.3f}, "
+           f"{e['ci95'][1]:.3f}]</td>")
+    assert row in page
+    assert page.count("<tr><td>") == len(doc["effects"])
+    index = site._env().get_template("index.html.j2").render(
+        dims=(), titles={}, version="", study=True, table3=[], others=[])
+    assert '<a href="study.html">' in index

@@ -98,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except StudyError as e:
-        print(f"taxcompile: error: {e.message}", file=sys.stderr)
-        if e.hint:
-            print(f"  hint: {e.hint}", file=sys.stderr)
+        _print_error(e)
         return EXIT_USAGE
     except SpecError as e:
         print(e.render(), file=sys.stderr)
@@ -249,3 +247,24 @@ def cmd_report(args) -> int:
             print(f"wrote {path}", file=sys.stderr)
     sys.stdout.write(report.RENDER[args.format](doc))
     return EXIT_OK
+
+
+def read_document(db: str) -> dict | int:
+    """The report document of a study file (for the HTML report's study page), or the
+    exit code after saying why it cannot be read."""
+    from . import report
+    from .runs import StudyError
+    from .store import Store
+
+    try:
+        with Store.read(db) as store:
+            return report.document(store)
+    except StudyError as e:
+        _print_error(e)
+        return EXIT_USAGE
+
+
+def _print_error(e) -> None:
+    print(f"taxcompile: error: {e.message}", file=sys.stderr)
+    if e.hint:
+        print(f"  hint: {e.hint}", file=sys.stderr)

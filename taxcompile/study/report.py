@@ -228,12 +228,12 @@ def document(store) -> dict:
 # ---- rendering -------------------------------------------------------------------------------
 
 
-def _num(x, digits: int = 3) -> str:
+def num(x, digits: int = 3) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def _ci(ci) -> str:
-    return "–" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+def ci(interval) -> str:
+    return "–" if interval is None else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
 
 
 def to_json(doc: dict) -> str:
@@ -276,24 +276,24 @@ def to_md(doc: dict) -> str:
                 "| gold mass | 95 % CI | |", "|" + " --- |" * 11]
         for e in (e for e in doc["effects"] if e["task"] == task):
             out.append(f"| {e['dimension']} | {e['value']} | {e['comparison']} | {e['models']} "
-                       f"| {e['n']} | {_num(e['accuracy_mean'])} | {_ci(e['ci95'])} "
-                       f"| {_num(e['delta_accuracy'])} | {_num(e['gold_mass_mean'])} "
-                       f"| {_ci(e['gold_mass_ci95'])} | {e['verdict']} |")
+                       f"| {e['n']} | {num(e['accuracy_mean'])} | {ci(e['ci95'])} "
+                       f"| {num(e['delta_accuracy'])} | {num(e['gold_mass_mean'])} "
+                       f"| {ci(e['gold_mass_ci95'])} | {e['verdict']} |")
         inter = [i for i in doc["interactions"] if i["task"] == task]
         out += ["", "Interactions: " + ("none covered (one factor varied at a time)"
                                         if not inter else ""), ""]
         if inter:
             out += ["| dimensions | values | n | interaction | 95 % CI | |", "|" + " --- |" * 6]
             out += [f"| {' × '.join(i['dimensions'])} | {' × '.join(i['values'])} | {i['n']} "
-                    f"| {_num(i['interaction'])} | {_ci(i['ci95'])} | {i['verdict']} |"
+                    f"| {num(i['interaction'])} | {ci(i['ci95'])} | {i['verdict']} |"
                     for i in inter] + [""]
     if doc["supervision"]:
         out += ["## Supervised attention", "", "| task | model | gold mass | supervised "
                 "| accuracy | supervised |", "|" + " --- |" * 6]
-        out += [f"| {s['task']} | {s['model']} | {_num(s['plain']['gold_mass_mean'])} "
-                f"| {_num(s['supervised']['gold_mass_mean'])} "
-                f"| {_num(s['plain']['accuracy_mean'])} "
-                f"| {_num(s['supervised']['accuracy_mean'])} |" for s in doc["supervision"]]
+        out += [f"| {s['task']} | {s['model']} | {num(s['plain']['gold_mass_mean'])} "
+                f"| {num(s['supervised']['gold_mass_mean'])} "
+                f"| {num(s['plain']['accuracy_mean'])} "
+                f"| {num(s['supervised']['accuracy_mean'])} |" for s in doc["supervision"]]
         out.append("")
     if doc["skips"]:
         out += ["## Skipped", ""] + [f"- {s['source']}: model {s['model']}"
@@ -317,8 +317,12 @@ def plot(doc: dict, task: str) -> bytes | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    effects = [e for e in doc["effects"] if e["task"] == task and e["n"]]
-    labels = [f"{e['dimension']}: {e['value']}" for e in effects]
+    mine = [e for e in doc["effects"] if e["task"] == task and e["n"]]
+    # the base once, on top, then each value that differs from it
+    effects = [e for e in mine if e["verdict"] == "base"][:1] + \
+        [e for e in mine if e["verdict"] != "base"]
+    labels = ["base" if e["verdict"] == "base" else f"{e['dimension']}: {e['value']}"
+              for e in effects]
     fig, axes = plt.subplots(1, 2, figsize=(10, 0.3 * len(effects) + 1.5), sharey=True)
     for ax, key, ci_key, title in ((axes[0], "accuracy_mean", "ci95", "accuracy"),
                                    (axes[1], "gold_mass_mean", "gold_mass_ci95", "gold mass")):
