@@ -137,6 +137,9 @@ class Ensemble:
                 return vmap(self._one, randomness="different")(self.params, self.buffers, kws)
             except Exception:  # an operator vmap cannot batch: members one by one
                 self.vmap = False
+                import os
+                if os.environ.get('STUDY_DEBUG'):
+                    import traceback; traceback.print_exc()
         outs = [self._one({k: v[i] for k, v in self.params.items()},
                           {k: v[i] for k, v in self.buffers.items()},
                           {k: v[i] for k, v in kws.items()}) for i in range(len(self.members))]

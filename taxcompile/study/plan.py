@@ -1,0 +1,196 @@
+"""``plan``: a profile (or users' specs) -> the runs and the skips, in a fixed order.
+
+Which tasks a model can run follows from its checked IR: the tasks' interface
+(``tasks``) is an input ``x: tokens[L]`` (vocabulary at least ``V``, ``L`` free or the
+task's), optionally ``q: tokens[T]`` (without it the model makes one prediction per
+example, which only the one-query tasks score) and ``gold: alignment[…]`` (then it is
+trained with its supervised penalty), and one output whose last axis holds at least
+``V`` classes. A model that does not fit a task is a ``Skip`` that says why.
+
+Torch-free unless ``params`` is given (the width is then fitted by counting the
+parameters of the generated model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import models as Mdl
+from . import tasks as T
+from .protocol import Profile, profile
+from .runs import Run, Skip, StudyError
+
+TOLERANCE = 0.10  # ``params``: every model within 10 % of the target
+
+
+def _tasks(prof: Profile, tasks: list[str] | None) -> list[str]:
+    names = list(tasks) if tasks else list(prof.tasks)
+    for n in names:
+        if n not in T.TASKS:
+            raise StudyError(f"unknown task `{n}`", f"the tasks are {', '.join(T.TASKS)}")
+    return names
+
+
+def _check(text: str, source: str):
+    """The checked spec of ``text``, or the checker's first message."""
+    from .. import pipeline
+    from ..diagnostics import SpecError
+
+    try:
+        return pipeline.load_text(text, source), None
+    except SpecError as e:
+        return None, str(e).splitlines()[0].split(": error: ", 1)[-1]
+
+
+def count_params(text: str, model: str) -> int:
+    """Parameters of ``model`` of spec ``text`` at its Config defaults (imports torch)."""
+    import torch
+
+    from .runner import Run as _R  # noqa: F401  (torch-side module)
+    from .runner import build
+
+    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke"))
+    torch.manual_seed(0)
+    return sum(p.numel() for p in b.mod.Model(b.cfg).parameters())
+
+
+def fit_width(m: Mdl.Model, supervised: bool, target: int) -> Mdl.Model | None:
+    """``m`` at the even width whose parameter count is nearest ``target``, or None when
+    none lands within ``TOLERANCE`` of it (parameters grow with the width)."""
+    from dataclasses import replace
+
+    def count(d: int) -> int:
+        mm = replace(m, d=d)
+        return count_params(Mdl.spec_text(mm, supervised), mm.name)
+
+    lo, hi = 1, 1024  # widths 2·lo .. 2·hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if count(2 * mid) < target:
+            lo = mid + 1
+        else:
+            hi = mid
+    best = min({max(1, lo - 1), lo}, key=lambda w: abs(count(2 * w) - target))
+    if abs(count(2 * best) - target) > TOLERANCE * target:
+        return None
+    return replace(m, d=2 * best)
+
+
+def _slice(prof: Profile, names: list[str], params: int | None):
+    runs: list[Run] = []
+    skips: list[Skip] = []
+    for task in names:
+        for m in Mdl.slice_models(task, prof.d, full=prof.full):
+            why = Mdl.misfit(m)
+            if why:
+                skips.append(Skip(m.source, m.name, task, why))
+                continue
+            variants = [False] + ([True] if prof.supervised and m.dimension == "base" else [])
+            for sup in variants:
+                source = m.source + (":supervised" if sup else "")
+                text = Mdl.spec_text(m, sup)
+                cs, why = _check(text, source)
+                if cs is None:
+                    skips.append(Skip(source, m.name, task, why))
+                    continue
+                if params is not None:
+                    fitted = fit_width(m, sup, params)
+                    if fitted is None:
+                        skips.append(Skip(source, m.name, task, f"no width puts it within "
+                                          f"{TOLERANCE:.0%} of {params} parameters"))
+                        continue
+                    text = Mdl.spec_text(fitted, sup)
+                runs.append(Run(source, text, m.name, task, prof.seeds, prof.lrs, prof.name, sup))
+    return runs, skips
+
+
+def misfit_user(cm, task: str) -> str | None:
+    """Why the user's checked model ``cm`` cannot run ``task`` (None: it can)."""
+    info = T.TASKS[task]
+    ins = {n.id: n for n in cm.model.nodes if n.kind_ == "input"}
+    x = ins.get("x")
+    if x is None or x.kind != "tokens" or len(x.axes) != 1:
+        return "the tasks read an input `x: tokens[L]`, which it has not"
+    if (x.vocab or 0) < T.V:
+        return f"input `x` has a vocabulary of {x.vocab}; the tasks use {T.V} tokens"
+    if x.sizes[0] is not None and x.sizes[0] != info.L:
+        return f"input `x` has {x.sizes[0]} positions; task {task} has {info.L}"
+    q = ins.get("q")
+    if q is None and info.T != 1:
+        return (f"it has no query input `q: tokens[T]`, so it makes one prediction per example; "
+                f"task {task} asks {info.T}")
+    if q is not None and (q.kind != "tokens" or len(q.axes) != 1 or (q.vocab or 0) < T.V):
+        return f"input `q` must be tokens over one axis with a vocabulary of at least {T.V}"
+    other = sorted(set(ins) - {"x", "q", "gold"})
+    if other:
+        return f"the tasks give x, q and gold; input `{other[0]}` has no data in them"
+    outs = [n for n in cm.model.nodes if n.kind_ == "output"]
+    if len(outs) != 1:
+        return f"the tasks score one output; it has {len(outs)}"
+    classes = cm.shapes[outs[0].id].dim
+    if classes is not None and classes < T.V:
+        return f"output `{outs[0].name}` has {classes} classes; the tasks predict {T.V} tokens"
+    return None
+
+
+def _user(prof: Profile, specs: list[str], names: list[str]):
+    from .. import pipeline
+    from ..diagnostics import SpecError
+
+    runs: list[Run] = []
+    skips: list[Skip] = []
+    for path, _ in pipeline.expand(specs):
+        try:
+            file, text = pipeline.parse_file(path)
+            cs = pipeline.load_text(text, file)
+        except (OSError, SpecError) as e:
+            raise StudyError(f"{path}: {str(e).splitlines()[0]}",
+                             "run `taxcompile check` on it") from None
+        for cm in cs.models:
+            name = cm.model.name
+            before = len(runs)
+            why_all = []
+            for task in names:
+                why = misfit_user(cm, task)
+                if why:
+                    why_all.append(f"{task}: {why}")
+                    continue
+                sup = any(n.kind_ == "input" and n.id == "gold" for n in cm.model.nodes)
+                runs.append(Run(str(path), text, name, task, prof.seeds, prof.lrs, prof.name, sup))
+            if len(runs) == before:
+                skips.append(Skip(str(path), name, None, "no task fits: " + "; ".join(why_all)))
+    if not runs:
+        whys = "; ".join(f"{s.source} model `{s.model}`: {s.why}" for s in skips)
+        raise StudyError(f"no task fits the given specs ({whys})",
+                         "a study model reads `x: tokens[L]` (and `q: tokens[T]`) and has one "
+                         "output over T (docs/study.md)")
+    return runs, skips
+
+
+def plan(name: str, specs: list[str] | None = None, params: int | None = None,
+         tasks: list[str] | None = None) -> tuple[list[Run], list[Skip]]:
+    prof = profile(name)
+    names = _tasks(prof, tasks)
+    if params is not None and params <= 0:
+        raise StudyError(f"--params must be positive, got {params}")
+    if specs:
+        return _user(prof, specs, names)
+    return _slice(prof, names, params)
+
+
+def coverage(runs: list[Run]) -> dict[str, set[str]]:
+    """Table III labels of the five per-module dimensions that the runs cover (from each
+    run's checked model, as classify derives them)."""
+    from .. import pipeline
+    from ..classify import classify_model
+
+    seen: dict[str, set[str]] = {d: set() for d in Mdl.DIMENSIONS}
+    for r in runs:
+        cs = pipeline.load_text(r.spec, r.source)
+        cm = next(m for m in cs.models if m.model.name == r.model)
+        c = classify_model(cm)
+        for d in Mdl.DIMENSIONS:
+            seen[d].update(c.cells[d].values)
+    return seen
+
+
+__all__ = ["plan", "coverage", "fit_width", "misfit_user", "Path"]
