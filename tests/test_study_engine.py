@@ -26,6 +26,15 @@ from taxcompile.study import cli, engines, report, runs
 from taxcompile.study.store import Store
 
 TIMINGS = ("seconds", "seconds_per_step", "engine")
+REAL_PLAN = runs.plan  # before the fixture swaps in the fake
+
+
+def untimed(results) -> str:
+    """Seed results without their timings, as JSON (NaN compares equal to itself)."""
+    from dataclasses import asdict
+
+    return json.dumps([{k: v for k, v in asdict(r).items() if k not in TIMINGS}
+                       for r in results], sort_keys=True)
 
 
 @pytest.fixture
@@ -81,11 +90,18 @@ def test_ray_engine_gives_the_same_metrics_as_the_local_one(fake, tmp_path):
              runtime_env={"env_vars": {"PYTHONPATH": path, "STUDY_FAKE_LOG": str(fake)}})
     try:
         assert study("run", "--db", str(remote), "--engine", "ray") == 0
+        # and one real run (the smoke profile's base model on copy), trained both ways
+        real = next(r for r in REAL_PLAN()[0] if r.source == "slice:copy:base=base")
+        (on_ray,) = list(engines.ray([real]))
     finally:
         ray.shutdown()
     assert metrics(remote) == metrics(local)
     with Store.read(remote) as store:
         assert {r["engine"] for r in store.results()} == {"ray"}
+    (on_pool,) = list(engines.local([real], 1))
+    assert on_ray.error is None and on_pool.error is None, (on_ray.error, on_pool.error)
+    assert untimed(on_ray.results) == untimed(on_pool.results)
+    assert len(on_pool.results) == len(real.seeds)
 
 
 # ---- SIGKILL and resume ----------------------------------------------------------------------
@@ -245,6 +261,14 @@ def test_a_read_only_study_file_is_refused_for_runs_and_read_for_reports(tmp_pat
     assert db.read_bytes() == data
 
 
+def test_an_unknown_task_is_named_with_the_known_ones(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    err = _fails(capsys, "run", "--db", str(db), "--tasks", "copy", "nope")
+    assert err.startswith("taxcompile: error: unknown task `nope`\n  hint: the tasks are "
+                          "mqar4, mqar8, copy,"), err
+    assert not db.exists()
+
+
 def test_a_spec_no_task_fits_is_named_with_why(monkeypatch, tmp_path, capsys):
     spec = tmp_path / "mine.attn"
     spec.write_text("paper p { }\n")
@@ -346,6 +370,7 @@ def test_the_front_end_and_study_report_import_neither_torch_nor_ray(fake, tmp_p
             except SystemExit:
                 pass
             assert main(["study", "report", {str(db)!r}, "--format", "json"]) == 0
+            assert main(["study", "run", "--dry-run", "--db", {str(db) + "-new"!r}]) == 0
         print(sorted(m for m in ("torch", "ray") if m in sys.modules))
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
