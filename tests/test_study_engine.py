@@ -91,7 +91,7 @@ def test_ray_engine_gives_the_same_metrics_as_the_local_one(fake, tmp_path):
     try:
         assert study("run", "--db", str(remote), "--engine", "ray") == 0
         # and one real run (the smoke profile's base model on copy), trained both ways
-        real = next(r for r in REAL_PLAN()[0] if r.source == "slice:copy:base=base")
+        real = next(r for r in REAL_PLAN("smoke", tasks=["copy"])[0] if r.source == "slice:copy:base=base")
         (on_ray,) = list(engines.ray([real]))
     finally:
         ray.shutdown()
