@@ -134,22 +134,38 @@ def _verdict(s: dict, base_mean: float | None, is_base: bool) -> str:
     return "above the base" if lo > base_mean else "below the base"
 
 
+# the slice's sources (study/models.py): "slice:TASK:DIMENSION=VALUE", the base as base=base
+SLICE = re.compile(r"^slice:[^:]+:(\w+)=(\w+)$")
+
+
+def _group(row: dict, base: dict, source: str, is_base: bool) -> frozenset:
+    """The (dimension, value) pairs in which a model differs from the base. A slice model
+    whose swap the eight labels do not tell apart (a sigmoid gate is Global, as softmax)
+    is its own value, ``LABEL (swap)``, of the dimension it swapped, never the base."""
+    diff = frozenset((d, row[d]) for d in _differs(row, base))
+    m = SLICE.match(source)
+    if diff or is_base or m is None or m.group(1) not in base:
+        return diff
+    return frozenset({(m.group(1), f"{row[m.group(1)]} ({m.group(2)})")})
+
+
 def _task_effects(task: str, runs: list[dict]) -> tuple[dict, list[dict], list[dict]]:
     """(base row, effects, interactions) of one task's plain (unsupervised) runs."""
     models = _models(runs)
     rows = {k: seeds[0]["row"] for k, seeds in models.items()}
-    base = base_row(list(rows.values()))
+    marked = {k for k in models if SLICE.match(k[0]) and k[0].endswith(":base=base")}
+    base = rows[min(marked)] if marked else base_row(list(rows.values()))
     groups: dict[frozenset, list[dict]] = {}  # the dimensions a model differs in -> seeds
     for k, seeds in models.items():
-        groups.setdefault(frozenset((d, rows[k][d]) for d in _differs(rows[k], base)),
-                          []).extend(seeds)
+        is_base = k in marked if marked else not _differs(rows[k], base)
+        groups.setdefault(_group(rows[k], base, k[0], is_base), []).extend(seeds)
     base_seeds = groups.get(frozenset(), [])
     base_sum = _summary(base_seeds)
     effects = []
     for d in DIMENSIONS:
-        values = sorted({row[d] for row in rows.values() if d in row},
-                        key=lambda v: _order(d, v))
-        for v in values:
+        values = {row[d] for row in rows.values() if d in row} | \
+            {v for key in groups if len(key) == 1 for dd, v in key if dd == d}
+        for v in sorted(values, key=lambda v: _order(d, v)):
             is_base = v == base.get(d)
             controlled = base_seeds if is_base else groups.get(frozenset({(d, v)}), [])
             seeds = controlled or [r for k, s in models.items() if rows[k].get(d) == v
@@ -199,9 +215,9 @@ def _supervision(runs: list[dict]) -> list[dict]:
     ``penalty = supervised(gold, λ)``."""
     out = []
     by: dict[tuple, dict[bool, list[dict]]] = {}
-    for r in runs:
-        by.setdefault((r["task"], r["spec"], r["model"]), {}).setdefault(r["supervised"],
-                                                                        []).append(r)
+    for r in runs:  # the slice's supervised twin is SOURCE:supervised (study/plan.py)
+        key = (r["task"], r["spec"].removesuffix(":supervised"), r["model"])
+        by.setdefault(key, {}).setdefault(r["supervised"], []).append(r)
     for (task, spec, model), ways in sorted(by.items()):
         if len(ways) == 2:
             plain, sup = _summary(ways[False]), _summary(ways[True])
