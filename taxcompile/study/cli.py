@@ -13,15 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from ..cli import EXIT_OK, EXIT_USAGE, _Parser
+
+EXIT_FAILED = 1  # spec errors or runs that failed
 PROFILES = ("smoke", "slice", "full")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # usage errors: exit 2 with a short message
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
 
 
 def _positive(text: str) -> int:

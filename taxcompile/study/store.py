@@ -256,7 +256,7 @@ def _readable(conn: sqlite3.Connection) -> bool:
 
 
 def _create(path: Path, protocol: dict) -> None:
-    """A new, complete study file at ``path``: written beside it and renamed into place, so
+    """A new, complete study file at ``path``: written beside it and linked into place, so
     an error leaves nothing behind."""
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
@@ -282,11 +282,17 @@ def _create(path: Path, protocol: dict) -> None:
                              (json.dumps(protocol, sort_keys=True),))
         finally:
             conn.close()
-        os.replace(tmp, path)
-    except BaseException:
+        # a link, not a rename: a file another study created meanwhile is never replaced
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links
+            if not path.exists():
+                os.replace(tmp, path)
+    finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise
 
 
 def _lock(path: Path) -> int | None:
