@@ -108,6 +108,8 @@ def _erasure(b, model, ev: dict, abar, z, k: int, seed: int) -> dict:
     """ERASER's comprehensiveness and sufficiency of each scored query's top-k attended
     positions of x, and of k random positions (the baseline): one copy of the example per
     query row, the positions erased (pad token, masked out) or kept alone."""
+    if ev["x"].dim() != 2:  # segments: the gold is over segments, not x's tokens
+        return {}
     n = min(ERASE_EXAMPLES, ev["x"].shape[0])
     y = ev["y"][:n]
     Tq = y.shape[1]
@@ -127,8 +129,7 @@ def _erasure(b, model, ev: dict, abar, z, k: int, seed: int) -> dict:
         for what, keep in (("comprehensiveness", ~chosen), ("sufficiency", chosen)):
             x = torch.where(keep, ev["x"][bi], torch.zeros_like(ev["x"][bi]))
             kw = dict(x=x, x_mask=keep, validate=False)
-            if "q" in b.inputs:
-                kw["q"] = ev["q"][bi]
+            kw.update({n: ev[n][bi] for n in ("q", "z") if n in b.inputs})
             zz = _logits(model, kw, Tq, return_attention=True).float().softmax(-1)
             p_part = zz[torch.arange(len(bi)), ti, pred[bi, ti]]
             res[what + tag] = float((p_full - p_part).mean())

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from .. import combinations as C
 from . import tasks as T
 
-FAMILIES = ("recall", "keyword")
+FAMILIES = ("recall", "keyword", "pair", "segmented")
 
 # The base every task's slice swaps around: Bahdanau's score, global, one weight per
 # value, a query from another input, one query. Additive because every alignment and both
@@ -43,6 +43,14 @@ FIELD = {"scoring": "score", "alignment": "align", "dimensionality": "dimensiona
 # they predict one thing per example; the concat score is linear in the query (the query
 # adds one number to every key's score), so it exists only without a query (eq. 33).
 ONLY = {("query_multiplicity", "capsule"): "keyword", ("scoring", "concat"): "keyword"}
+
+# The three feature dimensions, each on the task whose inputs give it something to do:
+# co-attention needs two inputs, levels a segmented one, representations two embeddings.
+FEATURE_SWAPS = {
+    "pair": [("feature_multiplicity", v) for v in ("alternating", "interactive", "parallel")],
+    "segmented": [("feature_levels", "hierarchical")],
+    "keyword": [("feature_representations", "multi")],
+}
 
 LAMBDA = 1.0  # the supervised penalty's weight
 HEADS, HOPS, CAPSULES = C.HEADS, C.HOPS, C.CAPSULES
@@ -59,6 +67,8 @@ class Model:
 
     @property
     def name(self) -> str:
+        if self.dimension == "feature_representations":
+            return "study_multi_rep"
         return "study_" + ("base" if self.dimension == "base" else
                            f"{C.SHORT.get(self.value, self.value)}")
 
@@ -72,14 +82,15 @@ def slice_models(task: str, d: int, full: bool = False) -> list[Model]:
     combination of the five dimensions instead)."""
     family = T.TASKS[task].family
     base = BASE
-    if full:
-        out = []
-        for c in C.combos():
-            if c.multiplicity == "capsule" and family != "keyword":
-                continue
-            out.append(Model(c, task, "combo", c.name, d))
-        return out
     out = [Model(base, task, "base", "base", d)]
+    out += [Model(base, task, dim, v, d) for dim, v in FEATURE_SWAPS.get(family, [])]
+    if family in ("pair", "segmented"):  # their base reads the five dimensions' base
+        return out
+    if full:
+        out += [Model(c, task, "combo", c.name, d) for c in C.combos()
+                if c != base and all(ONLY.get((dim, getattr(c, FIELD[dim])), family) == family
+                                     for dim in DIMENSIONS)]
+        return out
     for dim in DIMENSIONS:
         for v in VALUES[dim]:
             if v == getattr(base, FIELD[dim]) or ONLY.get((dim, v), family) != family:
@@ -104,16 +115,8 @@ def _fields(c: C.Combo, query: str | None, supervised: bool) -> list[tuple[str, 
     return fields
 
 
-def spec_text(m: Model, supervised: bool = False) -> str:
-    """The ``.attn`` spec of model ``m`` at its task's lengths."""
-    info = T.TASKS[m.task]
-    c = m.combo
-    # keyword family (one prediction per example): the query-less forms, no query (eq. 33)
-    # for self-attentive and concat, a learned query per class for capsules (eq. 43)
-    keyword = info.family == "keyword"
-    learned = keyword and c.multiplicity == "capsule"
-    own = learned or keyword and (c.query_type == "self_attentive" or c.score == "concat")
-    lines = [
+def _header(m: Model) -> list[str]:
+    return [
         "# A model of taxcompile's study (issue 26), written by taxcompile.study.models.",
         "paper study {",
         '    cite  = "Study"',
@@ -124,8 +127,74 @@ def spec_text(m: Model, supervised: bool = False) -> str:
         f"let V = {T.V}",
         "",
         f"model {m.name} {{",
-        f"    input x: tokens[L] (vocab = V, L = {info.L})",
     ]
+
+
+KEYS = ["    # keys and values: the token, its position and its neighbours (a pair's partner)",
+        "    feature h = positional(e, kind = learned) + cnn(e, d, kernel = 3)"]
+
+
+def _pair_text(m: Model) -> str:
+    """pair_recall: x (L) and z (M); the shared key's value, one per example."""
+    info = T.TASKS[m.task]
+    lines = _header(m) + [f"    input x: tokens[L] (vocab = V, L = {info.L})",
+                          "    input z: tokens[M] (vocab = V)",
+                          "    feature e = embed(x, d)"] + KEYS + [
+                          "    feature hz = embed(z, d, share = e)"]
+    add = "score = additive"
+    if m.value == "base":  # one attention over x, queried by z pooled: Singular
+        lines += [f"    attention att {{ query = mean(hz)  features = h  {add} }}",
+                  "    output out = classify(att, V)"]
+    elif m.value == "alternating":  # eq. 6-9: z summarised, x read with it, z re-read
+        lines += [f"    attention c0 {{ features = hz  {add} }}",
+                  f"    attention c2 {{ query = c0  features = h  {add} }}",
+                  f"    attention c1 {{ query = c2  features = hz  {add}  share = c0 }}",
+                  "    output out = classify(concat(c1, c2), V)"]
+    elif m.value == "interactive":  # IAN: each input read with the other's mean
+        lines += [f"    attention ax {{ query = mean(hz)  features = h  {add} }}",
+                  f"    attention az {{ query = mean(h)  features = hz  {add} }}",
+                  "    output out = classify(concat(ax, az), V)"]
+    else:  # parallel: one affinity matrix read both ways (eq. 12-16)
+        lines += ["    affinity C = affinity(h, hz, form = bilinear, act = tanh)",
+                  f"    attention ax {{ query = hz  keys = h  affinity = C  {add} }}",
+                  f"    attention az {{ query = h  keys = hz  affinity = C  {add} }}",
+                  "    output out = classify(concat(ax, az), V)"]
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def _segments_text(m: Model) -> str:
+    """segments: x (S, W); the keyword, one per example. Both read an attention over the
+    S segments; the hierarchical one builds each segment by an attention over its words."""
+    info = T.TASKS[m.task]
+    lines = _header(m) + [
+        f"    input x: tokens[S, W] (vocab = V, S = {info.L}, W = {T.W_SEG})",
+        "    feature e = embed(x, d)"]
+    if m.value == "base":
+        lines.append("    feature hs = mean(e)  # a segment is its words' mean: Single-Level")
+    else:
+        lines += ["    attention word { query = learned(d)  features = e  score = additive }",
+                  "    feature hs = word  # a segment is an attention over its words"]
+    lines += ["    attention att { query = learned(d)  features = hs  score = additive }",
+              "    output out = classify(att, V)", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def spec_text(m: Model, supervised: bool = False) -> str:
+    """The ``.attn`` spec of model ``m`` at its task's lengths."""
+    info = T.TASKS[m.task]
+    if supervised and unsupervisable(m):
+        raise ValueError(unsupervisable(m))
+    if info.family == "pair":
+        return _pair_text(m)
+    if info.family == "segmented":
+        return _segments_text(m)
+    c = m.combo
+    # keyword family (one prediction per example): the query-less forms, no query (eq. 33)
+    # for self-attentive and concat, a learned query per class for capsules (eq. 43)
+    keyword = info.family == "keyword"
+    learned = keyword and c.multiplicity == "capsule"
+    own = learned or keyword and (c.query_type == "self_attentive" or c.score == "concat")
+    lines = _header(m) + [f"    input x: tokens[L] (vocab = V, L = {info.L})"]
     # a sigmoid gate pairs each key with the query at its position: q runs over L itself
     # (the tasks whose T is L: copy, reverse, sort; ``fits`` skips the others)
     axis = "L" if c.align == "sigmoid" else "T"
@@ -134,15 +203,20 @@ def spec_text(m: Model, supervised: bool = False) -> str:
         lines.append(f"    input q: tokens[{axis}] (vocab = V{of})")
     if supervised:  # over the module's query positions and keys
         lines.append(f"    input gold: alignment[{axis}, L]")
-    lines += [
-        "    feature e = embed(x, d)",
-        "    # keys and values: the token, its position and its neighbours (a pair's partner)",
-        "    feature h = positional(e, kind = learned) + cnn(e, d, kernel = 3)",
-    ]
+    if m.dimension == "feature_representations":  # DME (Kiela et al.): two embeddings
+        lines += ["    feature e1 = embed(x, d)",
+                  "    feature e2 = embed(x, d)",
+                  "    feature reps = stack(e1, e2)",
+                  "    attention meta { query = learned(d)  features = reps  score = additive }",
+                  "    feature e = meta  # the tokens' embeddings, mixed per position"]
+    else:
+        lines.append("    feature e = embed(x, d)")
+    lines += KEYS
     if own:
         query = "learned(d)" if learned else None
     else:
-        lines.append("    feature u = embed(q, d, share = e)")
+        emb = "e1" if m.dimension == "feature_representations" else "e"
+        lines.append(f"    feature u = embed(q, d, share = {emb})")
         query = "u"
     if c.query_type == "specialized":
         lines.append("    # the query re-reads q through an attention over q: Specialized")
@@ -162,6 +236,14 @@ def spec_text(m: Model, supervised: bool = False) -> str:
     lines.append(f"    output out = classify({out}, V)")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def unsupervisable(m: Model) -> str | None:
+    """Why ``m`` has no supervised twin (None: it has one)."""
+    if T.TASKS[m.task].family in ("pair", "segmented"):
+        return ("its attention has one query per example (pooled or learned): "
+                "`supervised(gold, λ)` compares rows of query positions (alignment[T, S])")
+    return None
 
 
 def misfit(m: Model) -> str | None:

@@ -87,6 +87,9 @@ def _slice(prof: Profile, names: list[str], params: int | None):
             variants = [False] + ([True] if prof.supervised and m.dimension == "base" else [])
             for sup in variants:
                 source = m.source + (":supervised" if sup else "")
+                if sup and Mdl.unsupervisable(m):
+                    skips.append(Skip(source, m.name, task, Mdl.unsupervisable(m)))
+                    continue
                 text = Mdl.spec_text(m, sup)
                 cs, why = _check(text, source)
                 if cs is None:
@@ -108,11 +111,13 @@ def misfit_user(cm, task: str) -> str | None:
     info = T.TASKS[task]
     ins = {n.id: n for n in cm.model.nodes if n.kind_ == "input"}
     x = ins.get("x")
-    if x is None or x.kind != "tokens" or len(x.axes) != 1:
-        return "the tasks read an input `x: tokens[L]`, which it has not"
+    axes = 2 if info.family == "segmented" else 1
+    if x is None or x.kind != "tokens" or len(x.axes) != axes:
+        return ("task segments reads an input `x: tokens[S, W]`, which it has not"
+                if axes == 2 else "the tasks read an input `x: tokens[L]`, which it has not")
     if (x.vocab or 0) < T.V:
         return f"input `x` has a vocabulary of {x.vocab}; the tasks use {T.V} tokens"
-    if x.sizes[0] is not None and x.sizes[0] != info.L:
+    if axes == 1 and x.sizes[0] is not None and x.sizes[0] != info.L:
         return f"input `x` has {x.sizes[0]} positions; task {task} has {info.L}"
     q = ins.get("q")
     if q is None and info.T != 1:
@@ -120,9 +125,11 @@ def misfit_user(cm, task: str) -> str | None:
                 f"task {task} asks {info.T}")
     if q is not None and (q.kind != "tokens" or len(q.axes) != 1 or (q.vocab or 0) < T.V):
         return f"input `q` must be tokens over one axis with a vocabulary of at least {T.V}"
-    other = sorted(set(ins) - {"x", "q", "gold"})
+    given = {"x", "q", "gold"} | ({"z"} if info.family == "pair" else set())
+    other = sorted(set(ins) - given)
     if other:
-        return f"the tasks give x, q and gold; input `{other[0]}` has no data in them"
+        return (f"task {task} gives {', '.join(sorted(given))}; input `{other[0]}` has no "
+                "data in it")
     outs = [n for n in cm.model.nodes if n.kind_ == "output"]
     if len(outs) != 1:
         return f"the tasks score one output; it has {len(outs)}"

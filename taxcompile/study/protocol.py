@@ -43,14 +43,17 @@ class Profile:
 PROFILES = {p.name: p for p in (
     # CI: minutes on 2 cores; every value of the five per-module dimensions at least once
     Profile("smoke", d=16, steps=60, batch=32, seeds=(0, 1), lrs=(1e-2,),
-            tasks=("copy", "keyword"), eval_every=20, eval_batch=128),
+            tasks=("copy", "keyword", "pair_recall", "segments"), eval_every=20,
+            eval_batch=128),
     # about an hour on a 2-core machine
     Profile("slice", d=32, steps=600, batch=64, seeds=(0, 1, 2), lrs=(3e-3, 1e-2),
-            tasks=("mqar4", "mqar8", "copy", "reverse", "sort", "noisy_recall", "keyword"),
+            tasks=("mqar4", "mqar8", "copy", "reverse", "sort", "noisy_recall", "keyword",
+                   "pair_recall", "segments"),
             eval_every=50, eval_batch=256),
     # a cluster: every valid combination of taxcompile.combinations
     Profile("full", d=64, steps=2000, batch=64, seeds=(0, 1, 2, 3, 4), lrs=(1e-3, 3e-3, 1e-2),
-            tasks=("mqar4", "mqar8", "copy", "reverse", "sort", "noisy_recall", "keyword"),
+            tasks=("mqar4", "mqar8", "copy", "reverse", "sort", "noisy_recall", "keyword",
+                   "pair_recall", "segments"),
             eval_every=100, eval_batch=512, full=True),
 )}
 

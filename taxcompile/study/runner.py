@@ -63,7 +63,7 @@ def build(run: Run) -> Built:
     gold = names.get("gold")
     c = classify_model(cm)
     row = {d: c.cells[d].text(d) for d in DIMENSIONS}
-    return Built(mod, cm, mod.Config(), tuple(n for n in ("x", "q", "gold") if n in names),
+    return Built(mod, cm, mod.Config(), tuple(n for n in ("x", "q", "z", "gold") if n in names),
                  gold is not None and len(gold.axes) == 2, row)
 
 
@@ -137,9 +137,6 @@ class Ensemble:
                 return vmap(self._one, randomness="different")(self.params, self.buffers, kws)
             except Exception:  # an operator vmap cannot batch: members one by one
                 self.vmap = False
-                import os
-                if os.environ.get('STUDY_DEBUG'):
-                    import traceback; traceback.print_exc()
         outs = [self._one({k: v[i] for k, v in self.params.items()},
                           {k: v[i] for k, v in self.buffers.items()},
                           {k: v[i] for k, v in kws.items()}) for i in range(len(self.members))]
@@ -203,9 +200,11 @@ class Ensemble:
         import torch
 
         model = self.b.mod.Model(self.b.cfg)
-        with torch.no_grad():
-            model.load_state_dict({**{k: v[i] for k, v in self.params.items()},
-                                   **{k: v[i] for k, v in self.buffers.items()}})
+        with torch.no_grad():  # by name, as stacked (a shared parameter is stacked once)
+            for k, p in model.named_parameters():
+                p.copy_(self.params[k][i])
+            for k, buf in model.named_buffers():
+                buf.copy_(self.buffers[k][i])
         return model.eval()
 
 
@@ -227,12 +226,13 @@ def execute(run: Run) -> list[SeedResult]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _execute(run, prof)
+            return execute_with(run, prof)
     finally:
         torch.set_num_threads(threads)
 
 
-def _execute(run: Run, prof: Profile) -> list[SeedResult]:
+def execute_with(run: Run, prof: Profile) -> list[SeedResult]:
+    """``execute`` under the settings ``prof`` (the benchmarks' shortened profiles)."""
     import torch
 
     from . import evaluate

@@ -11,6 +11,10 @@ Every task speaks one interface, so that every model of the slice fits it:
 - ``possible``: (B, T, L) bool, the possible links P ⊇ S (AER's P: e.g. MQAR's value,
   one after its key, which a model that reads the pair at the value finds as well).
 
+Two tasks add to it: ``pair_recall`` gives a second input ``z`` (B, M) for co-attention
+and ``x`` is split into segments in ``segments`` ((B, S, W) tokens, gold over the S
+segments) for multi-level models.
+
 Generators are seeded (a ``torch.Generator``) and vectorised: the same generator state
 gives the same batch in any process. Token ids: 0 pads, 1 starts, the rest as each task
 says (zoology's MQAR: keys from [1, V/2), values from [V/2, V)).
@@ -50,7 +54,15 @@ TASKS: dict[str, TaskInfo] = {t.name: t for t in (
              "tokens at L 64 (mad-lab's noisy recall)", "the queried key's position"),
     TaskInfo("keyword", "keyword", 32, 1, "which of 4 keywords is planted (1 to 3 times) "
              "among distractors", "the planted positions"),
+    TaskInfo("pair_recall", "pair", 16, 1, "two inputs: x holds 8 key-value pairs, z 4 tokens "
+             "of which one is a key of x; predict that key's value", "the shared key's "
+             "position in x"),
+    TaskInfo("segments", "segmented", 4, 1, "x is 4 segments of 8 tokens; one segment holds a "
+             "keyword (1 of 4), the others distractors: which keyword", "the keyword's "
+             "segment"),
 )}
+M_PAIR = 4  # length of pair_recall's z
+W_SEG = 8  # tokens per segment of ``segments``
 
 KEYWORDS = 4  # keyword ids 2 .. 5
 
@@ -160,12 +172,48 @@ def _keyword(g, B: int, info: TaskInfo):
     return x, q, y, gold, gold > 0
 
 
+def _pair_recall(g, B: int, info: TaskInfo):
+    import torch
+
+    L, P = info.L, info.L // 2
+    keys = torch.stack([torch.randperm(V // 2 - 8, generator=g)[:P + M_PAIR - 1] + 8
+                        for _ in range(B)])  # P keys of x, M - 1 distractors for z
+    vals = torch.randint(V // 2, V, (B, P), generator=g)
+    x = torch.zeros(B, L, dtype=torch.long)
+    x[:, 0::2], x[:, 1::2] = keys[:, :P], vals
+    rows = _rows(B)
+    pick = torch.randint(0, P, (B, 1), generator=g)  # the shared pair
+    z = torch.cat([keys[rows, pick], keys[:, P:]], 1)  # (B, M): the shared key first …
+    order = torch.stack([torch.randperm(M_PAIR, generator=g) for _ in range(B)])
+    z = z[rows, order]  # … then shuffled
+    y = vals[rows, pick]
+    gold = _one_hot_gold(2 * pick, L)
+    possible = gold.bool() | _one_hot_gold(2 * pick + 1, L).bool()
+    return dict(z=z), x, torch.full((B, 1), BOS), y, gold, possible
+
+
+def _segments(g, B: int, info: TaskInfo):
+    import torch
+
+    S = info.L
+    x = torch.randint(2 + KEYWORDS, V, (B, S, W_SEG), generator=g)
+    label = torch.randint(0, KEYWORDS, (B,), generator=g)
+    seg = torch.randint(0, S, (B,), generator=g)
+    pos = torch.randint(0, W_SEG, (B,), generator=g)
+    x[torch.arange(B), seg, pos] = 2 + label
+    gold = _one_hot_gold(seg.view(B, 1), S)
+    return {}, x, torch.full((B, 1), BOS), (2 + label).view(B, 1), gold, gold.bool()
+
+
 _GENERATORS = {"mqar4": _mqar, "mqar8": _mqar, "copy": _permutation, "reverse": _permutation,
-               "sort": _permutation, "noisy_recall": _noisy_recall, "keyword": _keyword}
+               "sort": _permutation, "noisy_recall": _noisy_recall, "keyword": _keyword,
+               "pair_recall": _pair_recall, "segments": _segments}
 
 
 def batch(name: str, g, B: int) -> dict:
     """One batch of task ``name``: x, q, y, gold, possible (see the module's docstring)."""
     info = TASKS[name]
-    x, q, y, gold, possible = _GENERATORS[name](g, B, info)
-    return dict(x=x, q=q, y=y, gold=gold, possible=possible)
+    got = _GENERATORS[name](g, B, info)
+    extra, got = (got[0], got[1:]) if isinstance(got[0], dict) else ({}, got)
+    x, q, y, gold, possible = got
+    return dict(x=x, q=q, y=y, gold=gold, possible=possible, **extra)
