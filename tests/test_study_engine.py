@@ -269,6 +269,14 @@ def test_an_unknown_task_is_named_with_the_known_ones(tmp_path, capsys):
     assert not db.exists()
 
 
+def test_a_real_spec_no_task_fits_is_named_with_why(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    err = _fails(capsys, "run", str(ROOT / "specs" / "bahdanau2015.attn"), "--db", str(db))
+    assert "bahdanau2015.attn model `rnnsearch`: no task fits: copy: the tasks read an " \
+           "input `x: tokens[L]`, which it has not;" in err, err
+    assert not db.exists()
+
+
 def test_a_spec_no_task_fits_is_named_with_why(monkeypatch, tmp_path, capsys):
     spec = tmp_path / "mine.attn"
     spec.write_text("paper p { }\n")
