@@ -169,3 +169,16 @@ def test_params_fits_the_width_within_ten_percent():
     fitted = P.fit_width(m, False, 6000)
     n = P.count_params(Mdl.spec_text(fitted), fitted.name)
     assert abs(n - 6000) <= 600, (fitted.d, n)
+
+
+def test_params_fits_a_users_width_through_its_config(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "mine.attn"
+    path.write_text(USER, encoding="utf-8")
+    runs, _ = plan("smoke", specs=[str(path)], params=20000, tasks=["copy"])
+    (run,) = runs
+    (field, d), = run.config
+    assert field == "d" and d != 8
+    assert abs(P.count_params(run.spec, run.model, run.config) - 20000) <= 2000
+    plain, _ = plan("smoke", specs=[str(path)], tasks=["copy"])
+    assert plain[0].model_hash() != run.model_hash()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
@@ -69,6 +70,12 @@ def _measured(out, gold) -> list[tuple[str, torch.Tensor]]:
 
 
 def attention_measures(b, model, ev: dict, k: int, seed: int) -> dict:
+    """``_measures`` with every value a finite float or None (JSON has no NaN)."""
+    out = _measures(b, model, ev, k, seed)
+    return {key: v if v is None or math.isfinite(v) else None for key, v in out.items()}
+
+
+def _measures(b, model, ev: dict, k: int, seed: int) -> dict:
     """gold_mass, aer (of the last module over x; per module and head as well),
     comprehensiveness and sufficiency of the top-k attended positions and of random k
     positions, uniform_drop; None where a measure does not apply."""

@@ -18,6 +18,16 @@ made from) and ``classify(…, V)`` over ``T``:
 - specialized: the query is ``q`` re-read through a self-attention over ``q`` (an
   attention over another input, whose context builds the query).
 
+In the keyword family (one prediction per example) self-attentive means no query (eq. 33;
+the concat score exists only there), and capsules a learned query per class (eq. 43).
+The self-attentive variant of the other tasks computes what the base computes (q's
+tokens are declared a view of x): its effect should be null, a control of the study.
+
+The feature dimensions are swapped on the tasks whose inputs give them something to do:
+alternating, interactive and parallel co-attention on ``pair_recall`` (two inputs),
+hierarchical levels on ``segments`` (a segmented input), multi-representational keys
+(two embeddings weighed per position, Kiela et al.) on ``keyword``.
+
 ``supervised=True`` adds ``input gold: alignment[T, L]`` and
 ``penalty = supervised(gold, λ)`` to the attention statement (docs/language.md)."""
 

@@ -41,27 +41,21 @@ def _check(text: str, source: str):
         return None, str(e).splitlines()[0].split(": error: ", 1)[-1]
 
 
-def count_params(text: str, model: str) -> int:
-    """Parameters of ``model`` of spec ``text`` at its Config defaults (imports torch)."""
+def count_params(text: str, model: str, config: tuple = ()) -> int:
+    """Parameters of ``model`` of spec ``text`` at its Config defaults, with ``config``'s
+    fields set (imports torch)."""
     import torch
 
-    from .runner import Run as _R  # noqa: F401  (torch-side module)
     from .runner import build
 
-    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke"))
+    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke", config=config))
     torch.manual_seed(0)
     return sum(p.numel() for p in b.mod.Model(b.cfg).parameters())
 
 
-def fit_width(m: Mdl.Model, supervised: bool, target: int) -> Mdl.Model | None:
-    """``m`` at the even width whose parameter count is nearest ``target``, or None when
-    none lands within ``TOLERANCE`` of it (parameters grow with the width)."""
-    from dataclasses import replace
-
-    def count(d: int) -> int:
-        mm = replace(m, d=d)
-        return count_params(Mdl.spec_text(mm, supervised), mm.name)
-
+def _fit(count, target: int) -> int | None:
+    """The even width d whose ``count(d)`` (growing with d) is nearest ``target``, or None
+    when none lands within ``TOLERANCE`` of it."""
     lo, hi = 1, 1024  # widths 2·lo .. 2·hi
     while lo < hi:
         mid = (lo + hi) // 2
@@ -70,9 +64,34 @@ def fit_width(m: Mdl.Model, supervised: bool, target: int) -> Mdl.Model | None:
         else:
             hi = mid
     best = min({max(1, lo - 1), lo}, key=lambda w: abs(count(2 * w) - target))
-    if abs(count(2 * best) - target) > TOLERANCE * target:
-        return None
-    return replace(m, d=2 * best)
+    return 2 * best if abs(count(2 * best) - target) <= TOLERANCE * target else None
+
+
+def fit_width(m: Mdl.Model, supervised: bool, target: int) -> Mdl.Model | None:
+    """``m`` at the even width whose parameter count is nearest ``target`` (None: no
+    width lands within ``TOLERANCE`` of it)."""
+    from dataclasses import replace
+
+    def count(d: int) -> int:
+        mm = replace(m, d=d)
+        return count_params(Mdl.spec_text(mm, supervised), mm.name)
+
+    d = _fit(count, target)
+    return None if d is None else replace(m, d=d)
+
+
+def fit_user(text: str, model: str, target: int) -> tuple | str:
+    """A user's model fitted to ``target`` parameters through its Config field ``d`` (its
+    `let d`): the Config fields to set, or why it cannot be fitted."""
+    from .runner import build
+
+    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke"))
+    if not isinstance(getattr(b.cfg, "d", None), int):
+        return "the spec has no `let d` (an integer width) to fit to --params"
+    d = _fit(lambda d: count_params(text, model, (("d", d),)), target)
+    if d is None:
+        return f"no width d puts it within {TOLERANCE:.0%} of {target} parameters"
+    return (("d", d),)
 
 
 def _slice(prof: Profile, names: list[str], params: int | None):
@@ -86,14 +105,16 @@ def _slice(prof: Profile, names: list[str], params: int | None):
                 continue
             variants = [False] + ([True] if prof.supervised and m.dimension == "base" else [])
             for sup in variants:
-                source = m.source + (":supervised" if sup else "")
+                # the source names the model; ``supervised`` says how it was trained
+                source = m.source
                 if sup and Mdl.unsupervisable(m):
-                    skips.append(Skip(source, m.name, task, Mdl.unsupervisable(m)))
+                    skips.append(Skip(source, m.name, task, "supervised: " +
+                                      Mdl.unsupervisable(m)))
                     continue
                 text = Mdl.spec_text(m, sup)
                 cs, why = _check(text, source)
                 if cs is None:
-                    skips.append(Skip(source, m.name, task, why))
+                    skips.append(Skip(source, m.name, task, ("supervised: " if sup else "") + why))
                     continue
                 if params is not None:
                     fitted = fit_width(m, sup, params)
@@ -139,7 +160,7 @@ def misfit_user(cm, task: str) -> str | None:
     return None
 
 
-def _user(prof: Profile, specs: list[str], names: list[str]):
+def _user(prof: Profile, specs: list[str], names: list[str], params: int | None):
     from .. import pipeline
     from ..diagnostics import SpecError
 
@@ -156,13 +177,20 @@ def _user(prof: Profile, specs: list[str], names: list[str]):
             name = cm.model.name
             before = len(runs)
             why_all = []
+            config: tuple = ()
+            if params is not None and any(misfit_user(cm, t) is None for t in names):
+                config = fit_user(text, name, params)
+                if isinstance(config, str):
+                    skips.append(Skip(str(path), name, None, config))
+                    continue
             for task in names:
                 why = misfit_user(cm, task)
                 if why:
                     why_all.append(f"{task}: {why}")
                     continue
                 sup = any(n.kind_ == "input" and n.id == "gold" for n in cm.model.nodes)
-                runs.append(Run(str(path), text, name, task, prof.seeds, prof.lrs, prof.name, sup))
+                runs.append(Run(str(path), text, name, task, prof.seeds, prof.lrs, prof.name, sup,
+                                config))
             if len(runs) == before:
                 skips.append(Skip(str(path), name, None, "no task fits: " + "; ".join(why_all)))
     if not runs:
@@ -180,7 +208,7 @@ def plan(name: str, specs: list[str] | None = None, params: int | None = None,
     if params is not None and params <= 0:
         raise StudyError(f"--params must be positive, got {params}")
     if specs:
-        return _user(prof, specs, names)
+        return _user(prof, specs, names, params)
     return _slice(prof, names, params)
 
 

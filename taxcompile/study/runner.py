@@ -63,7 +63,7 @@ def build(run: Run) -> Built:
     gold = names.get("gold")
     c = classify_model(cm)
     row = {d: c.cells[d].text(d) for d in DIMENSIONS}
-    return Built(mod, cm, mod.Config(), tuple(n for n in ("x", "q", "z", "gold") if n in names),
+    return Built(mod, cm, mod.Config(**dict(run.config)), tuple(n for n in ("x", "q", "z", "gold") if n in names),
                  gold is not None and len(gold.axes) == 2, row)
 
 

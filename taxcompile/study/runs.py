@@ -44,11 +44,16 @@ class Run:
     lrs: tuple[float, ...]
     profile: str
     supervised: bool = False  # trained with penalty = supervised(gold, λ) (survey §4)
+    # Config fields set at build time (a user's spec fitted to ``params``: its width `d`)
+    config: tuple[tuple[str, int], ...] = ()
 
     def model_hash(self) -> str:
-        """sha256 of the spec text and the model's name: the model, wherever it came from."""
+        """sha256 of the spec text, the model's name (and the Config fields it sets): the
+        model, wherever it came from."""
         h = hashlib.sha256(self.spec.encode("utf-8"))
         h.update(b"\0" + self.model.encode("utf-8"))
+        for k, v in self.config:
+            h.update(f"\0{k}={v}".encode("utf-8"))
         return h.hexdigest()
 
     def key(self, seed: int) -> str:
