@@ -143,7 +143,7 @@ def _plan(args):
             raise StudyError("no task fits " + (", ".join(lost) or "these specs") + ":\n  "
                              + "\n  ".join(why or ["no model to train"]),
                              "a task needs a token input (and a second one for two-input "
-                             "recall); see docs/study.md, 'Tasks'")
+                             "recall); see docs/study.md, 'Tasks and their gold'")
     return planned, skips
 
 

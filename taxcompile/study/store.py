@@ -142,7 +142,9 @@ class Store:
                  run.model, run.profile, *(getattr(r, m) for m in METRICS),
                  json.dumps(r.row, sort_keys=True), json.dumps(r.attention, sort_keys=True),
                  engine, now) for r in results]
-        marks = ", ".join("?" * len(rows[0])) if rows else ""
+        if not rows:
+            return 0
+        marks = ", ".join("?" * len(rows[0]))
         try:
             with self.conn:  # one transaction: the run is stored whole or not at all
                 before = self.conn.total_changes
