@@ -134,7 +134,7 @@ def test_a_study_killed_with_sigkill_resumes_with_no_run_twice_and_none_lost(tmp
     script = tmp_path / "study.py"
     script.write_text(KILLABLE.format(root=str(ROOT), tests=str(ROOT / "tests")))
     log, db = tmp_path / "executions.log", tmp_path / "s.db"
-    env = dict(os.environ, STUDY_FAKE_LOG=str(log), STUDY_FAKE_DELAY="0.4")
+    env = dict(os.environ, STUDY_FAKE_LOG=str(log), STUDY_FAKE_DELAY="1.0")
     command = [sys.executable, str(script), "run", "--db", str(db), "--workers", "2"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
