@@ -182,3 +182,13 @@ def test_params_fits_a_users_width_through_its_config(tmp_path):
     assert abs(P.count_params(run.spec, run.model, run.config) - 20000) <= 2000
     plain, _ = plan("smoke", specs=[str(path)], tasks=["copy"])
     assert plain[0].model_hash() != run.model_hash()
+
+
+def test_planning_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from taxcompile.study.runs import plan; runs, _ = plan('smoke'); "
+            "assert runs; assert not any(m == 'torch' or m.startswith('torch.') "
+            "for m in sys.modules), 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

@@ -9,7 +9,6 @@ import math
 import torch
 
 from . import measures
-from . import tasks as T
 
 ERASE_EXAMPLES = 32  # examples of the evaluation batch the erasure tests use
 # the generated modules' normalisations over the keys, which the uniform ablation replaces
@@ -24,13 +23,12 @@ def _kwargs(b, batch: dict, n: int | None = None) -> dict:
 def ensemble_accuracy(ens, ev: dict) -> torch.Tensor:
     """(M,) evaluation accuracy of every member (ev stacked per member)."""
     from .runner import _kwargs as train_kwargs
+    from .runner import per_query
 
     with torch.no_grad():
         out, _, _ = ens.forward(train_kwargs(ens.b, ev, False))
-    z = out if out.dim() == 4 else out.unsqueeze(2)
     y = ev["y"]
-    if z.shape[2] != y.shape[2] and y.shape[2] == 1:
-        z = z.mean(2, keepdim=True)
+    z = per_query(out, y.shape[2], lead=2)
     keep = y != -100
     hit = (z.argmax(-1) == y) & keep
     return hit.flatten(1).sum(1).float() / keep.flatten(1).sum(1).clamp_min(1)

@@ -14,12 +14,12 @@ made from) and ``classify(…, V)`` over ``T``:
 
 - query type basic: ``query = embed(q)`` — ``q`` is an auxiliary input nothing attends;
 - self-attentive: ``q`` is a view of ``x`` (``of = x``: the queried tokens are x's own,
-  eq. 35), or, in the keyword family, a learned query (eq. 34);
+  eq. 35), or, in the keyword family, a learned query (eq. 34, as combinations writes it);
 - specialized: the query is ``q`` re-read through a self-attention over ``q`` (an
   attention over another input, whose context builds the query).
 
-In the keyword family (one prediction per example) self-attentive means no query (eq. 33;
-the concat score exists only there), and capsules a learned query per class (eq. 43).
+In the keyword family (one prediction per example) the concat score is written without a
+query (eq. 33: it is linear in one), and capsules with a learned query per class (eq. 43).
 The self-attentive variant of the other tasks computes what the base computes (q's
 tokens are declared a view of x): its effect should be null, a control of the study.
 
@@ -79,6 +79,8 @@ class Model:
     def name(self) -> str:
         if self.dimension == "feature_representations":
             return "study_multi_rep"
+        if self.dimension == "combo":  # combinations' own name (at most 64 characters)
+            return self.combo.model
         return "study_" + ("base" if self.dimension == "base" else
                            f"{C.SHORT.get(self.value, self.value)}")
 
@@ -199,11 +201,16 @@ def spec_text(m: Model, supervised: bool = False) -> str:
     if info.family == "segmented":
         return _segments_text(m)
     c = m.combo
-    # keyword family (one prediction per example): the query-less forms, no query (eq. 33)
-    # for self-attentive and concat, a learned query per class for capsules (eq. 43)
+    # keyword family (one prediction per example): self-attentive is a learned query (eq.
+    # 34), as in taxcompile.combinations; the slice's capsule swap learns its queries too
+    # (capsules must, eq. 43), and its concat swap has none (eq. 33: concat is linear in a
+    # query). In the full product a combination keeps its own query type, and where that
+    # cannot be, the checker says why.
     keyword = info.family == "keyword"
-    learned = keyword and c.multiplicity == "capsule"
-    own = learned or keyword and (c.query_type == "self_attentive" or c.score == "concat")
+    concat = keyword and c.score == "concat" and m.dimension == "scoring"
+    learned = keyword and not concat and (c.query_type == "self_attentive" or (
+        c.multiplicity == "capsule" and m.dimension == "query_multiplicity"))
+    own = learned or concat
     lines = _header(m) + [f"    input x: tokens[L] (vocab = V, L = {info.L})"]
     # a sigmoid gate pairs each key with the query at its position: q runs over L itself
     # (the tasks whose T is L: copy, reverse, sort; ``fits`` skips the others)

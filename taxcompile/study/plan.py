@@ -12,8 +12,6 @@ parameters of the generated model)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from . import models as Mdl
 from . import tasks as T
 from .protocol import Profile, profile
@@ -227,5 +225,3 @@ def coverage(runs: list[Run]) -> dict[str, set[str]]:
             seen[d].update(c.cells[d].values)
     return seen
 
-
-__all__ = ["plan", "coverage", "fit_width", "misfit_user", "Path"]

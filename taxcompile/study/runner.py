@@ -63,7 +63,8 @@ def build(run: Run) -> Built:
     gold = names.get("gold")
     c = classify_model(cm)
     row = {d: c.cells[d].text(d) for d in DIMENSIONS}
-    return Built(mod, cm, mod.Config(**dict(run.config)), tuple(n for n in ("x", "q", "z", "gold") if n in names),
+    reads = tuple(n for n in ("x", "q", "z", "gold") if n in names)
+    return Built(mod, cm, mod.Config(**dict(run.config)), reads,
                  gold is not None and len(gold.axes) == 2, row)
 
 
@@ -74,15 +75,19 @@ def _kwargs(b: Built, batch: dict, train: bool) -> dict:
     return kw
 
 
-def logits_of(out, T_: int):
-    """The model's output as (B, T, V): one prediction per example is one query row; a
-    capsule model's per-class outputs (B, C, V) are averaged into one."""
-    o = out.output
-    if o.dim() == 2:
-        return o.unsqueeze(1)
-    if o.shape[1] != T_ and T_ == 1:
-        return o.mean(1, keepdim=True)
+def per_query(o, T_: int, lead: int = 1):
+    """Logits ``o`` (lead axes…, [Q,] V) as (lead axes…, T, V): one prediction per example
+    is one query row; a capsule model's per-class outputs (C, V) are averaged into one."""
+    if o.dim() == lead + 1:
+        return o.unsqueeze(lead)
+    if o.shape[lead] != T_ and T_ == 1:
+        return o.mean(lead, keepdim=True)
     return o
+
+
+def logits_of(out, T_: int):
+    """A model's Output as logits (B, T, V)."""
+    return per_query(out.output, T_)
 
 
 def _task_seed(task: str, seed: int, stream: int) -> int:
@@ -118,12 +123,12 @@ class Ensemble:
         self.vmap = True
 
     def _one(self, params, buffers, kw):
+        import torch
         from torch.func import functional_call
 
         out = functional_call(self.base, (params, buffers), (), dict(kw, validate=False))
         lp = getattr(out, "log_probs", None) or {}
         pen = getattr(out, "penalty", 0.0)
-        import torch
         pen = pen if torch.is_tensor(pen) else torch.zeros(())
         return out.output, pen, tuple(v.reshape(v.shape[0], -1).sum(1) for v in lp.values())
 
@@ -150,9 +155,7 @@ class Ensemble:
 
         out, pen, lps = self.forward(kws)
         M, B = y.shape[:2]
-        z = out if out.dim() == 4 else out.unsqueeze(2)  # (M, B, T, V)
-        if z.shape[2] != y.shape[2] and y.shape[2] == 1:
-            z = z.mean(2, keepdim=True)
+        z = per_query(out, y.shape[2], lead=2)  # (M, B, T, V)
         nll = F.cross_entropy(z.reshape(-1, z.shape[-1]).float(), y.reshape(-1),
                               ignore_index=-100, reduction="none").view(M, B, -1)
         keep = (y != -100).float()
