@@ -446,11 +446,17 @@ def cmd_report(args) -> int:
         print("taxcompile: no report written: fix the spec first", file=sys.stderr)
         return EXIT_SPEC
     spec_dirs = [Path(p) for p in args.paths if Path(p).is_dir()]
+    study = None
+    if args.study:  # the study's page: its document, read as `study report` reads it
+        from .study.cli import read_document
+        study = read_document(args.study)
+        if isinstance(study, int):
+            return study
     try:
         files, notes = report.build([(path, cs) for path, _, cs in results], Path(args.output),
                                     spec_dirs, train_steps=args.train_steps,
                                     progress=lambda line: print(line, file=sys.stderr, flush=True),
-                                    jobs=max(1, args.jobs))
+                                    jobs=max(1, args.jobs), study=study)
     except OutputError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -534,6 +540,8 @@ def make_parser() -> argparse.ArgumentParser:
                    "$XDG_CACHE_HOME/taxcompile")
     s.add_argument("--jobs", metavar="N", type=int, default=1,
                    help="train the heatmaps' models in N processes (default 1)")
+    s.add_argument("--study", metavar="DB", default=None,
+                   help="add a page of this study file's results (`taxcompile study run`)")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("compile", help="generate a PyTorch module per model variant",
@@ -561,10 +569,20 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", metavar="FILE")
     s.add_argument("--force", action="store_true", help="overwrite an existing file")
     s.set_defaults(func=cmd_new)
+
+    # `study` has its own command line (study/cli.py); main() hands it everything after
+    # the word, so this entry only lists it in --help
+    sub.add_parser("study", help="train every mechanism on tasks with gold, report effects "
+                   "per dimension (`taxcompile study run|report --help`)", add_help=False)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["study"]:
+        from .study.cli import main as study
+
+        return study(argv[1:])
     args = make_parser().parse_args(argv)
     try:
         return args.func(args)

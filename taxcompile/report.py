@@ -92,7 +92,8 @@ class _Clock:
 def build(specs: list[tuple[Path, object]], out: Path,
           spec_dirs: list[Path] | tuple = (), train_steps: int | None = None,
           cache: Path | None | bool = True,
-          progress=None, jobs: int = 1) -> tuple[list[Path], list[str]]:
+          progress=None, jobs: int = 1, study: dict | None = None
+          ) -> tuple[list[Path], list[str]]:
     """Write the site of the checked ``specs`` (file, CheckedSpec) to ``out``; returns the
     files written and notes for the user.
 
@@ -106,20 +107,21 @@ def build(specs: list[tuple[Path, object]], out: Path,
     ``spec_dirs`` are the directories given as inputs. ``progress``: called with a line
     per model whose heatmap is drawn (its training steps and time, the time left).
     ``jobs`` > 1: the models are first trained into the cache by that many processes
-    (``pretrain.py``)."""
+    (``pretrain.py``). ``study``: a study report's
+    document (``study.report.document``), shown on its own page, study.html."""
     spec_paths = [Path(p) for p, _ in specs]
     check_site_dir(out, spec_paths, list(spec_dirs))  # refuse before the slow part
     created = make_dirs(out, "cannot write the report to")  # fail early where -o cannot be
     try:
         return _build(specs, out, spec_paths, list(spec_dirs), train_steps, cache,
-                      progress or (lambda line: None), jobs)
+                      progress or (lambda line: None), jobs, study)
     except BaseException:
         remove_dirs(created)  # the directories made for a report that was not written
         raise
 
 
 def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], train_steps,
-           cache, progress, jobs):
+           cache, progress, jobs, study=None):
     from . import train  # imports no torch until a model is trained
 
     if cache is True:
@@ -159,7 +161,7 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
 
     files_out: dict[str, str | bytes] = {
         "index.html": env.get_template("index.html.j2").render(
-            dims=DIMENSIONS, titles=titles, version=__version__,
+            dims=DIMENSIONS, titles=titles, version=__version__, study=study is not None,
             table3=[listed(r) for r in ordered if r.paper.row is not None],
             others=[listed(r) for r in ordered
                     if r.paper.row is None and r.paper.ref not in in_table]),
@@ -214,6 +216,24 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
             titles=titles, svgs=page.svgs, diagram_note=page.note, version=__version__,
             source=highlight(source, AttnLexer(), fmt), code=code,
             home=None if home is None else dict(id=home.paper.id, cite=home.paper.cite))
+    if study is not None:
+        files_out.update(_study_page(env, study))
     old = check_site_dir(out, spec_paths, list(spec_dirs))  # as it is now, after rendering
     write_site(out, files_out, old)
     return [out / name for name in files_out], notes
+
+
+def _study_page(env: jinja2.Environment, doc: dict) -> dict[str, str | bytes]:
+    """study.html (the effects per task, as ``taxcompile study report``) and its plots."""
+    from .study import report as study_report
+
+    files: dict[str, str | bytes] = {}
+    plots = {}
+    for task in doc["base"]:
+        png = study_report.plot(doc, task)
+        if png is not None:
+            plots[task] = f"study/{study_report.plot_name(task)}"
+            files[plots[task]] = png
+    files["study.html"] = env.get_template("study.html.j2").render(
+        doc=doc, plots=plots, version=__version__, fmt=study_report.num, ci=study_report.ci)
+    return files

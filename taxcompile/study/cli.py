@@ -1,0 +1,277 @@
+"""``taxcompile study run`` and ``taxcompile study report``.
+
+Exit codes as the rest of the command line: 0 success, 1 spec errors or failed runs, 2 a
+usage error (an unknown task, a spec no task fits, a study file that cannot be used).
+Errors are one ``taxcompile: error: …`` line and a hint, never a traceback; nothing
+stored is ever lost. Imports no torch: the engines' workers do."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..cli import EXIT_OK, EXIT_USAGE, _Parser
+
+EXIT_FAILED = 1  # spec errors or runs that failed
+PROFILES = ("smoke", "slice", "full")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="taxcompile study", description="Train every attention mechanism under "
+                "one protocol on synthetic tasks with gold alignments, and report its effect "
+                "per taxonomy dimension (docs/study.md).")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("run", help="train the runs of a profile (or of your specs)",
+                       description="Train the runs of a profile, or your own specs on the "
+                       "tasks their inputs fit, into one SQLite file. A study that was "
+                       "stopped (even killed) resumes where it stopped: runs already in the "
+                       "file are not run again.")
+    s.add_argument("specs", nargs="*", metavar="SPEC",
+                   help="spec files or directories (default: the profile's taxonomy slice)")
+    s.add_argument("--profile", choices=PROFILES, default="smoke",
+                   help="smoke: minutes, for CI; slice: about an hour on 2 cores; full: "
+                   "every combination, for a cluster (default: smoke)")
+    s.add_argument("--db", metavar="PATH", default="study.db",
+                   help="the study file (default: study.db)")
+    s.add_argument("--workers", metavar="N", type=_positive, default=None,
+                   help=f"local processes (default: the cores, here {_cores()})")
+    s.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: a process pool; ray: one Ray task per run (pip install "
+                   "'taxcompile[ray]')")
+    s.add_argument("--address", metavar="ADDR", default=None,
+                   help="with --engine ray: the cluster's address (default: RAY_ADDRESS, "
+                   "else a local Ray)")
+    s.add_argument("--params", metavar="N", type=_positive, default=None,
+                   help="fit each model's width so that it has N parameters (within 10%%)")
+    s.add_argument("--tasks", metavar="TASK", nargs="+", default=None,
+                   help="only these tasks (default: every task a model fits)")
+    s.add_argument("--dry-run", action="store_true",
+                   help="list the runs and an estimate of the time; train nothing")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("report", help="the effects per dimension, from a study file",
+                       description="Per task, the effect of each value of each taxonomy "
+                       "dimension against the base model (mean accuracy and gold mass with "
+                       "95%% bootstrap intervals over seeds), the interactions the runs "
+                       "cover, and every run.")
+    s.add_argument("db", metavar="DB")
+    s.add_argument("-o", "--output", metavar="DIR", default=None,
+                   help="write report.md, report.csv, report.json and PNG plots to DIR "
+                   "(default: print to stdout)")
+    s.add_argument("--format", choices=("md", "csv", "json"), default="md",
+                   help="what is printed to stdout (default: md)")
+    s.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .runs import StudyError
+    from ..diagnostics import SpecError
+
+    args = make_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except StudyError as e:
+        _print_error(e)
+        return EXIT_USAGE
+    except SpecError as e:
+        print(e.render(), file=sys.stderr)
+        return EXIT_FAILED
+    except BrokenPipeError:
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("\ntaxcompile: stopped; the runs that finished are stored (run the same "
+              "command again to go on)", file=sys.stderr)
+        return 130
+
+
+# ---- run -------------------------------------------------------------------------------------
+
+
+def protocol_record(profile: str) -> dict:
+    """What the study file stores as its protocol: the version, the profile and its frozen
+    settings, as JSON gives them back (a file of other settings is refused:
+    ``Store._check``)."""
+    import json
+
+    from . import protocol
+
+    record = {"version": protocol.PROTOCOL_VERSION, "profile": profile,
+              "settings": protocol.profile(profile).settings()}
+    return json.loads(json.dumps(record))
+
+
+def _plan(args):
+    from . import runs as runs_mod
+    from .runs import StudyError
+
+    specs = [str(p) for p in args.specs] or None
+    if specs:
+        for s in specs:
+            if not Path(s).exists():
+                raise StudyError(f"no such file or directory: {s}", "name .attn spec files "
+                                 "or directories of them")
+    planned, skips = runs_mod.plan(args.profile, specs, args.params, args.tasks)
+    if specs:  # a spec the user named that no task fits is an error, with every reason
+        ran = {r.source for r in planned}
+        lost = sorted({s.source for s in skips} - ran)
+        if lost or not planned:
+            why = [f"{s.source}: model {s.model}: "
+                   f"{f'task {s.task}: ' if s.task else ''}{s.why}"
+                   for s in skips if s.source in lost or not planned]
+            raise StudyError("no task fits " + (", ".join(lost) or "these specs") + ":\n  "
+                             + "\n  ".join(why or ["no model to train"]),
+                             "a task needs a token input (and a second one for two-input "
+                             "recall); see docs/study.md, 'Tasks and their gold'")
+    return planned, skips
+
+
+# CPU seconds per seed-step and learning rate when no run is stored yet: the smoke profile
+# on this project's 2-core machine (39 s of CPU for 4,900 seed-steps at one rate)
+GUESS_SECONDS_PER_STEP = 0.008
+
+
+def _estimate(pending, stored: list[dict], workers: int, profile: str) -> str:
+    """About how long the pending runs take at most (every run its full steps): at the
+    rate of the runs already in the file, else at ``GUESS_SECONDS_PER_STEP``."""
+    from . import protocol
+    from .engines import _clock
+
+    if not pending:
+        return "nothing to run"
+    prof = protocol.profile(profile)
+    work = sum(len(r.seeds) * len(r.lrs) * prof.steps for r in pending)
+    if stored:
+        rate = sum(r["seconds"] for r in stored) / max(1, sum(r["steps"] for r in stored)
+                                                        * len(prof.lrs))
+        how = f"at the rate of the {len(stored)} seed results stored"
+    else:
+        rate, how = GUESS_SECONDS_PER_STEP, "a guess from the smoke profile on 2 cores"
+    return f"at most about {_clock(work * rate / max(1, workers))} on {workers} " \
+           f"worker(s) ({how})"
+
+
+def cmd_run(args) -> int:
+    from . import engines
+    from .store import Store
+
+    workers = args.workers or _cores()
+    planned, skips = _plan(args)
+    store = Store.create_or_open(args.db, protocol_record(args.profile)) if not args.dry_run \
+        else None
+    try:
+        if args.dry_run:
+            done, stored = _dry_run_state(args.db, args.profile)
+        else:
+            store.put_skips(skips)
+            done, stored = store.done_keys(), store.results()
+        pending = [r for r in planned if not all(r.key(s) in done for s in r.seeds)]
+        for s in skips:
+            print(f"skip: {s.source}: model {s.model}"
+                  f"{f' on {s.task}' if s.task else ''}: {s.why}", file=sys.stderr)
+        if args.dry_run:
+            for r in planned:
+                state = "pending" if r in pending else "stored"
+                print(f"{state:8} {r.task:14} {r.model:24} {r.source} "
+                      f"(seeds {len(r.seeds)}, learning rates {len(r.lrs)}"
+                      f"{', supervised' if r.supervised else ''})")
+            print(f"{len(planned)} runs, {len(pending)} to train, {len(skips)} skipped; "
+                  + _estimate(pending, stored, workers, args.profile))
+            return EXIT_OK
+        return _execute(args, store, planned, pending, workers, engines)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _dry_run_state(db: str, profile: str):
+    """(stored keys, stored results) of an existing study file, read only; an empty state
+    for a new one (a dry run creates nothing)."""
+    from .store import Store
+
+    if not Path(db).exists():
+        return set(), []
+    with Store.read(db) as store:
+        store._check(protocol_record(profile))
+        return store.done_keys(), store.results()
+
+
+def _execute(args, store, planned, pending, workers, engines) -> int:
+    print(f"{len(planned)} runs: {len(planned) - len(pending)} already in {args.db}, "
+          f"{len(pending)} to train on "
+          f"{'Ray' if args.engine == 'ray' else f'{workers} local worker(s)'}", file=sys.stderr)
+    outcomes = engines.ray(pending, args.address, engines.EXECUTE) if args.engine == "ray" \
+        else engines.local(pending, workers, engines.EXECUTE)
+    progress, failed, start = engines.Progress(len(pending)), [], time.monotonic()
+    for outcome in outcomes:
+        if outcome.error is None:
+            store.put(outcome.run, outcome.results, args.engine)
+        else:
+            failed.append(outcome)
+        progress.update(outcome)
+    for o in failed:
+        print(f"taxcompile: run failed: {o.run.source}: model {o.run.model} on {o.run.task}: "
+              f"{o.error}", file=sys.stderr)
+    print(f"{len(pending) - len(failed)} runs trained in {time.monotonic() - start:.1f} s; "
+          f"results in {args.db}" + (f"; {len(failed)} failed (run the same command again "
+                                     "to retry them)" if failed else ""), file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+# ---- report ----------------------------------------------------------------------------------
+
+
+def cmd_report(args) -> int:
+    from . import report
+    from .store import Store
+
+    with Store.read(args.db) as store:
+        doc = report.document(store)
+    if args.output:
+        written = report.write(doc, Path(args.output))
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+    sys.stdout.write(report.RENDER[args.format](doc))
+    return EXIT_OK
+
+
+def read_document(db: str) -> dict | int:
+    """The report document of a study file (for the HTML report's study page), or the
+    exit code after saying why it cannot be read."""
+    from . import report
+    from .runs import StudyError
+    from .store import Store
+
+    try:
+        with Store.read(db) as store:
+            return report.document(store)
+    except StudyError as e:
+        _print_error(e)
+        return EXIT_USAGE
+
+
+def _print_error(e) -> None:
+    print(f"taxcompile: error: {e.message}", file=sys.stderr)
+    if e.hint:
+        print(f"  hint: {e.hint}", file=sys.stderr)
