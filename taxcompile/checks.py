@@ -870,6 +870,11 @@ class Checker:
             self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares several rows of "
                      "attention", "set `heads = r` (Lin et al.: r rows)")
             return None
+        if n.penalty is not None and n.dimensionality == "multi":
+            self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares rows of one weight "
+                     "per key (Lin et al.); multi-dimensional weights (eq. 30-32) have one per "
+                     "key and feature", "use `dimensionality = single`")
+            return None
         if n.doubly_stochastic is not None and (mode != "sequence" or n.dimensionality == "multi"
                                        or n.capsules or n.affinity is not None or groups):
             self.err(n.loc, f"{where}: the doubly stochastic penalty sums each key's weights "
