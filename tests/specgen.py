@@ -124,6 +124,12 @@ def run_model(cs, cm, file: str) -> None:
             if prm.grad is not None:
                 assert torch.isfinite(prm.grad).all(), f"{where}: the gradient of {pname} " \
                     "is not finite"
+    model.eval()  # the other path: no dropout or sampling, the weights returned
+    with torch.no_grad():
+        out = model(**inputs, return_attention=True)
+    for name, t in [*_tensors(out.output, "output"), *_tensors(out.attention, "attention")]:
+        if t.is_floating_point():
+            assert torch.isfinite(t).all(), f"{where}, eval(): {name} is not finite"
 
 
 def _tensors(value, path: str):
@@ -243,10 +249,6 @@ SCORES = ["additive", "additive(d_w = 8, act = {act})", "additive(d_w = 4, bias 
 ALIGNS = ["global", "soft", "hard", "reinforced", "sparsemax", "entmax", "sigmoid",
           "local(D = 2, position = monotonic)", "local(D = 1, position = predictive)",
           "local(D = 2, position = predictive, gaussian = true, sigma = 1)"]
-PENALTIES = ["1.0", "0.5", "doubly_stochastic(0.1)", "doubly_stochastic", "coverage(1.0)",
-             "disagreement(0.1, on = subspace)", "disagreement(on = position)",
-             "disagreement(0.2, on = output)", "supervised(gold, 1.0)",
-             "supervised(gold, 0.5, loss = squared)"]
 
 
 def rarely(draw, n: int = 6) -> bool:
@@ -254,79 +256,114 @@ def rarely(draw, n: int = 6) -> bool:
     return draw(st.integers(0, n - 1)) == 0
 
 
+ADDITIVE = ["additive", "additive(d_w = 8, act = {act})", "additive(d_w = 4, bias = false)"]
+QK = ["multiplicative", "scaled_multiplicative"]
+# A module's mechanisms besides its score: up to three per module, each drawn with what it
+# needs (the documented rules), and now and then without it, for check to refuse.
+MECHANISMS = ["heads", "heads_out", "multi", "capsules", "mask", "position", "bias",
+              "lin_penalty", "doubly_stochastic", "coverage_loss", "disagreement",
+              "supervised", "coverage", "dropout", "share"]
+
+
 def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
-              query: str | None, *, same_axis: bool) -> str:
-    """One attention statement over ``keys``; ``same_axis``: the query is a sequence over
-    the keys' own axis (self-attention), where masks and position terms apply. Fields
-    are drawn so that most modules are valid (the documented rules), and each rule is
-    broken now and then, for check to refuse with a location."""
-    fields: list[tuple[str, str]] = []
+              query: str | None, *, same_axis: bool, seq_query: bool = False) -> str:
+    """One attention statement over ``keys``. ``same_axis``: the query is a sequence over
+    the keys' own axis (self-attention: masks, position terms and biases apply);
+    ``seq_query``: a query sequence over another axis (a decoder's states)."""
+    mechs = draw(st.lists(st.sampled_from(MECHANISMS), max_size=3, unique=True))
+    if rarely(draw, 2):
+        mechs.append("align")
+    keep = not rarely(draw, 8)  # False: the rules are not followed for this module
+    if seq_query and keep:  # a decoder's module: its query stays the decoder's states
+        mechs = [x for x in mechs if x not in ("mask", "position", "bias", "supervised",
+                                               "capsules", "heads_out")]
+    f: dict[str, str] = {}
+    seq = same_axis or seq_query
+    needs_seq = {"doubly_stochastic", "coverage_loss", "coverage", "supervised"}
+    if keep and not seq and needs_seq & set(mechs):
+        query, seq, same_axis = keys, True, True
+    if keep and not same_axis and {"mask", "position", "bias", "supervised"} & set(mechs):
+        query, seq, same_axis = keys, True, True
+    if keep and "capsules" in mechs:
+        query, seq, same_axis = "learned(d)", False, False
+        mechs = [x for x in mechs if x not in needs_seq | {"mask", "position", "bias"}]
     if query is not None:
-        fields.append(("query", query))
-    if draw(st.booleans()):
-        fields.append(("features", keys))
+        f["query"] = query
+    if draw(st.booleans()) or "share" in mechs:
+        f["features"] = keys
     else:
-        fields.append(("keys", draw(st.sampled_from([keys, f"project({keys})",
-                                                     f"linear({keys}, d)"]))))
-        fields.append(("values", draw(st.sampled_from([keys, f"project({keys})",
-                                                       f"norm({keys})"]))))
-    additive = ["additive", "additive(d_w = 8, act = {act})", "additive(d_w = 4, bias = false)"]
-    qk = ["multiplicative", "scaled_multiplicative"]
-    pool = SCORES if query is not None or rarely(draw) else additive + ["concat(d_w = 8)"]
-    score = draw(st.sampled_from(pool))
-    if score.startswith("concat") and query is not None and not rarely(draw):
-        score = "additive"
-    extras: list[tuple[str, str]] = []
-    if rarely(draw, 3):
-        align = draw(st.sampled_from(ALIGNS))
-        if align == "sigmoid" and not rarely(draw, 3):
-            score = draw(st.sampled_from(additive))
-        if align.startswith("local") and query is None and not rarely(draw):
-            align = "global"
-        extras.append(("align", align))
-    heads = draw(st.sampled_from([None, None, "2", "4", "h"]))
+        f["keys"] = draw(st.sampled_from([keys, f"project({keys})", f"linear({keys}, d)"]))
+        f["values"] = draw(st.sampled_from([keys, f"project({keys})", f"norm({keys})"]))
+    if query is None and keep:
+        score = draw(st.sampled_from(ADDITIVE + ["concat(d_w = 8)"]))
+    else:
+        score = draw(st.sampled_from(SCORES))
+        if keep and score.startswith("concat"):
+            score = "additive"
+    if "align" in mechs:
+        f["align"] = draw(st.sampled_from(ALIGNS))
+        if keep and f["align"].startswith("local") and query is None:
+            f["align"] = "entmax"
+        if keep and "monotonic" in f["align"] and not same_axis:
+            f["align"] = "local(D = 1, position = predictive)"
+    heads = "heads" in mechs or "heads_out" in mechs or (
+        keep and {"lin_penalty", "disagreement"} & set(mechs))
     if heads:
-        extras.append(("heads", heads))
-        if rarely(draw, 4):
-            extras.append(("heads_out", draw(st.sampled_from(["project", "concat", "mean"]))))
-    if rarely(draw, 6):
-        extras.append(("dimensionality", "multi"))
-        if not rarely(draw):
-            score = draw(st.sampled_from(additive))
-    if rarely(draw, 8) and (query == "learned(d)" or rarely(draw)):
-        extras.append(("capsules", draw(st.sampled_from(["2", "3"]))))
-    if same_axis and rarely(draw, 3):
-        extras.append(("mask", draw(st.sampled_from(["causal", "forward", "backward"]))))
-    if same_axis and rarely(draw, 5):
-        extras.append(("position", draw(st.sampled_from(
-            ["relative(k = 2)", "relative(k = 3, values = true)", "rotary",
-             "rotary(base = 100)"]))))
-        if not rarely(draw):
-            score = draw(st.sampled_from(qk))
-    if same_axis and rarely(draw, 6):
-        extras.append(("bias", "alibi"))
-    if rarely(draw, 4):
-        pen = draw(st.sampled_from(PENALTIES))
-        if pen in ("1.0", "0.5") and not heads and not rarely(draw):
-            extras.append(("heads", "2"))
-        if "gold" in pen:
-            if key_axis is None or not same_axis or "input gold" in "\n".join(m.lines):
-                pen = "doubly_stochastic(0.1)"
-            else:  # its axes are the query's and the keys' (an other name: refused)
-                q_axis = key_axis if not rarely(draw) else "Q"
-                m.lines.append(f"input gold: alignment[{q_axis}, {key_axis}]")
-        extras.append(("penalty", pen))
-    if rarely(draw, 7) and (same_axis or rarely(draw)):
-        extras.append(("coverage", "true"))
-        if not rarely(draw):
-            score = draw(st.sampled_from(additive))
-    if rarely(draw, 5):
-        extras.append(("dropout", draw(st.sampled_from(["0.1", "p"]))))
-    if m.atts and rarely(draw, 8):
-        extras.append(("share", draw(st.sampled_from(m.atts))))
-    fields.append(("score", score.replace("{act}", act_text(draw))))
-    fields += extras
-    return (f"attention {name} {{ " + "  ".join(f"{k} = {v}" for k, v in fields) + " }")
+        f["heads"] = draw(st.sampled_from(["2", "4", "h"]))
+    if "heads_out" in mechs:
+        f["heads_out"] = draw(st.sampled_from(["project", "concat", "mean"]))
+    if "multi" in mechs:
+        f["dimensionality"] = "multi"
+    if "capsules" in mechs:
+        f["capsules"] = draw(st.sampled_from(["2", "3"]))
+    if "mask" in mechs:
+        f["mask"] = draw(st.sampled_from(["causal", "forward", "backward"]))
+    if "position" in mechs:
+        f["position"] = draw(st.sampled_from(["relative(k = 2)", "relative(k = 3, values = true)",
+                                              "rotary", "rotary(base = 100)"]))
+    if "bias" in mechs:
+        f["bias"] = "alibi"
+    if "lin_penalty" in mechs:
+        f["penalty"] = draw(st.sampled_from(["1.0", "0.5"]))
+    elif "doubly_stochastic" in mechs:
+        f["penalty"] = draw(st.sampled_from(["doubly_stochastic(0.1)", "doubly_stochastic(1)"]))
+    elif "coverage_loss" in mechs:
+        f["penalty"] = "coverage(1.0)"
+    elif "disagreement" in mechs:
+        f["penalty"] = f"disagreement(0.1, on = {draw(st.sampled_from(['subspace', 'position', 'output']))})"
+    elif "supervised" in mechs and key_axis is not None and \
+            "input gold" not in "\n".join(m.lines):
+        q_axis = key_axis if keep else "Q"  # its axes are the query's and the keys'
+        m.lines.append(f"input gold: alignment[{q_axis}, {key_axis}]")
+        f["penalty"] = draw(st.sampled_from(["supervised(gold, 1.0)",
+                                             "supervised(gold, 0.5, loss = squared)"]))
+    if "coverage" in mechs:
+        f["coverage"] = "true"
+    if "dropout" in mechs:
+        f["dropout"] = draw(st.sampled_from(["0.1", "p"]))
+    if "share" in mechs and m.atts:
+        f["share"] = draw(st.sampled_from(m.atts))
+    if keep:  # what the chosen mechanisms need of the score and the alignment
+        if {"multi", "coverage"} & set(mechs) or f.get("align") == "sigmoid":
+            score = draw(st.sampled_from(ADDITIVE))
+        if "position" in mechs:
+            score = draw(st.sampled_from(QK))
+        if {"position", "bias", "coverage"} & set(mechs) and f.get("align") not in \
+                (None, "global", "soft", "sparsemax", "entmax"):
+            f["align"] = "global"
+        if "multi" in mechs and f.get("align") == "hard":
+            f["align"] = "global"
+        if "multi" in mechs and f.get("penalty") and not f["penalty"].startswith("1") and \
+                not f["penalty"].startswith("0"):
+            f.pop("penalty")
+        if "multi" in mechs and f.get("penalty", "").startswith(("1", "0")):
+            f.pop("penalty")
+        if score == "location" and key_axis is None:
+            score = "general"
+    items = [(k, f[k]) for k in ("query", "features", "keys", "values")
+             if k in f] + [("score", score.replace("{act}", act_text(draw)))]
+    items += [(k, v) for k, v in f.items() if k not in ("query", "features", "keys", "values")]
+    return f"attention {name} {{ " + "  ".join(f"{k} = {v}" for k, v in items) + " }"
 
 
 def add_attention(draw, m: Model) -> None:
@@ -344,8 +381,14 @@ def add_attention(draw, m: Model) -> None:
              "project": f"project({keys})",
              "other": draw(st.sampled_from(other)) if other else keys}[q]
     same = query in (keys, f"project({keys})")
-    m.lines.append(attention(draw, m, name, keys, axis, query, same_axis=same))
+    text = attention(draw, m, name, keys, axis, query, same_axis=same)
+    m.lines.append(text)
     m.atts.append(name)
+    if rarely(draw, 8):  # a second module with the first one's weights (`share`, QANet)
+        twin = m.new("tw")
+        body = re.sub(r"\s+share = \w+", "", text[text.index("{"):])
+        m.lines.append(f"attention {twin} {body[:-1].rstrip()}  share = {name} }}")
+        m.atts.append(twin)
 
 
 def add_repeat(draw, m: Model) -> None:
@@ -399,17 +442,20 @@ def add_decoder(draw, m: Model) -> None:
         return
     rnn = draw(st.sampled_from(["gru", "lstm"]))
     m.lines.append("input tgt: tokens[T] (vocab = 20, autoregressive)")
-    init = draw(st.sampled_from(["", f", init = s0"]))
+    init = draw(st.sampled_from(["", ", init = s0"]))
     if init:
-        m.lines.append(f"feature s0 = linear(mean({keys}), d, act = tanh)")
+        s0 = draw(st.sampled_from([f"mean({keys})", f"first(backward(bigru({keys}, d)))",
+                                   f"first({keys})"]))
+        m.lines.append(f"feature s0 = linear({s0}, d, act = tanh)")
         if rnn == "lstm":
             init += draw(st.sampled_from(["", ", init_c = s0"]))
-    m.lines.append(f"query s = {rnn}(embed(tgt, d), d, feed = {draw(st.sampled_from(['ctx', 'hh']))}"
+    m.lines.append("feature emb = embed(tgt, d)")
+    m.lines.append(f"query s = {rnn}(emb, d, feed = {draw(st.sampled_from(['ctx', 'hh']))}"
                    f"{init})")
     q = draw(st.sampled_from(["s", "prev(s)"]))
-    m.lines.append(attention(draw, m, "ctx", keys, axis, q, same_axis=False))
+    m.lines.append(attention(draw, m, "ctx", keys, axis, q, same_axis=False, seq_query=True))
     m.lines.append("feature hh = linear(concat(ctx, s), d, act = tanh)")
-    m.outputs.append("hh")
+    m.outputs.append(draw(st.sampled_from(["hh", "hh", "tie"])))
 
 
 def add_coattention(draw, m: Model) -> None:
@@ -478,8 +524,57 @@ def add_weights(draw, m: Model) -> None:
     m.outputs.append(draw(st.sampled_from([f"{name}.weights", f"context({keys}, {name}.weights)"])))
 
 
+def add_representations(draw, m: Model) -> None:
+    """Attention over a `stack` of representations of one input (eq. 21-22)."""
+    if not m.seqs:
+        return
+    f, _ = draw(st.sampled_from(m.seqs))
+    name = m.new("mr")
+    other = draw(st.sampled_from([f"norm({f})", f"linear({f}, d)", f"cnn({f}, d)"]))
+    m.lines.append(f"attention {name} {{ query = learned(d)  features = stack({f}, {other})  "
+                   f"score = {draw(st.sampled_from(['additive', 'general', 'multiplicative']))}"
+                   f" }}")
+    m.outputs.append(name)
+
+
+def add_pointer(draw, m: Model) -> None:
+    """A pointer network (Vinyals et al.): a decoder over the pointed inputs, started from
+    the encoder's final state; its output is the attention's weights."""
+    x, c = m.new("pts"), m.new("C")
+    ax = f"P{m.n}"
+    m.lines.append(f"input {x}: sequence[{ax}, 2] ({ax} = 5)")
+    m.lines.append(f"input {c}: pointers[T{m.n}] (into = {ax})")
+    rnn = draw(st.sampled_from(["lstm", "gru"]))
+    e, dd, ptr = m.new("enc"), m.new("dec"), m.new("ptr")
+    m.lines.append(f"feature {e} = {rnn}({x}, d)")
+    m.lines.append(f"query {dd} = {rnn}(pointed({x}, {c}), d, init = {e})")
+    m.lines.append(f"attention {ptr} {{ query = {dd}  keys = {e}  "
+                   f"score = additive(d_w = 8, bias = false) }}")
+    m.outputs.append(f"{ptr}.weights")
+
+
+def add_shared_ops(draw, m: Model) -> None:
+    """`share = NODE` of an operator's weights, and pools as queries."""
+    if not m.seqs:
+        return
+    f, ax = draw(st.sampled_from(m.seqs))
+    a, b = m.new("sa"), m.new("sb")
+    op = draw(st.sampled_from(["linear({}, d{})", "norm({}{})", "project({}, d{})",
+                               "ffn({}, 16{})", "cnn({}, d{})", "scale({}{})"]))
+    m.lines.append(f"feature {a} = {op.format(f, '')}")
+    m.lines.append(f"feature {b} = {op.format(f, f', share = {a}')}")
+    name = m.new("ps")
+    pool = draw(st.sampled_from(["mean", "max", "sum", "first"]))
+    m.lines.append(f"attention {name} {{ query = {pool}({a})  features = {b}  "
+                   f"score = {draw(st.sampled_from(['general', 'additive', 'biased_general']))}"
+                   f" }}")
+    m.seqs.append((b, ax))
+    m.atts.append(name)
+
+
 PARTS = [add_input, add_attention, add_attention, add_attention, add_repeat, add_coattention,
-         add_graph, add_mask_input, add_weights]
+         add_graph, add_mask_input, add_weights, add_representations, add_pointer,
+         add_shared_ops]
 
 
 @st.composite
@@ -504,12 +599,18 @@ def generated_specs(draw) -> str:
         reads = [f"mean({m.seqs[0][0]})"] if m.seqs else ["learned(d)"]
     classes = "20" if decoder else "k" if body and "let k" in body[0] else "3"
     for i, r in enumerate(reads):
-        if r.endswith(".weights"):
+        if r == "tie":  # the output layer's weight is the target embedding
+            body.append(f"    output o{i} = classify(hh, 20, tie = emb)")
+        elif r.endswith(".weights"):
             body.append(f"    output o{i} = {r}")
         else:
             body.append(f"    output o{i} = classify({r}, {classes})")
     text = ('paper gen {\n    cite = "Generated"\n}\n\n' + "\n".join(lets) + "\n\nmodel m {\n"
             + "\n".join(body) + "\n}\n")
+    updates = [x.split()[1] for x in m.lines if x.startswith("update ")]
+    if updates and rarely(draw, 3):  # a variant replacing the model's update of a stream
+        u = draw(st.sampled_from(updates))
+        text += f"\nmodel u : m {{\n    update {u} = relu({u})\n}}\n"
     if m.atts and draw(st.integers(0, 3)) == 0:  # a variant replacing one module
         a = draw(st.sampled_from(m.atts))
         keys = m.seqs[0][0] if m.seqs else "x1"

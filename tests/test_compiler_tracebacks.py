@@ -174,3 +174,23 @@ def test_number_limit_leaves_long_floats_that_fit():
         load_text(base.replace("{}", "0." + "1" * 99), "t.attn")
     d = info.value.diagnostics[0]
     assert (d.loc.line, d.loc.column) == (2, 9) and "limit is 100" in d.message
+
+
+# ---- what the generator found ----------------------------------------------------------
+
+
+def test_supervised_self_attention_penalty():
+    """`alignment[L, L]` supervises a self-attention module over L (Liu et al. 2016):
+    penalty = lam sum_{kept t, l} (a_tl - gold_tl)^2, the mean over the batch."""
+    mod = compiled((REG / "supervised_self_attention.attn").read_text(encoding="utf-8"),
+                   "supervised_self")
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).double()
+    x, keep = inputs()
+    gold = torch.softmax(torch.randn(3, 5, 5, dtype=DT), -1)
+    out = model(x=x, x_mask=keep, gold=gold, return_attention=True)
+    e = x @ x.transpose(1, 2) / 8 ** 0.5
+    a = softmax_kept(e, keep[:, None, :])
+    close(out.attention["s"][:, 0], a)
+    pair = (keep[:, :, None] & keep[:, None, :]).to(DT)
+    close(out.penalty, 0.5 * (((a - gold) ** 2) * pair).sum((1, 2)).mean())
