@@ -705,7 +705,7 @@ class Lowerer:
                     return
                 axes.append(f"{s.name}_{i}")
                 sizes.append(size)
-        if len(set(axes)) != len(axes) and s.kind not in ("mask", "alignment"):  # self-attention: [L, L]
+        if len(set(axes)) != len(axes) and s.kind not in ("mask", "alignment"):  # self-attention
             self.err(s.kind_pos, f"input `{s.name}` repeats an axis name")
             return
         vocab, auto, view_of, vocab_given, into = None, False, None, False, None

@@ -330,7 +330,8 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
     elif "coverage_loss" in mechs:
         f["penalty"] = "coverage(1.0)"
     elif "disagreement" in mechs:
-        f["penalty"] = f"disagreement(0.1, on = {draw(st.sampled_from(['subspace', 'position', 'output']))})"
+        on = draw(st.sampled_from(["subspace", "position", "output"]))
+        f["penalty"] = f"disagreement(0.1, on = {on})"
     elif "supervised" in mechs and key_axis is not None and \
             "input gold" not in "\n".join(m.lines):
         q_axis = key_axis if keep else "Q"  # its axes are the query's and the keys'
@@ -353,11 +354,8 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
             f["align"] = "global"
         if "multi" in mechs and f.get("align") == "hard":
             f["align"] = "global"
-        if "multi" in mechs and f.get("penalty") and not f["penalty"].startswith("1") and \
-                not f["penalty"].startswith("0"):
-            f.pop("penalty")
-        if "multi" in mechs and f.get("penalty", "").startswith(("1", "0")):
-            f.pop("penalty")
+        if "multi" in mechs:  # every penalty reads one weight per key
+            f.pop("penalty", None)
         if score == "location" and key_axis is None:
             score = "general"
     items = [(k, f[k]) for k in ("query", "features", "keys", "values")
@@ -487,8 +485,9 @@ def add_graph(draw, m: Model) -> None:
     m.lines.append(f"input {g}: graph[N{m.n}]")
     wh = m.new("wh")
     m.lines.append(f"feature {wh} = project({x}, d)")
-    heads = draw(st.sampled_from(["", "  heads = 2  heads_out = mean", "  heads = 2  dropout = 0.1"
-                                  "  heads_out = concat"] + (["  heads = 2"] if rarely(draw) else [])))
+    heads = draw(st.sampled_from(["", "  heads = 2  heads_out = mean",
+                                  "  heads = 2  heads_out = concat  dropout = 0.1"]
+                                 + (["  heads = 2"] if rarely(draw) else [])))
     loops = draw(st.sampled_from(["", "  self_loops = true"]))
     act = draw(st.sampled_from(["", "(act = leaky_relu(0.2))", "(act = tanh)"]))
     name = m.new("gat")

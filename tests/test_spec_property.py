@@ -98,10 +98,11 @@ def test_generator_reaches_codegen_and_errors():
 
     ran = find(specgen.generated_specs(), lambda t: specgen.known_owned(t) is None
                and "attention" in t and _accepted(t), settings=settings(
-                   max_examples=50, database=None, derandomize=True))
+                   max_examples=50, database=None, derandomize=True, deadline=None))
     assert "model m" in ran
     refused = find(specgen.generated_specs(), lambda t: not _accepted(t),
-                   settings=settings(max_examples=200, database=None, derandomize=True))
+                   settings=settings(max_examples=200, database=None, derandomize=True,
+                                     deadline=None))
     assert "attention" in refused
 
 
