@@ -785,6 +785,13 @@ class Checker:
         if n.affinity is not None:
             if not self.affinity_fits(n, q, k):
                 return None
+            if sc.fn not in ("additive", "max_pool", "affinity"):  # codegen has no other
+                self.err(sc.loc, f"{where} reads affinity `{n.affinity}`, which only the "
+                         "`additive` (eq. 14-15), `max_pool` (eq. 16) and `affinity` (eq. "
+                         f"12-13) scores use; the `{sc.fn}` score would ignore it",
+                         "use one of those scores, or drop `affinity` to score the query "
+                         "and the keys directly")
+                return None
             if sc.fn in ("additive", "max_pool"):
                 mode, ctx_axes = "single", groups  # eq. 14-16: one context per input
         elif sc.fn in ("affinity", "max_pool"):

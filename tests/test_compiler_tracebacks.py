@@ -155,7 +155,7 @@ def test_a_call_where_a_number_goes_is_located(field):
 
 
 SNAPSHOTS = ["number_literal_too_long", "repeat_read_in_its_own_body",
-             "lin_penalty_multi_dimensional"]
+             "lin_penalty_multi_dimensional", "affinity_with_a_dot_score"]
 
 
 @pytest.mark.parametrize("name", SNAPSHOTS)
