@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from . import ir, ops
+from . import ir, module_checks, ops
 from .diagnostics import Collector, Location, SpecError, article
 from .lower import MASK_KINDS, SCORES_WITHOUT_QUERY
 
@@ -751,6 +751,9 @@ class Checker:
                          "sequence whose other axes match the keys'")
                 return None
         where = f"attention `{n.name}`"
+        if (refused := module_checks.refusal(n)) is not None:
+            self.err(*refused)
+            return None
         if n.align.fn == "sigmoid":
             if not self.gate_fits(n, q, k, mode):
                 return None
@@ -784,13 +787,6 @@ class Checker:
                 return None
         if n.affinity is not None:
             if not self.affinity_fits(n, q, k):
-                return None
-            if sc.fn not in ("additive", "max_pool", "affinity"):  # codegen has no other
-                self.err(sc.loc, f"{where} reads affinity `{n.affinity}`, which only the "
-                         "`additive` (eq. 14-15), `max_pool` (eq. 16) and `affinity` (eq. "
-                         f"12-13) scores use; the `{sc.fn}` score would ignore it",
-                         "use one of those scores, or drop `affinity` to score the query "
-                         "and the keys directly")
                 return None
             if sc.fn in ("additive", "max_pool"):
                 mode, ctx_axes = "single", groups  # eq. 14-16: one context per input
@@ -876,11 +872,6 @@ class Checker:
         if n.penalty is not None and n.heads < 2:
             self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares several rows of "
                      "attention", "set `heads = r` (Lin et al.: r rows)")
-            return None
-        if n.penalty is not None and n.dimensionality == "multi":
-            self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares rows of one weight "
-                     "per key (Lin et al.); multi-dimensional weights (eq. 30-32) have one per "
-                     "key and feature", "use `dimensionality = single`")
             return None
         if n.doubly_stochastic is not None and (mode != "sequence" or n.dimensionality == "multi"
                                        or n.capsules or n.affinity is not None or groups):
