@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from . import digraph as nx  # networkx's algorithms that checks uses, without its import
 
-from . import ir, ops
+from . import ir, module_checks, ops
 from .diagnostics import Collector, Location, SpecError, article
 from .lower import MASK_KINDS, SCORES_WITHOUT_QUERY
 
@@ -760,6 +760,9 @@ class Checker:
                          "sequence whose other axes match the keys'")
                 return None
         where = f"attention `{n.name}`"
+        if (refused := module_checks.refusal(n)) is not None:
+            self.err(*refused)
+            return None
         if n.align.fn == "sigmoid":
             if not self.gate_fits(n, q, k, mode):
                 return None

@@ -35,6 +35,10 @@ NAMED_HINT = {
 
 MAX_HOPS = 64
 MAX_INT = 1 << 24
+
+
+class _NotConstant(Exception):
+    """``sym`` met an expression that is no constant (its error is reported elsewhere)."""
 MAX_NODES = 5000
 
 # `alignment[T, S]`: a target alignment (B, T, S) for supervised attention, no feature size
@@ -243,11 +247,14 @@ class Lowerer:
                 left = left if lp >= p else f"({left})"
                 right = right if rp > p else f"({right})"
                 return f"{left} {op} {right}", p
-            raise AssertionError(type(x))
+            raise _NotConstant  # a call or a string: `const` has reported it
 
         if isinstance(e, ast.Ref) and e.name in ("true", "false"):
             return None
-        text = go(e)[0]
+        try:
+            text = go(e)[0]
+        except _NotConstant:
+            return None
         if not names:
             return None
         return text
@@ -671,7 +678,7 @@ class Lowerer:
                     return
                 axes.append(f"{s.name}_{i}")
                 sizes.append(size)
-        if len(set(axes)) != len(axes) and s.kind != "mask":  # mask[L, L]: self-attention
+        if len(set(axes)) != len(axes) and s.kind not in ("mask", "alignment"):  # self-attention
             self.err(s.kind_pos, f"input `{s.name}` repeats an axis name")
             return
         vocab, auto, view_of, vocab_given, into = None, False, None, False, None
@@ -838,6 +845,11 @@ class Lowerer:
                                 else f"`.{r.parts[i + 1]}` cannot be looked up in it"))
                     return None
                 hops = found[1]
+                if not hops:  # read inside its own body: no hop is complete yet
+                    self.err(r.part_pos[i], f"`{part}` is read inside its own body",
+                             f"inside `repeat {part}`, name its statements without "
+                             f"`{part}.` (they are this hop's)")
+                    return None
                 if index is not None and not 1 <= index <= len(hops):
                     self.err(r.part_pos[i], f"`{part}` has hops 1 to {len(hops)}; there is "
                              f"no hop {index}" if index > 0 else "hops are numbered from 1")

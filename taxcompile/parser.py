@@ -14,7 +14,8 @@ import re
 import stat
 from pathlib import Path
 
-from lark import Lark, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark import (Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
+                  UnexpectedToken)
 
 from . import ast
 from .diagnostics import Diagnostic, Location, SpecError
@@ -22,6 +23,7 @@ from .diagnostics import Diagnostic, Location, SpecError
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 64  # brackets nested deeper than this are refused before parsing
 MAX_EXPR_DEPTH = 256  # operators and calls inside one another: `a + b + c` counts 2
+MAX_NUMBER_CHARS = 100  # a longer number literal is refused (Python's int() stops at 4,300)
 
 _GRAMMAR_CANDIDATES = (
     Path(__file__).resolve().parent.parent / "grammar" / "attn.lark",
@@ -286,7 +288,8 @@ _EXPRESSIONS = frozenset({"add", "sub", "mul", "div", "neg", "call"})
 def _screen_depth(tree: Tree, text: str, file: str) -> None:
     """Refuse an expression nested deeper than ``MAX_EXPR_DEPTH`` (a flat sum of many
     terms is a deep tree too) at the expression's own position, before any recursive
-    pass over the tree. Walks the tree without recursion."""
+    pass over the tree, and a number literal longer than ``MAX_NUMBER_CHARS``. Walks the
+    tree without recursion."""
     stack: list[tuple[Tree, int, Tree | None]] = [(tree, 0, None)]
     while stack:
         node, depth, root = stack.pop()
@@ -301,6 +304,13 @@ def _screen_depth(tree: Tree, text: str, file: str) -> None:
                     "and call counts: `a + b + c` is 2 deep)",
                     "split it into `let` constants or `feature` statements")], text)
         stack.extend((c, depth, root) for c in node.children if isinstance(c, Tree))
+        for tok in node.children:
+            if isinstance(tok, Token) and tok.type == "NUMBER" and len(tok) > MAX_NUMBER_CHARS:
+                raise SpecError([Diagnostic(
+                    Location(file=file, line=tok.line, column=tok.column),
+                    f"number literal of {len(tok):,} characters (the limit is "
+                    f"{MAX_NUMBER_CHARS})", "constants are at most 1e15: "
+                    "check the number for stray digits")], text)
 
 
 def parse_text(text: str, file: str = "<string>") -> ast.Module:

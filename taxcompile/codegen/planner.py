@@ -291,8 +291,9 @@ class Planner:
         self.shared = repeat.shared_levels(m)
         self.loops = {n.id: (n, op, att) for n, op, att in decoder.feed_regions(m)}
         # features nothing reads (e.g. a last hop's query update): no code for them
+        # (a repeat's nodes are always planned, so what they read is live too)
         sinks = [nd.id for nd in m.nodes if isinstance(nd, ir.Attention)
-                 or (isinstance(nd, ir.Node) and nd.kind_ == "output")]
+                 or (isinstance(nd, ir.Node) and (nd.kind_ == "output" or nd.hop is not None))]
         full = self.cm.graph  # feed and prev edges too: a decoder step feeds what it reads
         live = set(sinks).union(*(nx.ancestors(full, x) for x in sinks if x in full))
         dead = {nd.id for nd in m.nodes if isinstance(nd, ir.Node) and nd.id not in live
@@ -305,6 +306,7 @@ class Planner:
                 self.use_sym(dict(inp.sym)["dim"])
         outputs = [n.id for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
         self.returned = set(outputs or [m.attentions[-1].id])  # what forward() returns
+        self.read_outside: set[str] = set()  # what an enclosing repeat's Block returns
         ids = [i for i in self.cm.order if i not in dead and not isinstance(m.node(i), ir.Input)]
         generate.setup(self)  # generate(): the source side first, then the target side
         repeat.plan_scope(self, self.loops_last(ids), 0)

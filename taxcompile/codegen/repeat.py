@@ -169,15 +169,17 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
         param = inner.locals.new(carry_names[x0])
         inner.vars[x0] = Var(param, v.shape, v.mask, v.dim, v.mask_code)
         params.append(param)
-    p.frame = inner  # (no decoder step here: loop_plan refuses hops with `feed`)
-    plan_scope(p, hops[1], depth + 1)
-    p.frame = outer
     # what the caller reads back: the carried values, then values read after the loop
     outs = [first[r] for r in carried.values()]
-    read = {x for ids in hops.values() for x in ids
-            if x in p.returned or any(s not in members for s in p.g.successors(x))}
+    read = {x for ids in hops.values() for x in ids if x in p.returned or x in p.read_outside
+            or any(s not in members for s in p.g.successors(x))}
     out_rel = {rel(p, x, depth) for x in read}
     outs += [first[r] for r in first if r in out_rel and first[r] not in outs]
+    # a repeat nested in the body returns what this Block returns (`outer.inner.a`)
+    enclosing, p.read_outside = p.read_outside, p.read_outside | set(outs)
+    p.frame = inner  # (no decoder step here: loop_plan refuses hops with `feed`)
+    plan_scope(p, hops[1], depth + 1)
+    p.frame, p.read_outside = outer, enclosing
     body = list(inner.body)
     codes = [s.code for s in body]
     uses = lambda word: mentions(codes, word)  # noqa: E731

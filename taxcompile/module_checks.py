@@ -1,0 +1,29 @@
+"""Combinations of one attention module's fields that the generated code has no
+computation for, refused with a located error (issue 23: the spec generator found `check`
+accepting them and the model failing at run time). A check stage of its own, beside
+``checks.py`` (which is over the size limit); ``Checker.attention`` calls ``refusal``."""
+
+from __future__ import annotations
+
+from . import ir
+from .diagnostics import Location
+
+# The scores that read an affinity matrix (eq. 12-16): codegen has no other
+AFFINITY_SCORES = ("additive", "max_pool", "affinity")
+
+
+def refusal(n: ir.Attention) -> tuple[Location, str, str] | None:
+    """(location, message, hint) of the first combination ``n`` has that no equation
+    defines, or None."""
+    where = f"attention `{n.name}`"
+    if n.affinity is not None and n.score.fn not in AFFINITY_SCORES:
+        return (n.score.loc, f"{where} reads affinity `{n.affinity}`, which only the "
+                "`additive` (eq. 14-15), `max_pool` (eq. 16) and `affinity` (eq. 12-13) "
+                f"scores use; the `{n.score.fn}` score would ignore it",
+                "use one of those scores, or drop `affinity` to score the query and the "
+                "keys directly")
+    if n.penalty is not None and n.dimensionality == "multi":
+        return (n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares rows of one weight per "
+                "key (Lin et al.); multi-dimensional weights (eq. 30-32) have one per key and "
+                "feature", "use `dimensionality = single`")
+    return None
