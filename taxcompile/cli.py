@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .diagnostics import SpecError
+from .diagnostics import SpecError, visible
 from .files import OutputError, write_all_atomic, write_atomic
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
@@ -550,7 +550,31 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Visible:
+    """A text stream that writes control characters as visible escapes: a file name, a
+    cite or a source line with an ESC or a BEL never acts on the user's terminal."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(visible(text))
+        return len(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Visible(out), _Visible(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     args = make_parser().parse_args(argv)
     try:
         return args.func(args)

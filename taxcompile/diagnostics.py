@@ -4,6 +4,7 @@ followed by the source line, a caret under the column, and a hint."""
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,18 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 MAX_REPORTED = 20  # errors shown per file before "… and N more"
+
+# Characters a terminal acts on (ESC starts a colour or a cursor move, BEL rings, CR
+# returns over the line, U+009B is a one-byte CSI) and that XML 1.0 forbids: C0 but for
+# tab and newline, DEL, C1, and the bidirectional overrides that reorder what is shown.
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character written as a visible escape (``\\x1b``):
+    what reaches a terminal, an XML document or a page from a spec or a file name."""
+    return _INVISIBLE.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                     else f"\\u{ord(m.group()):04x}"), text)
 
 
 def article(word: str) -> str:
@@ -69,6 +82,9 @@ class Diagnostic:
                     col = self.loc.column - start
                 else:
                     col = self.loc.column
+                # a control character is shown as an escape: the caret moves with it
+                col = len(visible(text[: max(col - 1, 0)])) + 1
+                text = visible(text)
                 out.append(f"    {text}")
                 out.append("    " + " " * max(col - 1, 0) + "^")
         if self.hint:

@@ -24,6 +24,7 @@ import graphviz
 from . import ir
 from .checks import CheckedModel, CheckedSpec
 from .classify import classify_model
+from .diagnostics import visible
 from .files import OutputError, write_atomic
 from .graph import edges as graph_edges
 from .ops import OPS
@@ -393,7 +394,7 @@ def build(cs: CheckedSpec, models: list[str] | None = None) -> graphviz.Digraph:
     title = f"{p.cite}" + (f" {p.year}" if p.year else "") + (f": {p.title}" if p.title else "")
     g = graphviz.Digraph(name=p.id, graph_attr=dict(
         comment=MARK, rankdir="TB", fontname="Helvetica",
-        label=graphviz.escape(title) if models is None else "", labelloc="t",
+        label=graphviz.escape(visible(title)) if models is None else "", labelloc="t",
         fontsize="16", nodesep="0.4", ranksep="0.55", newrank="true", forcelabels="true"),
         node_attr=dict(fontname="Helvetica", fontsize="10", margin="0.12,0.06"),
         edge_attr=dict(fontname="Helvetica", color="#555555", arrowsize="0.7"))

@@ -15,6 +15,7 @@ import networkx as nx
 
 from . import ir
 from .checks import CheckedModel, expr_links, links
+from .diagnostics import visible
 
 
 def edges(n: ir.AnyNode, feed_now: frozenset = frozenset()) -> list[tuple[str, str, bool]]:
@@ -71,11 +72,16 @@ def dataflow(g: nx.DiGraph) -> nx.DiGraph:
 
 
 def _plain(g: nx.DiGraph) -> nx.DiGraph:
-    h = nx.DiGraph(name=g.graph.get("name", ""))
+    """The graph without its IR objects, every text made visible (a file name with an ESC
+    would make the GraphML ill-formed XML: 1.0 forbids most control characters)."""
+    def text(v):
+        return visible(v) if isinstance(v, str) else v
+
+    h = nx.DiGraph(name=text(g.graph.get("name", "")))
     for n, a in g.nodes(data=True):
-        h.add_node(n, **{k: v for k, v in a.items() if k != "ir" and v is not None})
+        h.add_node(n, **{k: text(v) for k, v in a.items() if k != "ir" and v is not None})
     for a, b, e in g.edges(data=True):
-        h.add_edge(a, b, **e)
+        h.add_edge(a, b, **{k: text(v) for k, v in e.items()})
     return h
 
 

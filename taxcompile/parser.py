@@ -264,6 +264,14 @@ def _screen(data: bytes, file: str, size: int | None = None) -> str:
         line = text.count("\n", 0, nul) + 1
         col = nul - (text.rfind("\n", 0, nul) + 1) + 1
         raise err(line, col, "file contains a NUL byte", "specs are text; is this a binary file?")
+    ctl = _CONTROL.search(text)
+    if ctl is not None:  # it would act on a terminal (ESC, BEL) or break an SVG's XML
+        i = ctl.start()
+        line = text.count("\n", 0, i) + 1
+        col = i - (text.rfind("\n", 0, i) + 1) + 1
+        raise err(line, col, f"file contains the control character U+{ord(ctl.group()[0]):04X}",
+                  "specs are plain text: remove it (a terminal colour code or a stray "
+                  "carriage return?)", text)
     depth = 0
     for m in _BRACKETS.finditer(text):  # only the brackets, not every character
         if m.group() in "([{":
@@ -280,6 +288,9 @@ def _screen(data: bytes, file: str, size: int | None = None) -> str:
 
 
 _BRACKETS = re.compile(r"[()\[\]{}]")
+# C0 controls but tab, newline and a carriage return before a newline (CRLF line ends);
+# DEL and the C1 controls
+_CONTROL = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
 _EXPRESSIONS = frozenset({"add", "sub", "mul", "div", "neg", "call"})
 
 
