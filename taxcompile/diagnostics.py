@@ -70,6 +70,12 @@ class Diagnostic:
     message: str
     hint: str = ""
 
+    def __post_init__(self) -> None:
+        if not self.hint:  # every error carries a hint: its kind's (hints.py)
+            from .hints import FALLBACK, hint_for
+
+            object.__setattr__(self, "hint", hint_for(self.message) or FALLBACK)
+
     def render(self, source: str | None) -> str:
         out = [f"{self.loc}: error: {self.message}"]
         if source is not None and self.loc.line >= 1:
@@ -120,13 +126,15 @@ class Collector:
         self.file = file
         self.source = source
         self.diagnostics: list[Diagnostic] = []
+        self._seen: set[Diagnostic] = set()  # a list scan per error was quadratic
 
     def loc(self, line: int | None, column: int | None) -> Location:
         return _location()(file=self.file, line=line or 1, column=column or 1)
 
     def error(self, loc: Location, message: str, hint: str = "") -> None:
         d = Diagnostic(loc, message, hint)
-        if d not in self.diagnostics:
+        if d not in self._seen:
+            self._seen.add(d)
             self.diagnostics.append(d)
 
     def raise_if_any(self) -> None:

@@ -387,9 +387,23 @@ class Drawer:
                 self._emit(sub, child)
 
 
+# Boxes in one drawing: `dot`'s layout grows faster than its boxes (the transformer and
+# its variants, 13 boxes each: 143 boxes 3.8 s, 533 boxes 8.4 s, 1,313 boxes 39 s on a
+# busy 2-core host); the largest spec in specs/ and examples/ draws 28.
+MAX_DIAGRAM_NODES = 500
+
+
 def build(cs: CheckedSpec, models: list[str] | None = None) -> graphviz.Digraph:
     """The DOT graph of every model variant of a spec (of ``models`` only, if given: then
-    without the paper's title, which the page around it shows)."""
+    without the paper's title, which the page around it shows). Raises DiagramError past
+    ``MAX_DIAGRAM_NODES`` boxes."""
+    boxes = sum(getattr(n, "hop", None) is None or n.hop.first  # a repeat is drawn once
+                for cm in cs.models if models is None or cm.model.name in models
+                for n in cm.model.nodes)
+    if boxes > MAX_DIAGRAM_NODES:
+        raise DiagramError(f"the diagram would have {boxes:,} boxes, more than the "
+                           f"{MAX_DIAGRAM_NODES:,} graphviz lays out in reasonable time: "
+                           "split the spec's variants into several specs")
     p = cs.spec.paper
     title = f"{p.cite}" + (f" {p.year}" if p.year else "") + (f": {p.title}" if p.title else "")
     g = graphviz.Digraph(name=p.id, graph_attr=dict(
