@@ -35,9 +35,28 @@ def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
         raise SystemExit(EXIT_USAGE)
     for path, explicit in files:
         if explicit and not path.exists():
-            print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
+            print(f"taxcompile: error: {_missing(path)}", file=sys.stderr)
+            raise SystemExit(EXIT_USAGE)
+        if not explicit and path.is_dir():  # `dir/x.attn/`: a directory, not a spec
+            print(f"taxcompile: error: {path} is a directory, not a spec file", file=sys.stderr)
             raise SystemExit(EXIT_USAGE)
     return files
+
+
+def _missing(path: Path) -> str:
+    """Why a path named on the command line cannot be read: no such file, or a symbolic
+    link that leads nowhere (a loop, or a missing target)."""
+    import errno
+    import os
+
+    if path.is_symlink():
+        try:
+            os.stat(path)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return f"{path} is a loop of symbolic links"
+            return f"{path} is a symbolic link to a missing file ({os.readlink(path)})"
+    return f"no such file: {path}"
 
 
 _FRONT_END = False  # imported by _front_end
@@ -334,7 +353,7 @@ def cmd_fmt(args) -> int:
     stale, failed = [], 0
     for path, _ in files:
         if not path.exists():
-            print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
+            print(f"taxcompile: error: {_missing(path)}", file=sys.stderr)
             return EXIT_USAGE
         if not path.is_file():  # fmt rewrites its files: a device or a fifo is no spec
             print(f"taxcompile: error: {path} is not a regular file", file=sys.stderr)

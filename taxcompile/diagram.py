@@ -460,8 +460,10 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
     and a note for the user (graphviz missing: the .dot source is written instead)."""
     fmt = out.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
-        raise DiagramError(f"cannot write `{out.name}`: the diagram formats are "
-                           + ", ".join(f".{f}" for f in FORMATS))
+        if out.is_dir():  # `-o .`: its name has no suffix
+            _check_target(out)
+        raise DiagramError(f"cannot write the diagram to {out}: the diagram formats are "
+                           + ", ".join(f".{f}" for f in FORMATS) + f" (e.g. `-o {out.stem or 'model'}.svg`)")
     _check_target(out)
     source = build(cs).source
     if fmt == "dot":

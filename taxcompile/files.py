@@ -154,6 +154,9 @@ def _mkdirs(directory: Path, created: list[Path]) -> None:
     missing = []
     d = directory
     while not d.is_dir():
+        if d.exists() or d.is_symlink():  # a file, or a link to nothing, where a directory goes
+            raise NotADirectoryError(errno.ENOTDIR, f"{d} is in the way (it is not a directory)",
+                                     str(d))
         missing.append(d)
         if d.parent == d:
             break
