@@ -5,6 +5,7 @@ parsing or classifying anything."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -72,13 +73,20 @@ def render_csv(rows: list[PaperRow]) -> str:
                                        for r in rows)
 
 
+def _md(text: str) -> str:
+    """A Markdown table cell that reads as the text it holds: a `|` would end the cell, and
+    HTML (`<img onerror=…>`, `&lt;`) and emphasis or code marks would be rendered."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_|])", r"\\\1", text)
+
+
 def render_md(rows: list[PaperRow]) -> str:
     lines = ["| " + " | ".join(TITLES[c] for c in COLUMNS) + " |",
              "|" + "|".join("---" for _ in COLUMNS) + "|"]
     for r in rows:
         d = r.row()
         lines.append("| " + " | ".join(
-            (f"{d['paper']} [{d['ref']}]" if c == "paper" and d["ref"] else d[c]).replace("|", "\\|")
+            _md(f"{d['paper']} [{d['ref']}]" if c == "paper" and d["ref"] else d[c])
             for c in COLUMNS if c != "ref") + " |")
     lines[0] = "| " + " | ".join(TITLES[c] for c in COLUMNS if c != "ref") + " |"
     lines[1] = "|" + "|".join("---" for c in COLUMNS if c != "ref") + "|"

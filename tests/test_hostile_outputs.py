@@ -86,3 +86,13 @@ def test_a_file_name_with_an_escape_reaches_no_terminal_and_no_xml_raw(tmp_path,
 def test_visible_keeps_text_and_escapes_controls():
     assert visible("Vaswani et al.\tété\n") == "Vaswani et al.\tété\n"
     assert visible("a\x1b[31mb\x07\r\x7f\u202e") == "a\\x1b[31mb\\x07\\x0d\\x7f\\u202e"
+
+
+def test_markdown_and_latex_cells_read_as_their_text():
+    cite = "<img src=x onerror=alert(1)> a|b *c* `d` \\input{/etc/passwd} $x$ 50%"
+    md = table.render_md([row(cite)]).splitlines()[2]
+    assert "<img" not in md and "&lt;img src=x onerror=alert(1)&gt;" in md
+    assert "a\\|b \\*c\\* \\`d\\`" in md and md.count(" | ") == len(table.COLUMNS) - 2
+    tex = table.render_latex([row(cite)])
+    assert "\\input" not in tex and "\\textbackslash{}input\\{/etc/passwd\\}" in tex
+    assert "\\$x\\$ 50\\%" in tex
