@@ -127,9 +127,14 @@ class Collector:
         self.source = source
         self.diagnostics: list[Diagnostic] = []
         self._seen: set[Diagnostic] = set()  # a list scan per error was quadratic
+        self._locs: dict[tuple[int, int], Location] = {}
 
     def loc(self, line: int | None, column: int | None) -> Location:
-        return _location()(file=self.file, line=line or 1, column=column or 1)
+        key = (line or 1, column or 1)
+        found = self._locs.get(key)
+        if found is None:  # one frozen Location per place: every node of every variant asks
+            found = self._locs[key] = _location()(file=self.file, line=key[0], column=key[1])
+        return found
 
     def error(self, loc: Location, message: str, hint: str = "") -> None:
         d = Diagnostic(loc, message, hint)
