@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from taxcompile import codegen
 from taxcompile.classify import DIMENSIONS
-from taxcompile.diagnostics import SpecError
+from taxcompile.diagnostics import SpecError, visible
 from taxcompile.pipeline import classify_spec, load_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,8 +99,10 @@ def assert_excerpts_match(e: SpecError, text: str) -> None:
         assert d.loc.column <= len(line) + 1, (d, line)
         out = d.render(text).split("\n")
         if len(line) <= 200 and len(out) >= 3 and out[1].startswith("    "):
-            assert out[1] == "    " + line.replace("\t", " "), (d, out[1], line)
-            assert out[2] == "    " + " " * (d.loc.column - 1) + "^", (d, out[2])
+            # a control character is shown escaped (`\x1b`), the caret moved with it
+            assert out[1] == "    " + visible(line.replace("\t", " ")), (d, out[1], line)
+            col = len(visible(line[:d.loc.column - 1])) + 1
+            assert out[2] == "    " + " " * (col - 1) + "^", (d, out[2])
 
 
 def test_real_specs_are_valid():
