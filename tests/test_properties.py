@@ -432,6 +432,12 @@ def test_excerpt_is_the_reported_line(where, sep):
         text = "# a" + sep + "b\n" + text
     with pytest.raises(SpecError) as info:
         load_text(text, "b.attn")
+    if sep in ("\x0c", "\x85"):  # control characters: refused where they are (issue 23)
+        (d,) = info.value.diagnostics
+        line = text.split("\n")[d.loc.line - 1]
+        assert line[d.loc.column - 1] == sep and f"U+{ord(sep):04X}" in d.message
+        assert sep not in d.render(text) and visible(sep) in d.render(text)
+        return
     d = next(d for d in info.value.diagnostics if "nowhere" in d.message)
     assert text.split("\n")[d.loc.line - 1].strip() == "features = nowhere"  # line is right
     excerpt = d.render(text).split("\n")[1]
