@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import __version__
 from .diagnostics import SpecError, visible
-from .files import OutputError, write_all_atomic, write_atomic
+from .files import OutputError, rewrite, write_all_atomic, write_atomic
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 
@@ -380,7 +380,7 @@ def cmd_fmt(args) -> int:
             stale.append(path)
             if not args.check:
                 try:
-                    _rewrite(path, new)
+                    rewrite(path, new)
                 except OSError as e:
                     print(f"taxcompile: error: cannot write {path}: {e.strerror or e}",
                           file=sys.stderr)
@@ -392,26 +392,6 @@ def cmd_fmt(args) -> int:
             print(f"{path}: not formatted (run `taxcompile fmt {path}`)", file=sys.stderr)
         return EXIT_SPEC
     return EXIT_SPEC if failed else EXIT_OK
-
-
-def _rewrite(path: Path, text: str) -> None:
-    """Replace a spec's text as an editor saving it would: a read-only file is refused
-    (PermissionError), a file with other hard links is written in place (a new file
-    would leave the other names with the old text); else atomically, keeping a symbolic
-    link a link."""
-    import errno
-    import os
-
-    real = path.resolve()
-    st = real.stat()
-    if not st.st_mode & 0o222 or not os.access(real, os.W_OK):
-        raise PermissionError(errno.EACCES, "the file is read-only (nothing changed)")
-    if st.st_nlink > 1:
-        with open(real, "r+b") as f:
-            f.write(text.encode("utf-8"))
-            f.truncate()
-        return
-    write_atomic(real, text)
 
 
 def cmd_new(args) -> int:

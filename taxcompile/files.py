@@ -123,6 +123,23 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         raise
 
 
+def rewrite(path: Path, text: str) -> None:
+    """Replace a spec's text as an editor saving it would (`fmt`): a read-only file is
+    refused (PermissionError), a file with other hard links is written in place (a new
+    file would leave the other names with the old text); else atomically, through a
+    symbolic link (the link stays a link)."""
+    real = path.resolve()
+    st = real.stat()
+    if not st.st_mode & 0o222 or not os.access(real, os.W_OK):
+        raise PermissionError(errno.EACCES, "the file is read-only (nothing changed)")
+    if st.st_nlink > 1:
+        with open(real, "r+b") as f:
+            f.write(text.encode("utf-8"))
+            f.truncate()
+        return
+    write_atomic(real, text)
+
+
 def _rmdirs(created: list[Path]) -> None:
     """Remove the directories ``_mkdirs`` made, deepest first; one in use stays."""
     for d in reversed(created):
