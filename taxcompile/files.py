@@ -55,10 +55,15 @@ def read_regular(path: Path, limit: int) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory, a FIFO, a device
+            os.close(fd)
+            return None
+    except OSError:
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as f:
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
             return f.read(limit)
         except OSError:
             return None

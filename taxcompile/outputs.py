@@ -101,8 +101,8 @@ def layer_goldens(out_dir: Path, results) -> tuple[dict[Path, str], list[tuple[P
 def not_ours(f: Path, layer_file: bool = False) -> str | None:
     """Why ``f``, which exists, is not taxcompile's to replace; None when it is (or when
     there is nothing there)."""
-    if not f.is_symlink() and not f.exists():
-        return None
+    if not f.is_symlink() and (not f.exists() or f.is_dir()):
+        return None  # nothing there; a directory in the way is refused by the write itself
     if f.is_symlink() or not f.is_file():
         return "it is not a regular file"
     if layer_file:
