@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .diagnostics import SpecError
+from .diagnostics import SpecError, visible
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 
@@ -34,9 +34,28 @@ def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
         raise SystemExit(EXIT_USAGE)
     for path, explicit in files:
         if explicit and not path.exists():
-            print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
+            print(f"taxcompile: error: {_missing(path)}", file=sys.stderr)
+            raise SystemExit(EXIT_USAGE)
+        if not explicit and path.is_dir():  # `dir/x.attn/`: a directory, not a spec
+            print(f"taxcompile: error: {path} is a directory, not a spec file", file=sys.stderr)
             raise SystemExit(EXIT_USAGE)
     return files
+
+
+def _missing(path: Path) -> str:
+    """Why a path named on the command line cannot be read: no such file, or a symbolic
+    link that leads nowhere (a loop, or a missing target)."""
+    import errno
+    import os
+
+    if path.is_symlink():
+        try:
+            os.stat(path)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return f"{path} is a loop of symbolic links"
+            return f"{path} is a symbolic link to a missing file ({os.readlink(path)})"
+    return f"no such file: {path}"
 
 
 _FRONT_END = False  # imported by _front_end
@@ -209,7 +228,7 @@ def cmd_diagram(args) -> int:
 
 def cmd_layer(args) -> int:
     """`compile SPEC --layer NAME -o FILE`: one attention statement as a drop-in layer."""
-    from . import codegen
+    from . import outputs
     from .codegen import layer
     from .files import write_all_atomic
 
@@ -227,7 +246,7 @@ def cmd_layer(args) -> int:
               f"({names})", file=sys.stderr)
         return EXIT_USAGE
     try:
-        text = layer.generate(cs, models[0], args.layer, codegen.source_name(args.paths[0]))
+        text = outputs.layer_text(cs, models[0], args.layer, args.paths[0])
     except layer.LayerError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -235,15 +254,16 @@ def cmd_layer(args) -> int:
     if args.output is None or out.is_dir() or args.output.endswith(("/", "\\")):
         out = out / f"{cs.spec.paper.id}_{models[0].model.name}_{re.sub(r'[^A-Za-z0-9]+', '_', args.layer).strip('_')}.py"
     if args.check:
-        if not out.is_file() or out.read_bytes() != text.encode("utf-8"):
+        if not outputs.is_current(out, text):
             print(f"{out}: {'missing' if not out.is_file() else 'differs from its spec'}",
                   file=sys.stderr)
             return EXIT_SPEC
         print(f"{out}: up to date")
         return EXIT_OK
-    if out.is_symlink() or (out.is_file() and codegen.generated_from(out) is None):
-        print(f"taxcompile: error: cannot write {out}: it exists and taxcompile did not "
-              "generate it", file=sys.stderr)
+    why = outputs.not_ours(out, layer_file=True)
+    if why:
+        print(f"taxcompile: error: cannot write {out}: {why} (move it away, or choose "
+              "another -o; nothing written)", file=sys.stderr)
         return EXIT_USAGE
     try:
         write_all_atomic({out: text})
@@ -255,7 +275,7 @@ def cmd_layer(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from . import codegen
+    from . import codegen, outputs
     from .files import write_all_atomic
 
     if args.layer is not None:
@@ -281,14 +301,11 @@ def cmd_compile(args) -> int:
                 return EXIT_SPEC
             files[target] = codegen.generate(cs, cm, source)
     # files an earlier compile of these specs wrote that no model produces any more
-    sources = {codegen.safe_source(codegen.source_name(p)) for p, _, _ in results}
-    orphans = [f for f in sorted(out_dir.glob("*.py")) if f not in files
-               and codegen.generated_from(f) in sources]
-    stale = [f for f, text in files.items()
-             if not f.is_file() or f.read_bytes() != text.encode("utf-8")]
+    orphans, doubtful = outputs.orphans(out_dir, files, results)
+    stale = [f for f, text in files.items() if not outputs.is_current(f, text)]
     # the drop-in layers under OUT/layers/ that these specs wrote (`compile --layer`)
-    layers, gone = _layer_goldens(out_dir, results)
-    stale_layers = [f for f, text in layers.items() if f.read_bytes() != text.encode("utf-8")]
+    layers, gone = outputs.layer_goldens(out_dir, results)
+    stale_layers = [f for f, text in layers.items() if not outputs.is_current(f, text)]
     if args.check:
         for f in stale + stale_layers:
             why = "missing" if not f.is_file() else "differs from its spec"
@@ -302,12 +319,13 @@ def cmd_compile(args) -> int:
             return EXIT_SPEC
         print(f"{out_dir}: {len(files)} files up to date")
         return EXIT_OK
-    # never overwrite a file that taxcompile did not generate (its first line says so)
-    for f in stale:
-        if f.is_symlink() or (f.is_file() and codegen.generated_from(f) is None):
-            print(f"taxcompile: error: cannot write {f}: it exists and taxcompile did not "
-                  "generate it (move it away, or choose another -o; nothing written)",
-                  file=sys.stderr)
+    # never overwrite a file that taxcompile did not generate (its first line says so; a
+    # layer's also carries its text's hash)
+    for f, why in [(f, outputs.not_ours(f)) for f in stale] + \
+            [(f, outputs.not_ours(f, layer_file=True)) for f in stale_layers]:
+        if why:
+            print(f"taxcompile: error: cannot write {f}: {why} (move it away, or choose "
+                  "another -o; nothing written)", file=sys.stderr)
             return EXIT_USAGE
     try:
         write_all_atomic({f: files[f] for f in stale} | {f: layers[f] for f in stale_layers})
@@ -322,44 +340,18 @@ def cmd_compile(args) -> int:
         print(f"wrote {f} (a drop-in layer of these specs)")
     for f, why in gone:
         print(f"taxcompile: note: {f}: {why}", file=sys.stderr)
+    for f in doubtful:
+        print(f"taxcompile: note: {f}: no model produces it any more, but its header names "
+              "its spec by file name only (the spec is outside the working directory), so "
+              "another spec of that name may have written it: not removed", file=sys.stderr)
     print(f"wrote {len(stale)} of {len(files)} files to {out_dir}/ ({len(files) - len(stale)} "
           "already up to date)")
     return EXIT_OK
 
 
-LAYER_TITLE = re.compile(r'^"""Attention `([\w.\[\]]+)` of model `(\w+)` ', re.M)
-
-
-def _layer_goldens(out_dir: Path, results) -> tuple[dict[Path, str], list[tuple[Path, str]]]:
-    """The drop-in layer files under OUT/layers/ written from these specs (their first line
-    names the spec, their docstring the statement and model), each with the text the spec
-    gives now; and the ones whose statement is gone, with why."""
-    from . import codegen
-    from .codegen import layer
-
-    by_source = {codegen.safe_source(codegen.source_name(p)): (p, cs) for p, _, cs in results}
-    texts: dict[Path, str] = {}
-    gone: list[tuple[Path, str]] = []
-    for f in sorted((out_dir / "layers").glob("*.py")):
-        source = codegen.generated_from(f)
-        if source not in by_source or f.is_symlink():
-            continue
-        path, cs = by_source[source]
-        m = LAYER_TITLE.search(f.read_text(encoding="utf-8"))
-        cm = next((c for c in cs.models if m and c.model.name == m.group(2)), None)
-        if m is None or cm is None:
-            gone.append((f, f"no model of {source} produces this layer any more"))
-            continue
-        try:
-            texts[f] = layer.generate(cs, cm, m.group(1), codegen.source_name(path))
-        except layer.LayerError as e:
-            gone.append((f, f"{source} gives no such layer any more: {e}"))
-    return texts, gone
-
-
 def cmd_fmt(args) -> int:
     from . import fmt, parser, pipeline
-    from .files import write_atomic
+    from .files import rewrite
 
     files = pipeline.expand(args.files)
     if not files:
@@ -369,7 +361,7 @@ def cmd_fmt(args) -> int:
     stale, failed = [], 0
     for path, _ in files:
         if not path.exists():
-            print(f"taxcompile: error: no such file: {path}", file=sys.stderr)
+            print(f"taxcompile: error: {_missing(path)}", file=sys.stderr)
             return EXIT_USAGE
         if not path.is_file():  # fmt rewrites its files: a device or a fifo is no spec
             print(f"taxcompile: error: {path} is not a regular file", file=sys.stderr)
@@ -396,7 +388,7 @@ def cmd_fmt(args) -> int:
             stale.append(path)
             if not args.check:
                 try:
-                    write_atomic(path.resolve(), new)  # through a link: keep the link
+                    rewrite(path, new)
                 except OSError as e:
                     print(f"taxcompile: error: cannot write {path}: {e.strerror or e}",
                           file=sys.stderr)
@@ -577,7 +569,31 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Visible:
+    """A text stream that writes control characters as visible escapes: a file name, a
+    cite or a source line with an ESC or a BEL never acts on the user's terminal."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(visible(text))
+        return len(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Visible(out), _Visible(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["study"]:
         from .study.cli import main as study

@@ -4,6 +4,7 @@ followed by the source line, a caret under the column, and a hint."""
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,18 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 MAX_REPORTED = 20  # errors shown per file before "… and N more"
+
+# Characters a terminal acts on (ESC starts a colour or a cursor move, BEL rings, CR
+# returns over the line, U+009B is a one-byte CSI) and that XML 1.0 forbids: C0 but for
+# tab and newline, DEL, C1, and the bidirectional overrides that reorder what is shown.
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character written as a visible escape (``\\x1b``):
+    what reaches a terminal, an XML document or a page from a spec or a file name."""
+    return _INVISIBLE.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                     else f"\\u{ord(m.group()):04x}"), text)
 
 
 def article(word: str) -> str:
@@ -57,6 +70,12 @@ class Diagnostic:
     message: str
     hint: str = ""
 
+    def __post_init__(self) -> None:
+        if not self.hint:  # every error carries a hint: its kind's (hints.py)
+            from .hints import FALLBACK, hint_for
+
+            object.__setattr__(self, "hint", hint_for(self.message) or FALLBACK)
+
     def render(self, source: str | None) -> str:
         out = [f"{self.loc}: error: {self.message}"]
         if source is not None and self.loc.line >= 1:
@@ -69,6 +88,9 @@ class Diagnostic:
                     col = self.loc.column - start
                 else:
                     col = self.loc.column
+                # a control character is shown as an escape: the caret moves with it
+                col = len(visible(text[: max(col - 1, 0)])) + 1
+                text = visible(text)
                 out.append(f"    {text}")
                 out.append("    " + " " * max(col - 1, 0) + "^")
         if self.hint:
@@ -104,13 +126,20 @@ class Collector:
         self.file = file
         self.source = source
         self.diagnostics: list[Diagnostic] = []
+        self._seen: set[Diagnostic] = set()  # a list scan per error was quadratic
+        self._locs: dict[tuple[int, int], Location] = {}
 
     def loc(self, line: int | None, column: int | None) -> Location:
-        return _location()(file=self.file, line=line or 1, column=column or 1)
+        key = (line or 1, column or 1)
+        found = self._locs.get(key)
+        if found is None:  # one frozen Location per place: every node of every variant asks
+            found = self._locs[key] = _location()(file=self.file, line=key[0], column=key[1])
+        return found
 
     def error(self, loc: Location, message: str, hint: str = "") -> None:
         d = Diagnostic(loc, message, hint)
-        if d not in self.diagnostics:
+        if d not in self._seen:
+            self._seen.add(d)
             self.diagnostics.append(d)
 
     def raise_if_any(self) -> None:

@@ -13,6 +13,8 @@ svg/png/pdf runs graphviz's ``dot``."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import shutil
 import subprocess
 import zlib
@@ -24,7 +26,8 @@ import graphviz
 from . import ir, mechanisms
 from .checks import CheckedModel, CheckedSpec
 from .classify import classify_model
-from .files import OutputError, write_atomic
+from .diagnostics import visible
+from .files import OutputError, read_regular, write_atomic
 from .graph import edges as graph_edges
 from .ops import OPS
 
@@ -48,49 +51,68 @@ class DiagramError(Exception):
 
 
 # Every diagram carries this mark (a graph comment in .dot and .svg, a tEXt chunk in
-# .png, a comment line in .pdf), so that `diagram -o FILE` replaces a diagram it drew
-# before and refuses any other file.
-MARK = "taxcompile diagram"
+# .png, a comment line in .pdf) with the SHA-256 of the file as written with the mark's
+# hash zeroed: `diagram -o FILE` replaces a diagram it drew, unchanged since, and refuses
+# any other file, one that merely contains the words included.
+MARK = "taxcompile diagram sha256="
+_ZEROS = "0" * 64
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_TEXT = b"tEXt" + b"Software\0"  # the chunk's type and keyword before the mark
+MAX_DIAGRAM_BYTES = 64_000_000  # a larger file is no diagram of ours
+
+
+def _png_chunk(mark: bytes) -> bytes:
+    body = _PNG_TEXT + mark
+    return (len(body) - 4).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
 
 
 def _marked(fmt: str, data: bytes) -> bytes:
-    """Rendered output with ``MARK`` added where the format keeps comments."""
+    """Rendered output with the mark added where the format keeps comments (the graph
+    comment already carries it in .dot and .svg), its hash still zero."""
+    mark = (MARK + _ZEROS).encode()
     if fmt == "png" and data.startswith(PNG_SIGNATURE):
         end = 8 + 12 + int.from_bytes(data[8:12], "big")  # after the IHDR chunk
-        body = b"tEXt" + b"Software\0" + MARK.encode()
-        chunk = (len(body) - 4).to_bytes(4, "big") + body + \
-            zlib.crc32(body).to_bytes(4, "big")
-        return data[:end] + chunk + data[end:]
+        return data[:end] + _png_chunk(mark) + data[end:]
     if fmt == "pdf":
         # a comment just before `startxref` moves no object that the xref table locates
         i = data.rfind(b"startxref")
         if i >= 0:
-            return data[:i] + b"%" + MARK.encode() + b"\n" + data[i:]
+            return data[:i] + b"%" + mark + b"\n" + data[i:]
     return data
 
 
-def is_diagram(path: Path) -> bool:
-    """Whether ``path`` is a diagram taxcompile drew (it carries ``MARK``)."""
-    fmt = path.suffix.lstrip(".").lower()
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8192)
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 8192))
-            tail = f.read()
-    except OSError:
-        return False
-    mark = MARK.encode()
-    if fmt == "svg":
-        return b"<!-- " + mark + b" -->" in head
-    if fmt == "dot":
-        return head.startswith(b"digraph ") and b'comment="' + mark + b'"' in head
+def _with_hash(fmt: str, data: bytes, digest: str) -> bytes:
+    """``data`` with its (first) mark's hash replaced by ``digest`` (a PNG chunk's CRC
+    follows it); the same bytes when ``data`` has no mark."""
+    i = data.find(MARK.encode())
+    if i < 0:
+        return data
+    j = i + len(MARK)
+    out = data[:j] + digest.encode() + data[j + 64:]
     if fmt == "png":
-        return head.startswith(PNG_SIGNATURE) and b"tEXtSoftware\0" + mark in head
-    if fmt == "pdf":
-        return head.startswith(b"%PDF-") and b"%" + mark + b"\n" in tail
-    return False
+        body = _PNG_TEXT + out[i:j + 64]
+        if out[i - len(_PNG_TEXT):i] == _PNG_TEXT:
+            out = out[:j + 64] + zlib.crc32(body).to_bytes(4, "big") + out[j + 68:]
+    return out
+
+
+def _sealed(fmt: str, data: bytes) -> bytes:
+    """Marked output with the mark's hash filled in."""
+    return _with_hash(fmt, data, hashlib.sha256(data).hexdigest())
+
+
+def is_diagram(path: Path) -> bool:
+    """Whether ``path`` is a diagram taxcompile drew, unchanged since: a regular file whose
+    mark holds the hash of its bytes with that hash zeroed."""
+    fmt = path.suffix.lstrip(".").lower()
+    data = read_regular(path, MAX_DIAGRAM_BYTES + 1)
+    if data is None or len(data) > MAX_DIAGRAM_BYTES or fmt not in FORMATS:
+        return False
+    i = data.find(MARK.encode())
+    digest = data[i + len(MARK):i + len(MARK) + 64].decode("ascii", "replace")
+    if i < 0 or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        return False
+    return hashlib.sha256(_with_hash(fmt, data, _ZEROS)).hexdigest() == digest
 
 
 def _check_target(out: Path) -> None:
@@ -408,14 +430,28 @@ class Diagram(graphviz.Digraph):
         return _svg(self.source)
 
 
+# Boxes in one drawing: `dot`'s layout grows faster than its boxes (the transformer and
+# its variants, 13 boxes each: 143 boxes 3.8 s, 533 boxes 8.4 s, 1,313 boxes 39 s on a
+# busy 2-core host); the largest spec in specs/ and examples/ draws 28.
+MAX_DIAGRAM_NODES = 500
+
+
 def build(cs: CheckedSpec, models: list[str] | None = None) -> Diagram:
     """The DOT graph of every model variant of a spec (of ``models`` only, if given: then
-    without the paper's title, which the page around it shows)."""
+    without the paper's title, which the page around it shows). Raises DiagramError past
+    ``MAX_DIAGRAM_NODES`` boxes."""
+    boxes = sum(getattr(n, "hop", None) is None or n.hop.first  # a repeat is drawn once
+                for cm in cs.models if models is None or cm.model.name in models
+                for n in cm.model.nodes)
+    if boxes > MAX_DIAGRAM_NODES:
+        raise DiagramError(f"the diagram would have {boxes:,} boxes, more than the "
+                           f"{MAX_DIAGRAM_NODES:,} graphviz lays out in reasonable time: "
+                           "split the spec's variants into several specs")
     p = cs.spec.paper
     title = f"{p.cite}" + (f" {p.year}" if p.year else "") + (f": {p.title}" if p.title else "")
     g = Diagram(name=p.id, graph_attr=dict(
-        comment=MARK, rankdir="TB", fontname="Helvetica",
-        label=graphviz.escape(title) if models is None else "", labelloc="t",
+        comment=MARK + _ZEROS, rankdir="TB", fontname="Helvetica",
+        label=graphviz.escape(visible(title)) if models is None else "", labelloc="t",
         fontsize="16", nodesep="0.4", ranksep="0.55", newrank="true", forcelabels="true"),
         node_attr=dict(fontname="Helvetica", fontsize="10", margin="0.12,0.06"),
         edge_attr=dict(fontname="Helvetica", color="#555555", arrowsize="0.7"))
@@ -450,18 +486,20 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
     and a note for the user (graphviz missing: the .dot source is written instead)."""
     fmt = out.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
-        raise DiagramError(f"cannot write `{out.name}`: the diagram formats are "
-                           + ", ".join(f".{f}" for f in FORMATS))
+        if out.is_dir():  # `-o .`: its name has no suffix
+            _check_target(out)
+        raise DiagramError(f"cannot write the diagram to {out}: the diagram formats are "
+                           + ", ".join(f".{f}" for f in FORMATS) + f" (e.g. `-o {out.stem or 'model'}.svg`)")
     _check_target(out)
     source = build(cs).source
     if fmt == "dot":
-        _write(out, source.encode("utf-8"))
+        _write(out, _sealed(fmt, source.encode("utf-8")))
         return [out], ""
     dot = shutil.which("dot")
     if dot is None:
         dot_path = out.with_suffix(".dot")
         _check_target(dot_path)
-        _write(dot_path, source.encode("utf-8"))
+        _write(dot_path, _sealed("dot", source.encode("utf-8")))
         return [dot_path], (f"graphviz's `dot` program was not found, so {out.name} was not "
                             f"drawn; wrote the graph source to {dot_path} instead. Install "
                             "graphviz (Debian: `apt-get install -y graphviz`) to render "
@@ -470,7 +508,7 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
                           timeout=120)
     if done.returncode != 0:
         raise DiagramError(f"`dot` failed: {done.stderr.decode('utf-8', 'replace').strip()}")
-    _write(out, _marked(fmt, done.stdout))
+    _write(out, _sealed(fmt, _marked(fmt, done.stdout)))
     return [out], ""
 
 

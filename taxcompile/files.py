@@ -7,8 +7,94 @@ import errno
 import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
+
+
+def _tmp_prefix(path: Path) -> str:
+    """A temporary file's name for ``path``: hidden, with the writer's process id, so that
+    one a killed writer left is known (``clean_temps``) and one in use is not."""
+    return f".{path.name}.{os.getpid()}."
+
+
+_TMP = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp")
+
+
+def clean_temps(directory: Path, names) -> list[Path]:
+    """Remove the temporary files of ``names`` in ``directory`` that a writer killed before
+    its rename left (their process is gone); returns them."""
+    names = set(names)
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return []
+    for entry in entries:
+        m = _TMP.fullmatch(entry.name)
+        if m is None or m["name"] not in names or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            os.kill(int(m["pid"]), 0)
+            continue  # its writer is alive (or another user's): leave it
+        except ProcessLookupError:
+            pass
+        except (OSError, OverflowError):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
+            removed.append(Path(entry.path))
+    return removed
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of ``path`` if it is a regular file, not a link; None for
+    anything else. Never blocks (a FIFO) nor reads without end (a link to /dev/zero)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory, a FIFO, a device
+            os.close(fd)
+            return None
+    except OSError:
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read(limit)
+        except OSError:
+            return None
+
+
+def same_bytes(path: Path, data: bytes) -> bool:
+    """``path`` is a regular file (not a link) holding exactly ``data``."""
+    got = read_regular(path, len(data) + 1)
+    return got is not None and got == data
+
+
+# ---- a generated file that carries the hash of its own text ----------------------------
+
+SEAL = " — sha256 "
+
+
+def seal(text: str) -> str:
+    """``text`` (first line a header) with the hash of the rest at the end of the header:
+    a file that still matches its seal is one taxcompile wrote and nobody edited."""
+    head, sep, rest = text.partition("\n")
+    return f"{head}{SEAL}{sha256(rest.encode('utf-8'))[:16]}{sep}{rest}"
+
+
+def sealed(path: Path, limit: int = 16_000_000) -> bool:
+    """``path`` is a regular file whose header's seal matches the rest of it."""
+    data = read_regular(path, limit + 1)
+    if data is None or len(data) > limit:
+        return False
+    head, _, rest = data.partition(b"\n")
+    digest = head.rpartition(SEAL.encode("utf-8"))[2]
+    return SEAL.encode("utf-8") in head and digest == sha256(rest)[:16].encode()
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
@@ -19,7 +105,8 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
         _mkdirs(path.parent, created)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        clean_temps(path.parent, [path.name])
+        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=path.parent)
     except BaseException:
         _rmdirs(created)
         raise
@@ -39,6 +126,23 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
             os.unlink(tmp)
         _rmdirs(created)
         raise
+
+
+def rewrite(path: Path, text: str) -> None:
+    """Replace a spec's text as an editor saving it would (`fmt`): a read-only file is
+    refused (PermissionError), a file with other hard links is written in place (a new
+    file would leave the other names with the old text); else atomically, through a
+    symbolic link (the link stays a link)."""
+    real = path.resolve()
+    st = real.stat()
+    if not st.st_mode & 0o222 or not os.access(real, os.W_OK):
+        raise PermissionError(errno.EACCES, "the file is read-only (nothing changed)")
+    if st.st_nlink > 1:
+        with open(real, "r+b") as f:
+            f.write(text.encode("utf-8"))
+            f.truncate()
+        return
+    write_atomic(real, text)
 
 
 def _rmdirs(created: list[Path]) -> None:
@@ -72,6 +176,9 @@ def _mkdirs(directory: Path, created: list[Path]) -> None:
     missing = []
     d = directory
     while not d.is_dir():
+        if d.exists() or d.is_symlink():  # a file, or a link to nothing, where a directory goes
+            raise NotADirectoryError(errno.ENOTDIR, f"{d} is in the way (it is not a directory)",
+                                     str(d))
         missing.append(d)
         if d.parent == d:
             break
@@ -90,6 +197,11 @@ def write_all_atomic(files: dict[Path, str | bytes]) -> None:
     for path in files:
         if Path(path).is_dir():
             raise IsADirectoryError(errno.EISDIR, "a directory is in the way", str(path))
+    by_dir: dict[Path, list[str]] = {}
+    for path in files:
+        by_dir.setdefault(Path(path).parent, []).append(Path(path).name)
+    for d, names in by_dir.items():  # what a writer killed before its renames left
+        clean_temps(d, names)
     umask = os.umask(0)
     os.umask(umask)
     try:
@@ -97,7 +209,8 @@ def write_all_atomic(files: dict[Path, str | bytes]) -> None:
             path = Path(path)
             try:
                 _mkdirs(path.parent, created)
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+                fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp",
+                                           dir=path.parent)
             except OSError as e:  # name the file we could not write
                 raise type(e)(e.errno, e.strerror, str(path)) from e
             staged.append((tmp, path))
@@ -151,8 +264,9 @@ def _safe_name(name: object) -> bool:
     return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
-def read_manifest(directory: Path) -> dict[str, str] | None:
-    """The files a previous report wrote into ``directory`` (name -> SHA-256), or None
+def read_manifest(directory: Path) -> dict[str, set[str]] | None:
+    """The files a previous report wrote into ``directory`` (name -> the SHA-256s it may
+    hold: its own, and the next report's while that one's renames were under way), or None
     when it has no valid manifest."""
     path = directory / MANIFEST
     try:
@@ -163,14 +277,17 @@ def read_manifest(directory: Path) -> dict[str, str] | None:
         return None
     if not isinstance(doc, dict) or doc.get("written by") != "taxcompile report":
         return None
-    files = doc.get("files")
-    if not isinstance(files, dict) or not all(
-            _safe_name(k) and isinstance(v, str) and len(v) == 64 for k, v in files.items()):
+    files, pending = doc.get("files"), doc.get("pending", {})
+    if not all(isinstance(d, dict) and all(_safe_name(k) and isinstance(v, str) and len(v) == 64
+                                           for k, v in d.items()) for d in (files, pending)):
         return None
-    return dict(files)
+    out = {name: {digest} for name, digest in files.items()}
+    for name, digest in pending.items():
+        out.setdefault(name, set()).add(digest)
+    return out
 
 
-def check_site_dir(out: Path, specs: list[Path], spec_dirs: list[Path]) -> dict[str, str]:
+def check_site_dir(out: Path, specs: list[Path], spec_dirs: list[Path]) -> dict[str, set[str]]:
     """Refuse a report directory that is not the report's to replace; returns the files
     the previous report wrote there (empty for a new or empty directory).
 
@@ -214,11 +331,15 @@ def check_site_dir(out: Path, specs: list[Path], spec_dirs: list[Path]) -> dict[
     return manifest
 
 
-def write_site(out: Path, files: dict[str, str | bytes], old: dict[str, str]) -> list[Path]:
+def write_site(out: Path, files: dict[str, str | bytes], old: dict[str, set[str]]) -> list[Path]:
     """Write a report's ``files`` (relative names) into ``out``, all or none, with a
     manifest; replace only files that ``old`` (the previous manifest) lists, unchanged
     since; then remove what the old report had and this one has not. Returns the files
-    removed. Raises ``OutputError`` (nothing written) when a file is in the way."""
+    removed. Raises ``OutputError`` (nothing written) when a file is in the way.
+
+    The renames are not one step: before them the manifest lists the new files' hashes as
+    pending too, so that a report killed between two renames leaves a site whose every
+    file the manifest accounts for, which the next report replaces."""
     real = out.resolve()
     where = f"cannot write the report to {out}"
     data = {name: (text.encode("utf-8") if isinstance(text, str) else text)
@@ -236,15 +357,18 @@ def write_site(out: Path, files: dict[str, str | bytes], old: dict[str, str]) ->
             if name not in old:
                 raise OutputError(f"{where}: {out / name} exists and no report wrote it "
                                   "(move it away first)")
-            if _hash_of(target) != old[name]:
+            if _hash_of(target) not in old[name]:
                 raise OutputError(f"{where}: {out / name} was changed since the report wrote "
                                   "it (move it away first)")
     manifest = {"written by": "taxcompile report",
                 "files": {name: sha256(raw) for name, raw in sorted(data.items())}}
-    writes: dict[Path, bytes] = {real / name: raw for name, raw in data.items()}
-    writes[real / MANIFEST] = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
+    now = {name: _hash_of(real / name) for name in sorted(old)}  # the old files as they are
+    journal = {"written by": "taxcompile report",
+               "files": {name: h for name, h in now.items() if h in old[name]},
+               "pending": manifest["files"]}
     try:
-        write_all_atomic(writes)
+        write_atomic(real / MANIFEST, json.dumps(journal, indent=1) + "\n")
+        write_all_atomic({real / name: raw for name, raw in data.items()})
     except OSError as e:
         raise OutputError(f"{where}: " + (f"{e.filename}: " if e.filename else "")
                           + f"{e.strerror or e} (nothing written)") from None
@@ -256,7 +380,7 @@ def write_site(out: Path, files: dict[str, str | bytes], old: dict[str, str]) ->
         parents = target.relative_to(real).parents
         if any((real / p).is_symlink() for p in parents if str(p) != "."):
             continue
-        if _hash_of(target) == digest:  # only what the old report wrote, unchanged
+        if _hash_of(target) in digest:  # only what the old report wrote, unchanged
             with contextlib.suppress(OSError):
                 target.unlink()
                 removed.append(out / name)
@@ -267,4 +391,5 @@ def write_site(out: Path, files: dict[str, str | bytes], old: dict[str, str]) ->
                         p.rmdir()
                     except OSError:
                         break
+    write_atomic(real / MANIFEST, json.dumps(manifest, indent=1) + "\n")  # the commit
     return removed

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from . import digraph, ir
 from .checks import CheckedModel, expr_links, links
+from .diagnostics import visible
 
 if TYPE_CHECKING:  # networkx is imported where a graph is built (it is slow to import)
     import networkx as nx
@@ -92,13 +93,18 @@ def dataflow_of(cm: CheckedModel) -> digraph.DiGraph:
 
 
 def _plain(g: nx.DiGraph) -> nx.DiGraph:
+    """The graph without its IR objects, every text made visible (a file name with an ESC
+    would make the GraphML ill-formed XML: 1.0 forbids most control characters)."""
     import networkx as nx
 
-    h = nx.DiGraph(name=g.graph.get("name", ""))
+    def text(v):
+        return visible(v) if isinstance(v, str) else v
+
+    h = nx.DiGraph(name=text(g.graph.get("name", "")))
     for n, a in g.nodes(data=True):
-        h.add_node(n, **{k: v for k, v in a.items() if k != "ir" and v is not None})
+        h.add_node(n, **{k: text(v) for k, v in a.items() if k != "ir" and v is not None})
     for a, b, e in g.edges(data=True):
-        h.add_edge(a, b, **e)
+        h.add_edge(a, b, **{k: text(v) for k, v in e.items()})
     return h
 
 

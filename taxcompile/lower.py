@@ -40,6 +40,11 @@ MAX_INT = 1 << 24
 class _NotConstant(Exception):
     """``sym`` met an expression that is no constant (its error is reported elsewhere)."""
 MAX_NODES = 5000
+# Nodes of all models of a spec together (variants and `repeat` hops unrolled): what the
+# front end's time and memory grow with. A one-line variant of a large model is a whole
+# model again, so without this bound 1 MB of variants would cost hours and gigabytes;
+# with it, a spec costs at most a few seconds (the largest in specs/ has 156 nodes).
+MAX_SPEC_NODES = 10_000
 
 # `alignment[T, S]`: a target alignment (B, T, S) for supervised attention, no feature size
 # `pointers[T] (into = S)`: target positions of axis S, one per position of T (a pointer
@@ -137,6 +142,8 @@ class Lowerer:
         self.defining_feature = False
         self.const_syms: dict[str, str | None] = {}  # `let` name -> its expression (Config)
         self.model_scope: Scope | None = None
+        self.spec_nodes = 0  # nodes of every model lowered so far (MAX_SPEC_NODES)
+        self.too_big = False
 
     # ---- helpers ------------------------------------------------------------
 
@@ -408,6 +415,8 @@ class Lowerer:
         by_name: dict[str, ast.Model] = {}
         out: list[ir.Model] = []
         for m in models:
+            if self.too_big:  # past MAX_SPEC_NODES: the rest is not lowered
+                break
             # a model's name is only a file name (`paper_model.py`) and text in the
             # generated code, so `global` (Luong et al.'s global attention) is a fine one
             if not self.check_ident(m.name, m.pos, "model", python_keywords=True):
@@ -536,6 +545,7 @@ class Lowerer:
         self.pending_feeds: list = []
         scope = Scope("", Scope("", None, consts=self.consts))  # top-level `let`s outside
         self.model_scope = scope
+        self.model_pos = m.pos
         self.model_consts: list[tuple[str, ir.Scalar, str | None]] = []
         before = len(self.c.diagnostics)
         self.body(m.body, scope)
@@ -555,6 +565,14 @@ class Lowerer:
                 scope.declared.setdefault(s.name, scope.prefix + s.name)
 
     def add_node(self, n: ir.AnyNode, pos: ast.Pos) -> None:
+        self.spec_nodes += 1
+        if self.spec_nodes > MAX_SPEC_NODES:
+            if not self.too_big:
+                self.err(self.model_pos, f"the spec has more than {MAX_SPEC_NODES:,} nodes in "
+                         "its models (variants and `repeat` hops unrolled); this model passes "
+                         "the limit", "split the spec, or compile fewer variants at once")
+            self.too_big = True
+            raise _TooBig
         if len(self.nodes) >= MAX_NODES:
             self.err(pos, f"model has more than {MAX_NODES} nodes after unrolling `repeat` blocks",
                      "use fewer hops or fewer statements")

@@ -21,6 +21,9 @@ from . import ast
 from .diagnostics import Diagnostic, Location, SpecError
 
 MAX_BYTES = 1_000_000
+# Models per spec: each has two nodes at least, so more than lower.MAX_SPEC_NODES / 2
+# could never pass; refused before the parse (its cost grows with the file's bytes)
+MAX_MODELS = 5_000
 MAX_DEPTH = 64  # brackets nested deeper than this are refused before parsing
 MAX_EXPR_DEPTH = 256  # operators and calls inside one another: `a + b + c` counts 2
 MAX_NUMBER_CHARS = 100  # a longer number literal is refused (Python's int() stops at 4,300)
@@ -266,6 +269,21 @@ def _screen(data: bytes, file: str, size: int | None = None) -> str:
         line = text.count("\n", 0, nul) + 1
         col = nul - (text.rfind("\n", 0, nul) + 1) + 1
         raise err(line, col, "file contains a NUL byte", "specs are text; is this a binary file?")
+    ctl = _CONTROL.search(text)
+    if ctl is not None:  # it would act on a terminal (ESC, BEL) or break an SVG's XML
+        i = ctl.start()
+        line = text.count("\n", 0, i) + 1
+        col = i - (text.rfind("\n", 0, i) + 1) + 1
+        raise err(line, col, f"file contains the control character U+{ord(ctl.group()[0]):04X}",
+                  "specs are plain text: remove it (a terminal colour code or a stray "
+                  "carriage return?)", text)
+    for n, m in enumerate(_MODEL.finditer(text)):
+        if n == MAX_MODELS:  # refused before the parse: a cheap bound on a variant flood
+            i = m.start(1)
+            line = text.count("\n", 0, i) + 1
+            col = i - (text.rfind("\n", 0, i) + 1) + 1
+            raise err(line, col, f"the spec has more than {MAX_MODELS:,} models",
+                      "split the spec, or compile fewer variants at once", text)
     depth = 0
     for m in _BRACKETS.finditer(text):  # only the brackets, not every character
         if m.group() in "([{":
@@ -282,6 +300,10 @@ def _screen(data: bytes, file: str, size: int | None = None) -> str:
 
 
 _BRACKETS = re.compile(r"[()\[\]{}]")
+_MODEL = re.compile(r"^[ \t]*(model)\b", re.M)  # a model's first line (strings are one line)
+# C0 controls but tab, newline and a carriage return before a newline (CRLF line ends);
+# DEL and the C1 controls
+_CONTROL = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
 _EXPRESSIONS = frozenset({"add", "sub", "mul", "div", "neg", "call"})
 
 

@@ -21,6 +21,7 @@ from pygments.lexers import PythonLexer
 
 from . import __version__, codegen, diagram, pipeline, table
 from .classify import DIMENSIONS
+from .diagnostics import visible
 from .files import check_site_dir, make_dirs, remove_dirs, write_site
 from .lexer import AttnLexer
 
@@ -212,7 +213,7 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
                              html=highlight(src, PythonLexer(), fmt)))
         home = in_table.get(row.paper.ref) if row.paper.row is None else None
         files_out[f"papers/{row.paper.id}.html"] = env.get_template("paper.html.j2").render(
-            p=row.paper, file=page.file, variants=variants, row=row.row(), dims=DIMENSIONS,
+            p=row.paper, file=visible(page.file), variants=variants, row=row.row(), dims=DIMENSIONS,
             titles=titles, svgs=page.svgs, diagram_note=page.note, version=__version__,
             source=highlight(source, AttnLexer(), fmt), code=code,
             home=None if home is None else dict(id=home.paper.id, cite=home.paper.cite))

@@ -5,8 +5,7 @@ parsing or classifying anything."""
 
 from __future__ import annotations
 
-import csv
-import io
+import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -55,14 +54,30 @@ def order(rows: list[PaperRow]) -> list[PaperRow]:
                                        r.spec.file))
 
 
+def _cell(text: str) -> str:
+    """A CSV cell a spreadsheet shows as text: one that starts with ``= + - @``, a tab or a
+    carriage return would be read as a formula (OWASP's CSV injection rule: prefix it with
+    a quote)."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def _csv_row(cells) -> str:
+    """One CSV line (RFC 4180): a cell with a comma, a quote or a line break ("\\r" too,
+    which the ``csv`` module leaves bare when its line terminator is "\\n") is quoted."""
+    return ",".join(f'"{c.replace(chr(34), chr(34) * 2)}"' if any(x in c for x in ',"\r\n')
+                    else c for c in cells) + "\n"
+
+
 def render_csv(rows: list[PaperRow]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for r in rows:
-        d = r.row()
-        w.writerow([d[c] for c in COLUMNS])
-    return buf.getvalue()
+    return _csv_row(COLUMNS) + "".join(_csv_row(_cell(r.row()[c]) for c in COLUMNS)
+                                       for r in rows)
+
+
+def _md(text: str) -> str:
+    """A Markdown table cell that reads as the text it holds: a `|` would end the cell, and
+    HTML (`<img onerror=…>`, `&lt;`) and emphasis or code marks would be rendered."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_|])", r"\\\1", text)
 
 
 def render_md(rows: list[PaperRow]) -> str:
@@ -71,7 +86,7 @@ def render_md(rows: list[PaperRow]) -> str:
     for r in rows:
         d = r.row()
         lines.append("| " + " | ".join(
-            (f"{d['paper']} [{d['ref']}]" if c == "paper" and d["ref"] else d[c]).replace("|", "\\|")
+            _md(f"{d['paper']} [{d['ref']}]" if c == "paper" and d["ref"] else d[c])
             for c in COLUMNS if c != "ref") + " |")
     lines[0] = "| " + " | ".join(TITLES[c] for c in COLUMNS if c != "ref") + " |"
     lines[1] = "|" + "|".join("---" for c in COLUMNS if c != "ref") + "|"

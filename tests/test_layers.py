@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import ROOT, SPECS  # noqa: E402
-from taxcompile import cli, codegen, pipeline  # noqa: E402
+from taxcompile import cli, codegen, files, pipeline  # noqa: E402
 from taxcompile.codegen import layer  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
 from test_codegen_specs import assert_clean_module  # noqa: E402
@@ -180,7 +180,11 @@ def test_compile_check_covers_the_committed_layers(tmp_path, monkeypatch, capsys
     layer_file = out / "layers" / "yang2016_han_word.py"
     good = layer_file.read_text(encoding="utf-8")
     assert cli.main(["compile", "specs/", "-o", str(out), "--check"]) == 0
-    layer_file.write_text(good.replace("d_w: int = 100", "d_w: int = 99"), encoding="utf-8")
+    # what an older spec made taxcompile write: sealed (its header hashes the rest)
+    head, rest = good.split("\n", 1)
+    unsealed = head.rsplit(files.SEAL, 1)[0] + "\n" + rest.replace("d_w: int = 100",
+                                                                   "d_w: int = 99")
+    layer_file.write_text(files.seal(unsealed), encoding="utf-8")
     assert good != layer_file.read_text(encoding="utf-8")
     capsys.readouterr()
     assert cli.main(["compile", "specs/", "-o", str(out), "--check"]) == 1

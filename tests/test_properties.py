@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from taxcompile import codegen
 from taxcompile.classify import DIMENSIONS
-from taxcompile.diagnostics import SpecError
+from taxcompile.diagnostics import SpecError, visible
 from taxcompile.pipeline import classify_spec, load_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,8 +99,10 @@ def assert_excerpts_match(e: SpecError, text: str) -> None:
         assert d.loc.column <= len(line) + 1, (d, line)
         out = d.render(text).split("\n")
         if len(line) <= 200 and len(out) >= 3 and out[1].startswith("    "):
-            assert out[1] == "    " + line.replace("\t", " "), (d, out[1], line)
-            assert out[2] == "    " + " " * (d.loc.column - 1) + "^", (d, out[2])
+            # a control character is shown escaped (`\x1b`), the caret moved with it
+            assert out[1] == "    " + visible(line.replace("\t", " ")), (d, out[1], line)
+            col = len(visible(line[:d.loc.column - 1])) + 1
+            assert out[2] == "    " + " " * (col - 1) + "^", (d, out[2])
 
 
 def test_real_specs_are_valid():
@@ -430,6 +432,12 @@ def test_excerpt_is_the_reported_line(where, sep):
         text = "# a" + sep + "b\n" + text
     with pytest.raises(SpecError) as info:
         load_text(text, "b.attn")
+    if sep in ("\x0c", "\x85"):  # control characters: refused where they are (issue 23)
+        (d,) = info.value.diagnostics
+        line = text.split("\n")[d.loc.line - 1]
+        assert line[d.loc.column - 1] == sep and f"U+{ord(sep):04X}" in d.message
+        assert sep not in d.render(text) and visible(sep) in d.render(text)
+        return
     d = next(d for d in info.value.diagnostics if "nowhere" in d.message)
     assert text.split("\n")[d.loc.line - 1].strip() == "features = nowhere"  # line is right
     excerpt = d.render(text).split("\n")[1]

@@ -47,15 +47,11 @@ def source_name(path: Path | str) -> str:
 
 
 def generated_from(path: Path) -> str | None:
-    """The spec a generated file names in its first line, or None if it is not ours."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            first = f.readline()
-    except (OSError, UnicodeDecodeError):
-        return None
-    if not first.startswith(HEADER):
-        return None
-    return first[len(HEADER):].split(" — ")[0].strip()
+    """The spec a generated file names in its first line, or None if it is not ours (or
+    not a regular file: ``outputs.generated_from``)."""
+    from ..outputs import generated_from
+
+    return generated_from(path)
 
 
 def output_name(cs: checks.CheckedSpec, cm: checks.CheckedModel) -> str:

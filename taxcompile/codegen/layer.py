@@ -96,6 +96,7 @@ def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) ->
 
 def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source: str) -> str:
     """The text of the drop-in layer file for attention statement ``name`` of ``cm``."""
+    from ..files import seal
     from . import safe_source
 
     n = find(cm, name)
@@ -140,9 +141,11 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
         structural=n.mask)
     text = e.get_template("layer.py.j2").render(**ctx, imports=False)
     used = names(text)
-    return e.get_template("layer.py.j2").render(**ctx, imports=True, math="math" in used,
-                                                functional="F" in used,
-                                                warnings="warnings" in used)
+    # sealed: the header carries the hash of the rest, so that `compile` replaces only a
+    # layer file it wrote and nobody edited (files.sealed)
+    return seal(e.get_template("layer.py.j2").render(**ctx, imports=True, math="math" in used,
+                                                     functional="F" in used,
+                                                     warnings="warnings" in used))
 
 
 def safe(text: str) -> str:
