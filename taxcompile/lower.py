@@ -273,13 +273,8 @@ class Lowerer:
             return None
         shown = str(int(v)) if isinstance(v, float) and v.is_integer() and abs(v) < 1e16 \
             else _show(v)
-        if isinstance(v, float) and v.is_integer():
-            if self.sym(e, scope) is not None:  # Config would compute it as a float
-                self.err(e.pos, f"{what} must be a whole number, but it is computed in "
-                         f"floating point ({shown}.0): the generated Config would hold a float",
-                         "use whole numbers: integer `let`s, `*` and `/` by integers, "
-                         "e.g. `d * 10` for `d / 0.1`")
-                return None
+        floating = isinstance(v, float) and v.is_integer()
+        if floating:
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
             self.err(e.pos, f"{what} must be a whole number, got {shown}")
@@ -290,6 +285,12 @@ class Lowerer:
             return None
         if not lo <= v <= hi:
             self.err(e.pos, f"{what} must be between {lo} and {hi}, got {shown}")
+            return None
+        if floating and self.sym(e, scope) is not None:  # Config would compute a float
+            self.err(e.pos, f"{what} must be a whole number, but it is computed in floating "
+                     f"point ({shown}.0): the generated Config would hold a float",
+                     "use whole numbers: integer `let`s, `*` and `/` by integers, "
+                     "e.g. `d * 10` for `d / 0.1`")
             return None
         return v
 
