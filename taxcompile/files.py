@@ -331,6 +331,17 @@ def check_site_dir(out: Path, specs: list[Path], spec_dirs: list[Path]) -> dict[
     return manifest
 
 
+def check_unchanged(out: Path, old: dict[str, set[str]]) -> None:
+    """Refuse, before a report's slow part, a site whose files the user changed since the
+    last report wrote them (``write_site`` checks again as it writes)."""
+    real = out.resolve()
+    for name in sorted(old):
+        target = real / name
+        if (target.is_symlink() or target.exists()) and _hash_of(target) not in old[name]:
+            raise OutputError(f"cannot write the report to {out}: {out / name} was changed "
+                              "since the report wrote it (move it away first)")
+
+
 def write_site(out: Path, files: dict[str, str | bytes], old: dict[str, set[str]]) -> list[Path]:
     """Write a report's ``files`` (relative names) into ``out``, all or none, with a
     manifest; replace only files that ``old`` (the previous manifest) lists, unchanged

@@ -22,7 +22,7 @@ from pygments.lexers import PythonLexer
 from . import __version__, codegen, diagram, pipeline, table
 from .classify import DIMENSIONS
 from .diagnostics import visible
-from .files import check_site_dir, make_dirs, remove_dirs, write_site
+from .files import check_site_dir, check_unchanged, make_dirs, remove_dirs, write_site
 from .lexer import AttnLexer
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "report"
@@ -111,7 +111,7 @@ def build(specs: list[tuple[Path, object]], out: Path,
     (``pretrain.py``). ``study``: a study report's
     document (``study.report.document``), shown on its own page, study.html."""
     spec_paths = [Path(p) for p, _ in specs]
-    check_site_dir(out, spec_paths, list(spec_dirs))  # refuse before the slow part
+    check_unchanged(out, check_site_dir(out, spec_paths, list(spec_dirs)))  # before the slow part
     created = make_dirs(out, "cannot write the report to")  # fail early where -o cannot be
     try:
         return _build(specs, out, spec_paths, list(spec_dirs), train_steps, cache,

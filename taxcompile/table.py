@@ -121,7 +121,10 @@ def render_latex(rows: list[PaperRow]) -> str:
 RENDER = {"csv": render_csv, "md": render_md, "latex": render_latex}
 
 
-def _md(text: str) -> str:
+def _md_reason(text: str) -> str:
+    """A reason in a Markdown cell: HTML and `|` escaped (a cite may hold them), its
+    `code` marks kept (they name the spec's nodes)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -142,5 +145,5 @@ def classification_md(variants: list, title: str = "") -> str:
                         for why in cell.values[val]]
             reasons += [f"{tag}note: {n}" for n in cell.notes]
         lines.append(f"| {TITLES[d]} | {_md(', '.join(values))} | "
-                     + "<br>".join(_md(r) for r in reasons) + " |")
+                     + "<br>".join(_md_reason(r) for r in reasons) + " |")
     return "\n".join(lines) + "\n"

@@ -1144,7 +1144,11 @@ def test_a_spec_error_writes_nothing(gen_dir, tmp_path):
 def test_an_unwritable_output_fails_cleanly(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory\n")
-    for target in (blocker, blocker / "sub"):
+    p = run_cli("compile", "specs/lin2017.attn", "-o", blocker)  # a file named as -o: usage
+    assert_no_traceback(p)
+    assert p.returncode == 2 and "it is a file, not a directory" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    for target in (blocker / "sub",):  # a file in the way of the directory: the write fails
         p = run_cli("compile", "specs/lin2017.attn", "-o", target)
         assert_no_traceback(p)
         assert p.returncode == 1, (target, p.stdout, p.stderr)
