@@ -27,7 +27,6 @@ saying what failed), and the test runs each through ``check_spec``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -39,65 +38,6 @@ from test_properties import MUTATIONS, assert_front_end_ok
 
 ROOT = Path(__file__).resolve().parent.parent
 REGRESSIONS = Path(__file__).resolve().parent / "data" / "regressions"
-
-# ---------------------------------------------------------------------------------------
-# What another helper fixes (issue 23, "check accepts, the model does not run" and
-# "Runtime inputs", branch h23-runs): kept out of the generated space until that fix is
-# merged, then this list is deleted. Each entry: (the issue's item, a test on spec text).
-# ---------------------------------------------------------------------------------------
-
-def _embeds_of_one_input_differ(text: str) -> bool:
-    """`embed(t, 6)` and `embed(t, 2)`: one input embedded at two widths."""
-    widths: dict[str, set[str]] = {}
-    for name, d in re.findall(r"embed\(\s*(\w+)\s*,\s*([^,)]+)", text):
-        widths.setdefault(name, set()).add(d.strip())
-    return any(len(w) > 1 for w in widths.values())
-
-
-def _shared_coattention_differs(text: str) -> bool:
-    """A co-attention module (`affinity =`) with `share = OTHER` where the two differ in
-    dimensionality or heads, or use local alignment."""
-    blocks = {n: dict(re.findall(r"(\w+)\s*=\s*((?:\w+\([^)]*\))|[\w.]+)", body))
-              for n, body in re.findall(r"attention\s+(\w+)\s*\{([^}]*)\}", text)}
-    for b in blocks.values():
-        other = blocks.get(b.get("share", ""))
-        if "affinity" not in b or other is None:
-            continue
-        if any(b.get(k) != other.get(k) for k in ("dimensionality", "heads")) or \
-                "local" in b.get("align", "") + other.get("align", ""):
-            return True
-    return False
-
-
-KNOWN_OWNED_BY_H23_RUNS: list[tuple[str, Callable[[str], bool]]] = [
-    ("a size like `d / 0.1` (or `2.5 * hidden`) becomes a float",
-     re.compile(r"[*/]\s*[0-9]*\.[0-9]|[0-9]\.[0-9]*\s*\*").search),
-    ("`embed(t, 6)` and `embed(t, 2)` of one input share one table",
-     _embeds_of_one_input_differ),
-    ("`embed()` of an `alignment` input",
-     re.compile(r"(\w+)\s*:\s*alignment\b[\s\S]*embed\(\1\b|"
-                r"embed\((\w+)\b[\s\S]*\2\s*:\s*alignment").search),
-    ("co-attention `share` with `dimensionality = multi` on one side; shared co-attention "
-     "with different heads, or with local alignment", _shared_coattention_differs),
-    ("capsules over a grid input",
-     re.compile(r"grid\[[\s\S]*capsules|capsules[\s\S]*grid\[").search),
-    ("a `let` named `tiny`, axes named `device`, `g`, `out` or `torch`, a `repeat` or "
-     "attention named `compile`",
-     re.compile(r"\blet\s+tiny\b|(?:tokens|sequence|set|grid|vector|mask|graph|alignment|"
-                r"pointers)\s*\[[^\]]*\b(?:device|g|out|torch)\b|"
-                r"\((?:[^()]*,)?\s*(?:device|g|out|torch)\s*=|"
-                r"\b(?:repeat|attention)\s+compile\b").search),
-    ("`supervised(gold, loss = cross_entropy)` is NaN on the module's own example_inputs",
-     re.compile(r"cross_entropy").search),
-    ("`bias = gaussian` with one fully padded example makes every gradient NaN",
-     re.compile(r"\bbias\s*=\s*gaussian").search),
-]
-
-
-def known_owned(text: str) -> str | None:
-    """The issue item of h23-runs that ``text`` touches, or None."""
-    return next((item for item, touches in KNOWN_OWNED_BY_H23_RUNS if touches(text)), None)
-
 
 # ---------------------------------------------------------------------------------------
 # The oracle
@@ -676,6 +616,6 @@ def mutated_generated(draw) -> str:
 
 
 def any_spec() -> st.SearchStrategy[str]:
-    """The whole space, generated specs drawn most often; h23-runs' items left out."""
+    """The whole space, generated specs drawn most often."""
     return st.one_of(generated_specs(), generated_specs(), mutated_specs(),
-                     mutated_generated()).filter(lambda t: known_owned(t) is None)
+                     mutated_generated())

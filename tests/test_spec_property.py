@@ -53,21 +53,21 @@ def _check(text: str) -> str:
 
 @seeded
 @profile(100)
-@given(specgen.generated_specs().filter(lambda t: specgen.known_owned(t) is None))
+@given(specgen.generated_specs())
 def test_generated_specs_check_then_run(text):
     event(_check(text))
 
 
 @seeded
 @profile(40)
-@given(specgen.mutated_specs().filter(lambda t: specgen.known_owned(t) is None))
+@given(specgen.mutated_specs())
 def test_mutated_specs_check_then_run(text):
     event(_check(text))
 
 
 @seeded
 @profile(20)
-@given(specgen.mutated_generated().filter(lambda t: specgen.known_owned(t) is None))
+@given(specgen.mutated_generated())
 def test_mutated_generated_specs_check_then_run(text):
     event(_check(text))
 
@@ -93,12 +93,12 @@ def test_regressions_are_kept():
 
 def test_generator_reaches_codegen_and_errors():
     """The generator is not vacuous: among its first specs some run and some are
-    refused, and the owned list leaves most of the space in."""
+    refused."""
     from hypothesis import find
 
-    ran = find(specgen.generated_specs(), lambda t: specgen.known_owned(t) is None
-               and "attention" in t and _accepted(t), settings=settings(
-                   max_examples=50, database=None, derandomize=True, deadline=None))
+    ran = find(specgen.generated_specs(), lambda t: "attention" in t and _accepted(t),
+               settings=settings(max_examples=50, database=None, derandomize=True,
+                                 deadline=None))
     assert "model m" in ran
     refused = find(specgen.generated_specs(), lambda t: not _accepted(t),
                    settings=settings(max_examples=200, database=None, derandomize=True,
@@ -117,25 +117,3 @@ def _accepted(text: str) -> bool:
     return True
 
 
-def test_known_owned_list_matches_its_items():
-    """Each entry of KNOWN_OWNED_BY_H23_RUNS matches the issue's own reproduction (so
-    deleting the list after h23-runs' merge brings those specs back) and not a plain spec."""
-    examples = [
-        "let w = d / 0.1", "score = additive(d_w = 2.5 * hidden)",
-        "feature a = embed(t, 6)\nfeature b = embed(t, 2)",
-        "input gold: alignment[T, S]\nfeature e = embed(gold, 4)",
-        "attention a1 { query = y  keys = x  affinity = C  score = additive  heads = 2 }\n"
-        "attention a2 { query = x  keys = y  affinity = C  score = additive  share = a1 }",
-        "attention a1 { query = y  keys = x  affinity = C  score = additive }\n"
-        "attention a2 { query = x  keys = y  affinity = C  score = additive  share = a1\n"
-        "  align = local(D = 2) }",
-        "input g1: grid[H, W, 3]\nattention a { capsules = 3 }",
-        "let tiny = 3", "input x: sequence[device, 4]", "input x: tokens[g] (vocab = 9)",
-        "repeat compile 2 {", "penalty = supervised(gold, loss = cross_entropy)",
-        "bias = gaussian",
-    ]
-    for text in examples:
-        assert specgen.known_owned(text) is not None, text
-    for name, text in specgen.SEEDS:
-        if "gaussian" not in text and "cross_entropy" not in text:
-            assert specgen.known_owned(text) is None, (name, specgen.known_owned(text))
