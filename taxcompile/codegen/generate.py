@@ -167,8 +167,10 @@ def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
 
     st = p.step
     reads = {r for r, _ in checks.expr_links(n.keys)}
+    # only keys named by a node computed before the loop: an inline op (`keys = linear(h,
+    # d)`) is computed at the statement, inside the step (the property test found it)
     if st is None or not projects_keys(p, n) or not re.fullmatch(r"\w+", keys) or \
-            reads & st["region"]:
+            not isinstance(n.keys, ir.Ref) or reads & st["region"]:
         return []
     f = p.frame
     name = f.locals.new(f"{p.want(n)}_wk")
