@@ -2,24 +2,25 @@
 
 An affinity's ``form`` and a score share functions: ``dot`` / ``multiplicative`` (q^T k)
 and ``scaled_dot`` / ``scaled_multiplicative`` (q^T k / sqrt(d), eq. 8). Each is accepted
-in both places; the IR keeps one spelling per place."""
+in both places; the IR keeps one spelling per place. A score's other spellings are its
+record's ``aliases`` (taxcompile/mechanisms); an affinity's form has no records."""
 
 from __future__ import annotations
 
 import difflib
 
-# (parameter or field, spelling) -> the spelling it stands for there
-ALIASES = {
-    ("score", "dot"): "multiplicative",  # Luong et al.'s name
-    ("score", "scaled_dot"): "scaled_multiplicative",
-    ("form", "multiplicative"): "dot",
-    ("form", "scaled_multiplicative"): "scaled_dot",
-}
+# an affinity's `form` spelling -> the spelling the IR keeps
+FORM_ALIASES = {"multiplicative": "dot", "scaled_multiplicative": "scaled_dot"}
 
 
 def alias(where: str, name: str) -> str:
     """The spelling ``name`` stands for in ``where`` (``name`` itself if none)."""
-    return ALIASES.get((where, name), name)
+    if where == "score":
+        from .mechanisms import SCORES, spellings
+
+        m = spellings(SCORES).get(name)
+        return name if m is None else m.name
+    return FORM_ALIASES.get(name, name) if where == "form" else name
 
 
 def suggest(word: str, options) -> str:
