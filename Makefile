@@ -78,10 +78,10 @@ demo: $(DEMO_STAMP) graphviz
 	@echo "Running each generated model once (Config.tiny(), example_inputs()):"
 	@$(BIN)/python -m taxcompile.run generated/*.py
 	@echo
-	@echo "Writing the HTML report (its attention heatmaps train each model briefly,"
-	@echo "one process per core, at most 8):"
+	@echo "Writing the HTML report of specs/ (its attention heatmaps train each model"
+	@echo "briefly, one process per core, at most 8; add examples/ for the other models):"
 	@n=$$(nproc 2>/dev/null || echo 2); \
-	  $(BIN)/taxcompile report specs/ examples/ -o site --jobs $$(( n < 8 ? n : 8 ))
+	  $(BIN)/taxcompile report specs/ -o site --jobs $$(( n < 8 ? n : 8 ))
 	@echo
 	@echo "Where to look:"
 	@echo "  generated/*.py   a standalone PyTorch module per model variant"
