@@ -253,7 +253,8 @@ class AttentionChecks:
         n, q, k, v, where = f.n, f.q, f.k, f.v, f.where
         sc = n.score
         if n.heads > 1:
-            for what, d in (("d_q", q.dim if q is not None else None), ("d_k", k.dim), ("d_v", v.dim)):
+            dims = (("d_q", q.dim if q is not None else None), ("d_k", k.dim), ("d_v", v.dim))
+            for what, d in dims:
                 if d is not None and d % n.heads:
                     self.err(n.loc, f"{where}: {what} = {d} is not divisible by heads = {n.heads}",
                              "each head gets an equal slice (eq. 38)")

@@ -106,7 +106,8 @@ class PenaltyChecks:
         why = ("its weights are per feature (eq. 30-32)" if n.dimensionality == "multi" else
                "its weights are per class (eq. 43-45)" if n.capsules else
                "a sigmoid gate is not a distribution over the keys"
-               if mech.ALIGNS[n.align.fn].gate else f"it attends once per group of {', '.join(groups)}" if groups else None)
+               if mech.ALIGNS[n.align.fn].gate else
+               f"it attends once per group of {', '.join(groups)}" if groups else None)
         if why:
             self.err(sup.loc, f"{where}: `supervised` compares one distribution over the keys "
                      f"per query position with the target alignment, but {why}",
