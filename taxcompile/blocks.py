@@ -1,12 +1,13 @@
 """Shape rules of the everyday blocks that are not in the survey's vocabulary (issue 24):
 ``prepend(x, n)``, learned vectors (a CLS token, registers) before the first position of a
-sequence. The rules are ``checks.Checker`` methods, registered in ``ops.OPS`` by
-``ops.shape_rule``; ``checks`` imports this module. No torch here (the front end)."""
+sequence. The rules are ``check.Checker`` methods, registered in ``ops.OPS`` by
+``ops.shape_rule``; ``check`` imports this module. No torch here (the front end)."""
 
 from __future__ import annotations
 
 from . import ops
-from .checks import Checker, Shape, _name
+from .check import Checker
+from .check.core import Shape, _name
 
 
 @ops.shape_rule("prepend")

@@ -1,15 +1,17 @@
 """Combinations of one attention module's fields that the generated code has no
 computation for, refused with a located error (issue 23: the spec generator found `check`
-accepting them and the model failing at run time). A check stage of its own, beside
-``checks.py`` (which is over the size limit); ``Checker.attention`` calls ``refusal``."""
+accepting them and the model failing at run time). Decided from the statement alone, but
+reported by ``check.attention`` once the statement's inputs have shapes (the rule of what
+is checked where: ``taxcompile/check/__init__.py``)."""
 
 from __future__ import annotations
 
 from . import ir
 from .diagnostics import Location
+from .mechanisms import SCORES
 
 # The scores that read an affinity matrix (eq. 12-16): codegen has no other
-AFFINITY_SCORES = ("additive", "max_pool", "affinity")
+AFFINITY_SCORES = tuple(name for name, m in SCORES.items() if m.affinity)
 
 
 def refusal(n: ir.Attention) -> tuple[Location, str, str] | None:

@@ -152,11 +152,16 @@ def name_tests(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+# the checker's modules (taxcompile/check/), each one, new ones included
+CHECK_MODULES = sorted(str(p.relative_to(PKG)) for p in (PKG / "check").glob("*.py"))
+
+
 @pytest.mark.parametrize("module", ["classify.py", "diagram.py", "fmt.py",
-                                    "codegen/classes.py", "codegen/layer.py"])
+                                    "codegen/classes.py", "codegen/layer.py",
+                                    "checks.py", "module_checks.py", *CHECK_MODULES])
 def test_front_end_modules_test_no_mechanism_name(module):
     """classify, diagram and fmt (and the attention classes' names, docstrings and
-    constructors, and the drop-in layer) read the registry instead."""
+    constructors, the drop-in layer and the checker) read the registry instead."""
     found = name_tests(PKG / module)
     if module == "codegen/classes.py":  # one query per group: the affinity's additive and
         found = [f for f in found if f[1] not in ("max_pool", "additive")]  # max-pool rows

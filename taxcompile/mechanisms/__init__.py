@@ -5,7 +5,7 @@ of the generated class's name and its docstring line, the constructor arguments 
 its template and the helpers it needs. ``tests/test_mechanisms.py`` checks that every
 mechanism the IR admits has a record and that every record's template and helpers exist.
 
-The front end reads it (``classify``, ``diagram``, the IR's summaries), and so do the
+The front end reads it (``classify``, ``diagram``, the checker, the IR's summaries), and so do the
 codegen's attention classes and the drop-in layer (``constructor`` below: one list of
 constructor arguments for both). Importing it costs nothing the front end does not load
 anyway (the operator registry's parameter type, no pydantic model of its own)."""

@@ -32,7 +32,7 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
               doc=_relative_doc,
               ctor=(CtorArg("clip", "int", owner="position", field="clip", sym="k",
                             comment="k: distances clipped to [-k, k] (Shaw et al. eq. 15)"),),
-              template="modifiers.py.j2", helpers=("rel_distance",), in_scores=True),
+              template="modifiers.py.j2", helpers=("rel_distance",), in_scores=True, qk=True),
     Mechanism("position", "rotary", (P("base", "float", False, 10000.0),),
               reason="rotary positions turn q and k before the dot product, so q'·k' depends "
                      "on j - i: still the same q·k score",
@@ -42,7 +42,8 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
               ctor=(CtorArg("base", "float", "10000.0", owner="position", field="base",
                             unset=10000.0,
                             comment="theta_i = base^(-2i/d) (RoPE)"),),
-              template="modifiers.py.j2", helpers=("rotary",)),
+              template="modifiers.py.j2", helpers=("rotary",), qk=True, pairs=True,
+              detail=" (base {base:g})"),
 )}
 
 BIASES: dict[str, Mechanism] = {m.name: m for m in (

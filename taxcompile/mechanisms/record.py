@@ -95,6 +95,29 @@ class Mechanism(NamedTuple):
     gate: bool = False
     fast: Text = None
     in_scores: bool = False  # a modifier that is a term of the scores (a score_mod)
+    # What a statement needs of the module, read by the checker (taxcompile/check/).
+    # Scores: W1 q + W2 k through a hidden layer of width d_w, the form multi-dimensional
+    # attention scores each feature with (eq. 31); linear in q (a query adds one number to
+    # every key's score, which the alignment cancels); a sum inside act(…) that takes
+    # further terms (coverage's w_c c, eq. 9's W1 q beside eq. 7's W k, a gate's W1 q_l);
+    # over an affinity matrix, "pooled" (one context per input, eq. 14-16) or "rows" (one
+    # per query position, eq. 12-13); only over one (no weights of its own); one output
+    # per key (the keys' axis needs a fixed length); GAT's, scoring a graph's edges only.
+    hidden: bool = False
+    linear: bool = False
+    act_sum: bool = False
+    affinity: str = ""
+    needs_affinity: bool = False
+    per_key: bool = False
+    graph: bool = False
+    qk: bool = False  # a score with a q·k term; a position term that enters it
+    # Alignments: a window centred on a position the query gives; one key picked (eq. 26);
+    # a normalised distribution over all the keys, which terms added to the scores keep.
+    centred: bool = False
+    picks_one: bool = False
+    normalised: bool = False
+    pairs: bool = False  # a position term that turns pairs of features: an even head width
+    detail: Text = ""  # a modifier's values that two modules sharing weights compare beyond str()
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)

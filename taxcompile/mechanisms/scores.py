@@ -38,6 +38,8 @@ def _similarity_dot(s) -> str | None:
 AFFINITY_READING = {"dot": "Multiplicative", "scaled_dot": "Scaled Multiplicative",
                     "trilinear": "Multiplicative", "bilinear": "General"}
 AFFINITY_ACTIVATED = "Activated General"  # a bilinear affinity with an activation
+# The forms that multiply the pair's features element-wise, so both have one width (eq. 13)
+AFFINITY_EQUAL_WIDTH = ("trilinear", "dot", "scaled_dot")
 
 
 def affinity_reading(s, form: str = "bilinear", act: str = "none", **_) -> str:
@@ -57,7 +59,8 @@ def affinity_reason(how: str):
 SCORES: dict[str, Mechanism] = {m.name: m for m in (
     _score("additive", "Additive", "additive score w^T act(W1 q + W2 k + b) (eq. 6)",
            pint("d_w", False), act("tanh"), P("bias", "bool", False, True), ctor=(D_W,),
-           query_helpers=("additive_score",), rows_fast="blocks", docs=(
+           query_helpers=("additive_score",), rows_fast="blocks", hidden=True, act_sum=True,
+           affinity="pooled", docs=(
                ("no_query", "additive score of the keys alone, w^T act(W k + b) (eq. 33)"),
                ("affinity", "aggregate additive score over an affinity matrix (eq. 14-15)"),
                ("shared_keys", "additive score w^T act(W1 q + W k + b), W, b and w those of "
@@ -65,15 +68,15 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
                ("shared_keys_multi", "additive score W_d^T act(W1 q + W k + b), W, b and W_d "
                                      "those of eq. 7 (eq. 9, 31)"))),
     _score("concat", "Additive", "concat score w^T W [q; k] (Table II)", pint("d_w", False),
-           ctor=(D_W,),
+           ctor=(D_W,), hidden=True, linear=True,
            docs=(("no_query", "concat score of the keys alone, w^T W k (Table II, eq. 33)"),)),
     _score("multiplicative", "Multiplicative", "multiplicative score q^T k (Table II)",
            aliases=("dot",),  # Luong et al.'s name for q^T k
-           dot="q^T k_l (Table II, multiplicative)", equal_qk=True),
+           dot="q^T k_l (Table II, multiplicative)", equal_qk=True, qk=True),
     _score("scaled_multiplicative", "Scaled Multiplicative",
            "scaled multiplicative score q^T k / sqrt(d_k) (Table II)",
            aliases=("scaled_dot",),  # the affinity form's name for it
-           dot="q^T k_l / sqrt(d_k)", scaled=True, equal_qk=True),
+           dot="q^T k_l / sqrt(d_k)", scaled=True, equal_qk=True, qk=True),
     _score("general", "General", "general score k^T W q (Table II)", dot="k_l^T W q"),
     _score("biased_general", "Biased General", "biased general score k^T (W q + b) (Table II)",
            dot="k_l^T (W q + b)"),
@@ -82,17 +85,18 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
     _score("similarity", "Similarity", _similarity_doc,
            enum("kind", ("cosine", "l2"), "cosine"), part=_similarity_part,
            dot=_similarity_dot, equal_qk=True),
-    _score("location", "Location", "location score W_a q (Luong et al.)", ctor=(N_KEYS,)),
+    _score("location", "Location", "location score W_a q (Luong et al.)", ctor=(N_KEYS,),
+           per_key=True),
     # co-attention (eq. 12-16): the scores are an affinity matrix's rows, or their maximum;
     # Table II's reading is the affinity's form
     Mechanism("score", "affinity", reading=affinity_reading, reason=affinity_reason("its rows"),
               label="affinity", class_part="Affinity",
               doc="scores read off an affinity matrix (eq. 12-13)",
-              template="score/affinity.py.j2"),
+              template="score/affinity.py.j2", affinity="rows", needs_affinity=True),
     Mechanism("score", "max_pool", reading=affinity_reading,
               reason=affinity_reason("the maximum of each row"), label="max pool",
               class_part="MaxPool", doc="max-pooled affinity scores (eq. 16)",
-              template="score/max_pool.py.j2"),
+              template="score/max_pool.py.j2", affinity="pooled", needs_affinity=True),
     # GAT (Velickovic et al.): act(a^T [q_i || k_j]), a split into a_dst and a_src, over a
     # graph: the concat form of the additive family (Table II), the activation after the
     # weight vector rather than before it. Its class is graph_attention.py.j2.
@@ -105,7 +109,7 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
                      "form of the additive score, Table II), the activation after it",
               label="activated concat", class_part="Graph",
               doc="activated concat score act(a^T [W h_i; W h_j]) (Velickovic et al. eq. 1)",
-              template="graph_attention.py.j2", helpers=("masked_softmax", "edge_sum")),
+              template="graph_attention.py.j2", helpers=("masked_softmax", "edge_sum"), graph=True),
 )}
 
 # Scores that score the keys alone when a module has no query (eq. 33).

@@ -1,0 +1,125 @@
+"""Outputs of a module beyond its context: the terms it adds to the training loss (Lin et
+al.'s penalty, Xu et al.'s doubly stochastic one, See et al.'s coverage and its loss, Li et
+al.'s disagreement, supervised attention) and what each needs of the module's weights
+(one distribution over the keys per query position, several heads, …)."""
+
+from __future__ import annotations
+
+from .. import ir
+from .. import mechanisms as mech
+from ..diagnostics import article
+from .attention import Fit
+
+
+class PenaltyChecks:
+    """``penalties_fit``, ``coverage_fits`` and ``supervision_fits``."""
+
+    def penalties_fit(self, f: Fit) -> bool:
+        """The penalties and coverage of a module, in turn."""
+        n, mode, groups, where = f.n, f.mode, f.groups, f.where
+        if n.penalty is not None and n.heads < 2:
+            self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares several rows of "
+                     "attention", "set `heads = r` (Lin et al.: r rows)")
+            return False
+        if n.doubly_stochastic is not None and (mode != "sequence" or n.dimensionality == "multi"
+                                       or n.capsules or n.affinity is not None or groups):
+            self.err(n.loc, f"{where}: the doubly stochastic penalty sums each key's weights "
+                     "over the query positions (Xu et al. eq. 14), one weight per key and "
+                     "query", "give the module a query sequence (a decoder's states) and "
+                     "single-dimensional weights")
+            return False
+        if not self.coverage_fits(f):
+            return False
+        if n.supervised is not None and not self.supervision_fits(f):
+            return False
+        return True
+
+    def coverage_fits(self, f: Fit) -> bool:
+        """``coverage = true`` (See et al. eq. 10-11), ``penalty = coverage(λ)`` (eq. 12-13)
+        and ``penalty = disagreement(λ, on = …)`` (Li et al. 2018, eq. 5-7)."""
+        n, mode, groups, where = f.n, f.mode, f.groups, f.where
+        one_row = (mode != "sequence" or n.dimensionality == "multi" or n.capsules
+                   or n.affinity is not None or bool(groups))
+        if n.coverage and not mech.SCORES[n.score.fn].act_sum:
+            self.err(n.score.loc, f"{where}: coverage enters the score inside the additive "
+                     "form, e_i^t = vᵀ tanh(W_h h_i + W_s s_t + w_c c_i^t + b) (See et al. "
+                     f"eq. 11); the {n.score.fn.replace('_', ' ')} score has no such term",
+                     "use `score = additive(…)`, or `penalty = coverage(λ)` alone (eq. 12-13 "
+                     "need no coverage in the score)")
+            return False
+        if n.coverage and (one_row or n.query is None):
+            self.err(n.loc, f"{where}: the coverage c^t sums the weights of the earlier query "
+                     "positions (See et al. eq. 10), so the module needs a query sequence (a "
+                     "decoder's states) and single-dimensional weights over one key sequence",
+                     "give the module `query = …` over a sequence, or drop `coverage`")
+            return False
+        if n.coverage and (n.share is not None or n.position is not None or n.bias is not None
+                           or not mech.ALIGNS[n.align.fn].normalised):
+            what = ("`share`" if n.share is not None else "a position term or score bias"
+                    if n.position or n.bias else f"`{n.align.fn}` alignment")
+            self.err(n.loc, f"{where}: coverage is built for a module of its own with "
+                     "w_c c_i^t inside its additive score and a normalised alignment over all "
+                     f"the keys (See et al. eq. 10-11); {what} is not combined with it",
+                     "use `align = global` (or `sparsemax`, `entmax`) without `share`, "
+                     "`position` or `bias`")
+            return False
+        if n.coverage_loss is not None and one_row:
+            self.err(n.loc, f"{where}: the coverage loss compares each step's weights with "
+                     "the sum of the earlier steps' (See et al. eq. 12-13), one weight per "
+                     "key and query", "give the module a query sequence (a decoder's states) "
+                     "and single-dimensional weights")
+            return False
+        d = n.disagreement
+        if d is not None and n.heads < 2:
+            self.err(n.loc, f"{where}: the disagreement penalty compares pairs of heads "
+                     f"(Li et al. eq. 5-7), but the module has {n.heads}", "set `heads = H`, "
+                     "H ≥ 2")
+            return False
+        if d is not None and n.dimensionality == "multi":
+            self.err(n.loc, f"{where}: the disagreement penalty compares the heads' weight "
+                     "matrices (Li et al. eq. 5-7); multi-dimensional weights (eq. 30-32) "
+                     "are not combined with it", "use `dimensionality = single`")
+            return False
+        if d is not None and d.on == "subspace" and n.query is None:
+            self.err(n.loc, f"{where}: without a query every head reads the same values, "
+                     "so cos(V^i, V^j) = 1 for every pair (Li et al. eq. 5)",
+                     "use `on = position` or `on = output`, or give the module a query "
+                     "(heads then split the values, eq. 38)")
+            return False
+        return True
+
+    def supervision_fits(self, f: Fit) -> bool:
+        """``penalty = supervised(gold, …)`` (Liu et al. 2016): ``gold`` is an ``alignment``
+        input over the module's query positions and keys, (Lq, Lk), and the weights are one
+        distribution over the keys per query position."""
+        n, groups, where = f.n, f.groups, f.where
+        sup = n.supervised
+        gold = self.cm.model.by_id.get(sup.gold)
+        if not (isinstance(gold, ir.Input) and gold.kind == "alignment"):
+            what = (f"{article(gold.kind)} `{gold.kind}` input" if isinstance(gold, ir.Input)
+                    else f"{article(gold.kind_)} {gold.kind_}" if gold is not None else "unknown")
+            self.err(sup.loc, f"{where}: `supervised` compares the weights with a target "
+                     f"alignment, but `{sup.gold}` is {what}",
+                     "declare the target as `input gold: alignment[T, S]` (rows sum to 1, or "
+                     "are all zero where a query position is aligned to nothing)")
+            return False
+        why = ("its weights are per feature (eq. 30-32)" if n.dimensionality == "multi" else
+               "its weights are per class (eq. 43-45)" if n.capsules else
+               "a sigmoid gate is not a distribution over the keys"
+               if mech.ALIGNS[n.align.fn].gate else
+               f"it attends once per group of {', '.join(groups)}" if groups else None)
+        if why:
+            self.err(sup.loc, f"{where}: `supervised` compares one distribution over the keys "
+                     f"per query position with the target alignment, but {why}",
+                     "supervise a single-dimensional module without groups")
+            return False
+        want = f.ctx_axes + (f.attended,)
+        if gold.axes != want:
+            shown = ", ".join(want)
+            self.err(sup.loc, f"{where}: the target alignment `{gold.id}` has axes "
+                     f"({', '.join(gold.axes)}), but the module's weights have "
+                     f"({shown}) (query positions, keys)",
+                     f"declare it as `input {gold.id}: alignment[{shown}]`")
+            return False
+        return True
+
