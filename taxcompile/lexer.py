@@ -48,7 +48,8 @@ SCORES = (
     "biased_general", "activated_general", "similarity", "location", "affinity",
     "max_pool", "activated_concat",
 )
-ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid")
+ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid",
+              "crf")
 #: Input kinds (``input x: KIND[...]``).
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
                "mask", "graph")
