@@ -1807,3 +1807,4 @@ from . import blocks  # noqa: E402,F401  (registers the shape rules of the every
 
 __all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "check", "deps", "links",
            "SpecError", "learned_capsules", "share_kind", "share_root"]
+from . import crf_output  # noqa: E402,F401  (registers the shape rule of the CRF output layer)
