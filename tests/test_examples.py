@@ -59,6 +59,9 @@ EXPECTED = {
     # global (every position weighted, none sampled, no window); the decoder's query: Basic.
     "kim2017_structured": dict(scoring="General", alignment="Global", query_type="Basic",
                                query_multiplicity="Singular"),
+    # A CRF output layer (issue 25) is no attention: the row is that of its self-attention.
+    "crf_tagger": dict(scoring="Scaled Multiplicative", alignment="Global",
+                       query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 
