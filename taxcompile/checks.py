@@ -603,6 +603,7 @@ class Checker:
                "a capsule module's weights are per class (eq. 43-45)" if n.capsules else
                "a sigmoid gate's weights are not normalised over the keys" if
                n.align.fn == "sigmoid" else
+               crf_output.UNNORMALISED if crf_output.unnormalised(n) else
                "graph attention's weights are one per edge and head, (E, H), not a dense "
                "(N, N) matrix (its sparse path never builds one)" if n.mask_input is not None
                and self.cm.model.node(n.mask_input).kind == "graph" else None)
@@ -991,6 +992,7 @@ class Checker:
         why = ("its weights are per feature (eq. 30-32)" if n.dimensionality == "multi" else
                "its weights are per class (eq. 43-45)" if n.capsules else
                "a sigmoid gate is not a distribution over the keys" if n.align.fn == "sigmoid"
+               else crf_output.UNNORMALISED if crf_output.unnormalised(n)
                else f"it attends once per group of {', '.join(groups)}" if groups else None)
         if why:
             self.err(sup.loc, f"{where}: `supervised` compares one distribution over the keys "

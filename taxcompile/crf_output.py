@@ -1,15 +1,30 @@
-"""The shape rule of ``crf(x, tags)``, a linear-chain CRF output layer (Lafferty et al.;
-the tagger of Winata et al. and of pytorch-crf): emissions W x + b, (…, L, tags), over the
-positions of x's last axis, scored with tag transitions. The generated model returns the
-emissions; ``Model.loss`` is the CRF's negative log-likelihood (the forward algorithm)
-and ``Model.decode`` the Viterbi path (``codegen/crf_output.py``). A rule of
-``checks.Checker``, registered in ``ops.OPS``; ``checks`` imports this module. No torch
-here (the front end)."""
+"""The front end's checks of the two CRFs (issue 25).
+
+``crf(x, tags)``, a linear-chain CRF output layer (Lafferty et al.; the tagger of Winata et
+al. and of pytorch-crf): emissions W x + b, (…, L, tags), over the positions of x's last
+axis, scored with tag transitions. The generated model returns the emissions;
+``Model.loss`` is the CRF's negative log-likelihood (the forward algorithm) and
+``Model.decode`` the Viterbi path (``codegen/crf_output.py``). Its shape rule is a
+``checks.Checker`` rule registered in ``ops.OPS``; ``checks`` imports this module.
+
+Structured attention (``align = crf``): where its weights are not a distribution over the
+keys (``checks`` asks ``unnormalised``). No torch here (the front end)."""
 
 from __future__ import annotations
 
 from . import ir, ops
 from .checks import Checker, Shape, _name
+
+# Structured attention (`align = crf`, Kim et al.): its marginals p(z_l = 1) each lie in
+# (0, 1) but do not sum to 1 over the keys unless divided by their sum.
+UNNORMALISED = ("a CRF's marginals p(z_l = 1) are not normalised over the keys "
+                "(`crf(normalize = true)` divides them by their sum)")
+
+
+def unnormalised(n: ir.Attention) -> bool:
+    """Whether ``n``'s weights are a structured attention's raw marginals (checks reads it
+    where a distribution over the keys is needed: `.weights`, `supervised`)."""
+    return n.align.fn == "crf" and not n.align.normalize
 
 
 @ops.shape_rule("crf")
