@@ -160,3 +160,24 @@ def test_example_runs_forward_and_backward(tmp_path):
     assert model.att.transitions.grad is not None and torch.isfinite(model.att.transitions.grad).all()
     w = out.attention["att"]  # normalised marginals: each row sums to 1 over the source
     torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_raw_marginals_are_no_distribution(normalize):
+    """`.weights` reads a distribution over the keys: refused for the raw marginals, taken
+    for the normalised ones (where another check, the free axis, is the first to speak)."""
+    from taxcompile import pipeline
+    from taxcompile.diagnostics import SpecError
+
+    align = "crf(normalize = true)" if normalize else "crf"
+    text = HEADER + f"""model m {{
+    input x: sequence[L, 8]
+    input y: sequence[T, 8]
+    attention a {{ query = y  features = x  score = multiplicative  align = {align} }}
+    output p = a.weights
+}}
+"""
+    with pytest.raises(SpecError) as info:
+        pipeline.load_text(text, "t.attn")
+    said = "a CRF's marginals p(z_l = 1) are not normalised" in info.value.diagnostics[0].message
+    assert said is not normalize

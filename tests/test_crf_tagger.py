@@ -141,3 +141,10 @@ def test_misplaced_crf_is_a_located_error(body, msg):
         pipeline.load_text(text, "t.attn")
     assert msg in info.value.diagnostics[0].message
     assert info.value.diagnostics[0].loc.line == 9
+
+
+def test_crf_as_a_feature_snapshot():
+    from conftest import error_snapshot
+
+    got, want = error_snapshot("crf_as_feature")
+    assert got == want
