@@ -181,3 +181,17 @@ def test_raw_marginals_are_no_distribution(normalize):
         pipeline.load_text(text, "t.attn")
     said = "a CRF's marginals p(z_l = 1) are not normalised" in info.value.diagnostics[0].message
     assert said is not normalize
+
+
+def test_multi_dimensional_layout_matches_brute_force(gen):
+    """Multi-dimensional weights (eq. 30-32): one chain per feature, the keys on axis 3 and
+    the features after them, (N, H, Lq, Lk, d); the helper of the generated file."""
+    mod = gen(spec())
+    g = torch.Generator().manual_seed(4)
+    e = torch.randn(2, 2, 1, 5, 3, generator=g, dtype=DT)
+    trans = torch.randn(2, 1, 1, 2, 2, generator=g, dtype=DT)  # per head
+    keep = torch.tensor([[True, True, False, True, True], [True, True, True, False, False]])
+    a = mod.crf_marginals(e, keep[:, None, None, :, None], trans, dim=3)
+    for n, h, f in itertools.product(range(2), range(2), range(3)):
+        want = brute_marginals(e[n, h, 0, :, f], keep[n], trans[h, 0, 0])
+        torch.testing.assert_close(a[n, h, 0, :, f], want, atol=1e-10, rtol=1e-9)
