@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -205,6 +204,83 @@ def check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size,
             warnings.warn(f"input `{name}` keeps no position of example {b}: is it "
                           f"inverted? ({convention})", stacklevel=3)
     return mask
+
+
+class LinearChainCRF(nn.Module):
+    """A linear-chain CRF output layer (Lafferty et al. 2001; Winata et al.'s tagger, the
+    layer of pytorch-crf): emissions W x + b, (..., L, K), one score per position and tag;
+    transitions[i, j], the score of tag j after tag i; start[j] and end[j], of a sequence
+    that starts or ends with tag j. A tag sequence y scores s(y) = start[y_1] + sum_l
+    emissions[l, y_l] + sum_l transitions[y_l-1, y_l] + end[y_L], and p(y | x) =
+    exp(s(y)) / Z. Masked positions (mask False) leave the chain: their neighbours become
+    adjacent, so padding may sit anywhere; a sequence with no position left scores 0."""
+
+    def __init__(self, d: int, tags: int):
+        super().__init__()
+        self.emit = nn.Linear(d, tags)
+        # uniform in [-0.1, 0.1], as pytorch-crf draws them
+        self.start = nn.Parameter(torch.empty(tags).uniform_(-0.1, 0.1))
+        self.end = nn.Parameter(torch.empty(tags).uniform_(-0.1, 0.1))
+        self.transitions = nn.Parameter(torch.empty(tags, tags).uniform_(-0.1, 0.1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.emit(x)  # (..., L, K): the emission scores
+
+    @staticmethod
+    def chains(em: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The emissions as (S, L, K) sequences and their (S, L) keep mask."""
+        L, K = em.shape[-2:]
+        keep = torch.ones(em.shape[:-1], dtype=torch.bool, device=em.device) if mask is None \
+            else torch.broadcast_to(mask.bool(), em.shape[:-1])
+        return em.reshape(-1, L, K), keep.reshape(-1, L)  # (S, L, K), (S, L)
+
+    def nll(self, em: torch.Tensor, tags: torch.Tensor,
+            mask: torch.Tensor | None = None) -> torch.Tensor:
+        """-log p(tags | x) of each sequence, (...): log Z by the forward algorithm in log
+        space minus the score of the given tags (ids at masked positions are not read)."""
+        lead = em.shape[:-2]
+        em, keep = self.chains(em, mask)
+        tags = tags.reshape(keep.shape).masked_fill(~keep, 0)  # (S, L)
+        S, L, K = em.shape
+        score = em.new_zeros(S)  # s(y) of the given tags
+        alpha = em.new_zeros(S, K)  # log sum over paths ending in each tag
+        prev = tags.new_zeros(S)
+        seen = torch.zeros(S, dtype=torch.bool, device=em.device)
+        for l in range(L):
+            k, t = keep[:, l], tags[:, l]
+            gold = torch.where(seen, self.transitions[prev, t], self.start[t])
+            score = torch.where(k, score + gold + em[:, l].gather(1, t[:, None])[:, 0], score)
+            into = torch.logsumexp(alpha[:, :, None] + self.transitions, 1)  # (S, K): over y_l-1
+            step = torch.where(seen[:, None], into, self.start) + em[:, l]
+            alpha = torch.where(k[:, None], step, alpha)
+            prev, seen = torch.where(k, t, prev), seen | k
+        score = score + torch.where(seen, self.end[prev], 0.0)
+        log_z = torch.where(seen, torch.logsumexp(alpha + self.end, -1), 0.0)
+        return (log_z - score).view(lead)
+
+    def decode(self, em: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The Viterbi path argmax_y s(y), (..., L) tag ids, -1 at masked positions."""
+        lead = em.shape[:-1]
+        em, keep = self.chains(em, mask)
+        S, L, K = em.shape
+        best = em.new_zeros(S, K)  # the best score of a path ending in each tag
+        seen = torch.zeros(S, dtype=torch.bool, device=em.device)
+        same = torch.arange(K, device=em.device).expand(S, K)
+        back = []  # (S, K) per position: the best previous tag (itself where masked)
+        for l in range(L):
+            k = keep[:, l, None]
+            val, arg = (best[:, :, None] + self.transitions).max(1)  # (S, K): over y_l-1
+            step = torch.where(seen[:, None], val, self.start) + em[:, l]
+            best = torch.where(k, step, best)
+            back.append(torch.where(k & seen[:, None], arg, same))
+            seen = seen | keep[:, l]
+        tag = (best + self.end).argmax(-1)  # (S,): the last tag
+        path = []
+        for l in range(L - 1, -1, -1):
+            path.append(tag)
+            tag = back[l].gather(1, tag[:, None])[:, 0]
+        path = torch.stack(path[::-1], -1)  # (S, L)
+        return path.masked_fill(~keep, -1).view(lead)
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
@@ -442,7 +518,8 @@ class Model(nn.Module):
         self.meta = AdditiveAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1, d_w=cfg.d)
         # one per hop (eq. 41-42)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
-        self.labels_head = nn.Linear(cfg.d, cfg.tags)
+        # emissions W x + b and tag transitions (a linear-chain CRF)
+        self.labels_crf = LinearChainCRF(cfg.d, cfg.tags)
 
     def forward(
         self, tweet: torch.Tensor, tweet_mask: torch.Tensor | None = None,
@@ -475,23 +552,29 @@ class Model(nn.Module):
             x = layer(
                 x, tweet_mask, attn=attn, at=f"encoder[{i + 1}].", return_attention=return_attention
             )
-        labels = self.labels_head(x)  # (B, L, tags): output `labels`
+        labels = self.labels_crf(x)  # (B, L, tags): output `labels`
         return Output(labels, attn)
 
     def loss(
         self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
         ignore_index: int = -100
     ) -> torch.Tensor:
-        """The cross-entropy of output `labels`, logits (B, L, tags), against `target`:
-        class ids over its leading axes, the mean over the positions that count (`mask` True,
-        True = real, and `target` not `ignore_index`).
+        """The CRF's negative log-likelihood of the tag sequences `target`, (B, L),
+        under output `labels`'s emissions (B, L, tags): -log p(target | x), the mean
+        over the sequences (pytorch-crf's `-crf(emissions, target, mask, reduction="mean")`).
+        Positions with `mask` False (True = real) or `target` = `ignore_index` leave the chain.
         """
-        logits = out.output  # (B, L, tags)
-        if mask is not None:
-            target = target.masked_fill(~mask.bool(), ignore_index)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                               ignore_index=ignore_index)
+        em = out.output  # (B, L, tags)
+        keep = target != ignore_index
+        keep = keep if mask is None else keep & mask.bool()
+        loss = self.labels_crf.nll(em, target, keep).mean()
         return loss
+
+    def decode(self, out: Output, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The most likely tag sequence under output `labels`'s CRF (Viterbi),
+        (B, L) tag ids, -1 where `mask` is False (pytorch-crf's `decode` lists
+        them: `[p[m].tolist() for p, m in zip(path, mask)]`)."""
+        return self.labels_crf.decode(out.output, mask)
 
 
 def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.device = "cpu",

@@ -97,13 +97,14 @@ class Score(_Frozen):
 class Align(_Frozen):
     """align(e_l; e) (eq. 3, 25-29)."""
 
-    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid"]
+    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid", "crf"]
     window: int | None = None  # local: D
     position: Literal["monotonic", "predictive"] | None = None
     gaussian: bool = False  # eq. 29
     sigma: float | None = None  # eq. 29, default D/2
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
+    normalize: bool = False  # crf: a_l / sum_l a_l (Kim et al.'s lambda)
 
 
 class Modifier(_Frozen):

@@ -39,7 +39,7 @@ FEATURE_MODELS = (
     "positional", "norm", "scale", "ffn", "tanh", "relu", "sigmoid", "concat", "stack",
     "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity",
     "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh", "maxout",
-    "conv2d", "maxpool", "upsample", "dropout", "context", "pointed",
+    "conv2d", "maxpool", "upsample", "dropout", "context", "pointed", "crf",
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (
@@ -48,7 +48,8 @@ SCORES = (
     "biased_general", "activated_general", "similarity", "location", "affinity",
     "max_pool", "activated_concat",
 )
-ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid")
+ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid",
+              "crf")
 #: Input kinds (``input x: KIND[...]``).
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
                "mask", "graph")

@@ -1369,7 +1369,8 @@ class Lowerer:
             name = "global"
         return ir.Align(fn=name, window=p.get("D"), position=p.get("position"),
                         gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
-                        sym=tuple(sorted(self.mech_syms.items())), loc=self.loc(fld.value.pos))
+                        sym=tuple(sorted(self.mech_syms.items())), loc=self.loc(fld.value.pos),
+                        normalize=bool(p.get("normalize", False)))
 
 
 class _TooBig(Exception):

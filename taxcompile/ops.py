@@ -148,6 +148,9 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("prepend", node(), pint("n", False, 1)),
     # tie: the output layer's weight is the embedding matrix of statement NODE's embed
     _op("classify", node(), pint("classes"), SHARE, TIE),
+    # a linear-chain CRF tagger (Lafferty et al.; Winata et al.'s output layer): emissions
+    # W x + b over the last axis's positions, tag transitions, NLL loss and Viterbi decoding
+    _op("crf", node(), pint("tags")),
     _op("affinity", node("a"), node("b"),
         enum("form", ("bilinear", "trilinear", "dot", "scaled_dot"), "bilinear"),
         act("none")),

@@ -160,9 +160,10 @@ def _bound(text: str) -> set[str]:
 @lru_cache(maxsize=None)
 def class_methods() -> frozenset[str]:
     """The methods of the classes that hold a spec's names: Model, its blocks and Config
-    (``forward``, ``generate``, ``capsule_loss``, ``tiny``)."""
+    (``forward``, ``generate``, ``capsule_loss``, ``loss``, ``decode``, ``tiny``)."""
     texts = dict(_templates())
-    return frozenset(m.group(1) for t in ("model.py.j2", "generate.py.j2")
+    return frozenset(m.group(1) for t in ("model.py.j2", "generate.py.j2", "loss.py.j2",
+                                          "crf_loss.py.j2")
                      for m in re.finditer(r"^    def\s+(\w+)", texts[t], flags=re.M)
                      if not m.group(1).startswith("_j"))
 

@@ -212,7 +212,8 @@ SCORES = ["additive", "additive(d_w = 8, act = {act})", "additive(d_w = 4, bias 
           "concat(d_w = 8)", "multiplicative", "scaled_multiplicative", "general",
           "biased_general", "activated_general", "activated_general(act = {act})",
           "similarity(kind = cosine)", "similarity(kind = l2)", "location"]
-ALIGNS = ["global", "soft", "hard", "reinforced", "sparsemax", "entmax", "sigmoid",
+ALIGNS = ["global", "soft", "hard", "reinforced", "sparsemax", "entmax", "sigmoid", "crf",
+          "crf(normalize = true)",
           "local(D = 2, position = monotonic)", "local(D = 1, position = predictive)",
           "local(D = 2, position = predictive, gaussian = true, sigma = 1)"]
 

@@ -99,6 +99,9 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
                        "tests/test_regularisation.py)",
     "lu2016_alternating_alternating": "c1 uses c0's W, b, w (eq. 9; "
                                       "tests/test_regularisation.py)",
+    "winata2019_mme": "a linear-chain CRF output layer (`crf(x, tags)`: emissions, "
+                      "transitions, NLL loss, Viterbi) instead of a per-token classifier "
+                      "(issue 25); tests/test_crf_tagger.py",
 }
 
 
@@ -114,6 +117,8 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "cui2017_aoa_reader": "tests/test_weights_as_values.py",
     "vinyals2015_ptr_net": "tests/test_weights_as_values.py",
     "velickovic2018_gat": "tests/test_graph_attention.py",
+    "kim2017_segmentation": "tests/test_crf_attention.py",
+    "crf_tagger_tagger": "tests/test_crf_tagger.py",
 }
 
 

@@ -55,6 +55,13 @@ EXPECTED = {
     # neighbours (global alignment over them), 8 heads concatenated, then averaged.
     "gat": dict(scoring="Additive", alignment="Global", query_type="Self-Attentive",
                 query_multiplicity="Multi-Head", feature_multiplicity="Singular"),
+    # Structured attention (issue 25): a linear-chain CRF's marginals over the source, read as
+    # global (every position weighted, none sampled, no window); the decoder's query: Basic.
+    "kim2017_structured": dict(scoring="General", alignment="Global", query_type="Basic",
+                               query_multiplicity="Singular"),
+    # A CRF output layer (issue 25) is no attention: the row is that of its self-attention.
+    "crf_tagger": dict(scoring="Scaled Multiplicative", alignment="Global",
+                       query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

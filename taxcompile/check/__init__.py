@@ -74,3 +74,4 @@ __all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "Checker", "
            "penalised", "rescaled", "weights_read", "SpecError", "learned_capsules",
            "share_kind", "share_root", "version_with", "_base_ref", "_hop_place", "_name",
            "_short", "_show", "_vocab"]
+from .. import crf_output  # noqa: E402,F401  (registers the shape rule of the CRF output layer)

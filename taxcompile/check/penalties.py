@@ -5,7 +5,7 @@ al.'s disagreement, supervised attention) and what each needs of the module's we
 
 from __future__ import annotations
 
-from .. import ir
+from .. import crf_output, ir
 from .. import mechanisms as mech
 from ..diagnostics import article
 from .attention import Fit
@@ -107,6 +107,7 @@ class PenaltyChecks:
                "its weights are per class (eq. 43-45)" if n.capsules else
                "a sigmoid gate is not a distribution over the keys"
                if mech.ALIGNS[n.align.fn].gate else
+               crf_output.UNNORMALISED if crf_output.unnormalised(n) else
                f"it attends once per group of {', '.join(groups)}" if groups else None)
         if why:
             self.err(sup.loc, f"{where}: `supervised` compares one distribution over the keys "

@@ -5,7 +5,7 @@ decoder input (``pointed``), learned vectors, the output layer and affinity matr
 
 from __future__ import annotations
 
-from .. import ir, ops
+from .. import crf_output, ir, ops
 from .. import mechanisms as mech
 from ..diagnostics import article
 from .core import Shape, _name
@@ -31,6 +31,7 @@ class ValueShapes:
                "a capsule module's weights are per class (eq. 43-45)" if n.capsules else
                "a sigmoid gate's weights are not normalised over the keys" if
                mech.ALIGNS[n.align.fn].gate else
+               crf_output.UNNORMALISED if crf_output.unnormalised(n) else
                "graph attention's weights are one per edge and head, (E, H), not a dense "
                "(N, N) matrix (its sparse path never builds one)" if n.mask_input is not None
                and self.cm.model.node(n.mask_input).kind == "graph" else None)

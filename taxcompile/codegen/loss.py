@@ -6,13 +6,15 @@ forward()) and ``ignore_index``, plus the attention penalties when the model has
 from __future__ import annotations
 
 from .. import ir
-from . import generate
+from . import crf_output, generate
 from .plan import LossPlan
 
 
 def plan_loss(p, outputs: list, penalty: bool) -> LossPlan | None:
     """None when no output is a ``classify`` (logits): the loss of other outputs (weights,
     features) is the user's."""
+    if (crf := crf_output.plan_loss(p, outputs, penalty)) is not None:  # NLL, Viterbi
+        return crf
     logits = [o for o in outputs if isinstance(o, ir.Node) and isinstance(o.expr, ir.Op)
               and o.expr.fn == "classify"]
     if not logits:

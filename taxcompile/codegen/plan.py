@@ -96,6 +96,7 @@ class LossPlan:
     shape: str  # the logits' shape, for the docstring
     target: str | None  # the autoregressive input it predicts (shifted by one), or None
     penalty: bool  # Output.penalty is added
+    crf: str = ""  # a crf output: its LinearChainCRF module (crf_loss.py.j2: NLL and decode)
 
 
 @dataclass(frozen=True)

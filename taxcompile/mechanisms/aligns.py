@@ -14,6 +14,15 @@ def _local_part(al) -> str:
     return "Local" + ("Monotonic" if al.position == "monotonic" else "")
 
 
+# Why a CRF alignment reads as Global (seed 000 names it structured attention, a value the
+# survey's Table III does not have): every position gets a weight, none is sampled and
+# there is no window; with zero transitions it is the sigmoid gate, which reads Global.
+CRF_REASON = ("structured attention (Kim et al.; seed 000): the marginals p(z_l = 1) of a "
+              "linear-chain CRF over the keys, which the survey's alignments read as global: "
+              "every position is weighted by a deterministic, differentiable expectation, none "
+              "is sampled (hard, reinforced) and no window is cut (local); the transitions "
+              "only couple neighbouring weights")
+
 ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("align", "global", aliases=("soft",), reading="Global",
               reason="softmax over all keys (eq. 25)", label="global", class_part="",
@@ -58,6 +67,14 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               note="Per position: a_l = sigmoid(e_l + b_psi) from key l and the query at l (or "
                    "one query for all), c_l = a_l v_l: the values keep their positions.",
               template="align/sigmoid.py.j2", gate=True),
+    # Kim et al.'s structured attention: a linear-chain CRF over the attended positions
+    Mechanism("align", "crf", (P("normalize", "bool", False, False),), reading="Global",
+              reason=lambda al: CRF_REASON + (", normalised by lambda = sum_l a_l (Kim et al.'s "
+                                              "NMT variant)" if al.normalize else ""),
+              label=lambda al: "crf" + (", normalised" if al.normalize else ""),
+              class_part="CRF",
+              doc="structured attention: a linear-chain CRF's marginals p(z_l = 1) (Kim et al.)",
+              template="align/crf.py.j2", helpers=("crf_marginals",)),
 )}
 
 # Graph attention (GAT, eq. 3): a softmax over each node's neighbours, read as global.
