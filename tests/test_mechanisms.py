@@ -153,14 +153,14 @@ def name_tests(path: Path) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("module", ["classify.py", "diagram.py", "fmt.py",
-                                    "codegen/classes.py", "codegen/layer.py"])
+                                    "codegen/classes.py", "codegen/layer.py",
+                                    "codegen/attention.py", "codegen/decoder.py", "train.py",
+                                    "combinations.py"])
 def test_front_end_modules_test_no_mechanism_name(module):
     """classify, diagram and fmt (and the attention classes' names, docstrings and
-    constructors, and the drop-in layer) read the registry instead."""
-    found = name_tests(PKG / module)
-    if module == "codegen/classes.py":  # one query per group: the affinity's additive and
-        found = [f for f in found if f[1] not in ("max_pool", "additive")]  # max-pool rows
-    assert not found, found
+    constructors, the drop-in layer, the attention plan rules, the decoder loop, the
+    report's training tasks and the combination generator) read the registry instead."""
+    assert not name_tests(PKG / module)
 
 
 def test_the_registry_adds_no_import():
