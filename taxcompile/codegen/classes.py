@@ -20,11 +20,12 @@ from .plan import AttentionClass
 @dataclass(frozen=True)
 class Templates:
     """The templates of a statement's mechanisms, from their records: its score, its
-    alignment, its position term and bias (``mods``, in that order) and the other
-    mechanisms with lines in the class (coverage, penalties: ``extra``)."""
+    alignment, how its heads join, its position term and bias (``mods``, in that order) and
+    the other mechanisms with lines in the class (coverage, penalties: ``extra``)."""
 
     score: str
     align: str
+    heads_out: str
     mods: tuple[str, ...] = ()
     extra: tuple[str, ...] = ()
 
@@ -185,6 +186,7 @@ def attention_class(p, n: ir.Attention) -> str:
     if n.coverage:
         extra.insert(0, mech.TRAITS["coverage"])
     mods = [rec for rec, _ in mech.modifiers(n)]
+    heads_out = n.heads_out if n.heads > 1 else "project"
     view = AttentionView(
         cls=name, title="\n    ".join(doc[:cut]), doc=tuple(doc[cut + 1:]),
         query="capsules" if learned_capsules(n) else query,
@@ -193,12 +195,12 @@ def attention_class(p, n: ir.Attention) -> str:
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
         init_args=mech.signature(args), dot=dot, fast=fast,
         act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
-        heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n),
+        heads_out=heads_out, c_width=context_width(n),
         gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,
         coverage=n.coverage, disagreement=n.disagreement.on if n.disagreement else None,
         pair=n.mask_input is not None, keys_once=keys_once(p, n),
-        templates=Templates(score.template, align.template, tuple(m.template for m in mods),
-                            tuple(m.template for m in extra)),
+        templates=Templates(score.template, align.template, mech.HEADS_OUT[heads_out].template,
+                            tuple(m.template for m in mods), tuple(m.template for m in extra)),
         start=align.holds("step_start", n.align),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
         score_terms=any(m.in_scores for m in mods))

@@ -30,9 +30,12 @@ MASKS: dict[str, Mechanism] = {m.name: m for m in (
 # How a multi-head module joins its heads' contexts: W_O concat (eq. 40), the plain concat
 # (Lin et al.'s flattened M), or their mean (GAT's last layer).
 HEADS_OUT: dict[str, Mechanism] = {m.name: m for m in (
-    Mechanism("heads_out", "project", label="", doc="joined by W_O"),
-    Mechanism("heads_out", "concat", label="heads concatenated", doc="concatenated, no W_O"),
-    Mechanism("heads_out", "mean", label="heads averaged", doc="averaged, no W_O"),
+    Mechanism("heads_out", "project", label="", doc="joined by W_O",
+              template="heads_out/project.py.j2"),
+    Mechanism("heads_out", "concat", label="heads concatenated", doc="concatenated, no W_O",
+              template="heads_out/concat.py.j2"),
+    Mechanism("heads_out", "mean", label="heads averaged", doc="averaged, no W_O",
+              template="heads_out/mean.py.j2"),
 )}
 
 # Terms of the training loss. None changes a module's score, alignment, wiring or heads,
