@@ -24,6 +24,7 @@ from dataclasses import dataclass
 SCORES = ("additive", "concat", "multiplicative", "scaled_multiplicative", "general",
           "biased_general", "activated_general", "similarity", "location")
 ALIGNMENTS = ("global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid")
+DEFAULT_ALIGN = ALIGNMENTS[0]  # what a spec that leaves out `align = …` gets (eq. 25)
 DIMENSIONALITIES = ("single", "multi")
 QUERY_TYPES = ("basic", "specialized", "self_attentive")
 MULTIPLICITIES = ("singular", "multi_head", "multi_hop", "capsule")
@@ -124,7 +125,7 @@ def spec_text(c: Combo) -> str:
             "    attention pre { query = learned(d)  features = y  score = additive }",
         ]
     fields = [("query", "q" if hop else query), ("features", "x"), ("score", c.score)]
-    if c.align != "global":
+    if c.align != DEFAULT_ALIGN:
         fields.append(("align", ALIGN_TEXT.get(c.align, c.align)))
     if c.dimensionality == "multi":
         fields.append(("dimensionality", "multi"))

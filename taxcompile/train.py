@@ -31,6 +31,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import mechanisms as mech
+
 STEPS = 200  # default training steps per model of the report
 BATCH = 16
 LR = 3e-3
@@ -130,7 +132,7 @@ class Task:
                 i.vocab = int(self.example[other.id].shape[1 + other.axes.index(ptr.into)])
         self.outputs = [(n.name, tuple(cm.shapes[n.id].axes)) for n in m.nodes
                         if n.kind_ == "output"]
-        self.monotonic = any(a.align.fn == "local" and a.align.position == "monotonic"
+        self.monotonic = any(mech.align(a.align.fn).holds("step_start", a.align)
                              for a in (n for n in m.nodes if n.kind_ == "attention"))
         self.task = self._choose() if self.outputs else "none"
         g = torch.Generator().manual_seed(1234)

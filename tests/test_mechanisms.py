@@ -55,10 +55,14 @@ def test_every_template_and_helper_exists_and_has_a_record():
             assert (TEMPLATES / m.template).is_file(), (m.name, m.template)
         for h in (*m.helpers, *m.query_helpers):
             assert (TEMPLATES / "helpers" / f"{h}.py.j2").is_file(), (m.name, h)
-    # no score or alignment template without its record
-    for kind, table in (("score", mech.SCORES), ("align", mech.ALIGNS)):
-        files = {p.name.removesuffix(".py.j2") for p in (TEMPLATES / kind).glob("*.py.j2")}
-        assert files == {m.name for m in table.values() if m.template.startswith(kind + "/")}
+    # no mechanism template without its record: one file per mechanism, named after it
+    recorded = {m.template for m in mech.REGISTRY.values() if m.template}
+    for folder in ("score", "align", "position", "bias", "penalty", "heads_out"):
+        for f in (TEMPLATES / folder).glob("*.py.j2"):
+            assert f"{folder}/{f.name}" in recorded, f
+    for m in mech.REGISTRY.values():
+        if m.template and "/" in m.template:
+            assert m.template == f"{m.template.split('/')[0]}/{m.name}.py.j2", m
 
 
 def test_every_score_and_alignment_reads_as_a_table_iii_value_with_a_reason():
@@ -158,14 +162,64 @@ CHECK_MODULES = sorted(str(p.relative_to(PKG)) for p in (PKG / "check").glob("*.
 
 @pytest.mark.parametrize("module", ["classify.py", "diagram.py", "fmt.py",
                                     "codegen/classes.py", "codegen/layer.py",
-                                    "checks.py", "module_checks.py", *CHECK_MODULES])
+                                    "codegen/attention.py", "codegen/decoder.py", "train.py",
+                                    "combinations.py", "checks.py", "module_checks.py",
+                                    *CHECK_MODULES])
 def test_front_end_modules_test_no_mechanism_name(module):
     """classify, diagram and fmt (and the attention classes' names, docstrings and
-    constructors, the drop-in layer and the checker) read the registry instead."""
-    found = name_tests(PKG / module)
-    if module == "codegen/classes.py":  # one query per group: the affinity's additive and
-        found = [f for f in found if f[1] not in ("max_pool", "additive")]  # max-pool rows
-    assert not found, found
+    constructors, the drop-in layer, the attention plan rules, the decoder loop, the
+    report's training tasks and the combination generator) read the registry instead."""
+    assert not name_tests(PKG / module)
+
+
+def jinja_names(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of each comparison with a mechanism's name inside a Jinja tag of a
+    template (``x == "local"``, ``x in ("hard", …)``: the template's own logic; the generated
+    code's text, such as ``self.mask == "causal"``, is outside the tags)."""
+    import re
+
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for tag in re.findall(r"{%.*?%}|{{.*?}}", line):
+            for cmp in re.findall(r'[=!]=\s*"\w+"|\bin\s*\([^)]*\)', tag):
+                out += [(i, s) for s in re.findall(r'"(\w+)"', cmp) if s in NAMES]
+    return out
+
+
+def test_the_attention_template_composes_mechanisms_without_naming_them():
+    """attention.py.j2 imports the templates the statement's records name and calls their
+    slots (macros): no test of a mechanism's name, no ``part`` switch in any of them."""
+    assert not jinja_names(TEMPLATES / "attention.py.j2")
+    for m in mech.REGISTRY.values():
+        if m.template and m.kind != "score" or m.template and "/" in m.template:
+            text = (TEMPLATES / m.template).read_text(encoding="utf-8")
+            assert "part ==" not in text, m.template
+
+
+def test_a_term_of_the_scores_is_written_once_as_its_score_mod():
+    """Each position term or bias in the scores defines the score_mod slot and no line of
+    the scores elsewhere: the class defines score_mod once, and the explicit path evaluates
+    it over the index grids (FlexAttention's path calls the same function)."""
+    from taxcompile import codegen, pipeline
+
+    for name, m in mech.MODIFIERS.items():
+        text = (TEMPLATES / m.template).read_text(encoding="utf-8")
+        assert ("macro score_mod()" in text) == m.in_scores, name
+        assert "e = e" not in text, name
+        if m.in_scores:
+            assert "score_grid" in m.helpers, name
+    field = {"relative": "position = relative(k = 2)", "alibi": "bias = alibi",
+             "gaussian": "bias = gaussian"}
+    for name, mod in field.items():
+        cs = pipeline.load_text(
+            "paper t { cite = \"T\" }\nmodel m {\n input x: sequence[L, 8]\n"
+            f" attention a {{ query = project(x)  features = x  score = scaled_multiplicative "
+            f" heads = 2  {mod} }}\n output o = identity(a)\n}}\n", "t.attn")
+        src = codegen.generate(cs, cs.models[0], "t.attn")
+        assert src.count("def score_mod(") == 1, name
+        assert src.count("score_mod(e, *score_grid(e))") == 1, name
+        assert "flex_context(q, k, v, key_mask, self.mask, k.shape[-1] ** -0.5, score_mod)" \
+            in src, name
 
 
 def test_the_registry_adds_no_import():

@@ -10,7 +10,7 @@ from .. import checks, ir
 from .. import mechanisms as mech
 from ..checks import learned_capsules, share_kind
 from . import generate
-from .classes import attention_class, dot_form, fast_path
+from .classes import attention_class, dot_form, fast_path, one_per_input
 from .frame import Var
 from .graph_attention import is_graph, plan_graph_attention
 from .names import Dim, atom, dim_of
@@ -83,7 +83,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     args = [qq, kk, vv, kmask] + generate.keys_once(p, n, mod, kk)
     if n.affinity:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
-    if p.step is not None and n.align.fn == "local" and n.align.position == "monotonic":
+    if p.step is not None and mech.align(n.align.fn).holds("step_start", n.align):
         args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
     if n.mask_input is not None:  # `mask = m`: (B, Lq, Lk), one attention per example
         args.append(f"pair_mask={p.frame.use(n.mask_input)}")
@@ -202,27 +202,23 @@ def emit_penalty(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> None:
 def penalty_call(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> tuple[str, str]:
     """The call that computes a module's penalty from its weights (or heads) x, with the
     padding masks of its queries and keys, and its comment."""
-    d = n.disagreement
+    d, rec = n.disagreement, mech.PENALTIES
     if n.supervised is not None:  # Liu et al. 2016 (squared), Mi et al. 2016 (cross entropy)
         sup = n.supervised
         p.helpers.add("supervised_penalty")
         return (f"supervised_penalty({x}, {p.frame.use(sup.gold)}, {qmask}, {kmask}, "
-                f"{sup.lam!r}, \"{sup.loss}\")",
-                {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
-                 "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}[sup.loss])
+                f"{sup.lam!r}, \"{sup.loss}\")", rec["supervised"].text("doc", sup))
     if n.doubly_stochastic is not None:
         p.helpers.add("doubly_stochastic_penalty")
         return (f"doubly_stochastic_penalty({x}, {qmask}, {kmask}, "
-                f"{float(n.doubly_stochastic)!r})",
-                "lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)")
+                f"{float(n.doubly_stochastic)!r})", rec["doubly_stochastic"].doc)
     if n.coverage_loss is not None:
         p.helpers.add("coverage_loss")
         return (f"coverage_loss({x}, {qmask}, {kmask}, {float(n.coverage_loss)!r})",
-                "lambda sum_t sum_i min(a_i^t, c_i^t) (See et al. eq. 12-13)")
+                rec["coverage"].doc)
     p.helpers.add("disagreement_penalty")
     keep = kmask if d.on == "subspace" else qmask
-    eq = {"subspace": "5: cos(V^i, V^j)", "position": "6: |A^i * A^j|",
-          "output": "7: cos(O^i, O^j)"}[d.on]
+    eq = mech.others.PENALTY_EQUATIONS[d.on]
     return (f"disagreement_penalty({x}, {keep}, {float(d.lam)!r}, {d.on != 'position'})",
             f"-lambda D_{d.on}, D = -(1/H^2) sum_i sum_j of eq. {eq} (Li et al. 2018)")
 
@@ -235,10 +231,11 @@ def affinity_arg(p, n, info, q, G: int, name: str) -> str:
         code = f"{code}.transpose(-1, -2)"
     code = f"{code}.flatten(0, {G})" if G else code
     qmask = p.mask_of(q) if q is not None else None
-    if qmask and n.score.fn in ("additive", "max_pool"):
+    rows = mech.score(n.score.fn).affinity_rows
+    if qmask and rows:
         # padded query positions must not add to (eq. 14-15) or win (eq. 16) a score
         mname, suffix = qmask
-        fill = "0.0" if n.score.fn == "additive" else f"torch.finfo({A.name}.dtype).min"
+        fill = "0.0" if rows == "sum" else f"torch.finfo({A.name}.dtype).min"
         code = p.tmp(f"{code} if {mname} is None else {code}.masked_fill("
                      f"~{mname}{suffix}.reshape(-1, {q.name}.shape[-2], 1), {fill})",
                      f"{name}_A", "(N, Lq, Lk): padded query rows left out")
@@ -251,12 +248,12 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     shape = p.cm.shapes[n.id]
     step = p.step is not None
     lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
-    single = info.query_mode != "sequence" or \
-        (n.affinity and n.score.fn in ("additive", "max_pool"))  # one context per group
-    gate = n.align.fn == "sigmoid"  # the gated values, at the keys' positions
+    align = mech.align(n.align.fn)
+    single = info.query_mode != "sequence" or one_per_input(n)  # one context per group
+    gate = align.gate  # the gated values, at the keys' positions
     single = single and not gate
     direct = G == 0 and not single and not capsule
-    needs_ex = n.align.fn in ("hard", "reinforced") or n.penalty is not None or capsule or \
+    needs_ex = bool(align.log_prob) or n.penalty is not None or capsule or \
         n.coverage or n.disagreement is not None and n.disagreement.on != "position"
     locs = p.frame.locals
     if direct and step:
@@ -297,7 +294,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         p.frame.indent -= 1
     else:
         p.step["weights"].append((key, a, wshape, n))
-    if n.align.fn in ("hard", "reinforced"):
+    if align.log_prob:
         rec.add("log_probs")
         if not step:
             p.frame.emit(f"log_probs[{key}] = {ex}[\"log_prob\"]")

@@ -1,5 +1,7 @@
-"""Attention classes: one per mechanism combination, rendered by ``attention.py.j2`` with
-one template per score (``score/<fn>.py.j2``) and per alignment (``align/<fn>.py.j2``)."""
+"""Attention classes: one per mechanism combination, rendered by ``attention.py.j2``, which
+composes the templates that the statement's mechanisms' records name (``score/<fn>.py.j2``,
+``align/<fn>.py.j2``, ``position/…``, ``bias/…``, ``penalty/…``): nothing here or there
+tests a mechanism's name."""
 
 from __future__ import annotations
 
@@ -16,13 +18,16 @@ from .plan import AttentionClass
 
 
 @dataclass(frozen=True)
-class DotForm:
-    """A score that is a dot product of (transformed) q and k, e = q'^T k' * scale."""
+class Templates:
+    """The templates of a statement's mechanisms, from their records: its score, its
+    alignment, how its heads join, its position term and bias (``mods``, in that order) and
+    the other mechanisms with lines in the class (coverage, penalties: ``extra``)."""
 
-    scale: str  # applied to q @ k^T in the explicit path
-    sdpa_scale: str  # the keyword for scaled_dot_product_attention
-    scale_value: str
-    what: str
+    score: str
+    align: str
+    heads_out: str
+    mods: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,7 @@ class AttentionView:
     align: ir.Align
     lq: str
     init_args: tuple[str, ...]
-    dot: DotForm | None
+    dot: str | None  # a dot-product score: what it computes (its template sets the scale)
     fast: str | None
     act: Callable[[str], str]
     act_fn: str
@@ -60,6 +65,10 @@ class AttentionView:
     disagreement: str | None = None  # Li et al. eq. 5 / 7: return each head's V^h / O^h
     pair: bool = False  # a mask input (B, Lq, Lk) narrows the keys each query may see
     keys_once: bool = False  # project_keys(k): W2 k + b, computed once by a decoder (wk=)
+    templates: Templates | None = None  # the mechanisms' templates attention.py.j2 composes
+    start: bool = False  # forward() takes `start`, the first query's position (p = t, eq. 27)
+    needs: frozenset[str] = frozenset()  # locals of forward() the templates read ("H")
+    score_terms: bool = False  # position terms in the scores: one score_mod for every path
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -71,25 +80,20 @@ def fit(text: str, indent: int = 8) -> str:
 def keys_once(p, n: ir.Attention) -> bool:
     """Whether the class projects its keys apart from the query (``project_keys``: W2 k_l + b
     of eq. 6), so that a decoder computes it once per sequence, not at every step."""
-    return n.score.fn == "additive" and n.query is not None and not learned_capsules(n) \
-        and not n.affinity and share_of(p, n) != "keys"
+    return mech.score(n.score.fn).keys_once and n.query is not None and \
+        not learned_capsules(n) and not n.affinity and share_of(p, n) != "keys"
 
 
-def dot_form(n: ir.Attention) -> DotForm | None:
-    """Scores that are a dot product of (transformed) q and k, e = q'^T k' * scale: the
-    ones a fused attention kernel can compute (their records' ``dot``)."""
+def dot_form(n: ir.Attention) -> str | None:
+    """What a score that is a dot product of (transformed) q and k, e = q'^T k' * scale,
+    computes (its record's ``dot``): the scores a fused attention kernel can compute. Its
+    scale is its template's (``score/<fn>.py.j2`` sets ``dot``)."""
     if n.query is None and not n.capsules or n.affinity or n.dimensionality == "multi":
         return None
-    rec = mech.score(n.score.fn)
-    what = rec.text("dot", n.score)
-    if not what:
-        return None
-    if rec.scaled:
-        return DotForm(" / math.sqrt(k.shape[-1])", "", "k.shape[-1] ** -0.5", what)
-    return DotForm("", ", scale=1.0", "1.0", what)
+    return mech.score(n.score.fn).text("dot", n.score) or None
 
 
-def fast_path(n: ir.Attention, dot: DotForm | None) -> str | None:
+def fast_path(n: ir.Attention, dot: str | None) -> str | None:
     """Which fast path the module takes when nobody asks for its weights: "sdpa" (a fused
     kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
     additive attention over blocks of queries), "flex" (a term in the scores as
@@ -162,8 +166,7 @@ def attention_class(p, n: ir.Attention) -> str:
         name, i = f"{base}{i}", i + 1
     args = mech.constructor(n, dropout, share, query != "none" or bool(n.capsules))
     score, align = mech.score(n.score.fn), mech.align(n.align.fn)
-    lq = "C" if n.capsules else ("1" if query == "none" or n.score.fn == "max_pool" or
-                                 (n.affinity and n.score.fn == "additive") else "Lq")
+    lq = "C" if n.capsules else ("1" if query == "none" or one_per_input(n) else "Lq")
     p.helpers.update(mech.MASKS[n.mask].helpers + align.helpers)
     p.helpers.update(h for rec, _ in mech.modifiers(n) for h in rec.helpers)
     dot = dot_form(n)
@@ -179,6 +182,11 @@ def attention_class(p, n: ir.Attention) -> str:
         p.helpers.update(score.query_helpers)
     doc = class_doc(n, dropout, share)
     cut = doc.index("")
+    extra = [rec for rec, _ in mech.penalties(n) if rec.template]
+    if n.coverage:
+        extra.insert(0, mech.TRAITS["coverage"])
+    mods = [rec for rec, _ in mech.modifiers(n)]
+    heads_out = n.heads_out if n.heads > 1 else "project"
     view = AttentionView(
         cls=name, title="\n    ".join(doc[:cut]), doc=tuple(doc[cut + 1:]),
         query="capsules" if learned_capsules(n) else query,
@@ -187,13 +195,24 @@ def attention_class(p, n: ir.Attention) -> str:
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
         init_args=mech.signature(args), dot=dot, fast=fast,
         act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
-        heads_out=n.heads_out if n.heads > 1 else "project", c_width=context_width(n),
+        heads_out=heads_out, c_width=context_width(n),
         gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,
         coverage=n.coverage, disagreement=n.disagreement.on if n.disagreement else None,
-        pair=n.mask_input is not None, keys_once=keys_once(p, n))
+        pair=n.mask_input is not None, keys_once=keys_once(p, n),
+        templates=Templates(score.template, align.template, mech.HEADS_OUT[heads_out].template,
+                            tuple(m.template for m in mods), tuple(m.template for m in extra)),
+        start=align.holds("step_start", n.align),
+        needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
+        score_terms=any(m.in_scores for m in mods))
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
+
+
+def one_per_input(n: ir.Attention) -> bool:
+    """A score that reduces an affinity matrix's query rows to one score per key: one
+    context per input (eq. 14-16), not one per query position."""
+    return bool(n.affinity) and bool(mech.score(n.score.fn).affinity_rows)
 
 
 def context_width(n: ir.Attention) -> str:

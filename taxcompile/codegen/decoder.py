@@ -7,6 +7,7 @@ state."""
 from __future__ import annotations
 
 from .. import checks, ir
+from .. import mechanisms as mech
 from ..ops import plan_rule
 from . import generate
 from .attention import emit_penalty, plan_attention
@@ -137,7 +138,8 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         f.emit("if return_attention:")
         f.emit(f"    attn[{key}] = torch.cat({steps}[{step_key('weights', key)}], {dim})")
     for key, ex, nd in p.step["logp"]:
-        how = "cat" if nd.align.fn == "hard" else "stack"  # (N, H, 1) per step, or (N,)
+        # (N, H, 1) per query of each step, or (N,) per example
+        how = "cat" if mech.align(nd.align.fn).log_prob == "query" else "stack"
         f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
     covered = p.step.get("penalty", [])
     generate.loop_save(p, n, p.step.get("cached", []))

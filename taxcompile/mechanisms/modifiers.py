@@ -32,7 +32,8 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
               doc=_relative_doc,
               ctor=(CtorArg("clip", "int", owner="position", field="clip", sym="k",
                             comment="k: distances clipped to [-k, k] (Shaw et al. eq. 15)"),),
-              template="modifiers.py.j2", helpers=("rel_distance",), in_scores=True, qk=True),
+              template="position/relative.py.j2",
+              helpers=("rel_distance", "score_table", "score_grid"), in_scores=True, qk=True),
     Mechanism("position", "rotary", (P("base", "float", False, 10000.0),),
               reason="rotary positions turn q and k before the dot product, so q'·k' depends "
                      "on j - i: still the same q·k score",
@@ -42,7 +43,7 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
               ctor=(CtorArg("base", "float", "10000.0", owner="position", field="base",
                             unset=10000.0,
                             comment="theta_i = base^(-2i/d) (RoPE)"),),
-              template="modifiers.py.j2", helpers=("rotary",), qk=True, pairs=True,
+              template="position/rotary.py.j2", helpers=("rotary",), qk=True, pairs=True,
               detail=" (base {base:g})"),
 )}
 
@@ -53,7 +54,8 @@ BIASES: dict[str, Mechanism] = {m.name: m for m in (
               label="ALiBi bias", class_part="ALiBi",
               doc="ALiBi (Press et al.): -m_h |i - j| added to the scores before the "
                   "alignment, m_h = 2^(-8h/H) (the causal form under the causal mask).",
-              template="modifiers.py.j2", helpers=("alibi_slopes",), in_scores=True),
+              template="bias/alibi.py.j2", helpers=("alibi_slopes", "score_grid"),
+              in_scores=True),
     Mechanism("bias", "gaussian",
               reason="Yang et al.'s Gaussian bias -(j - P_i)^2 / (2 sigma_i^2) is added to "
                      "every score before the alignment: the score function is unchanged and "
@@ -63,7 +65,7 @@ BIASES: dict[str, Mechanism] = {m.name: m for m in (
               doc="Gaussian bias (Yang et al. 2018): G_ij = -(j - P_i)^2 / (2 sigma_i^2) "
                   "added to the scores, P_i = I sigmoid(U_p^T tanh(W_p q_i)), sigma_i = "
                   "D_i / 2, D_i = I sigmoid(U_d^T tanh(W_p q_i)), I the length.",
-              template="modifiers.py.j2", in_scores=True),
+              template="bias/gaussian.py.j2", helpers=("score_grid",), in_scores=True),
 )}
 
 MODIFIERS: dict[str, Mechanism] = {**POSITIONS, **BIASES}

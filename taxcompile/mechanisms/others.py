@@ -30,9 +30,12 @@ MASKS: dict[str, Mechanism] = {m.name: m for m in (
 # How a multi-head module joins its heads' contexts: W_O concat (eq. 40), the plain concat
 # (Lin et al.'s flattened M), or their mean (GAT's last layer).
 HEADS_OUT: dict[str, Mechanism] = {m.name: m for m in (
-    Mechanism("heads_out", "project", label="", doc="joined by W_O"),
-    Mechanism("heads_out", "concat", label="heads concatenated", doc="concatenated, no W_O"),
-    Mechanism("heads_out", "mean", label="heads averaged", doc="averaged, no W_O"),
+    Mechanism("heads_out", "project", label="", doc="joined by W_O",
+              template="heads_out/project.py.j2"),
+    Mechanism("heads_out", "concat", label="heads concatenated", doc="concatenated, no W_O",
+              template="heads_out/concat.py.j2"),
+    Mechanism("heads_out", "mean", label="heads averaged", doc="averaged, no W_O",
+              template="heads_out/mean.py.j2"),
 )}
 
 # Terms of the training loss. None changes a module's score, alignment, wiring or heads,
@@ -54,7 +57,8 @@ def _disagreement_doc(d) -> str:
 PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
     # Lin et al.: ||A A^T - I||_F^2, `penalty = λ`
     Mechanism("penalty", "frobenius", (P("lambda", "float"),), reason=LOSS_REASON,
-              label="penalty {lam:g}", extras=("penalty",)),
+              label="penalty {lam:g}", extras=("penalty",), template="penalty/frobenius.py.j2",
+              needs=("H",)),
     Mechanism("penalty", "doubly_stochastic", (P("lambda", "float"),), reason=LOSS_REASON,
               label="doubly stochastic penalty {lam:g}",
               doc="lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)",
@@ -67,7 +71,7 @@ PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
               (P("lambda", "float", False, 1.0),
                P("on", "enum", True, None, ("subspace", "position", "output"))),
               reason=LOSS_REASON, label="disagreement on {on} {lam:g}", doc=_disagreement_doc,
-              helpers=("disagreement_penalty",)),
+              helpers=("disagreement_penalty",), template="penalty/disagreement.py.j2"),
     Mechanism("penalty", "supervised",
               (P("gold", "node"), P("lambda", "float", False, 1.0),
                P("loss", "enum", False, "squared", ("squared", "cross_entropy"))),
@@ -110,6 +114,7 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
               doc="share: the module with no query (eq. 7) whose W, b and w this one uses; "
                   "it adds its own W1 for the query (eq. 9, 6)."),
     Mechanism("trait", "coverage", class_part="Coverage", label="coverage",  # See et al.
+              template="coverage.py.j2",
               doc="Coverage (See et al. 2017, eq. 10-11): e_i^t = w^T act(W1 q_t + W2 k_i + "
                   "w_c c_i^t + b), c^t = sum_{t' < t} a^{t'}, one query position at a time; "
                   "coverage: c before the first query, (N, H, Lk), or None (zeros)."),

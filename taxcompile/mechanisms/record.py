@@ -118,6 +118,16 @@ class Mechanism(NamedTuple):
     normalised: bool = False
     pairs: bool = False  # a position term that turns pairs of features: an even head width
     detail: Text = ""  # a modifier's values that two modules sharing weights compare beyond str()
+    # issue 27, the codegen's reading (new fields go last, each with its default):
+    # an alignment that centres its window at the query's own position (p = t): forward()
+    # takes `start`, the first query's position, which a decoder step passes
+    step_start: Union[bool, Callable[..., bool]] = False
+    needs: tuple[str, ...] = ()  # forward()'s locals its template reads that are made on demand ("H")
+    log_prob: str = ""  # extras["log_prob"] per "query" (N, H, Lq) or per "example" (N,)
+    # a score over an affinity matrix that reduces its query rows to one score per key (one
+    # context per input, eq. 14-16): "sum" (padded rows add 0) or "max" (they never win)
+    affinity_rows: str = ""
+    keys_once: bool = False  # a score with a query-free key term (W2 k + b) a decoder computes once
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
@@ -132,6 +142,11 @@ class Mechanism(NamedTuple):
         if "{" not in value:
             return value
         return value.format(**{**fields(obj), **more})
+
+    def holds(self, what: str, obj=None) -> bool:
+        """Flag ``what`` for ``obj``: a bool field, or a function of the IR object."""
+        value = getattr(self, what)
+        return bool(value(obj) if callable(value) else value)
 
 
 def fields(obj) -> dict:

@@ -60,7 +60,7 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
     _score("additive", "Additive", "additive score w^T act(W1 q + W2 k + b) (eq. 6)",
            pint("d_w", False), act("tanh"), P("bias", "bool", False, True), ctor=(D_W,),
            query_helpers=("additive_score",), rows_fast="blocks", hidden=True, act_sum=True,
-           affinity="pooled", docs=(
+           affinity="pooled", affinity_rows="sum", keys_once=True, docs=(
                ("no_query", "additive score of the keys alone, w^T act(W k + b) (eq. 33)"),
                ("affinity", "aggregate additive score over an affinity matrix (eq. 14-15)"),
                ("shared_keys", "additive score w^T act(W1 q + W k + b), W, b and w those of "
@@ -96,7 +96,8 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("score", "max_pool", reading=affinity_reading,
               reason=affinity_reason("the maximum of each row"), label="max pool",
               class_part="MaxPool", doc="max-pooled affinity scores (eq. 16)",
-              template="score/max_pool.py.j2", affinity="pooled", needs_affinity=True),
+              template="score/max_pool.py.j2", affinity="pooled", needs_affinity=True,
+              affinity_rows="max"),
     # GAT (Velickovic et al.): act(a^T [q_i || k_j]), a split into a_dst and a_src, over a
     # graph: the concat form of the additive family (Table II), the activation after the
     # weight vector rather than before it. Its class is graph_attention.py.j2.
