@@ -153,7 +153,8 @@ def name_tests(path: Path) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("module", ["classify.py", "diagram.py", "fmt.py",
-                                    "codegen/classes.py", "codegen/layer.py"])
+                                    "codegen/classes.py", "codegen/layer.py",
+                                    "codegen/generate.py"])
 def test_front_end_modules_test_no_mechanism_name(module):
     """classify, diagram and fmt (and the attention classes' names, docstrings and
     constructors, and the drop-in layer) read the registry instead."""

@@ -261,7 +261,7 @@ def file_plan(p) -> FilePlan:
                  f"Returns Output({', '.join(x.name for x in fields)}).")
     if generate.on(p):
         model_doc += ("cache: generate()'s state between calls (source side, KV cache, decoder "
-                      "state):", f"then `{p.gen['input'].id}` holds the new tokens only; "
+                      "state):", f"then `{p.gen.input.id}` holds the new tokens only; "
                       "see generate().")
     model = ModuleClass("Model", model_doc, tuple(f.owner.subs), tuple(params), "Output",
                         tuple(head + body), keeps_cfg=True)

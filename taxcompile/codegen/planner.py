@@ -48,7 +48,7 @@ class Planner:
         self.finals: dict[str, str] = {}  # RNN node -> its final states (a decoder's `init`)
         self.emitted: set[str] = set()
         self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
-        self.gen: dict | None = None  # generate(): see generate.setup
+        self.gen: generate.Decoding | None = None  # generate(): see generate.setup
         self.frame = Frame(Owner("Model"), self.reserved)
 
     # ---- symbols ------------------------------------------------------------------

@@ -95,6 +95,11 @@ class Mechanism(NamedTuple):
     gate: bool = False
     fast: Text = None
     in_scores: bool = False  # a modifier that is a term of the scores (a score_mod)
+    # generate(): a mask that hides every later key, so a decoding step can run on the new
+    # token alone (causal, forward); an alignment that places its keys by the query's
+    # index in the whole sequence, so a step needs the whole prefix (local)
+    hides_later: bool = False
+    by_query_index: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
