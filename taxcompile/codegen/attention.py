@@ -147,8 +147,7 @@ def weights_value(p, n: ir.Attention, a: str, info) -> None:
     the context's leading axes: (B, …, Lq, Lk) (or (B, …, Lk) for one query per group)."""
     c = p.frame.vars[n.id]
     shape = checks.Shape(c.shape.axes, p.cm.sizes[info.attended])
-    code = p.axis_size_code(info.attended)
-    dim = Dim(int(code)) if code.isdigit() else Dim(0, (code,))
+    dim = p.axis_size(info.attended)
     mean = f"{a}.mean(1)" if n.heads > 1 else f"{a}.squeeze(1)"
     w = p.tmp(f"{mean}.reshape(*{c.name}.shape[:-1], -1)", f"{p.want(n)}_w",
               f"{p.shape(shape, dim=dim)}: the weights a_l (eq. 3)"
@@ -322,18 +321,11 @@ def context_dim(p, n: ir.Attention, d_v: Dim) -> Dim:
     ``heads_out = concat`` / ``mean`` the heads side by side / averaged."""
     if n.heads < 2 or n.heads_out == "project":
         return d_v
-    heads = p.sym(n, "heads", n.heads)
+    heads = p.size(n, "heads", n.heads)
     split = n.query is not None
     if (n.heads_out == "concat") == split:  # H slices of d_v / H side by side; or all of v
         return d_v
-    if n.heads_out == "concat":
-        if heads.isdigit():
-            return d_v.times(int(heads))
-        return Dim(0, (f"{heads} * ({d_v})" if len(d_v.terms) + bool(d_v.const) > 1
-                       else f"{heads} * {d_v}",))
-    if heads.isdigit() and not d_v.terms:
-        return Dim(d_v.const // int(heads))
-    return Dim(0, (f"({d_v}) // {heads}",))
+    return d_v.times(heads) if n.heads_out == "concat" else d_v.floordiv(heads)
 
 
 def fused_projections(p, n: ir.Attention) -> dict[str, Var]:

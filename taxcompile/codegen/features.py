@@ -4,14 +4,12 @@ and the node, registers the submodules it needs and returns the result's ``Var``
 
 from __future__ import annotations
 
-import re
-
 from .. import checks, ir
 from ..ops import plan_rule
 from .acts import act_call, act_module, widened
 from .frame import Var
 from .generate import start as generate_start
-from .names import Dim, atom, is_name
+from .names import Dim, atom, is_name, moved_from
 
 
 def same(x: Var, code: str) -> Var:
@@ -199,7 +197,7 @@ def maxout(p, e, a, n):
     x, k = a[0], int(e.param("k"))
     p.divides.append((x.dim, str(k)))
     size = x.shape.dim // k
-    dim = Dim(x.dim.const // k) if not x.dim.terms else Dim(0, (f"({x.dim}) // {k}",))
+    dim = x.dim.floordiv(k)
     return resized(x, act_call(ir.Act(fn="maxout", params=e.params), x.name), size, dim)
 
 
@@ -256,9 +254,7 @@ def stack(p, e, a, n):
 @plan_rule("first")
 def first(p, e, a, n):
     x = a[0]
-    # a chain of names, calls and subscripts needs no parentheses before `[…]`
-    code = x.name if re.fullmatch(r"[\w.]+(\([^()]*\)|\[[^\[\]]*\])*", x.name) else atom(x.name)
-    return Var(f"{code}[..., 0, :]", checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
+    return Var(f"{atom(x.name)}[..., 0, :]", checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
 
 
 @plan_rule("backward")
@@ -306,10 +302,8 @@ def resize(p, e, a, n):
 def channels_first(code: str) -> str:
     """A grid (B, H, W, C) as torch's images (B, C, H, W); undoes a trailing
     ``.movedim(1, -1)`` (the previous grid op's) rather than adding a second move."""
-    tail = ".movedim(1, -1)"
-    if code.endswith(tail) and atom(code[: -len(tail)]) == code[: -len(tail)]:
-        return code[: -len(tail)]
-    return f"{atom(code)}.movedim(-1, 1)"
+    moved = moved_from(code)
+    return moved if moved is not None else f"{atom(code)}.movedim(-1, 1)"
 
 
 def grid_shape(p, x: Var, up: int, down: int, d: int | None) -> checks.Shape:

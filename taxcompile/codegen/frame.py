@@ -3,11 +3,10 @@ class that owns its submodules."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from .. import checks
-from .names import MODULE_ATTRS, Dim, Names, ident
+from .names import MODULE_ATTRS, Dim, Names, ident, is_name
 from .plan import Stmt, Submodule
 
 
@@ -76,9 +75,9 @@ class Frame:
     def param(self, code: str, node_id: str) -> str:
         """The caller's value ``code`` (valid in the caller) as a parameter of this frame."""
         if code not in self.free:
-            want = code if re.fullmatch(r"\w+", code) else ident(node_id.split(".")[-1])
+            want = code if is_name(code) else ident(node_id.split(".")[-1])
             self.free[code] = want if want not in self.locals.taken and \
-                re.fullmatch(r"\w+", code) else self.locals.new(want)
+                is_name(code) else self.locals.new(want)
             self.locals.taken.add(self.free[code])
         return self.free[code]
 

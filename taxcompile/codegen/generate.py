@@ -18,7 +18,6 @@ re-runs the whole model on the prefix at every step (the same tokens, slower).""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import networkx as nx
@@ -26,7 +25,8 @@ import networkx as nx
 from .. import checks, ir
 from .. import mechanisms as mech
 from .frame import Var
-from .names import mentions
+from .names import assigned as assigned_names
+from .names import is_name, mentions, names_in
 from .plan import GeneratePlan, Stmt
 
 # operators that mix the positions of their argument (or reduce its axes): on the target
@@ -156,7 +156,8 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     computed = [x for x in dict.fromkeys((k.name, v.name)) if x not in taken]
     stmts, later = [], []
     for s in f.body[mark:]:
-        theirs = s.code and not any(mentions([s.code], re.escape(t)) for t in targets)
+        reads = names_in([s.code])
+        theirs = s.code and not any(names_in([t]) <= reads for t in targets)
         (stmts if theirs else later).append(s)  # comments stay outside too
     if not stmts or not computed:
         return k, v  # the keys are a source value as it is: nothing to compute
@@ -186,7 +187,7 @@ def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
     reads = {r for r, _ in checks.expr_links(n.keys)}
     # only keys named by a node computed before the loop: an inline op (`keys = linear(h,
     # d)`) is computed at the statement, inside the step (the property test found it)
-    if st is None or not projects_keys(p, n) or not re.fullmatch(r"\w+", keys) or \
+    if st is None or not projects_keys(p, n) or not is_name(keys) or \
             not isinstance(n.keys, ir.Ref) or reads & st["region"]:
         return []
     f = p.frame
@@ -248,10 +249,8 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
     codes = [s.code for s in rest]
     assigned: list[str] = []
     for s in prefix:
-        lhs = s.code.split(" = ", 1)[0] if " = " in s.code else ""
-        for name in lhs.split(","):
-            name = name.strip()
-            if name.isidentifier() and name not in assigned and mentions(codes, name):
+        for name in assigned_names(s.code):
+            if name not in assigned and mentions(codes, name):
                 assigned.append(name)
     mem = p.gen.memory
     if prefix and assigned:
@@ -287,5 +286,5 @@ def plan(p, outputs: list) -> GeneratePlan | None:
     return GeneratePlan(
         target=t.id, sources=tuple(i.id for i in sources),
         masks=tuple(f"{i.id}_mask" for i in sources if i.kind in MASKABLE),
-        vocab=p.sym(t, "vocab", t.vocab).replace("cfg.", "self.cfg."),
+        vocab=p.sym(t, "vocab", t.vocab, owner="self.cfg"),
         output=out, incremental=p.gen.incremental)

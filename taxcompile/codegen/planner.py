@@ -15,7 +15,7 @@ import networkx as nx
 from .. import checks, graph, ir, ops, reserved
 from . import attention, blocks, decoder, features, generate, model, repeat, values  # noqa: F401
 from .frame import Frame, Owner, Var
-from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
+from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
 
 MASKABLE = ("tokens", "sequence", "set", "pointers")
@@ -60,13 +60,15 @@ class Planner:
         return dim_of(op.param(name), sym)
 
     def use_sym(self, sym: str) -> None:
-        self.used_cfg.update(re.findall(r"(?<![\w.])([A-Za-z_]\w*)", sym))
+        self.used_cfg.update(sym_names(sym))
 
-    def sym(self, obj, key: str, value) -> str:
+    def sym(self, obj, key: str, value, owner: str = "cfg") -> str:
+        """A value the spec may give as a Config expression, as code over ``owner``'s
+        fields (``cfg.vocab``; ``self.cfg.vocab`` in a method of Model), else its literal."""
         s = dict(getattr(obj, "sym", ())).get(key)
         if s:
             self.use_sym(s)
-            return str(dim_of(value, s))
+            return dim_of(value, s).render(owner)
         return repr(value)
 
     # ---- modules and locals ----------------------------------------------------------
@@ -116,7 +118,7 @@ class Planner:
 
     def named(self, x: Var, want: str) -> Var:
         """x, bound to a local name unless it already is one (so it is computed once)."""
-        if re.fullmatch(r"\w+", x.name):
+        if is_name(x.name):
             return x
         name = self.tmp(x.name, want, self.shape(x.shape, step=self.step is not None, dim=x.dim))
         return Var(name, x.shape, x.mask, x.dim, x.mask_code)
@@ -140,8 +142,18 @@ class Planner:
         i = next((i for i, op in enumerate(found) if op is e), 0)
         return "embed" if i == 0 else f"embed{i + 1}"
 
+    def size(self, obj, key: str, value: int) -> Dim:
+        """``sym``'s size: a Config expression when the spec gives one, else the literal."""
+        s = dict(getattr(obj, "sym", ())).get(key)
+        if s:
+            self.use_sym(s)
+        return dim_of(value, s)
+
     def axis_size_code(self, axis: str) -> str:
-        return model.axis_size_code(self, axis)
+        return str(model.axis_size(self, axis))
+
+    def axis_size(self, axis: str) -> Dim:
+        return model.axis_size(self, axis)
 
     # ---- shapes -------------------------------------------------------------------------
 
@@ -225,7 +237,7 @@ class Planner:
         base, k = mt.group(1), int(mt.group(2))
         prev = base if k == 2 else f"{base}@{k - 1}"
         v = self.frame.vars.get(prev)
-        if v is None or not re.fullmatch(r"\w+", v.name) or prev not in self.g:
+        if v is None or not is_name(v.name) or prev not in self.g:
             return None
         if v.name in {i.id for i in self.m.inputs} or v.name in self.frame.free.values():
             return None  # inputs and parameters keep their names
