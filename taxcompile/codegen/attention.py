@@ -28,15 +28,11 @@ def plan_attention(p, n: ir.Attention) -> None:
     mark = len(p.frame.body)  # where the key and value models' statements start
     fused = fused_projections(p, n)
     # the modules of the key, value and query models are named after their role
-    p.role = "k"
     k = fused.get("k") or p.expr(n.keys, n)
-    p.role = "v"
     v = (fused.get("v") or p.expr(n.values, n)) if n.values != n.keys else k
     q = None
     if n.query is not None and not learned_capsules(n):  # else the class holds q_c (eq. 43)
-        p.role = "q"
         q = fused.get("q") or p.expr(n.query, n)
-    p.role = ""
     G = len(info.groups)
     if q is not None and mech.score(n.score.fn).equal_qk:  # q^T k
         p.equal.append((q.dim, k.dim))

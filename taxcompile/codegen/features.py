@@ -31,7 +31,7 @@ def op_module(p, e: ir.Op, n, base: str, ctor: str, comment: str = "") -> str:
     NODE`` the module of NODE's operation of the same operator (the same weights)."""
     root = checks.share_root(p.m, e) if e.param("share") is not None else None
     if root is None:
-        return p.module(n, p.suffix(n, base) if base != "embed" else p.embed_suffix(n, e),
+        return p.module(n, p.suffix(n, base, e) if base != "embed" else p.embed_suffix(n, e),
                         ctor, comment)
     return p.module(root[0], base, ctor, comment)
 
@@ -78,7 +78,7 @@ def project(p, e, a, n):
     d = p.p(e, "d") if e.param("d") is not None else x.dim
     role = {"k": "W_K F (eq. 1)", "v": "W_V F (eq. 1)", "q": "W_Q F (eq. 35)"}
     mod = op_module(p, e, n, "proj", f"nn.Linear({x.dim}, {d}, bias=False)",
-                    role.get(p.role, "W F (eq. 1)"))
+                    role.get(p.role(n, e), "W F (eq. 1)"))
     return resized(x, f"{mod}({x.name})", e.param("d") or x.shape.dim, d)
 
 
@@ -171,7 +171,7 @@ def positional(p, e, a, n):
     else:
         length, p.need_max_len = "cfg.max_len", True
         p.max_len_axes.add(axis)  # inputs along this axis are checked against max_len
-    mod = p.module(n, p.suffix(n, "pos"), f"nn.Embedding({length}, {x.dim})", "learned positions")
+    mod = p.module(n, p.suffix(n, "pos", e), f"nn.Embedding({length}, {x.dim})", "learned positions")
     xin = local(p, x)
     past = generate_start(p, x)  # generate(): positions after the tokens already decoded
     if past:
@@ -319,7 +319,7 @@ def conv2d(p, e, a, n):
     x, d = a[0], p.p(e, "d")
     k, s = int(e.param("kernel", 3)), int(e.param("stride", 1))
     pad = "\"same\"" if s == 1 else f"{max(0, (k - s + 1) // 2)}, stride={s}"
-    mod = p.module(n, p.suffix(n, "conv"),
+    mod = p.module(n, p.suffix(n, "conv", e),
                    f"nn.Conv2d({x.dim}, {d}, kernel_size={k}, padding={pad})")
     shape = grid_shape(p, x, 1, s, e.param("d"))
     y = p.tmp(f"{mod}({channels_first(x.name)}).movedim(1, -1)", "y",
@@ -346,7 +346,7 @@ def upsample(p, e, a, n):
 @plan_rule("learned")
 def learned(p, e, a, n):
     d = p.p(e, "d")
-    mod = p.module(n, p.suffix(n, "q"), f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
+    mod = p.module(n, p.suffix(n, "q", e), f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
                    "a learned query (eq. 34)")
     return Var(f"{mod}.expand(B, -1)", checks.Shape((), e.param("d")), None, d)
 
@@ -358,7 +358,7 @@ def classify(p, e, a, n):
         node = checks.version_with(p.m, str(e.param("tie")), "embed")
         emb = next(op for op in checks.operations(node.expr) if op.fn == "embed")
         weight = embedding(p, emb, node)
-        bias = p.module(n, p.suffix(n, "bias"), f"nn.Parameter(torch.zeros({c}))",
+        bias = p.module(n, p.suffix(n, "bias", e), f"nn.Parameter(torch.zeros({c}))",
                         f"b; the weight is {weight[5:]}'s (tied)")
         return resized(x, f"F.linear({x.name}, {weight}.weight, {bias})", e.param("classes"), c)
     mod = op_module(p, e, n, "head", f"nn.Linear({x.dim}, {c})")
@@ -367,7 +367,7 @@ def classify(p, e, a, n):
 
 @plan_rule("dropout")
 def dropout(p, e, a, n):
-    mod = p.module(n, p.suffix(n, "drop"), f"nn.Dropout({p.sym(e, 'p', e.param('p'))})")
+    mod = p.module(n, p.suffix(n, "drop", e), f"nn.Dropout({p.sym(e, 'p', e.param('p'))})")
     return same(a[0], f"{mod}({a[0].name})")
 
 

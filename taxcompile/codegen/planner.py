@@ -43,7 +43,6 @@ class Planner:
         self.need_max_len = False
         self.max_len_axes: set[str] = set()  # axes read by a learned position table
         self.op_counts: dict = {}
-        self.role = ""  # "k", "v" or "q" while planning an attention module's inputs
         self.step: dict | None = None  # inside a decoder loop
         self.finals: dict[str, str] = {}  # RNN node -> its final states (a decoder's `init`)
         self.emitted: set[str] = set()
@@ -123,11 +122,23 @@ class Planner:
         name = self.tmp(x.name, want, self.shape(x.shape, step=self.step is not None, dim=x.dim))
         return Var(name, x.shape, x.mask, x.dim, x.mask_code)
 
-    def suffix(self, n, base: str) -> str:
-        """Distinct suffixes for several ops of one kind inside one statement; inside an
-        attention module's key/value/query models they start with the role (``q_proj``)."""
-        if self.role and base != self.role:
-            base = f"{self.role}_{base}"
+    @staticmethod
+    def role(n, e: ir.Op | None) -> str:
+        """Which input of attention statement ``n`` op ``e`` computes: "k", "v" or "q" (the
+        key, value and query models' modules are named after it), else ""."""
+        if e is None or not isinstance(n, ir.Attention):
+            return ""
+        for role, x in (("k", n.keys), ("v", n.values), ("q", n.query)):
+            if any(op is e for op in checks.operations(x)):
+                return role
+        return ""
+
+    def suffix(self, n, base: str, e: ir.Op | None = None) -> str:
+        """Distinct suffixes for several ops of one kind inside one statement; the modules of
+        an attention's key/value/query models start with the role (``q_proj``)."""
+        role = self.role(n, e)
+        if role and base != role:
+            base = f"{role}_{base}"
         count = self.op_counts.setdefault((n.id, base), 0)
         self.op_counts[(n.id, base)] = count + 1
         return base if count == 0 else f"{base}{count + 1}"
