@@ -73,9 +73,8 @@ def plan_attention(p, n: ir.Attention) -> None:
                        "(N, 1, d_q): one query per group")
     mk = p.mask_of(k)
     kmask = mk[0] if G == 0 and mk is not None and not mk[1] else \
-        p.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])")
-    if kmask != "None" and kmask.startswith("("):
-        kmask = p.tmp(kmask[1:-1], f"{name}_keep", "(N, Lk): padding mask of the keys")
+        p.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])",
+                   (f"{name}_keep", "(N, Lk): padding mask of the keys"))
     args = [qq, kk, vv, kmask] + generate.keys_once(p, n, mod, kk)
     if n.affinity:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
@@ -245,7 +244,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     names of its weights and extras."""
     shape = p.cm.shapes[n.id]
     step = p.step is not None
-    lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
+    lead = f"*{k.name}.shape[:{1 + G}]" if G else "B"  # the context's leading axes
     single = info.query_mode != "sequence" or \
         (n.affinity and n.score.fn in ("additive", "max_pool"))  # one context per group
     gate = n.align.fn == "sigmoid"  # the gated values, at the keys' positions
@@ -267,15 +266,14 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         res = c
     else:
         res = p.step["names"].setdefault(n.id, locs.new(name + "_t")) if step else locs.new(name)
-        lead_s = lead[:-1] if lead.endswith(",") else f"*{lead}"
         rest = "" if single and not capsule else f"{c}.shape[-2], "
-        p.frame.emit(f"{res} = {c}.view({lead_s}, {rest}-1)", comment)
+        p.frame.emit(f"{res} = {c}.view({lead}, {rest}-1)", comment)
     if gate:
         p.frame.vars[n.id] = Var(res, shape, k.mask, cdim, k.mask_code)
     else:
         p.frame.vars[n.id] = Var(res, shape, k.mask if single or capsule else q.mask if q else None,
                                  cdim, None if single or capsule or q is None else q.mask_code)
-    wshape = f"{lead[:-1] if lead.endswith(',') else '*' + lead}, *{a}.shape[1:]"
+    wshape = f"{lead}, *{a}.shape[1:]" if G else None  # None: the weights' own shape
     key = p.key_code(n)
     rec = p.frame.records
     rec.add("attn")
@@ -303,8 +301,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         p.frame.emit(f"penalties.append({ex}[\"penalty\"])")
     if capsule:
         rec.update(("capsules", "features"))
-        lead_s = lead[:-1] if lead.endswith(",") else f"*{lead}"
-        p.frame.emit(f"capsules[{key}] = tuple(x.view({lead_s}, *x.shape[1:]) "
+        p.frame.emit(f"capsules[{key}] = tuple(x.view({lead}, *x.shape[1:]) "
                      f"for x in {ex}[\"capsule\"])")
         p.helpers.add("pool")
         p.frame.emit(f"features[{key}] = pool({v.name}, {p.mask_arg(v)}, \"mean\")",

@@ -117,7 +117,7 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     for node_id in kept:
         f.emit(f"{steps}.setdefault({node_id!r}, []).append({f.vars[node_id].name})")
     for key, a, wshape, nd in p.step["weights"]:
-        w = a if wshape.startswith("B, ") else f"{a}.view({wshape})"
+        w = a if wshape is None else f"{a}.view({wshape})"
         f.emit("if return_attention:")
         f.emit(f"    {steps}.setdefault({step_key('weights', key)}, []).append({w})")
     for key, ex, _ in p.step["logp"]:

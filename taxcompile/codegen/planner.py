@@ -220,14 +220,17 @@ class Planner:
             suffix += f".narrow({1 + x.shape.axes.index(self.step['axis'])}, t, 1)"
         return self.frame.use(f"{inp.id}_mask"), suffix
 
-    def mask_arg(self, x: Var, then: str = "") -> str:
+    def mask_arg(self, x: Var, then: str = "", local: tuple[str, str] | None = None) -> str:
+        """x's padding mask as an argument (``None`` when it has none), with ``then``
+        applied; ``local``: (name, comment) of a local to bind a computed mask to."""
         mk = self.mask_of(x)
         if mk is None:
             return "None"
         name, suffix = mk
         if not suffix and not then:
             return name
-        return f"(None if {name} is None else {name}{suffix}{then})"
+        code = f"None if {name} is None else {name}{suffix}{then}"
+        return self.tmp(code, *local) if local is not None else f"({code})"
 
     # ---- nodes ---------------------------------------------------------------------------------
 
