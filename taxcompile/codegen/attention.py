@@ -88,14 +88,14 @@ def plan_attention(p, n: ir.Attention) -> None:
                     else "need_weights=return_attention")
     cov_key = repr(f"coverage:{p.key_code(n)[1:-1]}")  # where generate() keeps c
     if n.coverage and p.step is not None:  # c^t carried from step to step (See et al. eq. 10)
-        args.append(f"coverage={p.step['cov'][n.id]}")
+        args.append(f"coverage={p.step.cov[n.id]}")
     elif n.coverage and generate.is_target_side(p, n.id):  # generate(): the earlier calls' c
         p.frame.records.add("cache")
         args.append(f"coverage=None if cache is None else cache.get({cov_key})")
     call = f"{mod}({', '.join(args)})"
     a, ex = record(p, n, info, q, k, v, G, call, name, capsule)
     if n.coverage and p.step is not None:
-        p.frame.emit(f"{p.step['cov'][n.id]} = {ex}[\"coverage\"]",
+        p.frame.emit(f"{p.step.cov[n.id]} = {ex}[\"coverage\"]",
                      "c^(t+1) = c^t + a^t (See et al. eq. 10)")
     elif n.coverage and generate.is_target_side(p, n.id):
         p.frame.emit("if cache is not None:", "generate(): the coverage for the next call")
@@ -171,7 +171,7 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
     p.frame.records.add("penalties")
     x = f"{ex}[\"heads\"]" if d is not None and d.on != "position" else a
     if p.step is not None:
-        p.step.setdefault("penalty", []).append((n, x, kmask))
+        p.step.penalty.append((n, x, kmask))
         return
     info = p.cm.attention[n.id]
     qmask = "None"
@@ -254,7 +254,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         n.coverage or n.disagreement is not None and n.disagreement.on != "position"
     locs = p.frame.locals
     if direct and step:
-        c = p.step["names"].setdefault(n.id, locs.new(name + "_t"))
+        c = p.step.names.setdefault(n.id, locs.new(name + "_t"))
     else:
         c = locs.new(name if direct else f"{name}_c")
     a = locs.new(f"{name}_a")
@@ -265,7 +265,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     if direct:
         res = c
     else:
-        res = p.step["names"].setdefault(n.id, locs.new(name + "_t")) if step else locs.new(name)
+        res = p.step.names.setdefault(n.id, locs.new(name + "_t")) if step else locs.new(name)
         rest = "" if single and not capsule else f"{c}.shape[-2], "
         p.frame.emit(f"{res} = {c}.view({lead}, {rest}-1)", comment)
     if gate:
@@ -289,13 +289,13 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         p.frame.emit(f"attn[{key}] = {a if not G else f'{a}.view({wshape})'}", f"({wdims})")
         p.frame.indent -= 1
     else:
-        p.step["weights"].append((key, a, wshape, n))
+        p.step.weights.append((key, a, wshape, n))
     if n.align.fn in ("hard", "reinforced"):
         rec.add("log_probs")
         if not step:
             p.frame.emit(f"log_probs[{key}] = {ex}[\"log_prob\"]")
         else:
-            p.step["logp"].append((key, ex, n))
+            p.step.logp.append((key, ex, n))
     if n.penalty is not None:
         rec.add("penalties")
         p.frame.emit(f"penalties.append({ex}[\"penalty\"])")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import checks
+from .. import checks, ir
 from .names import MODULE_ATTRS, Dim, Names, ident, is_name
 from .plan import Stmt, Submodule
 
@@ -90,3 +90,34 @@ class Frame:
             self.free[name] = name
             self.locals.taken.add(name)
         return name
+
+
+@dataclass
+class Step:
+    """A decoder loop being planned (``decoder.decoder_loop``): ``Planner.step``, None
+    outside one. What a statement planned inside the loop reads and records."""
+
+    axis: str  # the target axis the loop runs over (t)
+    region: set[str]  # the nodes computed at every step
+    op: ir.Op  # the recurrence fed back (`feed =`)
+    seq: str  # the local holding the decoder's inputs, all steps
+    kind: str  # its operator (lstm, gru)
+    hidden: Dim
+    layers: Dim
+    x: Var  # the decoder's inputs
+    fed: str  # the node fed back
+    now: bool  # the fed node is computed before the decoder within a step
+    dims: dict[str, Dim]  # a node carried to the next step -> its width
+    pos: int  # the target axis's place in the inputs (after B)
+    state: str = ""  # the local holding the decoder's state
+    loop_at: int = 0  # where statements that run once, before the loop, go
+    names: dict[str, str] = field(default_factory=dict)  # node -> its local within a step
+    prev: dict[str, str] = field(default_factory=dict)  # carried node -> its last step's local
+    cov: dict[str, str] = field(default_factory=dict)  # attention -> its coverage's local
+    # recorded at every step: (key, weights, view shape or None, statement); (key, extras,
+    # statement) of an alignment's log-probabilities; (statement, weights, key mask) of a
+    # penalty over all steps' weights
+    weights: list[tuple] = field(default_factory=list)
+    logp: list[tuple] = field(default_factory=list)
+    penalty: list[tuple] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)  # generate(): the state resumed

@@ -188,7 +188,7 @@ def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
     # only keys named by a node computed before the loop: an inline op (`keys = linear(h,
     # d)`) is computed at the statement, inside the step (the property test found it)
     if st is None or not projects_keys(p, n) or not is_name(keys) or \
-            not isinstance(n.keys, ir.Ref) or reads & st["region"]:
+            not isinstance(n.keys, ir.Ref) or reads & st.region:
         return []
     f = p.frame
     name = f.locals.new(f"{p.want(n)}_wk")
@@ -199,8 +199,8 @@ def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
         f.body.insert(p.gen.prefix_end, Stmt(code, what, 0))
         p.gen.prefix_end += 1
     else:
-        f.body.insert(st["loop_at"], Stmt(code, what, f.indent - 1))
-    st["loop_at"] += 1
+        f.body.insert(st.loop_at, Stmt(code, what, f.indent - 1))
+    st.loop_at += 1
     return [f"wk={name}"]
 
 
@@ -217,11 +217,11 @@ def loop_resume(p, n: ir.Node, carried: list[str]) -> None:
     if not on(p):
         return
     p.frame.records.add("cache")
-    names = [p.step["state"]] + carried
+    names = [p.step.state] + carried
     p.frame.emit(f"if cache is not None and {n.id!r} in cache:",
                  "generate(): the state after the earlier steps")
     p.frame.emit(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = cache[{n.id!r}]")
-    p.step["cached"] = names
+    p.step.cached = names
 
 
 def loop_save(p, n: ir.Node, names: list[str]) -> None:

@@ -14,7 +14,7 @@ import networkx as nx
 
 from .. import checks, graph, ir, ops, reserved
 from . import attention, blocks, decoder, features, generate, model, repeat, values  # noqa: F401
-from .frame import Frame, Owner, Var
+from .frame import Frame, Owner, Step, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
 
@@ -43,7 +43,7 @@ class Planner:
         self.need_max_len = False
         self.max_len_axes: set[str] = set()  # axes read by a learned position table
         self.op_counts: dict = {}
-        self.step: dict | None = None  # inside a decoder loop
+        self.step: Step | None = None  # inside a decoder loop
         self.finals: dict[str, str] = {}  # RNN node -> its final states (a decoder's `init`)
         self.emitted: set[str] = set()
         self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
@@ -178,14 +178,14 @@ class Planner:
         return "(" + ", ".join(axes) + ")"
 
     def step_axis(self) -> str | None:
-        return self.step["axis"] if self.step else None
+        return self.step.axis if self.step else None
 
     # ---- expressions ----------------------------------------------------------------------
 
     def expr(self, e: ir.Expr, n) -> Var:
         if isinstance(e, ir.Ref):
             return self.ref(e.node)
-        if e.param("feed") and self.step is not None and e is self.step["op"]:
+        if e.param("feed") and self.step is not None and e is self.step.op:
             return decoder.feed_step(self, e, n)
         args = [] if e.fn in ("affinity", "prev") else [self.expr(a, n) for a in e.args]
         return ops.OPS[e.fn].plan(self, e, args, n)
@@ -193,9 +193,9 @@ class Planner:
     def ref(self, node_id: str) -> Var:
         v = self.frame.lookup(node_id)
         assert v is not None, f"`{node_id}` is read before it is planned"
-        if self.step is not None and node_id not in self.step["region"] and \
-                self.step["axis"] in v.shape.axes:
-            i = 1 + v.shape.axes.index(self.step["axis"])
+        if self.step is not None and node_id not in self.step.region and \
+                self.step.axis in v.shape.axes:
+            i = 1 + v.shape.axes.index(self.step.axis)
             return Var(f"{v.name}.narrow({i}, t, 1)", v.shape, v.mask, v.dim)
         return v
 
@@ -216,8 +216,8 @@ class Planner:
         suffix = ""
         if extra:  # a group is real when any of its positions is
             suffix = f".flatten(-{extra + 1}).any(-1)" if extra > 1 else ".any(-1)"
-        if self.step is not None and self.step["axis"] in x.shape.axes:
-            suffix += f".narrow({1 + x.shape.axes.index(self.step['axis'])}, t, 1)"
+        if self.step is not None and self.step.axis in x.shape.axes:
+            suffix += f".narrow({1 + x.shape.axes.index(self.step.axis)}, t, 1)"
         return self.frame.use(f"{inp.id}_mask"), suffix
 
     def mask_arg(self, x: Var, then: str = "", local: tuple[str, str] | None = None) -> str:
@@ -274,7 +274,7 @@ class Planner:
             name = self.reuse(n) or self.frame.locals.new(self.want(n))
             self.frame.emit(f"{name} = {v.name}", f"{self.shape(shape, dim=v.dim)}: {where}")
         else:
-            name = self.step["names"].setdefault(n.id, self.frame.locals.new(self.want(n) + "_t"))
+            name = self.step.names.setdefault(n.id, self.frame.locals.new(self.want(n) + "_t"))
             self.frame.emit(f"{name} = {v.name}",
                             f"{self.shape(shape, step=True, dim=v.dim)}: {where}, one step")
         self.frame.vars[n.id] = Var(name, shape, v.mask if n.kind_ != "affinity" else None, v.dim,
