@@ -80,4 +80,4 @@ def render(plan: FilePlan) -> str:
     ctx = t.new_context(dict(view, math="math" in used, functional="F" in used,
                              warnings="warnings" in used))
     head = "".join(t.blocks["head"](ctx)) + "".join(t.blocks["imports"](ctx))
-    return layout(head + body, WIDTH)
+    return layout(head + body, WIDTH, keep=1)

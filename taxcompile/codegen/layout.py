@@ -9,19 +9,21 @@ import tokenize
 from .pretty import wrap
 
 
-def layout(source: str, width: int = 100) -> str:
+def layout(source: str, width: int = 100, keep: int = 0) -> str:
     """A whole file with every one-line statement or comment line longer than ``width``
     wrapped (``wrap``): the formatter pass over a finished generated file. Lines inside a
     multi-line string and statements already spanning several lines are left as they are;
-    a file that does not tokenize is returned unchanged."""
+    a file that does not tokenize is returned unchanged. The first ``keep`` lines stay as
+    they are (a generated file's ``@generated`` header is one line, however long)."""
     lines = source.split("\n")
-    if all(len(line) <= width for line in lines):
+    if all(len(line) <= width for line in lines[keep:]):
         return source
     try:
         toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, SyntaxError):
         return source
-    fixed: set[int] = set()  # 1-based rows that are part of a multi-line token or statement
+    fixed = set(range(1, keep + 1))  # 1-based rows left as they are: those, and the rows
+    # of a multi-line token or statement
     start = None  # the first row of the logical line being read
     for t in toks:
         if t.type in (tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER) or \

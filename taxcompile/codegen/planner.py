@@ -23,26 +23,37 @@ MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 class Planner:
     """Model-level state shared by the planning stages; the function being planned is
-    ``self.frame``."""
+    ``self.frame``. Every field is declared here: what the file defines (``helpers``,
+    ``classes``, ``blocks``), what Config needs (``used_cfg``, ``equal``, ``divides``,
+    ``axis_fields``, ``need_max_len``, ``max_len_axes``), where planning stands (``frame``,
+    ``step`` inside a decoder loop, ``gen`` for generate(), ``emitted``)."""
 
     def __init__(self, cs: checks.CheckedSpec, cm: checks.CheckedModel, source: str):
         self.cs, self.cm, self.m = cs, cm, cm.model
         self.source = source
         self.g = graph.dataflow(cm.graph)  # the model graph (built once), without feed edges
+        # what the file defines
         self.helpers: set[str] = set()
         self.classes: dict[str, object] = {}  # attention class name -> its plan
-        self.class_key: dict[str, str] = {}
+        self.class_key: dict[tuple, str] = {}  # mechanism combination -> its class's name
         self.blocks: list = []  # ModuleClass plans of repeat bodies, innermost first
         self.block_names = Names(set(reserved.module_names()))  # the file's own classes
         self.reserved = RESERVED | {i.id for i in self.m.inputs} | \
             {i.id + "_mask" for i in self.m.inputs} | {"i", "j", "k", "l"}
+        # what the Config needs
         self.used_cfg: set[str] = set()
         self.equal: list[tuple[Dim, Dim]] = []  # sizes the code needs equal (Config.tiny())
         self.divides: list[tuple[Dim, str]] = []  # (size, heads): heads must divide the size
-        self.axis_fields: dict[str, int] = {}
+        self.axis_fields: dict[str, int] = {}  # fixed axes that are Config fields -> size
         self.need_max_len = False
         self.max_len_axes: set[str] = set()  # axes read by a learned position table
-        self.op_counts: dict = {}
+        # the model's structure (run() sets them before planning)
+        self.shared: dict[str, bool] = {}  # repeat path -> its hops share weights
+        self.loops: dict[str, tuple] = {}  # decoder node -> (node, its fed op, fed node)
+        self.returned: set[str] = set()  # what forward() returns
+        self.read_outside: set[str] = set()  # what an enclosing repeat's Block returns
+        # where planning stands
+        self.op_counts: dict[tuple[str, str], int] = {}  # (statement, op kind) -> ops so far
         self.step: Step | None = None  # inside a decoder loop
         self.finals: dict[str, str] = {}  # RNN node -> its final states (a decoder's `init`)
         self.emitted: set[str] = set()
@@ -332,7 +343,7 @@ class Planner:
                 self.use_sym(dict(inp.sym)["dim"])
         outputs = [n.id for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
         self.returned = set(outputs or [m.attentions[-1].id])  # what forward() returns
-        self.read_outside: set[str] = set()  # what an enclosing repeat's Block returns
+        self.read_outside = set()
         ids = [i for i in self.cm.order if i not in dead and not isinstance(m.node(i), ir.Input)]
         generate.setup(self)  # generate(): the source side first, then the target side
         repeat.plan_scope(self, self.loops_last(ids), 0)
