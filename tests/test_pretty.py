@@ -439,3 +439,23 @@ def test_property_nested_calls(tree, indent, width, comment):
     if comment is not None and out != [line]:
         moved = [s for s in out if s.lstrip().startswith("#")]
         assert " ".join(s[1:] for s in moved).split() == comment.split()
+
+
+def test_layout_wraps_long_statements_of_a_whole_file_once():
+    """The formatter pass over a finished file: a long one-line statement is wrapped at its
+    indentation; a long line inside a docstring and a statement already on several lines
+    are left as they are."""
+    from taxcompile.codegen.layout import layout
+
+    long_doc = "x" * 120
+    call = "    y = torch.cat([" + ", ".join(f"alpha_{i}" for i in range(14)) + "], -1)"
+    src = (f'def f():\n    """{long_doc}\n    """\n{call}\n'
+           "    z = g(\n        1, 2)\n")
+    out = layout(src, 100)
+    lines = out.split("\n")
+    assert long_doc in lines[1]
+    assert all(len(x) <= 100 for x in lines if long_doc not in x)
+    assert lines[3] == "    y = torch.cat("
+    assert "    z = g(\n        1, 2)\n" in out
+    compile(out, "<layout>", "exec")
+    assert layout(out, 100) == out  # a second pass changes nothing

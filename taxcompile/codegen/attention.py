@@ -28,15 +28,11 @@ def plan_attention(p, n: ir.Attention) -> None:
     mark = len(p.frame.body)  # where the key and value models' statements start
     fused = fused_projections(p, n)
     # the modules of the key, value and query models are named after their role
-    p.role = "k"
     k = fused.get("k") or p.expr(n.keys, n)
-    p.role = "v"
     v = (fused.get("v") or p.expr(n.values, n)) if n.values != n.keys else k
     q = None
     if n.query is not None and not learned_capsules(n):  # else the class holds q_c (eq. 43)
-        p.role = "q"
         q = fused.get("q") or p.expr(n.query, n)
-    p.role = ""
     G = len(info.groups)
     if q is not None and mech.score(n.score.fn).equal_qk:  # q^T k
         p.equal.append((q.dim, k.dim))
@@ -77,9 +73,8 @@ def plan_attention(p, n: ir.Attention) -> None:
                        "(N, 1, d_q): one query per group")
     mk = p.mask_of(k)
     kmask = mk[0] if G == 0 and mk is not None and not mk[1] else \
-        p.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])")
-    if kmask != "None" and kmask.startswith("("):
-        kmask = p.tmp(kmask[1:-1], f"{name}_keep", "(N, Lk): padding mask of the keys")
+        p.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])",
+                   (f"{name}_keep", "(N, Lk): padding mask of the keys"))
     args = [qq, kk, vv, kmask] + generate.keys_once(p, n, mod, kk)
     if n.affinity:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
@@ -93,14 +88,14 @@ def plan_attention(p, n: ir.Attention) -> None:
                     else "need_weights=return_attention")
     cov_key = repr(f"coverage:{p.key_code(n)[1:-1]}")  # where generate() keeps c
     if n.coverage and p.step is not None:  # c^t carried from step to step (See et al. eq. 10)
-        args.append(f"coverage={p.step['cov'][n.id]}")
+        args.append(f"coverage={p.step.cov[n.id]}")
     elif n.coverage and generate.is_target_side(p, n.id):  # generate(): the earlier calls' c
         p.frame.records.add("cache")
         args.append(f"coverage=None if cache is None else cache.get({cov_key})")
     call = f"{mod}({', '.join(args)})"
     a, ex = record(p, n, info, q, k, v, G, call, name, capsule)
     if n.coverage and p.step is not None:
-        p.frame.emit(f"{p.step['cov'][n.id]} = {ex}[\"coverage\"]",
+        p.frame.emit(f"{p.step.cov[n.id]} = {ex}[\"coverage\"]",
                      "c^(t+1) = c^t + a^t (See et al. eq. 10)")
     elif n.coverage and generate.is_target_side(p, n.id):
         p.frame.emit("if cache is not None:", "generate(): the coverage for the next call")
@@ -147,8 +142,7 @@ def weights_value(p, n: ir.Attention, a: str, info) -> None:
     the context's leading axes: (B, …, Lq, Lk) (or (B, …, Lk) for one query per group)."""
     c = p.frame.vars[n.id]
     shape = checks.Shape(c.shape.axes, p.cm.sizes[info.attended])
-    code = p.axis_size_code(info.attended)
-    dim = Dim(int(code)) if code.isdigit() else Dim(0, (code,))
+    dim = p.axis_size(info.attended)
     mean = f"{a}.mean(1)" if n.heads > 1 else f"{a}.squeeze(1)"
     w = p.tmp(f"{mean}.reshape(*{c.name}.shape[:-1], -1)", f"{p.want(n)}_w",
               f"{p.shape(shape, dim=dim)}: the weights a_l (eq. 3)"
@@ -177,7 +171,7 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
     p.frame.records.add("penalties")
     x = f"{ex}[\"heads\"]" if d is not None and d.on != "position" else a
     if p.step is not None:
-        p.step.setdefault("penalty", []).append((n, x, kmask))
+        p.step.penalty.append((n, x, kmask))
         return
     info = p.cm.attention[n.id]
     qmask = "None"
@@ -247,7 +241,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     names of its weights and extras."""
     shape = p.cm.shapes[n.id]
     step = p.step is not None
-    lead = f"{k.name}.shape[:{1 + G}]" if G else "B,"
+    lead = f"*{k.name}.shape[:{1 + G}]" if G else "B"  # the context's leading axes
     align = mech.align(n.align.fn)
     single = info.query_mode != "sequence" or one_per_input(n)  # one context per group
     gate = align.gate  # the gated values, at the keys' positions
@@ -257,7 +251,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         n.coverage or n.disagreement is not None and n.disagreement.on != "position"
     locs = p.frame.locals
     if direct and step:
-        c = p.step["names"].setdefault(n.id, locs.new(name + "_t"))
+        c = p.step.names.setdefault(n.id, locs.new(name + "_t"))
     else:
         c = locs.new(name if direct else f"{name}_c")
     a = locs.new(f"{name}_a")
@@ -268,16 +262,15 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     if direct:
         res = c
     else:
-        res = p.step["names"].setdefault(n.id, locs.new(name + "_t")) if step else locs.new(name)
-        lead_s = lead[:-1] if lead.endswith(",") else f"*{lead}"
+        res = p.step.names.setdefault(n.id, locs.new(name + "_t")) if step else locs.new(name)
         rest = "" if single and not capsule else f"{c}.shape[-2], "
-        p.frame.emit(f"{res} = {c}.view({lead_s}, {rest}-1)", comment)
+        p.frame.emit(f"{res} = {c}.view({lead}, {rest}-1)", comment)
     if gate:
         p.frame.vars[n.id] = Var(res, shape, k.mask, cdim, k.mask_code)
     else:
         p.frame.vars[n.id] = Var(res, shape, k.mask if single or capsule else q.mask if q else None,
                                  cdim, None if single or capsule or q is None else q.mask_code)
-    wshape = f"{lead[:-1] if lead.endswith(',') else '*' + lead}, *{a}.shape[1:]"
+    wshape = f"{lead}, *{a}.shape[1:]" if G else None  # None: the weights' own shape
     key = p.key_code(n)
     rec = p.frame.records
     rec.add("attn")
@@ -293,20 +286,19 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         p.frame.emit(f"attn[{key}] = {a if not G else f'{a}.view({wshape})'}", f"({wdims})")
         p.frame.indent -= 1
     else:
-        p.step["weights"].append((key, a, wshape, n))
+        p.step.weights.append((key, a, wshape, n))
     if align.log_prob:
         rec.add("log_probs")
         if not step:
             p.frame.emit(f"log_probs[{key}] = {ex}[\"log_prob\"]")
         else:
-            p.step["logp"].append((key, ex, n))
+            p.step.logp.append((key, ex, n))
     if n.penalty is not None:
         rec.add("penalties")
         p.frame.emit(f"penalties.append({ex}[\"penalty\"])")
     if capsule:
         rec.update(("capsules", "features"))
-        lead_s = lead[:-1] if lead.endswith(",") else f"*{lead}"
-        p.frame.emit(f"capsules[{key}] = tuple(x.view({lead_s}, *x.shape[1:]) "
+        p.frame.emit(f"capsules[{key}] = tuple(x.view({lead}, *x.shape[1:]) "
                      f"for x in {ex}[\"capsule\"])")
         p.helpers.add("pool")
         p.frame.emit(f"features[{key}] = pool({v.name}, {p.mask_arg(v)}, \"mean\")",
@@ -319,18 +311,11 @@ def context_dim(p, n: ir.Attention, d_v: Dim) -> Dim:
     ``heads_out = concat`` / ``mean`` the heads side by side / averaged."""
     if n.heads < 2 or n.heads_out == "project":
         return d_v
-    heads = p.sym(n, "heads", n.heads)
+    heads = p.size(n, "heads", n.heads)
     split = n.query is not None
     if (n.heads_out == "concat") == split:  # H slices of d_v / H side by side; or all of v
         return d_v
-    if n.heads_out == "concat":
-        if heads.isdigit():
-            return d_v.times(int(heads))
-        return Dim(0, (f"{heads} * ({d_v})" if len(d_v.terms) + bool(d_v.const) > 1
-                       else f"{heads} * {d_v}",))
-    if heads.isdigit() and not d_v.terms:
-        return Dim(d_v.const // int(heads))
-    return Dim(0, (f"({d_v}) // {heads}",))
+    return d_v.times(heads) if n.heads_out == "concat" else d_v.floordiv(heads)
 
 
 def fused_projections(p, n: ir.Attention) -> dict[str, Var]:

@@ -41,7 +41,7 @@ def prepend(p, e, a, n):
     x, count = a[0], int(e.param("n", 1))
     axes = x.shape.axes[:-1] + (f"{x.shape.axes[-1]}+{count}",)  # as checks.blocks names it
     shape = checks.Shape(axes, x.shape.dim)
-    mod = p.module(n, p.suffix(n, "prepend"),
+    mod = p.module(n, p.suffix(n, "prepend", e),
                    f"nn.Parameter(torch.randn({count}, {x.dim}) * 0.02)",
                    "learned vectors before the first position (CLS / registers)")
     h = local(p, x)

@@ -29,7 +29,7 @@ def plan_config(p) -> ConfigPlan:
             continue
         typ = "int" if isinstance(v, int) else "float"
         if syms.get(name):
-            props.append(ConfigProperty(name, typ, cfg_expr(syms[name]).replace("cfg.", "self.")))
+            props.append(ConfigProperty(name, typ, cfg_expr(syms[name], "self")))
             continue
         role = roles.get(name, "dim")
         fields.append(ConfigField(name, typ, repr(v), ROLE_COMMENT.get(role, "")))
@@ -99,7 +99,7 @@ def consistent_tiny(p, fields, props, tiny: dict[str, int], roles) -> dict[str, 
         env = dict(values)
         try:
             for prop in props:  # derived constants, in definition order
-                env[prop.name] = evaluate(prop.expr.replace("self.", "cfg."), env)
+                env[prop.name] = evaluate(prop.expr, env, "self")
             return all(evaluate(str(a), env) == evaluate(str(b), env) for a, b in p.equal) \
                 and all(evaluate(str(d), env) % evaluate(h, env) == 0 for d, h in p.divides
                         if str(d) and h)

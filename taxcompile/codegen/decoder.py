@@ -11,7 +11,7 @@ from .. import mechanisms as mech
 from ..ops import plan_rule
 from . import generate
 from .attention import emit_penalty, plan_attention
-from .frame import Frame, Owner, Var
+from .frame import Frame, Owner, Step, Var
 from .names import dim_of, ident
 
 
@@ -75,34 +75,33 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     now = (fed_id, n.id) in p.cm.feed_now
     hidden, layers = p.p(op, "hidden"), p.p(op, "layers")
     dims = step_dims(p, n, op, region)
-    p.step = {"axis": axis, "region": region, "op": op, "names": {}, "weights": [],
-              "logp": [], "seq": seq, "kind": op.fn, "hidden": hidden, "layers": layers,
-              "x": x, "fed": fed_id, "now": now, "dims": dims, "prev": {}, "pos": pos}
+    p.step = Step(axis=axis, region=region, op=op, seq=seq, kind=op.fn, hidden=hidden,
+                  layers=layers, x=x, fed=fed_id, now=now, dims=dims, pos=pos)
     carried = list(dict.fromkeys(
         [r for y in order for r, how in checks.links(p.m.node(y)) if how == "prev"] +
         ([] if now else [fed_id])))
-    state = p.step["state"] = f.locals.new(want + "_state")
+    state = p.step.state = f.locals.new(want + "_state")
     init, top = initial_state(p, n, op)
     f.emit(f"{state} = {init}", "the decoder's initial state, one per layer" if init != "None"
            else "no initial state: every layer starts at zero")
     for c in carried:
-        name = p.step["prev"][c] = f.locals.new(ident(c) + "_prev")
+        name = p.step.prev[c] = f.locals.new(ident(c) + "_prev")
         d = dims[c]
         what = f"(B, {d.shown()}): `{p.m.node(c).name}` before the first step"
         if c == n.id and top is not None:
             f.emit(f"{name} = {top}", what + ": its initial state")
         else:
             f.emit(f"{name} = {seq}.new_zeros(B, {d})", what + ": zeros")
-    covs = p.step["cov"] = {}  # See et al.'s coverage c^t of a module, carried across steps
+    covs = p.step.cov  # See et al.'s coverage c^t of a module, carried across steps
     for node_id in order:
         if getattr(p.m.node(node_id), "coverage", False):
             covs[node_id] = f.locals.new(p.want(p.m.node(node_id)) + "_cov")
             f.emit(f"{covs[node_id]} = None", f"`{p.m.node(node_id).name}`'s coverage c^0 = 0 "
                    "(See et al. eq. 10)")
-    generate.loop_resume(p, n, [p.step["prev"][c] for c in carried] + list(covs.values()))
+    generate.loop_resume(p, n, [p.step.prev[c] for c in carried] + list(covs.values()))
     steps = f.locals.new("steps")
     f.emit(f"{steps} = {{}}", "node -> its value at every step")
-    p.step["loop_at"] = len(f.body)  # where statements that run once, before the loop, go
+    p.step.loop_at = len(f.body)  # where statements that run once, before the loop, go
     f.emit(f"for t in range({seq}.shape[{pos}]):", f"one decoder step per position of {axis}")
     f.indent += 1
     for node_id in order:
@@ -112,18 +111,18 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         else:
             p.node(nd)
     for c in carried:
-        f.emit(f"{p.step['prev'][c]} = {f.vars[c].name}.squeeze({pos})",
+        f.emit(f"{p.step.prev[c]} = {f.vars[c].name}.squeeze({pos})",
                f"`{p.m.node(c).name}` read at the next step")
     kept = [x for x in order if x in p.returned or any(s not in region for s in p.g.successors(x))]
     for node_id in kept:
         f.emit(f"{steps}.setdefault({node_id!r}, []).append({f.vars[node_id].name})")
-    for key, a, wshape, nd in p.step["weights"]:
-        w = a if wshape.startswith("B, ") else f"{a}.view({wshape})"
+    for key, a, wshape, nd in p.step.weights:
+        w = a if wshape is None else f"{a}.view({wshape})"
         f.emit("if return_attention:")
         f.emit(f"    {steps}.setdefault({step_key('weights', key)}, []).append({w})")
-    for key, ex, _ in p.step["logp"]:
+    for key, ex, _ in p.step.logp:
         f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
-    for nd, a, _ in p.step.get("penalty", []):  # every step's weights (heads), for a penalty
+    for nd, a, _ in p.step.penalty:  # every step's weights (heads), for a penalty
         f.emit(f"{steps}.setdefault({step_key('penalty', p.key_code(nd))}, []).append({a})")
     f.indent -= 1
     for node_id in kept:
@@ -133,16 +132,16 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
                p.shape(p.cm.shapes[node_id], dim=v.dim))
         att = isinstance(p.m.node(node_id), ir.Attention)
         f.vars[node_id] = Var(name, p.cm.shapes[node_id], None if att else x.mask, v.dim)
-    for key, a, wshape, nd in p.step["weights"]:
+    for key, a, wshape, nd in p.step.weights:
         dim = -3 if nd.dimensionality == "multi" else -2
         f.emit("if return_attention:")
         f.emit(f"    attn[{key}] = torch.cat({steps}[{step_key('weights', key)}], {dim})")
-    for key, ex, nd in p.step["logp"]:
+    for key, ex, nd in p.step.logp:
         # (N, H, 1) per query of each step, or (N,) per example
         how = "cat" if mech.align(nd.align.fn).log_prob == "query" else "stack"
         f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
-    covered = p.step.get("penalty", [])
-    generate.loop_save(p, n, p.step.get("cached", []))
+    covered = p.step.penalty
+    generate.loop_save(p, n, p.step.cached)
     p.step = None
     for nd, a, kmask in covered:  # the penalty over every step's weights (the whole target)
         w = f"{steps}[{step_key('penalty', p.key_code(nd))}]"
@@ -218,8 +217,8 @@ def prev(p, e: ir.Op, a, n) -> Var:
     if p.step is None:  # sizes only (step_dims)
         return p.ref(x)
     st = p.step
-    return Var(f"{st['prev'][x]}.unsqueeze({st['pos']})", p.cm.shapes[x], st["x"].mask,
-               st["dims"][x])
+    return Var(f"{st.prev[x]}.unsqueeze({st.pos})", p.cm.shapes[x], st.x.mask,
+               st.dims[x])
 
 
 def step_key(what: str, key: str) -> str:
@@ -231,17 +230,17 @@ def step_key(what: str, key: str) -> str:
 def feed_step(p, e: ir.Op, n) -> Var:
     """One step of the fed recurrent model: [x_t; fed] and the previous state in, h_t out."""
     st = p.step
-    kind, hidden, layers, x = st["kind"], st["hidden"], st["layers"], st["x"]
-    fed, pos = st["fed"], st["pos"]
+    kind, hidden, layers, x = st.kind, st.hidden, st.layers, st.x
+    fed, pos = st.fed, st.pos
     name = p.m.node(fed).name
     cell = "nn.LSTMCell" if kind == "lstm" else "nn.GRUCell"
-    ctor = (f"nn.ModuleList({cell}({x.dim} + {st['dims'][fed]} if i == 0 else {hidden}, "
+    ctor = (f"nn.ModuleList({cell}({x.dim} + {st.dims[fed]} if i == 0 else {hidden}, "
             f"{hidden}) for i in range({layers}))")
-    if st["now"]:
+    if st.now:
         value = f"{p.frame.vars[fed].name}.squeeze({pos})"
         what = f"[x_t; {name}_t]: `{name}` of this step"
     else:
-        value, what = st["prev"][fed], f"input feeding: [x_t; {name}_(t-1)]"
+        value, what = st.prev[fed], f"input feeding: [x_t; {name}_(t-1)]"
     mod = p.module(n, p.suffix(n, kind + "_cells"), ctor, what)
     p.helpers.add("cell_step")
     drop = ""
@@ -249,7 +248,7 @@ def feed_step(p, e: ir.Op, n) -> Var:
         drop = ", " + p.module(n, p.suffix(n, "drop"),
                                f"nn.Dropout({p.sym(e, 'dropout', e.param('dropout'))})")
     h = p.frame.locals.new(p.want(n) + "_h")
-    p.frame.emit(f"{h}, {st['state']} = cell_step({mod}, torch.cat([{st['seq']}.select({pos}, t), "
-                 f"{value}], -1), {st['state']}{drop})", "(B, hidden)")
+    p.frame.emit(f"{h}, {st.state} = cell_step({mod}, torch.cat([{st.seq}.select({pos}, t), "
+                 f"{value}], -1), {st.state}{drop})", "(B, hidden)")
     return Var(f"{h}.unsqueeze({pos})", checks.Shape(x.shape.axes, e.param("hidden")), x.mask,
                hidden)

@@ -3,7 +3,8 @@
 Pure rendering: the plan says what the file holds, the templates in
 ``templates/codegen/`` say how it reads (``model.py.j2`` the file, ``attention.py.j2`` an
 attention class with one template per score and alignment, ``helpers/<name>.py.j2`` a
-helper function). Forward statements and submodules are wrapped to 100 columns."""
+helper function). The finished file is wrapped to 100 columns in one pass
+(``layout.layout``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import jinja2
 
-from .plan import FilePlan, ModuleClass, Stmt
-from .pretty import wrap, wrap_comment
+from .plan import FilePlan, ModuleClass
+from .layout import layout
 
 TEMPLATES = Path(__file__).parent.parent / "templates" / "codegen"
 WIDTH = 100
@@ -31,8 +32,8 @@ def env() -> jinja2.Environment:
 
 @dataclass(frozen=True)
 class ClassView:
-    """A module class as the template writes it: lines already wrapped, indented from the
-    method body's column."""
+    """A module class as the template writes it: one line per statement, indented from the
+    method body's column (``layout`` wraps the finished file)."""
 
     name: str
     doc: tuple[str, ...]
@@ -42,22 +43,18 @@ class ClassView:
     keeps_cfg: bool
 
 
-def stmt_lines(s: Stmt, indent: int) -> list[str]:
-    pad = "    " * s.depth
-    if not s.code:
-        return [pad + x for x in wrap_comment(s.comment, indent + 4 * s.depth, WIDTH)]
-    line = s.code + (f"  # {s.comment}" if s.comment else "")
-    return [pad + x for x in wrap(line, indent + 4 * s.depth, WIDTH)]
+def commented(code: str, comment: str) -> str:
+    """``code  # comment``; without code a comment line (``#`` alone when empty)."""
+    if not code:
+        return f"# {comment}".rstrip() if comment.strip() else "#"
+    return code + (f"  # {comment}" if comment else "")
 
 
 def class_view(c: ModuleClass) -> ClassView:
-    init: list[str] = []
-    for sub in c.submodules:
-        init += wrap(f"self.{sub.attr} = {sub.ctor}" + (f"  # {sub.comment}" if sub.comment
-                                                          else ""), 8, WIDTH)
-    forward = [line for s in c.body for line in stmt_lines(s, 8)]
-    signature = wrap(f"def forward({', '.join(('self',) + c.params)}) -> {c.returns}:", 4, WIDTH)
-    return ClassView(c.name, c.doc, tuple(init), tuple(signature), tuple(forward), c.keeps_cfg)
+    init = tuple(commented(f"self.{sub.attr} = {sub.ctor}", sub.comment) for sub in c.submodules)
+    forward = tuple("    " * s.depth + commented(s.code, s.comment) for s in c.body)
+    signature = (f"def forward({', '.join(('self',) + c.params)}) -> {c.returns}:",)
+    return ClassView(c.name, c.doc, init, signature, forward, c.keeps_cfg)
 
 
 def names(code: str) -> set[str]:
@@ -66,18 +63,21 @@ def names(code: str) -> set[str]:
 
 
 def render(plan: FilePlan) -> str:
+    """The file: each part rendered once (the body first, then the imports it reads and
+    the header above them), then wrapped to ``WIDTH`` columns in one pass."""
     e = env()
     helpers = [e.get_template(f"helpers/{h}.py.j2").render().rstrip() for h in plan.helpers]
     classes = [e.get_template(c.template).render(a=c.view).rstrip()
                for c in plan.attention_classes]
-    blocks = [class_view(b) for b in plan.blocks]
-    model = class_view(plan.model)
-    outputs = [line for f in plan.outputs for line in wrap(
-        f"{f.name}: {f.type}" + (f" = {f.default}" if f.default else "") + f"  # {f.comment}",
-        4, WIDTH)]
-    view = dict(plan=plan, helpers=helpers, classes=classes, blocks=blocks, model=model,
+    outputs = [f"{f.name}: {f.type}" + (f" = {f.default}" if f.default else "") +
+               f"  # {f.comment}" for f in plan.outputs]
+    view = dict(plan=plan, helpers=helpers, classes=classes,
+                blocks=[class_view(b) for b in plan.blocks], model=class_view(plan.model),
                 outputs=outputs)
-    used = names(e.get_template("model.py.j2").render(**view, imports=False))
-    return e.get_template("model.py.j2").render(**view, imports=True, math="math" in used,
-                                                functional="F" in used,
-                                                warnings="warnings" in used)
+    t = e.get_template("model.py.j2")
+    body = "".join(t.blocks["body"](t.new_context(view)))
+    used = names(body)
+    ctx = t.new_context(dict(view, math="math" in used, functional="F" in used,
+                             warnings="warnings" in used))
+    head = "".join(t.blocks["head"](ctx)) + "".join(t.blocks["imports"](ctx))
+    return layout(head + body, WIDTH, keep=1)

@@ -4,14 +4,12 @@ and the node, registers the submodules it needs and returns the result's ``Var``
 
 from __future__ import annotations
 
-import re
-
 from .. import checks, ir
 from ..ops import plan_rule
 from .acts import act_call, act_module, widened
 from .frame import Var
 from .generate import start as generate_start
-from .names import Dim, atom, is_name
+from .names import Dim, atom, is_name, moved_from
 
 
 def same(x: Var, code: str) -> Var:
@@ -33,7 +31,7 @@ def op_module(p, e: ir.Op, n, base: str, ctor: str, comment: str = "") -> str:
     NODE`` the module of NODE's operation of the same operator (the same weights)."""
     root = checks.share_root(p.m, e) if e.param("share") is not None else None
     if root is None:
-        return p.module(n, p.suffix(n, base) if base != "embed" else p.embed_suffix(n, e),
+        return p.module(n, p.suffix(n, base, e) if base != "embed" else p.embed_suffix(n, e),
                         ctor, comment)
     return p.module(root[0], base, ctor, comment)
 
@@ -80,7 +78,7 @@ def project(p, e, a, n):
     d = p.p(e, "d") if e.param("d") is not None else x.dim
     role = {"k": "W_K F (eq. 1)", "v": "W_V F (eq. 1)", "q": "W_Q F (eq. 35)"}
     mod = op_module(p, e, n, "proj", f"nn.Linear({x.dim}, {d}, bias=False)",
-                    role.get(p.role, "W F (eq. 1)"))
+                    role.get(p.role(n, e), "W F (eq. 1)"))
     return resized(x, f"{mod}({x.name})", e.param("d") or x.shape.dim, d)
 
 
@@ -173,7 +171,7 @@ def positional(p, e, a, n):
     else:
         length, p.need_max_len = "cfg.max_len", True
         p.max_len_axes.add(axis)  # inputs along this axis are checked against max_len
-    mod = p.module(n, p.suffix(n, "pos"), f"nn.Embedding({length}, {x.dim})", "learned positions")
+    mod = p.module(n, p.suffix(n, "pos", e), f"nn.Embedding({length}, {x.dim})", "learned positions")
     xin = local(p, x)
     past = generate_start(p, x)  # generate(): positions after the tokens already decoded
     if past:
@@ -199,7 +197,7 @@ def maxout(p, e, a, n):
     x, k = a[0], int(e.param("k"))
     p.divides.append((x.dim, str(k)))
     size = x.shape.dim // k
-    dim = Dim(x.dim.const // k) if not x.dim.terms else Dim(0, (f"({x.dim}) // {k}",))
+    dim = x.dim.floordiv(k)
     return resized(x, act_call(ir.Act(fn="maxout", params=e.params), x.name), size, dim)
 
 
@@ -256,9 +254,7 @@ def stack(p, e, a, n):
 @plan_rule("first")
 def first(p, e, a, n):
     x = a[0]
-    # a chain of names, calls and subscripts needs no parentheses before `[…]`
-    code = x.name if re.fullmatch(r"[\w.]+(\([^()]*\)|\[[^\[\]]*\])*", x.name) else atom(x.name)
-    return Var(f"{code}[..., 0, :]", checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
+    return Var(f"{atom(x.name)}[..., 0, :]", checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
 
 
 @plan_rule("backward")
@@ -306,10 +302,8 @@ def resize(p, e, a, n):
 def channels_first(code: str) -> str:
     """A grid (B, H, W, C) as torch's images (B, C, H, W); undoes a trailing
     ``.movedim(1, -1)`` (the previous grid op's) rather than adding a second move."""
-    tail = ".movedim(1, -1)"
-    if code.endswith(tail) and atom(code[: -len(tail)]) == code[: -len(tail)]:
-        return code[: -len(tail)]
-    return f"{atom(code)}.movedim(-1, 1)"
+    moved = moved_from(code)
+    return moved if moved is not None else f"{atom(code)}.movedim(-1, 1)"
 
 
 def grid_shape(p, x: Var, up: int, down: int, d: int | None) -> checks.Shape:
@@ -325,7 +319,7 @@ def conv2d(p, e, a, n):
     x, d = a[0], p.p(e, "d")
     k, s = int(e.param("kernel", 3)), int(e.param("stride", 1))
     pad = "\"same\"" if s == 1 else f"{max(0, (k - s + 1) // 2)}, stride={s}"
-    mod = p.module(n, p.suffix(n, "conv"),
+    mod = p.module(n, p.suffix(n, "conv", e),
                    f"nn.Conv2d({x.dim}, {d}, kernel_size={k}, padding={pad})")
     shape = grid_shape(p, x, 1, s, e.param("d"))
     y = p.tmp(f"{mod}({channels_first(x.name)}).movedim(1, -1)", "y",
@@ -352,7 +346,7 @@ def upsample(p, e, a, n):
 @plan_rule("learned")
 def learned(p, e, a, n):
     d = p.p(e, "d")
-    mod = p.module(n, p.suffix(n, "q"), f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
+    mod = p.module(n, p.suffix(n, "q", e), f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
                    "a learned query (eq. 34)")
     return Var(f"{mod}.expand(B, -1)", checks.Shape((), e.param("d")), None, d)
 
@@ -364,7 +358,7 @@ def classify(p, e, a, n):
         node = checks.version_with(p.m, str(e.param("tie")), "embed")
         emb = next(op for op in checks.operations(node.expr) if op.fn == "embed")
         weight = embedding(p, emb, node)
-        bias = p.module(n, p.suffix(n, "bias"), f"nn.Parameter(torch.zeros({c}))",
+        bias = p.module(n, p.suffix(n, "bias", e), f"nn.Parameter(torch.zeros({c}))",
                         f"b; the weight is {weight[5:]}'s (tied)")
         return resized(x, f"F.linear({x.name}, {weight}.weight, {bias})", e.param("classes"), c)
     mod = op_module(p, e, n, "head", f"nn.Linear({x.dim}, {c})")
@@ -373,7 +367,7 @@ def classify(p, e, a, n):
 
 @plan_rule("dropout")
 def dropout(p, e, a, n):
-    mod = p.module(n, p.suffix(n, "drop"), f"nn.Dropout({p.sym(e, 'p', e.param('p'))})")
+    mod = p.module(n, p.suffix(n, "drop", e), f"nn.Dropout({p.sym(e, 'p', e.param('p'))})")
     return same(a[0], f"{mod}({a[0].name})")
 
 

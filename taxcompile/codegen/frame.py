@@ -3,11 +3,10 @@ class that owns its submodules."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from .. import checks
-from .names import MODULE_ATTRS, Dim, Names, ident
+from .. import checks, ir
+from .names import MODULE_ATTRS, Dim, Names, ident, is_name
 from .plan import Stmt, Submodule
 
 
@@ -76,9 +75,9 @@ class Frame:
     def param(self, code: str, node_id: str) -> str:
         """The caller's value ``code`` (valid in the caller) as a parameter of this frame."""
         if code not in self.free:
-            want = code if re.fullmatch(r"\w+", code) else ident(node_id.split(".")[-1])
+            want = code if is_name(code) else ident(node_id.split(".")[-1])
             self.free[code] = want if want not in self.locals.taken and \
-                re.fullmatch(r"\w+", code) else self.locals.new(want)
+                is_name(code) else self.locals.new(want)
             self.locals.taken.add(self.free[code])
         return self.free[code]
 
@@ -91,3 +90,34 @@ class Frame:
             self.free[name] = name
             self.locals.taken.add(name)
         return name
+
+
+@dataclass
+class Step:
+    """A decoder loop being planned (``decoder.decoder_loop``): ``Planner.step``, None
+    outside one. What a statement planned inside the loop reads and records."""
+
+    axis: str  # the target axis the loop runs over (t)
+    region: set[str]  # the nodes computed at every step
+    op: ir.Op  # the recurrence fed back (`feed =`)
+    seq: str  # the local holding the decoder's inputs, all steps
+    kind: str  # its operator (lstm, gru)
+    hidden: Dim
+    layers: Dim
+    x: Var  # the decoder's inputs
+    fed: str  # the node fed back
+    now: bool  # the fed node is computed before the decoder within a step
+    dims: dict[str, Dim]  # a node carried to the next step -> its width
+    pos: int  # the target axis's place in the inputs (after B)
+    state: str = ""  # the local holding the decoder's state
+    loop_at: int = 0  # where statements that run once, before the loop, go
+    names: dict[str, str] = field(default_factory=dict)  # node -> its local within a step
+    prev: dict[str, str] = field(default_factory=dict)  # carried node -> its last step's local
+    cov: dict[str, str] = field(default_factory=dict)  # attention -> its coverage's local
+    # recorded at every step: (key, weights, view shape or None, statement); (key, extras,
+    # statement) of an alignment's log-probabilities; (statement, weights, key mask) of a
+    # penalty over all steps' weights
+    weights: list[tuple] = field(default_factory=list)
+    logp: list[tuple] = field(default_factory=list)
+    penalty: list[tuple] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)  # generate(): the state resumed

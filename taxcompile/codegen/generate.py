@@ -18,13 +18,15 @@ re-runs the whole model on the prefix at every step (the same tokens, slower).""
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 
 import networkx as nx
 
 from .. import checks, ir
+from .. import mechanisms as mech
 from .frame import Var
-from .names import mentions
+from .names import assigned as assigned_names
+from .names import is_name, mentions, names_in
 from .plan import GeneratePlan, Stmt
 
 # operators that mix the positions of their argument (or reduce its axes): on the target
@@ -32,6 +34,22 @@ from .plan import GeneratePlan, Stmt
 # with `feed =` is a decoder loop, which carries its state instead)
 MIXING = ("lstm", "gru", "bilstm", "bigru", "cnn", "mean", "max", "sum", "flatten", "resize",
           "conv2d", "maxpool", "upsample", "first", "backward", "stack", "affinity", "prepend")
+
+
+@dataclass
+class Decoding:
+    """The planner's state for generate() (``setup``; ``Planner.gen``, None without one)."""
+
+    input: ir.Input  # the autoregressive input (the target)
+    axis: str  # its position axis
+    side: set[str]  # the nodes that read it (the target side)
+    incremental: bool  # a step runs on the new token alone (forward() takes a cache)
+    memory: str | None = None  # the local holding the source side's values (incremental)
+    prefix_end: int | None = None  # where the top level's source side ends in forward()'s body
+
+    @property
+    def target_side(self) -> set[str]:
+        return self.side | {self.input.id}
 
 
 def target(m: ir.Model) -> ir.Input | None:
@@ -56,9 +74,9 @@ def setup(p) -> None:
             continue
         if isinstance(nd, ir.Attention):
             keys = {r for r, _ in checks.expr_links(nd.keys, nd.values)}
-            if (keys & tgt) and nd.mask not in ("causal", "forward"):
+            if (keys & tgt) and not mech.MASKS[nd.mask].hides_later:
                 incremental = False  # a position sees later ones: no step on its own
-            if nd.align.fn == "local" and nd.id not in loops:
+            if mech.align(nd.align.fn).by_query_index and nd.id not in loops:
                 incremental = False  # windows placed by the query's index in the whole target
             if (keys & tgt) and (nd.position is not None or nd.bias is not None):
                 incremental = False  # position terms index the queries from 0, not `past`
@@ -76,37 +94,36 @@ def setup(p) -> None:
                     incremental = False
                 stack.extend(e.args)
     p.helpers.add("decode")
-    p.gen = {"input": t, "axis": t.axes[-1], "side": side, "incremental": incremental,
-             "prefix_end": None}
+    p.gen = Decoding(t, t.axes[-1], side, incremental)
     if incremental:
         p.reserved.update(("cache", "past"))
         p.frame.locals.taken.update(("cache", "past"))
-        p.gen["memory"] = p.frame.locals.new("memory")
+        p.gen.memory = p.frame.locals.new("memory")
 
 
 def on(p) -> bool:
-    return p.gen is not None and p.gen["incremental"]
+    return p.gen is not None and p.gen.incremental
 
 
 def is_target_side(p, node_id: str) -> bool:
-    return on(p) and node_id in p.gen["side"]
+    return on(p) and node_id in p.gen.side
 
 
 def source_first(p, item_members: list[str]) -> int:
     """Sort key of a top-level item: the source side before the target side."""
-    return int(on(p) and any(x in p.gen["side"] for x in item_members))
+    return int(on(p) and any(x in p.gen.side for x in item_members))
 
 
 def mark_prefix(p) -> None:
     """The top level's source side ends here (the first target-side item comes next)."""
-    if on(p) and p.gen["prefix_end"] is None and p.frame.depth == 0:
-        p.gen["prefix_end"] = len(p.frame.body)
+    if on(p) and p.gen.prefix_end is None and p.frame.depth == 0:
+        p.gen.prefix_end = len(p.frame.body)
 
 
 def start(p, x) -> str | None:
     """``past`` when x's positions are the target's (a position encoding must start after
     the tokens already decoded), else None."""
-    if not on(p) or p.step is not None or not x.shape.axes or x.shape.axes[-1] != p.gen["axis"]:
+    if not on(p) or p.step is not None or not x.shape.axes or x.shape.axes[-1] != p.gen.axis:
         return None
     return p.frame.use("past")
 
@@ -126,7 +143,7 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     f.records.add("cache")
     same = v.name == k.name
     taken = {x.name for x in f.vars.values()}  # the nodes' own names: never reassigned
-    if keys & (p.gen["side"] | {p.gen["input"].id}):
+    if keys & p.gen.target_side:
         kn = k.name if k.name not in taken else f.locals.new(f"{p.want(n)}_k")
         vn = v.name if v.name not in taken and not same else f.locals.new(f"{p.want(n)}_v")
         p.helpers.add("extend_cache")
@@ -135,11 +152,12 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
         return (Var(kn, k.shape, k.mask, k.dim, k.mask_code),
                 Var(vn, v.shape, v.mask, v.dim, v.mask_code))
     # the statements since `mark` that compute the keys and values (not the query's)
-    targets = [x.name for i, x in f.vars.items() if i in p.gen["side"] or i == p.gen["input"].id]
+    targets = [x.name for i, x in f.vars.items() if i in p.gen.side or i == p.gen.input.id]
     computed = [x for x in dict.fromkeys((k.name, v.name)) if x not in taken]
     stmts, later = [], []
     for s in f.body[mark:]:
-        theirs = s.code and not any(mentions([s.code], re.escape(t)) for t in targets)
+        reads = names_in([s.code])
+        theirs = s.code and not any(names_in([t]) <= reads for t in targets)
         (stmts if theirs else later).append(s)  # comments stay outside too
     if not stmts or not computed:
         return k, v  # the keys are a source value as it is: nothing to compute
@@ -169,20 +187,20 @@ def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
     reads = {r for r, _ in checks.expr_links(n.keys)}
     # only keys named by a node computed before the loop: an inline op (`keys = linear(h,
     # d)`) is computed at the statement, inside the step (the property test found it)
-    if st is None or not projects_keys(p, n) or not re.fullmatch(r"\w+", keys) or \
-            not isinstance(n.keys, ir.Ref) or reads & st["region"]:
+    if st is None or not projects_keys(p, n) or not is_name(keys) or \
+            not isinstance(n.keys, ir.Ref) or reads & st.region:
         return []
     f = p.frame
     name = f.locals.new(f"{p.want(n)}_wk")
     code = f"{name} = {module}.project_keys({keys})"
     what = f"(B, H, {p.cm.attention[n.id].attended}, d_w): W2 k_l + b of `{n.name}`, for all steps"
-    source = on(p) and not reads & (p.gen["side"] | {p.gen["input"].id})
-    if source and f.parent is None and p.gen["prefix_end"] is not None:
-        f.body.insert(p.gen["prefix_end"], Stmt(code, what, 0))
-        p.gen["prefix_end"] += 1
+    source = on(p) and not reads & p.gen.target_side
+    if source and f.parent is None and p.gen.prefix_end is not None:
+        f.body.insert(p.gen.prefix_end, Stmt(code, what, 0))
+        p.gen.prefix_end += 1
     else:
-        f.body.insert(st["loop_at"], Stmt(code, what, f.indent - 1))
-    st["loop_at"] += 1
+        f.body.insert(st.loop_at, Stmt(code, what, f.indent - 1))
+    st.loop_at += 1
     return [f"wk={name}"]
 
 
@@ -199,11 +217,11 @@ def loop_resume(p, n: ir.Node, carried: list[str]) -> None:
     if not on(p):
         return
     p.frame.records.add("cache")
-    names = [p.step["state"]] + carried
+    names = [p.step.state] + carried
     p.frame.emit(f"if cache is not None and {n.id!r} in cache:",
                  "generate(): the state after the earlier steps")
     p.frame.emit(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = cache[{n.id!r}]")
-    p.step["cached"] = names
+    p.step.cached = names
 
 
 def loop_save(p, n: ir.Node, names: list[str]) -> None:
@@ -222,21 +240,19 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
     tokens decoded before this call."""
     if not on(p):
         return head, body
-    t = p.gen["input"].id
+    t = p.gen.input.id
     head.append(Stmt(f"if cache is not None and {t}_mask is not None:"))
     head.append(Stmt(f"    raise ValueError(\"input `{t}_mask`: must be None with a cache\")",
                      "generate() decodes without padding"))
-    end = p.gen["prefix_end"] or 0  # None: the source side could not be put first
+    end = p.gen.prefix_end or 0  # None: the source side could not be put first
     prefix, rest = body[:end], body[end:]
     codes = [s.code for s in rest]
     assigned: list[str] = []
     for s in prefix:
-        lhs = s.code.split(" = ", 1)[0] if " = " in s.code else ""
-        for name in lhs.split(","):
-            name = name.strip()
-            if name.isidentifier() and name not in assigned and mentions(codes, name):
+        for name in assigned_names(s.code):
+            if name not in assigned and mentions(codes, name):
                 assigned.append(name)
-    mem = p.gen["memory"]
+    mem = p.gen.memory
     if prefix and assigned:
         names = ", ".join(assigned) + ("," if len(assigned) == 1 else "")
         wrapped = [Stmt(f"{mem} = None if cache is None else cache.get(\"@memory\")"),
@@ -249,7 +265,7 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
         head.append(Stmt("past = 0 if cache is None else cache.get(\"@length\", 0)",
                          "tokens decoded before this call"))
         body.append(Stmt("if cache is not None:"))
-        body.append(Stmt(f"cache[\"@length\"] = past + {t}.shape[{len(p.gen['input'].axes)}]",
+        body.append(Stmt(f"cache[\"@length\"] = past + {t}.shape[{len(p.gen.input.axes)}]",
                          "", 1))
     return head, body
 
@@ -258,7 +274,7 @@ def plan(p, outputs: list) -> GeneratePlan | None:
     """What the generated generate() needs to know."""
     if p.gen is None:
         return None
-    t = p.gen["input"]
+    t = p.gen.input
     # a target alignment (supervised attention) is for training: generate() gives none
     sources = [i for i in p.m.inputs if i.id != t.id and i.kind != "alignment"]
     if len(outputs) == 1:
@@ -270,5 +286,5 @@ def plan(p, outputs: list) -> GeneratePlan | None:
     return GeneratePlan(
         target=t.id, sources=tuple(i.id for i in sources),
         masks=tuple(f"{i.id}_mask" for i in sources if i.kind in MASKABLE),
-        vocab=p.sym(t, "vocab", t.vocab).replace("cfg.", "self.cfg."),
-        output=out, incremental=p.gen["incremental"])
+        vocab=p.sym(t, "vocab", t.vocab, owner="self.cfg"),
+        output=out, incremental=p.gen.incremental)

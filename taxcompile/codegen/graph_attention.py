@@ -58,13 +58,9 @@ def plan_graph_attention(p, n: ir.Attention) -> None:
     """``layer, layer_a, layer_ex = self.layer(q, k, v, adj, key_mask)`` and its records."""
     from .attention import context_dim, describe  # (attention imports this module)
     info = p.cm.attention[n.id]
-    p.role = "k"
     k = p.expr(n.keys, n)
-    p.role = "v"
     v = p.expr(n.values, n) if n.values != n.keys else k
-    p.role = "q"
     q = p.expr(n.query, n) if n.query != n.keys else k
-    p.role = ""
     heads = p.sym(n, "heads", n.heads)
     if n.heads > 1:
         p.divides.extend((d.dim, heads) for d in (q, k, v))

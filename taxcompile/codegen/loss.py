@@ -24,6 +24,6 @@ def plan_loss(p, outputs: list, penalty: bool) -> LossPlan | None:
     pick = (over or logits)[0]
     read = ".output" if len(outputs) == 1 else f".output[{pick.id!r}]"
     v = p.frame.vars[pick.id]
-    shape = p.shape(p.cm.shapes[pick.id], dim=v.dim).replace("cfg.", "")
+    shape = p.shape(p.cm.shapes[pick.id], dim=v.dim)
     return LossPlan(name=pick.id, read=read, shape=shape, target=t.id if over else None,
                     penalty=penalty)

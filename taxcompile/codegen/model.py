@@ -9,7 +9,7 @@ from .. import checks, classify, ir
 from . import config, generate
 from .loss import plan_loss
 from .attention import describe
-from .names import mentions, safe_text
+from .names import Dim, Size, mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
 
 MASKABLE = ("tokens", "sequence", "set", "pointers")
@@ -37,26 +37,33 @@ def fixed(m: ir.Model, inp: ir.Input, axis: str) -> tuple[ir.Input, int | None]:
 
 
 def input_size(p, inp: ir.Input, axis: str) -> str:
+    return str(input_dim(p, inp, axis))
+
+
+def input_dim(p, inp: ir.Input, axis: str) -> Dim:
     """A fixed axis length: its constant's Config field, or a field named after the axis."""
     inp, size = fixed(p.m, inp, axis)
     if dict(inp.sym).get("size:" + axis):
-        return p.sym(inp, "size:" + axis, size)
+        return p.size(inp, "size:" + axis, size)
     p.axis_fields.setdefault(axis, size)
-    return f"cfg.{axis}"
+    return Dim(0, (Size.field(axis),))
 
 
-def axis_size_code(p, axis: str) -> str:
+def axis_size(p, axis: str) -> Dim:
+    """An axis's length in the Config's terms (``cfg.H // 2`` for one resampled by a grid
+    operator)."""
     for inp in p.m.inputs:
         if axis in inp.axes and inp.sizes[inp.axes.index(axis)] is not None:
-            return input_size(p, inp, axis)
+            return input_dim(p, inp, axis)
     if "*" in axis:
         a, b = axis.split("*", 1)
-        return f"{axis_size_code(p, a)} * {axis_size_code(p, b)}"
+        return Dim(0, (Size.of(axis_size(p, a), " * ", axis_size(p, b)),))
     if axis in p.cm.scaled:  # resampled by a grid operator: H/2 -> cfg.H // 2
         base, num, den = p.cm.scaled[axis]
-        code = axis_size_code(p, base)
-        return f"{code}{f' * {num}' if num > 1 else ''}{f' // {den}' if den > 1 else ''}"
-    return repr(p.cm.sizes[axis])
+        return Dim(0, (Size.of(axis_size(p, base), f" * {num}" if num > 1 else "",
+                               f" // {den}" if den > 1 else ""),))
+    size = p.cm.sizes[axis]
+    return Dim(size) if isinstance(size, int) else Dim(0, (Size.of(repr(size)),))
 
 
 MASK_KINDS = ("mask", "graph")
@@ -226,7 +233,7 @@ def file_plan(p) -> FilePlan:
     body = list(f.body)
     if uses(body, "B"):
         head.append(Stmt(f"B = {data_inputs(m)[0].id}.shape[0]"))
-    if uses(head + body, r"cfg\."):
+    if uses(head + body, "cfg"):
         head.insert(0, Stmt("cfg = self.cfg"))
     records = sorted(f.records - {"attn", "cache"})
     head.append(Stmt("attn = {}", "module -> its weights, when return_attention"))
@@ -261,7 +268,7 @@ def file_plan(p) -> FilePlan:
                  f"Returns Output({', '.join(x.name for x in fields)}).")
     if generate.on(p):
         model_doc += ("cache: generate()'s state between calls (source side, KV cache, decoder "
-                      "state):", f"then `{p.gen['input'].id}` holds the new tokens only; "
+                      "state):", f"then `{p.gen.input.id}` holds the new tokens only; "
                       "see generate().")
     model = ModuleClass("Model", model_doc, tuple(f.owner.subs), tuple(params), "Output",
                         tuple(head + body), keeps_cfg=True)

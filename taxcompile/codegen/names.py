@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ast
 import builtins
+import io
+import keyword
 import operator
 import re
+import tokenize
 from dataclasses import dataclass
 
 from .. import reserved
@@ -19,6 +22,8 @@ RESERVED = set(reserved.forward_names()) | reserved.TEMPORARIES | set(dir(builti
 MODULE_ATTRS = set(reserved.module_attrs())
 
 NAME = re.compile(r"[A-Za-z_]\w*")
+SKIP = (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER,
+        tokenize.COMMENT)
 
 
 def ident(node_id: str) -> str:
@@ -37,15 +42,66 @@ def safe_text(text: str) -> str:
     return out.replace("'''", "")[:200]
 
 
-def cfg_expr(text: str) -> str:
-    """``d_model // heads`` -> ``cfg.d_model // cfg.heads`` (text built by lower.sym from
-    checked identifiers and numbers only)."""
-    return re.sub(r"(?<![\w.])([A-Za-z_]\w*)", r"cfg.\1", text)
+def sym_parts(text: str) -> list[tuple[bool, str]]:
+    """A ``lower.sym`` expression (checked identifiers, numbers, operators and parentheses)
+    as (is a Config field, text) runs: the fields are prefixed when the size is rendered."""
+    parts: list[tuple[bool, str]] = []
+    i = 0
+    while i < len(text):
+        j = i + 1
+        if text[i].isalpha() or text[i] == "_":
+            while j < len(text) and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            parts.append((True, text[i:j]))
+        else:  # a number's digits stay with it: `2e3`, `1_000` are not names
+            while j < len(text) and not ((text[j].isalpha() or text[j] == "_")
+                                         and not text[j - 1].isalnum()
+                                         and text[j - 1] not in "._"):
+                j += 1
+            parts.append((False, text[i:j]))
+        i = j
+    return parts
+
+
+def cfg_expr(text: str, owner: str = "cfg") -> str:
+    """``d_model // heads`` -> ``cfg.d_model // cfg.heads`` (``self.d_model // self.heads`` in
+    a Config property: the owner is chosen where the size is rendered)."""
+    return "".join(f"{owner}.{t}" if field else t for field, t in sym_parts(text))
 
 
 def sym_names(text: str) -> list[str]:
     """The constants a ``lower.sym`` expression names."""
-    return re.findall(r"(?<![\w.])([A-Za-z_]\w*)", text)
+    return [t for field, t in sym_parts(text) if field]
+
+
+@dataclass(frozen=True)
+class Size:
+    """A size expression over Config fields: runs of (is a field, text). Which object holds
+    the fields is chosen when it is rendered: ``cfg.d_model`` in forward(), ``self.d_model``
+    in a Config property, ``d_model`` in a shape comment."""
+
+    parts: tuple[tuple[bool, str], ...]
+
+    @staticmethod
+    def of(*pieces: "str | Size | Dim") -> "Size":
+        """Pieces joined: text (numbers, operators, parentheses) and sizes."""
+        parts: list[tuple[bool, str]] = []
+        for x in pieces:
+            parts += [(False, x)] if isinstance(x, str) else x.size().parts
+        return Size(tuple(parts))
+
+    @staticmethod
+    def field(name: str) -> "Size":
+        return Size(((True, name),))
+
+    def size(self) -> "Size":
+        return self
+
+    def render(self, owner: str = "cfg") -> str:
+        return "".join(f"{owner}.{t}" if is_field and owner else t for is_field, t in self.parts)
+
+    def __str__(self) -> str:
+        return self.render()
 
 
 @dataclass(frozen=True)
@@ -53,35 +109,62 @@ class Dim:
     """A feature size: a literal plus symbolic terms over Config fields."""
 
     const: int = 0
-    terms: tuple[str, ...] = ()
+    terms: tuple[Size, ...] = ()
 
     def __add__(self, o: "Dim") -> "Dim":
         return Dim(self.const + o.const, self.terms + o.terms)
 
-    def __str__(self) -> str:
-        parts = list(self.terms) + ([str(self.const)] if self.const or not self.terms else [])
-        return " + ".join(parts)
+    def size(self) -> Size:
+        """The sum as one expression."""
+        pieces: list = []
+        for t in self.terms + ((Size.of(str(self.const)),) if self.const or not self.terms
+                               else ()):
+            pieces += [" + ", t] if pieces else [t]
+        return Size.of(*pieces)
 
-    def times(self, n: int) -> "Dim":
-        if not self.terms:
+    def render(self, owner: str = "cfg") -> str:
+        return self.size().render(owner)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def compound(self) -> bool:
+        return len(self.terms) + bool(self.const) > 1
+
+    def times(self, n: "int | Dim") -> "Dim":
+        """n * self (n a literal or a Config expression, such as the heads)."""
+        if isinstance(n, Dim) and not n.terms:
+            n = n.const
+        if not self.terms and isinstance(n, int):
             return Dim(self.const * n)
-        return Dim(0, (f"{n} * ({self})" if len(self.terms) + bool(self.const) > 1
-                       else f"{n} * {self}",))
+        return Dim(0, (Size.of(str(n) if isinstance(n, int) else n,
+                               *((" * (", self, ")") if self.compound() else (" * ", self))),))
+
+    def floordiv(self, k: "int | Dim") -> "Dim":
+        """self // k (k a literal or a Config expression)."""
+        if isinstance(k, Dim) and not k.terms:
+            k = k.const
+        if not self.terms and isinstance(k, int):
+            return Dim(self.const // k)
+        return Dim(0, (Size.of("(", self, ") // ", str(k) if isinstance(k, int) else k),))
 
     def shown(self) -> str:
         """The size in a shape comment: ``cfg.d_model`` reads ``d_model``."""
-        return str(self).replace("cfg.", "")
+        return self.render("")
 
 
 def dim_of(value: int | None, sym: str | None) -> Dim:
     if sym:
-        return Dim(0, (cfg_expr(sym) if NAME.fullmatch(sym) else f"({cfg_expr(sym)})",))
+        parts = sym_parts(sym)
+        size = Size(tuple(parts))
+        return Dim(0, (size if len(parts) == 1 and parts[0][0] else Size.of("(", size, ")"),))
     return Dim(int(value or 0))
 
 
-def evaluate(text: str, env: dict[str, int | float]) -> int | float:
-    """The value of a size expression the generator wrote (numbers, ``cfg.NAME``, + - * / //
-    and parentheses), for checking ``Config.tiny()``; anything else is refused."""
+def evaluate(text: str, env: dict[str, int | float], owner: str = "cfg") -> int | float:
+    """The value of a size expression the generator wrote (numbers, ``cfg.NAME`` or another
+    ``owner``'s fields, + - * / // and parentheses), for checking ``Config.tiny()``; anything
+    else is refused."""
     ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv}
 
@@ -91,7 +174,7 @@ def evaluate(text: str, env: dict[str, int | float]) -> int | float:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
             return node.value
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id == "cfg":
+                and node.value.id == owner:
             return env[node.attr]
         if isinstance(node, ast.BinOp) and type(node.op) in ops:
             return ops[type(node.op)](go(node.left), go(node.right))
@@ -117,30 +200,80 @@ class Names:
         return name
 
 
+def _tokens(code: str) -> list[tokenize.TokenInfo]:
+    """The significant tokens of one line of generated code (a block opener such as
+    ``else:`` or an indented ``    x = y`` included)."""
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(code.lstrip(" ")).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return []
+    return [t for t in toks if t.type not in SKIP]
+
+
+def names_in(codes) -> set[str]:
+    """The names lines of code read or bind (not attributes after a dot, not the text of a
+    string; an f-string's fields are read): a forward() that reads ``B`` or ``cfg`` defines
+    them first."""
+    out: set[str] = set()
+    for code in codes:
+        prev = None
+        for t in _tokens(code):
+            if t.type == tokenize.NAME and not keyword.iskeyword(t.string) and \
+                    (prev is None or prev.string != "."):
+                out.add(t.string)
+            elif t.type == tokenize.STRING and t.string[:2].lower() in ("f'", 'f"'):
+                out |= {n.id for n in ast.walk(ast.parse(t.string, mode="eval"))
+                        if isinstance(n, ast.Name)}
+            prev = t
+    return out
+
+
 def mentions(codes, word: str) -> bool:
-    """Whether code (outside strings' quotes) uses the name ``word`` (a regex, e.g.
-    ``cfg\\.``): a forward() that reads ``B`` or ``cfg.`` defines them first."""
-    pat = re.compile(rf"(?<![\w.'\"]){word}\b")
-    return any(pat.search(c) for c in codes)
+    """Whether code uses the name ``word``."""
+    return word in names_in(codes)
+
+
+def assigned(code: str) -> list[str]:
+    """The names a plain assignment ``a, b = …`` binds ([] for any other line)."""
+    toks = _tokens(code)
+    eq = next((k for k, t in enumerate(toks) if t.type == tokenize.OP and t.string == "="), None)
+    lhs = toks[:eq] if eq else []
+    if not lhs or any(t.string != "," for t in lhs[1::2]) or \
+            any(t.type != tokenize.NAME for t in lhs[::2]):
+        return []
+    return [t.string for t in lhs[::2]]
 
 
 def is_name(code: str) -> bool:
-    return bool(NAME.fullmatch(code))
+    """Whether an expression is a plain local name (so it is computed once already)."""
+    return code.isidentifier() and not keyword.iskeyword(code)
+
+
+ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.List, ast.Dict, ast.Set,
+         ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.JoinedStr)
+
+
+def is_atom(code: str) -> bool:
+    """Whether an expression binds tighter than any operator (a name, call, subscript,
+    display or non-negative constant), by its syntax tree."""
+    body = ast.parse(code, mode="eval").body
+    return isinstance(body, ATOMS) or isinstance(body, ast.Constant) and not (
+        isinstance(body.value, (int, float)) and body.value < 0)
 
 
 def atom(code: str) -> str:
-    """Parenthesise an expression before calling a method on it or using it as an operand:
-    anything with a space or a sign at the top level (outside brackets and strings)."""
-    depth, quote = 0, None
-    for ch in code:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif depth == 0 and ch == " ":
-            return f"({code})"
-    return f"({code})" if code.startswith("-") else code
+    """Parenthesise an expression before calling a method on it or using it as an operand
+    (anything that is not an atom: an operator, a sign, a conditional, a tuple)."""
+    return code if is_atom(code) else f"({code})"
+
+
+def moved_from(code: str) -> str | None:
+    """``X`` when ``code`` is ``X.movedim(1, -1)`` (a grid op's channels-last result), read
+    off its syntax tree; else None."""
+    call = ast.parse(code, mode="eval").body
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "movedim" and not call.keywords and len(call.args) == 2
+            and all(isinstance(a, (ast.Constant, ast.UnaryOp)) for a in call.args)
+            and [ast.literal_eval(a) for a in call.args] == [1, -1]):
+        return None
+    return code[: call.func.end_col_offset - len(".movedim")]

@@ -14,8 +14,8 @@ import networkx as nx
 
 from .. import checks, graph, ir, ops, reserved
 from . import attention, blocks, decoder, features, generate, model, repeat, values  # noqa: F401
-from .frame import Frame, Owner, Var
-from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
+from .frame import Frame, Owner, Step, Var
+from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
 
 MASKABLE = ("tokens", "sequence", "set", "pointers")
@@ -23,32 +23,42 @@ MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 class Planner:
     """Model-level state shared by the planning stages; the function being planned is
-    ``self.frame``."""
+    ``self.frame``. Every field is declared here: what the file defines (``helpers``,
+    ``classes``, ``blocks``), what Config needs (``used_cfg``, ``equal``, ``divides``,
+    ``axis_fields``, ``need_max_len``, ``max_len_axes``), where planning stands (``frame``,
+    ``step`` inside a decoder loop, ``gen`` for generate(), ``emitted``)."""
 
     def __init__(self, cs: checks.CheckedSpec, cm: checks.CheckedModel, source: str):
         self.cs, self.cm, self.m = cs, cm, cm.model
         self.source = source
         self.g = graph.dataflow(cm.graph)  # the model graph (built once), without feed edges
+        # what the file defines
         self.helpers: set[str] = set()
         self.classes: dict[str, object] = {}  # attention class name -> its plan
-        self.class_key: dict[str, str] = {}
+        self.class_key: dict[tuple, str] = {}  # mechanism combination -> its class's name
         self.blocks: list = []  # ModuleClass plans of repeat bodies, innermost first
         self.block_names = Names(set(reserved.module_names()))  # the file's own classes
         self.reserved = RESERVED | {i.id for i in self.m.inputs} | \
             {i.id + "_mask" for i in self.m.inputs} | {"i", "j", "k", "l"}
+        # what the Config needs
         self.used_cfg: set[str] = set()
         self.equal: list[tuple[Dim, Dim]] = []  # sizes the code needs equal (Config.tiny())
         self.divides: list[tuple[Dim, str]] = []  # (size, heads): heads must divide the size
-        self.axis_fields: dict[str, int] = {}
+        self.axis_fields: dict[str, int] = {}  # fixed axes that are Config fields -> size
         self.need_max_len = False
         self.max_len_axes: set[str] = set()  # axes read by a learned position table
-        self.op_counts: dict = {}
-        self.role = ""  # "k", "v" or "q" while planning an attention module's inputs
-        self.step: dict | None = None  # inside a decoder loop
+        # the model's structure (run() sets them before planning)
+        self.shared: dict[str, bool] = {}  # repeat path -> its hops share weights
+        self.loops: dict[str, tuple] = {}  # decoder node -> (node, its fed op, fed node)
+        self.returned: set[str] = set()  # what forward() returns
+        self.read_outside: set[str] = set()  # what an enclosing repeat's Block returns
+        # where planning stands
+        self.op_counts: dict[tuple[str, str], int] = {}  # (statement, op kind) -> ops so far
+        self.step: Step | None = None  # inside a decoder loop
         self.finals: dict[str, str] = {}  # RNN node -> its final states (a decoder's `init`)
         self.emitted: set[str] = set()
         self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
-        self.gen: dict | None = None  # generate(): see generate.setup
+        self.gen: generate.Decoding | None = None  # generate(): see generate.setup
         self.frame = Frame(Owner("Model"), self.reserved)
 
     # ---- symbols ------------------------------------------------------------------
@@ -60,13 +70,15 @@ class Planner:
         return dim_of(op.param(name), sym)
 
     def use_sym(self, sym: str) -> None:
-        self.used_cfg.update(re.findall(r"(?<![\w.])([A-Za-z_]\w*)", sym))
+        self.used_cfg.update(sym_names(sym))
 
-    def sym(self, obj, key: str, value) -> str:
+    def sym(self, obj, key: str, value, owner: str = "cfg") -> str:
+        """A value the spec may give as a Config expression, as code over ``owner``'s
+        fields (``cfg.vocab``; ``self.cfg.vocab`` in a method of Model), else its literal."""
         s = dict(getattr(obj, "sym", ())).get(key)
         if s:
             self.use_sym(s)
-            return str(dim_of(value, s))
+            return dim_of(value, s).render(owner)
         return repr(value)
 
     # ---- modules and locals ----------------------------------------------------------
@@ -116,16 +128,28 @@ class Planner:
 
     def named(self, x: Var, want: str) -> Var:
         """x, bound to a local name unless it already is one (so it is computed once)."""
-        if re.fullmatch(r"\w+", x.name):
+        if is_name(x.name):
             return x
         name = self.tmp(x.name, want, self.shape(x.shape, step=self.step is not None, dim=x.dim))
         return Var(name, x.shape, x.mask, x.dim, x.mask_code)
 
-    def suffix(self, n, base: str) -> str:
-        """Distinct suffixes for several ops of one kind inside one statement; inside an
-        attention module's key/value/query models they start with the role (``q_proj``)."""
-        if self.role and base != self.role:
-            base = f"{self.role}_{base}"
+    @staticmethod
+    def role(n, e: ir.Op | None) -> str:
+        """Which input of attention statement ``n`` op ``e`` computes: "k", "v" or "q" (the
+        key, value and query models' modules are named after it), else ""."""
+        if e is None or not isinstance(n, ir.Attention):
+            return ""
+        for role, x in (("k", n.keys), ("v", n.values), ("q", n.query)):
+            if any(op is e for op in checks.operations(x)):
+                return role
+        return ""
+
+    def suffix(self, n, base: str, e: ir.Op | None = None) -> str:
+        """Distinct suffixes for several ops of one kind inside one statement; the modules of
+        an attention's key/value/query models start with the role (``q_proj``)."""
+        role = self.role(n, e)
+        if role and base != role:
+            base = f"{role}_{base}"
         count = self.op_counts.setdefault((n.id, base), 0)
         self.op_counts[(n.id, base)] = count + 1
         return base if count == 0 else f"{base}{count + 1}"
@@ -140,8 +164,18 @@ class Planner:
         i = next((i for i, op in enumerate(found) if op is e), 0)
         return "embed" if i == 0 else f"embed{i + 1}"
 
+    def size(self, obj, key: str, value: int) -> Dim:
+        """``sym``'s size: a Config expression when the spec gives one, else the literal."""
+        s = dict(getattr(obj, "sym", ())).get(key)
+        if s:
+            self.use_sym(s)
+        return dim_of(value, s)
+
     def axis_size_code(self, axis: str) -> str:
-        return model.axis_size_code(self, axis)
+        return str(model.axis_size(self, axis))
+
+    def axis_size(self, axis: str) -> Dim:
+        return model.axis_size(self, axis)
 
     # ---- shapes -------------------------------------------------------------------------
 
@@ -155,14 +189,14 @@ class Planner:
         return "(" + ", ".join(axes) + ")"
 
     def step_axis(self) -> str | None:
-        return self.step["axis"] if self.step else None
+        return self.step.axis if self.step else None
 
     # ---- expressions ----------------------------------------------------------------------
 
     def expr(self, e: ir.Expr, n) -> Var:
         if isinstance(e, ir.Ref):
             return self.ref(e.node)
-        if e.param("feed") and self.step is not None and e is self.step["op"]:
+        if e.param("feed") and self.step is not None and e is self.step.op:
             return decoder.feed_step(self, e, n)
         args = [] if e.fn in ("affinity", "prev") else [self.expr(a, n) for a in e.args]
         return ops.OPS[e.fn].plan(self, e, args, n)
@@ -170,9 +204,9 @@ class Planner:
     def ref(self, node_id: str) -> Var:
         v = self.frame.lookup(node_id)
         assert v is not None, f"`{node_id}` is read before it is planned"
-        if self.step is not None and node_id not in self.step["region"] and \
-                self.step["axis"] in v.shape.axes:
-            i = 1 + v.shape.axes.index(self.step["axis"])
+        if self.step is not None and node_id not in self.step.region and \
+                self.step.axis in v.shape.axes:
+            i = 1 + v.shape.axes.index(self.step.axis)
             return Var(f"{v.name}.narrow({i}, t, 1)", v.shape, v.mask, v.dim)
         return v
 
@@ -193,18 +227,21 @@ class Planner:
         suffix = ""
         if extra:  # a group is real when any of its positions is
             suffix = f".flatten(-{extra + 1}).any(-1)" if extra > 1 else ".any(-1)"
-        if self.step is not None and self.step["axis"] in x.shape.axes:
-            suffix += f".narrow({1 + x.shape.axes.index(self.step['axis'])}, t, 1)"
+        if self.step is not None and self.step.axis in x.shape.axes:
+            suffix += f".narrow({1 + x.shape.axes.index(self.step.axis)}, t, 1)"
         return self.frame.use(f"{inp.id}_mask"), suffix
 
-    def mask_arg(self, x: Var, then: str = "") -> str:
+    def mask_arg(self, x: Var, then: str = "", local: tuple[str, str] | None = None) -> str:
+        """x's padding mask as an argument (``None`` when it has none), with ``then``
+        applied; ``local``: (name, comment) of a local to bind a computed mask to."""
         mk = self.mask_of(x)
         if mk is None:
             return "None"
         name, suffix = mk
         if not suffix and not then:
             return name
-        return f"(None if {name} is None else {name}{suffix}{then})"
+        code = f"None if {name} is None else {name}{suffix}{then}"
+        return self.tmp(code, *local) if local is not None else f"({code})"
 
     # ---- nodes ---------------------------------------------------------------------------------
 
@@ -225,7 +262,7 @@ class Planner:
         base, k = mt.group(1), int(mt.group(2))
         prev = base if k == 2 else f"{base}@{k - 1}"
         v = self.frame.vars.get(prev)
-        if v is None or not re.fullmatch(r"\w+", v.name) or prev not in self.g:
+        if v is None or not is_name(v.name) or prev not in self.g:
             return None
         if v.name in {i.id for i in self.m.inputs} or v.name in self.frame.free.values():
             return None  # inputs and parameters keep their names
@@ -248,7 +285,7 @@ class Planner:
             name = self.reuse(n) or self.frame.locals.new(self.want(n))
             self.frame.emit(f"{name} = {v.name}", f"{self.shape(shape, dim=v.dim)}: {where}")
         else:
-            name = self.step["names"].setdefault(n.id, self.frame.locals.new(self.want(n) + "_t"))
+            name = self.step.names.setdefault(n.id, self.frame.locals.new(self.want(n) + "_t"))
             self.frame.emit(f"{name} = {v.name}",
                             f"{self.shape(shape, step=True, dim=v.dim)}: {where}, one step")
         self.frame.vars[n.id] = Var(name, shape, v.mask if n.kind_ != "affinity" else None, v.dim,
@@ -306,7 +343,7 @@ class Planner:
                 self.use_sym(dict(inp.sym)["dim"])
         outputs = [n.id for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
         self.returned = set(outputs or [m.attentions[-1].id])  # what forward() returns
-        self.read_outside: set[str] = set()  # what an enclosing repeat's Block returns
+        self.read_outside = set()
         ids = [i for i in self.cm.order if i not in dead and not isinstance(m.node(i), ir.Input)]
         generate.setup(self)  # generate(): the source side first, then the target side
         repeat.plan_scope(self, self.loops_last(ids), 0)

@@ -16,7 +16,7 @@ from .. import checks, ir
 from . import generate
 from .decoder import region_of
 from .frame import Frame, Owner, Var
-from .names import camel, dim_of, ident, mentions
+from .names import camel, dim_of, ident, is_name, mentions
 from .plan import ModuleClass, Stmt
 
 
@@ -156,7 +156,7 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     carry_names: dict[str, str] = {}
     for x0 in carried:
         v = p.ref(x0)
-        if any(s not in members for s in p.g.successors(x0)) or not re.fullmatch(r"\w+", v.name):
+        if any(s not in members for s in p.g.successors(x0)) or not is_name(v.name):
             carry_names[x0] = p.tmp(v.name, ident(getattr(p.m.node(x0), "name", x0)),
                                     "carried from hop to hop")
         else:
@@ -187,7 +187,7 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     if uses("B"):
         tensor = params[0] if params else next(iter(inner.free.values()))
         head.append(Stmt(f"B = {tensor}.shape[0]"))
-    if uses(r"cfg\."):
+    if uses("cfg"):
         head.append(Stmt("cfg = self.cfg"))
     ret = [inner.vars[x].name for x in outs]
     body = head + body + [Stmt(f"return {', '.join(ret)}" if ret else "return None")]
@@ -201,7 +201,7 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
            f"{', '.join(sorted({p.m.node(x).name for x in hops[1]}))}.",)
     p.blocks.append(ModuleClass(cls, doc, tuple(inner.owner.subs), tuple(sig),
                                 "tuple" if len(ret) > 1 else "torch.Tensor", tuple(body),
-                                keeps_cfg=uses(r"cfg\.")))
+                                keeps_cfg=uses("cfg")))
     # the caller: one instance per hop, or one shared by every hop
     count = str(N)
     lists = {rel(p, x, depth) for k, ids in hops.items() if k < N for x in ids if x in read}

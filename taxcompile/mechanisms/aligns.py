@@ -44,7 +44,8 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               template="align/local.py.j2", helpers=("masked_softmax",),
               # O(L D): a band of keys (monotonic: p_t = t) or the window gathered
               fast=lambda al: "band" if al.position == "monotonic" else "gather",
-              centred=True, step_start=lambda al: al.position == "monotonic"),
+              centred=True, step_start=lambda al: al.position == "monotonic",
+              by_query_index=True),
     Mechanism("align", "reinforced", reading="Reinforced",
               reason="soft alignment over a subset an agent selects", label="reinforced",
               class_part="Reinforced",

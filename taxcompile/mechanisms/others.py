@@ -14,16 +14,16 @@ MASK_DOC = ("mask: which keys a query position may see besides the padding: \"no
             "\"causal\" (j <= i), \"forward\" (j < i) or \"backward\" (j > i, DiSAN).")
 
 
-def _mask(name: str, keeps: str) -> Mechanism:
+def _mask(name: str, keeps: str, hides_later: bool = False) -> Mechanism:
     return Mechanism("mask", name, reason=f"keys with {keeps}" if keeps else "",
                      label=f"{name} mask" if name != "none" else "", doc=MASK_DOC,
-                     ctor=(MASK_ARG,), helpers=("key_keep",))
+                     ctor=(MASK_ARG,), helpers=("key_keep",), hides_later=hides_later)
 
 
 # Masks over one sequence: causal hides later positions (j > i); DiSAN's directional masks
 # hide the position itself too: forward keeps j < i, backward keeps j > i.
 MASKS: dict[str, Mechanism] = {m.name: m for m in (
-    _mask("none", ""), _mask("causal", "j <= i"), _mask("forward", "j < i"),
+    _mask("none", ""), _mask("causal", "j <= i", True), _mask("forward", "j < i", True),
     _mask("backward", "j > i"),
 )}
 

@@ -128,6 +128,11 @@ class Mechanism(NamedTuple):
     # context per input, eq. 14-16): "sum" (padded rows add 0) or "max" (they never win)
     affinity_rows: str = ""
     keys_once: bool = False  # a score with a query-free key term (W2 k + b) a decoder computes once
+    # generate(): a mask that hides every later key, so a decoding step can run on the new
+    # token alone (causal, forward); an alignment that places its keys by the query's
+    # index in the whole sequence, so a step needs the whole prefix (local)
+    hides_later: bool = False
+    by_query_index: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)

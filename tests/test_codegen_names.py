@@ -1,0 +1,46 @@
+"""``taxcompile/codegen/names.py``: the typed leaves of the plan. Sizes render their Config
+fields with the owner chosen at render time; whether an expression needs parentheses, which
+names a line reads or binds, are read off tokens and syntax trees (no text rewriting)."""
+
+from __future__ import annotations
+
+from taxcompile.codegen.names import (Dim, Size, assigned, atom, cfg_expr, dim_of, moved_from,
+                                      names_in, sym_names)
+
+
+def test_a_size_renders_its_fields_with_the_owner_asked_for():
+    d = dim_of(None, "d_model // heads").times(2)
+    assert str(d) == "2 * (cfg.d_model // cfg.heads)"
+    assert d.render("self") == "2 * (self.d_model // self.heads)"
+    assert d.shown() == "2 * (d_model // heads)"
+    both = dim_of(None, "d_model") + Dim(3)
+    assert str(both.floordiv(dim_of(None, "heads"))) == "(cfg.d_model + 3) // cfg.heads"
+    assert str(Dim(12).floordiv(Dim(4))) == "3" and str(Dim(5).times(Dim(2))) == "10"
+    assert Size.of("(", Size.field("H"), " * 2)").render("self.cfg") == "(self.cfg.H * 2)"
+
+
+def test_a_sym_s_names_are_its_identifiers_not_a_number_s_exponent():
+    assert cfg_expr("2e3 * d + x_1", "self") == "2e3 * self.d + self.x_1"
+    assert sym_names("(a + 1_000) // b2") == ["a", "b2"]
+
+
+def test_parentheses_follow_the_syntax_tree():
+    assert atom("-x") == "(-x)"
+    assert atom("a + b") == "(a + b)"
+    assert atom("x if c else y") == "(x if c else y)"
+    assert atom("x.view(B, -1)[..., 0]") == "x.view(B, -1)[..., 0]"
+    assert atom("'a b'") == "'a b'"
+
+
+def test_names_read_and_bound_ignore_strings_and_attributes():
+    assert names_in(['raise ValueError("past B")']) == {"ValueError"}
+    assert names_in(["y = cfg.d + x.B", 'k = f"{at}x"']) == {"y", "cfg", "x", "k", "at"}
+    assert assigned("a, b = f(x=1)") == ["a", "b"] and assigned("    c = d") == ["c"]
+    assert assigned("x[0] = 1") == [] and assigned("if a == b:") == []
+
+
+def test_a_trailing_channels_last_move_is_undone_only_at_the_top():
+    assert moved_from("F.max_pool2d(h, 2).movedim(1, -1)") == "F.max_pool2d(h, 2)"
+    assert moved_from("(a + b).movedim(1, -1)") == "(a + b)"
+    assert moved_from("x.movedim(1, -1) + y") is None
+    assert moved_from("x.movedim(-1, 1)") is None
