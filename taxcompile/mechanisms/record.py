@@ -95,6 +95,10 @@ class Mechanism(NamedTuple):
     gate: bool = False
     fast: Text = None
     in_scores: bool = False  # a modifier that is a term of the scores (a score_mod)
+    # a penalty: the field of ir.Attention its lowered value fills (lowering/penalties.py),
+    # and whether a spec writes it as a bare coefficient (`penalty = λ`), not a call
+    ir_field: str = ""
+    bare: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
