@@ -4,13 +4,14 @@ live in ``taxcompile/lowering/`` by concern (names and scopes, constants, the pa
 variants, inputs, features, attention statements reading the mechanism registry,
 penalties, repeats), and ``Lowerer`` below joins them and lowers the spec model by model.
 
-What is checked where: lowering reports what one statement shows on its own, read against
-the names declared before it (a bad identifier or reserved name, an unknown or repeated
-field, option or parameter, a value of the wrong type or out of range, an unknown name or
-hop, a variant's ambiguous ``update``, the spec's node budget); a statement that fails it
-does not reach the IR. Cross-entry checks, which need the whole model (forward references,
-cycles, shapes, whether a mechanism fits its statement, decoders), live in ``checks.py``.
-``taxcompile/lowering/__init__.py`` lists which part reports what."""
+What is checked where: lowering reports the errors that one statement shows on its own,
+read against the names declared before it (a bad identifier or reserved name, an unknown
+or repeated field, option or parameter, a value of the wrong type or out of range, an
+unknown name or hop, a variant's ambiguous ``update``, the spec's node budget); a
+statement that fails here does not reach the IR. Cross-entry checks, which need the whole
+model (forward references, cycles, shapes, whether a mechanism fits its statement,
+decoders), live in ``checks.py``. ``taxcompile/lowering/__init__.py`` lists which part
+reports what."""
 
 from __future__ import annotations
 

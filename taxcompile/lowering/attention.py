@@ -110,13 +110,9 @@ class Attentions(Features, Penalties):
         mask, mask_input = MASKS.default, None
         if "mask" in f:
             mask, mask_input = self.mask_field(f["mask"].value, scope)
-        self_loops = False
-        if "self_loops" in f:
-            self_loops = bool(self.as_param(P("self_loops", "bool"), f["self_loops"].value,
-                                            scope, "`self_loops`"))
+        self_loops = self.flag(f, "self_loops", scope)
         penalties = self.penalty(f["penalty"].value, scope) if "penalty" in f else {}
-        coverage = (bool(self.as_param(P("coverage", "bool"), f["coverage"].value, scope,
-                                       "`coverage`")) if "coverage" in f else False)
+        coverage = self.flag(f, "coverage", scope)  # See et al.'s coverage vector
         heads_out = (self.as_param(HEADS_OUT, f["heads_out"].value, scope, "`heads_out`")
                      if "heads_out" in f else HEADS_OUT.default)
         if "heads_out" in f and heads == 1:
@@ -130,6 +126,11 @@ class Attentions(Features, Penalties):
                     capsules=capsules, mask=mask or MASKS.default, mask_input=mask_input,
                     self_loops=self_loops, coverage=coverage, dropout=dropout, **penalties,
                     sym=tuple(sorted(syms.items())))
+
+    def flag(self, f: dict[str, ast.Field], name: str, scope: Scope) -> bool:
+        """A `true`/`false` field (False when not given, or not lowered)."""
+        return name in f and bool(self.as_param(P(name, "bool"), f[name].value, scope,
+                                                f"`{name}`"))
 
     def attention_links(self, f: dict[str, ast.Field], scope: Scope) -> dict[str, str | None]:
         """``share`` (the module whose weights this one uses) and ``affinity`` (the
