@@ -39,3 +39,31 @@ def test_lowering_imports_no_torch_or_jinja2():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=PKG.parent, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _error(body: str):
+    from taxcompile import pipeline
+    from taxcompile.diagnostics import SpecError
+
+    text = ('paper p { cite = "X" }\nmodel m {\n    input x: sequence[L, 8]\n' + body +
+            "    attention a { features = x  score = additive }\n}\n")
+    with pytest.raises(SpecError) as e:
+        pipeline.load_text(text, "t.attn")
+    return e.value.diagnostics[0]
+
+
+def test_a_blocks_weights_read_inside_its_own_body_is_a_located_error():
+    # `hop.x.weights` inside `repeat hop`: no hop is complete yet (it was an IndexError)
+    d = _error("    repeat hop 2 {\n        attention x { features = x  score = additive }\n"
+               "        feature y = x + hop.x.weights\n    }\n")
+    assert (d.loc.line, d.loc.column) == (6, 25)
+    assert d.message == "`hop` is read inside its own body"
+
+
+def test_an_unknown_parameter_lists_the_operators_parameters_in_their_order():
+    # the hint listed a set: its order changed from run to run (PYTHONHASHSEED)
+    d = _error("    feature y = linear(x, 8, sharing = x)\n")
+    assert d.message == "`linear` has no parameter `sharing`"
+    assert d.hint == "did you mean `share`?"
+    d = _error("    feature y = linear(x, 8, colour = x)\n")
+    assert d.hint == "one of: `x`, `d`, `act`, `bias`, `share`"

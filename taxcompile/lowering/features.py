@@ -204,7 +204,7 @@ class Features(Constants):
                                            f"{'is' if len(named) == 1 else 'are'} given by "
                                            f"name, e.g. `{named[0]} = NODE`") if named else "")
             ok = False
-        names = {p.name for p in sig}
+        names = [p.name for p in sig]  # in order: the hint lists them so (a set did not)
         seen: set[str] = set()
         for k in e.kwargs:
             if k.name not in names:

@@ -135,6 +135,8 @@ class Names(LowerBase):
             if found is None or found[0] != "block":
                 return None
             hops = found[1]
+            if not hops:  # read inside its own body: `resolve` says so
+                return None
             hop = hops[index - 1] if index is not None and 1 <= index <= len(hops) else \
                 hops[-1] if index is None else None
             if hop is None or part not in hop:

@@ -27,33 +27,34 @@ class Penalties(Constants):
         does not lower (the error is recorded)}."""
         m = CALLED.get(v.fn) if isinstance(v, ast.Call) else None
         if m is None:
-            return {BARE.ir_field: self.as_param(P("penalty", "float"), v, scope, "`penalty`")}
-        return {m.ir_field: ARGUMENTS[m.ir_field](self, v, scope)}
+            return {BARE.ir_field: self.as_param(param(BARE, "lambda"), v, scope, "`penalty`")}
+        return {m.ir_field: ARGUMENTS[m.ir_field](self, m, v, scope)}
 
-    def doubly_stochastic_penalty(self, v: ast.Call, scope: Scope) -> float | None:
+    def doubly_stochastic_penalty(self, m: mech.Mechanism, v: ast.Call,
+                                  scope: Scope) -> float | None:
         """``penalty = doubly_stochastic(lambda)``: Xu et al. eq. 14, lambda sum_i (1 -
         sum_t a_ti)^2; the coefficient, 1 when not given."""
         if v.kwargs or len(v.args) > 1:
             self.err(v.pos, "`doubly_stochastic` takes one argument, its coefficient "
                      "lambda", "e.g. `penalty = doubly_stochastic(1.0)`")
             return None
-        return (self.as_param(P("lambda", "float"), v.args[0], scope,
+        return (self.as_param(param(m, "lambda"), v.args[0], scope,
                               "`lambda` of `doubly_stochastic`") if v.args else 1.0)
 
-    def coverage_penalty(self, v: ast.Call, scope: Scope) -> float | None:
+    def coverage_penalty(self, m: mech.Mechanism, v: ast.Call, scope: Scope) -> float | None:
         """``penalty = coverage(lambda)``: See et al.'s lambda sum_t sum_i min(a_i^t, c_i^t)
         (eq. 12-13); the coefficient, 1 when not given."""
         if v.kwargs or len(v.args) > 1:
             self.err(v.pos, "`coverage` takes one argument, its coefficient lambda "
                      "(See et al. eq. 13)", "e.g. `penalty = coverage(1.0)`")
             return None
-        return (self.as_param(P("lambda", "float"), v.args[0], scope, "`lambda` of `coverage`")
+        return (self.as_param(param(m, "lambda"), v.args[0], scope, "`lambda` of `coverage`")
                 if v.args else 1.0)
 
-    def disagreement_penalty(self, v: ast.Call, scope: Scope) -> ir.Disagreement | None:
+    def disagreement_penalty(self, m: mech.Mechanism, v: ast.Call,
+                             scope: Scope) -> ir.Disagreement | None:
         """``penalty = disagreement(lambda, on = subspace | position | output)``: Li et al.'s
         -lambda D (2018, eq. 5-7)."""
-        on_p = P("on", "enum", False, "subspace", ("subspace", "position", "output"))
         extra = [k for k in v.kwargs if k.name != "on"]
         if len(v.args) > 1 or extra:
             self.err(extra[0].pos if extra else v.args[1].pos, "`disagreement` takes its "
@@ -66,14 +67,15 @@ class Penalties(Constants):
                      "heads' values (eq. 5), weights (eq. 6) or outputs (eq. 7)",
                      "e.g. `penalty = disagreement(1.0, on = output)`")
             return None
-        lam = (self.as_param(P("lambda", "float"), v.args[0], scope,
+        lam = (self.as_param(param(m, "lambda"), v.args[0], scope,
                              "`lambda` of `disagreement`") if v.args else 1.0)
-        where = self.as_param(on_p, on.value, scope, "`on` of `disagreement`")
+        where = self.as_param(param(m, "on"), on.value, scope, "`on` of `disagreement`")
         if lam is None or where is None:
             return None
         return ir.Disagreement(lam=lam, on=where)
 
-    def supervised(self, v: ast.Call, scope: Scope) -> ir.Supervision | None:
+    def supervised(self, m: mech.Mechanism, v: ast.Call,
+                   scope: Scope) -> ir.Supervision | None:
         """``supervised(gold, lambda, loss = squared | cross_entropy)``: supervised
         attention (Liu et al. 2016, Mi et al. 2016); ``gold`` is checked in checks.py."""
         usage = "e.g. `penalty = supervised(gold, 1.0, loss = cross_entropy)`"
@@ -81,19 +83,23 @@ class Penalties(Constants):
             self.err(v.pos, "`supervised` takes the target alignment input and the "
                      "coefficient lambda", usage)
             return None
-        lam = (self.as_param(P("lambda", "float"), v.args[1], scope, "`lambda` of `supervised`")
+        lam = (self.as_param(param(m, "lambda"), v.args[1], scope, "`lambda` of `supervised`")
                if len(v.args) > 1 else 1.0)
-        loss = "squared"
+        loss = param(m, "loss").default
         for k in v.kwargs:
             if k.name != "loss":
                 self.err(k.pos, f"`supervised` has no parameter `{k.name}`", usage)
                 return None
-            loss = self.as_param(P("loss", "enum", choices=("squared", "cross_entropy")),
-                                 k.value, scope, "`loss` of `supervised`")
+            loss = self.as_param(param(m, "loss"), k.value, scope, "`loss` of `supervised`")
         gold = self.resolve(v.args[0], scope, "input")
         if gold is None or lam is None or loss is None:
             return None
         return ir.Supervision(gold=gold, lam=float(lam), loss=loss, loc=self.loc(v.args[0].pos))
+
+
+def param(m: mech.Mechanism, name: str) -> P:
+    """A penalty's parameter as its record declares it (its type, range and choices)."""
+    return next(p for p in m.params if p.name == name)
 
 
 # How each call's arguments lower, by the ``ir.Attention`` field its record names
