@@ -6,8 +6,6 @@ Errors of this kind: a name that is no identifier, a reserved name (``reserved.p
 from __future__ import annotations
 
 import keyword
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from .. import ast, ir, reserved
 from ..diagnostics import Collector, Location
@@ -40,34 +38,41 @@ class NotConstant(Exception):
     """``sym`` met an expression that is no constant (its error is reported elsewhere)."""
 
 
-@dataclass
 class Budget:
-    """The spec's node budget (``lower.MAX_SPEC_NODES``), over all its models."""
+    """The spec's node budget (``lower.MAX_SPEC_NODES``), over all its models. (The state
+    classes of lowering are plain classes with slots, not dataclasses: the front end
+    imports them, and a dataclass costs some fifty times as much to define.)"""
 
-    nodes: int = 0  # nodes of every model lowered so far
-    exceeded: bool = False  # past the budget: the rest of the spec is not lowered
+    __slots__ = ("nodes", "exceeded")
+
+    def __init__(self) -> None:
+        self.nodes = 0  # nodes of every model lowered so far
+        self.exceeded = False  # past the budget: the rest of the spec is not lowered
 
 
-@dataclass
 class ModelState:
     """What lowering one model builds: its nodes so far and what they are."""
 
-    scope: object  # the model body's Scope (names.Scope), for ``sym``
-    pos: ast.Pos  # the model's position (the budget's error points at it)
-    nodes: list[ir.AnyNode] = field(default_factory=list)
-    ids: set[str] = field(default_factory=set)
-    versions: dict[str, int] = field(default_factory=dict)  # `update`s of a node, by base id
-    roles: dict[str, str] = field(default_factory=dict)  # node id -> feature/query/output/
-    #                                                       affinity/input/attention
-    consts: list[tuple[str, ir.Scalar, str | None]] = field(default_factory=list)  # its `let`s
+    __slots__ = ("scope", "pos", "nodes", "ids", "versions", "roles", "consts")
+
+    def __init__(self, scope, pos: ast.Pos) -> None:
+        self.scope = scope  # the model body's Scope (names.Scope), for ``sym``
+        self.pos = pos  # the model's position (the budget's error points at it)
+        self.nodes: list[ir.AnyNode] = []
+        self.ids: set[str] = set()
+        self.versions: dict[str, int] = {}  # `update`s of a node, by its first id
+        self.roles: dict[str, str] = {}  # node id -> feature/query/output/affinity/input/…
+        self.consts: list[tuple[str, ir.Scalar, str | None]] = []  # its `let`s, for Config
 
 
-class Defining(NamedTuple):
+class Defining:
     """The statement being lowered: not suggested for itself; a feature's name is the one
     its `affinity(…)` error proposes."""
 
-    name: str = ""
-    feature: bool = False
+    __slots__ = ("name", "feature")
+
+    def __init__(self, name: str = "", feature: bool = False) -> None:
+        self.name, self.feature = name, feature
 
 
 def show(v: ir.Scalar) -> str:

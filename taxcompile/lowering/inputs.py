@@ -8,8 +8,6 @@ is checked in checks.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .. import ast, ir
 from ..diagnostics import article
 from ..ops import P
@@ -29,24 +27,26 @@ MASK_KINDS = ("mask", "graph")
 PADDED_KINDS = ("tokens", "sequence", "set", "pointers")
 
 
-@dataclass
 class InputShape:
     """An input's axes, their sizes (None: given at run time) and its feature size."""
 
-    axes: list[str]
-    sizes: list[int | None]
-    dim: int | None
+    __slots__ = ("axes", "sizes", "dim")
+
+    def __init__(self, axes: list[str], sizes: list[int | None], dim: int | None) -> None:
+        self.axes, self.sizes, self.dim = axes, sizes, dim
 
 
-@dataclass
 class InputOptions:
     """The options of an input, as written (``(vocab = 100, autoregressive)``)."""
 
-    vocab: int | None = None
-    vocab_given: bool = False  # written, even with a bad value (reported where it is)
-    autoregressive: bool = False
-    view_of: str | None = None  # `of = words`: the input this one is another view of
-    into: str | None = None  # pointers: the axis they index
+    __slots__ = ("vocab", "vocab_given", "autoregressive", "view_of", "into")
+
+    def __init__(self) -> None:
+        self.vocab: int | None = None
+        self.vocab_given = False  # written, even with a bad value (reported where it is)
+        self.autoregressive = False
+        self.view_of: str | None = None  # `of = words`: the input this one is another view of
+        self.into: str | None = None  # pointers: the axis they index
 
 
 class Inputs(Constants):

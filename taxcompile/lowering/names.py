@@ -6,26 +6,28 @@ where a node is expected. Whether a forward reference is ever defined is for che
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from .. import ast, ir
 from ..diagnostics import article
 from ..suggest import suggest
 from .base import LowerBase
 
 
-@dataclass
 class Scope:
     """Name bindings of a model body or of one hop of a ``repeat``."""
 
-    prefix: str  # "" or "encoder[2]."
-    parent: "Scope | None"
-    bindings: dict[str, str] = field(default_factory=dict)  # name -> current node id
-    declared: dict[str, str] = field(default_factory=dict)  # names declared later (forward refs)
-    consts: dict[str, ir.Scalar] = field(default_factory=dict)
-    blocks: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # repeat -> hops' bindings
-    hop: ir.Hop | None = None
-    updates: dict[str, int] = field(default_factory=dict)  # `update` statements seen, by name
+    __slots__ = ("prefix", "parent", "bindings", "declared", "consts", "blocks", "hop",
+                 "updates")
+
+    def __init__(self, prefix: str, parent: "Scope | None",
+                 consts: dict[str, ir.Scalar] | None = None, hop: ir.Hop | None = None):
+        self.prefix = prefix  # "" or "encoder[2]."
+        self.parent = parent
+        self.bindings: dict[str, str] = {}  # name -> current node id
+        self.declared: dict[str, str] = {}  # names declared later (forward refs)
+        self.consts: dict[str, ir.Scalar] = {} if consts is None else consts
+        self.blocks: dict[str, list[dict[str, str]]] = {}  # repeat -> hops' bindings
+        self.hop = hop
+        self.updates: dict[str, int] = {}  # `update` statements seen, by name
 
     def lookup(self, name: str):
         s: Scope | None = self
