@@ -135,29 +135,29 @@ class Attentions(Features, Penalties):
     def attention_links(self, f: dict[str, ast.Field], scope: Scope) -> dict[str, str | None]:
         """``share`` (the module whose weights this one uses) and ``affinity`` (the
         affinity matrix it reads): node ids, None when not given or not lowered."""
-        share = None
-        if "share" in f:
-            v = f["share"].value
-            if not isinstance(v, ast.Ref):
-                self.err(v.pos, "`share` names another attention module whose weights this "
-                         "one uses")
-            else:
-                share = self.resolve(v, scope)
-        affinity = None
-        if "affinity" in f:
+        share = self.link(f, "share", scope, "`share` names another attention module whose "
+                          "weights this one uses")
+        affinity = self.link(f, "affinity", scope, "`affinity` names an affinity matrix "
+                             "declared with `affinity NAME = affinity(A, B, …)`")
+        if affinity is not None:
             v = f["affinity"].value
-            if not isinstance(v, ast.Ref):
-                self.err(v.pos, "`affinity` names an affinity matrix declared with "
-                         "`affinity NAME = affinity(A, B, …)`")
-            else:
-                affinity = self.resolve(v, scope)
-                if affinity is not None and self.m.roles.get(affinity) not in (None, "affinity"):
-                    self.err(v.pos, f"`{v.name}` is not an affinity matrix")
-                    affinity = None
-                elif affinity is not None and affinity not in self.m.ids:
-                    self.err(v.pos, f"affinity matrix `{v.name}` must be declared before it is used")
-                    affinity = None
+            if self.m.roles.get(affinity) not in (None, "affinity"):
+                self.err(v.pos, f"`{v.name}` is not an affinity matrix")
+                affinity = None
+            elif affinity not in self.m.ids:
+                self.err(v.pos, f"affinity matrix `{v.name}` must be declared before it is used")
+                affinity = None
         return dict(share=share, affinity=affinity)
+
+    def link(self, f: dict[str, ast.Field], name: str, scope: Scope, usage: str) -> str | None:
+        """The node a field names (None when not given, or not a name: ``usage`` says)."""
+        if name not in f:
+            return None
+        v = f[name].value
+        if not isinstance(v, ast.Ref):
+            self.err(v.pos, usage)
+            return None
+        return self.resolve(v, scope)
 
     def mask_field(self, e: ast.Expr, scope: Scope) -> tuple[str | None, str | None]:
         """``mask = causal``, ``mask = m`` (a mask or graph input), ``mask = causal * m``:
