@@ -133,6 +133,28 @@ def test_lower_reads_the_registry():
     assert lower.HEADS_OUT.choices == tuple(mech.HEADS_OUT)
 
 
+def test_every_penalty_says_where_it_lowers_to():
+    """Lowering reads a penalty's spelling and its IR field from its record: one written as
+    a bare coefficient (`penalty = λ`), the others as calls, each lowered by a function of
+    lowering/penalties.py into a field of ir.Attention that mechanisms.penalties reads."""
+    from types import SimpleNamespace
+
+    from taxcompile.lowering import penalties
+
+    records = list(mech.PENALTIES.values())
+    assert [m.name for m in records if m.bare] == ["frobenius"]
+    assert {m.ir_field for m in records} <= set(ir.Attention.model_fields)
+    assert len({m.ir_field for m in records}) == len(records)
+    assert set(penalties.ARGUMENTS) == {m.ir_field for m in records if not m.bare}
+    every = SimpleNamespace(**{m.ir_field: m.name for m in records})
+    assert [(m.name, v) for m, v in mech.penalties(every)] == [(m.name, m.name) for m in records]
+    spec = _statement("query = project(x)  keys = x  score = additive  "
+                      "penalty = doubly_stochastic(0.5)")
+    assert (spec.doubly_stochastic, spec.penalty, spec.coverage_loss) == (0.5, None, None)
+    assert _statement("features = x  score = additive  heads = 2  heads_out = concat  "
+                      "penalty = 0.25").penalty == 0.25
+
+
 # ---- no mechanism's name tested as a string in the modules that read the registry ----------
 
 # The names a spec writes for a mechanism. Left out: names that are also feature operators
@@ -156,6 +178,7 @@ def name_tests(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+LOWERING = ["lower.py", *sorted(f"lowering/{p.name}" for p in (PKG / "lowering").glob("*.py"))]
 # the checker's modules (taxcompile/check/), each one, new ones included
 CHECK_MODULES = sorted(str(p.relative_to(PKG)) for p in (PKG / "check").glob("*.py"))
 
@@ -164,11 +187,11 @@ CHECK_MODULES = sorted(str(p.relative_to(PKG)) for p in (PKG / "check").glob("*.
                                     "codegen/classes.py", "codegen/layer.py",
                                     "codegen/attention.py", "codegen/decoder.py", "train.py",
                                     "combinations.py", "checks.py", "module_checks.py",
-                                    "codegen/generate.py", *CHECK_MODULES])
+                                    "codegen/generate.py", *CHECK_MODULES, *LOWERING])
 def test_front_end_modules_test_no_mechanism_name(module):
     """classify, diagram and fmt (and the attention classes' names, docstrings and
     constructors, the drop-in layer, the attention plan rules, the decoder loop, the
-    report's training tasks and the combination generator) read the registry instead."""
+    report's training tasks, the combination generator, the checker and lowering) read the registry instead."""
     assert not name_tests(PKG / module)
 
 

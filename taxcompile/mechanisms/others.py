@@ -58,20 +58,21 @@ PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
     # Lin et al.: ||A A^T - I||_F^2, `penalty = λ`
     Mechanism("penalty", "frobenius", (P("lambda", "float"),), reason=LOSS_REASON,
               label="penalty {lam:g}", extras=("penalty",), template="penalty/frobenius.py.j2",
-              needs=("H",)),
+              needs=("H",), ir_field="penalty", bare=True),
     Mechanism("penalty", "doubly_stochastic", (P("lambda", "float"),), reason=LOSS_REASON,
               label="doubly stochastic penalty {lam:g}",
               doc="lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)",
-              helpers=("doubly_stochastic_penalty",)),
+              helpers=("doubly_stochastic_penalty",), ir_field="doubly_stochastic"),
     Mechanism("penalty", "coverage", (P("lambda", "float"),), reason=LOSS_REASON,
               label="coverage loss {lam:g}",
               doc="lambda sum_t sum_i min(a_i^t, c_i^t) (See et al. eq. 12-13)",
-              helpers=("coverage_loss",)),
+              helpers=("coverage_loss",), ir_field="coverage_loss"),
     Mechanism("penalty", "disagreement",
               (P("lambda", "float", False, 1.0),
                P("on", "enum", True, None, ("subspace", "position", "output"))),
               reason=LOSS_REASON, label="disagreement on {on} {lam:g}", doc=_disagreement_doc,
-              helpers=("disagreement_penalty",), template="penalty/disagreement.py.j2"),
+              helpers=("disagreement_penalty",), template="penalty/disagreement.py.j2",
+              ir_field="disagreement"),
     Mechanism("penalty", "supervised",
               (P("gold", "node"), P("lambda", "float", False, 1.0),
                P("loss", "enum", False, "squared", ("squared", "cross_entropy"))),
@@ -81,7 +82,7 @@ PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
               doc=lambda sup: {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
                                "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}[
                   sup.loss],
-              helpers=("supervised_penalty",)),
+              helpers=("supervised_penalty",), ir_field="supervised"),
 )}
 PENALTY_EQUATIONS = _DISAGREEMENT  # Li et al.'s three similarities, by `on`
 

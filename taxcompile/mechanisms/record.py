@@ -133,6 +133,10 @@ class Mechanism(NamedTuple):
     # index in the whole sequence, so a step needs the whole prefix (local)
     hides_later: bool = False
     by_query_index: bool = False
+    # a penalty: the field of ir.Attention its lowered value fills (lowering/penalties.py),
+    # and whether a spec writes it as a bare coefficient (`penalty = λ`), not a call
+    ir_field: str = ""
+    bare: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)

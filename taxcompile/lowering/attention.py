@@ -1,0 +1,280 @@
+"""Attention statements: their fields, the keys, values and query as feature expressions,
+and the mechanisms they name, each read from its record in the registry
+(``taxcompile/mechanisms``): the score and the alignment (their parameters and aliases),
+the position term and the bias, the mask, the way heads join; the penalty is lowered in
+``penalties``. Errors of this kind: an unknown or repeated field, no keys or no score, an
+unknown mechanism or parameter, a value out of range, a `mask`, `share` or `affinity` that
+names the wrong kind of thing. Whether a mechanism fits the statement (its query, keys,
+heads, the records' requirements, Table II) is checked in checks.py on the IR."""
+
+from __future__ import annotations
+
+from .. import ast, ir
+from .. import mechanisms as mech
+from ..diagnostics import article
+from ..mechanisms import spellings
+from ..ops import P
+from ..suggest import alias, suggest
+from .base import Defining
+from .features import Features
+from .inputs import MASK_KINDS
+from .names import Scope
+from .penalties import Penalties
+
+# The parameters of each mechanism a statement names come from its record
+# (taxcompile/mechanisms), aliases included (`dot`, `soft`).
+SCORES: dict[str, tuple[P, ...]] = {k: m.params for k, m in spellings(mech.SCORES).items()}
+
+# Scores that score the keys alone when a module has no query (eq. 33).
+SCORES_WITHOUT_QUERY = mech.WITHOUT_QUERY
+
+ALIGN_SPELLINGS = spellings(mech.ALIGNS)  # `soft` is `global` (eq. 25)
+ALIGNS: dict[str, tuple[P, ...]] = {k: m.params for k, m in ALIGN_SPELLINGS.items()}
+
+# Masks over one sequence (their records say which keys each keeps).
+MASKS = P("mask", "enum", False, "none", tuple(mech.MASKS))
+
+ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
+                    "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
+                    "share", "position", "bias", "coverage", "self_loops")
+# Score modifiers: position terms in q and k (`position = …`) and additive biases on the
+# scores before the alignment (`bias = …`); docs/codegen.md has their equations.
+POSITIONS: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.POSITIONS.items()}
+BIASES: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.BIASES.items()}
+# How a multi-head module joins its heads' contexts (the records of mechanisms.HEADS_OUT).
+HEADS_OUT = P("heads_out", "enum", False, "project", tuple(mech.HEADS_OUT))
+
+
+class Attentions(Features, Penalties):
+    """Attention statements (a part of ``lower.Lowerer``)."""
+
+    def attention(self, s: ast.Attention, scope: Scope) -> None:
+        self.defining = Defining(s.name, False)
+        node_id = self.bind(scope, s.name, s.pos, "attention")
+        if node_id is None:
+            return
+        f = self.attention_fields(s)
+        before = len(self.c.diagnostics)
+        if "features" in f and ("keys" in f or "values" in f):
+            other = f.get("keys") or f["values"]
+            self.err(other.pos, f"`{other.name}` conflicts with `features`",
+                     "`features = F` sets both keys and values; give either it or `keys`/`values`")
+        keys_f = f.get("keys") or f.get("features")
+        if keys_f is None:
+            self.err(s.pos, f"attention `{s.name}` has no keys",
+                     "say what it attends over: `features = F`, or `keys = …` and `values = …`")
+            return
+        keys = self.expr(keys_f.value, scope)
+        values_f = f.get("values") or f.get("features")
+        values = self.expr(values_f.value, scope) if values_f and values_f is not keys_f else keys
+        query = self.expr(f["query"].value, scope) if "query" in f else None
+        score = self.score(f.get("score"), s)
+        align = self.align(f.get("align"), s)
+        traits = self.attention_traits(f, s, scope)
+        links = self.attention_links(f, scope)
+        position = self.modifier(f.get("position"), POSITIONS, "position term")
+        bias = self.modifier(f.get("bias"), BIASES, "score bias")
+        if len(self.c.diagnostics) > before or keys is None or values is None or score is None \
+                or align is None or traits["heads"] is None or traits["capsules"] is None:
+            return
+        self.add_node(ir.Attention(
+            id=node_id, name=s.name, query=query, keys=keys, values=values,
+            score=score, align=align, position=position, bias=bias, **traits, **links,
+            hop=self.hop_of(scope, s.name), loc=self.loc(s.pos)), s.pos)
+
+    def attention_fields(self, s: ast.Attention) -> dict[str, ast.Field]:
+        """The statement's fields by name (an unknown or repeated one is reported)."""
+        f: dict[str, ast.Field] = {}
+        for fld in s.fields:
+            if fld.name not in ATTENTION_FIELDS:
+                self.err(fld.pos, f"unknown attention field `{fld.name}`",
+                         suggest(fld.name, ATTENTION_FIELDS))
+            elif fld.name in f:
+                self.err(fld.pos, f"field `{fld.name}` is given twice")
+            else:
+                f[fld.name] = fld
+        return f
+
+    def attention_traits(self, f: dict[str, ast.Field], s: ast.Attention,
+                         scope: Scope) -> dict[str, object]:
+        """The fields of ``ir.Attention`` set by the statement's plain values: heads,
+        capsules, dimensionality, mask, penalties, coverage, dropout and their Config
+        expressions (``heads`` or ``capsules`` None: an error is recorded)."""
+        dims = "single"
+        if "dimensionality" in f:
+            dims = self.as_param(P("dimensionality", "enum", choices=("single", "multi")),
+                                 f["dimensionality"].value, scope, "`dimensionality`") or "single"
+        heads = self.as_int(f["heads"].value, scope, "`heads`", 1, 1024) if "heads" in f else 1
+        capsules = (self.as_int(f["capsules"].value, scope, "`capsules`", 2, 1024)
+                    if "capsules" in f else 0)
+        mask, mask_input = MASKS.default, None
+        if "mask" in f:
+            mask, mask_input = self.mask_field(f["mask"].value, scope)
+        self_loops = self.flag(f, "self_loops", scope)
+        penalties = self.penalty(f["penalty"].value, scope) if "penalty" in f else {}
+        coverage = self.flag(f, "coverage", scope)  # See et al.'s coverage vector
+        heads_out = (self.as_param(HEADS_OUT, f["heads_out"].value, scope, "`heads_out`")
+                     if "heads_out" in f else HEADS_OUT.default)
+        if "heads_out" in f and heads == 1:
+            self.err(f["heads_out"].pos, "`heads_out` joins the contexts of several heads, "
+                     f"but attention `{s.name}` has one", "set `heads = H`, or drop `heads_out`")
+        dropout = (self.as_param(P("dropout", "prob"), f["dropout"].value, scope, "`dropout`")
+                   if "dropout" in f else None)
+        syms = {k: t for k in ("heads", "capsules", "dropout") if k in f
+                and (t := self.sym(f[k].value, scope))}
+        return dict(dimensionality=dims, heads=heads, heads_out=heads_out or HEADS_OUT.default,
+                    capsules=capsules, mask=mask or MASKS.default, mask_input=mask_input,
+                    self_loops=self_loops, coverage=coverage, dropout=dropout, **penalties,
+                    sym=tuple(sorted(syms.items())))
+
+    def flag(self, f: dict[str, ast.Field], name: str, scope: Scope) -> bool:
+        """A `true`/`false` field (False when not given, or not lowered)."""
+        return name in f and bool(self.as_param(P(name, "bool"), f[name].value, scope,
+                                                f"`{name}`"))
+
+    def attention_links(self, f: dict[str, ast.Field], scope: Scope) -> dict[str, str | None]:
+        """``share`` (the module whose weights this one uses) and ``affinity`` (the
+        affinity matrix it reads): node ids, None when not given or not lowered."""
+        share = self.link(f, "share", scope, "`share` names another attention module whose "
+                          "weights this one uses")
+        affinity = self.link(f, "affinity", scope, "`affinity` names an affinity matrix "
+                             "declared with `affinity NAME = affinity(A, B, …)`")
+        if affinity is not None:
+            v = f["affinity"].value
+            if self.m.roles.get(affinity) not in (None, "affinity"):
+                self.err(v.pos, f"`{v.name}` is not an affinity matrix")
+                affinity = None
+            elif affinity not in self.m.ids:
+                self.err(v.pos, f"affinity matrix `{v.name}` must be declared before it is used")
+                affinity = None
+        return dict(share=share, affinity=affinity)
+
+    def link(self, f: dict[str, ast.Field], name: str, scope: Scope, usage: str) -> str | None:
+        """The node a field names (None when not given, or not a name: ``usage`` says)."""
+        if name not in f:
+            return None
+        v = f[name].value
+        if not isinstance(v, ast.Ref):
+            self.err(v.pos, usage)
+            return None
+        return self.resolve(v, scope)
+
+    def mask_field(self, e: ast.Expr, scope: Scope) -> tuple[str | None, str | None]:
+        """``mask = causal``, ``mask = m`` (a mask or graph input), ``mask = causal * m``:
+        the structural mask and the mask input (an error is recorded when neither fits)."""
+        parts = [e.left, e.right] if isinstance(e, ast.BinOp) and e.op == "*" else [e]
+        structural, data = None, None
+        for x in parts:
+            look = (scope.lookup(x.name) if isinstance(x, ast.Ref) and len(x.parts) == 1
+                    else None)
+            found = look[1] if look and look[0] == "node" else None
+            node = next((n for n in self.m.nodes if n.id == found), None) if found else None
+            if isinstance(node, ir.Input):
+                kind = node.kind
+                if kind not in MASK_KINDS or data is not None:
+                    self.err(x.pos, f"`{x.name}` is {article(kind)} {kind} input, not a mask"
+                             if kind not in MASK_KINDS else "`mask` combines one mask input "
+                             "at most", "declare `input m: mask[T, S]` (a (B, T, S) bool "
+                             "mask) or `input adj: graph[N]`, and write `mask = m`")
+                    return None, None
+                data = found
+            elif isinstance(x, ast.Ref) and len(x.parts) == 1 and x.name in MASKS.choices \
+                    and structural is None and (len(parts) == 1 or x.name != "none"):
+                structural = x.name
+            else:
+                got = x.name if isinstance(x, ast.Ref) else "this"
+                self.err(x.pos, f"`mask` cannot be `{got}`",
+                         "a structural mask (`causal`, `forward`, `backward`), a mask or graph "
+                         "input declared above, or both: `mask = causal * m`")
+                return None, None
+        return structural or "none", data
+
+    def _mechanism(self, fld: ast.Field | None, table: dict, what: str):
+        """The mechanism a field names, its parameters and their Config expressions:
+        (name, params, syms); name None when the field is absent, False on an error."""
+        if fld is None:
+            return None, {}, {}
+        e = fld.value
+        if isinstance(e, ast.Ref) and len(e.parts) == 1:
+            name, kwargs, pos_args = e.name, (), ()
+        elif isinstance(e, ast.Call):
+            name, kwargs, pos_args = e.fn, e.kwargs, e.args
+        else:
+            self.err(e.pos, f"expected {article(what)} {what} function", suggest("", table))
+            return False, {}, {}
+        if name not in table:
+            self.err(e.pos, f"unknown {what} function `{name}`", suggest(name, table))
+            return False, {}, {}
+        sig = table[name]
+        params: dict[str, ir.Scalar] = {}
+        syms: dict[str, str] = {}
+        for i, a in enumerate(pos_args):
+            if i >= len(sig):
+                self.err(a.pos, f"`{name}` takes {len(sig)} argument(s)")
+                return False, {}, {}
+            v = self.as_param(sig[i], a, None, f"`{sig[i].name}` of `{name}`")
+            if v is None:
+                return False, {}, {}
+            params[sig[i].name] = v
+            if sig[i].type == "int" and (t := self.sym(a, None)):
+                syms[sig[i].name] = t
+        names = {p.name: p for p in sig}
+        for k in kwargs:
+            if k.name not in names:
+                self.err(k.pos, f"`{name}` has no parameter `{k.name}`",
+                         suggest(k.name, names) if names else f"`{name}` takes no parameters")
+                return False, {}, {}
+            v = self.as_param(names[k.name], k.value, None, f"`{k.name}` of `{name}`")
+            if v is None:
+                return False, {}, {}
+            params[k.name] = v
+            if names[k.name].type == "int" and (t := self.sym(k.value, None)):
+                syms[k.name] = t
+        for p in sig:
+            if p.name not in params:
+                if p.required:
+                    self.err(e.pos, f"`{name}` needs `{p.name}`",
+                             f"e.g. `{name}({p.name} = 10)`")
+                    return False, {}, {}
+                if p.default is not None:
+                    params[p.name] = p.default
+        return name, params, syms
+
+    def score(self, fld: ast.Field | None, s: ast.Attention) -> ir.Score | None:
+        if fld is None:
+            self.err(s.pos, f"attention `{s.name}` has no score function",
+                     "add e.g. `score = additive(d_w = 256)` or `score = scaled_multiplicative` "
+                     "(Table II)")
+            return None
+        name, p, syms = self._mechanism(fld, SCORES, "score")
+        if not name:
+            return None
+        name = alias("score", name)  # dot, scaled_dot: the IR's one spelling
+        return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
+                        similarity=p.get("kind"), sym=tuple(sorted(syms.items())),
+                        loc=self.loc(fld.value.pos))
+
+    def modifier(self, fld: ast.Field | None, table: dict, what: str) -> ir.Modifier | None:
+        """``position = relative(k = 16, values = true)`` / ``rotary``, ``bias = alibi`` /
+        ``gaussian``: a score modifier (an error is recorded when it does not lower)."""
+        if fld is None:
+            return None
+        name, p, syms = self._mechanism(fld, table, what)
+        if not name:
+            return None
+        return ir.Modifier(fn=name, clip=p.get("k"), values=bool(p.get("values", False)),
+                           base=float(p.get("base", 10000.0)),
+                           sym=tuple(sorted(syms.items())),
+                           loc=self.loc(fld.value.pos))
+
+    def align(self, fld: ast.Field | None, s: ast.Attention) -> ir.Align | None:
+        if fld is None:
+            return ir.Align(fn="global", loc=self.loc(s.pos))
+        name, p, syms = self._mechanism(fld, ALIGNS, "alignment")
+        if not name:
+            return None
+        name = ALIGN_SPELLINGS[name].name  # `soft` is `global` (eq. 25): the IR's one spelling
+        return ir.Align(fn=name, window=p.get("D"), position=p.get("position"),
+                        gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
+                        sym=tuple(sorted(syms.items())), loc=self.loc(fld.value.pos),
+                        normalize=bool(p.get("normalize", False)))

@@ -1,0 +1,248 @@
+"""Constants and parameter values: ``let`` arithmetic (numbers, strings, + - * /), the
+Python text of a constant expression for the generated ``Config`` (``sym``), and the
+checking of a written value against its parameter's type (``ops.P``: int, float,
+probability, bool, enum, activation). Errors of this kind: an unknown constant, division by
+zero, a number out of range, a value of the wrong type or outside its range."""
+
+from __future__ import annotations
+
+import math
+
+from .. import ast, ir
+from ..ops import ACTIVATIONS, GATED_ACTS, P
+from ..suggest import alias, suggest
+from .base import FLOAT32_MAX, MAX_INT, LowerBase, NotConstant, show
+from .names import Scope
+
+
+class Constants(LowerBase):
+    """Constant expressions and parameter values (a part of ``lower.Lowerer``)."""
+
+    def const(self, e: ast.Expr, scope: Scope | None) -> ir.Scalar | None:
+        """Evaluate a constant expression (numbers, strings, `let` names, + - * /)."""
+        if isinstance(e, ast.Number):
+            return e.value
+        if isinstance(e, ast.String):
+            return e.value
+        if isinstance(e, ast.Neg):
+            v = self.const(e.operand, scope)
+            if v is None:
+                return None
+            if isinstance(v, (bool, str)):
+                self.err(e.pos, "cannot negate a non-number")
+                return None
+            return -v
+        if isinstance(e, ast.Ref):
+            if e.name in ("true", "false"):
+                return e.name == "true"
+            found = scope.lookup(e.name) if scope else None
+            if found is None and e.name in self.consts:
+                found = ("const", self.consts[e.name])
+            if found is None or found[0] != "const":
+                known = list(self.consts) + (list(scope.consts) if scope else [])
+                self.err(e.pos, f"unknown constant `{e.name}`",
+                         suggest(e.name, known) if known else "define it first with `let`")
+                return None
+            return found[1]
+        if isinstance(e, ast.BinOp):
+            a, b = self.const(e.left, scope), self.const(e.right, scope)
+            if a is None or b is None:
+                return None
+            if isinstance(a, (bool, str)) or isinstance(b, (bool, str)):
+                self.err(e.pos, f"`{e.op}` needs numbers on both sides")
+                return None
+            try:
+                if e.op == "+":
+                    v = a + b
+                elif e.op == "-":
+                    v = a - b
+                elif e.op == "*":
+                    v = a * b
+                else:
+                    if b == 0:
+                        self.err(e.pos, "division by zero")
+                        return None
+                    v = a // b if isinstance(a, int) and isinstance(b, int) and a % b == 0 else a / b
+            except OverflowError:
+                v = math.inf
+            if isinstance(v, float) and not math.isfinite(v) or abs(v) > 1e15:
+                self.err(e.pos, "number out of range")
+                return None
+            return v
+        self.err(e.pos, "expected a constant (a number, a string or a `let` name)")
+        return None
+
+    def sym(self, e: ast.Expr, scope: Scope | None) -> str | None:
+        """A valid constant expression as Python text over Config field names, for the
+        generated code's ``Config`` (None when it names no constant: use the value).
+        Only names that passed ``bad_identifier`` and numbers appear in the text."""
+        names: list[str] = []
+        model_scope = self.m.scope if self.m is not None else None
+
+        # Parentheses only where Python needs them, so that a long chain `a + b + …`
+        # stays flat (Python refuses more than 200 nested parentheses).
+        prec = {"+": 1, "-": 1, "*": 2, "/": 2}
+
+        def go(x: ast.Expr) -> tuple[str, int]:  # (text, precedence: atoms 4, `-x` 3)
+            if isinstance(x, ast.Number):
+                return repr(x.value), 4 if x.value >= 0 else 3
+            if isinstance(x, ast.Neg):
+                inner, p = go(x.operand)
+                return f"-{inner if p >= 3 else f'({inner})'}", 3
+            if isinstance(x, ast.Ref):
+                owner = scope
+                while owner is not None and x.name not in owner.consts:
+                    owner = owner.parent
+                if owner is None or owner is model_scope or owner.parent is None:
+                    names.append(x.name)
+                    return x.name, 4
+                v = owner.consts[x.name]  # a constant local to a `repeat`
+                return repr(v), 4 if not isinstance(v, (int, float)) or v >= 0 else 3
+            if isinstance(x, ast.BinOp):
+                op, p = x.op, prec[x.op]
+                if op == "/":
+                    op = "//" if isinstance(self.const(x, scope), int) else "/"
+                (left, lp), (right, rp) = go(x.left), go(x.right)
+                left = left if lp >= p else f"({left})"
+                right = right if rp > p else f"({right})"
+                return f"{left} {op} {right}", p
+            raise NotConstant  # a call or a string: `const` has reported it
+
+        if isinstance(e, ast.Ref) and e.name in ("true", "false"):
+            return None
+        try:
+            text = go(e)[0]
+        except NotConstant:
+            return None
+        if not names:
+            return None
+        return text
+
+    def as_int(self, e: ast.Expr, scope: Scope | None, what: str, lo: int = 1,
+               hi: int = MAX_INT) -> int | None:
+        v = self.const(e, scope)
+        if v is None:
+            return None
+        shown = str(int(v)) if isinstance(v, float) and v.is_integer() and abs(v) < 1e16 \
+            else show(v)
+        floating = isinstance(v, float) and v.is_integer()
+        if floating:
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            self.err(e.pos, f"{what} must be a whole number, got {shown}")
+            return None
+        if lo == 1 and hi == MAX_INT and not lo <= v <= hi:  # no range of its own
+            self.err(e.pos, f"{what} must be a positive integer, got {shown}" if v < 1 else
+                     f"{what} must be a positive integer of at most {hi:,}, got {shown}")
+            return None
+        if not lo <= v <= hi:
+            self.err(e.pos, f"{what} must be between {lo} and {hi}, got {shown}")
+            return None
+        if floating and self.sym(e, scope) is not None:  # Config would compute a float
+            self.err(e.pos, f"{what} must be a whole number, but it is computed in floating "
+                     f"point ({shown}.0): the generated Config would hold a float",
+                     "use whole numbers: integer `let`s, `*` and `/` by integers, "
+                     "e.g. `d * 10` for `d / 0.1`")
+            return None
+        return v
+
+    def as_param(self, p: P, e: ast.Expr, scope: Scope | None, what: str) -> ir.Scalar | None:
+        if p.type == "int":
+            return self.as_int(e, scope, what, p.lo)
+        if p.type == "act":
+            return self.as_act(p, e, scope, what)
+        if p.type == "float":
+            v = self.const(e, scope)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                self.err(e.pos, f"{what} must be a positive number, got {show(v)}")
+                return None
+            if p.below is not None and v >= p.below:
+                self.err(e.pos, f"{what} must be between 0 and {p.below:g}, got {v:g}")
+                return None
+            if v > FLOAT32_MAX:  # e.g. a penalty's lambda: the loss would be infinite
+                self.err(e.pos, f"{what} must be at most {FLOAT32_MAX:.4g} (the largest "
+                         f"float32), got {v:g}", "a larger number is infinite in the model's "
+                         "float32 arithmetic")
+                return None
+            return float(v)
+        if p.type == "prob":  # a dropout probability: 0 <= p < 1
+            v = self.const(e, scope)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                self.err(e.pos, f"{what} must be a probability, at least 0 and below 1, "
+                         f"got {show(v)}", "e.g. 0.1 (Vaswani et al.'s P_drop)")
+                return None
+            return float(v)
+        if p.type == "bool":
+            if isinstance(e, ast.Ref) and e.name in ("true", "false"):
+                return e.name == "true"
+            self.err(e.pos, f"{what} must be `true` or `false`")
+            return None
+        if p.type == "enum":
+            if isinstance(e, ast.Ref) and len(e.parts) == 1 and alias(p.name, e.name) in p.choices:
+                return alias(p.name, e.name)
+            got = e.name if isinstance(e, ast.Ref) else "this"
+            self.err(e.pos, f"{what} cannot be `{got}`", suggest(got, p.choices))
+            return None
+        raise AssertionError(p.type)
+
+    def as_act(self, p: P, e: ast.Expr, scope: Scope | None, what: str) -> ir.Act | None:
+        """``act = tanh`` or ``act = leaky_relu(0.2)`` -> ``ir.Act`` (defaults filled in)."""
+        if isinstance(e, ast.Ref) and len(e.parts) == 1:
+            name, pos_args, kwargs = e.name, (), ()
+        elif isinstance(e, ast.Call):
+            name, pos_args, kwargs = e.fn, e.args, e.kwargs
+        else:
+            self.err(e.pos, f"{what} must be an activation function", suggest("", p.choices))
+            return None
+        if name not in ACTIVATIONS:
+            self.err(e.pos, f"unknown activation `{name}`", suggest(name, ACTIVATIONS))
+            return None
+        if name not in p.choices and name in GATED_ACTS:
+            self.err(e.pos, f"{what} cannot be `{name}`: a gated unit multiplies act(x W) by a "
+                     "second projection x V of the layer's input (Shazeer 2020)",
+                     f"use `ffn(x, d_ff, act = {name})`")
+            return None
+        if name not in p.choices:
+            self.err(e.pos, f"{what} cannot be `{name}`: maxout narrows d·k features to d, "
+                     "and here nothing makes the features k times wider first",
+                     "use `act = maxout(k)` in `linear`, `cnn` or `ffn` (the layer becomes "
+                     "k·d wide), or `maxout(x, k)` as a feature model")
+            return None
+        sig = ACTIVATIONS[name]
+        if len(pos_args) > len(sig):
+            self.err(pos_args[len(sig)].pos, f"`{name}` takes {len(sig) or 'no'} parameter"
+                     f"{'s' if len(sig) != 1 else ''}" + (f" ({', '.join(q.name for q in sig)})"
+                                                          if sig else ""),
+                     f"write `act = {name}`" if not sig else "")
+            return None
+        values: dict[str, ir.Scalar] = {}
+        for q, a in zip(sig, pos_args):
+            values[q.name] = a
+        names = {q.name: q for q in sig}
+        for k in kwargs:
+            if k.name not in names:
+                self.err(k.pos, f"`{name}` has no parameter `{k.name}`",
+                         suggest(k.name, names) if names else f"`{name}` takes no parameters")
+                return None
+            if k.name in values:
+                self.err(k.pos, f"`{k.name}` is given twice")
+                return None
+            values[k.name] = k.value
+        params: list[tuple[str, int | float]] = []
+        for q in sig:
+            if q.name in values:
+                v = self.as_param(q, values[q.name], scope, f"`{q.name}` of `{name}`")
+                if v is None:
+                    return None
+            elif q.required:
+                self.err(e.pos, f"`{name}` needs `{q.name}`",
+                         f"e.g. `{name}({2 if q.type == 'int' else 5})`")
+                return None
+            else:
+                v = q.default
+            params.append((q.name, v))
+        return ir.Act(fn=name, params=tuple(params))

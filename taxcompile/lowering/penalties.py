@@ -1,0 +1,112 @@
+"""The ``penalty`` field of an attention statement: a term of the training loss. The
+penalties' records (``mechanisms.PENALTIES``) say how a spec writes each (a call
+``penalty = NAME(…)``, or Lin et al.'s bare coefficient ``penalty = λ``) and which field of
+``ir.Attention`` its value fills; the functions here read each call's arguments. Errors of
+this kind: a wrong number or kind of arguments, a coefficient out of range. Whether a
+supervised penalty's target is an alignment input of the right axes is checked in
+checks.py."""
+
+from __future__ import annotations
+
+from .. import ast, ir
+from .. import mechanisms as mech
+from ..ops import P
+from .constants import Constants
+from .names import Scope
+
+# The penalties written as a call, by name, and the one written as a bare coefficient.
+CALLED = {m.name: m for m in mech.PENALTIES.values() if not m.bare}
+BARE = next(m for m in mech.PENALTIES.values() if m.bare)
+
+
+class Penalties(Constants):
+    """The ``penalty`` field (a part of ``lower.Lowerer``)."""
+
+    def penalty(self, v: ast.Expr, scope: Scope) -> dict[str, object]:
+        """``penalty = …`` -> {the ``ir.Attention`` field it fills: its value, None when it
+        does not lower (the error is recorded)}."""
+        m = CALLED.get(v.fn) if isinstance(v, ast.Call) else None
+        if m is None:
+            return {BARE.ir_field: self.as_param(param(BARE, "lambda"), v, scope, "`penalty`")}
+        return {m.ir_field: ARGUMENTS[m.ir_field](self, m, v, scope)}
+
+    def doubly_stochastic_penalty(self, m: mech.Mechanism, v: ast.Call,
+                                  scope: Scope) -> float | None:
+        """``penalty = doubly_stochastic(lambda)``: Xu et al. eq. 14, lambda sum_i (1 -
+        sum_t a_ti)^2; the coefficient, 1 when not given."""
+        if v.kwargs or len(v.args) > 1:
+            self.err(v.pos, "`doubly_stochastic` takes one argument, its coefficient "
+                     "lambda", "e.g. `penalty = doubly_stochastic(1.0)`")
+            return None
+        return (self.as_param(param(m, "lambda"), v.args[0], scope,
+                              "`lambda` of `doubly_stochastic`") if v.args else 1.0)
+
+    def coverage_penalty(self, m: mech.Mechanism, v: ast.Call, scope: Scope) -> float | None:
+        """``penalty = coverage(lambda)``: See et al.'s lambda sum_t sum_i min(a_i^t, c_i^t)
+        (eq. 12-13); the coefficient, 1 when not given."""
+        if v.kwargs or len(v.args) > 1:
+            self.err(v.pos, "`coverage` takes one argument, its coefficient lambda "
+                     "(See et al. eq. 13)", "e.g. `penalty = coverage(1.0)`")
+            return None
+        return (self.as_param(param(m, "lambda"), v.args[0], scope, "`lambda` of `coverage`")
+                if v.args else 1.0)
+
+    def disagreement_penalty(self, m: mech.Mechanism, v: ast.Call,
+                             scope: Scope) -> ir.Disagreement | None:
+        """``penalty = disagreement(lambda, on = subspace | position | output)``: Li et al.'s
+        -lambda D (2018, eq. 5-7)."""
+        extra = [k for k in v.kwargs if k.name != "on"]
+        if len(v.args) > 1 or extra:
+            self.err(extra[0].pos if extra else v.args[1].pos, "`disagreement` takes its "
+                     "coefficient lambda and `on = subspace | position | output` (Li et al. "
+                     "eq. 5-7)", "e.g. `penalty = disagreement(1.0, on = output)`")
+            return None
+        on = next((k for k in v.kwargs if k.name == "on"), None)
+        if on is None:
+            self.err(v.pos, "`disagreement` needs `on = subspace | position | output`: the "
+                     "heads' values (eq. 5), weights (eq. 6) or outputs (eq. 7)",
+                     "e.g. `penalty = disagreement(1.0, on = output)`")
+            return None
+        lam = (self.as_param(param(m, "lambda"), v.args[0], scope,
+                             "`lambda` of `disagreement`") if v.args else 1.0)
+        where = self.as_param(param(m, "on"), on.value, scope, "`on` of `disagreement`")
+        if lam is None or where is None:
+            return None
+        return ir.Disagreement(lam=lam, on=where)
+
+    def supervised(self, m: mech.Mechanism, v: ast.Call,
+                   scope: Scope) -> ir.Supervision | None:
+        """``supervised(gold, lambda, loss = squared | cross_entropy)``: supervised
+        attention (Liu et al. 2016, Mi et al. 2016); ``gold`` is checked in checks.py."""
+        usage = "e.g. `penalty = supervised(gold, 1.0, loss = cross_entropy)`"
+        if not v.args or len(v.args) > 2 or not isinstance(v.args[0], ast.Ref):
+            self.err(v.pos, "`supervised` takes the target alignment input and the "
+                     "coefficient lambda", usage)
+            return None
+        lam = (self.as_param(param(m, "lambda"), v.args[1], scope, "`lambda` of `supervised`")
+               if len(v.args) > 1 else 1.0)
+        loss = param(m, "loss").default
+        for k in v.kwargs:
+            if k.name != "loss":
+                self.err(k.pos, f"`supervised` has no parameter `{k.name}`", usage)
+                return None
+            loss = self.as_param(param(m, "loss"), k.value, scope, "`loss` of `supervised`")
+        gold = self.resolve(v.args[0], scope, "input")
+        if gold is None or lam is None or loss is None:
+            return None
+        return ir.Supervision(gold=gold, lam=float(lam), loss=loss, loc=self.loc(v.args[0].pos))
+
+
+def param(m: mech.Mechanism, name: str) -> P:
+    """A penalty's parameter as its record declares it (its type, range and choices)."""
+    return next(p for p in m.params if p.name == name)
+
+
+# How each call's arguments lower, by the ``ir.Attention`` field its record names
+# (tests/test_mechanisms.py: one for every penalty written as a call).
+ARGUMENTS = {
+    "doubly_stochastic": Penalties.doubly_stochastic_penalty,
+    "coverage_loss": Penalties.coverage_penalty,
+    "disagreement": Penalties.disagreement_penalty,
+    "supervised": Penalties.supervised,
+}
