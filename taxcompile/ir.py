@@ -1,4 +1,5 @@
-"""Stage 3: the immutable IR (pydantic). Every object carries its ``Location``.
+"""Stage 3: the immutable IR (frozen records, frozen.py). Every object carries its
+``Location``.
 
 Names here are resolved node ids: ``x``, ``x@2`` (second version of ``x`` after an
 ``update``), ``encoder[3].self`` (the third hop of ``self`` inside ``repeat encoder``).
@@ -9,15 +10,10 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict
-
 from .diagnostics import Location
+from .frozen import Frozen as _Frozen
 
 Scalar = Union[bool, int, float, str]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
 
 
 # ---- dataflow expressions -----------------------------------------------------
@@ -64,7 +60,6 @@ class Op(_Frozen):
 
 
 Expr = Union[Ref, Op]
-Op.model_rebuild()
 
 
 def refs(expr: Expr) -> list[str]:
@@ -276,8 +271,7 @@ class Model(_Frozen):
 
     @cached_property
     def by_id(self) -> dict[str, AnyNode]:
-        """Nodes by id, built once (the model is frozen; a plain attribute lookup after
-        that, unlike a pydantic private attribute)."""
+        """Nodes by id, built once (the model is frozen)."""
         return {n.id: n for n in self.nodes}
 
     def node(self, node_id: str) -> AnyNode:
