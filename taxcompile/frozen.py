@@ -32,7 +32,6 @@ class Frozen:
         fields = dict(cls.model_fields)
         for name, annotation in cls.__dict__.get("__annotations__", {}).items():
             if not str(annotation).startswith(("ClassVar", "typing.ClassVar")):
-                fields.pop(name, None)  # a redeclared field moves to the end, as in pydantic
                 fields[name] = cls.__dict__.get(name, _MISSING)
         cls.model_fields = fields
         cls._required = frozenset(k for k, v in fields.items() if v is _MISSING)

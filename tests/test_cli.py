@@ -573,9 +573,10 @@ def test_table_does_not_import_torch_even_when_installed(tmp_path):
 # ---------------------------------------------------------------------------------------
 
 # never on the table path (networkx: checks and classify use taxcompile.digraph; the model
-# graph of `graph`, `diagram` and codegen is a networkx.DiGraph, built when asked for)
-HEAVY = ("torch", "jinja2", "matplotlib", "pygments", "networkx")
-FRONT_END = ("lark", "pydantic", "taxcompile.parser", "taxcompile.lower",
+# graph of `graph`, `diagram` and codegen is a networkx.DiGraph, built when asked for;
+# pydantic: the IR is frozen records, taxcompile/frozen.py)
+HEAVY = ("torch", "jinja2", "matplotlib", "pygments", "networkx", "pydantic")
+FRONT_END = ("lark", "taxcompile.parser", "taxcompile.lower",
              "taxcompile.checks", "taxcompile.classify")  # not needed when every row comes from the cache
 
 
