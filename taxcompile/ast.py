@@ -1,18 +1,21 @@
-"""The syntax tree of a spec: one class per grammar rule, built by ``AstBuilder``.
+"""The syntax tree of a spec: one class per grammar rule, built by ``AstBuilder``; frozen
+records built by position (frozen.Positional: a frozen dataclass's API without the cost
+of defining one).
 
 Each node keeps its ``line``/``col`` (lark's ``propagate_positions``); names are plain
 strings here and are only checked and resolved when lowering to the IR."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 from typing import Union
 
 from lark import Token, Transformer, v_args
 
+from .frozen import Positional
 
-@dataclass(frozen=True)
-class Pos:
+
+class Pos(Positional):
     line: int
     col: int
 
@@ -20,56 +23,50 @@ class Pos:
 # ---- expressions -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Number:
+class Number(Positional):
     pos: Pos
     value: int | float
 
 
-@dataclass(frozen=True)
-class String:
+class String(Positional):
     pos: Pos
     value: str
 
 
-@dataclass(frozen=True)
-class Ref:
+class Ref(Positional):
     pos: Pos
     parts: tuple[str, ...]  # encoder.self -> ("encoder", "self")
     part_pos: tuple[Pos, ...]
     indexes: tuple[int | None, ...] = ()  # encoder[2].self -> (2, None)
 
-    @property
+    @cached_property  # (lowering asks for it some 4,000 times in a table of specs/)
     def name(self) -> str:
-        return ".".join(p if i is None else f"{p}[{i}]"
-                        for p, i in zip(self.parts, self.indexes or (None,) * len(self.parts)))
+        if not any(i is not None for i in self.indexes):
+            return ".".join(self.parts)
+        return ".".join(p if i is None else f"{p}[{i}]" for p, i in zip(self.parts, self.indexes))
 
 
-@dataclass(frozen=True)
-class Kwarg:
+class Kwarg(Positional):
     pos: Pos
     name: str
     value: "Expr"
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(Positional):
     pos: Pos
     fn: str
     args: tuple["Expr", ...]
     kwargs: tuple[Kwarg, ...]
 
 
-@dataclass(frozen=True)
-class BinOp:
+class BinOp(Positional):
     pos: Pos
     op: str  # + - * /
     left: "Expr"
     right: "Expr"
 
 
-@dataclass(frozen=True)
-class Neg:
+class Neg(Positional):
     pos: Pos
     operand: "Expr"
 
@@ -80,22 +77,19 @@ Expr = Union[Number, String, Ref, Call, BinOp, Neg]
 # ---- statements --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(Positional):
     pos: Pos
     name: str
     value: Expr
 
 
-@dataclass(frozen=True)
-class Let:
+class Let(Positional):
     pos: Pos
     name: str
     value: Expr
 
 
-@dataclass(frozen=True)
-class Input:
+class Input(Positional):
     pos: Pos
     name: str
     kind: str
@@ -104,23 +98,20 @@ class Input:
     args: tuple[Expr | Kwarg, ...]
 
 
-@dataclass(frozen=True)
-class Feature:  # also query/output/update/affinity, told apart by ``role``
+class Feature(Positional):  # also query/output/update/affinity, told apart by ``role``
     pos: Pos
     role: str
     name: str
     value: Expr
 
 
-@dataclass(frozen=True)
-class Attention:
+class Attention(Positional):
     pos: Pos
     name: str
     fields: tuple[Field, ...]
 
 
-@dataclass(frozen=True)
-class Repeat:
+class Repeat(Positional):
     pos: Pos
     name: str
     count: Expr
@@ -131,8 +122,7 @@ class Repeat:
 Stmt = Union[Let, Input, Feature, Attention, Repeat]
 
 
-@dataclass(frozen=True)
-class Model:
+class Model(Positional):
     pos: Pos
     name: str
     base: str | None
@@ -140,15 +130,13 @@ class Model:
     body: tuple[Stmt, ...]
 
 
-@dataclass(frozen=True)
-class Paper:
+class Paper(Positional):
     pos: Pos
     name: str
     fields: tuple[Field, ...]
 
 
-@dataclass(frozen=True)
-class Module:
+class Module(Positional):
     items: tuple[Paper | Let | Model, ...]
 
 

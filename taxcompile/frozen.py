@@ -101,6 +101,28 @@ def _one(*names: str):
     return staticmethod(lambda obj: (get(obj),) if get else ())
 
 
+class Positional(Frozen):
+    """A frozen record that is also built by position, as a frozen dataclass is:
+    ``Pos(3, 7)`` (the syntax tree, ast.py: some 10,000 nodes in a table of specs/)."""
+
+    def __init__(self, *args: Any, **data: Any) -> None:
+        fields = self.model_fields
+        if not data and len(args) == len(fields):  # the parser's way: every field, in order
+            object.__setattr__(self, "__dict__", dict(zip(fields, args)))
+            return
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__}() takes {len(fields)} fields, "
+                            f"{len(args)} given")
+        given = dict(zip(fields, args))
+        if given.keys() & data.keys():
+            raise TypeError(f"{type(self).__name__}() got several values for "
+                            f"{', '.join(sorted(given.keys() & data.keys()))}")
+        Frozen.__init__(self, **given, **data)
+
+    def __str__(self) -> str:  # a dataclass's str is its repr
+        return repr(self)
+
+
 def _dump(value: Any) -> Any:
     if isinstance(value, Frozen):
         return value.model_dump()

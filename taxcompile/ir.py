@@ -19,6 +19,15 @@ Scalar = Union[bool, int, float, str]
 # ---- dataflow expressions -----------------------------------------------------
 
 
+def _param(params: tuple, name: str, default):
+    """``dict(params).get(name, default)`` without building the dict: the checks ask an
+    operation for its parameters some 30,000 times in a table of specs/."""
+    for key, value in reversed(params):  # the last of a repeated name, as dict() keeps
+        if key == name:
+            return value
+    return default
+
+
 class Act(_Frozen):
     """An activation function, as ``act = …`` names it: ``tanh``, ``leaky_relu(0.2)``,
     ``scaled_tanh(5)``, ``maxout(2)``. ``params`` holds every parameter of the function
@@ -28,7 +37,7 @@ class Act(_Frozen):
     params: tuple[tuple[str, Union[int, float]], ...] = ()
 
     def param(self, name: str, default: int | float | None = None) -> int | float | None:
-        return dict(self.params).get(name, default)
+        return _param(self.params, name, default)
 
     def __str__(self) -> str:
         if not self.params:
@@ -56,7 +65,7 @@ class Op(_Frozen):
     loc: Location
 
     def param(self, name: str, default: Scalar | Act | None = None) -> Scalar | Act | None:
-        return dict(self.params).get(name, default)
+        return _param(self.params, name, default)
 
 
 Expr = Union[Ref, Op]
