@@ -609,6 +609,8 @@ def test_table_import_set_cold_and_from_the_cache(tmp_path):
     assert rc == 0 and "Vaswani et al." in cold
     assert _imported(modules, HEAVY) == []
     assert "taxcompile.checks" in modules and "taxcompile.classify" in modules
+    # specs that parse are read by taxcompile/fastparse.py: lark is for errors (and fmt)
+    assert _imported(modules, ("lark", "taxcompile.astbuilder")) == []
     specs = list((ROOT / "specs").glob("*.attn"))
     assert len(list((tmp_path / "table").glob("*.json"))) == len(specs)
     rc, warm, modules, _ = _table_modules(tmp_path, "specs/")
