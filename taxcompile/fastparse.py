@@ -195,21 +195,19 @@ class _Reader:
         return self.sum()[0]
 
     def sum(self):
-        left, start, depth = self.product()
-        while self.peek()[0] in ("+", "-"):
-            op = self.toks[self.i][0]
-            self.i += 1
-            right, _, rdepth = self.product()
-            depth = self.deeper(max(depth, rdepth))
-            left = ast.BinOp(start, op, left, right)
-        return left, start, depth
+        return self.binary(("+", "-"), self.product)
 
     def product(self):
-        left, start, depth = self.unary()
-        while self.peek()[0] in ("*", "/"):
+        return self.binary(("*", "/"), self.unary)
+
+    def binary(self, ops: tuple[str, str], operand):
+        """``operand (op operand)*``, left-associative; each operation sits where its left
+        operand's text starts."""
+        left, start, depth = operand()
+        while self.peek()[0] in ops:
             op = self.toks[self.i][0]
             self.i += 1
-            right, _, rdepth = self.unary()
+            right, _, rdepth = operand()
             depth = self.deeper(max(depth, rdepth))
             left = ast.BinOp(start, op, left, right)
         return left, start, depth
