@@ -186,6 +186,8 @@ class _Reader:
         count = self.expr()
         shared = None
         if self.peek()[0] == "NAME":
+            if self.keyword():  # lark reads a keyword here as one (and refuses it) or as a
+                raise _GiveUp  # name, by its parser state's lookahead: let lark say
             tok = self.take("NAME")
             shared = ast.Word.at(tok[1], tok[2], tok[3])
         return ast.Repeat(_pos(name), name[1], count, shared, self.body())

@@ -88,12 +88,12 @@ def test_mutated_specs_read_as_lark_reads_them_or_are_left_to_it():
     rng = random.Random(27)
     read = left = 0
     for path in sorted(ROOT.glob("specs/*.attn")):
-        for text in _mutations(path.read_text(encoding="utf-8"), rng, 12):
+        for text in _mutations(path.read_text(encoding="utf-8"), rng, 8):
             if _agree(text):
                 read += 1
             else:
                 left += 1
-    assert read > 30 and left > 30  # both outcomes were exercised
+    assert read > 25 and left > 25  # both outcomes were exercised
 
 
 @pytest.mark.parametrize("expr", [
@@ -107,6 +107,30 @@ def test_expression_positions_are_lark_propagated_ones(expr):
                  f"model m {{ input s: seq[T, {expr}] (dim = {expr}) repeat r {expr} shared "
                  f"{{ attention a {{ query = {expr} }} }} }}"):
         assert _agree(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "model m { repeat r 2 let { } }", "model m { repeat r n model { } }",
+    "model m { repeat r f(x) repeat { } }", "model m { repeat r (2) input { } }",
+    "model m { repeat r 2 sharedx { } }", "model m { feature model = model }",
+    "model m { input let: model[T] (feature = 1) }", "paper p { model = 1 query = (2) }",
+    "model m: let { attention a { let = x.model } }", "let a = 1ex = 2", "let a = f(a = b = 1)"])
+def test_keywords_where_names_stand(text):
+    """A word spelled as a keyword where a name may stand: lark's contextual lexer reads it
+    as the keyword where its parser state accepts one; the fast reader agrees or gives up."""
+    _agree(text)
+
+
+def test_every_keyword_in_place_of_a_name():
+    """Each keyword in place of names of a few specs (lark may read it as the keyword or as
+    a name, by the lookahead of its parser state): the fast reader agrees or gives up."""
+    rng = random.Random(25)
+    for path in sorted(ROOT.glob("specs/*.attn"))[::6]:
+        text = path.read_text(encoding="utf-8")
+        spans = [m.span() for m in re.finditer(r'(?<![\w."#])[A-Za-z_]\w*', text)]
+        for a, b in rng.sample(spans, 3):
+            for word in sorted(fastparse.KEYWORDS):
+                _agree(text[:a] + word + text[b:])
 
 
 def test_deep_expressions_and_long_numbers_are_left_to_lark():
