@@ -1,18 +1,33 @@
-"""The syntax tree of a spec: one class per grammar rule, built by ``AstBuilder``.
+"""The syntax tree of a spec: one class per grammar rule, built by ``AstBuilder`` from
+lark's tree (astbuilder.py) or by fastparse.py; frozen records built by position
+(frozen.Positional: a frozen dataclass's API without the cost of defining one).
 
 Each node keeps its ``line``/``col`` (lark's ``propagate_positions``); names are plain
 strings here and are only checked and resolved when lowering to the IR."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 from typing import Union
 
-from lark import Token, Transformer, v_args
+from .frozen import Positional
 
 
-@dataclass(frozen=True)
-class Pos:
+class Word(str):
+    """A word of the source with its place: the word after a repeat's hop count, which
+    must be ``shared`` (lower.py reports another where it stands)."""
+
+    line: int
+    column: int
+
+    @classmethod
+    def at(cls, text: str, line: int, column: int) -> Word:
+        word = cls(text)
+        word.line, word.column = line, column
+        return word
+
+
+class Pos(Positional):
     line: int
     col: int
 
@@ -20,56 +35,50 @@ class Pos:
 # ---- expressions -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Number:
+class Number(Positional):
     pos: Pos
     value: int | float
 
 
-@dataclass(frozen=True)
-class String:
+class String(Positional):
     pos: Pos
     value: str
 
 
-@dataclass(frozen=True)
-class Ref:
+class Ref(Positional):
     pos: Pos
     parts: tuple[str, ...]  # encoder.self -> ("encoder", "self")
     part_pos: tuple[Pos, ...]
     indexes: tuple[int | None, ...] = ()  # encoder[2].self -> (2, None)
 
-    @property
+    @cached_property  # (lowering asks for it some 4,000 times in a table of specs/)
     def name(self) -> str:
-        return ".".join(p if i is None else f"{p}[{i}]"
-                        for p, i in zip(self.parts, self.indexes or (None,) * len(self.parts)))
+        if not any(i is not None for i in self.indexes):
+            return ".".join(self.parts)
+        return ".".join(p if i is None else f"{p}[{i}]" for p, i in zip(self.parts, self.indexes))
 
 
-@dataclass(frozen=True)
-class Kwarg:
+class Kwarg(Positional):
     pos: Pos
     name: str
     value: "Expr"
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(Positional):
     pos: Pos
     fn: str
     args: tuple["Expr", ...]
     kwargs: tuple[Kwarg, ...]
 
 
-@dataclass(frozen=True)
-class BinOp:
+class BinOp(Positional):
     pos: Pos
     op: str  # + - * /
     left: "Expr"
     right: "Expr"
 
 
-@dataclass(frozen=True)
-class Neg:
+class Neg(Positional):
     pos: Pos
     operand: "Expr"
 
@@ -80,22 +89,19 @@ Expr = Union[Number, String, Ref, Call, BinOp, Neg]
 # ---- statements --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(Positional):
     pos: Pos
     name: str
     value: Expr
 
 
-@dataclass(frozen=True)
-class Let:
+class Let(Positional):
     pos: Pos
     name: str
     value: Expr
 
 
-@dataclass(frozen=True)
-class Input:
+class Input(Positional):
     pos: Pos
     name: str
     kind: str
@@ -104,35 +110,31 @@ class Input:
     args: tuple[Expr | Kwarg, ...]
 
 
-@dataclass(frozen=True)
-class Feature:  # also query/output/update/affinity, told apart by ``role``
+class Feature(Positional):  # also query/output/update/affinity, told apart by ``role``
     pos: Pos
     role: str
     name: str
     value: Expr
 
 
-@dataclass(frozen=True)
-class Attention:
+class Attention(Positional):
     pos: Pos
     name: str
     fields: tuple[Field, ...]
 
 
-@dataclass(frozen=True)
-class Repeat:
+class Repeat(Positional):
     pos: Pos
     name: str
     count: Expr
-    shared: "Token | None"  # the word after the count; must be `shared`
+    shared: Word | None  # the word after the count; must be `shared`
     body: tuple["Stmt", ...]
 
 
 Stmt = Union[Let, Input, Feature, Attention, Repeat]
 
 
-@dataclass(frozen=True)
-class Model:
+class Model(Positional):
     pos: Pos
     name: str
     base: str | None
@@ -140,116 +142,19 @@ class Model:
     body: tuple[Stmt, ...]
 
 
-@dataclass(frozen=True)
-class Paper:
+class Paper(Positional):
     pos: Pos
     name: str
     fields: tuple[Field, ...]
 
 
-@dataclass(frozen=True)
-class Module:
+class Module(Positional):
     items: tuple[Paper | Let | Model, ...]
 
 
-def _pos(meta) -> Pos:
-    return Pos(getattr(meta, "line", 1), getattr(meta, "column", 1))
+def __getattr__(name: str):
+    if name == "AstBuilder":  # it imports lark: only lark's path (and fmt) need it
+        from .astbuilder import AstBuilder
 
-
-def _tpos(tok: Token) -> Pos:
-    return Pos(tok.line or 1, tok.column or 1)
-
-
-@v_args(meta=True)
-class AstBuilder(Transformer):
-    """lark tree -> AST. One method per grammar rule."""
-
-    def start(self, meta, items):
-        return Module(tuple(items))
-
-    def paper(self, meta, c):
-        return Paper(_tpos(c[0]), str(c[0]), tuple(c[1:]))
-
-    def let(self, meta, c):
-        return Let(_tpos(c[0]), str(c[0]), c[1])
-
-    def model(self, meta, c):
-        name, base, *body = c
-        return Model(_tpos(name), str(name), str(base) if base else None,
-                     _tpos(base) if base else None, tuple(body))
-
-    def input(self, meta, c):
-        name, kind, *rest = c
-        args: tuple = ()
-        if rest and (rest[-1] is None or isinstance(rest[-1], tuple)):
-            args = rest[-1] or ()
-            rest = rest[:-1]
-        return Input(_tpos(name), str(name), str(kind), _tpos(kind), tuple(rest), args)
-
-    def _role(role):  # noqa: N805 - a small factory for the five "NAME = expr" statements
-        def build(self, meta, c):
-            return Feature(_tpos(c[0]), role, str(c[0]), c[1])
-        return build
-
-    feature = _role("feature")
-    query = _role("query")
-    output = _role("output")
-    update = _role("update")
-    affinity = _role("affinity")
-
-    def attention(self, meta, c):
-        return Attention(_tpos(c[0]), str(c[0]), tuple(c[1:]))
-
-    def repeat(self, meta, c):
-        name, count, shared, *body = c
-        return Repeat(_tpos(name), str(name), count, shared, tuple(body))
-
-    def field(self, meta, c):
-        return Field(c[0][1], c[0][0], c[1])
-
-    def fname(self, meta, c):
-        return (str(c[0]), _tpos(c[0]))
-
-    def _bin(op):  # noqa: N805
-        def build(self, meta, c):
-            return BinOp(_pos(meta), op, c[0], c[1])
-        return build
-
-    add = _bin("+")
-    sub = _bin("-")
-    mul = _bin("*")
-    div = _bin("/")
-
-    def neg(self, meta, c):
-        return Neg(_pos(meta), c[0])
-
-    def number(self, meta, c):
-        text = str(c[0])
-        value = float(text) if any(ch in text for ch in ".eE") else int(text)
-        return Number(_tpos(c[0]), value)
-
-    def string(self, meta, c):
-        raw = str(c[0])[1:-1]
-        return String(_tpos(c[0]), raw.replace('\\"', '"').replace("\\\\", "\\"))
-
-    def ref(self, meta, c):
-        return Ref(_tpos(c[0][0]), tuple(str(t) for t, _ in c), tuple(_tpos(t) for t, _ in c),
-                   tuple(i for _, i in c))
-
-    def refpart(self, meta, c):
-        name, index = c
-        if index is not None and not str(index).isdigit():
-            index = -1  # not a whole number: reported when the name is resolved
-        return (name, int(index) if index is not None else None)
-
-    def call(self, meta, c):
-        name, args = c
-        pos_args = tuple(a for a in args if not isinstance(a, Kwarg))
-        kwargs = tuple(a for a in args if isinstance(a, Kwarg))
-        return Call(_tpos(name), str(name), pos_args, kwargs)
-
-    def args(self, meta, c):
-        return tuple(a for a in c if a is not None)
-
-    def kwarg(self, meta, c):
-        return Kwarg(_tpos(c[0]), str(c[0]), c[1])
+        return AstBuilder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

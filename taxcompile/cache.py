@@ -1,11 +1,11 @@
 """A cache of ``taxcompile table``'s rows: a table of specs that did not change is not
 parsed, checked and classified again. A cold run spends most of its time importing the
-front end (pydantic, networkx, lark and the IR's classes) before it reads a spec; a row
+front end (lark, the parser, checker and classifier) before it reads a spec; a row
 from the cache needs none of them.
 
 An entry is keyed by the spec's bytes, the ``--reading``, and a fingerprint of all that
 could change a row: the front end's sources (``taxcompile/*.py``, the grammar), the
-installed lark, pydantic and networkx (the size and time of their files) and Python's
+installed lark and networkx (the size and time of their files) and Python's
 version. Only specs that check without errors are stored, so a spec's errors are always
 reported. Entries live in ``$TAXCOMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/taxcompile``,
 else ``~/.cache/taxcompile``; ``TAXCOMPILE_NO_CACHE=1`` turns the cache off, and a cache
@@ -24,7 +24,7 @@ from pathlib import Path
 FORMAT = 1  # bump when an entry's layout changes
 MAX_BYTES = 1_000_000  # parser.MAX_BYTES: a longer file is refused, never cached
 MAX_ENTRIES = 2000  # beyond this, writing an entry removes the oldest half
-DEPENDENCIES = ("lark", "pydantic", "pydantic_core", "networkx")
+DEPENDENCIES = ("lark", "networkx")
 _PACKAGE = Path(__file__).resolve().parent
 
 

@@ -1,4 +1,4 @@
-"""The ``taxcompile`` command line.
+"""The ``taxcompile`` command line: each subcommand, run (its arguments: cli_parser.py).
 
 Exit codes: 0 success, 1 errors in a spec, 2 a usage error."""
 
@@ -11,17 +11,9 @@ import re
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, cli_parser
+from .cli_parser import EXIT_OK, EXIT_SPEC, EXIT_USAGE, _Parser  # noqa: F401  (study/cli.py)
 from .diagnostics import SpecError, visible
-
-EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # usage errors: exit 2 with a short message
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
 
 
 def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
@@ -62,7 +54,7 @@ _FRONT_END = False  # imported by _front_end
 
 
 def _front_end() -> None:
-    """Import the front end (lark, pydantic and the IR's classes, networkx) with the cyclic
+    """Import the front end (lark, the parser, checker and classifier) with the cyclic
     garbage collector paused, then freeze what the imports made (``gc.freeze``): they live
     as long as the process, and every later collection would walk them again. A fifth of
     a cold ``table specs/`` (0.37 -> 0.29 s). Once per process; the command line only, so
@@ -463,110 +455,10 @@ def cmd_report(args) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="taxcompile", description="Build and classify attention models with the "
-                "taxonomy of Brauwers & Frasincar.")
-    p.add_argument("--version", action="version", version=f"taxcompile {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    s = sub.add_parser("check", help="parse and check specs",
-                       description="Parse and check .attn specs; print every error.")
-    s.add_argument("files", nargs="+", metavar="FILE")
-    s.set_defaults(func=cmd_check)
-
-    s = sub.add_parser("classify", help="classify each model into Table III's eight dimensions",
-                       description="Classify each model variant; each value comes with the "
-                       "nodes that justify it.")
-    s.add_argument("files", nargs="+", metavar="FILE")
-    s.add_argument("--format", choices=("text", "json"), default="text")
-    s.add_argument("--reading", choices=("table", "text"), default="table",
-                   help="where the survey's text and its Table III disagree (a stack of "
-                   "self-attention layers is multi-hop in §3.3.2, not in Table III): follow "
-                   "the table (default) or the text")
-    s.set_defaults(func=cmd_classify)
-
-    s = sub.add_parser("table", help="render Table III for specs",
-                       description="Render Table III. Directories contribute the papers that "
-                       "are in the survey's Table III (those with a `row`); files named "
-                       "explicitly are always included. The rows of specs that check are "
-                       "cached (in $TAXCOMPILE_CACHE_DIR, else ~/.cache/taxcompile) and "
-                       "reused while the spec and taxcompile are unchanged; "
-                       "TAXCOMPILE_NO_CACHE=1 turns that off.")
-    s.add_argument("paths", nargs="+", metavar="PATH")
-    s.add_argument("--format", choices=("md", "csv", "latex"), default="md")
-    s.add_argument("--reading", choices=("table", "text"), default="table",
-                   help="where the survey's text and its Table III disagree (a stack of "
-                   "self-attention layers is multi-hop in §3.3.2, not in Table III): follow "
-                   "the table (default) or the text")
-    s.add_argument("--all", action="store_true",
-                   help="also include papers that are not in the survey's Table III")
-    s.set_defaults(func=cmd_table)
-
-    s = sub.add_parser("graph", help="export a model's graph",
-                       description="Export the typed model graph (nodes: inputs, features, "
-                       "queries, attention modules, outputs; edges with shapes).")
-    s.add_argument("file", metavar="FILE")
-    s.add_argument("--model", help="only this model variant")
-    s.add_argument("--format", choices=("json", "graphml"), default="json")
-    s.set_defaults(func=cmd_graph)
-
-    s = sub.add_parser("diagram", help="draw each model variant with graphviz",
-                       description="Draw each model variant in the survey's visual language "
-                       "(inputs, feature models, queries, attention modules, outputs; edges "
-                       "labelled with tensor shapes). Needs graphviz's `dot` for svg/png/pdf; "
-                       "without it the .dot source is written.")
-    s.add_argument("file", metavar="FILE")
-    s.add_argument("-o", "--output", metavar="OUT",
-                   help="OUT.svg, OUT.png, OUT.pdf or OUT.dot (default: FILE's name as .svg)")
-    s.set_defaults(func=cmd_diagram)
-
-    s = sub.add_parser("report", help="write a static HTML report",
-                       description="Write a static HTML site: Table III with every cell "
-                       "linked to its rationale, and one page per paper with its diagram, "
-                       "classification and highlighted spec. No server, no JavaScript.")
-    s.add_argument("paths", nargs="+", metavar="PATH")
-    s.add_argument("-o", "--output", metavar="DIR", default="site",
-                   help="the site's directory (default: site/)")
-    s.add_argument("--train-steps", metavar="N", type=int, default=None,
-                   help="train each heatmap's model at most N steps on its synthetic task "
-                   "(default 200; 0: untrained); trained weights are cached under "
-                   "$XDG_CACHE_HOME/taxcompile")
-    s.add_argument("--jobs", metavar="N", type=int, default=1,
-                   help="train the heatmaps' models in N processes (default 1)")
-    s.add_argument("--study", metavar="DB", default=None,
-                   help="add a page of this study file's results (`taxcompile study run`)")
-    s.set_defaults(func=cmd_report)
-
-    s = sub.add_parser("compile", help="generate a PyTorch module per model variant",
-                       description="Write one standalone PyTorch file per model variant.")
-    s.add_argument("paths", nargs="+", metavar="PATH", help="spec files or directories")
-    s.add_argument("-o", "--output", default=None, help="output directory "
-                   "(default: generated/; with --layer a file, default generated/layers/)")
-    s.add_argument("--check", action="store_true", help="write nothing; exit 1 and name the "
-                   "files that differ from what the specs produce")
-    s.add_argument("--layer", metavar="NAME", help="write one attention statement of the "
-                   "spec as a standalone nn.Module (a drop-in layer) to -o FILE")
-    s.add_argument("--model", help="with --layer: the model variant that holds NAME")
-    s.set_defaults(func=cmd_compile)
-
-    s = sub.add_parser("fmt", help="format specs canonically",
-                       description="Rewrite specs in canonical form (comments kept). With "
-                       "--check, change nothing and exit 1 if a file is not formatted.")
-    s.add_argument("files", nargs="+", metavar="FILE")
-    s.add_argument("--check", action="store_true")
-    s.set_defaults(func=cmd_fmt)
-
-    s = sub.add_parser("new", help="write a commented starter spec",
-                       description="Write NAME.attn: a small, commented, valid spec to edit.")
-    s.add_argument("name", metavar="NAME")
-    s.add_argument("-o", "--output", metavar="FILE")
-    s.add_argument("--force", action="store_true", help="overwrite an existing file")
-    s.set_defaults(func=cmd_new)
-
-    # `study` has its own command line (study/cli.py); main() hands it everything after
-    # the word, so this entry only lists it in --help
-    sub.add_parser("study", help="train every mechanism on tasks with gold, report effects "
-                   "per dimension (`taxcompile study run|report --help`)", add_help=False)
-    return p
+    return cli_parser.build({
+        "check": cmd_check, "classify": cmd_classify, "table": cmd_table, "graph": cmd_graph,
+        "diagram": cmd_diagram, "report": cmd_report, "compile": cmd_compile, "fmt": cmd_fmt,
+        "new": cmd_new}, __version__)
 
 
 class _Visible:

@@ -3,13 +3,10 @@ followed by the source line, a caret under the column, and a hint."""
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pydantic import BaseModel
+from .frozen import Frozen
 
 MAX_REPORTED = 20  # errors shown per file before "… and N more"
 
@@ -34,34 +31,15 @@ def article(word: str) -> str:
         else "a"
 
 
-@functools.cache
-def _location() -> type[BaseModel]:
-    """``Location``, defined on first use: it is a pydantic model (a field of every IR
-    node), and importing pydantic is most of what a table of cached rows (cache.py) would
-    otherwise spend; the command line imports this module for ``SpecError`` alone."""
-    from pydantic import BaseModel, ConfigDict
+class Location(Frozen):
+    """Where an IR object came from (torchgen's ``Location``)."""
 
-    class Location(BaseModel):
-        """Where an IR object came from (torchgen's ``Location``)."""
+    file: str
+    line: int
+    column: int
 
-        model_config = ConfigDict(frozen=True)
-
-        file: str
-        line: int
-        column: int
-
-        def __str__(self) -> str:
-            return f"{self.file}:{self.line}:{self.column}"
-
-    Location.__module__, Location.__qualname__ = __name__, "Location"
-    globals()["Location"] = Location
-    return Location
-
-
-def __getattr__(name: str):
-    if name == "Location":
-        return _location()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
 
 
 @dataclass(frozen=True)
@@ -133,7 +111,7 @@ class Collector:
         key = (line or 1, column or 1)
         found = self._locs.get(key)
         if found is None:  # one frozen Location per place: every node of every variant asks
-            found = self._locs[key] = _location()(file=self.file, line=key[0], column=key[1])
+            found = self._locs[key] = Location(file=self.file, line=key[0], column=key[1])
         return found
 
     def error(self, loc: Location, message: str, hint: str = "") -> None:

@@ -1,4 +1,5 @@
-"""Stage 3: the immutable IR (pydantic). Every object carries its ``Location``.
+"""Stage 3: the immutable IR (frozen records, frozen.py). Every object carries its
+``Location``.
 
 Names here are resolved node ids: ``x``, ``x@2`` (second version of ``x`` after an
 ``update``), ``encoder[3].self`` (the third hop of ``self`` inside ``repeat encoder``).
@@ -9,18 +10,22 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict
-
 from .diagnostics import Location
+from .frozen import Frozen as _Frozen
 
 Scalar = Union[bool, int, float, str]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
 # ---- dataflow expressions -----------------------------------------------------
+
+
+def _param(params: tuple, name: str, default):
+    """``dict(params).get(name, default)`` without building the dict: the checks ask an
+    operation for its parameters some 30,000 times in a table of specs/."""
+    for key, value in reversed(params):  # the last of a repeated name, as dict() keeps
+        if key == name:
+            return value
+    return default
 
 
 class Act(_Frozen):
@@ -32,7 +37,7 @@ class Act(_Frozen):
     params: tuple[tuple[str, Union[int, float]], ...] = ()
 
     def param(self, name: str, default: int | float | None = None) -> int | float | None:
-        return dict(self.params).get(name, default)
+        return _param(self.params, name, default)
 
     def __str__(self) -> str:
         if not self.params:
@@ -60,11 +65,10 @@ class Op(_Frozen):
     loc: Location
 
     def param(self, name: str, default: Scalar | Act | None = None) -> Scalar | Act | None:
-        return dict(self.params).get(name, default)
+        return _param(self.params, name, default)
 
 
 Expr = Union[Ref, Op]
-Op.model_rebuild()
 
 
 def refs(expr: Expr) -> list[str]:
@@ -277,8 +281,7 @@ class Model(_Frozen):
 
     @cached_property
     def by_id(self) -> dict[str, AnyNode]:
-        """Nodes by id, built once (the model is frozen; a plain attribute lookup after
-        that, unlike a pydantic private attribute)."""
+        """Nodes by id, built once (the model is frozen)."""
         return {n.id: n for n in self.nodes}
 
     def node(self, node_id: str) -> AnyNode:

@@ -1,4 +1,5 @@
-"""Stage 1: spec text -> AST (lark LALR, ``propagate_positions=True``).
+"""Stage 1: spec text -> AST (lark LALR, ``propagate_positions=True``; a spec that parses
+is read by fastparse.py, without lark, into the same AST).
 
 Untrusted input is screened first (size, encoding, NUL bytes, nesting depth) so that
 garbage, huge files and deeply nested brackets give located errors, never a
@@ -14,11 +15,13 @@ import re
 import stat
 from pathlib import Path
 
-from lark import (Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
-                  UnexpectedToken)
+from typing import TYPE_CHECKING
 
-from . import ast
+from . import ast, fastparse
 from .diagnostics import Diagnostic, Location, SpecError
+
+if TYPE_CHECKING:  # lark is imported where a spec is left to it (fastparse.py)
+    from lark import Lark, Tree, UnexpectedInput
 
 MAX_BYTES = 1_000_000
 # Models per spec: each has two nodes at least, so more than lower.MAX_SPEC_NODES / 2
@@ -101,6 +104,8 @@ _EXAMPLES: dict[str, tuple[str, list[str]]] = {
 
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
+    from lark import Lark
+
     for path in _GRAMMAR_CANDIDATES:
         if path.exists():
             return Lark(path.read_text(encoding="utf-8"), parser="lalr", cache=True,
@@ -129,6 +134,8 @@ def _example_index() -> dict:
     lark's ``match_examples`` also compares the depth of the parser's stack, which
     grows with every statement before the error; the state alone is what tells
     which mistake this is, so the examples are matched on it."""
+    from lark import UnexpectedInput
+
     exact: dict[tuple, str] = {}
     by_state: dict[int | None, str] = {}
     for label, (_, examples) in _EXAMPLES.items():
@@ -159,6 +166,8 @@ def _end_of(text: str, file: str) -> Location:
 
 
 def _syntax_error(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
+    from lark import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
     loc = Location(file=file, line=e.line if e.line > 0 else 1,
                    column=e.column if e.column > 0 else 1)
     tok = getattr(e, "token", None)
@@ -312,6 +321,8 @@ def _screen_depth(tree: Tree, text: str, file: str) -> None:
     terms is a deep tree too) at the expression's own position, before any recursive
     pass over the tree, and a number literal longer than ``MAX_NUMBER_CHARS``. Walks the
     tree without recursion."""
+    from lark import Token, Tree
+
     stack: list[tuple[Tree, int, Tree | None]] = [(tree, 0, None)]
     while stack:
         node, depth, root = stack.pop()
@@ -338,6 +349,14 @@ def _screen_depth(tree: Tree, text: str, file: str) -> None:
 def parse_text(text: str, file: str = "<string>") -> ast.Module:
     """Parse spec text into an AST; raise ``SpecError`` on any problem."""
     text = _screen(text.encode("utf-8", "replace"), file)
+    module = fastparse.parse(text, MAX_EXPR_DEPTH, MAX_NUMBER_CHARS)
+    return module if module is not None else lark_parse(text, file)
+
+
+def lark_parse(text: str, file: str) -> ast.Module:
+    """lark's reading of screened text: its AST, or the located ``SpecError``."""
+    from lark import UnexpectedInput
+
     try:
         tree = _parser().parse(text)
     except UnexpectedInput as e:

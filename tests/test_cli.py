@@ -573,9 +573,10 @@ def test_table_does_not_import_torch_even_when_installed(tmp_path):
 # ---------------------------------------------------------------------------------------
 
 # never on the table path (networkx: checks and classify use taxcompile.digraph; the model
-# graph of `graph`, `diagram` and codegen is a networkx.DiGraph, built when asked for)
-HEAVY = ("torch", "jinja2", "matplotlib", "pygments", "networkx")
-FRONT_END = ("lark", "pydantic", "taxcompile.parser", "taxcompile.lower",
+# graph of `graph`, `diagram` and codegen is a networkx.DiGraph, built when asked for;
+# pydantic: the IR is frozen records, taxcompile/frozen.py)
+HEAVY = ("torch", "jinja2", "matplotlib", "pygments", "networkx", "pydantic")
+FRONT_END = ("lark", "taxcompile.parser", "taxcompile.lower",
              "taxcompile.checks", "taxcompile.classify")  # not needed when every row comes from the cache
 
 
@@ -608,6 +609,8 @@ def test_table_import_set_cold_and_from_the_cache(tmp_path):
     assert rc == 0 and "Vaswani et al." in cold
     assert _imported(modules, HEAVY) == []
     assert "taxcompile.checks" in modules and "taxcompile.classify" in modules
+    # specs that parse are read by taxcompile/fastparse.py: lark is for errors (and fmt)
+    assert _imported(modules, ("lark", "taxcompile.astbuilder")) == []
     specs = list((ROOT / "specs").glob("*.attn"))
     assert len(list((tmp_path / "table").glob("*.json"))) == len(specs)
     rc, warm, modules, _ = _table_modules(tmp_path, "specs/")
