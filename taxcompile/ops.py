@@ -117,7 +117,8 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     # groups: g groups of features convolved apart (groups = d: depthwise); separable: a
     # depthwise convolution then a pointwise one to d (QANet; Lite Transformer's branch)
     _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS), SHARE,
-        pint("groups", False, 1), P("separable", "bool", False, False)),
+        pint("groups", False, 1), P("separable", "bool", False, False),
+        P("bias", "bool", False, True)),
     _op("identity", node()),
     _op("positional", node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
     # layer norm (Ba et al.) or RMSNorm (Zhang & Sennrich 2019: x / RMS(x) * g, no centring)

@@ -33,9 +33,10 @@ def elementwise(p, e, a, n):
                      f"{p.shape(checks.Shape(wide.shape.axes, 1))}: one weight per position "
                      f"of {wide.shape.axes[-1]}")
     else:
+        ones = checks.Shape(narrow.shape.axes + ("1",) * len(r.extra), narrow.shape.dim)
         code = p.tmp(atom(narrow.name) + ".unsqueeze(-2)" * len(r.extra), "tiled",
-                     f"{p.shape(narrow.shape, dim=narrow.dim)} with a 1 for "
-                     f"{', '.join(r.extra)}: the same at each of their positions")
+                     f"{p.shape(ones, dim=narrow.dim)}: the same at every position of "
+                     f"{', '.join(r.extra)}")
     left, right = (wide.name, code) if r.wide == 0 else (code, wide.name)
     if e.fn == "mul":
         left = atom(left)

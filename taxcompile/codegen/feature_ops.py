@@ -3,6 +3,8 @@ operators of ``taxcompile/feature_ops.py``."""
 
 from __future__ import annotations
 
+import re
+
 from .. import checks
 from ..ops import plan_rule
 from .acts import act_call, widened
@@ -15,8 +17,19 @@ def split(p, e, a, n):
     """Part i of n equal parts of the features: (…, n·d) -> (…, d) (Daniluk et al.)."""
     x, parts, i = a[0], int(e.param("parts")), int(e.param("index"))
     p.divides.append((x.dim, str(parts)))
-    dim = Dim(x.dim.const // parts) if not x.dim.terms else Dim(0, (f"({x.dim}) // {parts}",))
-    return resized(x, f"{atom(x.name)}.chunk({parts}, -1)[{i}]", x.shape.dim // parts, dim)
+    return resized(x, f"{atom(x.name)}.chunk({parts}, -1)[{i}]", x.shape.dim // parts,
+                   divided(x.dim, parts))
+
+
+def divided(dim: Dim, n: int) -> Dim:
+    """dim / n as a size: ``(3 * cfg.d)`` / 3 reads ``cfg.d``."""
+    if not dim.terms:
+        return Dim(dim.const // n)
+    text = str(dim)
+    m = re.fullmatch(rf"\(?{n} \* (cfg\.\w+)\)?", text)
+    if m:
+        return Dim(0, (m.group(1),))
+    return Dim(0, (f"{text if len(dim.terms) == 1 and not dim.const else f'({text})'} // {n}",))
 
 
 def conv_module(p, e, n, x, d, act) -> str:
@@ -24,18 +37,19 @@ def conv_module(p, e, n, x, d, act) -> str:
     ``separable`` a depthwise convolution (no bias: the pointwise one's bias follows) and a
     pointwise one (Chollet 2017; QANet)."""
     k, out = int(e.param("kernel", 3)), widened(act, d)
+    bias = "" if e.param("bias", True) else ", bias=False"
     if e.param("separable", False):
         return op_module(p, e, n, "conv", f"nn.Sequential(nn.Conv1d({x.dim}, {x.dim}, "
                          f"kernel_size={k}, padding=\"same\", groups={x.dim}, bias=False), "
-                         f"nn.Conv1d({x.dim}, {out}, kernel_size=1))",
+                         f"nn.Conv1d({x.dim}, {out}, kernel_size=1{bias}))",
                          "depthwise, then pointwise")
     groups = ""
     if int(e.param("groups", 1)) > 1:
         g = p.p(e, "groups")
         p.divides.extend([(x.dim, str(g)), (out, str(g))])
         groups = f", groups={g}"
-    return op_module(p, e, n, "conv",
-                     f"nn.Conv1d({x.dim}, {out}, kernel_size={k}, padding=\"same\"{groups})")
+    return op_module(p, e, n, "conv", f"nn.Conv1d({x.dim}, {out}, kernel_size={k}, "
+                     f"padding=\"same\"{groups}{bias})")
 
 
 @plan_rule("cnn")
