@@ -68,7 +68,7 @@ def test_bidaf_query_aware_context_tiles_h_tilde():
     b = torch.softmax(S.max(-1).values, -1)  # b = softmax(max_col(S)) over the context
     h_tilde = torch.einsum("bt,btd->bd", b, h)  # h̃ = Σ_t b_t h_t, then tiled T times
     H = h_tilde[:, None, :].expand_as(h)
-    want = torch.cat([h, u_tilde, h * u_tilde, h * H], -1)  # G (eq. 2.4 of Seo et al.)
+    want = torch.cat([h, u_tilde, h * u_tilde, h * H], -1)  # G = β(h, ũ, h̃), the attention flow layer
     close(out, want)
     same_grads(out, want, (h, u))
 
