@@ -117,4 +117,21 @@ def shape_elementwise(self: Checker, e, a, nid):
                  f"`{_name(e.args[1])}` {a[1]}: shapes differ",
                  hint(e.fn, [_name(x) for x in e.args], a, over))
         return None
+    if r.how == "tile" and _tiles_updated(self, e.args[1 - r.wide], nid):
+        self.err(e.loc, f"cannot {what} `{_name(e.args[0])}` {a[0]} and "
+                 f"`{_name(e.args[1])}` {a[1]}: shapes differ",
+                 f"an `update` keeps the shape of the feature it updates (eq. 37: q + c), "
+                 f"and this would repeat `{_name(e.args[1 - r.wide])}` over "
+                 f"{', '.join(r.extra)}; pool the other side first (`mean(…)`), or name a new "
+                 "feature")
+        return None
     return a[r.wide]
+
+
+def _tiles_updated(self: Checker, narrow: ir.Expr, nid: str) -> bool:
+    """Whether ``narrow`` is the earlier version of the feature that the ``update`` ``nid``
+    rebinds: tiling it would change the updated stream's shape (a hop's query would become
+    one per position)."""
+    node = self.cm.model.by_id.get(nid)
+    return isinstance(node, ir.Node) and "@" in nid and isinstance(narrow, ir.Ref) \
+        and narrow.node.split("@")[0] == nid.split("@")[0]

@@ -225,6 +225,20 @@ def test_shapes_that_do_not_combine_are_located_errors(line, message, hint):
     assert d.loc.line == 6 and d.loc.column > 4
 
 
+def test_an_update_keeps_its_shape():
+    """`update q = q + c` with q one vector and c one per position would make the hop's
+    query one per position: refused (eq. 37 adds a context of the query's shape)."""
+    body = ("    input x: sequence[L, 8]\n    feature q = mean(x)\n"
+            "    attention a { query = q  keys = x  score = multiplicative }\n"
+            "    update q = q + x\n    output o = classify(q, 2)\n")
+    with pytest.raises(SpecError) as info:
+        pipeline.load_text(HEAD + body + "}\n", "t.attn")
+    d = info.value.diagnostics[0]
+    assert d.message == "cannot add `q` (8) and `x` (L, 8): shapes differ"
+    assert "an `update` keeps the shape" in d.hint and d.loc.line == 6
+    pipeline.load_text(HEAD + body.replace("q + x", "q + mean(x)") + "}\n", "t.attn")
+
+
 # ---- the examples ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["seo2017_bidaf", "wang2016_input_attention",
