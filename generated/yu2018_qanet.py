@@ -324,7 +324,11 @@ class EmbConvLayer(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.c_1_norm = nn.LayerNorm(cfg.d)
-        self.c_1_conv = nn.Conv1d(cfg.d, cfg.d, kernel_size=7, padding="same")
+        # depthwise, then pointwise
+        self.c_1_conv = nn.Sequential(
+            nn.Conv1d(cfg.d, cfg.d, kernel_size=7, padding="same", groups=cfg.d, bias=False),
+            nn.Conv1d(cfg.d, cfg.d, kernel_size=1)
+        )
         self.c_1_drop = nn.Dropout(cfg.p_layer)
         self.q_1_drop = nn.Dropout(cfg.p_layer)
 
@@ -349,7 +353,11 @@ class ModelEncBlockConvLayer(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.m_1_norm = nn.LayerNorm(cfg.d)
-        self.m_1_conv = nn.Conv1d(cfg.d, cfg.d, kernel_size=5, padding="same")
+        # depthwise, then pointwise
+        self.m_1_conv = nn.Sequential(
+            nn.Conv1d(cfg.d, cfg.d, kernel_size=5, padding="same", groups=cfg.d, bias=False),
+            nn.Conv1d(cfg.d, cfg.d, kernel_size=1)
+        )
         self.m_1_drop = nn.Dropout(cfg.p_layer)
 
     def forward(self, m, context_mask) -> torch.Tensor:

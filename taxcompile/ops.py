@@ -114,7 +114,11 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("gru", *_RNN, *_DECODER),
     _op("bilstm", *_RNN),
     _op("bigru", *_RNN),
-    _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS), SHARE),
+    # groups: g groups of features convolved apart (groups = d: depthwise); separable: a
+    # depthwise convolution then a pointwise one to d (QANet; Lite Transformer's branch)
+    _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS), SHARE,
+        pint("groups", False, 1), P("separable", "bool", False, False),
+        P("bias", "bool", False, True)),
     _op("identity", node()),
     _op("positional", node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
     # layer norm (Ba et al.) or RMSNorm (Zhang & Sennrich 2019: x / RMS(x) * g, no centring)
@@ -132,6 +136,9 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("scaled_tanh", node(), *ACTIVATIONS["scaled_tanh"]),
     _op("maxout", node(), *ACTIVATIONS["maxout"]),
     _op("concat", P("parts", "nodes")),
+    # part `index` (from 0) of `parts` equal parts of the features: torch.chunk(x, n, -1)[i]
+    # (Daniluk et al.'s key, value and predict parts of one output)
+    _op("split", node(), pint("parts", lo=2), pint("index", lo=0)),
     _op("stack", P("parts", "nodes")),
     _op("mean", node()),
     _op("max", node()),

@@ -134,7 +134,11 @@ WRAPS = ["norm({})", "relu({})", "tanh({})", "sigmoid({})", "gelu({})", "softplu
          "bigru({}, half)", "linear({}, d, act = {act})", "linear({}, d, bias = false)",
          "linear({}, 2 * d, act = maxout(2))", "project({})", "project({}, d)",
          "{} + linear({}, d)", "{} * sigmoid(linear({}, 1))", "{} - tanh({})",
-         "1 - sigmoid({})", "maxout(linear({}, 2 * d), 2)", "linear(concat({}, {}), d)"]
+         "1 - sigmoid({})", "maxout(linear({}, 2 * d), 2)", "linear(concat({}, {}), d)",
+         # issue 25: split, grouped and separable convolutions, a vector tiled over positions
+         "split(linear({}, 2 * d), 2, 1)", "cnn({}, d, groups = 2)",
+         "cnn({}, d, kernel = 5, separable = true, act = {act})", "cnn({}, d, bias = false)",
+         "{} * mean({})", "{} + learned(d)", "mean({}) - {}"]
 
 
 def wrap(draw, x: str, depth: int = 2) -> str:
@@ -487,7 +491,9 @@ def add_weights(draw, m: Model) -> None:
     name = m.new("wa")
     m.lines.append(f"attention {name} {{ query = learned(d)  features = {keys}  "
                    f"score = {draw(st.sampled_from(['additive', 'general']))} }}")
-    m.outputs.append(draw(st.sampled_from([f"{name}.weights", f"context({keys}, {name}.weights)"])))
+    m.outputs.append(draw(st.sampled_from([f"{name}.weights", f"context({keys}, {name}.weights)",
+                                           f"{keys} * {name}.weights",  # each position scaled
+                                           f"dropout({name}.weights, p) * {keys}"])))
 
 
 def add_representations(draw, m: Model) -> None:

@@ -94,7 +94,8 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
     "vaswani2017_transformer": "tied embeddings and output layer, sqrt(d_model) scale, "
                                "P_drop = 0.1 (tests/test_regularisation.py)",
     "yu2018_qanet": "one embedding encoder for context and question, one layernorm per "
-                    "sublayer, dropout 0.1 (tests/test_regularisation.py)",
+                    "sublayer, dropout 0.1 (tests/test_regularisation.py); depthwise "
+                    "separable convolutions (tests/test_feature_ops.py)",
     "lu2016_parallel": "W_q, W_v shared across the two directions, no bias (eq. 14-15; "
                        "tests/test_regularisation.py)",
     "lu2016_alternating_alternating": "c1 uses c0's W, b, w (eq. 9; "
@@ -119,6 +120,11 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "velickovic2018_gat": "tests/test_graph_attention.py",
     "kim2017_segmentation": "tests/test_crf_attention.py",
     "crf_tagger_tagger": "tests/test_crf_tagger.py",
+    # issue 25's feature operators: broadcasting, split, grouped and separable convolutions
+    "seo2017_bidaf": "tests/test_feature_ops.py",
+    "wang2016_att_input_cnn": "tests/test_feature_ops.py",
+    "daniluk2017_key_value_predict": "tests/test_feature_ops.py",
+    "wu2020_lsra_encoder": "tests/test_feature_ops.py",
 }
 
 

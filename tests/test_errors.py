@@ -312,7 +312,8 @@ CASES: list[Case] = [
     # ---- shapes and mechanism requirements ---------------------------------------------
     Case("add_different_shapes", spec("feature y = linear(x, 32)", "feature z = x + y"),
          BODY + 1, 17, "cannot add `x` (S, 64) and `y` (S, 32): shapes differ",
-         "a residual sum (eq. 37) needs equal shapes; project one side with `linear`"),
+         "a residual sum (eq. 37) takes equal shapes, or a vector over fewer leading axes with "
+         "the same features (`h + q`); project one side with `linear`"),
     Case("multiplicative_dq_ne_dk", spec(attn("query = project(x, 32)  keys = x  "
                                               "score = multiplicative")),
          BODY, 61, "the multiplicative score needs d_q = d_k, but the query has 32 and the "

@@ -62,6 +62,28 @@ EXPECTED = {
     # A CRF output layer (issue 25) is no attention: the row is that of its self-attention.
     "crf_tagger": dict(scoring="Scaled Multiplicative", alignment="Global",
                        query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Broadcasting (issue 25): BiDAF's G = [h; ũ; h ∘ ũ; h ∘ h̃] changes no module; the two
+    # directions of attention over one trilinear affinity matrix read as QANet's row does
+    # (Table III row 13): parallel co-attention between context and query.
+    "seo2017_bidaf": dict(feature_multiplicity="Parallel Co-attention",
+                          scoring="Multiplicative", alignment="Global",
+                          query_type="Specialized", query_multiplicity="Singular"),
+    # Input attention: the weights rescale the words outside the modules (a feature after
+    # the alignment, like a gate); each module is a dot-product score of one entity's
+    # query, built from another input, over the words: Basic, as the classifier reads an
+    # aspect's query (docs/fidelity.md on RBAN).
+    "wang2016_input_attention": dict(feature_multiplicity="Singular", scoring="Multiplicative",
+                                     alignment="Global", query_type="Basic"),
+    # Key-value-predict: splitting h_t changes no cell; the keys of the L previous words
+    # (local-m window, forward mask) score the word's own key: self-attention, Additive,
+    # Local.
+    "daniluk2017_key_value": dict(scoring="Additive", alignment="Local",
+                                  query_type="Self-Attentive", query_multiplicity="Singular"),
+    # LSRA: the convolution branch is a feature model; the attention branch is the
+    # Transformer's multi-head scaled dot-product self-attention.
+    "wu2020_lite_transformer": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                    query_type="Self-Attentive",
+                                    query_multiplicity="Multi-Head"),
 }
 
 

@@ -259,14 +259,16 @@ def test_qanet_shares_its_embedding_encoder():
     embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
     assert len(embeddings) == 1  # one word embedding for the context and the question
     convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv1d)]
-    assert len(convs) == 4 + 7 * 2  # one embedding encoder; the 7 model encoder blocks
+    # one embedding encoder; the 7 model encoder blocks; each a depthwise separable
+    # convolution (a depthwise and a pointwise Conv1d)
+    assert len(convs) == 2 * (4 + 7 * 2)
     attn = []
     model.c_self.register_forward_hook(lambda m, a, out: attn.append(a))
     out = model(**mod.example_inputs(cfg=cfg), return_attention=True)
     assert len(attn) == 2  # c_self's module runs for the context and for the question
     assert set(out.attention) >= {"c_self", "q_self"}
     # gradients of both inputs' paths accumulate in the one block
-    conv = model.emb_conv[0].c_1_conv.weight
+    conv = model.emb_conv[0].c_1_conv[0].weight  # the depthwise kernels
     out.output["start"].sum().backward()
     assert conv.grad is not None and conv.grad.abs().sum() > 0
 

@@ -75,3 +75,4 @@ __all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "Checker", "
            "share_kind", "share_root", "version_with", "_base_ref", "_hop_place", "_name",
            "_short", "_show", "_vocab"]
 from .. import crf_output  # noqa: E402,F401  (registers the shape rule of the CRF output layer)
+from .. import broadcast, feature_ops  # noqa: E402,F401  (`+ - *` broadcasting; split, cnn)

@@ -123,12 +123,6 @@ class FeatureShapes:
             return None
         return Shape(a[0].axes, a[0].dim // 2)
 
-    @ops.shape_rule("cnn")
-    def shape_cnn(self, e, a, nid):
-        if not self._seq(e, a[0], "convolves over positions"):
-            return None
-        return Shape(a[0].axes, int(e.param("d")))
-
     @ops.shape_rule("identity", "scale", "norm", "tanh", "relu", "sigmoid", "ffn", "gelu", "elu",
                     "leaky_relu", "softplus", "scaled_tanh", "dropout")
     def _same(self, e, a, nid):
@@ -152,34 +146,10 @@ class FeatureShapes:
             return None
         return a[0]
 
-    @ops.shape_rule("mul", "sub")
-    def shape_elementwise(self, e, a, nid):
-        what = "multiply" if e.fn == "mul" else "subtract"
-        if a[0].dim is None or a[1].dim is None:
-            self.err(e.loc, f"cannot {what} token ids", "embed them first: `embed(x, d)`")
-            return None
-        gate = e.fn == "mul" and a[0].axes == a[1].axes and 1 in (a[0].dim, a[1].dim)
-        if a[0] != a[1] and not gate:
-            self.err(e.loc, f"cannot {what} `{_name(e.args[0])}` {a[0]} and "
-                     f"`{_name(e.args[1])}` {a[1]}: shapes differ",
-                     "element-wise operations need equal shapes, or for `*` a gate of one "
-                     "feature per position (e.g. `sigmoid(linear(h, 1)) * c`)")
-            return None
-        return a[0] if a[0].dim != 1 else a[1]
-
     @ops.shape_rule("rsub")
     def shape_rsub(self, e, a, nid):
         if a[0].dim is None:
             self.err(e.loc, "cannot subtract token ids", "embed them first: `embed(x, d)`")
-            return None
-        return a[0]
-
-    @ops.shape_rule("add")
-    def shape_add(self, e, a, nid):
-        if a[0] != a[1]:
-            self.err(e.loc, f"cannot add `{_name(e.args[0])}` {a[0]} and "
-                     f"`{_name(e.args[1])}` {a[1]}: shapes differ",
-                     "a residual sum (eq. 37) needs equal shapes; project one side with `linear`")
             return None
         return a[0]
 

@@ -126,33 +126,6 @@ def birnn(p, e, a, n):
     return _rnn(p, e, a, n, e.fn[2:], True)
 
 
-@plan_rule("cnn")
-def cnn(p, e, a, n):
-    x, d, act = a[0], p.p(e, "d"), e.param("act")
-    k = int(e.param("kernel", 3))
-    mod = op_module(p, e, n, "conv",
-                    f"nn.Conv1d({x.dim}, {widened(act, d)}, kernel_size={k}, padding=\"same\")")
-    out_shape = p.shape(checks.Shape(x.shape.axes, e.param("d")), dim=widened(act, d))
-    mk = p.mask_of(x)
-    if mk is not None:  # padding must not leak into real positions through the kernel
-        name, suffix = mk
-        xin = local(p, x)
-        padded = p.tmp(f"{xin} if {name} is None else "
-                       f"{xin}.masked_fill(~{name}{suffix}.unsqueeze(-1), 0.0)",
-                       "h", "padded positions set to zero")
-        x = same(x, padded)
-    if len(x.shape.axes) == 1:  # (B, L, d): Conv1d wants (B, d, L)
-        y = p.tmp(f"{mod}({atom(x.name)}.transpose(1, 2)).transpose(1, 2)", "y",
-                  out_shape + ": convolve over positions")
-    else:
-        xin = local(p, x)
-        xs = p.tmp(f"{xin}.reshape(-1, {xin}.shape[-2], {xin}.shape[-1])", "xs",
-                   "(N, L, d): leading axes folded into the batch")
-        y = p.tmp(f"{mod}({xs}.transpose(1, 2)).transpose(1, 2).reshape(*{xin}.shape[:-1], -1)",
-                  "y", out_shape + ": convolve over positions")
-    return resized(x, act_call(act, y), e.param("d"), d)
-
-
 @plan_rule("identity")
 def identity(p, e, a, n):
     return a[0]
@@ -199,25 +172,6 @@ def maxout(p, e, a, n):
     size = x.shape.dim // k
     dim = x.dim.floordiv(k)
     return resized(x, act_call(ir.Act(fn="maxout", params=e.params), x.name), size, dim)
-
-
-@plan_rule("add")
-def add(p, e, a, n):
-    p.equal.append((a[0].dim, a[1].dim))
-    return Var(f"{a[0].name} + {a[1].name}", a[0].shape, a[0].mask or a[1].mask, a[0].dim,
-               a[0].mask_code)
-
-
-@plan_rule("mul", "sub")
-def elementwise(p, e, a, n):
-    """a * b (a (…, 1) gate broadcasts over the features of its position) or a - b."""
-    x, y = a
-    out = y if x.shape.dim == 1 and y.shape.dim != 1 else x
-    if x.shape.dim == y.shape.dim:
-        p.equal.append((x.dim, y.dim))
-    op = "*" if e.fn == "mul" else "-"
-    left = atom(x.name) if e.fn == "mul" else x.name
-    return Var(f"{left} {op} {atom(y.name)}", out.shape, x.mask or y.mask, out.dim, out.mask_code)
 
 
 @plan_rule("rsub")

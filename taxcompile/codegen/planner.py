@@ -14,6 +14,7 @@ import networkx as nx
 
 from .. import checks, graph, ir, ops, reserved
 from . import attention, blocks, decoder, features, generate, model, repeat, values  # noqa: F401
+from . import broadcast, feature_ops  # noqa: F401  (plan rules of `+ - *`, split, cnn)
 from .frame import Frame, Owner, Step, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
