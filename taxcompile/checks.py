@@ -440,7 +440,7 @@ class Checker:
         return Shape(a[0].axes, a[0].dim // k)
 
 
-    @ops.shape_rule("positional")
+    @ops.shape_rule("positional", "positions")
     def shape_positional(self, e, a, nid):
         if not self._seq(e, a[0], "encodes positions"):
             return None
@@ -1325,7 +1325,8 @@ class Checker:
     # What runs inside a decoder loop must act on one step at a time: the ops that mix the
     # positions of their input's last axis, and what they do (for messages).
     STEP_MIXING = {"lstm": "runs", "gru": "runs", "bilstm": "runs", "bigru": "runs",
-                   "cnn": "convolves", "positional": "encodes positions", "mean": "pools",
+                   "cnn": "convolves", "positional": "encodes positions",
+                   "positions": "encodes positions", "mean": "pools",
                    "max": "pools", "sum": "pools", "prepend": "prepends"}
 
     def check_feed_loop(self, n: ir.AnyNode) -> None:

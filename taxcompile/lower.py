@@ -16,7 +16,7 @@ from .ops import ACTS, P, enum, node, pint  # noqa: F401  (the parameter vocabul
 from .ops import ACTIVATIONS, GATED_ACTS
 from .ops import CALLS as OPS  # the feature models written as calls: name -> parameters
 from .ops import NAMED  # parameters that name a node (`feed = att`, `init = s0`)
-from .suggest import alias, suggest
+from .suggest import alias, not_one_of, suggest
 
 NAMED_HINT = {
     "feed": ("`feed` names the node of the decoder step that the recurrent model reads",
@@ -332,8 +332,7 @@ class Lowerer:
         if p.type == "enum":
             if isinstance(e, ast.Ref) and len(e.parts) == 1 and alias(p.name, e.name) in p.choices:
                 return alias(p.name, e.name)
-            got = e.name if isinstance(e, ast.Ref) else "this"
-            self.err(e.pos, f"{what} cannot be `{got}`", suggest(got, p.choices))
+            self.err(e.pos, *not_one_of(what, e, p.choices))
             return None
         raise AssertionError(p.type)
 

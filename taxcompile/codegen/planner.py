@@ -13,7 +13,8 @@ import re
 import networkx as nx
 
 from .. import checks, graph, ir, ops, reserved
-from . import attention, blocks, decoder, features, generate, model, repeat, values  # noqa: F401
+from . import (attention, blocks, decoder, features, generate, model, positions,  # noqa: F401
+               repeat, values)
 from .frame import Frame, Owner, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
 from .plan import FilePlan

