@@ -1182,7 +1182,10 @@ class Lowerer:
                     self.err(v.pos, f"affinity matrix `{v.name}` must be declared before it is used")
                     affinity = None
         position = self.modifier(f.get("position"), POSITIONS, "position term")
-        bias = self.modifier(f.get("bias"), BIASES, "score bias")
+        bf = f.get("bias")  # `bias = true | false`: graph attention's output bias
+        on = bf.value.name if bf and isinstance(bf.value, ast.Ref) else None
+        out_bias = on == "true" if on in ("true", "false") else None
+        bias = self.modifier(bf if out_bias is None else None, BIASES, "score bias")
         if len(self.c.diagnostics) > before or keys is None or values is None or score is None \
                 or align is None or heads is None or capsules is None:
             return
@@ -1194,7 +1197,7 @@ class Lowerer:
             penalty=penalty, doubly_stochastic=doubly, dropout=dropout,
             coverage=coverage, coverage_loss=cov_loss, disagreement=disagree, share=share,
             position=position, bias=bias, supervised=supervised, hop=self.hop_of(scope, s.name),
-            sym=tuple(sorted(syms.items())), loc=self.loc(s.pos)), s.pos)
+            sym=tuple(sorted(syms.items())), loc=self.loc(s.pos), out_bias=out_bias), s.pos)
 
     def coverage_penalty(self, v: ast.Call, scope: Scope) -> float | None:
         """``penalty = coverage(lambda)``: See et al.'s lambda sum_t sum_i min(a_i^t, c_i^t)

@@ -97,3 +97,44 @@ def test_qanet_model_encoder_reads_c_a_c_times_a_and_c_times_b():
         return f"{show(e.args[0])} * {show(e.args[1])}" if e.fn == "mul" else e.fn
 
     assert [show(a) for a in concat.args] == ["c", "c2q", "c * c2q", "c * c2q2c"]
+
+
+# ---- GAT without its output bias -------------------------------------------------------------
+
+GAT_NO_BIAS = """model m {
+    input x: set[N, 5]
+    input adj: graph[N]
+    feature wh = project(x, 6)
+    attention att { query = wh  features = wh  score = activated_concat(act = leaky_relu(0.2))
+                    heads = 2  heads_out = concat  mask = adj  self_loops = true  bias = false }
+    output o = identity(att)
+}
+"""
+
+
+def test_gat_without_bias_matches_the_equations_and_gatconv():
+    from test_graph_attention import features, gat_reference, random_graph, randomize
+
+    mod = build(GAT_NO_BIAS, "aud_gat_no_bias")
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).to(DT).eval()
+    randomize(model)
+    assert [n for n, _ in model.att.named_parameters()] == ["att_dst", "att_src"]
+    x, ei = features(2, 7, 5, seed=11), random_graph(2, 7, 40, seed=12)
+    ref = gat_reference(x, ei, model.wh_proj.weight, model.att.att_src, model.att.att_dst,
+                        torch.zeros(6, dtype=DT), 2, "concat", True)
+    ours = model(x, ei).output
+    torch.testing.assert_close(ours, ref, rtol=1e-9, atol=1e-9)
+    pyg = pytest.importorskip("torch_geometric.nn")
+    conv = pyg.GATConv(5, 3, heads=2, concat=True, bias=False).to(DT).eval()
+    with torch.no_grad():
+        conv.lin.weight.copy_(model.wh_proj.weight)
+        conv.att_src.copy_(model.att.att_src.view(1, 2, 3))
+        conv.att_dst.copy_(model.att.att_dst.view(1, 2, 3))
+    theirs = conv(x.reshape(14, 5), ei).view(2, 7, 6)
+    torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-9)
+
+
+def test_a_bias_switch_needs_graph_attention():
+    got, want = error_snapshot("bias_switch_without_graph")
+    assert got == want
