@@ -138,3 +138,39 @@ def test_gat_without_bias_matches_the_equations_and_gatconv():
 def test_a_bias_switch_needs_graph_attention():
     got, want = error_snapshot("bias_switch_without_graph")
     assert got == want
+
+
+# ---- a size that must equal an axis length is that axis's Config field ----------------------
+
+TIED = """let d = 16
+model m {
+    input x: set[N, 8] (N = 16)
+    feature w = learned(16)                      # one weight per position of N
+    feature c = context(x, w)
+    feature g = tanh(linear(mean(x), 16))        # weights predicted from the set
+    feature c2 = context(x, g)
+    feature c3 = context(x, dropout(learned(d), 0.1))
+    attention a { query = learned(8)  features = x  score = multiplicative }
+    output y = concat(c, c2, c3, a)
+}
+"""
+
+
+def test_sizes_tied_to_an_axis_follow_its_config_field():
+    """`learned(16)` beside `(N = 16)` weighs N's positions: Config(N = 10) and
+    Config.tiny() change the table with N (they failed at run time when it stayed 16)."""
+    mod = build(TIED, "aud_tied")
+    assert mod.Config.tiny().N < 16
+    for cfg in (mod.Config(), mod.Config.tiny(), mod.Config(N=10)):
+        torch.manual_seed(0)
+        model = mod.Model(cfg).to(DT).eval()
+        x = torch.randn(2, cfg.N, 8, dtype=DT)
+        w, u = model.w_q, model.c3_q
+        assert w.shape == u.shape == (cfg.N,)
+        lin = model.g_linear
+        g = torch.tanh(x.mean(1) @ lin.weight.T + lin.bias)  # (B, N)
+        q = model.a_q  # (8,)
+        a = torch.softmax(x @ q, -1)
+        want = torch.cat([w @ x, (g.unsqueeze(1) @ x).squeeze(1), u @ x,
+                          (a.unsqueeze(1) @ x).squeeze(1)], -1)
+        close(model(x).output, want)

@@ -14,7 +14,7 @@ import networkx as nx
 
 from .. import checks, graph, ir, ops, reserved
 from . import (attention, blocks, decoder, features, generate, model, positions,  # noqa: F401
-               repeat, values)
+               repeat, ties, values)
 from .frame import Frame, Owner, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident
 from .plan import FilePlan
@@ -51,10 +51,13 @@ class Planner:
         self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
         self.gen: dict | None = None  # generate(): see generate.setup
         self.frame = Frame(Owner("Model"), self.reserved)
+        self.ties = ties.literal_ties(self)  # literal sizes written as an axis's Config field
 
     # ---- symbols ------------------------------------------------------------------
 
     def p(self, op: ir.Op, name: str) -> Dim:
+        if (id(op), name) in self.ties:
+            return Dim(0, (self.ties[id(op), name],))
         sym = dict(op.sym).get(name)
         if sym:
             self.use_sym(sym)
