@@ -151,14 +151,16 @@ model m {
     feature c2 = context(x, g)
     feature c3 = context(x, dropout(learned(d), 0.1))
     attention a { query = learned(8)  features = x  score = multiplicative }
-    output y = concat(c, c2, c3, a)
+    feature z = a.weights + learned(16)          # a vector added to the weights over N
+    output y = concat(c, c2, c3, a, z)
 }
 """
 
 
 def test_sizes_tied_to_an_axis_follow_its_config_field():
-    """`learned(16)` beside `(N = 16)` weighs N's positions: Config(N = 10) and
-    Config.tiny() change the table with N (they failed at run time when it stayed 16)."""
+    """`learned(16)` beside `(N = 16)` weighs N's positions (or is added to weights over
+    them): Config(N = 10) and Config.tiny() change the table with N (they failed at run time
+    when it stayed 16)."""
     mod = build(TIED, "aud_tied")
     assert mod.Config.tiny().N < 16
     for cfg in (mod.Config(), mod.Config.tiny(), mod.Config(N=10)):
@@ -171,6 +173,7 @@ def test_sizes_tied_to_an_axis_follow_its_config_field():
         g = torch.tanh(x.mean(1) @ lin.weight.T + lin.bias)  # (B, N)
         q = model.a_q  # (8,)
         a = torch.softmax(x @ q, -1)
+        assert model.z_q.shape == (cfg.N,)
         want = torch.cat([w @ x, (g.unsqueeze(1) @ x).squeeze(1), u @ x,
-                          (a.unsqueeze(1) @ x).squeeze(1)], -1)
+                          (a.unsqueeze(1) @ x).squeeze(1), a + model.z_q], -1)
         close(model(x).output, want)

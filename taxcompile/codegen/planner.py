@@ -51,7 +51,8 @@ class Planner:
         self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
         self.gen: dict | None = None  # generate(): see generate.setup
         self.frame = Frame(Owner("Model"), self.reserved)
-        self.ties = ties.literal_ties(self)  # literal sizes written as an axis's Config field
+        self.tie_ops: dict[int, ir.Op] = {}
+        self.ties = ties.literal_ties(self)  # sizes written as an axis's Config field
 
     # ---- symbols ------------------------------------------------------------------
 
