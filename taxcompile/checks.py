@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from . import digraph as nx  # networkx's algorithms that checks uses, without its import
 
-from . import ir, module_checks, ops
+from . import ir, module_checks, ops, prev_reads
 from .diagnostics import Collector, Location, SpecError, article
 from .lower import MASK_KINDS, SCORES_WITHOUT_QUERY
 
@@ -227,6 +227,9 @@ class Checker:
             for n in m.nodes:
                 if n.id in comp and decoder_ops(n):
                     self.cm.steps[n.id] = set(comp)
+        if (late := prev_reads.outside_reads(m, self.cm.steps)):  # read after the loop
+            g.add_edges_from(late)
+            self.cm.order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
         self.op_inputs: dict[int, list[Shape]] = {}
         fixed_by: dict[str, ir.Input] = {}
         data_axes = {a for n in m.inputs if n.kind not in MASK_KINDS for a in n.axes}
@@ -1318,11 +1321,12 @@ class Checker:
                          f"`{x}` is not computed step by step by a decoder",
                          "`prev` reads a node of a recurrent decoder's step "
                          "(`gru(…, feed = …)`), e.g. Bahdanau's `query = prev(s)`")
-            elif n.id not in self.cm.steps[homes[0]]:
-                self.err(e.loc, f"`prev({x})` is read by `{n.id}`, which is not computed in "
-                         f"the steps of the decoder `{homes[0]}`: it does not feed it",
-                         f"use `prev({x})` where the decoder's step reads it, e.g. in the query "
-                         "of the attention whose context it is fed")
+            elif other := prev_reads.in_other_step(self.cm.steps, x, n.id):
+                self.err(e.loc, f"`prev({x})` is read by `{n.id}`, which runs in the steps "
+                         f"of another decoder, `{other}`: a decoder's step reads another "
+                         "decoder's steps only as whole sequences",
+                         f"read `prev({x})` in the steps of `{homes[0]}`, or after them "
+                         "(an output over all steps)")
             elif n.id in homes:
                 self.err(e.loc, f"the decoder `{n.id}` reads its inputs for all steps at once; "
                          f"`prev({x})` cannot be one of them", f"give it to the decoder "

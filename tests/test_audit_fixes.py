@@ -177,3 +177,52 @@ def test_sizes_tied_to_an_axis_follow_its_config_field():
         want = torch.cat([w @ x, (g.unsqueeze(1) @ x).squeeze(1), u @ x,
                           (a.unsqueeze(1) @ x).squeeze(1), a + model.z_q], -1)
         close(model(x).output, want)
+
+
+# ---- prev(x) read after a decoder's steps ----------------------------------------------------
+
+DECODER = """model m {
+    input src: tokens[S] (vocab = 30)
+    input tgt: tokens[T] (vocab = 30, autoregressive)
+    feature h = embed(src, 8)
+    query s = gru(embed(tgt, 8), 8, feed = att)
+    %s
+    attention att { query = %s  keys = h  score = multiplicative }
+    output y = classify(concat(s, %s, att), 30)
+}
+"""
+# prev(s) written in the output, as a feature the step computes, and as one only the output
+# reads: the same model (the output reads s at step t - 1, zeros at t = 0)
+PREV_FORMS = {"inline": ("", "prev(s)", "prev(s)"),
+              "feature": ("feature s_prev = prev(s)", "s_prev", "s_prev"),
+              "output_only": ("feature s_prev = prev(s)", "prev(s)", "s_prev")}
+
+
+def test_prev_in_an_output_reads_the_previous_step():
+    mods = {k: build(DECODER % v, f"aud_prev_{k}") for k, v in PREV_FORMS.items()}
+    torch.manual_seed(0)
+    ref = mods["feature"].Model(mods["feature"].Config()).to(DT).eval()
+    inputs = mods["feature"].example_inputs(cfg=mods["feature"].Config())
+    src, tgt = inputs["src"], inputs["tgt"]
+    # a float64 reference of the decoder: s_t = GRU([E y_t; c_t], s_(t-1)), c_t the
+    # attention of q = s_(t-1) over h, y_t = W [s_t; s_(t-1); c_t] + b
+    h = ref.h_embed.weight[src]
+    e = ref.s_embed.weight[tgt]
+    cell = ref.s_gru_cells[0]
+    prev, rows = torch.zeros(src.shape[0], 8, dtype=DT), []
+    for t in range(tgt.shape[1]):
+        a = torch.softmax((h @ prev.unsqueeze(-1)).squeeze(-1), -1)
+        c = (a.unsqueeze(1) @ h).squeeze(1)
+        s = cell(torch.cat([e[:, t], c], -1), prev)
+        rows.append(ref.y_head(torch.cat([s, prev, c], -1)))
+        prev = s
+    want = torch.stack(rows, 1)
+    for k, mod in mods.items():
+        model = mod.Model(mod.Config()).to(DT).eval()
+        model.load_state_dict(ref.state_dict())
+        close(model(src, tgt).output, want)
+        # generate(): the cache carries s_(t-1) across calls as the loop does
+        want_tokens = ref.generate(src, max_len=5, bos=1, eos=2, incremental=False)
+        for incremental in (True, False):
+            got = model.generate(src, max_len=5, bos=1, eos=2, incremental=incremental)
+            assert torch.equal(got, want_tokens), (k, incremental)

@@ -51,6 +51,7 @@ class Planner:
         self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
         self.gen: dict | None = None  # generate(): see generate.setup
         self.frame = Frame(Owner("Model"), self.reserved)
+        self.prev_seqs: dict[str, Var] = {}  # x -> prev(x) at every step, after its loop
         self.tie_ops: dict[int, ir.Op] = {}
         self.ties = ties.literal_ties(self)  # sizes written as an axis's Config field
 
