@@ -468,7 +468,7 @@ class Model(nn.Module):
         self.c2q = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.q2c = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
         self.c2q2c = CoAttentionAffinityAttention(d_q=cfg.d, d_k=cfg.d, d_v=cfg.d, heads=1)
-        self.m_linear = nn.Linear(cfg.d + cfg.d + cfg.d, cfg.d)
+        self.m_linear = nn.Linear(cfg.d + cfg.d + cfg.d + cfg.d, cfg.d)
         self.model_enc = ModelEncLayer(cfg)  # one `model_enc` hop, shared by all 3
         self.start_head = nn.Linear(cfg.d + cfg.d, 1)
         self.end_head = nn.Linear(cfg.d + cfg.d, 1)
@@ -535,7 +535,7 @@ class Model(nn.Module):
         c2q2c, c2q2c_a, _ = self.c2q2c(c, q, q2c, question_mask, affinity=S)  # (B, C, d)
         if return_attention:
             attn['c2q2c'] = c2q2c_a  # (B, H, C, Q)
-        m = self.m_linear(torch.cat([c, c2q, c2q2c], -1))  # (B, C, d): feature `m`
+        m = self.m_linear(torch.cat([c, c2q, c * c2q, c * c2q2c], -1))  # (B, C, d): feature `m`
         pass_out_hops = []  # `model_enc.pass_out` of every hop
         for i in range(3):  # `model_enc`: 3 hops (eq. 41-42)
             m, model_enc_pass_out = self.model_enc(

@@ -66,6 +66,8 @@ def build(cm: CheckedModel) -> nx.DiGraph:
         g.add_node(node_id, **attrs)
     for node_id in cm.order:
         for src, role, delayed in edges(cm.model.node(node_id), cm.feed_now):
+            if delayed and g.has_edge(src, node_id) and not g.edges[src, node_id]["delayed"]:
+                continue  # x and prev(x) both read: the edge within the step holds
             g.add_edge(src, node_id, role=role, shape=str(cm.shapes.get(src)), delayed=delayed)
     return g
 
@@ -79,12 +81,12 @@ def dataflow(g: nx.DiGraph) -> nx.DiGraph:
 
 def dataflow_of(cm: CheckedModel) -> digraph.DiGraph:
     """``dataflow(build(cm))`` as a plain ``digraph.DiGraph``, for the classifier: the same
-    nodes and edges (of two edges between one pair of nodes the later one holds, as in
-    ``build``), without importing networkx."""
+    nodes and edges (of two edges between one pair of nodes, one read within the step
+    holds, as in ``build``), without importing networkx."""
     delayed: dict[tuple[str, str], bool] = {}
     for node_id in cm.order:
         for src, _, late in edges(cm.model.node(node_id), cm.feed_now):
-            delayed[(src, node_id)] = late
+            delayed[(src, node_id)] = late and delayed.get((src, node_id), True)
     g = digraph.DiGraph()
     g.add_nodes_from(cm.order)
     g.add_nodes_from(src for src, _ in delayed)

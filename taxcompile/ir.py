@@ -232,6 +232,8 @@ class Attention(_Frozen):
     hop: Hop | None = None
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
+    # graph attention's output bias (GATConv's `bias`): `bias = false` drops it; None: not said
+    out_bias: bool | None = None
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""
@@ -253,6 +255,8 @@ class Attention(_Frozen):
             out.append(traits["pair_mask"].text("label", self))
         if self.self_loops:
             out.append("self loops")
+        if self.out_bias is False:
+            out.append("no output bias")
         # each penalty's label, by its record's name (a coefficient's pattern reads `lam`)
         pen = {rec.name: rec.text("label", v, lam=getattr(v, "lam", v))
                for rec, v in mech.penalties(self)}

@@ -39,7 +39,7 @@ FEATURE_MODELS = (
     "positional", "norm", "scale", "ffn", "tanh", "relu", "sigmoid", "concat", "stack",
     "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity",
     "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh", "maxout",
-    "conv2d", "maxpool", "upsample", "dropout", "context", "pointed", "crf",
+    "conv2d", "maxpool", "upsample", "dropout", "context", "pointed", "crf", "positions",
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (

@@ -121,6 +121,8 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
         P("bias", "bool", False, True)),
     _op("identity", node()),
     _op("positional", node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
+    # x's position table alone, (L, d) broadcast over x's other axes (codegen/positions.py)
+    _op("positions", node(), enum("kind", ("learned", "sinusoid"), "learned")),
     # layer norm (Ba et al.) or RMSNorm (Zhang & Sennrich 2019: x / RMS(x) * g, no centring)
     _op("norm", node(), enum("kind", ("layer", "rms"), "layer"), SHARE),
     _op("scale", node(), SHARE),

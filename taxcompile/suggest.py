@@ -33,3 +33,48 @@ def suggest(word: str, options) -> str:
     if close:
         return f"did you mean `{close[0]}`?"
     return "one of: " + ", ".join(f"`{o}`" for o in options)
+
+
+def spelled(e, limit: int = 40) -> str:
+    """An expression of the spec as written (shortened to ``limit`` characters), to name
+    a value in an error."""
+    from . import ast
+
+    if isinstance(e, ast.Number):
+        text = f"{e.value:g}" if isinstance(e.value, float) else str(e.value)
+    elif isinstance(e, ast.String):
+        text = '"' + e.value + '"'
+    elif isinstance(e, ast.Ref):
+        text = e.name
+    elif isinstance(e, ast.Call):
+        inner = [spelled(a, limit) for a in e.args]
+        inner += [f"{k.name} = {spelled(k.value, limit)}" for k in e.kwargs]
+        text = f"{e.fn}({', '.join(inner)})"
+    elif isinstance(e, ast.BinOp):
+        text = f"{spelled(e.left, limit)} {e.op} {spelled(e.right, limit)}"
+    else:
+        text = "-" + spelled(e.operand, limit)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def not_one_of(what: str, e, choices) -> tuple[str, str]:
+    """(message, hint) for a field that takes one of the names ``choices`` but was given
+    the expression ``e``: the value as written, then did-you-mean or the names allowed."""
+    from . import ast
+
+    choices = list(choices)
+    listed = ", ".join(f"`{c}`" for c in choices)
+    if isinstance(e, ast.Ref):
+        return f"{what} cannot be `{e.name}`", suggest(e.name, choices)
+    word = {ast.Call: getattr(e, "fn", ""), ast.String: getattr(e, "value", "")}.get(type(e))
+    msg = f"{what} cannot be `{spelled(e)}`: it takes one of {listed}"
+    if word in choices:
+        how = "with no arguments" if isinstance(e, ast.Call) else "without quotes"
+        return msg, f"write `{word}` {how}"
+    if word:
+        close = suggest(word, choices)
+        if close.startswith("did you mean"):
+            return msg, close
+    return msg, "write one of these names, not " + {
+        ast.Call: "a call", ast.String: "a string", ast.Number: "a number"}.get(type(e),
+                                                                             "an expression")

@@ -5,7 +5,7 @@ over the decoder's own axis, ops that mix its positions). Run after every shape 
 
 from __future__ import annotations
 
-from .. import ir
+from .. import ir, prev_reads
 from .. import mechanisms as mech
 from .core import Shape, _base_ref, decoder_ops
 
@@ -157,11 +157,12 @@ class DecoderChecks:
                          f"`{x}` is not computed step by step by a decoder",
                          "`prev` reads a node of a recurrent decoder's step "
                          "(`gru(…, feed = …)`), e.g. Bahdanau's `query = prev(s)`")
-            elif n.id not in self.cm.steps[homes[0]]:
-                self.err(e.loc, f"`prev({x})` is read by `{n.id}`, which is not computed in "
-                         f"the steps of the decoder `{homes[0]}`: it does not feed it",
-                         f"use `prev({x})` where the decoder's step reads it, e.g. in the query "
-                         "of the attention whose context it is fed")
+            elif other := prev_reads.in_other_step(self.cm.steps, x, n.id):
+                self.err(e.loc, f"`prev({x})` is read by `{n.id}`, which runs in the steps "
+                         f"of another decoder, `{other}`: a decoder's step reads another "
+                         "decoder's steps only as whole sequences",
+                         f"read `prev({x})` in the steps of `{homes[0]}`, or after them "
+                         "(an output over all steps)")
             elif n.id in homes:
                 self.err(e.loc, f"the decoder `{n.id}` reads its inputs for all steps at once; "
                          f"`prev({x})` cannot be one of them", f"give it to the decoder "
@@ -170,7 +171,8 @@ class DecoderChecks:
     # What runs inside a decoder loop must act on one step at a time: the ops that mix the
     # positions of their input's last axis, and what they do (for messages).
     STEP_MIXING = {"lstm": "runs", "gru": "runs", "bilstm": "runs", "bigru": "runs",
-                   "cnn": "convolves", "positional": "encodes positions", "mean": "pools",
+                   "cnn": "convolves", "positional": "encodes positions",
+                   "positions": "encodes positions", "mean": "pools",
                    "max": "pools", "sum": "pools", "prepend": "prepends"}
 
     def check_feed_loop(self, n: ir.AnyNode) -> None:

@@ -140,7 +140,7 @@ class FeatureShapes:
         return Shape(a[0].axes, a[0].dim // k)
 
 
-    @ops.shape_rule("positional")
+    @ops.shape_rule("positional", "positions")
     def shape_positional(self, e, a, nid):
         if not self._seq(e, a[0], "encodes positions"):
             return None

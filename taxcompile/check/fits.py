@@ -40,6 +40,12 @@ class MechanismFits:
                      "module has no graph mask", "set `mask = adj` with `input adj: graph[N]`, "
                      "or drop `self_loops`")
             return False
+        if n.out_bias is not None and not graph:
+            self.err(n.loc, f"{where}: `bias = {str(n.out_bias).lower()}` switches graph "
+                     "attention's output bias, and the module has no graph mask", "set "
+                     "`mask = adj` with `input adj: graph[N]`, or give `bias` a score bias "
+                     "(`alibi`, `gaussian(…)`)")
+            return False
         if mi is None:
             return True
         if mode != "sequence" or groups:

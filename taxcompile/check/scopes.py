@@ -9,7 +9,7 @@ weights (``sharing``)."""
 from __future__ import annotations
 
 from .. import digraph as nx  # networkx's algorithms that checks uses, without its import
-from .. import ir
+from .. import ir, prev_reads
 from ..lower import MASK_KINDS
 from .core import CheckedModel, Shape, decoder_ops, deps, feeds, links
 
@@ -28,6 +28,9 @@ class ScopeChecks:
         order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
         self.cm = CheckedModel(m, {}, {}, {}, {}, order, feed_now=frozenset(now))
         self.decoder_steps(m, g, ids)
+        if (late := prev_reads.outside_reads(m, self.cm.steps)):  # read after the loop
+            g.add_edges_from(late)
+            self.cm.order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
         self.op_inputs: dict[int, list[Shape]] = {}
         self.input_axes(m)
         if not self.shape_all(m, ids, order, rank):

@@ -6,7 +6,7 @@ state."""
 
 from __future__ import annotations
 
-from .. import checks, ir
+from .. import checks, ir, prev_reads
 from .. import mechanisms as mech
 from ..ops import plan_rule
 from . import generate
@@ -77,8 +77,10 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     dims = step_dims(p, n, op, region)
     p.step = Step(axis=axis, region=region, op=op, seq=seq, kind=op.fn, hidden=hidden,
                   layers=layers, x=x, fed=fed_id, now=now, dims=dims, pos=pos)
+    # prev(x) read after the loop (an output over all steps): x before each step, collected
+    late = sorted({x for x, y in prev_reads.outside_reads(p.m, p.cm.steps) if x in region})
     carried = list(dict.fromkeys(
-        [r for y in order for r, how in checks.links(p.m.node(y)) if how == "prev"] +
+        [r for y in order for r, how in checks.links(p.m.node(y)) if how == "prev"] + late +
         ([] if now else [fed_id])))
     state = p.step.state = f.locals.new(want + "_state")
     init, top = initial_state(p, n, op)
@@ -110,6 +112,9 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
             plan_attention(p, nd)
         else:
             p.node(nd)
+    for c in late:
+        f.emit(f"{steps}.setdefault({step_key('prev', repr(c))}, []).append("
+               f"{p.step.prev[c]}.unsqueeze({pos}))")
     for c in carried:
         f.emit(f"{p.step.prev[c]} = {f.vars[c].name}.squeeze({pos})",
                f"`{p.m.node(c).name}` read at the next step")
@@ -132,6 +137,11 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
                p.shape(p.cm.shapes[node_id], dim=v.dim))
         att = isinstance(p.m.node(node_id), ir.Attention)
         f.vars[node_id] = Var(name, p.cm.shapes[node_id], None if att else x.mask, v.dim)
+    for c in late:  # prev(c) at every step, for the nodes after the loop
+        name = f.locals.new(ident(c) + "_prev")
+        f.emit(f"{name} = torch.cat({steps}[{step_key('prev', repr(c))}], {pos})",
+               p.shape(p.cm.shapes[c], dim=dims[c]) + f": `{p.m.node(c).name}` at step t - 1")
+        p.prev_seqs[c] = Var(name, p.cm.shapes[c], x.mask, dims[c])
     for key, a, wshape, nd in p.step.weights:
         dim = -3 if nd.dimensionality == "multi" else -2
         f.emit("if return_attention:")
@@ -212,8 +222,11 @@ def step_dims(p, n: ir.Node, op: ir.Op, region: set[str]) -> dict:
 
 @plan_rule("prev")
 def prev(p, e: ir.Op, a, n) -> Var:
-    """x at the previous decoder step (its initial value at t = 0)."""
+    """x at the previous decoder step (its initial value at t = 0); after the loop, x at
+    step t - 1 for every t (collected by the loop: prev_reads)."""
     x = e.args[0].node
+    if p.step is None and x in p.prev_seqs:
+        return p.prev_seqs[x]
     if p.step is None:  # sizes only (step_dims)
         return p.ref(x)
     st = p.step

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from .. import checks, ir
 from ..ops import plan_rule
-from .acts import act_call, act_module, widened
+from .acts import act_call, widened
 from .frame import Var
-from .generate import start as generate_start
 from .names import Dim, atom, is_name, moved_from
 
 
@@ -129,27 +128,6 @@ def birnn(p, e, a, n):
 @plan_rule("identity")
 def identity(p, e, a, n):
     return a[0]
-
-
-@plan_rule("positional")
-def positional(p, e, a, n):
-    x = a[0]
-    if e.param("kind", "sinusoid") == "sinusoid":
-        p.helpers.add("sinusoid")
-        past = generate_start(p, x)  # generate(): positions after the tokens already decoded
-        return same(x, f"sinusoid({x.name}{f', start={past}' if past else ''})")
-    axis = x.shape.axes[-1]
-    if p.cm.sizes.get(axis):
-        length = p.axis_size_code(axis)
-    else:
-        length, p.need_max_len = "cfg.max_len", True
-        p.max_len_axes.add(axis)  # inputs along this axis are checked against max_len
-    mod = p.module(n, p.suffix(n, "pos", e), f"nn.Embedding({length}, {x.dim})", "learned positions")
-    xin = local(p, x)
-    past = generate_start(p, x)  # generate(): positions after the tokens already decoded
-    if past:
-        return same(x, f"{xin} + {mod}.weight[{past} : {past} + {xin}.shape[-2]]")
-    return same(x, f"{xin} + {mod}.weight[: {xin}.shape[-2]]")
 
 
 @plan_rule("scale")

@@ -24,6 +24,7 @@ class GraphAttentionView:
     act: Callable[[str], str]
     act_doc: str
     c_width: str
+    bias: bool = True  # GATConv's output bias (`bias = false` drops it)
 
 
 def is_graph(p, n: ir.Attention) -> bool:
@@ -31,11 +32,14 @@ def is_graph(p, n: ir.Attention) -> bool:
 
 
 def graph_class(p, n: ir.Attention) -> str:
-    """The class of a graph attention module: one per heads join, activation and dropout."""
+    """The class of a graph attention module: one per heads join, activation, dropout and
+    output bias."""
     heads_out = n.heads_out if n.heads > 1 else "single"
+    bias = n.out_bias is not False
     dropout = any(a.dropout is not None for a in p.m.attentions if is_graph(p, a)
-                  and a.heads_out == n.heads_out and a.score.act == n.score.act)
-    key = repr(("graph", heads_out, n.score.act, dropout))
+                  and a.heads_out == n.heads_out and a.score.act == n.score.act
+                  and (a.out_bias is not False) == bias)
+    key = repr(("graph", heads_out, n.score.act, dropout) + (() if bias else ("no bias",)))
     if key in p.class_key:
         return p.class_key[key]
     name = {"concat": "MultiHeadGraphAttention", "mean": "MeanHeadGraphAttention",
@@ -48,7 +52,7 @@ def graph_class(p, n: ir.Attention) -> str:
     view = GraphAttentionView(
         cls=name, heads_out=heads_out, dropout=dropout,
         act=lambda x, act=n.score.act: act_call(act, x), act_doc=str(n.score.act),
-        c_width="d_v / H" if heads_out == "mean" else "d_v")
+        c_width="d_v / H" if heads_out == "mean" else "d_v", bias=bias)
     p.classes[name] = AttentionClass(name, view, "graph_attention.py.j2")
     p.class_key[key] = name
     return name

@@ -13,7 +13,8 @@ import re
 import networkx as nx
 
 from .. import checks, graph, ir, ops, reserved
-from . import attention, blocks, decoder, features, generate, model, repeat, values  # noqa: F401
+from . import (attention, blocks, decoder, features, generate, model, positions,  # noqa: F401
+               repeat, ties, values)
 from . import broadcast, feature_ops  # noqa: F401  (plan rules of `+ - *`, split, cnn)
 from .frame import Frame, Owner, Step, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
@@ -61,10 +62,15 @@ class Planner:
         self.same_module: dict[str, object] = {}  # attention id -> the module it is (share =)
         self.gen: generate.Decoding | None = None  # generate(): see generate.setup
         self.frame = Frame(Owner("Model"), self.reserved)
+        self.prev_seqs: dict[str, Var] = {}  # x -> prev(x) at every step, after its loop
+        self.tie_ops: dict[int, ir.Op] = {}
+        self.ties = ties.literal_ties(self)  # sizes written as an axis's Config field
 
     # ---- symbols ------------------------------------------------------------------
 
     def p(self, op: ir.Op, name: str) -> Dim:
+        if (id(op), name) in self.ties:
+            return Dim(0, (self.ties[id(op), name],))
         sym = dict(op.sym).get(name)
         if sym:
             self.use_sym(sym)

@@ -73,14 +73,17 @@ class Attentions(Features, Penalties):
         traits = self.attention_traits(f, s, scope)
         links = self.attention_links(f, scope)
         position = self.modifier(f.get("position"), POSITIONS, "position term")
-        bias = self.modifier(f.get("bias"), BIASES, "score bias")
+        bf = f.get("bias")  # `bias = true | false`: graph attention's output bias
+        on = bf.value.name if bf and isinstance(bf.value, ast.Ref) else None
+        out_bias = on == "true" if on in ("true", "false") else None
+        bias = self.modifier(bf if out_bias is None else None, BIASES, "score bias")
         if len(self.c.diagnostics) > before or keys is None or values is None or score is None \
                 or align is None or traits["heads"] is None or traits["capsules"] is None:
             return
         self.add_node(ir.Attention(
             id=node_id, name=s.name, query=query, keys=keys, values=values,
             score=score, align=align, position=position, bias=bias, **traits, **links,
-            hop=self.hop_of(scope, s.name), loc=self.loc(s.pos)), s.pos)
+            hop=self.hop_of(scope, s.name), loc=self.loc(s.pos), out_bias=out_bias), s.pos)
 
     def attention_fields(self, s: ast.Attention) -> dict[str, ast.Field]:
         """The statement's fields by name (an unknown or repeated one is reported)."""

@@ -10,7 +10,7 @@ import math
 
 from .. import ast, ir
 from ..ops import ACTIVATIONS, GATED_ACTS, P
-from ..suggest import alias, suggest
+from ..suggest import alias, not_one_of, suggest
 from .base import FLOAT32_MAX, MAX_INT, LowerBase, NotConstant, show
 from .names import Scope
 
@@ -184,8 +184,7 @@ class Constants(LowerBase):
         if p.type == "enum":
             if isinstance(e, ast.Ref) and len(e.parts) == 1 and alias(p.name, e.name) in p.choices:
                 return alias(p.name, e.name)
-            got = e.name if isinstance(e, ast.Ref) else "this"
-            self.err(e.pos, f"{what} cannot be `{got}`", suggest(got, p.choices))
+            self.err(e.pos, *not_one_of(what, e, p.choices))
             return None
         raise AssertionError(p.type)
 
