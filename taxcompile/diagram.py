@@ -156,7 +156,7 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
     if op.infix:
         def operand(a: ir.Expr, right: bool) -> str:
             text = expr_text(m, a, outside)
-            inner = isinstance(a, ir.Op) and OPS[a.fn].infix
+            inner = isinstance(a, ir.Op) and a.fn in _PREC  # (`att.weights` binds tightest)
             # a sum inside a product, or a difference on the right of `-`, keeps its brackets
             if inner and (_PREC[a.fn] < _PREC[e.fn] or right and e.fn in ("sub", "rsub")
                           and _PREC[a.fn] == _PREC[e.fn]):

@@ -5,18 +5,19 @@ reads them here; tests/test_reserved_store.py checks them against the templates)
 NAMES = {
     "module_names": frozenset({
         "Config", "EdgeSum", "Entmax15Function", "F", "GatedFFN", "KeySlabs", "Layer",
-        "Maxout", "Model", "Output", "QueryBlocks", "ScaledTanh", "SparsemaxFunction",
-        "additive_block", "additive_context", "additive_score", "alibi_slopes",
-        "annotations", "beam_search", "broadcast", "cell_step", "check_alignment",
-        "check_decoding", "check_features", "check_graph", "check_input", "check_mask",
-        "check_pair_mask", "check_penalty", "check_sizes", "coverage_loss",
-        "create_block_mask", "dataclass", "decode_one", "disagreement_penalty",
-        "doubly_stochastic_penalty", "entmax15", "example_inputs", "extend_cache", "field",
-        "flex_applies", "flex_attention", "flex_context", "flex_ready", "key_keep",
-        "local_band", "local_flex", "local_gather", "masked_softmax", "math", "nn",
-        "pointed", "pool", "rel_distance", "reorder_cache", "rnn", "rnn_final", "rnn_init",
-        "rotary", "sample_probs", "scaled_embedding", "sinusoid", "sparsemax",
-        "start_tokens", "supervised_penalty", "torch", "warnings"
+        "LinearChainCRF", "Maxout", "Model", "Output", "QueryBlocks", "ScaledTanh",
+        "SparsemaxFunction", "additive_block", "additive_context", "additive_score",
+        "alibi_slopes", "annotations", "beam_search", "broadcast", "cell_step",
+        "check_alignment", "check_decoding", "check_features", "check_graph",
+        "check_input", "check_mask", "check_pair_mask", "check_penalty", "check_sizes",
+        "coverage_loss", "create_block_mask", "crf_marginals", "dataclass", "decode_one",
+        "disagreement_penalty", "doubly_stochastic_penalty", "entmax15", "example_inputs",
+        "extend_cache", "field", "flex_applies", "flex_attention", "flex_context",
+        "flex_ready", "key_keep", "local_band", "local_flex", "local_gather",
+        "masked_softmax", "math", "nn", "pointed", "pool", "rel_distance", "reorder_cache",
+        "rnn", "rnn_final", "rnn_init", "rotary", "sample_probs", "scaled_embedding",
+        "score_grid", "score_table", "sinusoid", "sparsemax", "start_tokens",
+        "supervised_penalty", "torch", "warnings"
     }),
     "builtins_used": frozenset({
         "UserWarning", "ValueError", "any", "bool", "classmethod", "dict", "enumerate",
@@ -29,7 +30,8 @@ NAMES = {
         "prompt", "reorder", "self", "step", "strategy", "temperature", "top_k", "top_p"
     }),
     "class_methods": frozenset({
-        "__init__", "__post_init__", "capsule_loss", "generate", "outputs", "tiny"
+        "__init__", "__post_init__", "capsule_loss", "decode", "generate", "loss",
+        "outputs", "tiny"
     }),
     "config_body": frozenset({
         "ValueError", "__post_init__", "axis", "classmethod", "dataclass", "f", "factor",

@@ -171,3 +171,11 @@ def test_a_repeat_over_one_input_is_drawn_inside_that_input():
     repeat = source.index("subgraph cluster_qanet_hop_conv_c")
     closing = source.index("\t}", context)  # the input's cluster closes after the repeat
     assert context < repeat < closing
+
+
+def test_weights_inside_an_infix_expression_are_drawn_as_written():
+    """`z * a.weights` (issue 25's weights times features) as a node's text: `.weights` is an
+    operand, not an infix operator with a precedence (it raised KeyError in the report)."""
+    m = load(ROOT / "examples" / "wang2016_input_attention.attn").models[0].model
+    r = m.node("r")
+    assert diagram.expr_text(m, r.expr) == "tanh(z1 * a1.weights + z2 * a2.weights + b)"
