@@ -101,7 +101,8 @@ class Score(_Frozen):
 class Align(_Frozen):
     """align(e_l; e) (eq. 3, 25-29)."""
 
-    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid", "crf"]
+    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid", "crf",
+                "topk"]
     window: int | None = None  # local: D
     position: Literal["monotonic", "predictive"] | None = None
     gaussian: bool = False  # eq. 29
@@ -109,6 +110,7 @@ class Align(_Frozen):
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
     normalize: bool = False  # crf: a_l / sum_l a_l (Kim et al.'s lambda)
+    k: int | None = None  # topk: the scores each query keeps (Zhao et al. 2019)
 
 
 class Modifier(_Frozen):

@@ -217,7 +217,7 @@ SCORES = ["additive", "additive(d_w = 8, act = {act})", "additive(d_w = 4, bias 
           "biased_general", "activated_general", "activated_general(act = {act})",
           "similarity(kind = cosine)", "similarity(kind = l2)", "location"]
 ALIGNS = ["global", "soft", "hard", "reinforced", "sparsemax", "entmax", "sigmoid", "crf",
-          "crf(normalize = true)",
+          "crf(normalize = true)", "topk(k = 2)",
           "local(D = 2, position = monotonic)", "local(D = 1, position = predictive)",
           "local(D = 2, position = predictive, gaussian = true, sigma = 1)"]
 
@@ -321,7 +321,7 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         if "position" in mechs:
             score = draw(st.sampled_from(QK))
         if {"position", "bias", "coverage"} & set(mechs) and f.get("align") not in \
-                (None, "global", "soft", "sparsemax", "entmax"):
+                (None, "global", "soft", "sparsemax", "entmax", "topk(k = 2)"):
             f["align"] = "global"
         if "multi" in mechs and f.get("align") == "hard":
             f["align"] = "global"

@@ -84,6 +84,9 @@ EXPECTED = {
     "wu2020_lite_transformer": dict(scoring="Scaled Multiplicative", alignment="Global",
                                     query_type="Self-Attentive",
                                     query_multiplicity="Multi-Head"),
+    # Top-k (Zhao et al. 2019): a softmax over each query's k largest scores reads Sparse.
+    "zhao2019_topk": dict(scoring="Scaled Multiplicative", alignment="Sparse",
+                          query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

@@ -280,4 +280,4 @@ class Attentions(Features, Penalties):
         return ir.Align(fn=name, window=p.get("D"), position=p.get("position"),
                         gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
                         sym=tuple(sorted(syms.items())), loc=self.loc(fld.value.pos),
-                        normalize=bool(p.get("normalize", False)))
+                        normalize=bool(p.get("normalize", False)), k=p.get("k"))
