@@ -236,6 +236,8 @@ class Attention(_Frozen):
     loc: Location
     # graph attention's output bias (GATConv's `bias`): `bias = false` drops it; None: not said
     out_bias: bool | None = None
+    # issue 25, the heads (taxcompile/mechanisms/heads.py): talking heads "pre" | "post" | "both"
+    talking_heads: str = ""
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""
@@ -272,6 +274,7 @@ class Attention(_Frozen):
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
         out.append(pen.get("supervised"))
+        out += [rec.text("label", self) for rec in mech.heads.present(self)]
         return [x for x in out if x]
 
 

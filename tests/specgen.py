@@ -233,7 +233,7 @@ QK = ["multiplicative", "scaled_multiplicative"]
 # needs (the documented rules), and now and then without it, for check to refuse.
 MECHANISMS = ["heads", "heads_out", "multi", "capsules", "mask", "position", "bias",
               "lin_penalty", "doubly_stochastic", "coverage_loss", "disagreement",
-              "supervised", "coverage", "dropout", "share"]
+              "supervised", "coverage", "dropout", "share", "talking_heads"]
 
 
 def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
@@ -278,7 +278,7 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         if keep and "monotonic" in f["align"] and not same_axis:
             f["align"] = "local(D = 1, position = predictive)"
     heads = "heads" in mechs or "heads_out" in mechs or (
-        keep and {"lin_penalty", "disagreement"} & set(mechs))
+        keep and {"lin_penalty", "disagreement", "talking_heads"} & set(mechs))
     if heads:
         f["heads"] = draw(st.sampled_from(["2", "4", "h"]))
     if "heads_out" in mechs:
@@ -313,6 +313,11 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         f["coverage"] = "true"
     if "dropout" in mechs:
         f["dropout"] = draw(st.sampled_from(["0.1", "p"]))
+    if "talking_heads" in mechs:
+        f["talking_heads"] = draw(st.sampled_from(["true", "pre", "post"]))
+        if keep:  # single-dimensional, without coverage's loop over queries
+            f.pop("dimensionality", None)
+            f.pop("coverage", None)
     if "share" in mechs and m.atts:
         f["share"] = draw(st.sampled_from(m.atts))
     if keep:  # what the chosen mechanisms need of the score and the alignment

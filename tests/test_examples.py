@@ -87,6 +87,10 @@ EXPECTED = {
     # Top-k (Zhao et al. 2019): a softmax over each query's k largest scores reads Sparse.
     "zhao2019_topk": dict(scoring="Scaled Multiplicative", alignment="Sparse",
                           query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Talking heads (Shazeer et al. 2020) mix the heads: still Multi-Head, Global.
+    "shazeer2020_talking_heads": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                      query_type="Self-Attentive",
+                                      query_multiplicity="Multi-Head"),
 }
 
 

@@ -1,5 +1,6 @@
 """The attention features users of x-transformers reach for (issue 25): top-k sparse
-attention (`align = topk(k = …)`, Zhao et al. 2019). Each against a float64 reference of
+attention (`align = topk(k = …)`, Zhao et al. 2019) and talking heads (`talking_heads =
+true | pre | post`, Shazeer et al. 2020). Each against a float64 reference of
 its equations written here with explicit loops, masks included, and against
 x-transformers' own `Attention` with its weights copied into the generated module."""
 
@@ -142,6 +143,90 @@ def assert_same_rows(c, want, key_mask):
     return (c[rows] - want[rows]).abs().max().item()
 
 
+# ---- talking heads (Shazeer et al. 2020) -----------------------------------------------
+
+
+def talking_reference(q, k, v, key_mask, heads, P, Q):
+    """e'_h = sum_g P_hg e_g, a = softmax over the unmasked keys of e'_h, a'_h = sum_g Q_hg a_g,
+    c_h = sum_j a'_hj v_j^(h): Shazeer et al.'s eq. (logits, weights), one term at a time."""
+    N, L, Lk = q.shape[0], q.shape[1], k.shape[1]
+    dh = v.shape[-1] // heads
+    c = torch.zeros(N, L, v.shape[-1], dtype=DT)
+    weights = torch.zeros(N, heads, L, Lk, dtype=DT)
+    for n in range(N):
+        e = [head_scores(q, k, n, g, heads) for g in range(heads)]
+        a = {}
+        for h in range(heads):
+            for i in range(L):
+                mixed = {j: sum(float(P[h, g]) * e[g][i][j] for g in range(heads))
+                         for j in range(Lk) if key_mask is None or key_mask[n, j]}
+                for j, w in softmax_over(mixed).items():
+                    a[h, i, j] = w
+        for h in range(heads):
+            for i in range(L):
+                for j in range(Lk):
+                    w = sum(float(Q[h, g]) * a.get((g, i, j), 0.0) for g in range(heads))
+                    weights[n, h, i, j] = w
+                    c[n, i, h * dh:(h + 1) * dh] += w * v[n, j, h * dh:(h + 1) * dh]
+    return c, weights
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+@pytest.mark.parametrize("which", ["true", "pre", "post"])
+def test_talking_heads_match_the_reference(gen, mask, which):
+    mod = gen(spec(f"talking_heads = {which}", heads=4))
+    model = mod.Model(mod.Config()).double()
+    g = torch.Generator().manual_seed(3)
+    eye = torch.eye(4, dtype=DT)
+    P = torch.randn(4, 4, generator=g, dtype=DT) if which != "post" else eye
+    Q = torch.randn(4, 4, generator=g, dtype=DT) if which != "pre" else eye
+    att = model.att
+    with torch.no_grad():
+        if which != "post":
+            att.talk_scores.copy_(P)
+        if which != "pre":
+            att.talk_weights.copy_(Q)
+    assert hasattr(att, "talk_scores") == (which != "post")
+    assert hasattr(att, "talk_weights") == (which != "pre")
+    q, k, v = inputs()
+    c, a, _ = att(q, k, v, MASKS[mask])
+    ctx, want = talking_reference(q, k, v, MASKS[mask], 4, P, Q)
+    torch.testing.assert_close(a, want, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(c, att.out(ctx))
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+def test_talking_heads_match_x_transformers(gen, mask):
+    theirs = xt_attention({"pre_talking_heads": True, "post_talking_heads": True}, heads=4)
+    mod = gen(spec("talking_heads = true", heads=4))
+    ours = mod.Model(mod.Config()).att.eval()
+    pre = theirs.attend.pre_softmax_talking_heads.weight
+    post = theirs.attend.post_softmax_talking_heads.weight
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        pre.add_(0.5 * torch.randn(pre.shape, generator=g))  # away from the identity
+        post.add_(0.5 * torch.randn(post.shape, generator=g))
+        # x-transformers adds its pre-softmax mix to the scores (sim + W sim): P = I + W
+        ours.talk_scores.copy_(torch.eye(4) + pre[:, :, 0, 0])
+        ours.talk_weights.copy_(post[:, :, 0, 0])
+        ours.out.weight.copy_(theirs.to_out.weight)
+        ours.out.bias.zero_()
+    x = inputs()[0].float()
+    with torch.no_grad():
+        want = theirs(x, mask=MASKS[mask])
+        c, _, _ = ours(*copy_projections(theirs, x), MASKS[mask])
+    assert_same_rows(c, want, MASKS[mask])
+
+
+def test_talking_heads_read_multi_head_with_the_reason():
+    from taxcompile import classify, pipeline
+
+    cs = pipeline.load_text(HEADER + spec("talking_heads = true", heads=4), "t.attn")
+    cell = classify.classify_model(cs.models[0]).cells["query_multiplicity"]
+    assert list(cell.values) == ["Multi-Head"]
+    assert "talking heads (Shazeer et al. 2020)" in " ".join(cell.values["Multi-Head"])
+
+
 def test_topk_reads_sparse_with_its_reason():
     text = (ROOT / "examples" / "zhao2019_topk.attn").read_text(encoding="utf-8")
     assert classify_text(text)["alignment"] == "Sparse"
@@ -152,7 +237,7 @@ def test_topk_reads_sparse_with_its_reason():
     assert "k = 8 largest scores" in reason and "not a window" in reason
 
 
-@pytest.mark.parametrize("name", ["zhao2019_topk"])
+@pytest.mark.parametrize("name", ["zhao2019_topk", "shazeer2020_talking_heads"])
 def test_example_runs_forward_and_backward(tmp_path, name):
     build = inline_builder(tmp_path, "", f"_taxcompile_{name}")
     mod = build((ROOT / "examples" / f"{name}.attn").read_text(encoding="utf-8"))
@@ -168,7 +253,7 @@ def test_example_runs_forward_and_backward(tmp_path, name):
     assert grads and all(torch.isfinite(g_).all() for g_ in grads)
 
 
-@pytest.mark.parametrize("name", ["topk_k_zero"])
+@pytest.mark.parametrize("name", ["topk_k_zero", "talking_heads_one_head"])
 def test_misuse_is_a_located_error(name):
     from conftest import error_snapshot
 
