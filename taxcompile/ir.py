@@ -238,6 +238,7 @@ class Attention(_Frozen):
     out_bias: bool | None = None
     # issue 25, the heads (taxcompile/mechanisms/heads.py): talking heads "pre" | "post" | "both"
     talking_heads: str = ""
+    mem_kv: int = 0  # learned memory key/values per head (x-transformers' num_mem_kv)
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""

@@ -233,7 +233,8 @@ QK = ["multiplicative", "scaled_multiplicative"]
 # needs (the documented rules), and now and then without it, for check to refuse.
 MECHANISMS = ["heads", "heads_out", "multi", "capsules", "mask", "position", "bias",
               "lin_penalty", "doubly_stochastic", "coverage_loss", "disagreement",
-              "supervised", "coverage", "dropout", "share", "talking_heads"]
+              "supervised", "coverage", "dropout", "share", "talking_heads",
+              "mem_kv"]
 
 
 def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
@@ -318,6 +319,8 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         if keep:  # single-dimensional, without coverage's loop over queries
             f.pop("dimensionality", None)
             f.pop("coverage", None)
+    if "mem_kv" in mechs and (query is not None or not keep):
+        f["mem_kv"] = draw(st.sampled_from(["1", "2"]))
     if "share" in mechs and m.atts:
         f["share"] = draw(st.sampled_from(m.atts))
     if keep:  # what the chosen mechanisms need of the score and the alignment
@@ -332,6 +335,12 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
             f["align"] = "global"
         if "multi" in mechs:  # every penalty reads one weight per key
             f.pop("penalty", None)
+        if "mem_kv" in f:  # a dot-product score, no position term, bias, coverage or share
+            score = draw(st.sampled_from(QK))
+            for x in ("position", "bias", "dimensionality", "coverage", "share"):
+                f.pop(x, None)
+            if f.get("penalty", "").startswith("coverage"):
+                f.pop("penalty")
         if score == "location" and key_axis is None:
             score = "general"
     items = [(k, f[k]) for k in ("query", "features", "keys", "values")

@@ -91,6 +91,10 @@ EXPECTED = {
     "shazeer2020_talking_heads": dict(scoring="Scaled Multiplicative", alignment="Global",
                                       query_type="Self-Attentive",
                                       query_multiplicity="Multi-Head"),
+    # Persistent memory (Sukhbaatar et al. 2019): learned keys/values join the keys.
+    "sukhbaatar2019_persistent_memory": dict(scoring="Scaled Multiplicative",
+                                             alignment="Global", query_type="Self-Attentive",
+                                             query_multiplicity="Multi-Head"),
 }
 
 

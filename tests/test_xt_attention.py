@@ -1,6 +1,6 @@
 """The attention features users of x-transformers reach for (issue 25): top-k sparse
 attention (`align = topk(k = …)`, Zhao et al. 2019) and talking heads (`talking_heads =
-true | pre | post`, Shazeer et al. 2020). Each against a float64 reference of
+true | pre | post`, Shazeer et al. 2020) and learned memory key/values (`mem_kv = M`). Each against a float64 reference of
 its equations written here with explicit loops, masks included, and against
 x-transformers' own `Attention` with its weights copied into the generated module."""
 
@@ -227,6 +227,65 @@ def test_talking_heads_read_multi_head_with_the_reason():
     assert "talking heads (Shazeer et al. 2020)" in " ".join(cell.values["Multi-Head"])
 
 
+# ---- learned memory key/values (x-transformers' num_mem_kv) ---------------------------
+
+
+def memory_reference(q, k, v, key_mask, heads, mem_k, mem_v, causal):
+    """Per head: keys [m_1 .. m_M, k_1 .. k_L], values likewise; a softmax over the memory
+    (always seen) and the sequence's unmasked keys (j <= i when causal); c = sum a v."""
+    N, L = q.shape[0], q.shape[1]
+    dh = q.shape[-1] // heads
+    c = torch.zeros(N, L, v.shape[-1], dtype=DT)
+    weights = torch.zeros(N, heads, L, k.shape[1], dtype=DT)
+    for n in range(N):
+        for h in range(heads):
+            sl = slice(h * dh, (h + 1) * dh)
+            for i in range(L):
+                scores = {("m", j): float(q[n, i, sl] @ mem_k[h, j]) / math.sqrt(dh)
+                          for j in range(mem_k.shape[1])}
+                scores.update({("k", j): float(q[n, i, sl] @ k[n, j, sl]) / math.sqrt(dh)
+                               for j in range(k.shape[1])
+                               if (key_mask is None or key_mask[n, j]) and (not causal or j <= i)})
+                for (kind, j), w in softmax_over(scores).items():
+                    c[n, i, sl] += w * (mem_v[h, j] if kind == "m" else v[n, j, sl])
+                    if kind == "k":
+                        weights[n, h, i, j] = w
+    return c, weights
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+@pytest.mark.parametrize("causal", [False, True])
+def test_memory_key_values_match_the_reference(gen, mask, causal):
+    mod = gen(spec("mem_kv = 3" + ("  mask = causal" if causal else "")))
+    model = mod.Model(mod.Config()).double()
+    att = model.att
+    q, k, v = inputs()
+    c, a, extras = att(q, k, v, MASKS[mask])
+    ctx, want = memory_reference(q, k, v, MASKS[mask], 2, att.mem_k.detach(), att.mem_v.detach(),
+                                 causal)
+    torch.testing.assert_close(a, want, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(c, att.out(ctx))
+    torch.testing.assert_close(a.sum(-1) + extras["memory"].sum(-1),
+                               torch.ones_like(a.sum(-1)))  # every query sees the memory
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+def test_memory_key_values_match_x_transformers(gen, mask):
+    theirs = xt_attention({"num_mem_kv": 3})
+    mod = gen(spec("mem_kv = 3"))
+    ours = mod.Model(mod.Config()).att.eval()
+    with torch.no_grad():
+        ours.mem_k.copy_(theirs.mem_k)
+        ours.mem_v.copy_(theirs.mem_v)
+        ours.out.weight.copy_(theirs.to_out.weight)
+        ours.out.bias.zero_()
+    x = inputs()[0].float()
+    with torch.no_grad():
+        want = theirs(x, mask=MASKS[mask])
+        c, _, _ = ours(*copy_projections(theirs, x), MASKS[mask])
+    assert_same_rows(c, want, MASKS[mask])
+
+
 def test_topk_reads_sparse_with_its_reason():
     text = (ROOT / "examples" / "zhao2019_topk.attn").read_text(encoding="utf-8")
     assert classify_text(text)["alignment"] == "Sparse"
@@ -237,7 +296,8 @@ def test_topk_reads_sparse_with_its_reason():
     assert "k = 8 largest scores" in reason and "not a window" in reason
 
 
-@pytest.mark.parametrize("name", ["zhao2019_topk", "shazeer2020_talking_heads"])
+@pytest.mark.parametrize("name", ["zhao2019_topk", "shazeer2020_talking_heads",
+                                  "sukhbaatar2019_persistent_memory"])
 def test_example_runs_forward_and_backward(tmp_path, name):
     build = inline_builder(tmp_path, "", f"_taxcompile_{name}")
     mod = build((ROOT / "examples" / f"{name}.attn").read_text(encoding="utf-8"))
@@ -253,9 +313,27 @@ def test_example_runs_forward_and_backward(tmp_path, name):
     assert grads and all(torch.isfinite(g_).all() for g_ in grads)
 
 
-@pytest.mark.parametrize("name", ["topk_k_zero", "talking_heads_one_head"])
+@pytest.mark.parametrize("name", ["topk_k_zero", "talking_heads_one_head", "mem_kv_additive"])
 def test_misuse_is_a_located_error(name):
     from conftest import error_snapshot
 
     got, want = error_snapshot(name)
     assert got == want
+
+
+@pytest.mark.parametrize("name", ["zhao2019_topk", "shazeer2020_talking_heads",
+                                  "sukhbaatar2019_persistent_memory"])
+def test_cached_decoding_equals_the_full_recompute(tmp_path, name):
+    """generate() with its KV cache (one new query per step, the memory keys prepended at
+    every step) samples what recomputing the whole prefix samples."""
+    build = inline_builder(tmp_path, "", f"_taxcompile_gen_{name}")
+    mod = build((ROOT / "examples" / f"{name}.attn").read_text(encoding="utf-8"))
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config.tiny()).eval()
+    with torch.no_grad():  # away from the identity mixes and the plain initialisation
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    runs = [model.generate(max_len=10, bos=1, eos=2, batch_size=2, strategy="sample",
+                           generator=torch.Generator().manual_seed(1), incremental=inc)
+            for inc in (True, False)]
+    assert torch.equal(*runs)

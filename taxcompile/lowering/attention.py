@@ -73,7 +73,7 @@ class Attentions(Features, Penalties):
         score = self.score(f.get("score"), s)
         align = self.align(f.get("align"), s)
         traits = self.attention_traits(f, s, scope)
-        traits.update(head_fields(self, f, s, traits, score))
+        traits.update(head_fields(self, f, s, traits, score, scope))
         links = self.attention_links(f, scope)
         position = self.modifier(f.get("position"), POSITIONS, "position term")
         bf = f.get("bias")  # `bias = true | false`: graph attention's output bias

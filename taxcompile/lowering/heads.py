@@ -1,31 +1,38 @@
 """The head mechanisms' fields of an attention statement (issue 25; their records are in
-mechanisms/heads.py): `talking_heads = true | pre | post`. Lowered here, with the located
-errors for a misuse (one head, multi-dimensional weights, coverage's loop over queries,
-graph attention);
-``lowering/attention.py`` calls ``head_fields`` once per statement."""
+mechanisms/heads.py): `talking_heads = true | pre | post` and `mem_kv = M`. Lowered here,
+with the located errors for a misuse (talking heads with one head, multi-dimensional
+weights, coverage's loop over queries or graph attention; memory key/values beside a score
+that is no dot product of q and k, or a position term or bias); ``lowering/attention.py``
+calls ``head_fields`` once per statement."""
 
 from __future__ import annotations
 
 from .. import ast
 from .. import mechanisms as mech
 
-FIELDS = ("talking_heads",)
+FIELDS = ("talking_heads", "mem_kv")
 TALKING = {"true": "both", "false": "", "pre": "pre", "post": "post"}
 
 
-def head_fields(low, f: dict[str, ast.Field], s: ast.Attention, traits: dict, score) -> dict:
+def head_fields(low, f: dict[str, ast.Field], s: ast.Attention, traits: dict, score,
+                scope) -> dict:
     """The ``ir.Attention`` fields of the head mechanisms the statement sets (errors are
     recorded on ``low``)."""
     out: dict = {}
-    fld = f.get("talking_heads")
-    if fld is None:
-        return out
+    if "talking_heads" in f:
+        out.update(talking(low, f["talking_heads"], s, traits, score))
+    if "mem_kv" in f:
+        out.update(memory(low, f, s, traits, score, scope))
+    return out
+
+
+def talking(low, fld: ast.Field, s: ast.Attention, traits: dict, score) -> dict:
     name = fld.value.name if isinstance(fld.value, ast.Ref) else None
     if name not in TALKING:
         low.err(fld.value.pos, "`talking_heads` is `true`, `false`, `pre` or `post`",
                 "`true` mixes the heads' scores before the alignment and their weights after "
                 "it (Shazeer et al. 2020); `pre` or `post` only one of them")
-        return out
+        return {}
     if TALKING[name] and (traits.get("heads") or 1) < 2:
         low.err(fld.pos, f"talking heads mix the heads of a module, but attention `{s.name}` "
                 "has one", "set `heads = H` (H >= 2), or drop `talking_heads`")
@@ -36,5 +43,25 @@ def head_fields(low, f: dict[str, ast.Field], s: ast.Attention, traits: dict, sc
             if traits.get("coverage") else "graph attention (its own kernel over edges)"
         low.err(fld.pos, f"talking heads cannot be combined with {what}",
                 "drop `talking_heads`, or use single-dimensional attention without coverage")
-    out["talking_heads"] = TALKING[name]
-    return out
+    return {"talking_heads": TALKING[name]}
+
+
+def memory(low, f: dict[str, ast.Field], s: ast.Attention, traits: dict, score,
+           scope) -> dict:
+    fld = f["mem_kv"]
+    n = low.as_int(fld.value, scope, "`mem_kv`", 1, 4096)
+    if n is None:
+        return {}
+    if score is not None and not mech.score(score.fn).text("dot", score):
+        low.err(fld.pos, f"memory key/values join the keys of a dot-product score, but "
+                f"attention `{s.name}` scores with `{score.fn}`",
+                "use `score = scaled_multiplicative` (or multiplicative, general, "
+                "biased_general, similarity(kind = cosine)), or drop `mem_kv`")
+    elif "query" not in f or traits.get("dimensionality") == "multi" or traits.get("coverage") \
+            or "affinity" in f or "position" in f or "bias" in f:
+        low.err(fld.pos, "memory key/values need a query, single-dimensional weights and no "
+                "coverage, affinity, position term or bias",
+                "drop `mem_kv`, or the field it cannot go with")
+    sym = low.sym(fld.value, scope)
+    syms = dict(traits.get("sym", ())) | ({"mem_kv": sym} if sym else {})
+    return {"mem_kv": n, "sym": tuple(sorted(syms.items()))}

@@ -87,6 +87,7 @@ def constructor(n, dropout: bool = False, share: str | None = None,
         out += TRAITS["dropout"].ctor
     for m, _ in modifiers(n):
         out += m.ctor
+    out += [a for m in heads.present(n) for a in m.ctor]
     if share == "keys":
         out += TRAITS["shared_keys"].ctor
     elif share == "swap":
