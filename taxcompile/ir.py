@@ -239,6 +239,7 @@ class Attention(_Frozen):
     # issue 25, the heads (taxcompile/mechanisms/heads.py): talking heads "pre" | "post" | "both"
     talking_heads: str = ""
     mem_kv: int = 0  # learned memory key/values per head (x-transformers' num_mem_kv)
+    head_gates: bool = False  # each head's context gated from the query (gate_value_heads)
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""

@@ -234,7 +234,7 @@ QK = ["multiplicative", "scaled_multiplicative"]
 MECHANISMS = ["heads", "heads_out", "multi", "capsules", "mask", "position", "bias",
               "lin_penalty", "doubly_stochastic", "coverage_loss", "disagreement",
               "supervised", "coverage", "dropout", "share", "talking_heads",
-              "mem_kv"]
+              "mem_kv", "head_gates"]
 
 
 def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
@@ -321,6 +321,10 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
             f.pop("coverage", None)
     if "mem_kv" in mechs and (query is not None or not keep):
         f["mem_kv"] = draw(st.sampled_from(["1", "2"]))
+    if "head_gates" in mechs and (query is not None and "capsules" not in f or not keep):
+        f["head_gates"] = "true"
+        if keep and f.get("align") == "sigmoid":
+            f["align"] = "global"
     if "share" in mechs and m.atts:
         f["share"] = draw(st.sampled_from(m.atts))
     if keep:  # what the chosen mechanisms need of the score and the alignment

@@ -95,6 +95,10 @@ EXPECTED = {
     "sukhbaatar2019_persistent_memory": dict(scoring="Scaled Multiplicative",
                                              alignment="Global", query_type="Self-Attentive",
                                              query_multiplicity="Multi-Head"),
+    # x-transformers' head features together: top-k (Sparse), talking heads, memory
+    # key/values and head gates (Multi-Head).
+    "xtransformers_heads": dict(scoring="Scaled Multiplicative", alignment="Sparse",
+                                query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

@@ -1,6 +1,6 @@
 """The attention features users of x-transformers reach for (issue 25): top-k sparse
 attention (`align = topk(k = …)`, Zhao et al. 2019) and talking heads (`talking_heads =
-true | pre | post`, Shazeer et al. 2020) and learned memory key/values (`mem_kv = M`). Each against a float64 reference of
+true | pre | post`, Shazeer et al. 2020) learned memory key/values (`mem_kv = M`) and per-head value gates (`head_gates = true`). Each against a float64 reference of
 its equations written here with explicit loops, masks included, and against
 x-transformers' own `Attention` with its weights copied into the generated module."""
 
@@ -286,6 +286,56 @@ def test_memory_key_values_match_x_transformers(gen, mask):
     assert_same_rows(c, want, MASKS[mask])
 
 
+# ---- per-head value gates (x-transformers' gate_value_heads) ---------------------------
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+def test_head_gates_match_the_reference(gen, mask):
+    mod = gen(spec("head_gates = true"))
+    model = mod.Model(mod.Config()).double()
+    att = model.att
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        att.head_gate.weight.copy_(torch.randn(2, 8, generator=g, dtype=DT))
+        att.head_gate.bias.copy_(torch.randn(2, generator=g, dtype=DT))
+    q, k, v = inputs()
+    c, a, _ = att(q, k, v, MASKS[mask])
+    W, b = att.head_gate.weight.detach(), att.head_gate.bias.detach()
+    ctx = torch.zeros(2, 6, 8, dtype=DT)
+    for n in range(2):
+        for h in range(2):
+            e = head_scores(q, k, n, h, 2)
+            for i in range(6):
+                gate = 1 / (1 + math.exp(-(float(W[h] @ q[n, i]) + float(b[h]))))
+                kept = {j: e[i][j] for j in range(6) if MASKS[mask] is None or MASKS[mask][n, j]}
+                for j, w in softmax_over(kept).items():
+                    ctx[n, i, 4 * h:4 * (h + 1)] += gate * w * v[n, j, 4 * h:4 * (h + 1)]
+    torch.testing.assert_close(c, att.out(ctx))
+    # the weights are the plain softmax's: the gates scale the contexts only
+    torch.testing.assert_close(a.sum(-1)[:, :, 0], torch.ones(2, 2, dtype=DT))
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+def test_head_gates_match_x_transformers(gen, mask):
+    theirs = xt_attention({"gate_value_heads": True})
+    mod = gen(spec("head_gates = true"))
+    ours = mod.Model(mod.Config()).att.eval()
+    g = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        theirs.to_q.weight.copy_(torch.eye(8))  # q = x: our gates read the query input
+        theirs.to_v_head_gate.weight.copy_(torch.randn(2, 8, generator=g))
+        theirs.to_v_head_gate.bias.copy_(torch.randn(2, generator=g))
+        ours.head_gate.weight.copy_(theirs.to_v_head_gate.weight)
+        ours.head_gate.bias.copy_(theirs.to_v_head_gate.bias)
+        ours.out.weight.copy_(theirs.to_out.weight)
+        ours.out.bias.zero_()
+    x = inputs()[0].float()
+    with torch.no_grad():
+        want = theirs(x, mask=MASKS[mask])
+        c, _, _ = ours(*copy_projections(theirs, x), MASKS[mask])
+    assert_same_rows(c, want, MASKS[mask])
+
+
 def test_topk_reads_sparse_with_its_reason():
     text = (ROOT / "examples" / "zhao2019_topk.attn").read_text(encoding="utf-8")
     assert classify_text(text)["alignment"] == "Sparse"
@@ -297,7 +347,7 @@ def test_topk_reads_sparse_with_its_reason():
 
 
 @pytest.mark.parametrize("name", ["zhao2019_topk", "shazeer2020_talking_heads",
-                                  "sukhbaatar2019_persistent_memory"])
+                                  "sukhbaatar2019_persistent_memory", "xtransformers_heads"])
 def test_example_runs_forward_and_backward(tmp_path, name):
     build = inline_builder(tmp_path, "", f"_taxcompile_{name}")
     mod = build((ROOT / "examples" / f"{name}.attn").read_text(encoding="utf-8"))
@@ -313,7 +363,8 @@ def test_example_runs_forward_and_backward(tmp_path, name):
     assert grads and all(torch.isfinite(g_).all() for g_ in grads)
 
 
-@pytest.mark.parametrize("name", ["topk_k_zero", "talking_heads_one_head", "mem_kv_additive"])
+@pytest.mark.parametrize("name", ["topk_k_zero", "talking_heads_one_head", "mem_kv_additive",
+                                  "head_gates_without_query"])
 def test_misuse_is_a_located_error(name):
     from conftest import error_snapshot
 
@@ -322,7 +373,7 @@ def test_misuse_is_a_located_error(name):
 
 
 @pytest.mark.parametrize("name", ["zhao2019_topk", "shazeer2020_talking_heads",
-                                  "sukhbaatar2019_persistent_memory"])
+                                  "sukhbaatar2019_persistent_memory", "xtransformers_heads"])
 def test_cached_decoding_equals_the_full_recompute(tmp_path, name):
     """generate() with its KV cache (one new query per step, the memory keys prepended at
     every step) samples what recomputing the whole prefix samples."""

@@ -1,5 +1,5 @@
 """The head mechanisms' fields of an attention statement (issue 25; their records are in
-mechanisms/heads.py): `talking_heads = true | pre | post` and `mem_kv = M`. Lowered here,
+mechanisms/heads.py): `talking_heads = true | pre | post`, `mem_kv = M` and `head_gates = true`. Lowered here,
 with the located errors for a misuse (talking heads with one head, multi-dimensional
 weights, coverage's loop over queries or graph attention; memory key/values beside a score
 that is no dot product of q and k, or a position term or bias); ``lowering/attention.py``
@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import ast
 from .. import mechanisms as mech
 
-FIELDS = ("talking_heads", "mem_kv")
+FIELDS = ("talking_heads", "mem_kv", "head_gates")
 TALKING = {"true": "both", "false": "", "pre": "pre", "post": "post"}
 
 
@@ -23,7 +23,22 @@ def head_fields(low, f: dict[str, ast.Field], s: ast.Attention, traits: dict, sc
         out.update(talking(low, f["talking_heads"], s, traits, score))
     if "mem_kv" in f:
         out.update(memory(low, f, s, traits, score, scope))
+    if "head_gates" in f:
+        out.update(gates(low, f, s, traits, score, scope))
     return out
+
+
+def gates(low, f: dict[str, ast.Field], s: ast.Attention, traits: dict, score, scope) -> dict:
+    on = bool(low.flag(f, "head_gates", scope))
+    blocked = "no query (the gates read it)" if "query" not in f else \
+        "an affinity matrix" if "affinity" in f else "capsules" if traits.get("capsules") else \
+        "a sigmoid alignment (its contexts are per key)" if "align" in f and \
+        isinstance(f["align"].value, ast.Ref) and f["align"].value.name == "sigmoid" else ""
+    if on and blocked:
+        low.err(f["head_gates"].pos, f"head gates scale each head's context by a gate from "
+                f"the query, but attention `{s.name}` has {blocked}",
+                "drop `head_gates`, or give the module a query and a softmax-like alignment")
+    return {"head_gates": on}
 
 
 def talking(low, fld: ast.Field, s: ast.Attention, traits: dict, score) -> dict:

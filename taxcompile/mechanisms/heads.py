@@ -1,7 +1,7 @@
 """Mechanisms on a multi-head module's heads that users of x-transformers reach for (issue
 25): talking heads (Shazeer et al. 2020), learned memory key/values (x-transformers'
 `num_mem_kv`) and per-head value gates (`gate_value_heads`). Each is a field of the
-statement (`talking_heads = true`, `mem_kv = 4`), an
+statement (`talking_heads = true`, `mem_kv = 4`, `head_gates = true`), an
 ``ir.Attention`` field, and a template under templates/codegen/heads/ whose slots
 `attention.py.j2` calls. None changes the survey's reading of the heads (Multi-Head); the
 classifier adds each one's reason (``heads_reading``)."""
@@ -39,13 +39,21 @@ HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
               ctor=(CtorArg("mem_kv", "int", field="mem_kv", sym="mem_kv",
                             comment="learned memory key/values per head"),),
               template="heads/mem_kv.py.j2"),
+    Mechanism("trait", "head_gates",
+              reason="each head's context is gated by sigmoid(w_h^T q + b_h) (x-transformers' "
+                     "gate_value_heads): a scale per head and query after the alignment, the "
+                     "same heads, scores and weights",
+              label="head gates", class_part="HeadGated",
+              doc="Head gates (x-transformers' gate_value_heads): each head's context times "
+                  "sigmoid(w_h^T q + b_h), from the query input; w = 0, b = 10 at the start.",
+              template="heads/head_gates.py.j2"),
 )}
 
 
 def present(n) -> list[Mechanism]:
     """The records of the head mechanisms statement ``n`` has, in class-name order."""
     on = {"talking_heads": bool(getattr(n, "talking_heads", "")),
-          "mem_kv": bool(getattr(n, "mem_kv", 0))}
+          "mem_kv": bool(getattr(n, "mem_kv", 0)), "head_gates": getattr(n, "head_gates", False)}
     return [HEAD_MECHANISMS[name] for name, yes in on.items() if yes]
 
 
