@@ -372,8 +372,7 @@ def test_misuse_is_a_located_error(name):
     assert got == want
 
 
-@pytest.mark.parametrize("name", ["zhao2019_topk", "shazeer2020_talking_heads",
-                                  "sukhbaatar2019_persistent_memory", "xtransformers_heads"])
+@pytest.mark.parametrize("name", ["xtransformers_heads"])  # all four in one module
 def test_cached_decoding_equals_the_full_recompute(tmp_path, name):
     """generate() with its KV cache (one new query per step, the memory keys prepended at
     every step) samples what recomputing the whole prefix samples."""
