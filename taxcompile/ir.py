@@ -101,7 +101,8 @@ class Score(_Frozen):
 class Align(_Frozen):
     """align(e_l; e) (eq. 3, 25-29)."""
 
-    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid", "crf"]
+    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid", "crf",
+                "topk"]
     window: int | None = None  # local: D
     position: Literal["monotonic", "predictive"] | None = None
     gaussian: bool = False  # eq. 29
@@ -109,6 +110,7 @@ class Align(_Frozen):
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
     normalize: bool = False  # crf: a_l / sum_l a_l (Kim et al.'s lambda)
+    k: int | None = None  # topk: the scores each query keeps (Zhao et al. 2019)
 
 
 class Modifier(_Frozen):
@@ -234,6 +236,10 @@ class Attention(_Frozen):
     loc: Location
     # graph attention's output bias (GATConv's `bias`): `bias = false` drops it; None: not said
     out_bias: bool | None = None
+    # issue 25, the heads (taxcompile/mechanisms/heads.py): talking heads "pre" | "post" | "both"
+    talking_heads: str = ""
+    mem_kv: int = 0  # learned memory key/values per head (x-transformers' num_mem_kv)
+    head_gates: bool = False  # each head's context gated from the query (gate_value_heads)
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""
@@ -270,6 +276,7 @@ class Attention(_Frozen):
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
         out.append(pen.get("supervised"))
+        out += [rec.text("label", self) for rec in mech.heads.present(self)]
         return [x for x in out if x]
 
 

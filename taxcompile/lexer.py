@@ -49,7 +49,7 @@ SCORES = (
     "max_pool", "activated_concat",
 )
 ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid",
-              "crf")
+              "crf", "topk")
 #: Input kinds (``input x: KIND[...]``).
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
                "mask", "graph")
@@ -60,12 +60,13 @@ OPTIONS = (
     "trilinear", "dot", "scaled_dot", "cosine", "l2", "none", "tanh", "relu", "sigmoid",
     "gelu", "elu", "nearest",
     "leaky_relu", "softplus", "scaled_tanh", "maxout", "project", "concat", "mean",
+    "pre", "post",
 )
 #: Fields and keyword arguments whose value is a library word (a score, an alignment,
 #: an option): the word after ``=`` is highlighted as a builtin there only, so that a
 #: user's name such as ``hard`` or ``max`` elsewhere stays a plain name.
 _OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form", "mode",
-                  "mask", "heads_out")
+                  "mask", "heads_out", "talking_heads")
 
 _BUILTIN_VALUES = tuple(sorted(set(SCORES + ALIGNMENTS + OPTIONS)))
 _CALLABLES = tuple(sorted(set(FEATURE_MODELS + SCORES + ALIGNMENTS)))

@@ -217,7 +217,7 @@ SCORES = ["additive", "additive(d_w = 8, act = {act})", "additive(d_w = 4, bias 
           "biased_general", "activated_general", "activated_general(act = {act})",
           "similarity(kind = cosine)", "similarity(kind = l2)", "location"]
 ALIGNS = ["global", "soft", "hard", "reinforced", "sparsemax", "entmax", "sigmoid", "crf",
-          "crf(normalize = true)",
+          "crf(normalize = true)", "topk(k = 2)",
           "local(D = 2, position = monotonic)", "local(D = 1, position = predictive)",
           "local(D = 2, position = predictive, gaussian = true, sigma = 1)"]
 
@@ -233,7 +233,8 @@ QK = ["multiplicative", "scaled_multiplicative"]
 # needs (the documented rules), and now and then without it, for check to refuse.
 MECHANISMS = ["heads", "heads_out", "multi", "capsules", "mask", "position", "bias",
               "lin_penalty", "doubly_stochastic", "coverage_loss", "disagreement",
-              "supervised", "coverage", "dropout", "share"]
+              "supervised", "coverage", "dropout", "share", "talking_heads",
+              "mem_kv", "head_gates"]
 
 
 def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
@@ -278,7 +279,7 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         if keep and "monotonic" in f["align"] and not same_axis:
             f["align"] = "local(D = 1, position = predictive)"
     heads = "heads" in mechs or "heads_out" in mechs or (
-        keep and {"lin_penalty", "disagreement"} & set(mechs))
+        keep and {"lin_penalty", "disagreement", "talking_heads"} & set(mechs))
     if heads:
         f["heads"] = draw(st.sampled_from(["2", "4", "h"]))
     if "heads_out" in mechs:
@@ -313,6 +314,17 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         f["coverage"] = "true"
     if "dropout" in mechs:
         f["dropout"] = draw(st.sampled_from(["0.1", "p"]))
+    if "talking_heads" in mechs:
+        f["talking_heads"] = draw(st.sampled_from(["true", "pre", "post"]))
+        if keep:  # single-dimensional, without coverage's loop over queries
+            f.pop("dimensionality", None)
+            f.pop("coverage", None)
+    if "mem_kv" in mechs and (query is not None or not keep):
+        f["mem_kv"] = draw(st.sampled_from(["1", "2"]))
+    if "head_gates" in mechs and (query is not None and "capsules" not in f or not keep):
+        f["head_gates"] = "true"
+        if keep and f.get("align") == "sigmoid":
+            f["align"] = "global"
     if "share" in mechs and m.atts:
         f["share"] = draw(st.sampled_from(m.atts))
     if keep:  # what the chosen mechanisms need of the score and the alignment
@@ -321,12 +333,18 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         if "position" in mechs:
             score = draw(st.sampled_from(QK))
         if {"position", "bias", "coverage"} & set(mechs) and f.get("align") not in \
-                (None, "global", "soft", "sparsemax", "entmax"):
+                (None, "global", "soft", "sparsemax", "entmax", "topk(k = 2)"):
             f["align"] = "global"
         if "multi" in mechs and f.get("align") == "hard":
             f["align"] = "global"
         if "multi" in mechs:  # every penalty reads one weight per key
             f.pop("penalty", None)
+        if "mem_kv" in f:  # a dot-product score, no position term, bias, coverage or share
+            score = draw(st.sampled_from(QK))
+            for x in ("position", "bias", "dimensionality", "coverage", "share"):
+                f.pop(x, None)
+            if f.get("penalty", "").startswith("coverage"):
+                f.pop("penalty")
         if score == "location" and key_axis is None:
             score = "general"
     items = [(k, f[k]) for k in ("query", "features", "keys", "values")

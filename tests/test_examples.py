@@ -84,6 +84,21 @@ EXPECTED = {
     "wu2020_lite_transformer": dict(scoring="Scaled Multiplicative", alignment="Global",
                                     query_type="Self-Attentive",
                                     query_multiplicity="Multi-Head"),
+    # Top-k (Zhao et al. 2019): a softmax over each query's k largest scores reads Sparse.
+    "zhao2019_topk": dict(scoring="Scaled Multiplicative", alignment="Sparse",
+                          query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Talking heads (Shazeer et al. 2020) mix the heads: still Multi-Head, Global.
+    "shazeer2020_talking_heads": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                      query_type="Self-Attentive",
+                                      query_multiplicity="Multi-Head"),
+    # Persistent memory (Sukhbaatar et al. 2019): learned keys/values join the keys.
+    "sukhbaatar2019_persistent_memory": dict(scoring="Scaled Multiplicative",
+                                             alignment="Global", query_type="Self-Attentive",
+                                             query_multiplicity="Multi-Head"),
+    # x-transformers' head features together: top-k (Sparse), talking heads, memory
+    # key/values and head gates (Multi-Head).
+    "xtransformers_heads": dict(scoring="Scaled Multiplicative", alignment="Sparse",
+                                query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

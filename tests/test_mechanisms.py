@@ -57,7 +57,7 @@ def test_every_template_and_helper_exists_and_has_a_record():
             assert (TEMPLATES / "helpers" / f"{h}.py.j2").is_file(), (m.name, h)
     # no mechanism template without its record: one file per mechanism, named after it
     recorded = {m.template for m in mech.REGISTRY.values() if m.template}
-    for folder in ("score", "align", "position", "bias", "penalty", "heads_out"):
+    for folder in ("score", "align", "position", "bias", "penalty", "heads_out", "heads"):
         for f in (TEMPLATES / folder).glob("*.py.j2"):
             assert f"{folder}/{f.name}" in recorded, f
     for m in mech.REGISTRY.values():

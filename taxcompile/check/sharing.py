@@ -279,6 +279,8 @@ def _mechanisms(n: ir.Attention, info: AttentionInfo) -> dict:
                dimensionality=n.dimensionality, capsules=n.capsules, mask=n.mask,
                penalty=n.penalty, dropout=n.dropout, affinity=n.affinity is not None,
                d_q=info.d_q, d_k=info.d_k, d_v=info.d_v)
+    out.update((rec.name, getattr(n, rec.name) or "none")  # talking heads, memory, gates
+               for rec in mech.HEAD_MECHANISMS.values())
     for what, m in (("position", n.position), ("bias", n.bias)):  # score modifiers
         if m is not None:
             out[what] = str(m) + mech.MODIFIERS[m.fn].text("detail", m)

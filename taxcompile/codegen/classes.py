@@ -69,6 +69,7 @@ class AttentionView:
     start: bool = False  # forward() takes `start`, the first query's position (p = t, eq. 27)
     needs: frozenset[str] = frozenset()  # locals of forward() the templates read ("H")
     score_terms: bool = False  # position terms in the scores: one score_mod for every path
+    attention: ir.Attention | None = None  # the statement (the heads/ templates read it)
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -98,7 +99,7 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
     kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
     additive attention over blocks of queries), "flex" (a term in the scores as
     FlexAttention's score_mod), or None."""
-    if n.penalty is not None or n.coverage:
+    if n.penalty is not None or n.coverage or mech.heads.present(n):
         return None
     al = mech.align(n.align.fn)
     if any(rec.in_scores for rec, _ in mech.modifiers(n)):
@@ -127,10 +128,10 @@ def share_of(p, n: ir.Attention) -> str | None:
 def class_key(p, n: ir.Attention) -> str:
     query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
     return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
-        exclude={"loc", "sym", "window"})}, n.heads > 1, n.heads > 1 and query != "none",
+        exclude={"loc", "sym", "window", "k"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
         n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
-        ("+pair_mask" if n.mask_input is not None else "")
+        ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n)
 
 
 def coverage_key(n: ir.Attention) -> str:
@@ -186,6 +187,7 @@ def attention_class(p, n: ir.Attention) -> str:
     if n.coverage:
         extra.insert(0, mech.TRAITS["coverage"])
     mods = [rec for rec, _ in mech.modifiers(n)]
+    extra += mech.heads.present(n)
     heads_out = n.heads_out if n.heads > 1 else "project"
     view = AttentionView(
         cls=name, title="\n    ".join(doc[:cut]), doc=tuple(doc[cut + 1:]),
@@ -203,7 +205,7 @@ def attention_class(p, n: ir.Attention) -> str:
                             tuple(m.template for m in mods), tuple(m.template for m in extra)),
         start=align.holds("step_start", n.align),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
-        score_terms=any(m.in_scores for m in mods))
+        score_terms=any(m.in_scores for m in mods), attention=n)
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -233,6 +235,7 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
            "shared_keys": share == "keys", "coverage": n.coverage}
     parts = [t[name].class_part for name, on in has.items() if on]
     parts += [rec.text("class_part", m) for rec, m in mech.modifiers(n)]
+    parts += [rec.text("class_part", n) for rec in mech.heads.present(n)]
     parts.append(mech.score(n.score.fn).text("class_part", n.score))
     parts.append(mech.align(n.align.fn).text("class_part", n.align))
     return "".join(parts) + "Attention"
@@ -266,6 +269,7 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
         lines.append(t["coverage"].doc)
     if n.disagreement is not None:  # the heads' tensors the penalty reads, if not a
         lines += [x for x in [mech.PENALTIES["disagreement"].text("doc", n.disagreement)] if x]
+    lines += [rec.text("doc", n) for rec in mech.heads.present(n)]
     if dropout:
         lines.append(t["dropout"].doc)
     if share in ("keys", "swap"):

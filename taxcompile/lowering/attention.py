@@ -17,6 +17,8 @@ from ..ops import P
 from ..suggest import alias, suggest
 from .base import Defining
 from .features import Features
+from .heads import FIELDS as HEAD_FIELDS
+from .heads import head_fields
 from .inputs import MASK_KINDS
 from .names import Scope
 from .penalties import Penalties
@@ -36,7 +38,7 @@ MASKS = P("mask", "enum", False, "none", tuple(mech.MASKS))
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
                     "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
-                    "share", "position", "bias", "coverage", "self_loops")
+                    "share", "position", "bias", "coverage", "self_loops") + HEAD_FIELDS
 # Score modifiers: position terms in q and k (`position = …`) and additive biases on the
 # scores before the alignment (`bias = …`); docs/codegen.md has their equations.
 POSITIONS: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.POSITIONS.items()}
@@ -71,6 +73,7 @@ class Attentions(Features, Penalties):
         score = self.score(f.get("score"), s)
         align = self.align(f.get("align"), s)
         traits = self.attention_traits(f, s, scope)
+        traits.update(head_fields(self, f, s, traits, score, scope))
         links = self.attention_links(f, scope)
         position = self.modifier(f.get("position"), POSITIONS, "position term")
         bf = f.get("bias")  # `bias = true | false`: graph attention's output bias
@@ -280,4 +283,4 @@ class Attentions(Features, Penalties):
         return ir.Align(fn=name, window=p.get("D"), position=p.get("position"),
                         gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
                         sym=tuple(sorted(syms.items())), loc=self.loc(fld.value.pos),
-                        normalize=bool(p.get("normalize", False)))
+                        normalize=bool(p.get("normalize", False)), k=p.get("k"))

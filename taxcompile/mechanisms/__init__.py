@@ -12,13 +12,15 @@ anyway (the operator registry's parameter type, no pydantic model of its own).""
 
 from __future__ import annotations
 
+from . import heads
 from .aligns import ALIGNS, GRAPH_REASON
+from .heads import HEAD_MECHANISMS
 from .modifiers import BIASES, MODIFIERS, POSITIONS
 from .others import HEADS_OUT, MASK_ARG, MASKS, PENALTIES, TRAITS
 from .record import KINDS, CtorArg, Mechanism
 from .scores import SCORES, WITHOUT_QUERY, affinity_reading
 
-__all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEADS_OUT", "KINDS",
+__all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "KINDS", "heads",
            "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POSITIONS", "REGISTRY", "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
            "constructor", "literal", "modifiers", "penalties", "score", "align", "signature", "spellings"]
@@ -26,7 +28,8 @@ __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEADS_OUT", "KINDS",
 # Every record, by (kind, name).
 REGISTRY: dict[tuple[str, str], Mechanism] = {
     (m.kind, m.name): m for table in (SCORES, ALIGNS, POSITIONS, BIASES, MASKS, HEADS_OUT,
-                                      PENALTIES, TRAITS) for m in table.values()}
+                                      PENALTIES, TRAITS, HEAD_MECHANISMS)
+    for m in table.values()}
 
 
 def spellings(table: dict[str, Mechanism]) -> dict[str, Mechanism]:
@@ -84,6 +87,7 @@ def constructor(n, dropout: bool = False, share: str | None = None,
         out += TRAITS["dropout"].ctor
     for m, _ in modifiers(n):
         out += m.ctor
+    out += [a for m in heads.present(n) for a in m.ctor]
     if share == "keys":
         out += TRAITS["shared_keys"].ctor
     elif share == "swap":

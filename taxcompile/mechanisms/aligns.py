@@ -23,6 +23,14 @@ CRF_REASON = ("structured attention (Kim et al.; seed 000): the marginals p(z_l 
               "is sampled (hard, reinforced) and no window is cut (local); the transitions "
               "only couple neighbouring weights")
 
+# Zhao et al. 2019's explicit sparse attention (x-transformers' `attn_sparse_topk`): a
+# softmax over the k largest scores of each query. Written as an alignment beside sparsemax
+# and entmax because, like them, it replaces the softmax and leaves exact zeros.
+TOPK_REASON = ("top-k sparse attention (Zhao et al. 2019): a softmax over each query's k = {k} "
+               "largest scores, exact zeros elsewhere, which reads as sparse (seed 000's value, "
+               "as sparsemax): the kept subset follows the scores, not a window around a "
+               "position (local), nothing is sampled (hard) and no policy picks it (reinforced)")
+
 ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("align", "global", aliases=("soft",), reading="Global",
               reason="softmax over all keys (eq. 25)", label="global", class_part="",
@@ -76,6 +84,12 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               class_part="CRF",
               doc="structured attention: a linear-chain CRF's marginals p(z_l = 1) (Kim et al.)",
               template="align/crf.py.j2", helpers=("crf_marginals",)),
+    Mechanism("align", "topk", (pint("k"),), reading="Sparse", reason=TOPK_REASON,
+              label="top-{k}", class_part="TopK",
+              doc="top-k alignment: a softmax over each query's k largest scores (Zhao et al.)",
+              ctor=(CtorArg("topk", "int", owner="align", field="k", sym="k",
+                            comment="k: the scores each query keeps (Zhao et al. 2019)"),),
+              template="align/topk.py.j2", helpers=("masked_softmax",), normalised=True),
 )}
 
 # Graph attention (GAT, eq. 3): a softmax over each node's neighbours, read as global.
