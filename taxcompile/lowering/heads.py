@@ -1,9 +1,11 @@
-"""The head mechanisms' fields of an attention statement (issue 25; their records are in
-mechanisms/heads.py): `talking_heads = true | pre | post`, `mem_kv = M` and `head_gates = true`. Lowered here,
+"""The head mechanisms' fields of an attention statement (issue 25; their records are
+in mechanisms/heads.py): `talking_heads = true | pre | post`, `mem_kv = M` and
+`head_gates = true`. Lowered here,
 with the located errors for a misuse (talking heads with one head, multi-dimensional
 weights, coverage's loop over queries or graph attention; memory key/values beside a score
 that is no dot product of q and k, or a position term or bias); ``lowering/attention.py``
-calls ``head_fields`` once per statement."""
+calls ``head_fields`` once per statement. What needs another node's shape (a shared
+module's heads agreeing) is checked in ``checks.py`` (``check/sharing.py``)."""
 
 from __future__ import annotations
 
