@@ -329,7 +329,9 @@ class Classifier:
                 for reason, _ in reasons:
                     qt.add(kind, reason)
             if a.heads > 1:
-                qm.add("Multi-Head", f"attention {self.q(a.id)} has {a.heads} heads")
+                qm.add("Multi-Head", f"attention {self.q(a.id)} " + (
+                    mechanisms.TRAITS["kv_heads"].text("reason", a) if a.kv_heads
+                    else f"has {a.heads} heads"))
             if a.capsules:
                 own = isinstance(a.query, ir.Op) and a.query.fn == "learned"
                 qm.add("Capsule-Based", f"attention {self.q(a.id)} has one capsule per class "

@@ -234,6 +234,9 @@ class Attention(_Frozen):
     loc: Location
     # graph attention's output bias (GATConv's `bias`): `bias = false` drops it; None: not said
     out_bias: bool | None = None
+    # grouped-query attention (Ainslie et al. 2023): the keys' and values' heads, each shared
+    # by heads / kv_heads query heads (1: multi-query, Shazeer 2019); 0: one per query head
+    kv_heads: int = 0
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""
@@ -245,6 +248,8 @@ class Attention(_Frozen):
             out.append(traits["heads"].text("label", self))
             if self.heads_out != "project":
                 out.append(mech.HEADS_OUT[self.heads_out].text("label"))
+            if self.kv_heads:
+                out.append(traits["kv_heads"].text("label", self))
         if self.dimensionality == "multi":
             out.append(traits["multi_dimensional"].text("label"))
         if self.capsules:

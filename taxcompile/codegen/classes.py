@@ -130,7 +130,7 @@ def class_key(p, n: ir.Attention) -> str:
         exclude={"loc", "sym", "window"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
         n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
-        ("+pair_mask" if n.mask_input is not None else "")
+        ("+pair_mask" if n.mask_input is not None else "") + ("+kv_heads" if n.kv_heads else "")
 
 
 def coverage_key(n: ir.Attention) -> str:
@@ -185,6 +185,8 @@ def attention_class(p, n: ir.Attention) -> str:
     extra = [rec for rec, _ in mech.penalties(n) if rec.template]
     if n.coverage:
         extra.insert(0, mech.TRAITS["coverage"])
+    if n.kv_heads:
+        extra.insert(0, mech.TRAITS["kv_heads"])
     mods = [rec for rec, _ in mech.modifiers(n)]
     heads_out = n.heads_out if n.heads > 1 else "project"
     view = AttentionView(
@@ -230,7 +232,7 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
     t = mech.TRAITS
     has = {"queryless": n.query is None, "heads": n.heads > 1, "capsules": bool(n.capsules),
            "multi_dimensional": n.dimensionality == "multi", "coattention": bool(n.affinity),
-           "shared_keys": share == "keys", "coverage": n.coverage}
+           "shared_keys": share == "keys", "coverage": n.coverage, "kv_heads": bool(n.kv_heads)}
     parts = [t[name].class_part for name, on in has.items() if on]
     parts += [rec.text("class_part", m) for rec, m in mech.modifiers(n)]
     parts.append(mech.score(n.score.fn).text("class_part", n.score))
@@ -250,6 +252,8 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
         joined = mech.HEADS_OUT[n.heads_out].doc
         how = t["heads"].variant_doc("split" if n.query is not None else "rows")
         lines.append(t["heads"].doc + how.format(joined=joined))
+    if n.kv_heads:
+        lines.append(t["kv_heads"].doc)
     if n.dimensionality == "multi":
         lines.append(t["multi_dimensional"].doc)
     if n.capsules:

@@ -36,7 +36,7 @@ MASKS = P("mask", "enum", False, "none", tuple(mech.MASKS))
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
                     "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
-                    "share", "position", "bias", "coverage", "self_loops")
+                    "share", "position", "bias", "coverage", "self_loops", "kv_heads")
 # Score modifiers: position terms in q and k (`position = …`) and additive biases on the
 # scores before the alignment (`bias = …`); docs/codegen.md has their equations.
 POSITIONS: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.POSITIONS.items()}
@@ -123,12 +123,32 @@ class Attentions(Features, Penalties):
                      f"but attention `{s.name}` has one", "set `heads = H`, or drop `heads_out`")
         dropout = (self.as_param(P("dropout", "prob"), f["dropout"].value, scope, "`dropout`")
                    if "dropout" in f else None)
-        syms = {k: t for k in ("heads", "capsules", "dropout") if k in f
+        kv_heads = self.kv_heads(f, heads, s, scope) if "kv_heads" in f else 0
+        syms = {k: t for k in ("heads", "capsules", "dropout", "kv_heads") if k in f
                 and (t := self.sym(f[k].value, scope))}
         return dict(dimensionality=dims, heads=heads, heads_out=heads_out or HEADS_OUT.default,
                     capsules=capsules, mask=mask or MASKS.default, mask_input=mask_input,
                     self_loops=self_loops, coverage=coverage, dropout=dropout, **penalties,
-                    sym=tuple(sorted(syms.items())))
+                    kv_heads=kv_heads or 0, sym=tuple(sorted(syms.items())))
+
+    def kv_heads(self, f: dict[str, ast.Field], heads: int | None, s: ast.Attention,
+                 scope: Scope) -> int | None:
+        """`kv_heads = g`: grouped-query attention's key/value heads (its record's fit)."""
+        fld = f["kv_heads"]
+        g = self.as_int(fld.value, scope, "`kv_heads`", 1, 1024)
+        if g is None or heads is None:
+            return None
+        if heads == 1:
+            self.err(fld.pos, f"`kv_heads` shares key/value heads among query heads, but "
+                     f"attention `{s.name}` has one head", "set `heads = H` (kv_heads divides "
+                     "H), or drop `kv_heads`")
+            return None
+        if heads % g:
+            self.err(fld.value.pos, f"kv_heads = {g} does not divide heads = {heads}",
+                     "each key/value head serves heads / kv_heads query heads (Ainslie et al. "
+                     f"2023): a divisor of {heads}, 1 for multi-query attention")
+            return None
+        return g
 
     def flag(self, f: dict[str, ast.Field], name: str, scope: Scope) -> bool:
         """A `true`/`false` field (False when not given, or not lowered)."""

@@ -84,6 +84,8 @@ def constructor(n, dropout: bool = False, share: str | None = None,
         out += TRAITS["dropout"].ctor
     for m, _ in modifiers(n):
         out += m.ctor
+    if getattr(n, "kv_heads", 0):
+        out += TRAITS["kv_heads"].ctor
     if share == "keys":
         out += TRAITS["shared_keys"].ctor
     elif share == "swap":

@@ -130,6 +130,20 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
               doc="share: the co-attention module of the other direction over the same "
                   "affinity matrix, whose W_k is this one's W_q and W_q its W_k (eq. 14-15: "
                   "one W1 and W2); w stays per direction."),
+    # Ainslie et al. 2023 (GQA; kv_heads = 1: Shazeer 2019's multi-query attention): still
+    # H query heads with one context each, so the row reads Multi-Head, with this reason.
+    Mechanism("trait", "kv_heads", class_part="GroupedQuery", label="{kv_heads} key/value heads",
+              reading="Multi-Head",
+              reason="shares {kv_heads} key/value heads among its {heads} query heads "
+                     "(grouped-query attention shares keys and values among query heads; it is "
+                     "still several query heads, one context each: multi-head)",
+              doc="Grouped-query (Ainslie et al. 2023; kv_heads = 1: multi-query, Shazeer "
+                  "2019): k and v hold kv_heads heads of width d_k / heads, each read by heads "
+                  "/ kv_heads query heads; d_k and d_v are the query heads' total width.",
+              ctor=(CtorArg("kv_heads", "int", "0", field="kv_heads", unset=0,
+                            comment="key/value heads, each shared by heads / kv_heads query "
+                                    "heads (0: heads)"),),
+              template="heads/kv_heads.py.j2"),
     Mechanism("trait", "pair_mask", label="mask `{mask_input}`",
               doc="pair_mask: (N, Lq, Lk) bool, True = the query may see the key, a mask "
                   "given with the data (a mask input), combined with both."),
