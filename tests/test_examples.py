@@ -84,6 +84,10 @@ EXPECTED = {
     "wu2020_lite_transformer": dict(scoring="Scaled Multiplicative", alignment="Global",
                                     query_type="Self-Attentive",
                                     query_multiplicity="Multi-Head"),
+    # Grouped-query attention (issue 25): 8 query heads share 2 key/value heads; still
+    # several query heads with one context each: Multi-Head.
+    "gqa": dict(scoring="Scaled Multiplicative", alignment="Global",
+                query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

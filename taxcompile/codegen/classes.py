@@ -219,6 +219,8 @@ def one_per_input(n: ir.Attention) -> bool:
 
 def context_width(n: ir.Attention) -> str:
     """The context's width in the class docstring (checks.context_dim)."""
+    if n.kv_heads:  # H heads of d_v / G (templates/codegen/heads/kv_heads.py.j2)
+        return "d_v * H / G" if n.heads_out != "mean" else "d_v / G"
     if n.heads < 2 or n.heads_out == "project":
         return "d_v"
     if n.query is not None:  # H slices of d_v / H (eq. 38)
