@@ -4,7 +4,9 @@ here on the IR (the lowering has checked that g divides heads and that heads > 1
 must be a dot product of one query head with one key head (its record's ``dot``), and the
 keys' and values' widths must be g heads of the query's head width. The module then reads
 as if its keys and values were H heads wide: the rest of the checker, the context's width
-and the constructor's d_k and d_v see H * d_head (the class repeats each key/value head)."""
+and the constructor's d_k and d_v see H * d_head (the class repeats each key/value head).
+Query-key normalisation (`qk_norm`, ``qk_norm_fits``) is checked here too: it also changes
+how q and k meet inside the heads."""
 
 from __future__ import annotations
 
@@ -43,3 +45,30 @@ def grouped_fit(checker, f):
             return None
     wide = h * d_head
     return replace(f, k=Shape(k.axes, wide), v=Shape(v.axes, wide))
+
+
+def qk_norm_fits(checker, f) -> bool:
+    """`qk_norm`: q and k normalised per head before a dot product of the two (its score's
+    record has ``dot`` and ``equal_qk``: q^T k, no W between them), each head's width split
+    into `groups` equal parts, a positive scale."""
+    n, q, where, qk = f.n, f.q, f.where, f.n.qk_norm
+    rec = mech.SCORES[n.score.fn]
+    if q is None or rec.dot is None or not rec.equal_qk or n.dimensionality == "multi" \
+            or n.affinity or mech.ALIGNS[n.align.fn].gate:
+        checker.err(qk.loc, f"{where}: `qk_norm` normalises q and k before their dot product "
+                    f"q^T k; the {n.score.fn.replace('_', ' ')} score"
+                    + ("" if q is not None else " without a query") + " has none",
+                    "use `score = scaled_multiplicative` or `multiplicative` with a query, or "
+                    "drop `qk_norm`")
+        return False
+    d_head = q.dim // max(n.heads, 1)
+    if d_head % qk.groups:
+        checker.err(qk.loc, f"{where}: `qk_norm` normalises each head's {d_head} features in "
+                    f"groups = {qk.groups} equal parts, which does not divide them",
+                    f"use a divisor of {d_head}")
+        return False
+    if qk.scale <= 0:
+        checker.err(qk.loc, f"{where}: the scale of `qk_norm` must be positive, got "
+                    f"{qk.scale:g}", "e.g. `qk_norm = l2(scale = 10)` (x-transformers' default)")
+        return False
+    return True

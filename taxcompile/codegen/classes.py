@@ -69,6 +69,7 @@ class AttentionView:
     start: bool = False  # forward() takes `start`, the first query's position (p = t, eq. 27)
     needs: frozenset[str] = frozenset()  # locals of forward() the templates read ("H")
     score_terms: bool = False  # position terms in the scores: one score_mod for every path
+    scaled: bool = False  # the score divides by sqrt(d_k) (its record's `scaled`)
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -130,7 +131,8 @@ def class_key(p, n: ir.Attention) -> str:
         exclude={"loc", "sym", "window"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
         n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
-        ("+pair_mask" if n.mask_input is not None else "") + ("+kv_heads" if n.kv_heads else "")
+        ("+pair_mask" if n.mask_input is not None else "") + ("+kv_heads" if n.kv_heads else "") \
+        + ("+qk_norm" if n.qk_norm is not None else "")
 
 
 def coverage_key(n: ir.Attention) -> str:
@@ -185,6 +187,8 @@ def attention_class(p, n: ir.Attention) -> str:
     extra = [rec for rec, _ in mech.penalties(n) if rec.template]
     if n.coverage:
         extra.insert(0, mech.TRAITS["coverage"])
+    if n.qk_norm is not None:
+        extra.insert(0, mech.TRAITS["qk_norm"])
     if n.kv_heads:
         extra.insert(0, mech.TRAITS["kv_heads"])
     mods = [rec for rec, _ in mech.modifiers(n)]
@@ -205,7 +209,7 @@ def attention_class(p, n: ir.Attention) -> str:
                             tuple(m.template for m in mods), tuple(m.template for m in extra)),
         start=align.holds("step_start", n.align),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
-        score_terms=any(m.in_scores for m in mods))
+        score_terms=any(m.in_scores for m in mods), scaled=score.scaled)
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -234,7 +238,8 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
     t = mech.TRAITS
     has = {"queryless": n.query is None, "heads": n.heads > 1, "capsules": bool(n.capsules),
            "multi_dimensional": n.dimensionality == "multi", "coattention": bool(n.affinity),
-           "shared_keys": share == "keys", "coverage": n.coverage, "kv_heads": bool(n.kv_heads)}
+           "shared_keys": share == "keys", "coverage": n.coverage, "kv_heads": bool(n.kv_heads),
+           "qk_norm": n.qk_norm is not None}
     parts = [t[name].class_part for name, on in has.items() if on]
     parts += [rec.text("class_part", m) for rec, m in mech.modifiers(n)]
     parts.append(mech.score(n.score.fn).text("class_part", n.score))
@@ -256,6 +261,8 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
         lines.append(t["heads"].doc + how.format(joined=joined))
     if n.kv_heads:
         lines.append(t["kv_heads"].doc)
+    if n.qk_norm is not None:
+        lines.append(t["qk_norm"].doc)
     if n.dimensionality == "multi":
         lines.append(t["multi_dimensional"].doc)
     if n.capsules:
