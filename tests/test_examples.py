@@ -88,6 +88,10 @@ EXPECTED = {
     # several query heads with one context each: Multi-Head.
     "gqa": dict(scoring="Scaled Multiplicative", alignment="Global",
                 query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Query-key normalisation (issue 25): cosine scores times a scale, a dot product of
+    # transformed q and k: the score as written (Scaled Multiplicative), as rotary is.
+    "qk_norm": dict(scoring="Scaled Multiplicative", alignment="Global",
+                    query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

@@ -151,3 +151,12 @@ def test_example_kv_cache_holds_the_kv_heads():
     assert lq == 1 and lk > 1
     row = classify_text((ROOT / "examples/gqa.attn").read_text(encoding="utf-8"))
     assert row["query_multiplicity"] == "Multi-Head"
+
+
+@pytest.mark.parametrize("name", ["gqa_not_dividing", "gqa_one_head", "gqa_additive",
+                                  "gqa_widths"])
+def test_misuse_is_a_located_error(name):
+    from conftest import error_snapshot
+
+    got, want = error_snapshot(name)
+    assert got == want

@@ -26,8 +26,8 @@ def grouped_fit(checker, f):
             or mech.ALIGNS[n.align.fn].gate:
         checker.err(n.loc, f"{where}: `kv_heads` shares a key/value head among query heads, "
                     f"which needs a dot-product score of one query head with one key head "
-                    f"(q^(j)T k^(j)); the {n.score.fn.replace('_', ' ')} score"
-                    + ("" if q is not None else " without a query") + " has none",
+                    f"(q^(j)·k^(g)); the {n.score.fn.replace('_', ' ')} score"
+                    + ("" if q is not None else " without a query") + " is not one",
                     "use `score = scaled_multiplicative` (or another dot product of Table II) "
                     "with a query, or drop `kv_heads`")
         return None
@@ -57,7 +57,7 @@ def qk_norm_fits(checker, f) -> bool:
             or n.affinity or mech.ALIGNS[n.align.fn].gate:
         checker.err(qk.loc, f"{where}: `qk_norm` normalises q and k before their dot product "
                     f"q^T k; the {n.score.fn.replace('_', ' ')} score"
-                    + ("" if q is not None else " without a query") + " has none",
+                    + ("" if q is not None else " without a query") + " is not a plain q^T k",
                     "use `score = scaled_multiplicative` or `multiplicative` with a query, or "
                     "drop `qk_norm`")
         return False
