@@ -6,7 +6,6 @@ weights copied in; the example classifies with its reason; misuse is a located e
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
