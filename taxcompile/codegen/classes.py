@@ -70,6 +70,7 @@ class AttentionView:
     needs: frozenset[str] = frozenset()  # locals of forward() the templates read ("H")
     score_terms: bool = False  # position terms in the scores: one score_mod for every path
     scaled: bool = False  # the score divides by sqrt(d_k) (its record's `scaled`)
+    kv_heads: bool = False  # grouped-query attention: self.kv_heads key/value heads
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -209,7 +210,8 @@ def attention_class(p, n: ir.Attention) -> str:
                             tuple(m.template for m in mods), tuple(m.template for m in extra)),
         start=align.holds("step_start", n.align),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
-        score_terms=any(m.in_scores for m in mods), scaled=score.scaled)
+        score_terms=any(m.in_scores for m in mods), scaled=score.scaled,
+        kv_heads=bool(n.kv_heads))
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
