@@ -157,3 +157,30 @@ def test_misuse_is_a_located_error(name):
 
     got, want = error_snapshot(name)
     assert got == want
+
+
+def test_with_grouped_query_heads_matches_x_transformers(gen):
+    """qk-norm with learned gains over 2 key/value heads (k's gains per key/value head)."""
+    xt = pytest.importorskip("x_transformers.x_transformers")
+    torch.manual_seed(1)
+    theirs = xt.Attention(32, heads=4, dim_head=8, kv_heads=2, causal=True, qk_norm=True,
+                          qk_norm_dim_scale=True).to(DT).eval()
+    m = gen(SPEC.replace("features = x", "keys = project(x, 16)  values = project(x, 16)")
+            .replace("heads = 4", "heads = 4  kv_heads = 2")
+            .format(qk="l2(dim_scale = true)", mask="causal", score="scaled_multiplicative"))
+    cls = next(c for n, c in vars(m).items() if isinstance(c, type) and n.endswith("Attention"))
+    ours = cls(d_q=32, d_k=16, d_v=16, heads=4, mask="causal", kv_heads=2,
+               qk_dim_scale=True).to(DT)
+    perm = torch.tensor([0, 2, 1, 3])  # our head j is their head (j mod 2) 2 + j // 2
+    rows = (perm[:, None] * 8 + torch.arange(8)).reshape(-1)
+    with torch.no_grad():
+        theirs.qk_norm_q_scale.uniform_(0.5, 1.5)
+        theirs.qk_norm_k_scale.uniform_(0.5, 1.5)
+        ours.q_gain.copy_(theirs.qk_norm_q_scale[perm])
+        ours.k_gain.copy_(theirs.qk_norm_k_scale)
+        ours.out.weight.copy_(theirs.to_out.weight[:, rows])
+        ours.out.bias.zero_()
+    x = torch.randn(2, 6, 32, dtype=DT)
+    got, _, _ = ours(x @ theirs.to_q.weight[rows].T, x @ theirs.to_k.weight.T,
+                     x @ theirs.to_v.weight.T)
+    assert (got - theirs(x)).abs().max() < 1e-10
