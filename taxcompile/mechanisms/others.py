@@ -138,8 +138,9 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
                      "(grouped-query attention shares keys and values among query heads; it is "
                      "still several query heads, one context each: multi-head)",
               doc="Grouped-query (Ainslie et al. 2023; kv_heads = 1: multi-query, Shazeer "
-                  "2019): k and v hold kv_heads heads of width d_k / heads, each read by heads "
-                  "/ kv_heads query heads; d_k and d_v are the query heads' total width.",
+                  "2019): k and v hold G = kv_heads heads of the query heads' width (d_k = G * "
+                  "d_q / H), query head j reads key/value head j // (H / G); the context is "
+                  "the H heads side by side (H * d_v / G).",
               ctor=(CtorArg("kv_heads", "int", "0", field="kv_heads", unset=0,
                             comment="key/value heads, each shared by heads / kv_heads query "
                                     "heads (0: heads)"),),
