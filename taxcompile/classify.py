@@ -319,7 +319,9 @@ class Classifier:
             more = dict(form=aff.param("form", "bilinear"), act=str(aff.param("act", "none")),
                         affinity=self.q(a.affinity))
         self.cells["scoring"].add(rec.text("reading", s, **more), f"attention {self.q(a.id)} "
-                                  + rec.text("reason", s, **more) + modifier_reading(a))
+                                  + rec.text("reason", s, **more) + modifier_reading(a)
+                                  + (mechanisms.TRAITS["qk_norm"].text("reason", a.qk_norm)
+                                     if a.qk_norm is not None else ""))
 
     def query_type_and_multiplicity(self) -> None:
         qt, qm = self.cells["query_type"], self.cells["query_multiplicity"]
@@ -329,8 +331,9 @@ class Classifier:
                 for reason, _ in reasons:
                     qt.add(kind, reason)
             if a.heads > 1:
-                qm.add("Multi-Head", f"attention {self.q(a.id)} has {a.heads} heads"
-                       + mechanisms.heads.heads_reading(a))
+                qm.add("Multi-Head", f"attention {self.q(a.id)} " + (
+                    mechanisms.TRAITS["kv_heads"].text("reason", a) if a.kv_heads
+                    else f"has {a.heads} heads") + mechanisms.heads.heads_reading(a))
             if a.capsules:
                 own = isinstance(a.query, ir.Op) and a.query.fn == "learned"
                 qm.add("Capsule-Based", f"attention {self.q(a.id)} has one capsule per class "

@@ -198,6 +198,19 @@ class Disagreement(_Frozen):
     on: Literal["subspace", "position", "output"]
 
 
+class QKNorm(_Frozen):
+    """Query-key normalisation (`qk_norm = l2(…)`, as x-transformers' `attn_qk_norm`): q and
+    k l2-normalised per head (in `groups` equal parts), then e = scale * q^T k, or with
+    `dim_scale` a learned gain per head and feature on each, and scale = 1 / sqrt(d_head)."""
+
+    fn: Literal["l2"] = "l2"
+    scale: float = 10.0
+    groups: int = 1
+    dim_scale: bool = False
+    sym: tuple[tuple[str, str], ...] = ()
+    loc: Location
+
+
 class Attention(_Frozen):
     kind_: Literal["attention"] = "attention"
     id: str
@@ -240,6 +253,10 @@ class Attention(_Frozen):
     talking_heads: str = ""
     mem_kv: int = 0  # learned memory key/values per head (x-transformers' num_mem_kv)
     head_gates: bool = False  # each head's context gated from the query (gate_value_heads)
+    # grouped-query attention (Ainslie et al. 2023): the keys' and values' heads, each shared
+    # by heads / kv_heads query heads (1: multi-query, Shazeer 2019); 0: one per query head
+    kv_heads: int = 0
+    qk_norm: QKNorm | None = None  # query-key normalisation (cosine scores with a scale)
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""
@@ -251,6 +268,10 @@ class Attention(_Frozen):
             out.append(traits["heads"].text("label", self))
             if self.heads_out != "project":
                 out.append(mech.HEADS_OUT[self.heads_out].text("label"))
+            if self.kv_heads:
+                out.append(traits["kv_heads"].text("label", self))
+        if self.qk_norm is not None:
+            out.append(traits["qk_norm"].text("label", self.qk_norm))
         if self.dimensionality == "multi":
             out.append(traits["multi_dimensional"].text("label"))
         if self.capsules:

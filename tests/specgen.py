@@ -234,7 +234,7 @@ QK = ["multiplicative", "scaled_multiplicative"]
 MECHANISMS = ["heads", "heads_out", "multi", "capsules", "mask", "position", "bias",
               "lin_penalty", "doubly_stochastic", "coverage_loss", "disagreement",
               "supervised", "coverage", "dropout", "share", "talking_heads",
-              "mem_kv", "head_gates"]
+              "mem_kv", "head_gates", "kv_heads", "qk_norm"]
 
 
 def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
@@ -259,6 +259,10 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
     if keep and "capsules" in mechs:
         query, seq, same_axis = "learned(d)", False, False
         mechs = [x for x in mechs if x not in needs_seq | {"mask", "position", "bias"}]
+    if keep and query is None:  # grouped heads and qk-norm meet a query's heads
+        mechs = [x for x in mechs if x not in ("kv_heads", "qk_norm")]
+    if keep and {"kv_heads", "qk_norm"} & set(mechs):
+        mechs = [x for x in mechs if x not in ("multi", "coverage")]
     if query is not None:
         f["query"] = query
     if draw(st.booleans()) or "share" in mechs:
@@ -279,9 +283,13 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         if keep and "monotonic" in f["align"] and not same_axis:
             f["align"] = "local(D = 1, position = predictive)"
     heads = "heads" in mechs or "heads_out" in mechs or (
-        keep and {"lin_penalty", "disagreement", "talking_heads"} & set(mechs))
+        keep and {"lin_penalty", "disagreement", "talking_heads", "kv_heads"} & set(mechs))
     if heads:
         f["heads"] = draw(st.sampled_from(["2", "4", "h"]))
+    if "kv_heads" in mechs:  # as many as the query heads (keys of any width), or a misfit
+        f["kv_heads"] = f.get("heads", "2") if keep else draw(st.sampled_from(["1", "3"]))
+    if "qk_norm" in mechs:
+        f["qk_norm"] = draw(st.sampled_from(["true", "l2(scale = 4)", "l2(dim_scale = true)"]))
     if "heads_out" in mechs:
         f["heads_out"] = draw(st.sampled_from(["project", "concat", "mean"]))
     if "multi" in mechs:
@@ -330,8 +338,10 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
     if keep:  # what the chosen mechanisms need of the score and the alignment
         if {"multi", "coverage"} & set(mechs) or f.get("align") == "sigmoid":
             score = draw(st.sampled_from(ADDITIVE))
-        if "position" in mechs:
+        if {"position", "kv_heads", "qk_norm"} & set(mechs):
             score = draw(st.sampled_from(QK))
+        if {"kv_heads", "qk_norm"} & set(mechs) and f.get("align") == "sigmoid":
+            f["align"] = "global"
         if {"position", "bias", "coverage"} & set(mechs) and f.get("align") not in \
                 (None, "global", "soft", "sparsemax", "entmax", "topk(k = 2)"):
             f["align"] = "global"

@@ -99,6 +99,14 @@ EXPECTED = {
     # key/values and head gates (Multi-Head).
     "xtransformers_heads": dict(scoring="Scaled Multiplicative", alignment="Sparse",
                                 query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Grouped-query attention (issue 25): 8 query heads share 2 key/value heads; still
+    # several query heads with one context each: Multi-Head.
+    "gqa": dict(scoring="Scaled Multiplicative", alignment="Global",
+                query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Query-key normalisation (issue 25): cosine scores times a scale, a dot product of
+    # transformed q and k: the score as written (Scaled Multiplicative), as rotary is.
+    "qk_norm": dict(scoring="Scaled Multiplicative", alignment="Global",
+                    query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

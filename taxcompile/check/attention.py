@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from .. import ir, module_checks
 from .. import mechanisms as mech
 from ..lower import SCORES_WITHOUT_QUERY
+from .grouped import grouped_fit, qk_norm_fits
 from .core import AttentionInfo, Shape, _base_ref, _name, context_dim, learned_capsules
 
 
@@ -48,6 +49,10 @@ class AttentionChecks:
             return None
         if (refused := module_checks.refusal(n)) is not None:
             self.err(*refused)
+            return None
+        if n.kv_heads and (f := grouped_fit(self, f)) is None:
+            return None
+        if n.qk_norm is not None and not qk_norm_fits(self, f):
             return None
         f = self.score_fits(f)
         if f is None:

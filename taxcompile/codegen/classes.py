@@ -70,6 +70,8 @@ class AttentionView:
     needs: frozenset[str] = frozenset()  # locals of forward() the templates read ("H")
     score_terms: bool = False  # position terms in the scores: one score_mod for every path
     attention: ir.Attention | None = None  # the statement (the heads/ templates read it)
+    scaled: bool = False  # the score divides by sqrt(d_k) (its record's `scaled`)
+    kv_heads: bool = False  # grouped-query attention: self.kv_heads key/value heads
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -131,7 +133,8 @@ def class_key(p, n: ir.Attention) -> str:
         exclude={"loc", "sym", "window", "k"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
         n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
-        ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n)
+        ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
+        + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "")
 
 
 def coverage_key(n: ir.Attention) -> str:
@@ -186,6 +189,10 @@ def attention_class(p, n: ir.Attention) -> str:
     extra = [rec for rec, _ in mech.penalties(n) if rec.template]
     if n.coverage:
         extra.insert(0, mech.TRAITS["coverage"])
+    if n.qk_norm is not None:
+        extra.insert(0, mech.TRAITS["qk_norm"])
+    if n.kv_heads:
+        extra.insert(0, mech.TRAITS["kv_heads"])
     mods = [rec for rec, _ in mech.modifiers(n)]
     extra += mech.heads.present(n)
     heads_out = n.heads_out if n.heads > 1 else "project"
@@ -205,7 +212,8 @@ def attention_class(p, n: ir.Attention) -> str:
                             tuple(m.template for m in mods), tuple(m.template for m in extra)),
         start=align.holds("step_start", n.align),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
-        score_terms=any(m.in_scores for m in mods), attention=n)
+        score_terms=any(m.in_scores for m in mods), attention=n, scaled=score.scaled,
+        kv_heads=bool(n.kv_heads))
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -219,6 +227,8 @@ def one_per_input(n: ir.Attention) -> bool:
 
 def context_width(n: ir.Attention) -> str:
     """The context's width in the class docstring (checks.context_dim)."""
+    if n.kv_heads:  # H heads of d_v / G (templates/codegen/heads/kv_heads.py.j2)
+        return "d_v * H / G" if n.heads_out != "mean" else "d_v / G"
     if n.heads < 2 or n.heads_out == "project":
         return "d_v"
     if n.query is not None:  # H slices of d_v / H (eq. 38)
@@ -232,7 +242,8 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
     t = mech.TRAITS
     has = {"queryless": n.query is None, "heads": n.heads > 1, "capsules": bool(n.capsules),
            "multi_dimensional": n.dimensionality == "multi", "coattention": bool(n.affinity),
-           "shared_keys": share == "keys", "coverage": n.coverage}
+           "shared_keys": share == "keys", "coverage": n.coverage, "kv_heads": bool(n.kv_heads),
+           "qk_norm": n.qk_norm is not None}
     parts = [t[name].class_part for name, on in has.items() if on]
     parts += [rec.text("class_part", m) for rec, m in mech.modifiers(n)]
     parts += [rec.text("class_part", n) for rec in mech.heads.present(n)]
@@ -253,6 +264,10 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
         joined = mech.HEADS_OUT[n.heads_out].doc
         how = t["heads"].variant_doc("split" if n.query is not None else "rows")
         lines.append(t["heads"].doc + how.format(joined=joined))
+    if n.kv_heads:
+        lines.append(t["kv_heads"].doc)
+    if n.qk_norm is not None:
+        lines.append(t["qk_norm"].doc)
     if n.dimensionality == "multi":
         lines.append(t["multi_dimensional"].doc)
     if n.capsules:

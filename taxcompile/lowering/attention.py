@@ -38,11 +38,14 @@ MASKS = P("mask", "enum", False, "none", tuple(mech.MASKS))
 
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
                     "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
-                    "share", "position", "bias", "coverage", "self_loops") + HEAD_FIELDS
+                    "share", "position", "bias", "coverage", "self_loops", "kv_heads",
+                    "qk_norm") + HEAD_FIELDS
 # Score modifiers: position terms in q and k (`position = …`) and additive biases on the
 # scores before the alignment (`bias = …`); docs/codegen.md has their equations.
 POSITIONS: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.POSITIONS.items()}
 BIASES: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.BIASES.items()}
+# Query-key normalisation: `qk_norm = l2(…)` (or `true`), its record's parameters.
+QK_NORMS: dict[str, tuple[P, ...]] = {"l2": mech.TRAITS["qk_norm"].params}
 # How a multi-head module joins its heads' contexts (the records of mechanisms.HEADS_OUT).
 HEADS_OUT = P("heads_out", "enum", False, "project", tuple(mech.HEADS_OUT))
 
@@ -80,13 +83,15 @@ class Attentions(Features, Penalties):
         on = bf.value.name if bf and isinstance(bf.value, ast.Ref) else None
         out_bias = on == "true" if on in ("true", "false") else None
         bias = self.modifier(bf if out_bias is None else None, BIASES, "score bias")
+        qk_norm = self.qk_norm(f.get("qk_norm"))
         if len(self.c.diagnostics) > before or keys is None or values is None or score is None \
                 or align is None or traits["heads"] is None or traits["capsules"] is None:
             return
         self.add_node(ir.Attention(
             id=node_id, name=s.name, query=query, keys=keys, values=values,
             score=score, align=align, position=position, bias=bias, **traits, **links,
-            hop=self.hop_of(scope, s.name), loc=self.loc(s.pos), out_bias=out_bias), s.pos)
+            hop=self.hop_of(scope, s.name), loc=self.loc(s.pos), out_bias=out_bias,
+            qk_norm=qk_norm), s.pos)
 
     def attention_fields(self, s: ast.Attention) -> dict[str, ast.Field]:
         """The statement's fields by name (an unknown or repeated one is reported)."""
@@ -126,12 +131,32 @@ class Attentions(Features, Penalties):
                      f"but attention `{s.name}` has one", "set `heads = H`, or drop `heads_out`")
         dropout = (self.as_param(P("dropout", "prob"), f["dropout"].value, scope, "`dropout`")
                    if "dropout" in f else None)
-        syms = {k: t for k in ("heads", "capsules", "dropout") if k in f
+        kv_heads = self.kv_heads(f, heads, s, scope) if "kv_heads" in f else 0
+        syms = {k: t for k in ("heads", "capsules", "dropout", "kv_heads") if k in f
                 and (t := self.sym(f[k].value, scope))}
         return dict(dimensionality=dims, heads=heads, heads_out=heads_out or HEADS_OUT.default,
                     capsules=capsules, mask=mask or MASKS.default, mask_input=mask_input,
                     self_loops=self_loops, coverage=coverage, dropout=dropout, **penalties,
-                    sym=tuple(sorted(syms.items())))
+                    kv_heads=kv_heads or 0, sym=tuple(sorted(syms.items())))
+
+    def kv_heads(self, f: dict[str, ast.Field], heads: int | None, s: ast.Attention,
+                 scope: Scope) -> int | None:
+        """`kv_heads = g`: grouped-query attention's key/value heads (its record's fit)."""
+        fld = f["kv_heads"]
+        g = self.as_int(fld.value, scope, "`kv_heads`", 1, 1024)
+        if g is None or heads is None:
+            return None
+        if heads == 1:
+            self.err(fld.pos, f"`kv_heads` shares key/value heads among query heads, but "
+                     f"attention `{s.name}` has one head", "set `heads = H` (kv_heads divides "
+                     "H), or drop `kv_heads`")
+            return None
+        if heads % g:
+            self.err(fld.value.pos, f"kv_heads = {g} does not divide heads = {heads}",
+                     "each key/value head serves heads / kv_heads query heads (Ainslie et al. "
+                     f"2023): a divisor of {heads}, 1 for multi-query attention")
+            return None
+        return g
 
     def flag(self, f: dict[str, ast.Field], name: str, scope: Scope) -> bool:
         """A `true`/`false` field (False when not given, or not lowered)."""
@@ -272,6 +297,24 @@ class Attentions(Features, Penalties):
                            base=float(p.get("base", 10000.0)),
                            sym=tuple(sorted(syms.items())),
                            loc=self.loc(fld.value.pos))
+
+    def qk_norm(self, fld: ast.Field | None) -> ir.QKNorm | None:
+        """`qk_norm = true | false | l2 | l2(scale = 10, groups = 1, dim_scale = false)`: query-
+        key normalisation (its record's parameters; an error is recorded when it does not
+        lower)."""
+        if fld is None:
+            return None
+        v = fld.value
+        if isinstance(v, ast.Ref) and len(v.parts) == 1 and v.name in ("true", "false"):
+            if v.name == "false":
+                return None
+            return ir.QKNorm(loc=self.loc(v.pos))
+        name, p, syms = self._mechanism(fld, QK_NORMS, "query-key normalisation")
+        if not name:
+            return None
+        return ir.QKNorm(fn=name, scale=float(p["scale"]), groups=int(p["groups"]),
+                         dim_scale=bool(p["dim_scale"]), sym=tuple(sorted(syms.items())),
+                         loc=self.loc(v.pos))
 
     def align(self, fld: ast.Field | None, s: ast.Attention) -> ir.Align | None:
         if fld is None:

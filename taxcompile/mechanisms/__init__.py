@@ -88,6 +88,10 @@ def constructor(n, dropout: bool = False, share: str | None = None,
     for m, _ in modifiers(n):
         out += m.ctor
     out += [a for m in heads.present(n) for a in m.ctor]
+    if getattr(n, "kv_heads", 0):
+        out += TRAITS["kv_heads"].ctor
+    if getattr(n, "qk_norm", None) is not None:
+        out += TRAITS["qk_norm"].ctor
     if share == "keys":
         out += TRAITS["shared_keys"].ctor
     elif share == "swap":

@@ -130,6 +130,47 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
               doc="share: the co-attention module of the other direction over the same "
                   "affinity matrix, whose W_k is this one's W_q and W_q its W_k (eq. 14-15: "
                   "one W1 and W2); w stays per direction."),
+    # Ainslie et al. 2023 (GQA; kv_heads = 1: Shazeer 2019's multi-query attention): still
+    # H query heads with one context each, so the row reads Multi-Head, with this reason.
+    Mechanism("trait", "kv_heads", class_part="GroupedQuery", label="{kv_heads} key/value heads",
+              reading="Multi-Head",
+              reason="shares {kv_heads} key/value heads among its {heads} query heads "
+                     "(grouped-query attention shares keys and values among query heads; it is "
+                     "still several query heads, one context each: multi-head)",
+              doc="Grouped-query (Ainslie et al. 2023; kv_heads = 1: multi-query, Shazeer "
+                  "2019): k and v hold G = kv_heads heads of the query heads' width (d_k = G * "
+                  "d_q / H), query head j reads key/value head j // (H / G); the context is "
+                  "the H heads side by side (H * d_v / G).",
+              ctor=(CtorArg("kv_heads", "int", "0", field="kv_heads", unset=0,
+                            comment="key/value heads, each shared by heads / kv_heads query "
+                                    "heads (0: heads)"),),
+              template="heads/kv_heads.py.j2"),
+    # x-transformers' `attn_qk_norm` (Henry et al. 2020; Dehghani et al. 2023): q and k
+    # l2-normalised per head, the scale s replacing 1 / sqrt(d_k); the score stays its family
+    Mechanism("trait", "qk_norm",
+              (P("scale", "float", False, 10.0), P("groups", "int", False, 1),
+               P("dim_scale", "bool", False, False)),
+              class_part="QKNorm",
+              label=lambda qk, **_: "qk-norm " + ("(learned gains)" if qk.dim_scale
+                                                  else f"(scale {qk.scale:g})"),
+              reason=lambda qk, **_: "; q and k are l2-normalised per head before the dot "
+                     "product (query-key normalisation), " + (
+                         "with a learned gain per feature, scaled by 1/sqrt(d_k)" if
+                         qk.dim_scale else f"the scale {qk.scale:g} replacing 1/sqrt(d_k)") +
+                     ": a dot product of transformed q and k, Table II's family as written "
+                     "(a cosine similarity times a scale)",
+              doc="Query-key normalisation (x-transformers' qk_norm): q and k l2-normalised per "
+                  "head in qk_groups parts, then e = qk_scale * q^T k; qk_dim_scale: a learned "
+                  "gain per head and feature on each (initialised to d_head^(1/4)), and "
+                  "qk_scale = 1 / sqrt(d_head).",
+              ctor=(CtorArg("qk_scale", "float", "10.0", owner="qk_norm", field="scale",
+                            unset=10.0, comment="the scale of the normalised q^T k"),
+                    CtorArg("qk_groups", "int", "1", owner="qk_norm", field="groups", unset=1,
+                            comment="q and k normalised in this many parts per head"),
+                    CtorArg("qk_dim_scale", "bool", "False", owner="qk_norm",
+                            field="dim_scale", unset=False,
+                            comment="learned gains on q and k, scale 1 / sqrt(d_head)")),
+              template="heads/qk_norm.py.j2"),
     Mechanism("trait", "pair_mask", label="mask `{mask_input}`",
               doc="pair_mask: (N, Lq, Lk) bool, True = the query may see the key, a mask "
                   "given with the data (a mask input), combined with both."),

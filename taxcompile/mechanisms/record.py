@@ -27,7 +27,8 @@ class CtorArg(NamedTuple):
     name: str
     type: str  # its annotation in the generated signature
     default: str | None = None  # its default, as code; None: required
-    owner: str = "attention"  # the IR object that holds the value: attention | score | align | position
+    # the IR object that holds the value: attention | score | align | position | qk_norm
+    owner: str = "attention"
     field: str = ""  # the value's attribute on ``owner`` ('' for values the caller computes)
     sym: str = ""  # its key in the owner's ``sym`` (a Config expression), '' as ``field``
     comment: str = ""  # the drop-in layer's Config comment
