@@ -119,6 +119,13 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "vinyals2015_ptr_net": "tests/test_weights_as_values.py",
     "velickovic2018_gat": "tests/test_graph_attention.py",
     "kim2017_segmentation": "tests/test_crf_attention.py",
+    # issue 25's x-transformers features
+    "ainslie2023_gqa": "tests/test_gqa.py",
+    "henry2020_qk_norm": "tests/test_qk_norm.py",
+    "zhao2019_zhao2019_topk": "tests/test_xt_attention.py",
+    "shazeer2020_shazeer2020_talking_heads": "tests/test_xt_attention.py",
+    "sukhbaatar2019_sukhbaatar2019_persistent_memory": "tests/test_xt_attention.py",
+    "xtransformers_xtransformers_heads": "tests/test_xt_attention.py",
     "crf_tagger_tagger": "tests/test_crf_tagger.py",
     # issue 25's feature operators: broadcasting, split, grouped and separable convolutions
     "seo2017_bidaf": "tests/test_feature_ops.py",

@@ -669,7 +669,9 @@ def _check_weights(v, cfg, att, w, inputs, padding: bool) -> None:
     # structurally excluded keys (causal, forward, backward masks) never get weight
     hidden = ~allowed_keys(v, att, w, inputs, False)
     assert (w.masked_fill(~hidden.expand_as(w), 0) == 0).all(), f"{att.id}: weight on masked keys"
-    if att.align.fn in NORMALISED:
+    if getattr(att, "mem_kv", 0):  # the learned memory keys take the rest of each row's mass
+        assert ((s > 0) & (s < 1 + 1e-5)).all(), att.id  # (Output.extras["memory"])
+    elif att.align.fn in NORMALISED:
         torch.testing.assert_close(s, rows.to(s.dtype), msg=lambda m: f"{att.id}: {m}")
         if att.align.fn == "hard":  # one-hot rows
             assert ((w == 0) | (w == 1)).all(), att.id
