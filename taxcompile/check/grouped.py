@@ -2,7 +2,10 @@
 Shazeer 2019): the keys and values hold g heads, each read by heads / g query heads. Checked
 here on the IR (the lowering has checked that g divides heads and that heads > 1): the score
 must be a dot product of one query head with one key head (its record's ``dot``), and the
-keys' and values' widths must be g heads of the query's head width. The module then reads
+keys' and values' widths must be g heads of the query's head width. Memory key/values
+(`mem_kv`) then hold g heads too, put before the keys and shared like them (x-transformers'
+`num_mem_kv` beside `kv_heads`); talking heads mix the H query heads' scores and weights,
+after each key/value head is repeated for its group. The module then reads
 as if its keys and values were H heads wide: the rest of the checker, the context's width
 and the constructor's d_k and d_v see H * d_head (the class repeats each key/value head).
 Query-key normalisation (`qk_norm`, ``qk_norm_fits``) is checked here too: it also changes
@@ -30,12 +33,6 @@ def grouped_fit(checker, f):
                     + ("" if q is not None else " without a query") + " is not one",
                     "use `score = scaled_multiplicative` (or another dot product of Table II) "
                     "with a query, or drop `kv_heads`")
-        return None
-    if n.mem_kv or n.talking_heads:  # both are per query head; the class has no mapping yet
-        checker.err(n.loc, f"{where}: `kv_heads` with `"
-                    + ("mem_kv" if n.mem_kv else "talking_heads") + "` is not defined here: "
-                    "memory key/values and talking heads are per query head, and the grouped "
-                    "keys and values are shared among them", "drop one of the two")
         return None
     if q.dim % h:
         checker.err(n.loc, f"{where}: d_q = {q.dim} is not divisible by heads = {h}",
