@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from ..mechanisms import ALIGNS
 from . import measures
 
 ERASE_EXAMPLES = 32  # examples of the evaluation batch the erasure tests use
@@ -81,13 +82,15 @@ def _measures(b, model, ev: dict, k: int, seed: int) -> dict:
     out: dict = dict(gold_mass=None, aer=None, comprehensiveness=None, sufficiency=None,
                      uniform_drop=None)
     kw = _kwargs(b, ev)
-    aligns = {a.align.fn for a in b.cm.model.nodes if a.kind_ == "attention"}
+    aligns = [ALIGNS[a.align.fn] for a in b.cm.model.nodes if a.kind_ == "attention"]
     with torch.no_grad():
         full = model(**kw, return_attention=True)
         from .runner import logits_of
         z = logits_of(full, info_T)
         acc = measures.accuracy(z, ev["y"])
-        if aligns <= {"global", "local", "reinforced", "sparsemax", "entmax"}:
+        # the uniform baseline swaps the normaliser over the keys (or the subset a window,
+        # a policy or the top k keep); a sampled key (hard), a gate or CRF marginals have none
+        if all(set(r.helpers) & set(NORMALISERS) and not r.picks_one for r in aligns):
             with uniform_weights(b.mod):
                 zu = _logits(model, kw, info_T, return_attention=True)
             out["uniform_drop"] = acc - measures.accuracy(zu, ev["y"])

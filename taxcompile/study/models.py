@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import combinations as C
+from ..mechanisms import ALIGNS
 from . import tasks as T
 
 FAMILIES = ("recall", "keyword", "pair", "segmented")
@@ -43,7 +44,7 @@ FAMILIES = ("recall", "keyword", "pair", "segmented")
 # The base every task's slice swaps around: Bahdanau's score, global, one weight per
 # value, a query from another input, one query. Additive because every alignment and both
 # dimensionalities accept it (the sigmoid gate and multi-dimensional weights need it).
-BASE = C.Combo("additive", "global", "single", "basic", "singular")
+BASE = C.Combo("additive", C.DEFAULT_ALIGN, "single", "basic", "singular")
 DIMENSIONS = ("scoring", "alignment", "dimensionality", "query_type", "query_multiplicity")
 VALUES = {"scoring": C.SCORES, "alignment": C.ALIGNMENTS, "dimensionality": C.DIMENSIONALITIES,
           "query_type": C.QUERY_TYPES, "query_multiplicity": C.MULTIPLICITIES}
@@ -114,7 +115,7 @@ def slice_models(task: str, d: int, full: bool = False) -> list[Model]:
 def _fields(c: C.Combo, query: str | None, supervised: bool) -> list[tuple[str, str]]:
     fields = [("query", query)] if query else []
     fields += [("features", "h"), ("score", c.score)]
-    if c.align != "global":
+    if c.align != C.DEFAULT_ALIGN:
         fields.append(("align", C.ALIGN_TEXT.get(c.align, c.align)))
     if c.dimensionality == "multi":
         fields.append(("dimensionality", "multi"))
@@ -214,7 +215,7 @@ def spec_text(m: Model, supervised: bool = False) -> str:
     lines = _header(m) + [f"    input x: tokens[L] (vocab = V, L = {info.L})"]
     # a sigmoid gate pairs each key with the query at its position: q runs over L itself
     # (the tasks whose T is L: copy, reverse, sort; ``fits`` skips the others)
-    axis = "L" if c.align == "sigmoid" else "T"
+    axis = "L" if ALIGNS[c.align].gate else "T"
     if not own:
         of = ", of = x" if c.query_type == "self_attentive" else ""
         lines.append(f"    input q: tokens[{axis}] (vocab = V{of})")
@@ -266,7 +267,7 @@ def unsupervisable(m: Model) -> str | None:
 def misfit(m: Model) -> str | None:
     """Why model ``m`` cannot run its task, from the tasks' shapes (None: it can)."""
     info = T.TASKS[m.task]
-    if m.combo.align == "sigmoid" and info.T != info.L:
+    if ALIGNS[m.combo.align].gate and info.T != info.L:
         return (f"a sigmoid gate pairs each key position with the query at the same position; "
                 f"task {m.task} has {info.T} queries over {info.L} keys")
     return None

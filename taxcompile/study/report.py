@@ -22,7 +22,6 @@ import math
 import random
 import re
 from collections import Counter
-from itertools import combinations
 from pathlib import Path
 
 from ..classify import DIMENSIONS, ORDER
