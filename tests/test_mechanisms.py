@@ -187,11 +187,13 @@ CHECK_MODULES = sorted(str(p.relative_to(PKG)) for p in (PKG / "check").glob("*.
                                     "codegen/classes.py", "codegen/layer.py",
                                     "codegen/attention.py", "codegen/decoder.py", "train.py",
                                     "combinations.py", "checks.py", "module_checks.py",
-                                    "codegen/generate.py", *CHECK_MODULES, *LOWERING])
+                                    "codegen/generate.py", "study/models.py",
+                                    "study/evaluate.py", *CHECK_MODULES, *LOWERING])
 def test_front_end_modules_test_no_mechanism_name(module):
     """classify, diagram and fmt (and the attention classes' names, docstrings and
     constructors, the drop-in layer, the attention plan rules, the decoder loop, the
-    report's training tasks, the combination generator, the checker and lowering) read the registry instead."""
+    report's training tasks, the combination generator, the checker, lowering and the
+    study's models and measures) read the registry instead."""
     assert not name_tests(PKG / module)
 
 
