@@ -201,14 +201,21 @@ class Disagreement(_Frozen):
 class QKNorm(_Frozen):
     """Query-key normalisation (`qk_norm = l2(…)`, as x-transformers' `attn_qk_norm`): q and
     k l2-normalised per head (in `groups` equal parts), then e = scale * q^T k, or with
-    `dim_scale` a learned gain per head and feature on each, and scale = 1 / sqrt(d_head)."""
+    `dim_scale` a learned gain per head and feature on each, and scale = 1 / sqrt(d_head);
+    `qk_norm = rms` (x-transformers' `qk_rmsnorm`): q and k each RMS-normalised per head with
+    a learned gain per head and feature, then the score as written."""
 
-    fn: Literal["l2"] = "l2"
+    fn: Literal["l2", "rms"] = "l2"
     scale: float = 10.0
     groups: int = 1
     dim_scale: bool = False
     sym: tuple[tuple[str, str], ...] = ()
     loc: Location
+
+    @property
+    def rms(self) -> bool:
+        """`qk_norm = rms`: RMS norms with learned gains instead of an l2 norm and a scale."""
+        return self.fn == "rms"
 
 
 class Attention(_Frozen):

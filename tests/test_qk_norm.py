@@ -6,6 +6,7 @@ weights copied in; the example classifies with its reason; misuse is a located e
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,67 @@ def test_with_grouped_query_heads_matches_x_transformers(gen):
     got, _, _ = ours(x @ theirs.to_q.weight[rows].T, x @ theirs.to_k.weight.T,
                      x @ theirs.to_v.weight.T)
     assert (got - theirs(x)).abs().max() < 1e-10
+
+
+def test_rms_form_matches_the_reference(gen):
+    """`qk_norm = rms` (x-transformers' `qk_rmsnorm`): q and k of each head RMS-normalised,
+    sqrt(d_h) q / |q| times learned gains g + 1, then the score's own 1 / sqrt(d_h)."""
+    att = attention_class(gen, "rms", "causal")(d_q=32, d_k=32, d_v=32, heads=4,
+                                                 mask="causal", qk_rms=True).to(DT)
+    gen_ = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # gains away from their start, so that a misplaced one would show
+        att.q_gain.uniform_(-0.5, 0.5, generator=gen_)
+        att.k_gain.uniform_(-0.5, 0.5, generator=gen_)
+    q, k, v = (torch.randn(2, 6, 32, generator=gen_, dtype=DT) for _ in range(3))
+    key_mask = torch.ones(2, 6, dtype=torch.bool)
+    key_mask[1, 4:] = False
+    root = math.sqrt(8)
+    ref = reference(q, k, v, key_mask, 4, 1, 1 / root, root * (att.q_gain + 1),
+                    root * (att.k_gain + 1), "causal", att.out.weight, att.out.bias)
+    c, _, _ = att(q, k, v, key_mask)
+    assert (c - ref).abs().max() < 1e-10
+    fast, _, _ = att(q, k, v, key_mask, need_weights=False)
+    assert (fast - ref).abs().max() < 1e-10
+    c.sum().backward()
+    assert att.q_gain.grad.abs().sum() > 0 and att.k_gain.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kv_heads", [0, 2])
+def test_rms_form_matches_x_transformers(gen, kv_heads):
+    xt = pytest.importorskip("x_transformers.x_transformers")
+    torch.manual_seed(1)
+    theirs = xt.Attention(32, heads=4, dim_head=8, causal=True, qk_rmsnorm=True,
+                          kv_heads=kv_heads or None).to(DT).eval()
+    theirs.attend.attn_fn = lambda sim: sim.softmax(-1)  # theirs runs in float32 otherwise
+    d_kv = 8 * (kv_heads or 4)
+    if kv_heads:
+        spec = SPEC.format(qk="rms", mask="causal", score="scaled_multiplicative").replace(
+            "features = x", f"keys = project(x, {d_kv})  values = project(x, {d_kv})").replace(
+            "heads = 4", f"heads = 4  kv_heads = {kv_heads}")
+        (cls,) = [c for n, c in vars(gen(spec)).items()
+                  if isinstance(c, type) and n.endswith("Attention")]
+    else:
+        cls = attention_class(gen, "rms", "causal")
+    ours = cls(d_q=32, d_k=d_kv, d_v=d_kv, heads=4, mask="causal", qk_rms=True,
+               **({"kv_heads": kv_heads} if kv_heads else {})).to(DT)
+    # x-transformers tiles its kv heads (query head i reads kv head i mod g); we interleave
+    g = kv_heads or 4
+    r = 4 // g
+    perm = torch.tensor([(j % r) * g + j // r for j in range(4)])
+    rows = (perm[:, None] * 8 + torch.arange(8)).reshape(-1)
+    with torch.no_grad():
+        theirs.q_rmsnorm.gamma.uniform_(-0.5, 0.5)
+        theirs.k_rmsnorm.gamma.uniform_(-0.5, 0.5)
+        ours.q_gain.copy_(theirs.q_rmsnorm.gamma[perm])
+        ours.k_gain.copy_(theirs.k_rmsnorm.gamma)
+        ours.out.weight.copy_(theirs.to_out.weight[:, rows])
+        ours.out.bias.zero_()
+    x = torch.randn(2, 6, 32, dtype=DT)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    want = theirs(x, mask=mask)
+    q = x @ theirs.to_q.weight[rows].T
+    k, v = x @ theirs.to_k.weight.T, x @ theirs.to_v.weight.T
+    got, _, _ = ours(q, k, v, mask)
+    assert (got - want)[0].abs().max() < 1e-10
+    assert (got - want)[1, :4].abs().max() < 1e-10  # (padded queries are not compared)

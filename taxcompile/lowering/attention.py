@@ -45,7 +45,7 @@ ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "di
 POSITIONS: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.POSITIONS.items()}
 BIASES: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.BIASES.items()}
 # Query-key normalisation: `qk_norm = l2(…)` (or `true`), its record's parameters.
-QK_NORMS: dict[str, tuple[P, ...]] = {"l2": mech.TRAITS["qk_norm"].params}
+QK_NORMS: dict[str, tuple[P, ...]] = {"l2": mech.TRAITS["qk_norm"].params, "rms": ()}
 # How a multi-head module joins its heads' contexts (the records of mechanisms.HEADS_OUT).
 HEADS_OUT = P("heads_out", "enum", False, "project", tuple(mech.HEADS_OUT))
 
@@ -299,7 +299,7 @@ class Attentions(Features, Penalties):
                            loc=self.loc(fld.value.pos))
 
     def qk_norm(self, fld: ast.Field | None) -> ir.QKNorm | None:
-        """`qk_norm = true | false | l2 | l2(scale = 10, groups = 1, dim_scale = false)`: query-
+        """`qk_norm = true | false | l2 | l2(scale = 10, groups = 1, dim_scale = false) | rms`: query-
         key normalisation (its record's parameters; an error is recorded when it does not
         lower)."""
         if fld is None:
@@ -312,8 +312,9 @@ class Attentions(Features, Penalties):
         name, p, syms = self._mechanism(fld, QK_NORMS, "query-key normalisation")
         if not name:
             return None
-        return ir.QKNorm(fn=name, scale=float(p["scale"]), groups=int(p["groups"]),
-                         dim_scale=bool(p["dim_scale"]), sym=tuple(sorted(syms.items())),
+        return ir.QKNorm(fn=name, scale=float(p.get("scale", 10.0)), groups=int(p.get("groups", 1)),
+                         dim_scale=bool(p.get("dim_scale", False)),
+                         sym=tuple(sorted(syms.items())),
                          loc=self.loc(v.pos))
 
     def align(self, fld: ast.Field | None, s: ast.Attention) -> ir.Align | None:
