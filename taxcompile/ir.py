@@ -211,11 +211,7 @@ class QKNorm(_Frozen):
     dim_scale: bool = False
     sym: tuple[tuple[str, str], ...] = ()
     loc: Location
-
-    @property
-    def rms(self) -> bool:
-        """`qk_norm = rms`: RMS norms with learned gains instead of an l2 norm and a scale."""
-        return self.fn == "rms"
+    rms: bool = False  # `qk_norm = rms`: RMS norms with learned gains, no l2 norm and scale
 
 
 class Attention(_Frozen):

@@ -45,6 +45,7 @@ ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "di
 POSITIONS: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.POSITIONS.items()}
 BIASES: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.BIASES.items()}
 # Query-key normalisation: `qk_norm = l2(…)` (or `true`), its record's parameters.
+# `rms` (x-transformers' qk_rmsnorm) takes no parameters: its gains are learned
 QK_NORMS: dict[str, tuple[P, ...]] = {"l2": mech.TRAITS["qk_norm"].params, "rms": ()}
 # How a multi-head module joins its heads' contexts (the records of mechanisms.HEADS_OUT).
 HEADS_OUT = P("heads_out", "enum", False, "project", tuple(mech.HEADS_OUT))
@@ -312,8 +313,9 @@ class Attentions(Features, Penalties):
         name, p, syms = self._mechanism(fld, QK_NORMS, "query-key normalisation")
         if not name:
             return None
-        return ir.QKNorm(fn=name, scale=float(p.get("scale", 10.0)), groups=int(p.get("groups", 1)),
-                         dim_scale=bool(p.get("dim_scale", False)),
+        return ir.QKNorm(fn=name, scale=float(p.get("scale", 10.0)),
+                         groups=int(p.get("groups", 1)),
+                         dim_scale=bool(p.get("dim_scale", False)), rms=not QK_NORMS[name],
                          sym=tuple(sorted(syms.items())),
                          loc=self.loc(v.pos))
 
