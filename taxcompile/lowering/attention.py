@@ -315,7 +315,7 @@ class Attentions(Features, Penalties):
             return None
         return ir.QKNorm(fn=name, scale=float(p.get("scale", 10.0)),
                          groups=int(p.get("groups", 1)),
-                         dim_scale=bool(p.get("dim_scale", False)), rms=not QK_NORMS[name],
+                         dim_scale=bool(p.get("dim_scale", False)), rms=name == "rms",
                          sym=tuple(sorted(syms.items())),
                          loc=self.loc(v.pos))
 
