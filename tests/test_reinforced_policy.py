@@ -170,6 +170,35 @@ def test_the_policy_reads_the_aspect(gen):
     assert not torch.allclose(o1.log_probs["att"], o2.log_probs["att"])
 
 
+GROUPED = """
+model g {
+    input x: sequence[S, W, 8]
+    input w: sequence[U, 4]
+    feature s = mean(w)
+    attention att { query = learned(8)  keys = x  score = multiplicative  align = reinforced(policy = s) }
+    output o = classify(mean(att), 3)
+}
+"""
+
+
+def test_grouped_keys_repeat_the_policy_input_for_each_group(gen):
+    """One attention per sentence (keys (B, S, W, d)): every sentence's policy reads its
+    example's s; log pi(subset) per group (N = B x S) as the reference's."""
+    mod = gen(GROUPED)
+    torch.manual_seed(0)
+    m = mod.Model(mod.Config()).eval()
+    ex = mod.example_inputs(cfg=mod.Config(), seed=2)
+    out = m(**ex)
+    s = mean_ref(ex["w"], ex["w_mask"])
+    x, keep = ex["x"], ex["x_mask"].bool()
+    B, S = x.shape[:2]
+    pi = torch.stack([policy_ref(m.att, x[:, j], s) for j in range(S)], 1)  # (B, S, W)
+    pick = (pi > 0.5) & keep
+    assert pick.any() and not pick[keep].all(), "the test needs a proper subset"
+    want = log_prob_ref(pi, pick, keep).reshape(B * S)
+    torch.testing.assert_close(out.log_probs["att"].to(DT), want, atol=1e-5, rtol=0)
+
+
 def test_reinforce_reaches_the_aspect_weights(tmp_path):
     """As a user trains RBAN: loss = -(log_prob * reward); the policy's aspect weights w_s
     and the aspect's embedding get gradient, w_s's equal to the reference
