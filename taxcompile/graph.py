@@ -5,8 +5,8 @@ Nodes are typed (``input``, ``feature``, ``query``, ``output``, ``affinity``,
 play (``query``, ``keys``, ``values``, ``affinity``, ``mask`` (a mask or graph input),
 ``policy`` (what a reinforced alignment's agent reads beside each key: no query),
 ``input``; ``feed`` for the node a recurrent decoder reads in each step, ``init`` for its
-initial state), whether they are delayed (read at the previous decoder step: ``prev(x)``, input feeding) and the shape
-of the tensor."""
+initial state), whether they are delayed (read at the previous decoder step: ``prev(x)``,
+input feeding) and the shape of the tensor."""
 
 from __future__ import annotations
 

@@ -175,7 +175,9 @@ model g {
     input x: sequence[S, W, 8]
     input w: sequence[U, 4]
     feature s = mean(w)
-    attention att { query = learned(8)  keys = x  score = multiplicative  align = reinforced(policy = s) }
+    attention att {
+        query = learned(8)  keys = x  score = multiplicative  align = reinforced(policy = s)
+    }
     output o = classify(mean(att), 3)
 }
 """
@@ -269,8 +271,12 @@ model m {
     feature fq  = embed(question, 8)
     feature fa  = embed(answer, 8)
     feature asp = mean(embed(aspect, 8))
-    attention a2q { query = concat(fa, asp)  keys = fq  score = additive(d_w = 8)  align = reinforced }
-    attention q2a { query = fq  keys = fa  score = additive(d_w = 8)  align = reinforced(policy = asp) }
+    attention a2q {
+        query = concat(fa, asp)  keys = fq  score = additive(d_w = 8)  align = reinforced
+    }
+    attention q2a {
+        query = fq  keys = fa  score = additive(d_w = 8)  align = reinforced(policy = asp)
+    }
     output o = classify(concat(mean(a2q), mean(q2a)), 3)
 }
 """
