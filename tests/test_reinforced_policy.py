@@ -288,3 +288,13 @@ model m {
 def test_error_snapshot(name):
     got, want = error_snapshot(name)
     assert got == want
+
+
+def test_the_drop_in_layer_refuses_a_policy_input():
+    """The policy's input belongs to its model: a drop-in layer would have no `policy_in`."""
+    from taxcompile.codegen import layer
+    from taxcompile.pipeline import load
+
+    cs = load(SPECS / "wang2019.attn")
+    with pytest.raises(layer.LayerError, match="reads `asp` in its alignment"):
+        layer.generate(cs, cs.models[0], "a2q", "specs/wang2019.attn")
