@@ -254,7 +254,9 @@ class Attentions(Features, Penalties):
         names = {p.name: p for p in sig}
         for k in kwargs:
             if k.name not in names:
+                owners = [f"`{o}`" for o, sg in table.items() if any(p.name == k.name for p in sg)]
                 self.err(k.pos, f"`{name}` has no parameter `{k.name}`",
+                         f"`{k.name}` is a parameter of {', '.join(owners)}" if owners else
                          suggest(k.name, names) if names else f"`{name}` takes no parameters")
                 return False, {}, {}
             v = self.mechanism_param(names[k.name], k.value, scope, f"`{k.name}` of `{name}`")
