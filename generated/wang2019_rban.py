@@ -283,22 +283,26 @@ def rnn(layer: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None = None) ->
     return y.reshape(*lead, y.shape[-2], y.shape[-1])  # (..., L, hidden)
 
 
-class AdditiveReinforcedAttention(nn.Module):
+class AdditiveConditionedReinforcedAttention(nn.Module):
     """Attention with the additive score w^T act(W1 q + W2 k + b) (eq. 6), reinforced alignment: a
-    policy picks the subset, softmax over it.
+    policy picks the subset, softmax over it; the policy reads policy_in beside each key (Wang
+    et al. 2019).
 
     mask: which keys a query position may see besides the padding: "none", "causal" (j <= i),
     "forward" (j < i) or "backward" (j > i, DiSAN).
     q: (N, Lq, d_q); k: (N, Lk, d_k); v: (N, Lk, d_v);
     key_mask: (N, Lk) bool, True = attend.
+    policy_in: (N, d_p), what the policy reads beside each key (Wang et al.'s aspect).
     wk: project_keys(k), (N, H, Lk, d_w), or None (computed here).
     Returns c: (N, Lq, d_v), a: (N, H, Lq, Lk) and a dict of extras.
     """
 
-    def __init__(self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, mask: str = "none"):
+    def __init__(
+        self, d_q: int, d_k: int, d_v: int, heads: int, d_w: int, d_p: int, mask: str = "none"
+    ):
         super().__init__()
         # the constructor's arguments, for repr and reset_parameters()
-        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, mask=mask)
+        self.init_args = dict(d_q=d_q, d_k=d_k, d_v=d_v, heads=heads, d_w=d_w, d_p=d_p, mask=mask)
         self.heads = heads
         self.mask = mask  # structural mask: which keys a query position may see
         # eq. 6: e = w^T act(W1 q + W2 k + b), per head
@@ -306,7 +310,8 @@ class AdditiveReinforcedAttention(nn.Module):
         self.W2 = nn.Parameter(torch.randn(heads, d_k // heads, d_w) * (d_k // heads) ** -0.5)
         self.b = nn.Parameter(torch.zeros(heads, d_w))
         self.w = nn.Parameter(torch.randn(heads, d_w) * d_w ** -0.5)
-        self.policy = nn.Linear(d_k, 1)  # pi_l = sigmoid(w_pi^T k_l + b_pi): keep feature vector l?
+        self.policy = nn.Linear(d_k, 1)  # w_pi, b_pi: the policy's weights on each key k_l
+        self.policy_in = nn.Linear(d_p, 1, bias=False)  # w_s: its weights on s (Wang et al.)
 
     def reset_parameters(self) -> None:
         """Draw the parameters again as __init__ does (fresh random values, in place)."""
@@ -329,14 +334,16 @@ class AdditiveReinforcedAttention(nn.Module):
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-        key_mask: torch.Tensor | None = None, wk: torch.Tensor | None = None
+        key_mask: torch.Tensor | None = None, wk: torch.Tensor | None = None, *,
+        policy_in: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
         N, Lk, _ = k.shape
         extras = {}
         Lq = q.shape[1]
         if wk is None:  # W2 k_l + b (eq. 6); a decoder passes it, projected once per sequence
             wk = self.project_keys(k)  # (N, H, Lk, d_w)
-        pi = torch.sigmoid(self.policy(k)).squeeze(-1)  # (N, Lk): pi_l, the agent's policy
+        # pi_l = sigmoid(w_pi^T k_l + w_s^T s + b_pi): the state is [k_l; s] (Wang et al. 2019)
+        pi = torch.sigmoid(self.policy(k).squeeze(-1) + self.policy_in(policy_in))  # (N, Lk)
         if self.training:
             pick = torch.bernoulli(pi.detach()).bool()  # sample a subset (the agent's action)
         else:
@@ -362,7 +369,7 @@ class AdditiveReinforcedAttention(nn.Module):
 
 
 class Model(nn.Module):
-    """`rban`: inputs question (B, Q), answer (B, A).
+    """`rban`: inputs question (B, Q), answer (B, A), aspect (B, T).
 
     Masks: `<input>_mask` (B, ...) bool or int 0/1, True/1 = a real position, for sequence
     inputs (PyTorch's key_padding_mask is the inverse).
@@ -378,20 +385,22 @@ class Model(nn.Module):
         self.fq_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
         self.fa_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
         self.fa_bilstm = nn.LSTM(cfg.d_emb, cfg.hidden, batch_first=True, bidirectional=True)
-        self.a2q = AdditiveReinforcedAttention(
+        self.asp_embed = nn.Embedding(cfg.vocab, cfg.d_emb)
+        self.a2q = AdditiveConditionedReinforcedAttention(
             d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1,
-            d_w=(2 * cfg.hidden)
+            d_w=(2 * cfg.hidden), d_p=cfg.d_emb
         )
-        self.q2a = AdditiveReinforcedAttention(
+        self.q2a = AdditiveConditionedReinforcedAttention(
             d_q=2 * cfg.hidden, d_k=2 * cfg.hidden, d_v=2 * cfg.hidden, heads=1,
-            d_w=(2 * cfg.hidden)
+            d_w=(2 * cfg.hidden), d_p=cfg.d_emb
         )
         self.polarity_head = nn.Linear(2 * cfg.hidden + 2 * cfg.hidden, cfg.classes)
 
     def forward(
-        self, question: torch.Tensor, answer: torch.Tensor,
+        self, question: torch.Tensor, answer: torch.Tensor, aspect: torch.Tensor,
         question_mask: torch.Tensor | None = None, answer_mask: torch.Tensor | None = None,
-        return_attention: bool = False, validate: bool = True
+        aspect_mask: torch.Tensor | None = None, return_attention: bool = False,
+        validate: bool = True
     ) -> Output:
         cfg = self.cfg
         check_input(
@@ -404,20 +413,29 @@ class Model(nn.Module):
             validate=validate
         )
         answer_mask = check_mask('answer_mask', answer_mask, answer.shape[:2], validate)
-        check_sizes({'question': (question, ('Q',)), 'answer': (answer, ('A',))})
+        check_input(
+            'aspect', aspect, (None,), tokens=True, want='(B, T)', axes=('T',), vocab=cfg.vocab,
+            validate=validate
+        )
+        aspect_mask = check_mask('aspect_mask', aspect_mask, aspect.shape[:2], validate)
+        check_sizes(
+            {'question': (question, ('Q',)), 'answer': (answer, ('A',)), 'aspect': (aspect, ('T',))}
+        )
         attn = {}  # module -> its weights, when return_attention
         log_probs = {}
         # (B, Q, 2 * hidden): feature `fq`
         fq = rnn(self.fq_bilstm, self.fq_embed(question), question_mask)
         # (B, A, 2 * hidden): feature `fa`
         fa = rnn(self.fa_bilstm, self.fa_embed(answer), answer_mask)
+        asp = pool(self.asp_embed(aspect), aspect_mask, "mean")  # (B, d_emb): feature `asp`
         # attention `a2q`: additive score, reinforced alignment
-        a2q, a2q_a, a2q_ex = self.a2q(fa, fq, fq, question_mask)  # (B, A, 2 * hidden)
+        # (B, A, 2 * hidden)
+        a2q, a2q_a, a2q_ex = self.a2q(fa, fq, fq, question_mask, policy_in=asp)
         if return_attention:
             attn['a2q'] = a2q_a  # (B, H, A, Q)
         log_probs['a2q'] = a2q_ex["log_prob"]
         # attention `q2a`: additive score, reinforced alignment
-        q2a, q2a_a, q2a_ex = self.q2a(fq, fa, fa, answer_mask)  # (B, Q, 2 * hidden)
+        q2a, q2a_a, q2a_ex = self.q2a(fq, fa, fa, answer_mask, policy_in=asp)  # (B, Q, 2 * hidden)
         if return_attention:
             attn['q2a'] = q2a_a  # (B, H, Q, A)
         log_probs['q2a'] = q2a_ex["log_prob"]
@@ -452,9 +470,11 @@ def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.de
     B = batch_size
     Q = 9  # a free axis: any length works
     A = 7  # a free axis: any length works
+    T = 8  # a free axis: any length works
     out = {}
     out['question'] = torch.randint(0, cfg.vocab, (B, Q), generator=g)
     out['answer'] = torch.randint(0, cfg.vocab, (B, A), generator=g)
+    out['aspect'] = torch.randint(0, cfg.vocab, (B, T), generator=g)
     L = out['question'].shape[1]
     keep = torch.arange(L) < torch.randint((L + 1) // 2, L + 1, (B,), generator=g).view(B, 1)
     keep[0] = True
@@ -463,4 +483,8 @@ def example_inputs(batch_size: int = 2, *, seed: int = 0, device: str | torch.de
     keep = torch.arange(L) < torch.randint((L + 1) // 2, L + 1, (B,), generator=g).view(B, 1)
     keep[0] = True
     out['answer_mask'] = keep.expand(out['answer'].shape[:2]).contiguous()
+    L = out['aspect'].shape[1]
+    keep = torch.arange(L) < torch.randint((L + 1) // 2, L + 1, (B,), generator=g).view(B, 1)
+    keep[0] = True
+    out['aspect_mask'] = keep.expand(out['aspect'].shape[:2]).contiguous()
     return {name: x.to(device) for name, x in out.items()}

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from . import digraph, ir, mechanisms
 from .checks import CheckedModel, weights_read
-from .graph import dataflow_of
+from .graph import dataflow_of, edges
 
 DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations", "scoring",
               "alignment", "dimensionality", "query_type", "query_multiplicity")
@@ -330,6 +330,11 @@ class Classifier:
             for kind, reasons in self.sources[a.id].items():
                 for reason, _ in reasons:
                     qt.add(kind, reason)
+            for src, role, _ in edges(a):  # a policy edge is no query edge (RBAN's aspect)
+                if "policy" in role.split("+"):
+                    for kind in self.sources[a.id]:
+                        qt.add(kind, mechanisms.POLICY_REASON.format(
+                            module=self.q(a.id), src=self.q(src)))
             if a.heads > 1:
                 qm.add("Multi-Head", f"attention {self.q(a.id)} " + (
                     mechanisms.TRAITS["kv_heads"].text("reason", a) if a.kv_heads

@@ -2,10 +2,11 @@
 
 Nodes are typed (``input``, ``feature``, ``query``, ``output``, ``affinity``,
 ``attention``) and keep their IR object under ``ir``; edges carry the role they
-play (``query``, ``keys``, ``values``, ``affinity``, ``mask`` (a mask or graph input), ``input``; ``feed`` for the node a
-recurrent decoder reads in each step, ``init`` for its initial state), whether they are
-delayed (read at the previous decoder step: ``prev(x)``, input feeding) and the shape
-of the tensor."""
+play (``query``, ``keys``, ``values``, ``affinity``, ``mask`` (a mask or graph input),
+``policy`` (what a reinforced alignment's agent reads beside each key: no query),
+``input``; ``feed`` for the node a recurrent decoder reads in each step, ``init`` for its
+initial state), whether they are delayed (read at the previous decoder step: ``prev(x)``,
+input feeding) and the shape of the tensor."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from . import digraph, ir
 from .checks import CheckedModel, expr_links, links
 from .diagnostics import visible
+from .mechanisms import align_reads
 
 if TYPE_CHECKING:  # networkx is imported where a graph is built (it is slow to import)
     import networkx as nx
@@ -37,6 +39,8 @@ def edges(n: ir.AnyNode, feed_now: frozenset = frozenset()) -> list[tuple[str, s
             roles.setdefault((n.affinity, False), []).append("affinity")
         if n.mask_input:  # a mask or graph input: which keys each query may see
             roles.setdefault((n.mask_input, False), []).append("mask")
+        for param, src in align_reads(n.align):  # `policy`: the agent's state, not a query
+            roles.setdefault((src, False), []).append(param)
         return [(r, "+".join(v), delayed) for (r, delayed), v in roles.items()]
     out: dict[tuple[str, str, bool], None] = {}
     for r, how in links(n):

@@ -111,6 +111,8 @@ class Align(_Frozen):
     loc: Location
     normalize: bool = False  # crf: a_l / sum_l a_l (Kim et al.'s lambda)
     k: int | None = None  # topk: the scores each query keeps (Zhao et al. 2019)
+    # reinforced: the node its policy reads beside each key (`policy = s`, RBAN's aspect)
+    policy: str | None = None
 
 
 class Modifier(_Frozen):

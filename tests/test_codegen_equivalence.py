@@ -103,6 +103,9 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
     "winata2019_mme": "a linear-chain CRF output layer (`crf(x, tags)`: emissions, "
                       "transitions, NLL loss, Viterbi) instead of a per-token classifier "
                       "(issue 25); tests/test_crf_tagger.py",
+    "wang2019_rban": "the aspect input each module's policy reads beside every word "
+                     "(`align = reinforced(policy = asp)`, issue 25); "
+                     "tests/test_reinforced_policy.py",
 }
 
 

@@ -49,9 +49,11 @@ def statements():
 STATEMENTS = [pytest.param(f, model, name, id=f"{f.stem}:{model}:{name}")
               for f, model, name in statements()]
 # What a drop-in layer refuses (codegen/layer.py): co-attention, a mask or graph input,
-# another module's weights, keys or a query built by other operators than project().
+# another module's weights, keys or a query built by other operators than project(), a
+# node the alignment reads (reinforced's `policy = s`).
 REFUSED = ("reads an affinity matrix", "reads its mask input", "reads its graph input",
-           "uses the weights of", "a drop-in layer takes a feature or project(feature)")
+           "uses the weights of", "a drop-in layer takes a feature or project(feature)",
+           "in its alignment")
 
 
 def layer_text(f: Path, model: str, name: str) -> str | None:

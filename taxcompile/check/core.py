@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import ir
+from ..mechanisms import align_reads
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ def links(n: ir.AnyNode) -> list[tuple[str, str]]:
         out.append((n.affinity, "read"))
     if isinstance(n, ir.Attention) and n.mask_input:
         out.append((n.mask_input, "read"))
+    if isinstance(n, ir.Attention):  # what its alignment reads (reinforced's policy input)
+        out += [(r, "read") for _, r in align_reads(n.align)]
     return out
 
 

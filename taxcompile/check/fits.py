@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import mechanisms as mech
 from .attention import Fit
 from .core import penalised
+from .policy import policy_fits
 
 
 class MechanismFits:
@@ -148,8 +149,11 @@ class MechanismFits:
 
 
     def align_fits(self, f: Fit) -> bool:
-        """Local alignment centres its window on a position the query gives (eq. 27-28)."""
+        """Local alignment centres its window on a position the query gives (eq. 27-28); a
+        reinforced alignment's policy reads one vector per example (``policy.py``)."""
         al = f.n.align
+        if not policy_fits(self, f):
+            return False
         if mech.ALIGNS[al.fn].centred:
             if f.mode == "none":
                 self.err(al.loc, "local alignment centres a window on a position the query "

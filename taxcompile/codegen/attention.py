@@ -82,6 +82,7 @@ def plan_attention(p, n: ir.Attention) -> None:
         args.append(f"start={generate.step_start(p)}")  # p = t: this step's position (eq. 27)
     if n.mask_input is not None:  # `mask = m`: (B, Lq, Lk), one attention per example
         args.append(f"pair_mask={p.frame.use(n.mask_input)}")
+    args += policy_args(p, n, k, G, name)
     read = n.id in checks.weights_read(p.m)  # `att.weights` as a feature
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
         args.append("need_weights=True" if weights_penalty(n) or read
@@ -119,7 +120,8 @@ def constructor_call(p, n: ir.Attention, info, q: Var | None, k: Var, v: Var, ki
 
     computed = {"d_q": lambda: q.dim if q is not None else k.dim, "d_k": lambda: k.dim,
                 "d_v": lambda: v.dim, "d_w": d_w, "share": lambda: owner,
-                "n_keys": lambda: p.axis_size_code(info.attended)}
+                "n_keys": lambda: p.axis_size_code(info.attended),
+                "d_p": lambda: p.ref(n.align.policy).dim}
     args = mech.constructor(n, n.dropout is not None, kind if kind != "same" else None,
                             q is not None or n.capsules > 0)
     out = []
@@ -135,6 +137,23 @@ def constructor_call(p, n: ir.Attention, info, q: Var | None, k: Var, v: Var, ki
             code = p.sym(arg.owner_of(n), arg.sym or arg.field, value)
         out.append(f"{arg.name}={code}")
     return out
+
+
+def policy_args(p, n: ir.Attention, k: Var, G: int, name: str) -> list[str]:
+    """``policy_in=s``: what a reinforced alignment's policy reads beside each key (RBAN's
+    aspect), one vector per example (B, d_p), repeated for each group of keys (N = B x
+    groups) where the module attends once per group."""
+    if n.align.policy is None:
+        return []
+    s = p.ref(n.align.policy)
+    code = s.name
+    if G:
+        m = len(s.shape.axes)
+        kept = f"*{k.name}.shape[1:{1 + m}], " if m else ""
+        code = p.tmp(f"{atom(code)}.view(B, {kept}{'1, ' * (G - m)}-1)"
+                     f".expand(*{k.name}.shape[:{1 + G}], -1).reshape(-1, {atom(code)}.shape[-1])",
+                     f"{name}_s", "(N, d_p): the policy's input for each group of keys")
+    return [f"policy_in={code}"]
 
 
 def weights_value(p, n: ir.Attention, a: str, info) -> None:

@@ -130,11 +130,13 @@ def share_of(p, n: ir.Attention) -> str | None:
 def class_key(p, n: ir.Attention) -> str:
     query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
     return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
-        exclude={"loc", "sym", "window", "k"})}, n.heads > 1, n.heads > 1 and query != "none",
+        exclude={"loc", "sym", "window", "k", "policy"})}, n.heads > 1,
+        n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
         n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
-        + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "")
+        + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "") \
+        + ("+policy" if n.align.policy is not None else "")
 
 
 def coverage_key(n: ir.Attention) -> str:

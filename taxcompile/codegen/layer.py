@@ -109,6 +109,9 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
                          f"(`mask = {n.mask_input}`): it belongs to its model, not a drop-in "
                          "layer" + ("; the model's file has the graph attention class"
                                     if kind == "graph" else ""))
+    for param, src in mech.align_reads(n.align):  # reinforced's `policy = s`
+        raise LayerError(f"attention `{name}` reads `{src}` in its alignment (`{param} = "
+                         f"{src}`): it belongs to its model, not a drop-in layer")
     if n.share is not None:
         raise LayerError(f"attention `{name}` uses the weights of `{n.share}` (`share =`): it "
                          "belongs to its model; take the layer of the statement it shares")

@@ -75,7 +75,7 @@ class Attentions(Features, Penalties):
         values = self.expr(values_f.value, scope) if values_f and values_f is not keys_f else keys
         query = self.expr(f["query"].value, scope) if "query" in f else None
         score = self.score(f.get("score"), s)
-        align = self.align(f.get("align"), s)
+        align = self.align(f.get("align"), s, scope)
         traits = self.attention_traits(f, s, scope)
         traits.update(head_fields(self, f, s, traits, score, scope))
         links = self.attention_links(f, scope)
@@ -221,9 +221,11 @@ class Attentions(Features, Penalties):
                 return None, None
         return structural or "none", data
 
-    def _mechanism(self, fld: ast.Field | None, table: dict, what: str):
+    def _mechanism(self, fld: ast.Field | None, table: dict, what: str,
+                   scope: Scope | None = None):
         """The mechanism a field names, its parameters and their Config expressions:
-        (name, params, syms); name None when the field is absent, False on an error."""
+        (name, params, syms); name None when the field is absent, False on an error. A
+        node parameter (reinforced's `policy = s`) is resolved in ``scope`` to a node id."""
         if fld is None:
             return None, {}, {}
         e = fld.value
@@ -244,7 +246,7 @@ class Attentions(Features, Penalties):
             if i >= len(sig):
                 self.err(a.pos, f"`{name}` takes {len(sig)} argument(s)")
                 return False, {}, {}
-            v = self.as_param(sig[i], a, None, f"`{sig[i].name}` of `{name}`")
+            v = self.mechanism_param(sig[i], a, scope, f"`{sig[i].name}` of `{name}`")
             if v is None:
                 return False, {}, {}
             params[sig[i].name] = v
@@ -253,10 +255,12 @@ class Attentions(Features, Penalties):
         names = {p.name: p for p in sig}
         for k in kwargs:
             if k.name not in names:
+                owners = [f"`{o}`" for o, sg in table.items() if any(p.name == k.name for p in sg)]
                 self.err(k.pos, f"`{name}` has no parameter `{k.name}`",
+                         f"`{k.name}` is a parameter of {', '.join(owners)}" if owners else
                          suggest(k.name, names) if names else f"`{name}` takes no parameters")
                 return False, {}, {}
-            v = self.as_param(names[k.name], k.value, None, f"`{k.name}` of `{name}`")
+            v = self.mechanism_param(names[k.name], k.value, scope, f"`{k.name}` of `{name}`")
             if v is None:
                 return False, {}, {}
             params[k.name] = v
@@ -271,6 +275,18 @@ class Attentions(Features, Penalties):
                 if p.default is not None:
                     params[p.name] = p.default
         return name, params, syms
+
+    def mechanism_param(self, p: P, e: ast.Expr, scope: Scope | None, what: str):
+        """A mechanism's parameter: a constant, or for a node parameter the id of the node
+        it names (a name only: an expression has no node of its own to read)."""
+        if p.type != "node":
+            return self.as_param(p, e, None, what)
+        if not isinstance(e, ast.Ref) or scope is None:
+            self.err(e.pos, f"{what} names a feature or an input, not an expression",
+                     f"declare it first, e.g. `feature s = mean(embed(aspect, 300))`, then "
+                     f"write `{p.name} = s`")
+            return None
+        return self.resolve(e, scope)
 
     def score(self, fld: ast.Field | None, s: ast.Attention) -> ir.Score | None:
         if fld is None:
@@ -319,14 +335,15 @@ class Attentions(Features, Penalties):
                          sym=tuple(sorted(syms.items())),
                          loc=self.loc(v.pos))
 
-    def align(self, fld: ast.Field | None, s: ast.Attention) -> ir.Align | None:
+    def align(self, fld: ast.Field | None, s: ast.Attention, scope: Scope) -> ir.Align | None:
         if fld is None:
             return ir.Align(fn="global", loc=self.loc(s.pos))
-        name, p, syms = self._mechanism(fld, ALIGNS, "alignment")
+        name, p, syms = self._mechanism(fld, ALIGNS, "alignment", scope)
         if not name:
             return None
         name = ALIGN_SPELLINGS[name].name  # `soft` is `global` (eq. 25): the IR's one spelling
         return ir.Align(fn=name, window=p.get("D"), position=p.get("position"),
                         gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
                         sym=tuple(sorted(syms.items())), loc=self.loc(fld.value.pos),
-                        normalize=bool(p.get("normalize", False)), k=p.get("k"))
+                        normalize=bool(p.get("normalize", False)), k=p.get("k"),
+                        policy=p.get("policy"))

@@ -13,7 +13,7 @@ anyway (the operator registry's parameter type, no pydantic model of its own).""
 from __future__ import annotations
 
 from . import heads
-from .aligns import ALIGNS, GRAPH_REASON
+from .aligns import ALIGNS, GRAPH_REASON, POLICY_REASON
 from .heads import HEAD_MECHANISMS
 from .modifiers import BIASES, MODIFIERS, POSITIONS
 from .others import HEADS_OUT, MASK_ARG, MASKS, PENALTIES, TRAITS
@@ -21,9 +21,11 @@ from .record import KINDS, CtorArg, Mechanism
 from .scores import SCORES, WITHOUT_QUERY, affinity_reading
 
 __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "KINDS", "heads",
-           "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POSITIONS", "REGISTRY", "SCORES",
+           "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POLICY_REASON", "POSITIONS", "REGISTRY",
+           "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
-           "constructor", "literal", "modifiers", "penalties", "score", "align", "signature", "spellings"]
+           "constructor", "literal", "modifiers", "penalties", "score", "align", "align_reads",
+           "signature", "spellings"]
 
 # Every record, by (kind, name).
 REGISTRY: dict[tuple[str, str], Mechanism] = {
@@ -47,6 +49,13 @@ def score(fn: str) -> Mechanism:
 
 def align(fn: str) -> Mechanism:
     return ALIGNS[fn]
+
+
+def align_reads(al) -> list[tuple[str, str]]:
+    """(parameter, node id) of each node an alignment reads besides q, k and v: its
+    record's node parameters that the statement sets (reinforced's `policy = s`)."""
+    return [(p.name, v) for p in ALIGNS[al.fn].params
+            if p.type == "node" and (v := getattr(al, p.name, None)) is not None]
 
 
 def modifiers(n) -> list[tuple[Mechanism, object]]:
@@ -79,7 +88,9 @@ def constructor(n, dropout: bool = False, share: str | None = None,
     "swap" (eq. 14-15); ``query``: the class reads a query (given, learned or a capsule's)."""
     out = [D_Q] if query else []
     out += BASE
-    out += SCORES[n.score.fn].ctor + ALIGNS[n.align.fn].ctor
+    # an alignment's argument for an optional node it reads (`policy = s`) only where it has one
+    out += [*SCORES[n.score.fn].ctor] + [a for a in ALIGNS[n.align.fn].ctor
+                                        if a.owner != "align" or a.value(n) is not None]
     if n.capsules:
         out += TRAITS["capsules"].ctor
     out.append(MASK_ARG)

@@ -31,6 +31,14 @@ TOPK_REASON = ("top-k sparse attention (Zhao et al. 2019): a softmax over each q
                "as sparsemax): the kept subset follows the scores, not a window around a "
                "position (local), nothing is sampled (hard) and no policy picks it (reinforced)")
 
+# What a reinforced alignment's policy reads beside each key (`policy = s`, RBAN's aspect)
+# reaches the module by a policy edge of the graph, not a query edge: the classifier notes it
+# under the query type the query edge gives, and adds none.
+POLICY_REASON = ("the policy of {module} reads {src} beside each key (a policy edge, not a "
+                 "query edge): it picks the keys the softmax runs over and is no query of the "
+                 "attention (Wang et al.'s aspect), so the query type is read from the query "
+                 "alone")
+
 ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("align", "global", aliases=("soft",), reading="Global",
               reason="softmax over all keys (eq. 25)", label="global", class_part="",
@@ -54,10 +62,18 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               fast=lambda al: "band" if al.position == "monotonic" else "gather",
               centred=True, step_start=lambda al: al.position == "monotonic",
               by_query_index=True),
-    Mechanism("align", "reinforced", reading="Reinforced",
-              reason="soft alignment over a subset an agent selects", label="reinforced",
-              class_part="Reinforced",
-              doc="reinforced alignment: a policy picks the subset, softmax over it",
+    # `policy = s`: the agent's state is each key with s (RBAN's aspect, Wang et al. 2019)
+    Mechanism("align", "reinforced", (P("policy", "node", False),), reading="Reinforced",
+              reason=lambda al: "soft alignment over a subset an agent selects" + (
+                  f", its policy reading each key with `{al.policy}` (Wang et al.'s aspect)"
+                  if al.policy else ""),
+              label=lambda al: "reinforced" + (f", policy reads {al.policy}" if al.policy else ""),
+              class_part=lambda al: ("Conditioned" if al.policy else "") + "Reinforced",
+              doc=lambda al: "reinforced alignment: a policy picks the subset, softmax over it" + (
+                  "; the policy reads policy_in beside each key (Wang et al. 2019)"
+                  if al.policy else ""),
+              ctor=(CtorArg("d_p", "int", owner="align", field="policy",
+                            comment="d_p: the width of what the policy reads beside each key"),),
               template="align/reinforced.py.j2", helpers=("masked_softmax",),
               extras=("log_prob",), fast="sdpa", log_prob="example"),
     Mechanism("align", "sparsemax", reading="Sparse", reason="sparsemax", label="sparsemax",
