@@ -82,6 +82,8 @@ def constructor(n, dropout: bool = False, share: str | None = None,
     out += SCORES[n.score.fn].ctor + ALIGNS[n.align.fn].ctor
     if n.capsules:
         out += TRAITS["capsules"].ctor
+    if n.heads > 1:  # routing's output capsules and iterations (the others have none)
+        out += HEADS_OUT[n.heads_out].ctor
     out.append(MASK_ARG)
     if dropout:
         out += TRAITS["dropout"].ctor
