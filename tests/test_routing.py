@@ -158,7 +158,7 @@ def test_backward_matches_finite_differences(gen):
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 3, 4, generator=g, dtype=DT, requires_grad=True)
                for _ in range(3))
-    assert torch.autograd.gradcheck(lambda q, k, v: att(q, k, v)[0], (q, k, v))
+    assert torch.autograd.gradcheck(lambda q, k, v: att(q, k, v)[0], (q, k, v), fast_mode=True)
     # a padded example (no key to read) routes zero contexts: finite, zero gradients
     mask = torch.tensor([[False, False, False]])
     c, _, _ = att(q, k, v, mask)
@@ -213,3 +213,57 @@ def test_the_example_trains_a_step():
 def test_misuse_is_a_located_error(name):
     got, want = error_snapshot(name)
     assert got == want
+
+
+def test_cached_decoding_equals_the_full_recompute(tmp_path):
+    """Routing is per position: generate() with its KV cache (the new token's heads routed
+    at each step) samples what recomputing the whole prefix samples."""
+    build = inline_builder(tmp_path, HEADER, "_taxcompile_routing_gen")
+    mod = build("""
+    let d = 16
+    model lm {
+        input tokens: tokens[T] (vocab = 50, autoregressive)
+        feature x = embed(tokens, d)
+        attention self {
+            query = project(x)  keys = project(x)  values = project(x)
+            score = scaled_multiplicative  heads = 4  mask = causal
+            heads_out = routing(capsules = 4, iters = 3)
+        }
+        update x = norm(x + self)
+        output logits = classify(x, 50)
+    }
+    """)
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).eval()
+    runs = [model.generate(max_len=8, bos=1, eos=2, batch_size=2, strategy="sample",
+                           generator=torch.Generator().manual_seed(1), incremental=inc)
+            for inc in (True, False)]
+    assert torch.equal(*runs)
+
+
+@pytest.mark.parametrize("query", ["query = x", ""])
+def test_routing_reads_each_heads_output(gen, query):
+    """The disagreement penalty's extras["heads"] are the heads' outputs O^h before they
+    are joined (Li et al. 2018 eq. 7): routing them in the reference gives the module's c,
+    with a query (d_v / H per head) and without one (H rows over all of v)."""
+    mod = gen(f"""
+    model m {{
+        input x: sequence[L, 12]
+        attention att {{
+            {query}  features = x  score = additive(d_w = 6)  heads = 4
+            penalty = disagreement(1.0, on = output)  heads_out = routing(capsules = 3)
+        }}
+        output out = identity(att)
+    }}
+    """)
+    att = mod.Model(mod.Config()).double().att
+    with torch.no_grad():
+        att.votes.mul_(3.0)
+    x = inputs()[1]
+    c, _, extras = att(x if query else None, x, x, HOLES)
+    heads = extras["heads"].detach()  # (N, H, Lq, d_h)
+    W = att.votes.detach()
+    want = torch.stack([torch.stack([route([heads[n, h, i] for h in range(4)], W, 3)
+                                     for i in range(heads.shape[2])])
+                        for n in range(2)])
+    torch.testing.assert_close(c, want, atol=1e-10, rtol=1e-8)

@@ -51,8 +51,8 @@ HEADS_OUT: dict[str, Mechanism] = {m.name: m for m in (
                   "C_hn = softmax_n(b_hn), s_n = sum_h C_hn u_hn, o_n = squash(s_n), "
                   "b_hn += u_hn^T o_n",
               ctor=(CtorArg("out_capsules", "int", owner="routing", field="capsules",
-                            sym="capsules", comment="output capsules the heads are routed "
-                                                    "into (Li et al. 2019), each d_v / N wide"),
+                            sym="capsules",
+                            comment="output capsules the heads are routed into (Li et al. 2019)"),
                     CtorArg("routing_iters", "int", owner="routing", field="iters", sym="iters",
                             comment="iterations of routing by agreement")),
               template="heads_out/routing.py.j2", full_width=True),
