@@ -176,25 +176,10 @@ def test_routing_reads_multi_head_with_the_reason():
     assert "routing by agreement (Li et al. 2019) aggregates its 4 heads" in reason
 
 
-def test_the_example_trains_a_step():
-    from taxcompile import codegen, pipeline
-
-    import importlib.util
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    cs = pipeline.load(ROOT / "examples" / "li2019_routing.attn")
-    assert classify_text((ROOT / "examples" / "li2019_routing.attn").read_text())[
-        "query_multiplicity"] == "Multi-Head"
-    src = codegen.generate(cs, cs.models[0], "examples/li2019_routing.attn")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "_taxcompile_li2019_routing.py"
-        path.write_text(src, encoding="utf-8")
-        spec_ = importlib.util.spec_from_file_location(path.stem, path)
-        mod = importlib.util.module_from_spec(spec_)
-        sys.modules[path.stem] = mod
-        spec_.loader.exec_module(mod)
+def test_the_example_trains_a_step(tmp_path):
+    text = (ROOT / "examples" / "li2019_routing.attn").read_text(encoding="utf-8")
+    assert classify_text(text)["query_multiplicity"] == "Multi-Head"
+    mod = inline_builder(tmp_path, "", "_taxcompile_li2019_routing")(text)
     torch.manual_seed(0)
     model = mod.Model(mod.Config.tiny())
     inputs_ = mod.example_inputs(cfg=model.cfg)
