@@ -4,7 +4,8 @@ Agreement"; Sabour et al. 2017's dynamic routing), its record in mechanisms/othe
 Lowered here, with the located errors of a misuse that the statement shows on its own:
 capsule-based attention (its own capsules, one learned query per class, eq. 43-45) and
 graph attention (GAT joins its heads by concat or mean in its own kernel). One head is
-refused where every `heads_out` is (``lowering/attention.py``)."""
+refused where every `heads_out` is (``lowering/attention.py``); N not dividing the
+context's width needs the values' shape and is checked in checks.py (``check/attention.py``)."""
 
 from __future__ import annotations
 
