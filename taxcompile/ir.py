@@ -216,6 +216,16 @@ class QKNorm(_Frozen):
     rms: bool = False  # `qk_norm = rms`: RMS norms with learned gains, no l2 norm and scale
 
 
+class Routing(_Frozen):
+    """Routing by agreement between the heads and output capsules (Li et al. 2019, after
+    Sabour et al. 2017): `heads_out = routing(capsules = N, iters = r)`."""
+
+    capsules: int  # N output capsules, each d_v / N wide, concatenated
+    iters: int = 3  # r routing iterations
+    sym: tuple[tuple[str, str], ...] = ()  # capsules / iters -> its constant expression
+    loc: Location
+
+
 class Attention(_Frozen):
     kind_: Literal["attention"] = "attention"
     id: str
@@ -228,7 +238,7 @@ class Attention(_Frozen):
     align: Align
     dimensionality: Literal["single", "multi"] = "single"
     heads: int = 1
-    heads_out: Literal["project", "concat", "mean"] = "project"  # how heads join (eq. 40)
+    heads_out: Literal["project", "concat", "mean", "routing"] = "project"  # how heads join
     capsules: int = 0
     mask: Literal["none", "causal", "forward", "backward"] = "none"  # within one sequence
     # a `mask` or `graph` input (`mask = m`, `mask = causal * m`, `mask = adj`): which keys
@@ -262,6 +272,7 @@ class Attention(_Frozen):
     # by heads / kv_heads query heads (1: multi-query, Shazeer 2019); 0: one per query head
     kv_heads: int = 0
     qk_norm: QKNorm | None = None  # query-key normalisation (cosine scores with a scale)
+    routing: Routing | None = None  # heads_out = routing(…): its output capsules, iterations
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""
@@ -272,7 +283,7 @@ class Attention(_Frozen):
         if self.heads > 1:
             out.append(traits["heads"].text("label", self))
             if self.heads_out != "project":
-                out.append(mech.HEADS_OUT[self.heads_out].text("label"))
+                out.append(mech.HEADS_OUT[self.heads_out].text("label", self.routing))
             if self.kv_heads:
                 out.append(traits["kv_heads"].text("label", self))
         if self.qk_norm is not None:

@@ -291,7 +291,10 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
     if "qk_norm" in mechs:
         f["qk_norm"] = draw(st.sampled_from(["true", "l2(scale = 4)", "l2(dim_scale = true)"]))
     if "heads_out" in mechs:
-        f["heads_out"] = draw(st.sampled_from(["project", "concat", "mean"]))
+        f["heads_out"] = draw(st.sampled_from(["project", "concat", "mean",
+                                               "routing(capsules = 2, iters = 2)"]))
+        if keep and "capsules" in mechs and f["heads_out"].startswith("routing"):
+            f["heads_out"] = "project"  # capsule-based attention's classes are not routed
     if "multi" in mechs:
         f["dimensionality"] = "multi"
     if "capsules" in mechs:

@@ -107,6 +107,10 @@ EXPECTED = {
     # transformed q and k: the score as written (Scaled Multiplicative), as rotary is.
     "qk_norm": dict(scoring="Scaled Multiplicative", alignment="Global",
                     query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Routing by agreement (Li et al. 2019, issue 25) joins the heads in place of W_O: each
+    # head keeps its own projections, scores and context, so still Multi-Head.
+    "li2019_routing": dict(scoring="Scaled Multiplicative", alignment="Global",
+                           query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

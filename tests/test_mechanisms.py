@@ -88,7 +88,7 @@ def test_class_name_parts_are_unique():
 
 def test_constructor_arguments_name_fields_of_the_ir():
     owners = {"attention": ir.Attention, "score": ir.Score, "align": ir.Align,
-              "position": ir.Modifier, "qk_norm": ir.QKNorm}
+              "position": ir.Modifier, "qk_norm": ir.QKNorm, "routing": ir.Routing}
     names = []
     for m in mech.REGISTRY.values():
         for a in m.ctor:

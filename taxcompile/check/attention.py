@@ -264,6 +264,14 @@ class AttentionChecks:
                     self.err(n.loc, f"{where}: {what} = {d} is not divisible by heads = {n.heads}",
                              "each head gets an equal slice (eq. 38)")
                     return False
+            # routing's output capsules side by side are the context: as wide as W_O's
+            wide = v.dim and v.dim // (n.kv_heads or n.heads) * n.heads
+            if n.routing is not None and wide and wide % n.routing.capsules:
+                self.err(n.routing.loc, f"{where}: {n.routing.capsules} output capsules cannot "
+                         f"split the context's {wide} features evenly (Li et al. 2019: the "
+                         "capsules side by side are the output)",
+                         f"choose `capsules` dividing {wide}")
+                return False
         if n.dimensionality == "multi":
             if not mech.SCORES[sc.fn].hidden:
                 self.err(sc.loc, f"multi-dimensional attention scores each feature with "

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import ir
+from .. import mechanisms as mech
 from ..mechanisms import align_reads
 
 
@@ -142,7 +143,7 @@ def context_dim(n: ir.Attention, d_v: int) -> int:
     """The width of a module's context: d_v, or with several heads and no W_O (eq. 40) the
     heads' contexts side by side (``concat``) or averaged (``mean``). With a query each
     head reads a d_v/H slice of the values (eq. 38); without one, all of them."""
-    if n.heads < 2 or n.heads_out == "project":
+    if n.heads < 2 or mech.HEADS_OUT[n.heads_out].full_width:  # W_O or routing: d_v
         return d_v
     head = d_v // n.heads if n.query is not None else d_v
     return head * n.heads if n.heads_out == "concat" else head

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .. import digraph as nx  # networkx's algorithms that checks uses, without its import
 from .. import ir, prev_reads
+from .. import mechanisms as mech
 from ..lower import MASK_KINDS
 from .core import CheckedModel, Shape, decoder_ops, deps, feeds, links
 
@@ -109,7 +110,7 @@ class ScopeChecks:
                          "`feed` and `prev(…)` name nodes computed in each step of a "
                          "decoder, e.g. `feed = att`, `query = prev(s)`")
             if how == "feed" and isinstance(ids[d], ir.Attention) and ids[d].heads > 1 \
-                    and ids[d].heads_out != "project":
+                    and not mech.HEADS_OUT[ids[d].heads_out].full_width:
                 self.err(n.loc, f"`feed = {d}`: a decoder reads a context as wide as the "
                          f"values, and `{d}` has `heads_out = {ids[d].heads_out}`",
                          "use the default `heads_out = project` (W_O, eq. 40) on a module "

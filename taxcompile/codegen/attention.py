@@ -328,7 +328,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
 def context_dim(p, n: ir.Attention, d_v: Dim) -> Dim:
     """The context's width as a Config expression (checks.context_dim): d_v, or with
     ``heads_out = concat`` / ``mean`` the heads side by side / averaged."""
-    if n.heads < 2 or n.heads_out == "project":
+    if n.heads < 2 or mech.HEADS_OUT[n.heads_out].full_width:  # W_O or routing: d_v
         return d_v
     heads = p.size(n, "heads", n.heads)
     split = n.query is not None

@@ -231,7 +231,7 @@ def context_width(n: ir.Attention) -> str:
     """The context's width in the class docstring (checks.context_dim)."""
     if n.kv_heads:  # H heads of d_v / G (templates/codegen/heads/kv_heads.py.j2)
         return "d_v * H / G" if n.heads_out != "mean" else "d_v / G"
-    if n.heads < 2 or n.heads_out == "project":
+    if n.heads < 2 or mech.HEADS_OUT[n.heads_out].full_width:  # W_O or routing
         return "d_v"
     if n.query is not None:  # H slices of d_v / H (eq. 38)
         return "d_v" if n.heads_out == "concat" else "d_v / H"
@@ -249,6 +249,8 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
     parts = [t[name].class_part for name, on in has.items() if on]
     parts += [rec.text("class_part", m) for rec, m in mech.modifiers(n)]
     parts += [rec.text("class_part", n) for rec in mech.heads.present(n)]
+    if n.heads > 1:  # routing by agreement ("Routed"); W_O, concat and mean add nothing
+        parts.append(mech.HEADS_OUT[n.heads_out].class_part)
     parts.append(mech.score(n.score.fn).text("class_part", n.score))
     parts.append(mech.align(n.align.fn).text("class_part", n.align))
     return "".join(parts) + "Attention"

@@ -22,6 +22,7 @@ from .heads import head_fields
 from .inputs import MASK_KINDS
 from .names import Scope
 from .penalties import Penalties
+from .routing import routed, routing_field
 
 # The parameters of each mechanism a statement names come from its record
 # (taxcompile/mechanisms), aliases included (`dot`, `soft`).
@@ -78,6 +79,7 @@ class Attentions(Features, Penalties):
         align = self.align(f.get("align"), s, scope)
         traits = self.attention_traits(f, s, scope)
         traits.update(head_fields(self, f, s, traits, score, scope))
+        traits.update(routing_field(self, f, s, traits, score))
         links = self.attention_links(f, scope)
         position = self.modifier(f.get("position"), POSITIONS, "position term")
         bf = f.get("bias")  # `bias = true | false`: graph attention's output bias
@@ -126,7 +128,8 @@ class Attentions(Features, Penalties):
         penalties = self.penalty(f["penalty"].value, scope) if "penalty" in f else {}
         coverage = self.flag(f, "coverage", scope)  # See et al.'s coverage vector
         heads_out = (self.as_param(HEADS_OUT, f["heads_out"].value, scope, "`heads_out`")
-                     if "heads_out" in f else HEADS_OUT.default)
+                     if "heads_out" in f and not routed(f["heads_out"].value)
+                     else HEADS_OUT.default)  # routing(…) is lowered in routing.py
         if "heads_out" in f and heads == 1:
             self.err(f["heads_out"].pos, "`heads_out` joins the contexts of several heads, "
                      f"but attention `{s.name}` has one", "set `heads = H`, or drop `heads_out`")

@@ -93,6 +93,8 @@ def constructor(n, dropout: bool = False, share: str | None = None,
                                         if a.owner != "align" or a.value(n) is not None]
     if n.capsules:
         out += TRAITS["capsules"].ctor
+    if n.heads > 1:  # routing's output capsules and iterations (the others have none)
+        out += HEADS_OUT[n.heads_out].ctor
     out.append(MASK_ARG)
     if dropout:
         out += TRAITS["dropout"].ctor

@@ -8,6 +8,7 @@ classifier adds each one's reason (``heads_reading``)."""
 
 from __future__ import annotations
 
+from .others import HEADS_OUT
 from .record import CtorArg, Mechanism
 
 TALKING_REASON = ("talking heads (Shazeer et al. 2020) mix the heads' {which} with a learned "
@@ -58,8 +59,11 @@ def present(n) -> list[Mechanism]:
 
 
 def heads_reading(n) -> str:
-    """The reasons the classifier adds to a module's Multi-Head cell ('' without any)."""
-    return "".join("; " + rec.text("reason", n) for rec in present(n))
+    """The reasons the classifier adds to a module's Multi-Head cell ('' without any): the
+    head mechanisms', then the way the heads join (routing by agreement has one)."""
+    joined = HEADS_OUT[n.heads_out].text("reason", n)
+    return "".join("; " + rec.text("reason", n) for rec in present(n)) + \
+        ("; " + joined if joined else "")
 
 
 def class_key(n) -> str:

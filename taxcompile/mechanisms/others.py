@@ -28,14 +28,34 @@ MASKS: dict[str, Mechanism] = {m.name: m for m in (
 )}
 
 # How a multi-head module joins its heads' contexts: W_O concat (eq. 40), the plain concat
-# (Lin et al.'s flattened M), or their mean (GAT's last layer).
+# (Lin et al.'s flattened M), their mean (GAT's last layer), or routing by agreement into
+# output capsules (Li et al. 2019, seed 000 ref. [25]; Sabour et al. 2017's dynamic routing).
 HEADS_OUT: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("heads_out", "project", label="", doc="joined by W_O",
-              template="heads_out/project.py.j2"),
+              template="heads_out/project.py.j2", full_width=True),
     Mechanism("heads_out", "concat", label="heads concatenated", doc="concatenated, no W_O",
               template="heads_out/concat.py.j2"),
     Mechanism("heads_out", "mean", label="heads averaged", doc="averaged, no W_O",
               template="heads_out/mean.py.j2"),
+    Mechanism("heads_out", "routing", (P("capsules", "int"), P("iters", "int", False, 3)),
+              reading="Multi-Head",
+              reason=lambda n: f"routing by agreement (Li et al. 2019) aggregates its {n.heads} "
+                     f"heads' contexts, the input capsules, into {n.routing.capsules} output "
+                     "capsules in place of W_O concat: each head still has its own projections "
+                     "of q, k and v, its scores and its context (eq. 38-40), so the module "
+                     "stays multi-head",
+              label="heads routed into {capsules} capsules ({iters} iterations)",
+              class_part="Routed",
+              doc="routed by agreement (Li et al. 2019) into Nc = out_capsules output capsules "
+                  "side by side: votes u_hn = W_hn c_h, b_hn = 0; routing_iters times: "
+                  "C_hn = softmax_n(b_hn), s_n = sum_h C_hn u_hn, o_n = squash(s_n), "
+                  "b_hn += u_hn^T o_n",
+              ctor=(CtorArg("out_capsules", "int", owner="routing", field="capsules",
+                            sym="capsules",
+                            comment="output capsules the heads are routed into (Li et al. 2019)"),
+                    CtorArg("routing_iters", "int", owner="routing", field="iters", sym="iters",
+                            comment="iterations of routing by agreement")),
+              template="heads_out/routing.py.j2", full_width=True),
 )}
 
 # Terms of the training loss. None changes a module's score, alignment, wiring or heads,

@@ -138,6 +138,8 @@ class Mechanism(NamedTuple):
     # and whether a spec writes it as a bare coefficient (`penalty = λ`), not a call
     ir_field: str = ""
     bare: bool = False
+    # a way of joining heads whose context is as wide as the values (d_v), as W_O's (eq. 40)
+    full_width: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
