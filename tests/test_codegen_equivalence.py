@@ -132,6 +132,11 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "wang2016_att_input_cnn": "tests/test_feature_ops.py",
     "daniluk2017_key_value_predict": "tests/test_feature_ops.py",
     "wu2020_lsra_encoder": "tests/test_feature_ops.py",
+    # location weights (Tang et al. 2016's MemNet; Sukhbaatar et al.'s position encoding)
+    "tang2016_location2": "tests/test_location.py",
+    "tang2016_location1": "tests/test_location.py",
+    "tang2016_location3": "tests/test_location.py",
+    "tang2016_location4": "tests/test_location.py",
 }
 
 

@@ -107,6 +107,11 @@ EXPECTED = {
     # transformed q and k: the score as written (Scaled Multiplicative), as rotary is.
     "qk_norm": dict(scoring="Scaled Multiplicative", alignment="Global",
                     query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Location weights (issue 25) are fixed features of the memory, outside the module:
+    # MemNet's hops re-read one memory with the aspect's refined vector (Multi-Hop), an
+    # auxiliary input's query (Basic), the additive score, global alignment.
+    "tang2016_location_memory": dict(scoring="Additive", alignment="Global", query_type="Basic",
+                                     query_multiplicity="Multi-Hop"),
 }
 
 
