@@ -137,6 +137,7 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "tang2016_location1": "tests/test_location.py",
     "tang2016_location3": "tests/test_location.py",
     "tang2016_location4": "tests/test_location.py",
+    "han_words_han": "tests/test_document_weights.py",  # document-wide word weights
 }
 
 
