@@ -119,32 +119,42 @@ def test_learned_locations_of_eq_12_and_13_are_writable():
     torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
 
 
-def memnet_reference(model, cfg, sent, aspect, pos, sent_mask, aspect_mask, pos_mask,
+def memnet_reference(parts, d, hops, sent, aspect, pos, sent_mask, aspect_mask, pos_mask,
                      location):
     """Tang et al.'s MemNet in float64, from the paper: v = mean of the aspect's word
-    vectors; each hop g_j = tanh(W_att [m_j; v] + b_att) (the additive score with d_w = 1,
-    times its scalar w), α = softmax(g) over the real words, v <- W v + Σ_j α_j m_j."""
-    E = model.e_embed.weight
-    att, lin = model.hop.att, model.hop.v_1_linear.weight
+    vectors; hop k: m_j = e_j ⊙ l_j^k, g_j = tanh(W_att [m_j; v] + b_att) (the additive
+    score with d_w = 1, times its scalar w), α = softmax(g) over the real words,
+    v <- W v + Σ_j α_j m_j. ``parts``: the embedding, attention, W and output layer."""
+    E, att, lin, head = parts
     logits = []
     for b in range(sent.shape[0]):
         n = int(sent_mask[b].sum())
         a_words = [int(t) for t, k in zip(aspect[b], aspect_mask[b]) if k]
         a_pos = [int(p) for p, k in zip(pos[b], pos_mask[b]) if k]
-        e = E[sent[b, :n]]  # (n, d)
-        m = e * location(sent.shape[1], cfg.d, n, a_pos)[:n]
-        v = E[a_words].mean(0)
-        for _ in range(cfg.hops):
+        e = E.weight[sent[b, :n]]  # (n, d)
+        v = E.weight[a_words].mean(0)
+        for k in range(1, hops + 1):
+            m = e * location(sent.shape[1], d, n, a_pos, k)[:n]
             g = att.w[0, 0] * torch.tanh(m @ att.W2[0, :, 0] + v @ att.W1[0, :, 0] + att.b[0, 0])
             alpha = torch.softmax(g, 0)
-            v = lin @ v + alpha @ m
-        logits.append(model.polarity_head(v))
+            v = lin.weight @ v + alpha @ m
+        logits.append(head(v))
     return torch.stack(logits)
 
 
+def check_memnet(mod, cfg, parts, hops, location):
+    model = parts[0]
+    inputs = mod.example_inputs(3, seed=1, cfg=cfg)
+    out = model(**inputs).output
+    want = memnet_reference(parts[1:], cfg.d, hops, **inputs, location=location)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-6)
+    out.sum().backward()
+    assert parts[1].weight.grad.abs().sum() > 0 and parts[2].W2.grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize("variant, location", [
-    ("location2", lambda L, d, n, a: ref_location(L, d, n, aspect=a)),
-    ("location1", lambda L, d, n, a: ref_location(L, d, n, aspect=a, encoding=True)),
+    ("location2", lambda L, d, n, a, k: ref_location(L, d, n, aspect=a)),
+    ("location1", lambda L, d, n, a, k: ref_location(L, d, n, aspect=a, encoding=True)),
 ])
 def test_memnet_example_matches_its_reference(variant, location):
     cs = pipeline.load(EXAMPLE)
@@ -153,13 +163,38 @@ def test_memnet_example_matches_its_reference(variant, location):
     torch.manual_seed(0)
     cfg = mod.Config(d=8, vocab=40)
     model = mod.Model(cfg).to(DT)
-    inputs = mod.example_inputs(3, seed=1, cfg=cfg)
-    out = model(**inputs).output
-    want = memnet_reference(model, cfg, **inputs, location=location)
-    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-6)
-    out.sum().backward()
-    assert model.e_embed.weight.grad.abs().sum() > 0
-    assert model.hop.att.W2.grad.abs().sum() > 0
+    parts = (model, model.e_embed, model.hop.att, model.hop.v_1_linear, model.polarity_head)
+    check_memnet(mod, cfg, parts, cfg.hops, location)
+
+
+# Tang et al.'s Model 1 as their text reads eq. 10 (k the hop): one memory per hop, so the
+# hops are written out, the second using the first's weights (`share`).
+MODEL1_HOPS = """let d = 8
+model m {
+    input sent:   tokens[S] (vocab = 40)
+    input aspect: tokens[A] (vocab = 40)
+    input pos:    pointers[A] (into = S)
+    feature e = embed(sent, d)
+    query v0 = mean(embed(aspect, d, share = e))
+    feature m1 = e * location(e, kind = encoding, hop = 1, aspect = pos)
+    feature m2 = e * location(e, kind = encoding, hop = 2, aspect = pos)
+    attention h1 { query = v0  features = m1  score = additive(d_w = 1) }
+    feature v1 = linear(v0, d, bias = false) + h1
+    attention h2 { query = v1  features = m2  score = additive(d_w = 1)  share = h1 }
+    feature v2 = linear(v1, d, bias = false, share = v1) + h2
+    output polarity = classify(v2, 3)
+}
+"""
+
+
+def test_model_1_with_the_hop_number_matches_its_reference():
+    mod = build(MODEL1_HOPS, "tang_model1_hops")
+    torch.manual_seed(0)
+    cfg = mod.Config()
+    model = mod.Model(cfg).to(DT)
+    parts = (model, model.e_embed, model.h1, model.v1_linear, model.polarity_head)
+    check_memnet(mod, cfg, parts, 2,
+                 lambda L, d, n, a, k: ref_location(L, d, n, aspect=a, encoding=True, hop=k))
 
 
 @pytest.mark.parametrize("variant", ["location3", "location4"])
