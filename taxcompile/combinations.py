@@ -1,7 +1,7 @@
 """The cross product of one attention module's mechanisms.
 
 Score × alignment × dimensionality × query type × query multiplicity (Table III's
-per-module dimensions): 9 × 7 × 2 × 3 × 4 = 1512 combinations. ``spec_text`` writes
+per-module dimensions): 9 × 9 × 2 × 3 × 4 = 1944 combinations. ``spec_text`` writes
 the ``.attn`` spec of one combination, ``enumerate`` yields them all. ``pairs`` adds
 the mechanisms the survey's §5 proposes to combine in one model (capsules with heads
 or hops, parallel co-attention with heads or multi-dimensional weights, eq. 9's shared
@@ -23,14 +23,15 @@ from dataclasses import dataclass
 
 SCORES = ("additive", "concat", "multiplicative", "scaled_multiplicative", "general",
           "biased_general", "activated_general", "similarity", "location")
-ALIGNMENTS = ("global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid")
+ALIGNMENTS = ("global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid", "topk",
+              "crf")
 DEFAULT_ALIGN = ALIGNMENTS[0]  # what a spec that leaves out `align = …` gets (eq. 25)
 DIMENSIONALITIES = ("single", "multi")
 QUERY_TYPES = ("basic", "specialized", "self_attentive")
 MULTIPLICITIES = ("singular", "multi_head", "multi_hop", "capsule")
 
 # How each value is written in a spec.
-ALIGN_TEXT = {"local": "local(D = 2, position = predictive)"}
+ALIGN_TEXT = {"local": "local(D = 2, position = predictive)", "topk": "topk(k = 2)"}
 QUERY_TEXT = {"basic": "s", "specialized": "pre", "self_attentive": "learned(d)"}
 
 # The Table III label each value should classify as (classify.py's vocabulary).
@@ -40,7 +41,8 @@ LABELS = {
                 "biased_general": "Biased General", "activated_general": "Activated General",
                 "similarity": "Similarity", "location": "Location"},
     "alignment": {"global": "Global", "hard": "Hard", "local": "Local", "reinforced": "Reinforced",
-                  "sparsemax": "Sparse", "entmax": "Sparse", "sigmoid": "Global"},
+                  "sparsemax": "Sparse", "entmax": "Sparse", "sigmoid": "Global",
+                  "topk": "Sparse", "crf": "Global"},
     "dimensionality": {"single": "Single-Dimensional", "multi": "Multi-Dimensional"},
     "query_type": {"basic": "Basic", "specialized": "Specialized",
                    "self_attentive": "Self-Attentive"},
@@ -302,19 +304,7 @@ def pair_text(pr: Pair) -> str:
 def pair_verdict(pr: Pair) -> list[tuple[str, str]] | None:
     """None when ``taxcompile check`` accepts the pair's spec, else its (message, hint)
     pairs, with the modules' names left out."""
-    from .diagnostics import SpecError
-    from .pipeline import load_text
-
-    try:
-        load_text(pair_text(pr), FILE)
-    except SpecError as e:
-        out = []
-        for d in e.diagnostics:
-            reason = (_generic_pair(d.message), _generic_pair(d.hint))
-            if reason not in out:
-                out.append(reason)
-        return out
-    return None
+    return _verdict(pair_text(pr), _generic_pair)
 
 
 def _generic_pair(text: str) -> str:
@@ -332,6 +322,12 @@ def verdict(c: Combo, text: str) -> list[tuple[str, str]] | None:
     """None when ``taxcompile check`` accepts the spec, else its (message, hint) pairs,
     made generic: without the module's name (`att`, `hop[2].att`) and with the
     combination's score written `SCORE`, so one rule gives one reason."""
+    return _verdict(text, lambda t: _generic(t, c))
+
+
+def _verdict(text: str, generic) -> list[tuple[str, str]] | None:
+    """None when ``taxcompile check`` accepts ``text``, else its distinct (message, hint)
+    pairs, each made generic by ``generic``."""
     from .diagnostics import SpecError
     from .pipeline import load_text
 
@@ -340,7 +336,7 @@ def verdict(c: Combo, text: str) -> list[tuple[str, str]] | None:
     except SpecError as e:
         out = []
         for d in e.diagnostics:
-            reason = (_generic(d.message, c), _generic(d.hint, c))
+            reason = (generic(d.message), generic(d.hint))
             if reason not in out:
                 out.append(reason)
         return out
@@ -396,7 +392,7 @@ def render(results: dict[Combo, list[tuple[str, str]] | None],
         f"{len(DIMENSIONALITIES)} × {len(QUERY_TYPES)} × {len(MULTIPLICITIES)} = {total}.",
         "`taxcompile.combinations.spec_text` writes the spec of each; this matrix records",
         "what `taxcompile check` says about it. Every accepted combination compiles, runs",
-        "forward and backward, and classifies back to the values it was built from",
+        "forward and backward (below for topk, crf), and classifies back to its values",
         "(`tests/test_combinations.py`).",
         "",
         f"- **valid**: {total - len(refused)}",
@@ -449,6 +445,13 @@ def render(results: dict[Combo, list[tuple[str, str]] | None],
         "and no capsules; its result is the gated values at the keys' positions, not one",
         "context vector, so a hop's `update q = q + att` (eq. 41, 37) finds no c^(s) of the",
         "query's shape (the `shapes differ` reason).",
+        "",
+        "`topk(k = 2)` (Sparse) keeps each query's 2 largest of 5 scores, `crf` (Kim et al.'s",
+        "CRF marginals, Global) weighs every key: both are refused where `global` is, and run",
+        "with the additive and scaled_multiplicative scores (they act on the scores e, which",
+        "any score makes alike). The head mechanisms (`talking_heads`, `mem_kv`, `head_gates`,",
+        "`kv_heads`, `qk_norm`), like position terms and biases, change no Table III cell: no",
+        "dimension here.",
         "",
         "## The matrix",
         "",

@@ -40,6 +40,7 @@ FEATURE_MODELS = (
     "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity",
     "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh", "maxout",
     "conv2d", "maxpool", "upsample", "dropout", "context", "pointed", "crf", "positions",
+    "location",
 )
 #: Score functions (Table II) and alignment functions.
 SCORES = (

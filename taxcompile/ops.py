@@ -123,6 +123,11 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("positional", node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
     # x's position table alone, (L, d) broadcast over x's other axes (codegen/positions.py)
     _op("positions", node(), enum("kind", ("learned", "sinusoid"), "learned")),
+    # fixed location weights l_j of x's positions, no parameters (location.py): 1 - L_j/T
+    # (Tang et al.'s eq. 11) or Sukhbaatar et al.'s encoding (eq. 10, k = hop or feature);
+    # L_j is the position, or the distance to the aspect's positions (a pointers input)
+    _op("location", node(), enum("kind", ("linear", "encoding"), "linear"),
+        P("hop", "int", False), P("aspect", "node", False)),
     # layer norm (Ba et al.) or RMSNorm (Zhang & Sennrich 2019: x / RMS(x) * g, no centring)
     _op("norm", node(), enum("kind", ("layer", "rms"), "layer"), SHARE),
     _op("scale", node(), SHARE),

@@ -137,6 +137,12 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "wu2020_lsra_encoder": "tests/test_feature_ops.py",
     # issue 25's routing by agreement between the heads (Li et al. 2019)
     "li2019_routing_encoder": "tests/test_routing.py",
+    # location weights (Tang et al. 2016's MemNet; Sukhbaatar et al.'s position encoding)
+    "tang2016_location2": "tests/test_location.py",
+    "tang2016_location1": "tests/test_location.py",
+    "tang2016_location3": "tests/test_location.py",
+    "tang2016_location4": "tests/test_location.py",
+    "han_words_han": "tests/test_document_weights.py",  # document-wide word weights
 }
 
 

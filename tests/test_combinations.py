@@ -109,16 +109,20 @@ def checked():
     return out
 
 
-def test_there_are_1512_combinations():
-    assert len(COMBOS) == len(set(COMBOS)) == 9 * 7 * 2 * 3 * 4 == 1512
-    assert len({c.model for c in COMBOS}) == 1512
+def test_there_are_1944_combinations():
+    assert len(COMBOS) == len(set(COMBOS)) == 9 * 9 * 2 * 3 * 4 == 1944
+    assert len({c.model for c in COMBOS}) == 1944
     assert [c for c, _ in C.enumerate()] == COMBOS
 
 
 def test_specs_are_formatted():
+    """The score is one word of the spec: the other fields' combinations, with the
+    longest score name and the additive one, cover every layout spec_text writes."""
     from taxcompile.fmt import format_text
 
-    unformatted = [c.name for c, text in C.enumerate() if format_text(text, "combo.attn") != text]
+    unformatted = [c.name for c, text in C.enumerate()
+                   if c.score in ("additive", "scaled_multiplicative")
+                   and format_text(text, "combo.attn") != text]
     assert not unformatted, unformatted[:10]
 
 
@@ -145,7 +149,7 @@ def test_counts():
     verdicts = checked()
     refused = [c for c in COMBOS if isinstance(verdicts[c], SpecError)]
     assert len(refused) == sum(bool(expected(c)) for c in COMBOS)
-    assert (len(COMBOS) - len(refused), len(refused)) == (538, 974)
+    assert (len(COMBOS) - len(refused), len(refused)) == (718, 1226)
 
 
 # ---- every valid combination runs and classifies back -----------------------------------
@@ -213,6 +217,17 @@ def classification_problems(c: C.Combo, cs) -> list[str]:
     return out
 
 
+# Alignments added after the matrix first ran (issue 25) act on the scores e alone, which
+# every score makes with the same shape: they run with the additive score (every
+# dimensionality, query type and multiplicity) and a dot-product one (the fast paths), and
+# classify back with all of them; this keeps the test's time about what it was.
+NEW_ALIGNS, RUN_WITH = ("topk", "crf"), ("additive", "scaled_multiplicative")
+
+
+def runs(c: C.Combo) -> bool:
+    return c.align not in NEW_ALIGNS or c.score in RUN_WITH
+
+
 @pytest.mark.parametrize("score", C.SCORES)
 def test_valid_combinations_run_and_classify_back(score, tmp_path):
     pytest.importorskip("torch")
@@ -226,11 +241,13 @@ def test_valid_combinations_run_and_classify_back(score, tmp_path):
         for c, r in checked().items():
             if c.score != score or isinstance(r, SpecError):
                 continue
-            ran += 1
-            try:
-                found, grads = run_combo(c, r, tmp_path)
-            except Exception as e:  # noqa: BLE001 (report every combination that fails)
-                found, grads = [f"{type(e).__name__}: {e}"], {}
+            found, grads = [], {}
+            if runs(c):
+                ran += 1
+                try:
+                    found, grads = run_combo(c, r, tmp_path)
+                except Exception as e:  # noqa: BLE001 (report every combination that fails)
+                    found = [f"{type(e).__name__}: {e}"]
             found += classification_problems(c, r)
             problems += [f"{c.name}: {p}" for p in found]
             for leaf, g in grads.items():
@@ -238,7 +255,7 @@ def test_valid_combinations_run_and_classify_back(score, tmp_path):
                 trained[key] = max(trained.get(key, 0.0), g)
     finally:
         torch.set_num_threads(threads)
-    assert ran == sum(c.score == score and not expected(c) for c in COMBOS)
+    assert ran == sum(c.score == score and not expected(c) and runs(c) for c in COMBOS)
     # Over all combinations of an alignment and dimensionality, every parameter of the
     # attention module is trained by something (a sparse alignment or a sampled subset
     # can zero one combination's gradients, not all of them).

@@ -111,6 +111,16 @@ EXPECTED = {
     # head keeps its own projections, scores and context, so still Multi-Head.
     "li2019_routing": dict(scoring="Scaled Multiplicative", alignment="Global",
                            query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Location weights (issue 25) are fixed features of the memory, outside the module:
+    # MemNet's hops re-read one memory with the aspect's refined vector (Multi-Hop), an
+    # auxiliary input's query (Basic), the additive score, global alignment.
+    "tang2016_location_memory": dict(scoring="Additive", alignment="Global", query_type="Basic",
+                                     query_multiplicity="Multi-Hop"),
+    # Document-wide word weights β_s α_sw are read after both alignments: HAN's row
+    # (Table III row 5), Hierarchical, as specs/yang2016.attn.
+    "document_word_weights": dict(feature_levels="Hierarchical", scoring="Additive",
+                                  alignment="Global", query_type="Self-Attentive",
+                                  query_multiplicity="Singular"),
 }
 
 

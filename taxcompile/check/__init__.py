@@ -76,3 +76,4 @@ __all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "Checker", "
            "_short", "_show", "_vocab"]
 from .. import crf_output  # noqa: E402,F401  (registers the shape rule of the CRF output layer)
 from .. import broadcast, feature_ops  # noqa: E402,F401  (`+ - *` broadcasting; split, cnn)
+from .. import location  # noqa: E402,F401  (location weights, Tang et al. / Sukhbaatar et al.)

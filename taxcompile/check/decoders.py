@@ -172,7 +172,8 @@ class DecoderChecks:
     # positions of their input's last axis, and what they do (for messages).
     STEP_MIXING = {"lstm": "runs", "gru": "runs", "bilstm": "runs", "bigru": "runs",
                    "cnn": "convolves", "positional": "encodes positions",
-                   "positions": "encodes positions", "mean": "pools",
+                   "positions": "encodes positions", "location": "weighs positions",
+                   "mean": "pools",
                    "max": "pools", "sum": "pools", "prepend": "prepends"}
 
     def check_feed_loop(self, n: ir.AnyNode) -> None:

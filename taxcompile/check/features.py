@@ -37,8 +37,8 @@ class FeatureShapes:
                              "`penalty = supervised(…)`", "use `att.weights` for an attention "
                              "module's weights as a feature")
                     return None
-                if e.fn == "pointed" and i == 1:
-                    continue  # the pointers: checked by its shape rule
+                if e.fn in ("pointed", "location") and i == 1:
+                    continue  # the pointers (`aspect`): checked by its shape rule
                 if kind == "pointers":
                     self.err(a.loc, f"`{a.node}` holds target pointers, read by "
                              f"`pointed(X, {a.node})` (the decoder's input) and compared with "

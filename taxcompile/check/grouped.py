@@ -2,8 +2,9 @@
 Shazeer 2019): the keys and values hold g heads, each read by heads / g query heads. Checked
 here on the IR (the lowering has checked that g divides heads and that heads > 1): the score
 must be a dot product of one query head with one key head (its record's ``dot``), and the
-keys' and values' widths must be g heads of the query's head width. Memory key/values
-(`mem_kv`) then hold g heads too, put before the keys and shared like them (x-transformers'
+keys' and values' widths must be g heads of the query's head width (a `project(x)` with no
+width is given that width, g·d_q/H: codegen/kv_width.py). Memory key/values (`mem_kv`)
+then hold g heads too, put before the keys and shared like them (x-transformers'
 `num_mem_kv` beside `kv_heads`); talking heads mix the H query heads' scores and weights,
 after each key/value head is repeated for its group. The module then reads
 as if its keys and values were H heads wide: the rest of the checker, the context's width
@@ -15,8 +16,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .. import ir
 from .. import mechanisms as mech
 from .core import Shape
+
+
+def bare_project(e, any_width: bool = False) -> bool:
+    """``project(NAME)`` with no width (``any_width``: or with one)."""
+    return isinstance(e, ir.Op) and e.fn == "project" and isinstance(e.args[0], ir.Ref) \
+        and (any_width or e.param("d") is None)
 
 
 def grouped_fit(checker, f):
@@ -39,7 +47,17 @@ def grouped_fit(checker, f):
                     "each head gets an equal slice (eq. 38)")
         return None
     d_head = q.dim // h
+    bare = {"keys": bare_project(n.keys), "values": bare_project(n.values)}
+    if any(bare.values()) and not (isinstance(n.query, ir.Ref) or bare_project(n.query, True)):
+        what = "keys" if bare["keys"] else "values"
+        checker.err((n.keys if bare["keys"] else n.values).loc, f"{where}: `{what} = project(…)` without a width takes kv_heads = "
+                    f"{g} heads of the query heads' width, d_q / heads, read from the query, "
+                    "which must then be a name or `project(NAME)`",
+                    f"give the width, `{what} = project(x, {g * d_head})`, or name the query")
+        return None
     for what, s in (("keys", k), ("values", v)):
+        if bare[what]:
+            continue  # project(x): g heads of d_head features (codegen/kv_width.py)
         if s.dim != g * d_head:
             checker.err(n.loc, f"{where}: the {what} hold kv_heads = {g} heads of the query "
                         f"heads' width d_q / heads = {q.dim} / {h} = {d_head}, i.e. "

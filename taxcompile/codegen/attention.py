@@ -11,6 +11,7 @@ from .. import mechanisms as mech
 from ..checks import learned_capsules, share_kind
 from . import generate
 from .classes import attention_class, dot_form, fast_path, one_per_input
+from .features import project_width
 from .frame import Var
 from .graph_attention import is_graph, plan_graph_attention
 from .names import Dim, atom, dim_of
@@ -354,7 +355,8 @@ def fused_projections(p, n: ir.Attention) -> dict[str, Var]:
         if len(rs) < 2:
             continue
         x = p.ref(source)
-        dims = [p.p(roles[r], "d") if roles[r].param("d") is not None else x.dim for r in rs]
+        widths = [project_width(p, roles[r], n, x) for r in rs]
+        dims = [d for _, d in widths]
         if len({str(d) for d in dims}) == 1:
             width, split = str(dims[0].times(len(rs))), f"chunk({len(rs)}, -1)"
         else:
@@ -364,7 +366,7 @@ def fused_projections(p, n: ir.Attention) -> dict[str, Var]:
         mod = p.module(n, "".join(rs) + "_proj", f"nn.Linear({x.dim}, {width}, bias=False)",
                        f"{', '.join(eqs[r] for r in rs)} stacked: one matmul (eq. 1, 35)")
         names = [p.frame.locals.new(f"{p.want(n)}_{r}") for r in rs]
-        shapes = [checks.Shape(x.shape.axes, roles[r].param("d") or x.shape.dim) for r in rs]
+        shapes = [checks.Shape(x.shape.axes, size) for size, _ in widths]
         p.frame.emit(f"{', '.join(names)} = {mod}({x.name}).{split}",
                      f"{p.shape(shapes[0], dim=dims[0])} each")
         for r, name, d, sh in zip(rs, names, dims, shapes):

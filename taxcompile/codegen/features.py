@@ -7,6 +7,7 @@ from __future__ import annotations
 from .. import checks, ir
 from ..ops import plan_rule
 from .acts import act_call, widened
+from . import kv_width
 from .frame import Var
 from .names import Dim, atom, is_name, moved_from
 
@@ -74,11 +75,21 @@ def linear(p, e, a, n):
 @plan_rule("project")
 def project(p, e, a, n):
     x = a[0]
-    d = p.p(e, "d") if e.param("d") is not None else x.dim
+    size, d = project_width(p, e, n, x)
     role = {"k": "W_K F (eq. 1)", "v": "W_V F (eq. 1)", "q": "W_Q F (eq. 35)"}
     mod = op_module(p, e, n, "proj", f"nn.Linear({x.dim}, {d}, bias=False)",
                     role.get(p.role(n, e), "W F (eq. 1)"))
-    return resized(x, f"{mod}({x.name})", e.param("d") or x.shape.dim, d)
+    return resized(x, f"{mod}({x.name})", size, d)
+
+
+def project_width(p, e: ir.Op, n, x: Var) -> tuple[int | None, Dim]:
+    """The width of ``project(x[, d])``: d, or x's, or as the keys/values of a `kv_heads`
+    module g·d_q/H (codegen/kv_width.py)."""
+    if e.param("d") is not None:
+        return e.param("d"), p.p(e, "d")
+    if kv_width.inferred(n, e):
+        return kv_width.kv_dim(p, n)
+    return x.shape.dim, x.dim
 
 
 def _rnn(p, e, a, n, kind: str, bidir: bool):

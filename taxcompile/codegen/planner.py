@@ -16,6 +16,7 @@ from .. import checks, graph, ir, ops, reserved
 from . import (attention, blocks, decoder, features, generate, model, positions,  # noqa: F401
                repeat, ties, values)
 from . import broadcast, feature_ops  # noqa: F401  (plan rules of `+ - *`, split, cnn)
+from . import location  # noqa: F401  (location weights, Tang et al. / Sukhbaatar et al.)
 from .frame import Frame, Owner, Step, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
