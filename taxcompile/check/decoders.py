@@ -146,7 +146,8 @@ class DecoderChecks:
             if not isinstance(e, ir.Op):
                 continue
             stack.extend(e.args)
-            if (e.param("init") or e.param("init_c")) and not e.param("feed"):
+            if (e.param("init") or e.param("init_c")) and not e.param("feed") and \
+                    not e.param("state"):  # (state: check_state says it)
                 self.check_encoder_init(n, e)
             if e.fn != "prev" or not e.args or not isinstance(e.args[0], ir.Ref):
                 continue
