@@ -107,6 +107,10 @@ EXPECTED = {
     # transformed q and k: the score as written (Scaled Multiplicative), as rotary is.
     "qk_norm": dict(scoring="Scaled Multiplicative", alignment="Global",
                     query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # LSTMN intra-attention (issue 25): at each step an additive score over the states so
+    # far, queried by x_t and h~_(t-1), its own previous context: Self-Attentive, Global.
+    "cheng2016_lstmn": dict(scoring="Additive", alignment="Global", query_type="Self-Attentive",
+                            query_multiplicity="Singular", feature_multiplicity="Singular"),
 }
 
 

@@ -45,13 +45,12 @@ def model_of(gen, cell: str = "lstm", seed: int = 0):
     return mod.Model(mod.Config()).double()
 
 
-def reference(model, x: torch.Tensor, cell: str = "lstm", cells: str = "weighted",
-              sees_self: bool = False) -> torch.Tensor:
+def reference(model, x: torch.Tensor, cell: str = "lstm", cells: str = "weighted") -> torch.Tensor:
     """The LSTMN over one sequence x (L, d_x), h_t at every step (L, hidden), written from
     the paper: a_i^t = v^T tanh(W_h h_i + W_x x_t + W_h~ h~_(t-1)) over i < t (eq. 4),
     s^t = softmax(a^t) (eq. 5), [h~_t; c~_t] = sum_i s_i^t [h_i; c_i] (eq. 6), then the
-    cell with (h~_t, c~_t) as its previous state (eq. 7-9); h~_1 = c~_1 = 0. ``cells`` and
-    ``sees_self`` give the wrong variants the model must not match."""
+    cell with (h~_t, c~_t) as its previous state (eq. 7-9); h~_1 = c~_1 = 0. ``cells``
+    gives the wrong variants the model must not match."""
     att = model.intra
     W1, W2, v = att.W1[0], att.W2[0], att.w[0]  # W1 = [W_x; W_h~], W2 = W_h, v
     Wx, Wht = W1[:D_X], W1[D_X:]
@@ -61,15 +60,13 @@ def reference(model, x: torch.Tensor, cell: str = "lstm", cells: str = "weighted
     hs, cs, out = [], [], []
     ht_prev = torch.zeros(HID, dtype=DT)  # h~_(t-1), the query's part; h~_0 = 0
     for t in range(x.shape[0]):
-        seen = list(range(t + 1 if sees_self and t > 0 else t))
-        if seen:
-            keys = torch.stack([hs[i] if i < t else hs[-1] for i in seen])
-            a = torch.stack([v @ torch.tanh(W2.T @ keys[j] + Wx.T @ x[t] + Wht.T @ ht_prev)
-                             for j in range(len(seen))])
+        if t > 0:  # the states h_i, i < t
+            a = torch.stack([v @ torch.tanh(W2.T @ hs[i] + Wx.T @ x[t] + Wht.T @ ht_prev)
+                             for i in range(t)])
             s = torch.softmax(a, 0)
-            ht = (s[:, None] * keys).sum(0)
-            ct = (s[:, None] * torch.stack([cs[i] if i < t else cs[-1] for i in seen])).sum(0) \
-                if cells == "weighted" else cs[-1] if cells == "previous" else torch.zeros(HID, dtype=DT)
+            ht = sum(s[i] * hs[i] for i in range(t))
+            ct = {"weighted": sum(s[i] * cs[i] for i in range(t)), "previous": cs[-1],
+                  "zero": torch.zeros(HID, dtype=DT)}[cells]
         else:
             ht = torch.zeros(HID, dtype=DT)
             ct = torch.zeros(HID, dtype=DT)
@@ -113,14 +110,13 @@ def test_states_match_the_reference_at_every_step(gen, cell):
 
 
 def test_wrong_variants_do_not_match(gen):
-    """The reference comparison can fail: an attention that also saw h_t's predecessor
-    slot for itself (i <= t - 1 plus the latest state again), or a c~_t that is not the
-    weighted cells (the last cell c_(t-1), or zeros), gives other states."""
+    """The reference comparison can fail: a c~_t that is not the weighted cells (the last
+    cell c_(t-1) as a plain LSTM has, or zeros) gives other states."""
     model = model_of(gen)
     x, mask, _ = inputs(2)
     h = model(x[:1], mask[:1]).output[0]
-    for kw in (dict(cells="previous"), dict(cells="zero"), dict(sees_self=True)):
-        assert (h - reference(model, x[0], **kw)).abs().max() > 1e-4, kw
+    for cells in ("previous", "zero"):
+        assert (h - reference(model, x[0], cells=cells)).abs().max() > 1e-4, cells
 
 
 def test_causal_weights_and_states(gen):
