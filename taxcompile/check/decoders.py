@@ -264,6 +264,7 @@ class DecoderChecks:
         if what is not None:
             self.err(e.loc, f"`{e.fn}` {what} over `{axis}`, {where}",
                      "compute it outside the loop: from the decoder's input, or from the "
-                     f"decoder's outputs in a node that `{fed.param('feed')}` does not read")
+                     "decoder's outputs in a node that "
+                     f"`{fed.param('feed') or fed.param('state')}` does not read")
             return True
         return any(self.feed_loop_op(x, node_id, fed, axis, where) for x in e.args)

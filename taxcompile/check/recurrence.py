@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .. import ir
 from .. import mechanisms as mech
-from .core import state_ops
+from .core import expr_links, state_ops
 
 # the fields of a `state` attention besides its query, keys (= values), score, alignment and
 # dropout: each changes what its weights mean or needs positions the loop does not have
@@ -79,6 +79,12 @@ class StateChecks:
             self.err(att.loc, f"attention `{att.name}` is the state of `{n.name}`: it needs a "
                      "query that changes with the step", "e.g. `query = concat(x, "
                      f"prev({att.name}))`: x_t and h~_(t-1) (LSTMN eq. 4)")
+            return
+        if n.id in [r for r, how in expr_links(att.query) if how == "read"]:
+            self.err(att.query.loc, f"the query of `{att.name}` reads `{n.name}` of this step, "
+                     f"which the step computes after `{att.name}` (`state = {att.name}`)",
+                     f"read the previous step: `prev({att.name})` (h~_(t-1), LSTMN eq. 4) or "
+                     f"`prev({n.name})`")
             return
         ctx, h = self.cm.shapes.get(att.id), self.cm.shapes.get(n.id)
         if ctx is not None and h is not None and ctx.axes != h.axes:

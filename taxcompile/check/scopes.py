@@ -180,7 +180,7 @@ class ScopeChecks:
         gs.add_nodes_from(order)
         # an RNN's `state` attention may read its own previous context (LSTMN's h~_(t-1)):
         # its width is the RNN's, known before it (check_state)
-        own = {a: h for h, a in self.cm.past}
+        own = {str(e.param("state")): n.id for n in m.nodes for e in state_ops(n)}
         gs.add_edges_from((d, n.id) for n in m.nodes for d, how in links(n)
                           if how in ("read", "prev") and d in ids and
                           not (d == n.id and how == "prev" and d in own))
