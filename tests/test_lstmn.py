@@ -169,3 +169,31 @@ def test_example_reads_as_self_attention_with_the_reason():
     cs = pipeline.load_text(text, "cheng2016_lstmn.attn")
     reasons = classify_model(cs.models[0]).cells["query_type"].values["Self-Attentive"]
     assert any("its own previous context" in r for r in reasons), reasons
+
+
+LM = """
+    model lm {
+        input tgt: tokens[T] (vocab = 12, autoregressive)
+        feature x = embed(tgt, 5)
+        query h = lstm(x, 6, state = intra)
+        attention intra { query = concat(x, prev(intra))  features = h  score = additive }
+        output logits = classify(h, 12)
+    }
+    """
+
+
+def test_a_language_model_generates_as_the_full_reruns(gen):
+    """Over an autoregressive input (the paper's language model) generate() re-runs the
+    whole model for each token (a state attention needs every earlier state): greedy
+    decoding equals the argmax of full runs over the prefixes."""
+    mod = gen(LM)
+    torch.manual_seed(0)
+    m = mod.Model(mod.Config()).double().eval()
+    got = m.generate(max_len=5, bos=1, eos=11, batch_size=3)
+    tokens = torch.full((3, 1), 1)
+    with torch.no_grad():
+        for _ in range(got.shape[1]):
+            nxt = m(tokens).output[:, -1].argmax(-1)
+            tokens = torch.cat([tokens, nxt[:, None]], 1)
+    done = (tokens[:, 1:] == 11).cumsum(1) - (tokens[:, 1:] == 11).long() > 0  # after eos
+    torch.testing.assert_close(got.masked_fill(done, 11), tokens[:, 1:].masked_fill(done, 11))

@@ -50,20 +50,11 @@ class StateChecks:
             self.err(e.loc, "`state` replaces one layer's previous state; this RNN has "
                      f"{e.param('layers')} layers", "stack RNNs with `state` as statements "
                      "of their own, each reading the one below")
+        elif (s := self.cm.shapes.get(n.id)) is not None and len(s.axes) != 1:
+            self.err(e.loc, f"`state` runs the RNN step by step over one sequence; its output "
+                     f"has axes {s}", "run it over a `tokens[T]` or `sequence[T, d]` input")
         else:
-            s = self.cm.shapes.get(n.id)
-            origin = self.cm.axis_origin.get(s.axes[-1]) if s is not None and s.axes else None
-            inp = self.cm.model.by_id.get(origin) if origin else None
-            if s is not None and len(s.axes) != 1:
-                self.err(e.loc, f"`state` runs the RNN step by step over one sequence; its "
-                         f"output has axes {s}", "run it over a `tokens[T]` or "
-                         "`sequence[T, d]` input")
-            elif isinstance(inp, ir.Input) and inp.autoregressive:
-                self.err(e.loc, "`state` over an autoregressive input: generate() would carry "
-                         "every earlier state between calls, which it does not yet",
-                         "run the LSTMN over a source input (not `autoregressive`)")
-            else:
-                return True
+            return True
         return False
 
     def state_attention(self, n: ir.Node, e: ir.Op, att: ir.Attention) -> None:
