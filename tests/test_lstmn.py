@@ -45,17 +45,19 @@ def model_of(gen, cell: str = "lstm", seed: int = 0):
     return mod.Model(mod.Config()).double()
 
 
-def reference(model, x: torch.Tensor, cell: str = "lstm", cells: str = "weighted") -> torch.Tensor:
+def reference(model, x: torch.Tensor, cell: str = "lstm", cells: str = "weighted",
+              att=None, rnn=None) -> torch.Tensor:
     """The LSTMN over one sequence x (L, d_x), h_t at every step (L, hidden), written from
     the paper: a_i^t = v^T tanh(W_h h_i + W_x x_t + W_h~ h~_(t-1)) over i < t (eq. 4),
     s^t = softmax(a^t) (eq. 5), [h~_t; c~_t] = sum_i s_i^t [h_i; c_i] (eq. 6), then the
     cell with (h~_t, c~_t) as its previous state (eq. 7-9); h~_1 = c~_1 = 0. ``cells``
-    gives the wrong variants the model must not match."""
-    att = model.intra
+    gives the wrong variants the model must not match; ``att`` and ``rnn``: the attention
+    and the cell (default: the model's only ones)."""
+    att = att or model.intra
     W1, W2, v = att.W1[0], att.W2[0], att.w[0]  # W1 = [W_x; W_h~], W2 = W_h, v
-    Wx, Wht = W1[:D_X], W1[D_X:]
-    cellmod = next(m for m in model.modules() if isinstance(m, (torch.nn.LSTMCell,
-                                                                 torch.nn.GRUCell)))
+    Wx, Wht = W1[:x.shape[1]], W1[x.shape[1]:]
+    cellmod = rnn or next(m for m in model.modules() if isinstance(m, (torch.nn.LSTMCell,
+                                                                       torch.nn.GRUCell)))
     Wi, Wh, bi, bh = cellmod.weight_ih, cellmod.weight_hh, cellmod.bias_ih, cellmod.bias_hh
     hs, cs, out = [], [], []
     ht_prev = torch.zeros(HID, dtype=DT)  # h~_(t-1), the query's part; h~_0 = 0
@@ -146,6 +148,31 @@ def test_gradients_reach_every_weight(gen):
     model(x, None).output.square().sum().backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_stacked_in_a_repeat(gen):
+    """Two LSTMN layers as the hops of a `repeat`, the second over the first's states."""
+    mod = gen(f"""
+    model m {{
+        input s: sequence[N, {HID}]
+        feature x = identity(s)
+        repeat layer 2 {{
+            query h = lstm(x, {HID}, state = intra)
+            attention intra {{ query = concat(x, prev(intra))  features = h
+                              score = additive(d_w = {D_W}, bias = false) }}
+            update x = h
+        }}
+        output y = identity(x)
+    }}
+    """)
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).double()
+    x = torch.randn(2, 5, HID, generator=torch.Generator().manual_seed(5), dtype=DT)
+    h = model(x).output
+    for b in range(2):
+        h1 = reference(model, x[b], att=model.layer1_intra, rnn=model.layer1_h_lstm_cells[0])
+        h2 = reference(model, h1, att=model.layer2_intra, rnn=model.layer2_h_lstm_cells[0])
+        torch.testing.assert_close(h[b], h2, rtol=1e-10, atol=1e-12)
 
 
 ERRORS = ["lstmn_state_not_attention", "lstmn_keys_not_the_rnn", "lstmn_state_with_heads",
