@@ -10,12 +10,13 @@ from .. import ir
 from .. import mechanisms as mech
 from .core import expr_links, state_ops
 
-# the fields of a `state` attention besides its query, keys (= values), score, alignment and
-# dropout: each changes what its weights mean or needs positions the loop does not have
+# the fields of a `state` attention besides its query, keys (= values), score and alignment:
+# each changes what its weights mean or needs positions the loop does not have (dropout
+# too: the module returns its weights before dropout, and they sum the cells)
 _HOW = {"mask_input": "mask", "doubly_stochastic": "penalty", "coverage_loss": "penalty",
         "disagreement": "penalty", "supervised": "penalty", "out_bias": "bias"}
-_KEPT = ("query", "keys", "values", "score", "align", "dropout", "hop", "sym", "loc", "id",
-         "name", "kind_")
+_KEPT = ("query", "keys", "values", "score", "align", "hop", "sym", "loc", "id", "name",
+         "kind_")
 
 
 class StateChecks:
@@ -91,7 +92,7 @@ class StateChecks:
                 self.err(att.loc, f"attention `{att.name}` is the state of `{n.name}`, so its "
                          f"weights are one scalar per earlier state, applied to the cells too; "
                          f"`{word}` is set", f"drop `{word}`: a state attention takes `query`, "
-                         "`features`, `score`, `align` and `dropout`")
+                         "`features`, `score` and `align`")
                 return
         align = mech.align(att.align.fn)
         if align.gate or align.holds("step_start", att.align):
