@@ -2,7 +2,8 @@
 time steps inside forward(). One step computes the nodes of the decoder's step
 (``checks.CheckedModel.steps``) in dependency order; ``prev(x)`` reads x at the previous
 step, ``feed =`` gives the decoder the fed node's most recent value, ``init =`` its initial
-state."""
+state; ``state =`` (an attention over the RNN's earlier states, LSTMN) runs in the same
+loop, its parts planned by ``recurrence.py``."""
 
 from __future__ import annotations
 
