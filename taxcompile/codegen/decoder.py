@@ -87,8 +87,9 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         ([] if now else [fed_id])))
     state = p.step.state = f.locals.new(want + "_state")
     init, top = initial_state(p, n, op)
-    f.emit(f"{state} = {init}", "the decoder's initial state, one per layer" if init != "None"
-           else "no initial state: every layer starts at zero")
+    if not own:  # (with `state` each step starts from the attention's context)
+        f.emit(f"{state} = {init}", "the decoder's initial state, one per layer"
+               if init != "None" else "no initial state: every layer starts at zero")
     for c in carried:
         name = p.step.prev[c] = f.locals.new(ident(c) + "_prev")
         d = dims[c]
