@@ -212,7 +212,10 @@ class Classifier:
                 return
             seen.add(node_id)
             n = self.m.node(node_id)
-            if node_id in base:
+            if node_id == a.id:  # prev(a): h~_(t-1), a weighted sum of the states it attends over
+                add("Self-Attentive", f"the query of {name} reads its own previous context, "
+                    "a summary of the states it attends over (LSTMN intra-attention, eq. 4)")
+            elif node_id in base:
                 add("Self-Attentive", f"the query of {name} is computed from {self.q(node_id)}, "
                     "the features it attends over (eq. 35)")
             elif isinstance(n, ir.Attention):

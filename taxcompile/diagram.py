@@ -43,7 +43,8 @@ STYLE = {  # fill colours after the survey's figures
 }
 ROLE = {"query": "q", "keys": "k", "values": "v", "keys+values": "k, v",
         "query+keys+values": "q, k, v", "query+keys": "q, k", "query+values": "q, v",
-        "affinity": "A", "input": "", "feed": "fed", "init": "initial state"}
+        "affinity": "A", "input": "", "feed": "fed", "init": "initial state",
+        "state": "state"}
 
 
 class DiagramError(Exception):
@@ -172,7 +173,7 @@ def expr_text(m: ir.Model, e: ir.Expr, outside: bool = False) -> str:
     order = {p.name: i for i, p in enumerate(sig)}  # as the signature reads, not sorted
     parts = [expr_text(m, a, outside) for a in e.args]
     for key, value in sorted(e.params, key=lambda kv: order.get(kv[0], len(order))):
-        if key in ("feed", "init", "init_c", "share", "tie"):
+        if key in ("feed", "init", "init_c", "share", "tie", "state"):
             parts.append(f"{key} = {_name(m, str(value))}")
         elif defaults.get(key) != value:
             parts.append(str(value) if key in ("d", "hidden", "d_ff", "classes", "factor", "p")
@@ -375,7 +376,7 @@ class Drawer:
             self._emit(sub, self.clusters())
             seen: set[tuple[str, str]] = set()
             for n in self.m.nodes:
-                for src, role, delayed in graph_edges(n, self.cm.feed_now):
+                for src, role, delayed in graph_edges(n, self.cm.feed_now, self.cm.past):
                     a, b = self.gid(src), self.gid(n.id)
                     if (a, b) in seen:
                         continue
@@ -389,8 +390,9 @@ class Drawer:
                     inside = self.where.get(self.rep[src]) == self.where.get(self.rep[n.id])
                     attrs = {"label" if inside else "xlabel": text, "fontsize": "9"}
                     if delayed:  # an external label: graphviz keeps it clear of the nodes
+                        when = "< t" if (src, n.id) in self.cm.past else "t−1"
                         attrs.update(style="dashed", constraint="false", color="#666666",
-                                     label="", xlabel=f"{tag} (t−1)".strip())
+                                     label="", xlabel=f"{tag} ({when})".strip())
                     elif self.carried(src, n.id):
                         attrs.update(style="dashed", label="next hop", constraint="false")
                     sub.edge(a, b, **attrs)

@@ -5,8 +5,9 @@ Nodes are typed (``input``, ``feature``, ``query``, ``output``, ``affinity``,
 play (``query``, ``keys``, ``values``, ``affinity``, ``mask`` (a mask or graph input),
 ``policy`` (what a reinforced alignment's agent reads beside each key: no query),
 ``input``; ``feed`` for the node a recurrent decoder reads in each step, ``init`` for its
-initial state), whether they are delayed (read at the previous decoder step: ``prev(x)``,
-input feeding) and the shape of the tensor."""
+initial state, ``state`` for the attention that replaces an RNN's previous state), whether
+they are delayed (read at an earlier decoder step: ``prev(x)``, input feeding, the keys of
+a ``state`` attention) and the shape of the tensor."""
 
 from __future__ import annotations
 
@@ -22,19 +23,22 @@ if TYPE_CHECKING:  # networkx is imported where a graph is built (it is slow to 
     import networkx as nx
 
 
-def edges(n: ir.AnyNode, feed_now: frozenset = frozenset()) -> list[tuple[str, str, bool]]:
+def edges(n: ir.AnyNode, feed_now: frozenset = frozenset(),
+          past: frozenset = frozenset()) -> list[tuple[str, str, bool]]:
     """(source, role, delayed) for every edge into ``n``; a source feeding several roles
     of an attention module gives one edge, e.g. ``keys+values``. Delayed edges read the
     previous decoder step: ``prev(x)``, and a ``feed`` unless ``(source, n)`` is in
-    ``feed_now`` (``CheckedModel.feed_now``: the fed node is computed first in the step)."""
+    ``feed_now`` (``CheckedModel.feed_now``: the fed node is computed first in the step),
+    and the RNN's states a ``state`` attention reads (``CheckedModel.past``: earlier steps)."""
     if isinstance(n, ir.Attention):
         roles: dict[tuple[str, bool], list[str]] = {}
         for role, e in (("query", n.query), ("keys", n.keys), ("values", n.values)):
             for r, how in expr_links(e) if e is not None else ():
                 if how not in ("read", "prev"):
                     continue
-                if role not in roles.setdefault((r, how == "prev"), []):
-                    roles[(r, how == "prev")].append(role)
+                late = how == "prev" or (r, n.id) in past
+                if role not in roles.setdefault((r, late), []):
+                    roles[(r, late)].append(role)
         if n.affinity:
             roles.setdefault((n.affinity, False), []).append("affinity")
         if n.mask_input:  # a mask or graph input: which keys each query may see
@@ -69,7 +73,7 @@ def build(cm: CheckedModel) -> nx.DiGraph:
                          template=n.hop.template, shared=n.hop.shared)
         g.add_node(node_id, **attrs)
     for node_id in cm.order:
-        for src, role, delayed in edges(cm.model.node(node_id), cm.feed_now):
+        for src, role, delayed in edges(cm.model.node(node_id), cm.feed_now, cm.past):
             if delayed and g.has_edge(src, node_id) and not g.edges[src, node_id]["delayed"]:
                 continue  # x and prev(x) both read: the edge within the step holds
             g.add_edge(src, node_id, role=role, shape=str(cm.shapes.get(src)), delayed=delayed)
@@ -89,7 +93,7 @@ def dataflow_of(cm: CheckedModel) -> digraph.DiGraph:
     holds, as in ``build``), without importing networkx."""
     delayed: dict[tuple[str, str], bool] = {}
     for node_id in cm.order:
-        for src, _, late in edges(cm.model.node(node_id), cm.feed_now):
+        for src, _, late in edges(cm.model.node(node_id), cm.feed_now, cm.past):
             delayed[(src, node_id)] = late and delayed.get((src, node_id), True)
     g = digraph.DiGraph()
     g.add_nodes_from(cm.order)

@@ -99,9 +99,12 @@ _RNN = (node(), pint("hidden"), pint("layers", False, 1), P("dropout", "prob", F
 # A recurrent decoder (run step by step): the node of the step it reads (`feed`), and the
 # node(s) its initial state comes from (`init` = h_0, or an encoder RNN's final states;
 # `init_c` = an LSTM's c_0). They name nodes (lower stores the node id, not an argument).
-_DECODER = (P("feed", "node", False), P("init", "node", False), P("init_c", "node", False))
+# `state` = an attention over the RNN's earlier states whose context replaces the previous
+# state at each step (LSTMN intra-attention, Cheng et al. 2016; check/recurrence.py).
+_DECODER = (P("feed", "node", False), P("init", "node", False), P("init_c", "node", False),
+            P("state", "node", False))
 # Parameters that name a node rather than compute an argument of the operator.
-NAMED = ("feed", "init", "init_c", "share", "tie")
+NAMED = ("feed", "init", "init_c", "share", "tie", "state")
 
 # The feature, query and output models the language offers (Fig. 1: feature model,
 # query model, output model), with their parameters.

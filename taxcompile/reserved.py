@@ -33,7 +33,8 @@ from pathlib import Path
 TEMPLATES = Path(__file__).parent / "templates" / "codegen"
 
 # forward()'s own names besides the helpers it calls: its options and what the code
-# generator writes inline (codegen/model.py, planner.py, repeat.py, decoder.py, generate.py).
+# generator writes inline (codegen/model.py, planner.py, repeat.py, decoder.py, recurrence.py,
+# generate.py).
 FORWARD_LOCALS = frozenset({
     "self", "return_attention", "validate", "cache", "cfg", "B", "at", "layer", "attn",
     "log_probs", "penalties", "capsules", "features"})

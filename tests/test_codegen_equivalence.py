@@ -143,6 +143,8 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "tang2016_location3": "tests/test_location.py",
     "tang2016_location4": "tests/test_location.py",
     "han_words_han": "tests/test_document_weights.py",  # document-wide word weights
+    # issue 25's attention inside a recurrence (LSTMN)
+    "cheng2016_lstmn": "tests/test_lstmn.py",
 }
 
 

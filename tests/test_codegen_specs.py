@@ -286,6 +286,8 @@ def allowed_keys(v: Variant, att: ir.Attention, w: torch.Tensor, inputs: dict, p
     multi = att.dimensionality == "multi"
     lq, lk = (w.shape[-3], w.shape[-2]) if multi else (w.shape[-2], w.shape[-1])
     keep = structural_keep(att, lq, lk)
+    if any(att.id == a for _, a in v.cm.past):  # an RNN's state (`state =`): the earlier steps
+        keep = torch.ones(lq, lk, dtype=torch.bool).tril(-1)
     kv = key_validity(v, att, inputs) if padding else None
     if kv is not None:
         keep = kv[..., None, None, :] & keep  # (B, *groups, 1, Lq, Lk)

@@ -121,6 +121,10 @@ EXPECTED = {
     "document_word_weights": dict(feature_levels="Hierarchical", scoring="Additive",
                                   alignment="Global", query_type="Self-Attentive",
                                   query_multiplicity="Singular"),
+    # LSTMN intra-attention (issue 25): at each step an additive score over the states so
+    # far, queried by x_t and h~_(t-1), its own previous context: Self-Attentive, Global.
+    "cheng2016_lstmn": dict(scoring="Additive", alignment="Global", query_type="Self-Attentive",
+                            query_multiplicity="Singular", feature_multiplicity="Singular"),
 }
 
 

@@ -17,7 +17,8 @@ What is checked where:
   other parts in order), ``features`` and ``values`` (each operator's shape rule),
   ``attention`` (a module's query, keys and values and its score, co-attention, heads),
   ``fits`` (masks, graph attention, score modifiers, local alignment), ``penalties`` (the
-  loss terms and coverage), ``decoders`` (step-by-step models) and ``sharing`` (``share``,
+  loss terms and coverage), ``decoders`` (step-by-step models), ``recurrence`` (an
+  attention inside a recurrence: ``state =``) and ``sharing`` (``share``,
   ``tie``). A mechanism's requirements are read off its record in
   ``taxcompile/mechanisms/``, never tested by its name.
 
@@ -39,13 +40,14 @@ from .decoders import DecoderChecks
 from .features import FeatureShapes
 from .fits import MechanismFits
 from .penalties import PenaltyChecks
+from .recurrence import StateChecks
 from .scopes import ScopeChecks
 from .sharing import SharingChecks, share_kind, share_root, version_with
 from .values import ValueShapes
 
 
 class Checker(ScopeChecks, FeatureShapes, ValueShapes, AttentionChecks, MechanismFits,
-              PenaltyChecks, DecoderChecks, SharingChecks):
+              PenaltyChecks, DecoderChecks, StateChecks, SharingChecks):
     def __init__(self, spec: ir.Spec, source: str | None):
         self.spec = spec
         self.c = Collector(spec.file, source)

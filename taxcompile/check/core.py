@@ -51,8 +51,11 @@ class CheckedModel:
     # Bahdanau's s_i = f(s_(i-1), y_(i-1), c_i). Other `feed` edges read the previous step.
     feed_now: frozenset = frozenset()
     # decoder node -> the nodes computed in each of its steps (its strongly connected
-    # component through `feed` and `prev` edges)
+    # component through `feed`, `state` and `prev` edges)
     steps: dict = field(default_factory=dict)
+    # (RNN, attention) pairs of `lstm(…, state = ATT)`: ATT attends over the RNN's states
+    # before this step (its keys edge crosses steps) and runs first in each step
+    past: frozenset = frozenset()
 
     @property
     def graph(self) -> "networkx.DiGraph":
@@ -73,8 +76,9 @@ class CheckedSpec:
 def links(n: ir.AnyNode) -> list[tuple[str, str]]:
     """(node id, how) for everything ``n`` reads: ``read`` (in the same step), ``prev``
     (inside ``prev(…)``: the previous decoder step), ``feed`` (a decoder's fed node: the
-    previous step's value when it depends on the decoder, else this step's) and ``init``
-    (a decoder's initial state)."""
+    previous step's value when it depends on the decoder, else this step's), ``init``
+    (a decoder's initial state) and ``state`` (the attention whose context replaces an
+    RNN's previous state, computed first in the step)."""
     exprs: list[ir.Expr] = []
     if isinstance(n, ir.Node):
         exprs = [n.expr]
@@ -99,9 +103,9 @@ def expr_links(*exprs: ir.Expr) -> list[tuple[str, str]]:
         if isinstance(e, ir.Ref):
             out.append((e.node, how))
         else:
-            for key in ("feed", "init", "init_c"):
+            for key in ("feed", "init", "init_c", "state"):
                 if e.param(key):
-                    out.append((str(e.param(key)), "feed" if key == "feed" else "init"))
+                    out.append((str(e.param(key)), key if key in ("feed", "state") else "init"))
             stack.extend((a, "prev" if e.fn == "prev" else how) for a in e.args)
     return out
 
@@ -109,13 +113,37 @@ def expr_links(*exprs: ir.Expr) -> list[tuple[str, str]]:
 def deps(n: ir.AnyNode, delayed: bool = False) -> list[str]:
     """Node ids ``n`` reads within a step (its inputs, a decoder's initial state); with
     ``delayed`` the decoder links that may cross steps: ``feed`` and ``prev(…)``."""
-    kinds = ("feed", "prev") if delayed else ("read", "init")
+    kinds = ("feed", "prev") if delayed else ("read", "init", "state")
     return [r for r, how in links(n) if how in kinds]
 
 
 def feeds(n: ir.AnyNode) -> list[str]:
     """The nodes ``n``'s decoder reads through ``feed =``."""
     return [r for r, how in links(n) if how == "feed"]
+
+
+def state_ops(n: ir.AnyNode) -> list[ir.Op]:
+    """The RNNs whose previous state an attention replaces (``lstm(…, state = ATT)``)."""
+    out, stack = [], [n.expr] if isinstance(n, ir.Node) else []
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ir.Op):
+            if e.param("state"):
+                out.append(e)
+            stack.extend(e.args)
+    return out
+
+
+def past_pairs(m: ir.Model) -> frozenset:
+    """``CheckedModel.past``: (RNN, ATT) for each ``state = ATT`` whose ATT reads the RNN."""
+    out = set()
+    for n in m.nodes:
+        for e in state_ops(n):
+            att = m.by_id.get(str(e.param("state")))
+            if isinstance(att, ir.Attention) and n.id in \
+                    [r for r, _ in expr_links(*(x for x in (att.keys, att.values) if x))]:
+                out.add((n.id, att.id))
+    return frozenset(out)
 
 
 def decoder_ops(n: ir.AnyNode) -> list[ir.Op]:

@@ -146,7 +146,8 @@ class DecoderChecks:
             if not isinstance(e, ir.Op):
                 continue
             stack.extend(e.args)
-            if (e.param("init") or e.param("init_c")) and not e.param("feed"):
+            if (e.param("init") or e.param("init_c")) and not e.param("feed") and \
+                    not e.param("state"):  # (state: check_state says it)
                 self.check_encoder_init(n, e)
             if e.fn != "prev" or not e.args or not isinstance(e.args[0], ir.Ref):
                 continue
@@ -187,12 +188,14 @@ class DecoderChecks:
         while stack:
             e = stack.pop()
             if isinstance(e, ir.Op):
-                if e.param("feed"):
+                if e.param("feed") or e.param("state"):
                     fed = e
                 stack.extend(e.args)
         if fed is None:
             return
-        att = str(fed.param("feed"))
+        # `state = ATT` (check/recurrence.py): ATT attends over the RNN's earlier states
+        own = str(fed.param("state")) if fed.param("state") else None
+        att = own or str(fed.param("feed"))
         axis = self.shape(fed.args[0], n.id).axes[-1]
         ctx = self.cm.shapes[att]
         if ctx.axes != (axis,):
@@ -204,14 +207,17 @@ class DecoderChecks:
             return
         region = self.cm.steps.get(n.id, {n.id, att})
         where = (f"the steps of decoder `{n.id}`, but it runs inside that decoder's "
-                 f"step-by-step loop (`feed = {att}`), where only the current step exists")
+                 f"step-by-step loop (`{'state' if own else 'feed'} = {att}`), where only the "
+                 "current step exists")
         for node_id in self.cm.order:
             if node_id not in region:
                 continue
             x = self.cm.model.node(node_id)
             if isinstance(x, ir.Attention):
                 k = self.shape(x.keys, node_id)
-                if k.axes[-1] == axis:
+                if node_id == own:
+                    exprs = [x.query] if x.query is not None else []
+                elif k.axes[-1] == axis:
                     self.err(x.keys.loc, f"attention `{x.name}` attends over `{axis}`, {where}",
                              "attention inside a recurrence (LSTMN-style intra-attention) is "
                              "not supported yet: attend over another input's features, or drop "
@@ -225,7 +231,8 @@ class DecoderChecks:
                              f"positions (eq. 14-16), `{axis}`, {where}",
                              "use `score = affinity` (one context per query position)")
                     return
-                exprs = [e for e in (x.query, x.keys, x.values) if e is not None]
+                else:
+                    exprs = [e for e in (x.query, x.keys, x.values) if e is not None]
             else:
                 exprs = [x.expr]
             for e in exprs:
@@ -233,7 +240,7 @@ class DecoderChecks:
                     return
         fa = self.cm.model.node(att)
         inside = [r for r in ir.refs(fa.values) if r in region] \
-            if isinstance(fa, ir.Attention) else []
+            if isinstance(fa, ir.Attention) and not own else []
         if inside:  # codegen sizes the fed context from the values before the loop
             self.err(fa.values.loc, f"the values of `{fa.name}` are built from decoder "
                      f"`{n.id}` (through `{inside[0]}`), which reads their context a step later "
@@ -258,6 +265,7 @@ class DecoderChecks:
         if what is not None:
             self.err(e.loc, f"`{e.fn}` {what} over `{axis}`, {where}",
                      "compute it outside the loop: from the decoder's input, or from the "
-                     f"decoder's outputs in a node that `{fed.param('feed')}` does not read")
+                     "decoder's outputs in a node that "
+                     f"`{fed.param('feed') or fed.param('state')}` does not read")
             return True
         return any(self.feed_loop_op(x, node_id, fed, axis, where) for x in e.args)

@@ -12,7 +12,7 @@ from .. import digraph as nx  # networkx's algorithms that checks uses, without 
 from .. import ir, prev_reads
 from .. import mechanisms as mech
 from ..lower import MASK_KINDS
-from .core import CheckedModel, Shape, decoder_ops, deps, feeds, links
+from .core import CheckedModel, Shape, decoder_ops, deps, feeds, links, past_pairs, state_ops
 
 
 class ScopeChecks:
@@ -27,7 +27,8 @@ class ScopeChecks:
         g, now = g
         rank = {n.id: f"{i:06d}" for i, n in enumerate(m.nodes)}
         order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
-        self.cm = CheckedModel(m, {}, {}, {}, {}, order, feed_now=frozenset(now))
+        self.cm = CheckedModel(m, {}, {}, {}, {}, order, feed_now=frozenset(now),
+                               past=past_pairs(m))
         self.decoder_steps(m, g, ids)
         if (late := prev_reads.outside_reads(m, self.cm.steps)):  # read after the loop
             g.add_edges_from(late)
@@ -39,12 +40,14 @@ class ScopeChecks:
         for n in m.nodes:
             if decoder_ops(n):
                 self.check_feed(n)
+            if state_ops(n):
+                self.check_state(n)
             self.check_prev(n)
         # (every shape known: the diagnostics may not grow in a variant whose base
         # already reported the same error)
         if len(self.c.diagnostics) == before and all(x.id in self.cm.shapes for x in m.nodes):
             for n in m.nodes:
-                if decoder_ops(n):
+                if decoder_ops(n) or state_ops(n):
                     self.check_feed_loop(n)
         if len(self.c.diagnostics) > before:
             return None
@@ -60,10 +63,13 @@ class ScopeChecks:
         ``prev`` names no node of a decoder step, or the graph has a cycle."""
         before = len(self.c.diagnostics)
         g = nx.DiGraph()
+        past = past_pairs(m)  # an attention over an RNN's earlier states runs first in a step
         for n in m.nodes:
             g.add_node(n.id)
         for n in m.nodes:
             for d in deps(n):
+                if (d, n.id) in past:
+                    continue
                 if d not in ids:  # a forward reference to a node that failed to lower
                     self.err(n.loc, f"`{d}` is referenced but not defined")
                     continue
@@ -120,13 +126,14 @@ class ScopeChecks:
         """``cm.steps``: each decoder's strongly connected component through ``feed`` and
         ``prev`` edges, the nodes computed in each of its steps."""
         full = g.copy()
+        full.add_edges_from(self.cm.past)
         for n in m.nodes:
             for d, how in links(n):
                 if how in ("prev", "feed") and d in ids:
                     full.add_edge(d, n.id)
         for comp in nx.strongly_connected_components(full):
             for n in m.nodes:
-                if n.id in comp and decoder_ops(n):
+                if n.id in comp and (decoder_ops(n) or state_ops(n)):
                     self.cm.steps[n.id] = set(comp)
 
     def input_axes(self, m: ir.Model) -> None:
@@ -172,8 +179,12 @@ class ScopeChecks:
         when a node of a decoder step reads its own previous value."""
         gs = nx.DiGraph()
         gs.add_nodes_from(order)
+        # an RNN's `state` attention may read its own previous context (LSTMN's h~_(t-1)):
+        # its width is the RNN's, known before it (check_state)
+        own = {str(e.param("state")): n.id for n in m.nodes for e in state_ops(n)}
         gs.add_edges_from((d, n.id) for n in m.nodes for d, how in links(n)
-                          if how in ("read", "prev") and d in ids)
+                          if how in ("read", "prev") and d in ids and
+                          not (d == n.id and how == "prev" and d in own))
         try:
             shape_order = list(nx.lexicographical_topological_sort(gs, key=rank.__getitem__))
         except nx.NetworkXUnfeasible:
@@ -184,7 +195,11 @@ class ScopeChecks:
             return False
         for node_id in shape_order:
             n = ids[node_id]
+            if node_id in own and own[node_id] in self.cm.shapes:
+                self.cm.shapes[node_id] = self.cm.shapes[own[node_id]]  # its prev(…), for now
             if any(d not in self.cm.shapes for d, how in links(n) if how in ("read", "prev")):
+                if node_id in own:
+                    self.cm.shapes.pop(node_id, None)
                 continue  # an upstream error was reported
             if isinstance(n, ir.Input):
                 self.cm.shapes[n.id] = Shape(n.axes, n.dim)
@@ -196,4 +211,6 @@ class ScopeChecks:
                 s = self.attention(n)
                 if s is not None:
                     self.cm.shapes[n.id] = s
+                elif node_id in own:
+                    self.cm.shapes.pop(n.id, None)
         return True

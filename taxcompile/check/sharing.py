@@ -79,9 +79,11 @@ class SharingChecks:
         t = self._target_op(n, e, "share", e.fn)
         if t is None:
             return
-        if e.param("feed") or t.param("feed"):
-            self.err(e.loc, "a decoder with `feed` runs its own cells step by step; it "
-                     "cannot share weights", "drop `share` or `feed`")
+        if e.param("feed") or t.param("feed") or e.param("state") or t.param("state"):
+            key = "state" if e.param("state") or t.param("state") else "feed"
+            what = "a recurrence with `state`" if key == "state" else "a decoder with `feed`"
+            self.err(e.loc, f"{what} runs its own cells step by step; it cannot share "
+                     "weights", f"drop `share` or `{key}`")
             return
         tid = _short(str(e.param("share")))
         mine = {k: v for k, v in e.params if k not in ("share", "tie")}

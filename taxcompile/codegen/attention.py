@@ -86,7 +86,8 @@ def plan_attention(p, n: ir.Attention) -> None:
     args += policy_args(p, n, k, G, name)
     read = n.id in checks.weights_read(p.m)  # `att.weights` as a feature
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
-        args.append("need_weights=True" if weights_penalty(n) or read
+        own = p.step is not None and p.step.own == n.id  # its weights sum the cells too
+        args.append("need_weights=True" if weights_penalty(n) or read or own
                     else "need_weights=return_attention")
     cov_key = repr(f"coverage:{p.key_code(n)[1:-1]}")  # where generate() keeps c
     if n.coverage and p.step is not None:  # c^t carried from step to step (See et al. eq. 10)

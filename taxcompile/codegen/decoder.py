@@ -2,14 +2,15 @@
 time steps inside forward(). One step computes the nodes of the decoder's step
 (``checks.CheckedModel.steps``) in dependency order; ``prev(x)`` reads x at the previous
 step, ``feed =`` gives the decoder the fed node's most recent value, ``init =`` its initial
-state."""
+state; ``state =`` (an attention over the RNN's earlier states, LSTMN) runs in the same
+loop, its parts planned by ``recurrence.py``."""
 
 from __future__ import annotations
 
 from .. import checks, ir, prev_reads
 from .. import mechanisms as mech
 from ..ops import plan_rule
-from . import generate
+from . import generate, recurrence
 from .attention import emit_penalty, plan_attention
 from .frame import Frame, Owner, Step, Var
 from .names import dim_of, ident
@@ -23,8 +24,8 @@ def feed_regions(m: ir.Model) -> list[tuple[ir.Node, ir.Op, str]]:
             while stack:
                 e = stack.pop()
                 if isinstance(e, ir.Op):
-                    if e.param("feed"):
-                        out.append((n, e, str(e.param("feed"))))
+                    if e.param("feed") or e.param("state"):  # state: recurrence.py
+                        out.append((n, e, str(e.param("feed") or e.param("state"))))
                     stack.extend(e.args)
     return out
 
@@ -72,11 +73,13 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     want = p.want(n)
     seq = p.tmp(x.name, want + "_in",
                 f"{p.shape(x.shape, dim=x.dim)}: the decoder's inputs, all steps")
-    now = (fed_id, n.id) in p.cm.feed_now
+    own = bool(op.param("state"))  # an attention over the earlier states (recurrence.py)
+    now = own or (fed_id, n.id) in p.cm.feed_now
     hidden, layers = p.p(op, "hidden"), p.p(op, "layers")
     dims = step_dims(p, n, op, region)
+    mask = p.mask_of(x) if own else None
     p.step = Step(axis=axis, region=region, op=op, seq=seq, kind=op.fn, hidden=hidden,
-                  layers=layers, x=x, fed=fed_id, now=now, dims=dims, pos=pos)
+                  layers=layers, x=x, fed=fed_id, now=now, dims=dims, pos=pos, rnn=n.id)
     # prev(x) read after the loop (an output over all steps): x before each step, collected
     late = sorted({x for x, y in prev_reads.outside_reads(p.m, p.cm.steps) if x in region})
     carried = list(dict.fromkeys(
@@ -84,8 +87,9 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         ([] if now else [fed_id])))
     state = p.step.state = f.locals.new(want + "_state")
     init, top = initial_state(p, n, op)
-    f.emit(f"{state} = {init}", "the decoder's initial state, one per layer" if init != "None"
-           else "no initial state: every layer starts at zero")
+    if not own:  # (with `state` each step starts from the attention's context)
+        f.emit(f"{state} = {init}", "the decoder's initial state, one per layer"
+               if init != "None" else "no initial state: every layer starts at zero")
     for c in carried:
         name = p.step.prev[c] = f.locals.new(ident(c) + "_prev")
         d = dims[c]
@@ -100,6 +104,8 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
             covs[node_id] = f.locals.new(p.want(p.m.node(node_id)) + "_cov")
             f.emit(f"{covs[node_id]} = None", f"`{p.m.node(node_id).name}`'s coverage c^0 = 0 "
                    "(See et al. eq. 10)")
+    if own:
+        recurrence.start(p, n, op, mask)
     generate.loop_resume(p, n, [p.step.prev[c] for c in carried] + list(covs.values()))
     steps = f.locals.new("steps")
     f.emit(f"{steps} = {{}}", "node -> its value at every step")
@@ -109,9 +115,12 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     for node_id in order:
         nd = p.m.node(node_id)
         if isinstance(nd, ir.Attention):
+            recurrence.keys(p, node_id)
             plan_attention(p, nd)
+            recurrence.cells(p, node_id)
         else:
             p.node(nd)
+            recurrence.remember(p, node_id, p.step.state)
     for c in late:
         f.emit(f"{steps}.setdefault({step_key('prev', repr(c))}, []).append("
                f"{p.step.prev[c]}.unsqueeze({pos}))")
@@ -254,6 +263,11 @@ def feed_step(p, e: ir.Op, n) -> Var:
         what = f"[x_t; {name}_t]: `{name}` of this step"
     else:
         value, what = st.prev[fed], f"input feeding: [x_t; {name}_(t-1)]"
+    if st.own:  # the attention's context is the previous state (recurrence.py)
+        ctor = f"nn.ModuleList([{cell}({x.dim}, {hidden})])"
+        xt, state, what = recurrence.previous(p)
+    else:
+        xt, state = f"torch.cat([{st.seq}.select({pos}, t), {value}], -1)", st.state
     mod = p.module(n, p.suffix(n, kind + "_cells"), ctor, what)
     p.helpers.add("cell_step")
     drop = ""
@@ -261,7 +275,6 @@ def feed_step(p, e: ir.Op, n) -> Var:
         drop = ", " + p.module(n, p.suffix(n, "drop"),
                                f"nn.Dropout({p.sym(e, 'dropout', e.param('dropout'))})")
     h = p.frame.locals.new(p.want(n) + "_h")
-    p.frame.emit(f"{h}, {st.state} = cell_step({mod}, torch.cat([{st.seq}.select({pos}, t), "
-                 f"{value}], -1), {st.state}{drop})", "(B, hidden)")
+    p.frame.emit(f"{h}, {st.state} = cell_step({mod}, {xt}, {state}{drop})", "(B, hidden)")
     return Var(f"{h}.unsqueeze({pos})", checks.Shape(x.shape.axes, e.param("hidden")), x.mask,
                hidden)

@@ -121,3 +121,13 @@ class Step:
     logp: list[tuple] = field(default_factory=list)
     penalty: list[tuple] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)  # generate(): the state resumed
+    # `state = ATT` (recurrence.py): ATT, the RNN, the locals of its states and cells, c~_t,
+    # the positions before each step and each step's own, and the input's padding mask
+    own: str = ""
+    rnn: str = ""
+    past: str = ""
+    cells: str = ""
+    tilde: str = ""
+    before: str = ""
+    at: str = ""
+    past_mask: tuple[str, str] | None = None

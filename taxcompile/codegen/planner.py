@@ -204,7 +204,8 @@ class Planner:
     def expr(self, e: ir.Expr, n) -> Var:
         if isinstance(e, ir.Ref):
             return self.ref(e.node)
-        if e.param("feed") and self.step is not None and e is self.step.op:
+        if (e.param("feed") or e.param("state")) and self.step is not None and \
+                e is self.step.op:
             return decoder.feed_step(self, e, n)
         args = [] if e.fn in ("affinity", "prev") else [self.expr(a, n) for a in e.args]
         return ops.OPS[e.fn].plan(self, e, args, n)

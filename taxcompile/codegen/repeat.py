@@ -50,10 +50,10 @@ def plan_scope(p, ids: list[str], depth: int) -> None:
     for node_id in ids:
         segs = segments(p.m.node(node_id))
         loop = next((x for x in p.loops if node_id in region_of(p, x)), None)
-        if loop is not None:  # a decoder loop runs as one item, after all it reads
-            item_of[node_id] = ("node", loop)
-        elif len(segs) > depth:
+        if len(segs) > depth:  # (a decoder loop inside a hop is an item of that hop's scope)
             item_of[node_id] = ("block", tuple(segs[:depth]), segs[depth][0])
+        elif loop is not None:  # a decoder loop runs as one item, after all it reads
+            item_of[node_id] = ("node", loop)
         else:
             item_of[node_id] = ("node", node_id)
     cg = nx.DiGraph()

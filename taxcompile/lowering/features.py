@@ -25,6 +25,9 @@ NAMED_HINT = {
              "and `init = s0`; or name an encoder LSTM/GRU to start from its final states"),
     "init_c": ("`init_c` names the node that gives the decoder LSTM's initial memory c_0",
                "declare it first, e.g. `feature c0 = linear(mean(a), 512, act = tanh)`"),
+    "state": ("`state` names the attention over the RNN's earlier states whose context "
+              "replaces its previous state (LSTMN)", "e.g. `query h = lstm(x, 128, state = "
+              "intra)` with `attention intra { query = concat(x, prev(intra))  features = h }`"),
     "share": ("`share` names the statement whose module (weights) of the same operator this "
               "operation uses", "e.g. `feature k2 = linear(x2, 64, share = k1)`"),
     "tie": ("`tie` names the statement whose `embed` matrix the output layer uses as its weight",
