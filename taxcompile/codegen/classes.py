@@ -130,7 +130,7 @@ def share_of(p, n: ir.Attention) -> str | None:
 def class_key(p, n: ir.Attention) -> str:
     query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
     return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
-        exclude={"loc", "sym", "window", "k"})}, n.heads > 1, n.heads > 1 and query != "none",
+        exclude={"loc", "sym", "window", "k", "buckets", "rounds", "chunk"})}, n.heads > 1, n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
         n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
@@ -181,6 +181,8 @@ def attention_class(p, n: ir.Attention) -> str:
         p.helpers.add("additive_context")
     elif fast == "flex":
         p.helpers.add("flex_context")
+    elif fast == "lsh":
+        p.helpers.add("lsh_context")
     gate = align.gate
     if query != "none" and not n.affinity and not gate:
         p.helpers.update(score.query_helpers)

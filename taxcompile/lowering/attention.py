@@ -326,4 +326,5 @@ class Attentions(Features, Penalties):
         return ir.Align(fn=name, window=p.get("D"), position=p.get("position"),
                         gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
                         sym=tuple(sorted(syms.items())), loc=self.loc(fld.value.pos),
-                        normalize=bool(p.get("normalize", False)), k=p.get("k"))
+                        normalize=bool(p.get("normalize", False)), k=p.get("k"),
+                        buckets=p.get("buckets"), rounds=p.get("rounds"), chunk=p.get("chunk"))

@@ -138,6 +138,9 @@ class Mechanism(NamedTuple):
     # and whether a spec writes it as a bare coefficient (`penalty = λ`), not a call
     ir_field: str = ""
     bare: bool = False
+    # an alignment that hashes the queries and the keys alike (LSH, Kitaev et al. 2020): the
+    # query must be the keys (shared QK), checked in taxcompile/check/lsh.py
+    shared_qk: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
