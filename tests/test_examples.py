@@ -107,6 +107,10 @@ EXPECTED = {
     # transformed q and k: the score as written (Scaled Multiplicative), as rotary is.
     "qk_norm": dict(scoring="Scaled Multiplicative", alignment="Global",
                     query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # LSH attention (Kitaev et al. 2020): a softmax over the keys of the query's hash
+    # bucket; the kept subset follows the hashed content, as top-k's follows the scores.
+    "kitaev2020_reformer": dict(scoring="Scaled Multiplicative", alignment="Sparse",
+                                query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

@@ -195,6 +195,18 @@ def test_example_runs_forward_and_backward(tmp_path):
     torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
 
 
+@pytest.mark.parametrize("field", ["position = rotary", "bias = alibi", "qk_norm = true",
+                                   "dimensionality = multi"])
+def test_mechanisms_the_chunks_do_not_compute_are_refused(field):
+    from taxcompile import pipeline
+    from taxcompile.diagnostics import SpecError
+
+    text = HEADER + spec("lsh(buckets = 4)").replace("heads = 2", f"heads = 2  {field}")
+    with pytest.raises(SpecError) as info:
+        pipeline.load_text(text, "t.attn")
+    assert "LSH attention takes no `" + field.split(" =")[0] in info.value.render()
+
+
 @pytest.mark.parametrize("name", ["lsh_odd_buckets", "lsh_separate_qk", "lsh_additive"])
 def test_misuse_is_a_located_error(name):
     from conftest import error_snapshot

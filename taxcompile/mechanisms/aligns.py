@@ -112,7 +112,7 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                     CtorArg("chunk", "int", owner="align", field="chunk", sym="chunk",
                             comment="chunk: sorted positions per chunk (each sees 2 chunks)")),
               template="align/lsh.py.j2", helpers=("masked_softmax", "lsh_buckets"),
-              needs=("H",), fast="lsh", normalised=True, by_query_index=True,
+              needs=("H",), fast="chunks", normalised=True, by_query_index=True,
               shared_qk=True),
 )}
 

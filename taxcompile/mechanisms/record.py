@@ -91,7 +91,8 @@ class Mechanism(NamedTuple):
     rows_fast: str | None = None  # a score's fast path for multi-dimensional rows ("blocks")
     # alignments: a plain softmax over all keys (fused and FlexAttention kernels compute
     # it); a gate per key position (c_l = a_l v_l) rather than a distribution over keys;
-    # the fast path without the weights ("sdpa", "band", "gather"; a function of the align)
+    # the fast path without the weights ("sdpa", "band", "gather", "chunks"; a function of
+    # the align)
     plain: bool = False
     gate: bool = False
     fast: Text = None
