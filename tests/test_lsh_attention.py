@@ -59,7 +59,7 @@ def reference(x, v, rot, key_mask, chunk, mask):
 
     def allowed(i, j):
         ok = key_mask is None or bool(key_mask[j])
-        return ok and (mask == "none" or j <= i)
+        return ok and {"none": True, "causal": j <= i, "forward": j < i, "backward": j > i}[mask]
 
     a = torch.zeros(n_pos, n_pos, dtype=DT)
     for i in range(n_pos):
@@ -107,6 +107,7 @@ MASKS = {"none": None, "padding": torch.tensor([[True] * L, [True] * 9 + [False]
     (4, 3, 3, "none", "holes"),  # four chunks of 3, three rounds: windows and duplicates
     (2, 2, 4, "causal", "padding"),
     (8, 2, 5, "causal", "holes"),  # 12 = 5 + 5 + 2: a short last chunk
+    (2, 2, 4, "backward", "padding"),  # DiSAN's masks hide the query's own key too
 ])
 def test_both_paths_match_the_reference(gen, case):
     b, rounds, chunk, mask, pad = case
