@@ -2,8 +2,9 @@
 002's efficient attention) against a float64 reference written here from the paper's
 description: per round, hash with the module's rotations, sort by (bucket, position), cut
 into chunks, let each query score the keys of its bucket in its chunk and the one before
-(Reformer's look-one-back), its own key at -5e4 (reformer-pytorch's TOKEN_SELF_ATTN_VALUE)
-and each key that n rounds give it at e - log n; then weight the rounds' outputs by
+(Reformer's look-one-back; none before the first chunk), its own key at -5e4
+(reformer-pytorch's TOKEN_SELF_ATTN_VALUE) and each key that n rounds give it at e - log n;
+then weight the rounds' outputs by
 exp(lse_r - logsumexp lse) (§2.3). Both generated paths (the weights, and the sort-and-chunk
 context) must give those numbers, with padding and causal masks; gradients flow; errors are
 located; the example builds and runs."""
@@ -47,7 +48,6 @@ def reference(x, v, rot, key_mask, chunk, mask):
     k = x / x.norm(dim=-1, keepdim=True)  # shared QK: k_j = q_j / |q_j|
     e = x @ k.T / math.sqrt(x.shape[1])
     c = min(chunk, n_pos)
-    n_chunks = -(-n_pos // c)
     near = []  # per round, the set of (i, j) with j in i's bucket and chunk window
     for r in range(rot.shape[0]):
         xr = k @ rot[r]
@@ -55,7 +55,7 @@ def reference(x, v, rot, key_mask, chunk, mask):
         order = sorted(range(n_pos), key=lambda j: (h[j], j))
         cid = {j: s // c for s, j in enumerate(order)}
         near.append({(i, j) for i in range(n_pos) for j in range(n_pos)
-                     if h[i] == h[j] and cid[j] in (cid[i], (cid[i] - 1) % n_chunks)})
+                     if h[i] == h[j] and cid[j] in (cid[i], cid[i] - 1)})
 
     def allowed(i, j):
         ok = key_mask is None or bool(key_mask[j])
@@ -144,6 +144,22 @@ def test_the_buckets_and_the_rounds_matter(gen):
     # the plain mean of the two rounds' softmaxes differs from Reformer's weighting
     one = [reference(xs[0, 0], vs[0, 0], rot[r:r + 1], None, 64, "none")[0] for r in (0, 1)]
     assert not torch.allclose((one[0] + one[1]) / 2, a[0, 0])
+
+
+def test_one_bucket_leaves_the_chunk_windows(gen):
+    """Every key in one bucket (x·R > 0 for all): the positions stay in order, and a query
+    sees exactly its chunk of 3 and the one before, the first chunk only itself, as
+    reformer-pytorch with its buckets masked (its look-back from a round's first chunk
+    reaches another round's buckets)."""
+    mod = gen(spec("lsh(buckets = 2, rounds = 1, chunk = 3)"))
+    model, x, v, c, a = run(mod, torch.ones(1, D // HEADS, 1, dtype=DT))
+    x = x.abs()
+    c, a, _ = model.att(x, x, v)
+    pos = torch.arange(L)
+    want = ((pos[None] // 3 == pos[:, None] // 3) | (pos[None] // 3 == pos[:, None] // 3 - 1)) \
+        & (pos[None] != pos[:, None])
+    assert torch.equal(a > 0, want.expand_as(a))
+    torch.testing.assert_close(model.att(x, x, v, need_weights=False)[0], c)
 
 
 def test_gradients_flow_through_both_paths(gen):
