@@ -102,7 +102,7 @@ class Align(_Frozen):
     """align(e_l; e) (eq. 3, 25-29)."""
 
     fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid", "crf",
-                "topk"]
+                "topk", "lsh"]
     window: int | None = None  # local: D
     position: Literal["monotonic", "predictive"] | None = None
     gaussian: bool = False  # eq. 29
@@ -113,6 +113,10 @@ class Align(_Frozen):
     k: int | None = None  # topk: the scores each query keeps (Zhao et al. 2019)
     # reinforced: the node its policy reads beside each key (`policy = s`, RBAN's aspect)
     policy: str | None = None
+    # lsh (Kitaev et al. 2020): hash buckets, hash rounds, the sorted chunk's length
+    buckets: int | None = None
+    rounds: int | None = None
+    chunk: int | None = None
 
 
 class Modifier(_Frozen):

@@ -50,7 +50,7 @@ SCORES = (
     "max_pool", "activated_concat",
 )
 ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid",
-              "crf", "topk")
+              "crf", "topk", "lsh")
 #: Input kinds (``input x: KIND[...]``).
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
                "mask", "graph")

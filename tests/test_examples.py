@@ -125,6 +125,10 @@ EXPECTED = {
     # far, queried by x_t and h~_(t-1), its own previous context: Self-Attentive, Global.
     "cheng2016_lstmn": dict(scoring="Additive", alignment="Global", query_type="Self-Attentive",
                             query_multiplicity="Singular", feature_multiplicity="Singular"),
+    # LSH attention (Kitaev et al. 2020): a softmax over the keys of the query's hash
+    # bucket; the kept subset follows the hashed content, as top-k's follows the scores.
+    "kitaev2020_reformer": dict(scoring="Scaled Multiplicative", alignment="Sparse",
+                                query_type="Self-Attentive", query_multiplicity="Multi-Head"),
 }
 
 

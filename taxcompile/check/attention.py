@@ -14,6 +14,7 @@ from .. import ir, module_checks
 from .. import mechanisms as mech
 from ..lower import SCORES_WITHOUT_QUERY
 from .grouped import grouped_fit, qk_norm_fits
+from .lsh import lsh_fits
 from .core import AttentionInfo, Shape, _base_ref, _name, context_dim, learned_capsules
 
 
@@ -49,6 +50,8 @@ class AttentionChecks:
             return None
         if (refused := module_checks.refusal(n)) is not None:
             self.err(*refused)
+            return None
+        if mech.ALIGNS[n.align.fn].shared_qk and not lsh_fits(self, f):
             return None
         if n.kv_heads and (f := grouped_fit(self, f)) is None:
             return None

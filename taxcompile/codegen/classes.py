@@ -100,7 +100,7 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
     """Which fast path the module takes when nobody asks for its weights: "sdpa" (a fused
     kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
     additive attention over blocks of queries), "flex" (a term in the scores as
-    FlexAttention's score_mod), or None."""
+    FlexAttention's score_mod), "chunks" (LSH: sorted by bucket, O(L chunk)), or None."""
     if n.penalty is not None or n.coverage or mech.heads.present(n):
         return None
     al = mech.align(n.align.fn)
@@ -130,7 +130,8 @@ def share_of(p, n: ir.Attention) -> str | None:
 def class_key(p, n: ir.Attention) -> str:
     query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
     return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
-        exclude={"loc", "sym", "window", "k", "policy"})}, n.heads > 1,
+        exclude={"loc", "sym", "window", "k", "policy", "buckets", "rounds",
+                 "chunk"})}, n.heads > 1,
         n.heads > 1 and query != "none",
         n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
         n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
@@ -183,6 +184,8 @@ def attention_class(p, n: ir.Attention) -> str:
         p.helpers.add("additive_context")
     elif fast == "flex":
         p.helpers.add("flex_context")
+    elif fast == "chunks":  # sorted into chunks (LSH)
+        p.helpers.add("lsh_context")
     gate = align.gate
     if query != "none" and not n.affinity and not gate:
         p.helpers.update(score.query_helpers)

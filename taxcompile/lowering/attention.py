@@ -349,4 +349,5 @@ class Attentions(Features, Penalties):
                         gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
                         sym=tuple(sorted(syms.items())), loc=self.loc(fld.value.pos),
                         normalize=bool(p.get("normalize", False)), k=p.get("k"),
-                        policy=p.get("policy"))
+                        policy=p.get("policy"), buckets=p.get("buckets"),
+                        rounds=p.get("rounds"), chunk=p.get("chunk"))

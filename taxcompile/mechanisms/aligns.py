@@ -38,6 +38,14 @@ POLICY_REASON = ("the policy of {module} reads {src} beside each key (a policy e
                  "query edge): it picks the keys the softmax runs over and is no query of the "
                  "attention (Wang et al.'s aspect), so the query type is read from the query "
                  "alone")
+# Kitaev et al. 2020's LSH attention (Reformer): each query keeps the keys that hash to its
+# bucket in some round (within its sorted chunk and the one before), a softmax over those.
+LSH_REASON = ("LSH attention (Kitaev et al. 2020, Reformer; seed 002's efficient attention): "
+              "a softmax over the keys that share the query's hash bucket (buckets = {buckets}, "
+              "rounds = {rounds}, chunks of {chunk}), exact zeros elsewhere, which reads as "
+              "sparse (as top-k): the kept subset follows the hashed content of q and k, not a "
+              "window around a position (local), nothing is sampled (hard: the rotations only "
+              "place the buckets) and no policy picks it (reinforced)")
 
 ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("align", "global", aliases=("soft",), reading="Global",
@@ -106,6 +114,21 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               ctor=(CtorArg("topk", "int", owner="align", field="k", sym="k",
                             comment="k: the scores each query keeps (Zhao et al. 2019)"),),
               template="align/topk.py.j2", helpers=("masked_softmax",), normalised=True),
+    Mechanism("align", "lsh", (pint("buckets", lo=2), pint("rounds", False, 1),
+                               pint("chunk", False, 64)),
+              reading="Sparse", reason=LSH_REASON,
+              label="lsh, {buckets} buckets x {rounds}", class_part="LSH",
+              doc="LSH alignment: a softmax over the keys in the query's hash bucket (Kitaev "
+                  "et al.)",
+              ctor=(CtorArg("buckets", "int", owner="align", field="buckets", sym="buckets",
+                            comment="buckets: hash buckets per round (Kitaev et al. 2020)"),
+                    CtorArg("rounds", "int", owner="align", field="rounds", sym="rounds",
+                            comment="rounds: hash rounds, their outputs combined"),
+                    CtorArg("chunk", "int", owner="align", field="chunk", sym="chunk",
+                            comment="chunk: sorted positions per chunk (each sees 2 chunks)")),
+              template="align/lsh.py.j2", helpers=("masked_softmax", "lsh_buckets"),
+              needs=("H",), fast="chunks", normalised=True, by_query_index=True,
+              shared_qk=True),
 )}
 
 # Graph attention (GAT, eq. 3): a softmax over each node's neighbours, read as global.

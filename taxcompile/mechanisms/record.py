@@ -91,7 +91,8 @@ class Mechanism(NamedTuple):
     rows_fast: str | None = None  # a score's fast path for multi-dimensional rows ("blocks")
     # alignments: a plain softmax over all keys (fused and FlexAttention kernels compute
     # it); a gate per key position (c_l = a_l v_l) rather than a distribution over keys;
-    # the fast path without the weights ("sdpa", "band", "gather"; a function of the align)
+    # the fast path without the weights ("sdpa", "band", "gather", "chunks"; a function of
+    # the align)
     plain: bool = False
     gate: bool = False
     fast: Text = None
@@ -140,6 +141,9 @@ class Mechanism(NamedTuple):
     bare: bool = False
     # a way of joining heads whose context is as wide as the values (d_v), as W_O's (eq. 40)
     full_width: bool = False
+    # an alignment that hashes the queries and the keys alike (LSH, Kitaev et al. 2020): the
+    # query must be the keys (shared QK), checked in taxcompile/check/lsh.py
+    shared_qk: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
