@@ -456,15 +456,16 @@ class AdditiveHardAttention(nn.Module):
         # w^T act(W1 q + W2 k_l + b) in blocks: never all of (N, H, Lq, Lk, d_w) at once
         e = additive_score(wq, wk, self.w, torch.tanh)  # (N, H, Lq, Lk)
         p = masked_softmax(e, keep, dim=3)  # (N, H, Lq, Lk): the distribution to sample from
+        K = p.shape[-1]  # the keys sampled from (memory key/values included)
         if self.training:  # eq. 26: sample one position m ~ p ...
             # a row with no key left samples uniformly (multinomial rejects all-zero rows)
             m = torch.multinomial(
-                p.reshape(-1, Lk) + (p.reshape(-1, Lk).sum(-1, keepdim=True) == 0), 1
+                p.reshape(-1, K) + (p.reshape(-1, K).sum(-1, keepdim=True) == 0), 1
             )
             m = m.view(N, H, Lq)
         else:  # ... and take the most likely one at test time
             m = p.argmax(-1)  # (N, H, Lq)
-        a = F.one_hot(m, Lk).to(p.dtype) * (p.sum(-1, keepdim=True) > 0)  # (N, H, Lq, Lk): one-hot
+        a = F.one_hot(m, K).to(p.dtype) * (p.sum(-1, keepdim=True) > 0)  # (N, H, Lq, Lk): one-hot
         # log p(m), (N, H, Lq): add -log_prob * reward to the loss for REINFORCE
         # (the sample has no gradient)
         extras["log_prob"] = p.gather(-1, m.unsqueeze(-1)).squeeze(-1).clamp_min(1e-30).log()

@@ -217,7 +217,7 @@ SCORES = ["additive", "additive(d_w = 8, act = {act})", "additive(d_w = 4, bias 
           "biased_general", "activated_general", "activated_general(act = {act})",
           "similarity(kind = cosine)", "similarity(kind = l2)", "location"]
 ALIGNS = ["global", "soft", "hard", "reinforced", "sparsemax", "entmax", "sigmoid", "crf",
-          "crf(normalize = true)", "topk(k = 2)",
+          "crf(normalize = true)", "topk(k = 2)", "lsh(buckets = 2, rounds = 2, chunk = 2)",
           "local(D = 2, position = monotonic)", "local(D = 1, position = predictive)",
           "local(D = 2, position = predictive, gaussian = true, sigma = 1)"]
 

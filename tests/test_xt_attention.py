@@ -269,6 +269,28 @@ def test_memory_key_values_match_the_reference(gen, mask, causal):
                                torch.ones_like(a.sum(-1)))  # every query sees the memory
 
 
+def test_hard_alignment_samples_among_the_memory_keys_too(gen):
+    """Hard alignment (eq. 26) beside `mem_kv`: the one key sampled (training) or taken
+    (eval) is among the memory's M keys and the sequence's; each row's one-hot covers both
+    (it once sized the one-hot by the sequence alone and failed at run time)."""
+    mod = gen(spec("align = hard  mem_kv = 3"))
+    model = mod.Model(mod.Config()).double()
+    att = model.att
+    q, k, v = inputs()
+    for training in (True, False):
+        att.train(training)
+        torch.manual_seed(0)
+        c, a, extras = att(q, k, v, MASKS["holes"])
+        mass = a.sum(-1) + extras["memory"].sum(-1)
+        torch.testing.assert_close(mass, torch.ones_like(mass))  # one key per row, anywhere
+        assert set(a.unique().tolist()) <= {0.0, 1.0}
+        picked = torch.cat([extras["memory"], a], -1).argmax(-1)  # (N, H, Lq), memory first
+        vm = torch.cat([att.mem_v.detach().expand(2, -1, -1, -1),
+                        v.view(2, 6, 2, 4).transpose(1, 2)], 2)  # (N, H, M + Lk, d / H)
+        ctx = vm.gather(2, picked[..., None].expand(-1, -1, -1, 4))  # the picked values
+        torch.testing.assert_close(c, att.out(ctx.transpose(1, 2).reshape(2, 6, 8)))
+
+
 @pytest.mark.parametrize("mask", sorted(MASKS))
 def test_memory_key_values_match_x_transformers(gen, mask):
     theirs = xt_attention({"num_mem_kv": 3})
