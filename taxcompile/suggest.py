@@ -75,6 +75,8 @@ def not_one_of(what: str, e, choices) -> tuple[str, str]:
         close = suggest(word, choices)
         if close.startswith("did you mean"):
             return msg, close
+    if any("(" in c for c in choices):  # some are calls: say what to write, not what not to
+        return msg, "write one of these as shown"
     return msg, "write one of these names, not " + {
         ast.Call: "a call", ast.String: "a string", ast.Number: "a number"}.get(type(e),
                                                                              "an expression")

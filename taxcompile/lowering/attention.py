@@ -49,7 +49,12 @@ BIASES: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.BIASES.items()}
 # `rms` (x-transformers' qk_rmsnorm) takes no parameters: its gains are learned
 QK_NORMS: dict[str, tuple[P, ...]] = {"l2": mech.TRAITS["qk_norm"].params, "rms": ()}
 # How a multi-head module joins its heads' contexts (the records of mechanisms.HEADS_OUT).
-HEADS_OUT = P("heads_out", "enum", False, "project", tuple(mech.HEADS_OUT))
+# a way of joining heads that has required parameters is listed as the call it needs
+# (`routing(capsules = …)`); lowering/routing.py reads that call before this enum is tried
+HEADS_OUT = P("heads_out", "enum", False, "project", tuple(
+    rec.name + ("(" + ", ".join(f"{p.name} = …" for p in rec.params if p.required) + ")"
+                if any(p.required for p in rec.params) else "")
+    for rec in mech.HEADS_OUT.values()))
 
 
 class Attentions(Features, Penalties):
