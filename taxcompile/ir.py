@@ -117,7 +117,7 @@ class Modifier(_Frozen):
     """A score modifier (``position = …`` / ``bias = …``): a position term in the scores
     that leaves the score function and the alignment as they are (docs/codegen.md)."""
 
-    fn: Literal["relative", "rotary", "alibi", "gaussian"]
+    fn: Literal["relative", "rotary", "alibi", "gaussian", "transformer_xl"]
     clip: int | None = None  # relative: k, distances clipped to [-k, k] (Shaw et al. eq. 15)
     values: bool = False  # relative: a^V_ij in the values too
     base: float = 10000.0  # rotary: theta_i = base^(-2i/d)

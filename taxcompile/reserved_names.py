@@ -14,10 +14,10 @@ NAMES = {
         "disagreement_penalty", "doubly_stochastic_penalty", "entmax15", "example_inputs",
         "extend_cache", "field", "flex_applies", "flex_attention", "flex_context",
         "flex_ready", "key_keep", "local_band", "local_flex", "local_gather",
-        "masked_softmax", "math", "nn", "pointed", "pool", "rel_distance", "reorder_cache",
-        "rnn", "rnn_final", "rnn_init", "rotary", "sample_probs", "scaled_embedding",
-        "score_grid", "score_table", "sinusoid", "sparsemax", "start_tokens",
-        "supervised_penalty", "torch", "warnings"
+        "masked_softmax", "math", "nn", "pointed", "pool", "rel_distance", "rel_sinusoids",
+        "reorder_cache", "rnn", "rnn_final", "rnn_init", "rotary", "sample_probs",
+        "scaled_embedding", "score_grid", "score_table", "sinusoid", "sparsemax",
+        "start_tokens", "supervised_penalty", "torch", "warnings"
     }),
     "builtins_used": frozenset({
         "UserWarning", "ValueError", "any", "bool", "classmethod", "dict", "enumerate",

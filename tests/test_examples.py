@@ -107,6 +107,11 @@ EXPECTED = {
     # transformed q and k: the score as written (Scaled Multiplicative), as rotary is.
     "qk_norm": dict(scoring="Scaled Multiplicative", alignment="Global",
                     query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Transformer-XL (issue 25): its relative terms are added to q·k as Shaw et al.'s are,
+    # u and v are biases, not a query: the Transformer decoder's row.
+    "dai2019_transformer_xl": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                   query_type="Self-Attentive",
+                                   query_multiplicity="Multi-Head"),
 }
 
 

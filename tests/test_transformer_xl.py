@@ -1,0 +1,226 @@
+"""Transformer-XL (Dai et al. 2019, survey ref. [99]; issue 25): `position = transformer_xl`,
+the relative form of §3.3,
+
+    A_ij = q_i^T k_j + q_i^T W_R R_(i-j) + u^T k_j + v^T W_R R_(i-j),
+
+R the sinusoids of the distance i - j, W_R, u and v learned per head.
+
+1. the generated class against a float64 reference of the four terms written here as loops
+   over (head, i, j), from the class's own weights: without a mask, causal, and with keys
+   before the first query (a memory: the distance counts them); u and v swapped or the
+   distance's sign flipped give other numbers (the reference can tell them apart);
+2. the FlexAttention path (score_mod + block mask) gives the explicit path's numbers;
+3. the classifier's reading (the score as written, the term in its reason);
+4. the example compiles, runs forward and backward, and a misuse is a located error.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import classify_text, error_snapshot
+from taxcompile import pipeline
+
+torch = pytest.importorskip("torch")
+
+from taxcompile import codegen  # noqa: E402
+from taxcompile.run import load_module  # noqa: E402
+from torch_support import fast_cpu, inline_builder  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DT = torch.float64
+
+HEADER = """\
+paper xl {
+    cite  = "Test"
+    title = "Transformer-XL tests"
+    year  = 2019
+}
+"""
+
+SPEC = """
+model m {{
+    input x: sequence[L, 16]
+    attention att {{ query = project(x)  features = x  score = {score}  heads = {heads}
+                    mask = {mask}  position = transformer_xl }}
+    output o = identity(att)
+}}
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with fast_cpu():
+        yield
+
+
+@pytest.fixture(scope="module")
+def gen(tmp_path_factory):
+    return inline_builder(tmp_path_factory.mktemp("xl"), HEADER, "_taxcompile_xl")
+
+
+def xl_class(gen, heads=2, mask="none", score="scaled_multiplicative"):
+    m = gen(SPEC.format(score=score, heads=heads, mask=mask))
+    names = [n for n, c in vars(m).items() if isinstance(c, type) and n.endswith("Attention")]
+    assert len(names) == 1, names
+    return getattr(m, names[0])
+
+
+def randomize(module, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    return module
+
+
+def inputs(N=2, Lq=7, Lk=7, d=16, seed=1, dtype=DT):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(N, Lq, d, generator=g, dtype=dtype)
+    k, v = (torch.randn(N, Lk, d, generator=g, dtype=dtype) for _ in range(2))
+    key_mask = torch.ones(N, Lk, dtype=torch.bool)
+    key_mask[-1, Lk - 2:] = False  # the last example's last two keys are padding
+    return q, k, v, key_mask
+
+
+# ---- the reference: Dai et al. §3.3, term by term -------------------------------------------
+
+
+def sinusoid_R(r: int, d: int) -> torch.Tensor:
+    """R_r, Transformer-XL's encoding of distance r: sin(r w_f) in feature f < d/2 and
+    cos(r w_f) in feature d/2 + f, w_f = 1 / 10000^(2f/d) (its PositionalEmbedding)."""
+    out = torch.zeros(d, dtype=DT)
+    for f in range(d // 2):
+        w = 1.0 / 10000.0 ** (2 * f / d)
+        out[f], out[d // 2 + f] = math.sin(r * w), math.cos(r * w)
+    return out
+
+
+def xl_ref(m, q, k, v, key_mask, mask, scaled=True, swap_uv=False, sign=1):
+    """Each A_ij (per example and head) as the sum of the paper's four terms, (a) q_i^T k_j,
+    (b) q_i^T W_R R_(i-j), (c) u^T k_j and (d) v^T W_R R_(i-j), where query i sits at
+    position past + i (past = Lk - Lq keys come first) and key j at position j; then the
+    masked softmax, the weighted values and W_O. `swap_uv` and `sign` = -1 are the wrong
+    readings the tests must tell apart."""
+    H, (N, Lq, D), Lk = m.heads, q.shape, k.shape[1]
+    dh, past = D // H, Lk - Lq
+    qh, kh, vh = (x.view(N, x.shape[1], H, dh) for x in (q, k, v))  # (N, L, H, dh)
+    u, vb = m.u_bias.detach().view(H, dh), m.v_bias.detach().view(H, dh)
+    if swap_uv:
+        u, vb = vb, u
+    WR = m.r_proj.weight.detach()  # (D, D)
+    e = torch.zeros(N, H, Lq, Lk, dtype=DT)
+    keep = torch.zeros(N, 1, Lq, Lk, dtype=torch.bool)
+    for i in range(Lq):
+        for j in range(Lk):
+            rel = (WR @ sinusoid_R(sign * (past + i - j), D)).view(H, dh)  # W_R R_(i-j)
+            for h in range(H):
+                a_ = (qh[:, i, h] * kh[:, j, h]).sum(-1)
+                b_ = (qh[:, i, h] * rel[h]).sum(-1)
+                c_ = (u[h] * kh[:, j, h]).sum(-1)
+                d_ = (vb[h] * rel[h]).sum()
+                e[:, h, i, j] = (a_ + b_ + c_ + d_) / (math.sqrt(dh) if scaled else 1.0)
+            keep[:, 0, i, j] = key_mask[:, j] & (mask != "causal" or j <= past + i)
+    a = torch.nan_to_num(torch.softmax(e.masked_fill(~keep, float("-inf")), -1), nan=0.0)
+    c = torch.einsum("nhij,njhd->nihd", a, vh).reshape(N, Lq, D)
+    out = getattr(m, "out", None)  # W_O (eq. 40); one head has none
+    return (c if out is None else c @ out.weight.T + out.bias), a
+
+
+CASES = {  # name: (heads, mask, Lq, Lk, score)
+    "two_heads": (2, "none", 7, 7, "scaled_multiplicative"),
+    "causal": (2, "causal", 7, 7, "scaled_multiplicative"),
+    "keys_before_queries": (2, "causal", 4, 9, "scaled_multiplicative"),
+    "one_head_unscaled": (1, "causal", 6, 6, "multiplicative"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_against_reference(gen, case):
+    heads, mask, Lq, Lk, score = CASES[case]
+    cls = xl_class(gen, heads=heads, mask=mask, score=score)
+    m = randomize(cls(d_q=16, d_k=16, d_v=16, heads=heads, mask=mask).to(DT))
+    q, k, v, key_mask = inputs(Lq=Lq, Lk=Lk)
+    q.requires_grad_(True)
+    c, a, _ = m(q, k, v, key_mask)
+    scaled = score == "scaled_multiplicative"
+    want_c, want_a = xl_ref(m, q.detach(), k, v, key_mask, mask, scaled=scaled)
+    torch.testing.assert_close(a, want_a, atol=1e-10, rtol=1e-9)
+    torch.testing.assert_close(c, want_c, atol=1e-10, rtol=1e-9)
+    # the wrong readings differ: u and v swapped, or R of j - i instead of i - j
+    for wrong in (dict(swap_uv=True), dict(sign=-1)):
+        bad_c, _ = xl_ref(m, q.detach(), k, v, key_mask, mask, scaled=scaled, **wrong)
+        assert (bad_c - want_c).abs().max() > 1e-3, wrong
+    c.square().sum().backward()
+    for p in (q, m.u_bias, m.v_bias, m.r_proj.weight):  # every term is trained
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
+    if "need_weights" in cls.forward.__code__.co_varnames:  # the weights-free call agrees
+        c2, _, _ = m(q.detach(), k, v, key_mask, need_weights=False)
+        torch.testing.assert_close(c2, want_c, atol=1e-10, rtol=1e-9)
+
+
+def test_flex_path_matches_explicit_under_compile(gen, monkeypatch):
+    """Under torch.compile the term goes through flex_context's score_mod (forced on for CPU
+    inference, as in test_position_terms.py) and gives the explicit path's numbers."""
+    cls = xl_class(gen, heads=2, mask="causal")
+    module = __import__(cls.__module__)
+    monkeypatch.setattr(module, "flex_ready", lambda q: torch.compiler.is_compiling()
+                        and not torch.is_grad_enabled())
+    m = randomize(cls(d_q=16, d_k=16, d_v=16, heads=2, mask="causal")).eval()
+    q, k, v, key_mask = inputs(Lq=20, Lk=20, dtype=torch.float32)
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(m, backend=record, fullgraph=True)
+        with torch.no_grad():
+            want, _, _ = m(q, k, v, key_mask)
+            got, a, _ = compiled(q, k, v, key_mask, need_weights=False)
+        assert a is None and graphs and all("flex_attention" in g for g in graphs)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    finally:
+        torch._dynamo.reset()
+
+
+# ---- classification, the example, errors -------------------------------------------------------
+
+
+def test_reads_as_the_score_it_modifies():
+    """The relative terms are added to q_i^T k_j as Shaw et al.'s are: the row is the plain
+    module's (Scaled Multiplicative, Global, Self-Attentive, Multi-Head) and the scoring
+    cell's reason names Transformer-XL."""
+    text = HEADER + SPEC.format(score="scaled_multiplicative", heads=2, mask="causal")
+    from taxcompile.classify import classify_model
+    cl = classify_model(pipeline.load_text(text, "t.attn").models[0])
+    reasons = " ".join(cl.cells["scoring"].values["Scaled Multiplicative"])
+    assert "Transformer-XL" in reasons and "still the same q·k score" in reasons
+    plain = text.replace("position = transformer_xl", "")
+    assert classify_text(text) == classify_text(plain)
+
+
+def test_example_compiles_runs_and_classifies():
+    path = ROOT / "examples" / "dai2019_transformer_xl.attn"
+    cs = pipeline.load(path)
+    src = codegen.generate(cs, cs.models[0], str(path))
+    assert "MultiHeadXLScaledMultiplicativeAttention" in src
+    mod = load_module(src, "_taxcompile_xl_example")
+    torch.manual_seed(0)
+    cfg = mod.Config.tiny()
+    model = mod.Model(cfg)
+    out = model(**mod.example_inputs(2, seed=1, cfg=cfg)).output
+    assert torch.isfinite(out).all()
+    out.square().mean().backward()
+    grads = [p.grad for n, p in model.named_parameters() if n.endswith(("u_bias", "v_bias"))]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_error_snapshot():
+    got, want = error_snapshot("position_xl_additive")
+    assert got == want
