@@ -211,6 +211,16 @@ class QKNorm(_Frozen):
     loc: Location
 
 
+class SegmentMemory(_Frozen):
+    """`mem_len = M`: Transformer-XL's segment memory (Dai et al. 2019, §3.2): the keys and
+    values are computed from [SG(m); h], m the last M positions of the feature they read
+    that the previous segment left (detached), h this segment's (queries from h only)."""
+
+    length: int
+    sym: tuple[tuple[str, str], ...] = ()
+    loc: Location
+
+
 class Attention(_Frozen):
     kind_: Literal["attention"] = "attention"
     id: str
@@ -257,6 +267,7 @@ class Attention(_Frozen):
     # by heads / kv_heads query heads (1: multi-query, Shazeer 2019); 0: one per query head
     kv_heads: int = 0
     qk_norm: QKNorm | None = None  # query-key normalisation (cosine scores with a scale)
+    memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""

@@ -16,8 +16,8 @@ NAMES = {
         "flex_ready", "key_keep", "local_band", "local_flex", "local_gather",
         "masked_softmax", "math", "nn", "pointed", "pool", "rel_distance", "rel_sinusoids",
         "reorder_cache", "rnn", "rnn_final", "rnn_init", "rotary", "sample_probs",
-        "scaled_embedding", "score_grid", "score_table", "sinusoid", "sparsemax",
-        "start_tokens", "supervised_penalty", "torch", "warnings"
+        "scaled_embedding", "score_grid", "score_table", "segment_keep", "segment_memory",
+        "sinusoid", "sparsemax", "start_tokens", "supervised_penalty", "torch", "warnings"
     }),
     "builtins_used": frozenset({
         "UserWarning", "ValueError", "any", "bool", "classmethod", "dict", "enumerate",

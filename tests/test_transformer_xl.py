@@ -11,7 +11,10 @@ R the sinusoids of the distance i - j, W_R, u and v learned per head.
    distance's sign flipped give other numbers (the reference can tell them apart);
 2. the FlexAttention path (score_mod + block mask) gives the explicit path's numbers;
 3. the classifier's reading (the score as written, the term in its reason);
-4. the example compiles, runs forward and backward, and a misuse is a located error.
+4. the example compiles, runs forward and backward, and a misuse is a located error;
+5. the segment memory (`mem_len`, §3.2): segment 2 against a float64 reference over
+   [SG(m); h] from the model's weights (the gradient reaches W_K, W_V, not the memory), and
+   two segments of a two-layer model against one pass over the whole sequence.
 """
 
 from __future__ import annotations
@@ -164,13 +167,16 @@ def test_against_reference(gen, case):
 
 def test_flex_path_matches_explicit_under_compile(gen, monkeypatch):
     """Under torch.compile the term goes through flex_context's score_mod (forced on for CPU
-    inference, as in test_position_terms.py) and gives the explicit path's numbers."""
+    inference, as in test_position_terms.py) and gives the explicit path's numbers, with
+    keys before the first query."""
     cls = xl_class(gen, heads=2, mask="causal")
     module = __import__(cls.__module__)
     monkeypatch.setattr(module, "flex_ready", lambda q: torch.compiler.is_compiling()
                         and not torch.is_grad_enabled())
     m = randomize(cls(d_q=16, d_k=16, d_v=16, heads=2, mask="causal")).eval()
-    q, k, v, key_mask = inputs(Lq=20, Lk=20, dtype=torch.float32)
+    # 8 keys before the first query (a segment memory): the block mask and the distances
+    # place query i at 8 + i
+    q, k, v, key_mask = inputs(Lq=12, Lk=20, dtype=torch.float32)
     graphs = []
 
     def record(gm, example_inputs):
@@ -214,7 +220,9 @@ def test_example_compiles_runs_and_classifies():
     torch.manual_seed(0)
     cfg = mod.Config.tiny()
     model = mod.Model(cfg)
-    out = model(**mod.example_inputs(2, seed=1, cfg=cfg)).output
+    first = model(**mod.example_inputs(2, seed=1, cfg=cfg))
+    assert len(first.mems) == cfg.layers  # one memory per layer, for the next segment
+    out = model(**mod.example_inputs(2, seed=2, cfg=cfg), mems=first.mems).output
     assert torch.isfinite(out).all()
     out.square().mean().backward()
     grads = [p.grad for n, p in model.named_parameters() if n.endswith(("u_bias", "v_bias"))]
@@ -223,4 +231,111 @@ def test_example_compiles_runs_and_classifies():
 
 def test_error_snapshot():
     got, want = error_snapshot("position_xl_additive")
+    assert got == want
+
+
+# ---- the segment memory (`mem_len`, Dai et al. §3.2) -----------------------------------------
+
+ONE_LAYER = """
+model m {
+    input x: sequence[T, 16]
+    attention att { query = project(x)  keys = project(x)  values = project(x)
+                    score = scaled_multiplicative  heads = 2  mask = causal
+                    position = transformer_xl  mem_len = 5 }
+    output o = identity(att)
+}
+"""
+
+TWO_LAYERS = """
+let mem = 8
+model m {
+    input tokens: tokens[T] (vocab = 50)
+    feature x = embed(tokens, 16)
+    repeat decoder 2 {
+        attention att { query = project(x)  keys = project(x)  values = project(x)
+                        score = scaled_multiplicative  heads = 2  mask = causal
+                        position = transformer_xl  mem_len = mem }
+        update x = norm(x + att)
+        update x = norm(x + ffn(x, 32))
+    }
+    output logits = classify(x, 50)
+}
+"""
+
+
+def seq(N, L, seed):
+    return torch.randn(N, L, 16, generator=torch.Generator().manual_seed(seed), dtype=DT)
+
+
+def test_second_segment_attends_over_memory_and_segment(gen):
+    """Segment 2 after segment 1: its keys and values are W_K [SG(m); h], W_V [SG(m); h]
+    and its queries W_Q h (Dai et al. §3.2), scored with the four terms over the distance
+    M + i - j, the memory wholly visible and the segment causal: the reference computes
+    this from the model's weights by hand (xl_ref, float64 loops); the new memory is the
+    last M positions of [m; h]; the gradient reaches W_K and W_V through the memory's
+    keys, and not the memory."""
+    mod = gen(ONE_LAYER)
+    torch.manual_seed(0)
+    model = randomize(mod.Model(mod.Config()).to(DT), seed=3)
+    x1, x2 = seq(2, 4, 11), seq(2, 6, 12)
+    out1 = model(x1)
+    torch.testing.assert_close(out1.mems["att"], x1)  # 4 positions < M = 5: all kept
+    mem = out1.mems["att"].clone().requires_grad_(True)
+    out2 = model(x2, mems={"att": mem})
+    torch.testing.assert_close(out2.mems["att"], torch.cat([x1, x2], 1)[:, -5:])
+    assert not out2.mems["att"].requires_grad  # stored detached
+    # the reference, from leaf copies of W_Q, W_K, W_V
+    kv = model.att_kv_proj.weight.detach().clone().requires_grad_(True)
+    wq = model.att_q_proj.weight.detach()
+    h = torch.cat([mem.detach(), x2], 1)  # (B, M + T, d): h~ = [SG(m); h]
+    k, v = (h @ kv.T).chunk(2, -1)
+    want, want_a = xl_ref(model.att, x2 @ wq.T, k, v, torch.ones(2, 10, dtype=torch.bool),
+                          "causal")
+    torch.testing.assert_close(out2.output, want, atol=1e-10, rtol=1e-9)
+    # every query sees all 4 remembered positions, and segment position j <= i
+    _, a, _ = model.att(x2 @ wq.T, *(h @ model.att_kv_proj.weight.T).chunk(2, -1))
+    torch.testing.assert_close(a, want_a, atol=1e-10, rtol=1e-9)
+    assert (a[..., :4] > 0).all() and (a[..., 4:].triu(1) == 0).all()
+    out2.output.square().sum().backward()
+    want.square().sum().backward()
+    assert mem.grad is None  # stop-gradient: nothing flows into the memory
+    torch.testing.assert_close(model.att_kv_proj.weight.grad, kv.grad, atol=1e-9, rtol=1e-8)
+
+
+def test_segments_with_memory_equal_one_pass(gen):
+    """Transformer-XL's recurrence with a memory at least as long as the past is the causal
+    model over the whole sequence: two layers (each layer's memory holds the previous
+    layer's outputs of segment 1), segments of 5 and 3 tokens, M = 8, against one pass over
+    all 8 tokens (the relative distances count the memory's positions)."""
+    mod = gen(TWO_LAYERS)
+    torch.manual_seed(0)
+    cfg = mod.Config()
+    model = mod.Model(cfg).to(DT).eval()
+    tokens = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(5))
+    whole = model(tokens).output
+    one = model(tokens[:, :5])
+    two = model(tokens[:, 5:], mems=one.mems)
+    assert sorted(one.mems) == ["decoder[1].att", "decoder[2].att"]
+    assert all(m.shape == (2, 5, 16) for m in one.mems.values())
+    torch.testing.assert_close(torch.cat([one.output, two.output], 1), whole,
+                               atol=1e-10, rtol=1e-9)
+    # a shorter memory forgets: M = 2 gives other numbers for segment 2
+    short = mod.Model(mod.Config(mem=2)).to(DT).eval()
+    short.load_state_dict(model.state_dict())
+    s1 = short(tokens[:, :5])
+    assert all(m.shape[1] == 2 for m in s1.mems.values())
+    assert (short(tokens[:, 5:], mems=s1.mems).output - two.output).abs().max() > 1e-6
+    with pytest.raises(ValueError, match="previous segment's Output.mems"):
+        model(tokens[:, 5:], mems={"decoder[1].att": torch.zeros(3, 5, 16, dtype=DT)})
+
+
+def test_memory_changes_no_cell():
+    """The memory adds keys (earlier positions of the same sequence), not a query: the row
+    of the module without it."""
+    with_mem = HEADER + TWO_LAYERS
+    assert classify_text(with_mem) == classify_text(with_mem.replace("mem_len = mem", ""))
+
+
+def test_memory_error_snapshot():
+    got, want = error_snapshot("mem_len_two_features")
     assert got == want

@@ -14,6 +14,7 @@ from .. import ir, module_checks
 from .. import mechanisms as mech
 from ..lower import SCORES_WITHOUT_QUERY
 from .grouped import grouped_fit, qk_norm_fits
+from .segment import segment_fits
 from .core import AttentionInfo, Shape, _base_ref, _name, context_dim, learned_capsules
 
 
@@ -61,6 +62,8 @@ class AttentionChecks:
         if f is None or not self.heads_fit(f) or not self.masks_fit(f):
             return None
         if (n.position or n.bias) and not self.modifiers_fit(f):
+            return None
+        if n.memory is not None and not segment_fits(self, f):
             return None
         if not self.align_fits(f) or not self.penalties_fit(f):
             return None
