@@ -309,6 +309,8 @@ class Attention(_Frozen):
         out += [str(m) for m in (self.position, self.bias) if m is not None]
         out.append(pen.get("supervised"))
         out += [rec.text("label", self) for rec in mech.heads.present(self)]
+        if self.memory is not None:
+            out.append(traits["segment_memory"].text("label", self.memory))
         return [x for x in out if x]
 
 

@@ -300,7 +300,7 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         f["mask"] = draw(st.sampled_from(["causal", "forward", "backward"]))
     if "position" in mechs:
         f["position"] = draw(st.sampled_from(["relative(k = 2)", "relative(k = 3, values = true)",
-                                              "rotary", "rotary(base = 100)"]))
+                                              "rotary", "rotary(base = 100)", "transformer_xl"]))
     if "bias" in mechs:
         f["bias"] = "alibi"
     if "lin_penalty" in mechs:

@@ -334,8 +334,36 @@ def test_memory_changes_no_cell():
     of the module without it."""
     with_mem = HEADER + TWO_LAYERS
     assert classify_text(with_mem) == classify_text(with_mem.replace("mem_len = mem", ""))
+    from taxcompile.classify import classify_model
+    cl = classify_model(pipeline.load_text(with_mem, "t.attn").models[0])
+    (reason,) = cl.cells["query_type"].values["Self-Attentive"]
+    assert "previous segment" in reason and "the queries still the segment's own" in reason
 
 
 def test_memory_error_snapshot():
     got, want = error_snapshot("mem_len_two_features")
     assert got == want
+
+
+def test_generate_decodes_from_a_kv_cache_as_the_full_run(tmp_path):
+    """Transformer-XL's distances count the keys before the first query, so generate()
+    steps on the new token alone (a KV cache, query at position t), and writes the tokens of
+    a greedy loop over full runs of the prefix (Shaw's, rotary and ALiBi re-run instead)."""
+    path = ROOT / "examples" / "dai2019_transformer_xl.attn"
+    cs = pipeline.load(path)
+    mod = load_module(codegen.generate(cs, cs.models[0], str(path)), "_taxcompile_xl_generate")
+    assert "cache" in mod.Model.forward.__code__.co_varnames
+    torch.manual_seed(0)
+    m = mod.Model(mod.Config.tiny()).double().eval()
+    prefix = torch.ones(2, 1, dtype=torch.long)
+    for _ in range(6):
+        with torch.no_grad():
+            nxt = m(tokens=prefix).output[:, -1].argmax(-1, keepdim=True)
+        prefix = torch.cat([prefix, nxt], 1)
+    got = m.generate(batch_size=2, max_len=6, bos=1, eos=m.cfg.vocab - 1)
+    assert torch.equal(got, prefix[:, 1:])
+    cache = {}
+    with torch.no_grad():  # the cached step's logits are the full run's last position's
+        m(tokens=prefix[:, :-1], cache=cache)
+        step = m(tokens=prefix[:, -1:], cache=cache).output[:, -1]
+        torch.testing.assert_close(step, m(tokens=prefix).output[:, -1], atol=1e-10, rtol=1e-9)

@@ -56,7 +56,8 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
                   "sinusoids of the distance r = i - j (keys before the first query "
                   "counted), W_R, u and v learned per head.",
               template="position/transformer_xl.py.j2",
-              helpers=("rel_sinusoids", "score_table", "score_grid"), in_scores=True, qk=True),
+              helpers=("rel_sinusoids", "score_table", "score_grid"), in_scores=True, qk=True,
+              counts_past=True),
 )}
 
 BIASES: dict[str, Mechanism] = {m.name: m for m in (

@@ -138,6 +138,9 @@ class Mechanism(NamedTuple):
     # and whether a spec writes it as a bare coefficient (`penalty = λ`), not a call
     ir_field: str = ""
     bare: bool = False
+    # a position term that places query i at Lk - Lq + i (the keys of a KV cache or of a
+    # segment memory come first), so generate() can run a step on the new token alone
+    counts_past: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
