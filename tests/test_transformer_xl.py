@@ -340,8 +340,9 @@ def test_memory_changes_no_cell():
     assert "previous segment" in reason and "the queries still the segment's own" in reason
 
 
-def test_memory_error_snapshot():
-    got, want = error_snapshot("mem_len_two_features")
+@pytest.mark.parametrize("name", ["mem_len_two_features", "mem_len_rotary"])
+def test_memory_error_snapshot(name):
+    got, want = error_snapshot(name)
     assert got == want
 
 

@@ -3,10 +3,13 @@ IR once the module's shapes are known: the keys and values are computed from [SG
 so they must read one feature h, over the axis the queries are positions of (attention of
 a sequence over itself); the memory's positions are extra keys, so what fixes the keys'
 number or pairs each query with each key from the data (a mask input, a graph), and
-coverage's per-query loop, capsules and an affinity matrix are refused."""
+coverage's per-query loop, capsules and an affinity matrix are refused, and so are a
+decoder loop's step, and position terms and alignments that place query i at its index in
+the segment rather than after the memory (a record's ``counts_past``)."""
 
 from __future__ import annotations
 
+from .. import mechanisms as mech
 from .core import expr_links
 
 
@@ -37,5 +40,24 @@ def segment_fits(checker, f) -> bool:
                     f"which {other} cannot follow (it fixes the keys each query sees)",
                     f"drop `mem_len` or {other}")
         return False
+    if any(n.id in region for region in checker.cm.steps.values()):
+        checker.err(mem.loc, f"{where}: `mem_len` keeps a segment's positions for the next "
+                    "segment, and this module runs one step of a decoder loop at a time",
+                    "a segment memory is for a module over whole segments; drop `mem_len`")
+        return False
+    align = mech.ALIGNS[n.align.fn]
+    if align.centred or align.gate:
+        checker.err(mem.loc, f"{where}: with `mem_len` query i sits after the memory's "
+                    f"positions, which `{n.align.fn}` alignment does not count (it places "
+                    "the query at its index in the segment)",
+                    "use `align = global` (or sparsemax, entmax, topk)")
+        return False
+    for rec, m in mech.modifiers(n):
+        if not rec.counts_past:
+            checker.err(m.loc, f"{where}: with `mem_len` query i sits after the memory's "
+                        f"positions, which `{rec.name}` does not count (it indexes the "
+                        "queries from 0)", "use `position = transformer_xl`, whose distance "
+                        "counts the memory (Dai et al. §3.3)")
+            return False
     return True
 
