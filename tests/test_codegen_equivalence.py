@@ -132,6 +132,8 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "wang2016_att_input_cnn": "tests/test_feature_ops.py",
     "daniluk2017_key_value_predict": "tests/test_feature_ops.py",
     "wu2020_lsra_encoder": "tests/test_feature_ops.py",
+    # issue 25: Transformer-XL's relative positions and segment memory
+    "dai2019_transformer_xl": "tests/test_transformer_xl.py",
 }
 
 
