@@ -217,7 +217,8 @@ class Classifier:
                     "a summary of the states it attends over (LSTMN intra-attention, eq. 4)")
             elif node_id in base:
                 add("Self-Attentive", f"the query of {name} is computed from {self.q(node_id)}, "
-                    "the features it attends over (eq. 35)")
+                    "the features it attends over (eq. 35)" + (mechanisms.TRAITS[
+                        "segment_memory"].text("reason", a.memory) if a.memory else ""))
             elif isinstance(n, ir.Attention):
                 partners = self.feature_roots(n.keys) - key_roots
                 add("Specialized", f"the query of {name} is built from the context of "

@@ -123,7 +123,7 @@ class Modifier(_Frozen):
     """A score modifier (``position = …`` / ``bias = …``): a position term in the scores
     that leaves the score function and the alignment as they are (docs/codegen.md)."""
 
-    fn: Literal["relative", "rotary", "alibi", "gaussian"]
+    fn: Literal["relative", "rotary", "alibi", "gaussian", "transformer_xl"]
     clip: int | None = None  # relative: k, distances clipped to [-k, k] (Shaw et al. eq. 15)
     values: bool = False  # relative: a^V_ij in the values too
     base: float = 10000.0  # rotary: theta_i = base^(-2i/d)
@@ -230,6 +230,16 @@ class Routing(_Frozen):
     loc: Location
 
 
+class SegmentMemory(_Frozen):
+    """`mem_len = M`: Transformer-XL's segment memory (Dai et al. 2019, §3.2): the keys and
+    values are computed from [SG(m); h], m the last M positions of the feature they read
+    that the previous segment left (detached), h this segment's (queries from h only)."""
+
+    length: int
+    sym: tuple[tuple[str, str], ...] = ()
+    loc: Location
+
+
 class Attention(_Frozen):
     kind_: Literal["attention"] = "attention"
     id: str
@@ -277,6 +287,7 @@ class Attention(_Frozen):
     kv_heads: int = 0
     qk_norm: QKNorm | None = None  # query-key normalisation (cosine scores with a scale)
     routing: Routing | None = None  # heads_out = routing(…): its output capsules, iterations
+    memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
 
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""
@@ -318,6 +329,8 @@ class Attention(_Frozen):
         out += [str(m) for m in (self.position, self.bias) if m is not None]
         out.append(pen.get("supervised"))
         out += [rec.text("label", self) for rec in mech.heads.present(self)]
+        if self.memory is not None:
+            out.append(traits["segment_memory"].text("label", self.memory))
         return [x for x in out if x]
 
 

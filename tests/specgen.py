@@ -234,7 +234,7 @@ QK = ["multiplicative", "scaled_multiplicative"]
 MECHANISMS = ["heads", "heads_out", "multi", "capsules", "mask", "position", "bias",
               "lin_penalty", "doubly_stochastic", "coverage_loss", "disagreement",
               "supervised", "coverage", "dropout", "share", "talking_heads",
-              "mem_kv", "head_gates", "kv_heads", "qk_norm"]
+              "mem_kv", "head_gates", "kv_heads", "qk_norm", "mem_len"]
 
 
 def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
@@ -248,17 +248,19 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
     keep = not rarely(draw, 8)  # False: the rules are not followed for this module
     if seq_query and keep:  # a decoder's module: its query stays the decoder's states
         mechs = [x for x in mechs if x not in ("mask", "position", "bias", "supervised",
-                                               "capsules", "heads_out")]
+                                               "capsules", "heads_out", "mem_len")]
     f: dict[str, str] = {}
     seq = same_axis or seq_query
     needs_seq = {"doubly_stochastic", "coverage_loss", "coverage", "supervised"}
     if keep and not seq and needs_seq & set(mechs):
         query, seq, same_axis = keys, True, True
-    if keep and not same_axis and {"mask", "position", "bias", "supervised"} & set(mechs):
+    if keep and not same_axis and {"mask", "position", "bias", "supervised",
+                                   "mem_len"} & set(mechs):
         query, seq, same_axis = keys, True, True
     if keep and "capsules" in mechs:
         query, seq, same_axis = "learned(d)", False, False
-        mechs = [x for x in mechs if x not in needs_seq | {"mask", "position", "bias"}]
+        mechs = [x for x in mechs if x not in needs_seq | {"mask", "position", "bias",
+                                                           "mem_len"}]
     if keep and query is None:  # grouped heads and qk-norm meet a query's heads
         mechs = [x for x in mechs if x not in ("kv_heads", "qk_norm")]
     if keep and {"kv_heads", "qk_norm"} & set(mechs):
@@ -303,7 +305,7 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         f["mask"] = draw(st.sampled_from(["causal", "forward", "backward"]))
     if "position" in mechs:
         f["position"] = draw(st.sampled_from(["relative(k = 2)", "relative(k = 3, values = true)",
-                                              "rotary", "rotary(base = 100)"]))
+                                              "rotary", "rotary(base = 100)", "transformer_xl"]))
     if "bias" in mechs:
         f["bias"] = "alibi"
     if "lin_penalty" in mechs:
@@ -336,6 +338,8 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
         f["head_gates"] = "true"
         if keep and f.get("align") == "sigmoid":
             f["align"] = "global"
+    if "mem_len" in mechs:
+        f["mem_len"] = draw(st.sampled_from(["2", "4"]))
     if "share" in mechs and m.atts:
         f["share"] = draw(st.sampled_from(m.atts))
     if keep:  # what the chosen mechanisms need of the score and the alignment
@@ -358,6 +362,13 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
                 f.pop(x, None)
             if f.get("penalty", "").startswith("coverage"):
                 f.pop("penalty")
+        if "mem_len" in f:  # the queries after the memory: only XL's term counts it
+            if f.get("position") != "transformer_xl":
+                f.pop("position", None)
+            for x in ("bias", "coverage", "capsules"):
+                f.pop(x, None)
+            if f.get("align", "").startswith(("local", "sigmoid")):
+                f["align"] = "global"
         if score == "location" and key_axis is None:
             score = "general"
     items = [(k, f[k]) for k in ("query", "features", "keys", "values")

@@ -146,6 +146,8 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "han_words_han": "tests/test_document_weights.py",  # document-wide word weights
     # issue 25's attention inside a recurrence (LSTMN)
     "cheng2016_lstmn": "tests/test_lstmn.py",
+    # issue 25: Transformer-XL's relative positions and segment memory
+    "dai2019_transformer_xl": "tests/test_transformer_xl.py",
 }
 
 

@@ -369,7 +369,8 @@ def test_generated_file_follows_the_contract(gen_dir, v):
     fills = [["log_probs"] if any(a.align.fn in ("hard", "reinforced") for a in v.attentions)
              else [], ["penalty"] if any(_penalised(a) or a.supervised is not None
                                          for a in v.attentions) else [],
-             ["capsules", "features"] if any(a.capsules for a in v.attentions) else []]
+             ["capsules", "features"] if any(a.capsules for a in v.attentions) else [],
+             ["mems"] if any(a.memory is not None for a in v.attentions) else []]
     assert [f.name for f in dataclasses.fields(mod.Output)] == [
         "output", "attention", *sorted(x for f in fills for x in f)]
 
@@ -380,6 +381,8 @@ def test_generated_file_follows_the_contract(gen_dir, v):
     sig = inspect.signature(mod.Model.forward)
     assert list(sig.parameters) == ["self", *names, *(i.id + "_mask" for i in v.maskable),
                                     "return_attention", "validate",
+                                    *(["mems"] if any(a.memory is not None
+                                                      for a in v.attentions) else []),
                                     *(["cache"] if hasattr(mod.Model, "generate") and
                                       "(`incremental` is ignored)" not in
                                       mod.Model.generate.__doc__ else [])]

@@ -129,6 +129,11 @@ EXPECTED = {
     # bucket; the kept subset follows the hashed content, as top-k's follows the scores.
     "kitaev2020_reformer": dict(scoring="Scaled Multiplicative", alignment="Sparse",
                                 query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Transformer-XL (issue 25): its relative terms are added to q·k as Shaw et al.'s are,
+    # u and v are biases, not a query: the Transformer decoder's row.
+    "dai2019_transformer_xl": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                   query_type="Self-Attentive",
+                                   query_multiplicity="Multi-Head"),
 }
 
 

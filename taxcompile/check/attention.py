@@ -15,6 +15,7 @@ from .. import mechanisms as mech
 from ..lower import SCORES_WITHOUT_QUERY
 from .grouped import grouped_fit, qk_norm_fits
 from .lsh import lsh_fits
+from .segment import segment_fits
 from .core import AttentionInfo, Shape, _base_ref, _name, context_dim, learned_capsules
 
 
@@ -64,6 +65,8 @@ class AttentionChecks:
         if f is None or not self.heads_fit(f) or not self.masks_fit(f):
             return None
         if (n.position or n.bias) and not self.modifiers_fit(f):
+            return None
+        if n.memory is not None and not segment_fits(self, f):
             return None
         if not self.align_fits(f) or not self.penalties_fit(f):
             return None

@@ -9,7 +9,7 @@ import re
 from .. import checks, ir
 from .. import mechanisms as mech
 from ..checks import learned_capsules, share_kind
-from . import generate
+from . import generate, segment
 from .classes import attention_class, dot_form, fast_path, one_per_input
 from .features import project_width
 from .frame import Var
@@ -27,10 +27,12 @@ def plan_attention(p, n: ir.Attention) -> None:
     if kind == "same":  # `share = OTHER`: this statement runs OTHER's module (checks.py)
         p.same_module[n.id] = other
     mark = len(p.frame.body)  # where the key and value models' statements start
-    fused = fused_projections(p, n)
+    seg = segment.extend(p, n)  # `mem_len`: the keys and values over [SG(m); h]
+    fused = fused_projections(p, n, seg is not None)
     # the modules of the key, value and query models are named after their role
     k = fused.get("k") or p.expr(n.keys, n)
     v = (fused.get("v") or p.expr(n.values, n)) if n.values != n.keys else k
+    segment.restore(p, seg)
     q = None
     if n.query is not None and not learned_capsules(n):  # else the class holds q_c (eq. 43)
         q = fused.get("q") or p.expr(n.query, n)
@@ -76,6 +78,8 @@ def plan_attention(p, n: ir.Attention) -> None:
     kmask = mk[0] if G == 0 and mk is not None and not mk[1] else \
         p.mask_arg(k, f".reshape(-1, {k.name}.shape[-2])",
                    (f"{name}_keep", "(N, Lk): padding mask of the keys"))
+    if seg is not None:
+        kmask = segment.key_mask(p, seg, n, kmask)
     args = [qq, kk, vv, kmask] + generate.keys_once(p, n, mod, kk)
     if n.affinity:
         args.append(f"affinity={affinity_arg(p, n, info, q, G, name)}")
@@ -339,13 +343,16 @@ def context_dim(p, n: ir.Attention, d_v: Dim) -> Dim:
     return d_v.times(heads) if n.heads_out == "concat" else d_v.floordiv(heads)
 
 
-def fused_projections(p, n: ir.Attention) -> dict[str, Var]:
+def fused_projections(p, n: ir.Attention, keys_only: bool = False) -> dict[str, Var]:
     """Queries, keys and values that are projections of one feature (self-attention:
     W_Q F, W_K F, W_V F, eq. 1 and 35) come from one stacked matmul: a single nn.Linear
-    whose output is split, so the feature is read once."""
+    whose output is split, so the feature is read once. ``keys_only``: the keys and values
+    (a segment memory's: they read [SG(m); h], the query h)."""
     if p.step is not None:
         return {}  # a decoder step projects one position of the query only
-    roles = {"q": n.query if n.query is not None and not learned_capsules(n) else None, "k": n.keys,
+    query = n.query if n.query is not None and not learned_capsules(n) and not keys_only \
+        else None
+    roles = {"q": query, "k": n.keys,
              "v": n.values if n.values != n.keys else None}
     by_source: dict[str, list[str]] = {}
     for r, e in roles.items():

@@ -13,8 +13,9 @@ generate() runs the model one new token at a time through ``forward(..., cache=.
 
 A model whose target side mixes positions in another way (a recurrent model over the target
 without ``feed``, attention over the target without a causal mask, or with a position term
-in its scores: relative, rotary, ALiBi, Gaussian) gets a generate() that
-re-runs the whole model on the prefix at every step (the same tokens, slower)."""
+in its scores: relative, rotary, ALiBi, Gaussian; not Transformer-XL's, whose distances
+count the cached keys) gets a generate() that re-runs the whole model on the prefix at
+every step (the same tokens, slower)."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def setup(p) -> None:
                 incremental = False  # a position sees later ones: no step on its own
             if mech.align(nd.align.fn).by_query_index and nd.id not in loops:
                 incremental = False  # windows placed by the query's index in the whole target
-            if (keys & tgt) and (nd.position is not None or nd.bias is not None):
+            if (keys & tgt) and not all(rec.counts_past for rec, _ in mech.modifiers(nd)):
                 incremental = False  # position terms index the queries from 0, not `past`
             exprs = [e for e in (nd.query, nd.keys, nd.values) if e is not None]
         elif isinstance(nd, ir.Node):

@@ -25,7 +25,11 @@ RECORDS = {  # record container in forward() -> the Output field it fills
                             "field(default_factory=dict)", "module -> (p_c, r_c) (eq. 43-45)"),
     "features": OutputField("features", "dict[str, torch.Tensor]", "field(default_factory=dict)",
                             "capsule module -> mean feature vector f"),
+    "mems": OutputField("mems", "dict[str, torch.Tensor]", "field(default_factory=dict)",
+                        "mem_len: module -> its memory for the next segment (Dai et al.)"),
 }
+# how forward() starts a record ({} otherwise); `mems` continues the memories it is given
+RECORD_STARTS = {"penalties": "[]", "mems": "{} if mems is None else dict(mems)"}
 
 
 def fixed(m: ir.Model, inp: ir.Input, axis: str) -> tuple[ir.Input, int | None]:
@@ -238,7 +242,7 @@ def file_plan(p) -> FilePlan:
     records = sorted(f.records - {"attn", "cache"})
     head.append(Stmt("attn = {}", "module -> its weights, when return_attention"))
     for r in records:
-        head.append(Stmt(f"{r} = {'[]' if r == 'penalties' else '{}'}"))
+        head.append(Stmt(f"{r} = {RECORD_STARTS.get(r, '{}')}"))
     fields = [OutputField("output", "torch.Tensor" if len(outputs) == 1 else
                           "dict[str, torch.Tensor]", None,
                           f"`{outputs[0].id}`" if len(outputs) == 1 else "output name -> tensor"),
@@ -255,6 +259,8 @@ def file_plan(p) -> FilePlan:
         [f"{i.id}: torch.Tensor | None = None" for i in m.inputs if i.kind == "alignment"] + \
         [f"{i.id}_mask: torch.Tensor | None = None" for i in m.inputs if i.kind in MASKABLE]
     params += ["return_attention: bool = False", "validate: bool = True"]
+    if "mems" in records:  # Transformer-XL: the previous segment's memories
+        params.append("mems: dict | None = None")
     if generate.on(p):
         params.append("cache: dict | None = None")
     shapes = ", ".join(f"{i.id} {p.shape(checks.Shape(i.axes, i.dim))}" if i.kind not in
@@ -266,6 +272,10 @@ def file_plan(p) -> FilePlan:
                  "for sequence", "inputs (PyTorch's key_padding_mask is the inverse).", "Inputs are checked; validate=False skips the checks that read "
                  "their values", "(token ids < vocab, finite features, 0/1 masks).",
                  f"Returns Output({', '.join(x.name for x in fields)}).")
+    if "mems" in records:
+        model_doc += ("mems: Output.mems of the previous segment (None: the first); each "
+                      "module with `mem_len`", "attends over its memory and this segment "
+                      "(Transformer-XL).")
     if generate.on(p):
         model_doc += ("cache: generate()'s state between calls (source side, KV cache, decoder "
                       "state):", f"then `{p.gen.input.id}` holds the new tokens only; "

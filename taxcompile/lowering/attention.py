@@ -23,6 +23,7 @@ from .inputs import MASK_KINDS
 from .names import Scope
 from .penalties import Penalties
 from .routing import routed, routing_field
+from .segment import segment_memory
 
 # The parameters of each mechanism a statement names come from its record
 # (taxcompile/mechanisms), aliases included (`dot`, `soft`).
@@ -40,7 +41,7 @@ MASKS = P("mask", "enum", False, "none", tuple(mech.MASKS))
 ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "dimensionality",
                     "heads", "capsules", "mask", "penalty", "affinity", "heads_out", "dropout",
                     "share", "position", "bias", "coverage", "self_loops", "kv_heads",
-                    "qk_norm") + HEAD_FIELDS
+                    "qk_norm", "mem_len") + HEAD_FIELDS
 # Score modifiers: position terms in q and k (`position = …`) and additive biases on the
 # scores before the alignment (`bias = …`); docs/codegen.md has their equations.
 POSITIONS: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.POSITIONS.items()}
@@ -92,6 +93,7 @@ class Attentions(Features, Penalties):
         out_bias = on == "true" if on in ("true", "false") else None
         bias = self.modifier(bf if out_bias is None else None, BIASES, "score bias")
         qk_norm = self.qk_norm(f.get("qk_norm"))
+        memory = segment_memory(self, f.get("mem_len"), scope)
         if len(self.c.diagnostics) > before or keys is None or values is None or score is None \
                 or align is None or traits["heads"] is None or traits["capsules"] is None:
             return
@@ -99,7 +101,7 @@ class Attentions(Features, Penalties):
             id=node_id, name=s.name, query=query, keys=keys, values=values,
             score=score, align=align, position=position, bias=bias, **traits, **links,
             hop=self.hop_of(scope, s.name), loc=self.loc(s.pos), out_bias=out_bias,
-            qk_norm=qk_norm), s.pos)
+            qk_norm=qk_norm, memory=memory), s.pos)
 
     def attention_fields(self, s: ast.Attention) -> dict[str, ast.Field]:
         """The statement's fields by name (an unknown or repeated one is reported)."""

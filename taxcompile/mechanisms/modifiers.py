@@ -45,6 +45,19 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
                             comment="theta_i = base^(-2i/d) (RoPE)"),),
               template="position/rotary.py.j2", helpers=("rotary",), qk=True, pairs=True,
               detail=" (base {base:g})"),
+    Mechanism("position", "transformer_xl",
+              reason="Transformer-XL's relative terms q_i^T W_R R_(i-j) + u^T k_j + v^T W_R "
+                     "R_(i-j) added to q_i^T k_j (Dai et al. 2019, section 3.3): still the same "
+                     "q·k score, as Shaw et al.'s term is; u and v are learned biases per head, "
+                     "not a query of their own",
+              label="Transformer-XL relative positions", class_part="XL",
+              doc="Transformer-XL relative positions (Dai et al. 2019, section 3.3): A_ij = "
+                  "(q_i + u)^T k_j + (q_i + v)^T W_R R_(i-j), scaled as the score; R_r the "
+                  "sinusoids of the distance r = i - j (keys before the first query "
+                  "counted), W_R, u and v learned per head.",
+              template="position/transformer_xl.py.j2",
+              helpers=("rel_sinusoids", "score_table", "score_grid"), in_scores=True, qk=True,
+              counts_past=True),
 )}
 
 BIASES: dict[str, Mechanism] = {m.name: m for m in (

@@ -201,4 +201,10 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("trait", "pair_mask", label="mask `{mask_input}`",
               doc="pair_mask: (N, Lq, Lk) bool, True = the query may see the key, a mask "
                   "given with the data (a mask input), combined with both."),
+    # Transformer-XL's segment memory (`mem_len`, Dai et al. 2019 §3.2; codegen/segment.py)
+    Mechanism("trait", "segment_memory", label="segment memory of {length}",
+              reason="; its keys and values also cover the last {length} positions of that "
+                     "feature from the previous segment (Transformer-XL's memory, Dai et al. "
+                     "section 3.2): earlier positions of the same sequence as more keys, the "
+                     "queries still the segment's own positions"),
 )}

@@ -144,6 +144,9 @@ class Mechanism(NamedTuple):
     # an alignment that hashes the queries and the keys alike (LSH, Kitaev et al. 2020): the
     # query must be the keys (shared QK), checked in taxcompile/check/lsh.py
     shared_qk: bool = False
+    # a position term that places query i at Lk - Lq + i (the keys of a KV cache or of a
+    # segment memory come first), so generate() can run a step on the new token alone
+    counts_past: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
