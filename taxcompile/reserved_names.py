@@ -13,11 +13,12 @@ NAMES = {
         "coverage_loss", "create_block_mask", "crf_marginals", "dataclass", "decode_one",
         "disagreement_penalty", "doubly_stochastic_penalty", "entmax15", "example_inputs",
         "extend_cache", "field", "flex_applies", "flex_attention", "flex_context",
-        "flex_ready", "key_keep", "local_band", "local_flex", "local_gather",
-        "masked_softmax", "math", "nn", "pointed", "pool", "rel_distance", "rel_sinusoids",
-        "reorder_cache", "rnn", "rnn_final", "rnn_init", "rotary", "sample_probs",
-        "scaled_embedding", "score_grid", "score_table", "segment_keep", "segment_memory",
-        "sinusoid", "sparsemax", "start_tokens", "supervised_penalty", "torch", "warnings"
+        "flex_ready", "key_keep", "local_band", "local_flex", "local_gather", "location",
+        "lsh_buckets", "lsh_context", "lsh_near", "masked_softmax", "math", "nn",
+        "pointed", "pool", "rel_distance", "rel_sinusoids", "reorder_cache", "rnn",
+        "rnn_final", "rnn_init", "rotary", "sample_probs", "scaled_embedding",
+        "score_grid", "score_table", "segment_keep", "segment_memory", "sinusoid",
+        "sparsemax", "start_tokens", "supervised_penalty", "torch", "warnings"
     }),
     "builtins_used": frozenset({
         "UserWarning", "ValueError", "any", "bool", "classmethod", "dict", "enumerate",
