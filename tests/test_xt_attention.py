@@ -291,6 +291,21 @@ def test_hard_alignment_samples_among_the_memory_keys_too(gen):
         torch.testing.assert_close(c, att.out(ctx.transpose(1, 2).reshape(2, 6, 8)))
 
 
+def test_subspace_disagreement_reads_the_sequence_values_beside_memory(gen):
+    """Li et al.'s eq. 5 beside `mem_kv`: V^h are the head's values of the input sequence
+    (the memory's learned values are no projection of it), padded positions left out; it
+    once took the memory's values too and failed at run time."""
+    mod = gen(spec("mem_kv = 2  penalty = disagreement(0.5, on = subspace)"))
+    model = mod.Model(mod.Config()).double()
+    x, _, _ = inputs()
+    keep = MASKS["holes"]
+    out = model(x=x, x_mask=keep)
+    v = (x * keep[..., None]).view(2, 6, 2, 4).transpose(1, 2).flatten(2)  # (N, H, L * d / H)
+    v = v / v.norm(dim=-1, keepdim=True)
+    want = 0.5 * (v @ v.transpose(1, 2)).mean((1, 2)).mean()  # -lam D, D of eq. 5
+    torch.testing.assert_close(out.penalty, want)
+
+
 @pytest.mark.parametrize("mask", sorted(MASKS))
 def test_memory_key_values_match_x_transformers(gen, mask):
     theirs = xt_attention({"num_mem_kv": 3})
