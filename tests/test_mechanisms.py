@@ -130,7 +130,8 @@ def test_lower_reads_the_registry():
     assert lower.POSITIONS.keys() == mech.POSITIONS.keys()
     assert lower.BIASES.keys() == mech.BIASES.keys()
     assert lower.MASKS.choices == tuple(mech.MASKS)
-    assert lower.HEADS_OUT.choices == tuple(mech.HEADS_OUT)
+    # a join with required parameters is listed as its call: `routing(capsules = …)`
+    assert [c.partition("(")[0] for c in lower.HEADS_OUT.choices] == list(mech.HEADS_OUT)
 
 
 def test_every_penalty_says_where_it_lowers_to():

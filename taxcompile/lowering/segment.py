@@ -1,7 +1,8 @@
 """`mem_len = M` of an attention statement: Transformer-XL's segment memory (Dai et al.
 2019, §3.2). Lowered here into ``ir.SegmentMemory`` (M a whole number or a `let`
 constant); whether the module can carry one (a query sequence over the keys' axis, keys
-and values read from one feature) needs shapes and is checked in ``check/segment.py``."""
+and values read from one feature) needs shapes and is checked in checks.py
+(``check/segment.py``). Errors here: M not a whole number of at least 1."""
 
 from __future__ import annotations
 
