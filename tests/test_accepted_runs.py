@@ -21,30 +21,22 @@ import warnings
 import pytest
 
 from conftest import error_snapshot
-from taxcompile import codegen, pipeline
+from taxcompile import pipeline
 from taxcompile.diagnostics import SpecError
 
 torch = pytest.importorskip("torch")
 
-from taxcompile.run import load_module  # noqa: E402
 from test_graph_attention import GAT, features, gat_reference, random_graph  # noqa: E402
 from test_position_terms import SPEC as POS_SPEC  # noqa: E402
 from test_position_terms import gaussian_ref, heads_of, randomize  # noqa: E402
-from torch_support import fast_cpu  # noqa: E402
+from torch_support import build_model, one_thread  # noqa: E402, F401
 
 DT = torch.float64
 HEADER = 'paper t { cite = "T" }\n'
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
 def build(text: str, name: str):
-    cs = pipeline.load_text(text, "t.attn")
-    return load_module(codegen.generate(cs, cs.models[0], "t.attn"), name)
+    return build_model(text, name)
 
 
 def message(text: str) -> str:

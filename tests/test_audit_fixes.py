@@ -10,26 +10,18 @@ import math
 import pytest
 
 from conftest import ROOT, error_snapshot
-from taxcompile import codegen, ir, pipeline
+from taxcompile import ir, pipeline
 
 torch = pytest.importorskip("torch")
 
-from taxcompile.run import load_module  # noqa: E402
-from torch_support import fast_cpu  # noqa: E402
+from torch_support import build_model, one_thread  # noqa: E402, F401
 
 DT = torch.float64
 HEADER = 'paper t { cite = "T" }\n'
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
 def build(text: str, name: str):
-    cs = pipeline.load_text(HEADER + text, "t.attn")
-    return load_module(codegen.generate(cs, cs.models[0], "t.attn"), name)
+    return build_model(HEADER + text, name)
 
 
 def close(got, want):

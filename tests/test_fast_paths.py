@@ -42,7 +42,7 @@ F = torch.nn.functional
 from torch import nn  # noqa: E402
 
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import fast_cpu, inline_builder  # noqa: E402
+from torch_support import inline_fixture, one_thread  # noqa: E402, F401
 
 ROOT = Path(__file__).resolve().parent.parent
 ATOL = 1e-5
@@ -63,16 +63,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even k
 # ---- compiling, loading, random numbers ----------------------------------------------------
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
-@pytest.fixture(scope="module")
-def gen(tmp_path_factory):
-    """gen(body) -> the imported generated module of the spec's (only) model."""
-    return inline_builder(tmp_path_factory.mktemp("fast_paths"), HEADER, "_taxcompile_fast")
+gen = inline_fixture("fast_paths", HEADER)
 
 
 def randomize(module: nn.Module, seed: int = 0, scale: float = 0.5) -> nn.Module:

@@ -18,7 +18,7 @@ from taxcompile import pipeline
 torch = pytest.importorskip("torch")
 
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import fast_cpu, inline_builder  # noqa: E402
+from torch_support import inline_fixture, one_thread  # noqa: E402, F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = torch.float64
@@ -33,15 +33,7 @@ model m {{
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
-@pytest.fixture(scope="module")
-def gen(tmp_path_factory):
-    return inline_builder(tmp_path_factory.mktemp("gqa"), HEADER, "_taxcompile_gqa")
+gen = inline_fixture("gqa", HEADER)
 
 
 def attention_class(gen, g: int, mask: str = "none"):

@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 
 from taxcompile import codegen  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import fast_cpu, inline_builder  # noqa: E402
+from torch_support import inline_fixture, one_thread  # noqa: E402, F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = torch.float64
@@ -53,15 +53,7 @@ model m {{
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
-@pytest.fixture(scope="module")
-def gen(tmp_path_factory):
-    return inline_builder(tmp_path_factory.mktemp("graphs"), HEADER, "_taxcompile_graph")
+gen = inline_fixture("graphs", HEADER)
 
 
 def gat_model(gen, f_in=6, heads=3, out=4, join="concat", loops=True, slope=0.2, seed=0):

@@ -9,26 +9,17 @@ from __future__ import annotations
 import pytest
 
 from conftest import ROOT, error_snapshot
-from taxcompile import codegen, pipeline
 
 torch = pytest.importorskip("torch")
 
-from taxcompile.run import load_module  # noqa: E402
-from torch_support import fast_cpu  # noqa: E402
+from torch_support import build_model, one_thread  # noqa: E402, F401
 
 GQA = (ROOT / "examples" / "gqa.attn").read_text(encoding="utf-8")
 BARE = GQA.replace("project(x, d_kv)", "project(x)")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
 def build(text: str, name: str):
-    cs = pipeline.load_text(text, "gqa.attn")
-    return load_module(codegen.generate(cs, cs.models[0], "gqa.attn"), name)
+    return build_model(text, name, path="gqa.attn")
 
 
 def test_bare_projections_are_the_kv_heads_width():

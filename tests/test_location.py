@@ -18,22 +18,15 @@ from taxcompile import codegen, pipeline
 torch = pytest.importorskip("torch")
 
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import fast_cpu  # noqa: E402
+from torch_support import build_model, one_thread  # noqa: E402, F401
 
 DT = torch.float64
 HEADER = 'paper t { cite = "T" }\n'
 EXAMPLE = ROOT / "examples" / "tang2016_location_memory.attn"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
 def build(text: str, name: str, model: int = 0):
-    cs = pipeline.load_text(HEADER + text, "t.attn")
-    return load_module(codegen.generate(cs, cs.models[model], "t.attn"), name)
+    return build_model(HEADER + text, name, model)
 
 
 def ref_location(L: int, d: int, n: int, aspect=None, hop=None, encoding=False):

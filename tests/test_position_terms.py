@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 
 from taxcompile import codegen  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import fast_cpu, inline_builder  # noqa: E402
+from torch_support import inline_fixture, one_thread  # noqa: E402, F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = torch.float64
@@ -50,15 +50,7 @@ model m {{
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
-@pytest.fixture(scope="module")
-def gen(tmp_path_factory):
-    return inline_builder(tmp_path_factory.mktemp("position"), HEADER, "_taxcompile_pos")
+gen = inline_fixture("position", HEADER)
 
 
 def attention_class(mod, mods: str, heads: int = 2, mask: str = "none",

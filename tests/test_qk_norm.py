@@ -16,7 +16,7 @@ from taxcompile import pipeline
 
 torch = pytest.importorskip("torch")
 
-from torch_support import fast_cpu, inline_builder  # noqa: E402
+from torch_support import inline_fixture, one_thread  # noqa: E402, F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = torch.float64
@@ -31,15 +31,7 @@ model m {{
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
-@pytest.fixture(scope="module")
-def gen(tmp_path_factory):
-    return inline_builder(tmp_path_factory.mktemp("qk"), HEADER, "_taxcompile_qk")
+gen = inline_fixture("qk", HEADER)
 
 
 def attention_class(gen, qk: str, mask: str = "none", score: str = "scaled_multiplicative"):

@@ -31,7 +31,7 @@ torch = pytest.importorskip("torch")
 
 from taxcompile import codegen  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import fast_cpu, inline_builder  # noqa: E402
+from torch_support import inline_fixture, one_thread  # noqa: E402, F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = torch.float64
@@ -54,15 +54,7 @@ model m {{
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with fast_cpu():
-        yield
-
-
-@pytest.fixture(scope="module")
-def gen(tmp_path_factory):
-    return inline_builder(tmp_path_factory.mktemp("xl"), HEADER, "_taxcompile_xl")
+gen = inline_fixture("xl", HEADER)
 
 
 def xl_class(gen, heads=2, mask="none", score="scaled_multiplicative"):

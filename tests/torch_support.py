@@ -9,9 +9,11 @@ import itertools
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from taxcompile import codegen, pipeline
+from taxcompile.run import load_module
 
 _ids = itertools.count()
 
@@ -30,6 +32,30 @@ def fast_cpu():
         if supported:
             torch.set_flush_denormal(False)
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """A test module's tests under ``fast_cpu`` (import it into the module to use it)."""
+    with fast_cpu():
+        yield
+
+
+def inline_fixture(tag: str, header: str):
+    """A module-scoped fixture ``gen``: ``inline_builder`` over a fresh folder, the spec
+    ``header`` in front of every body."""
+
+    @pytest.fixture(scope="module")
+    def gen(tmp_path_factory):
+        return inline_builder(tmp_path_factory.mktemp(tag), header, f"_taxcompile_{tag}")
+
+    return gen
+
+
+def build_model(text: str, name: str, model: int = 0, path: str = "t.attn"):
+    """The imported generated module of model ``model`` of spec ``text``."""
+    cs = pipeline.load_text(text, path)
+    return load_module(codegen.generate(cs, cs.models[model], path), name)
 
 
 def inline_builder(root, header: str, prefix: str):

@@ -122,16 +122,21 @@ def feeds(n: ir.AnyNode) -> list[str]:
     return [r for r, how in links(n) if how == "feed"]
 
 
-def state_ops(n: ir.AnyNode) -> list[ir.Op]:
-    """The RNNs whose previous state an attention replaces (``lstm(…, state = ATT)``)."""
+def ops_with(n: ir.AnyNode, param: str) -> list[ir.Op]:
+    """The ops in ``n``'s expression that set ``param`` (``feed``, ``state``)."""
     out, stack = [], [n.expr] if isinstance(n, ir.Node) else []
     while stack:
         e = stack.pop()
         if isinstance(e, ir.Op):
-            if e.param("state"):
+            if e.param(param):
                 out.append(e)
             stack.extend(e.args)
     return out
+
+
+def state_ops(n: ir.AnyNode) -> list[ir.Op]:
+    """The RNNs whose previous state an attention replaces (``lstm(…, state = ATT)``)."""
+    return ops_with(n, "state")
 
 
 def past_pairs(m: ir.Model) -> frozenset:
@@ -148,14 +153,7 @@ def past_pairs(m: ir.Model) -> frozenset:
 
 def decoder_ops(n: ir.AnyNode) -> list[ir.Op]:
     """The recurrent decoders (``lstm``/``gru`` with ``feed``) in ``n``'s expression."""
-    out, stack = [], [n.expr] if isinstance(n, ir.Node) else []
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ir.Op):
-            if e.param("feed"):
-                out.append(e)
-            stack.extend(e.args)
-    return out
+    return ops_with(n, "feed")
 
 
 def penalised(n: ir.Attention) -> bool:
