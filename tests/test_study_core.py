@@ -192,3 +192,16 @@ def test_planning_does_not_import_torch():
             "assert runs; assert not any(m == 'torch' or m.startswith('torch.') "
             "for m in sys.modules), 'torch imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_crf_marginals_have_no_gold_mass_but_an_alignment_error_rate():
+    """A CRF alignment's raw marginals are no distribution over the keys (each in (0, 1),
+    their sum anything from 0 to L): the weight they put on the gold links is no mass, so
+    the measure is left out; their arg-max links still give an AER."""
+    pytest.importorskip("torch")
+    (m,) = [m for m in Mdl.slice_models("copy", 16) if m.value == "crf"]
+    run = Run(m.source, Mdl.spec_text(m, False), m.name, "copy", (0,), (1e-2,), "smoke", False)
+    (r,) = execute(run)
+    assert r.attention["gold_mass"] is None
+    assert r.attention["aer"] is not None and 0 <= r.attention["aer"] <= 1
+    assert not any(k.startswith("gold_mass:") for k in r.attention)

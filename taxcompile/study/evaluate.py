@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from .. import crf_output
 from ..mechanisms import ALIGNS
 from . import measures
 
@@ -82,7 +83,12 @@ def _measures(b, model, ev: dict, k: int, seed: int) -> dict:
     out: dict = dict(gold_mass=None, aer=None, comprehensiveness=None, sufficiency=None,
                      uniform_drop=None)
     kw = _kwargs(b, ev)
-    aligns = [ALIGNS[a.align.fn] for a in b.cm.model.nodes if a.kind_ == "attention"]
+    atts = [a for a in b.cm.model.nodes if a.kind_ == "attention"]
+    aligns = [ALIGNS[a.align.fn] for a in atts]
+    # gold mass is the weight on the gold links of a distribution over the keys: a CRF's raw
+    # marginals (each in (0, 1), summing to more or less than 1) have none (their arg-max
+    # links still give an alignment error rate)
+    mass = not any(crf_output.unnormalised(a) for a in atts)
     with torch.no_grad():
         full = model(**kw, return_attention=True)
         from .runner import logits_of
@@ -103,10 +109,11 @@ def _measures(b, model, ev: dict, k: int, seed: int) -> dict:
                 heads += [(f"/h{h}", measures.mean_weights(a[:, h:h + 1]))
                           for h in range(a.shape[1])]
             for tag, abar in heads:
-                out[f"gold_mass:{name}{tag}"] = measures.gold_mass(abar, ev["gold"])
+                if mass:
+                    out[f"gold_mass:{name}{tag}"] = measures.gold_mass(abar, ev["gold"])
                 out[f"aer:{name}{tag}"] = measures.aer(abar, ev["gold"], ev["possible"])
         abar = measures.mean_weights(mods[-1][1])
-        out["gold_mass"] = measures.gold_mass(abar, ev["gold"])
+        out["gold_mass"] = measures.gold_mass(abar, ev["gold"]) if mass else None
         out["aer"] = measures.aer(abar, ev["gold"], ev["possible"])
         out.update(_erasure(b, model, ev, abar, z, k, seed))
     return out
