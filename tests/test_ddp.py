@@ -163,6 +163,11 @@ def _launch(tmp_path: Path, backend: str) -> list[dict]:
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     if sys.platform.startswith("linux"):  # gloo's TCP transport: the loopback interface
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    # inductor compiles in each rank's own process, not in a pool of compile workers per
+    # rank (each rank would start one): twice, in full runs of the suite on 2 cores, the
+    # two ranks beside the other pytest worker ran past the timeout with the pools; this
+    # starts no process beyond the two ranks (a cold compile: ~60-90 s under load)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     init_file = tmp_path / "rendezvous"
     procs, logs = [], []
     for rank in range(WORLD_SIZE):
