@@ -67,3 +67,31 @@ def test_an_unknown_parameter_lists_the_operators_parameters_in_their_order():
     assert d.hint == "did you mean `share`?"
     d = _error("    feature y = linear(x, 8, colour = x)\n")
     assert d.hint == "one of: `x`, `d`, `act`, `bias`, `share`"
+
+
+@pytest.mark.parametrize("written,field", [("doubly_stochastic", "doubly_stochastic"),
+                                           ("coverage", "coverage_loss"),
+                                           ("coverage()", "coverage_loss")])
+def test_a_penalty_named_alone_is_its_call_with_lambda_one(written, field):
+    """`penalty = coverage` is `coverage()`, λ = 1 as the docs say (it once read as an
+    unknown `let` constant); a `let` of that name is still Lin et al.'s coefficient."""
+    from taxcompile import pipeline
+
+    body = """paper p {{
+    cite = "X"
+}}
+{let}model m {{
+    input x: sequence[L, 8]
+    input q: sequence[T, 8]
+    attention att {{ query = q  features = x  score = general  heads = 2  penalty = {p} }}
+    output o = classify(att, 3)
+}}
+"""
+    (att,) = [n for n in pipeline.load_text(body.format(let="", p=written), "t.attn")
+              .models[0].model.nodes if n.kind_ == "attention"]
+    assert getattr(att, field) == 1.0 and att.penalty is None
+    if "(" not in written:
+        (att,) = [n for n in pipeline.load_text(
+            body.format(let=f"let {written} = 0.5\n", p=written), "t.attn").models[0].model.nodes
+            if n.kind_ == "attention"]
+        assert att.penalty == 0.5 and getattr(att, field) is None

@@ -25,6 +25,11 @@ class Penalties(Constants):
     def penalty(self, v: ast.Expr, scope: Scope) -> dict[str, object]:
         """``penalty = …`` -> {the ``ir.Attention`` field it fills: its value, None when it
         does not lower (the error is recorded)}."""
+        if isinstance(v, ast.Ref) and len(v.parts) == 1 and v.name in CALLED and not (
+                (scope.lookup(v.name) if scope else None) or v.name in self.consts):
+            # a penalty's bare name (`penalty = coverage`) is its call with no arguments; a
+            # `let` of that name stays Lin et al.'s coefficient
+            v = ast.Call(pos=v.pos, fn=v.name, args=(), kwargs=())
         m = CALLED.get(v.fn) if isinstance(v, ast.Call) else None
         if m is None:
             return {BARE.ir_field: self.as_param(param(BARE, "lambda"), v, scope, "`penalty`")}
