@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import ROOT, classify_text  # noqa: E402
+from conftest import ROOT, cell_of, classify_text  # noqa: E402
 from torch_support import inline_builder  # noqa: E402
 
 DT = torch.float64
@@ -139,11 +139,7 @@ def test_normalised_marginals_sum_to_one_and_gradients_flow(gen):
 def test_classified_as_global_with_the_reason():
     text = (ROOT / "examples" / "kim2017_structured.attn").read_text(encoding="utf-8")
     assert classify_text(text)["alignment"] == "Global"
-    from taxcompile import classify, pipeline
-
-    cs = pipeline.load_text(text, "kim2017_structured.attn")
-    cell = classify.classify_model(cs.models[0]).cells["alignment"]
-    reason = " ".join(cell.values["Global"])
+    reason = " ".join(cell_of(text, "alignment")["Global"])
     assert "linear-chain CRF" in reason and "none is sampled" in reason
 
 

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import ROOT, classify_text  # noqa: E402
+from conftest import ROOT, cell_of, classify_text  # noqa: E402
 from torch_support import inline_builder  # noqa: E402
 
 DT = torch.float64
@@ -189,10 +189,7 @@ def test_rotations_are_fixed_in_eval_and_drawn_in_training(gen):
 def test_classified_as_sparse_with_the_reason():
     text = (ROOT / "examples" / "kitaev2020_reformer.attn").read_text(encoding="utf-8")
     assert classify_text(text)["alignment"] == "Sparse"
-    from taxcompile import classify, pipeline
-
-    cs = pipeline.load_text(text, "kitaev2020_reformer.attn")
-    reason = " ".join(classify.classify_model(cs.models[0]).cells["alignment"].values["Sparse"])
+    reason = " ".join(cell_of(text, "alignment")["Sparse"])
     assert "hash bucket" in reason and "no policy" in reason
 
 

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import ROOT, classify_text, error_snapshot  # noqa: E402
+from conftest import ROOT, cell_of, classify_text, error_snapshot  # noqa: E402
 from torch_support import inline_builder  # noqa: E402
 
 DT = torch.float64
@@ -190,11 +190,7 @@ def test_example_reads_as_self_attention_with_the_reason():
     row = classify_text(text)
     assert (row["query_type"], row["scoring"], row["alignment"]) == \
         ("Self-Attentive", "Additive", "Global")
-    from taxcompile import pipeline
-    from taxcompile.classify import classify_model
-
-    cs = pipeline.load_text(text, "cheng2016_lstmn.attn")
-    reasons = classify_model(cs.models[0]).cells["query_type"].values["Self-Attentive"]
+    reasons = cell_of(text, "query_type")["Self-Attentive"]
     assert any("its own previous context" in r for r in reasons), reasons
 
 

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import ROOT, classify_text, error_snapshot  # noqa: E402
+from conftest import ROOT, cell_of, classify_text, error_snapshot  # noqa: E402
 from torch_support import inline_builder  # noqa: E402
 
 DT = torch.float64
@@ -167,12 +167,9 @@ def test_backward_matches_finite_differences(gen):
 
 
 def test_routing_reads_multi_head_with_the_reason():
-    from taxcompile import classify, pipeline
-
-    cs = pipeline.load_text(HEADER + spec(), "t.attn")
-    cell = classify.classify_model(cs.models[0]).cells["query_multiplicity"]
-    assert list(cell.values) == ["Multi-Head"]
-    reason = " ".join(cell.values["Multi-Head"])
+    cell = cell_of(HEADER + spec(), "query_multiplicity")
+    assert list(cell) == ["Multi-Head"]
+    reason = " ".join(cell["Multi-Head"])
     assert "routing by agreement (Li et al. 2019) aggregates its 4 heads" in reason
 
 

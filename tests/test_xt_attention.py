@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import ROOT, classify_text  # noqa: E402
+from conftest import ROOT, cell_of, classify_text  # noqa: E402
 from torch_support import inline_builder  # noqa: E402
 
 DT = torch.float64
@@ -219,12 +219,9 @@ def test_talking_heads_match_x_transformers(gen, mask):
 
 
 def test_talking_heads_read_multi_head_with_the_reason():
-    from taxcompile import classify, pipeline
-
-    cs = pipeline.load_text(HEADER + spec("talking_heads = true", heads=4), "t.attn")
-    cell = classify.classify_model(cs.models[0]).cells["query_multiplicity"]
-    assert list(cell.values) == ["Multi-Head"]
-    assert "talking heads (Shazeer et al. 2020)" in " ".join(cell.values["Multi-Head"])
+    cell = cell_of(HEADER + spec("talking_heads = true", heads=4), "query_multiplicity")
+    assert list(cell) == ["Multi-Head"]
+    assert "talking heads (Shazeer et al. 2020)" in " ".join(cell["Multi-Head"])
 
 
 # ---- learned memory key/values (x-transformers' num_mem_kv) ---------------------------
@@ -376,10 +373,7 @@ def test_head_gates_match_x_transformers(gen, mask):
 def test_topk_reads_sparse_with_its_reason():
     text = (ROOT / "examples" / "zhao2019_topk.attn").read_text(encoding="utf-8")
     assert classify_text(text)["alignment"] == "Sparse"
-    from taxcompile import classify, pipeline
-
-    cs = pipeline.load_text(text, "zhao2019_topk.attn")
-    reason = " ".join(classify.classify_model(cs.models[0]).cells["alignment"].values["Sparse"])
+    reason = " ".join(cell_of(text, "alignment")["Sparse"])
     assert "k = 8 largest scores" in reason and "not a window" in reason
 
 
