@@ -131,3 +131,6 @@ class Step:
     before: str = ""
     at: str = ""
     past_mask: tuple[str, str] | None = None
+    # the state attention's W2 h_i + b (additive score), projected once per state, and its
+    # module: (local, module) or None
+    past_wk: tuple[str, str] | None = None

@@ -25,6 +25,7 @@ import networkx as nx
 
 from .. import checks, ir
 from .. import mechanisms as mech
+from . import recurrence
 from .frame import Var
 from .names import assigned as assigned_names
 from .names import is_name, mentions, names_in
@@ -185,6 +186,8 @@ def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
     from .classes import keys_once as projects_keys
 
     st = p.step
+    if st is not None and st.own == n.id and projects_keys(p, n):
+        return recurrence.project_keys(p, module)
     reads = {r for r, _ in checks.expr_links(n.keys)}
     # only keys named by a node computed before the loop: an inline op (`keys = linear(h,
     # d)`) is computed at the statement, inside the step (the property test found it)

@@ -10,6 +10,7 @@ length T (zeros after t) so that every step's weights have one shape (return_att
 from __future__ import annotations
 
 from .frame import Var
+from .plan import Stmt
 
 
 def start(p, n, op, mask) -> None:
@@ -70,6 +71,20 @@ def previous(p) -> tuple[str, str, str]:
     return f"{st.seq}.select({st.pos}, t)", state, f"x_t with `{name}`'s h~_t as h_(t-1)"
 
 
+def project_keys(p, module: str) -> list[str]:
+    """The state attention's ``wk=`` (an additive score's W2 h_i + b, ``project_keys``): of
+    the zero states before the loop, then of h_t alone after each step (``remember``), not
+    of all T states at every step. Returns the module's ``wk=`` argument."""
+    st, f = p.step, p.frame
+    name = f.locals.new(p.want(p.m.node(st.own)) + "_wk")
+    f.body.insert(st.loop_at, Stmt(f"{name} = {module}.project_keys({st.past})",
+                                   f"(B, H, {st.axis}, d_w): W2 h_i + b, updated as h_i is "
+                                   "written", f.indent - 1))
+    st.loop_at += 1
+    st.past_wk = (name, module)
+    return [f"wk={name}"]
+
+
 def remember(p, node_id: str, state: str) -> None:
     """After the RNN's step: h_t (and c_t) written at position t of the states."""
     st = p.step
@@ -78,6 +93,10 @@ def remember(p, node_id: str, state: str) -> None:
     h = p.frame.vars[node_id].name
     f = p.frame
     f.emit(f"{st.past} = torch.where({st.at}[t], {h}, {st.past})", "h_t at position t")
+    if st.past_wk:  # and its key term, W2 h_t + b
+        wk, module = st.past_wk
+        f.emit(f"{wk} = torch.where({st.at}[t], {module}.project_keys({h}), {wk})",
+               "W2 h_t + b at position t")
     if st.cells:
         f.emit(f"{st.cells} = torch.where({st.at}[t], {state}[0][1].unsqueeze({st.pos}), "
                f"{st.cells})", "c_t at position t")
