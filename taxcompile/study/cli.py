@@ -184,8 +184,11 @@ def cmd_run(args) -> int:
         if args.dry_run:
             done, stored = _dry_run_state(args.db, args.profile)
         else:
+            _say_removed(store)
+            # everything read (and checked) before anything is written: a damaged file is
+            # refused as it is
+            done, stored, _ = store.done_keys(), store.results(), store.skips()
             store.put_skips(skips)
-            done, stored = store.done_keys(), store.results()
         pending = [r for r in planned if not all(r.key(s) in done for s in r.seeds)]
         for s in skips:
             print(f"skip: {s.source}: model {s.model}"
@@ -214,7 +217,15 @@ def _dry_run_state(db: str, profile: str):
         return set(), []
     with Store.read(db) as store:
         store._check(protocol_record(profile))
+        store.skips()  # checked, as a run checks them
         return store.done_keys(), store.results()
+
+
+def _say_removed(store) -> None:
+    if store.removed:
+        print(f"taxcompile: note: removed {' and '.join(map(str, store.removed))}, left by a "
+              f"deleted study file {store.path} (SQLite would have brought its runs back "
+              "into the new one)", file=sys.stderr)
 
 
 def _execute(args, store, planned, pending, workers, engines) -> int:
@@ -249,11 +260,27 @@ def cmd_report(args) -> int:
     with Store.read(args.db) as store:
         doc = report.document(store)
     if args.output:
-        written = report.write(doc, Path(args.output))
-        for path in written:
+        for path in _write_report(report, doc, Path(args.output)):
             print(f"wrote {path}", file=sys.stderr)
     sys.stdout.write(report.RENDER[args.format](doc))
     return EXIT_OK
+
+
+def _write_report(report, doc: dict, out: Path) -> list[Path]:
+    """``report.write`` into ``out``, or a ``StudyError`` that says where and why (nothing
+    written: the files are written all or none)."""
+    from .runs import StudyError
+
+    hint = "choose another -o (a directory, new or existing)"
+    if out.exists() and not out.is_dir():
+        raise StudyError(f"cannot write the report into {out}: it is a file, not a directory "
+                         "(nothing written)", hint)
+    try:
+        return report.write(doc, out)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and Path(e.filename).parent != out else ""
+        raise StudyError(f"cannot write the report into {out}: {e.strerror or e}{where} "
+                         "(nothing written)", hint) from None
 
 
 def read_document(db: str) -> dict | int:
