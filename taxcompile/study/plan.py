@@ -144,7 +144,14 @@ def misfit_user(cm, task: str) -> str | None:
                 f"task {task} asks {info.T}")
     if q is not None and (q.kind != "tokens" or len(q.axes) != 1 or (q.vocab or 0) < T.V):
         return f"input `q` must be tokens over one axis with a vocabulary of at least {T.V}"
-    given = {"x", "q", "gold"} | ({"z"} if info.family == "pair" else set())
+    for name, declared, holds in info.needs:
+        n = ins.get(name)
+        if n is None:
+            return f"task {task} puts {holds} in an input `{name}: {declared}`, which it has not"
+        if n.kind != "tokens" or len(n.axes) != 1 or (n.vocab or 0) < T.V:
+            return (f"input `{name}` must be tokens over one axis with a vocabulary of at "
+                    f"least {T.V}")
+    given = {"x", "q", "gold"} | {name for name, _, _ in info.needs}
     other = sorted(set(ins) - given)
     if other:
         return (f"task {task} gives {', '.join(sorted(given))}; input `{other[0]}` has no "
@@ -184,13 +191,16 @@ def _user(prof: Profile, specs: list[str], names: list[str], params: int | None)
             for task in names:
                 why = misfit_user(cm, task)
                 if why:
-                    why_all.append(f"{task}: {why}")
+                    why_all.append((task, why))
                     continue
                 sup = any(n.kind_ == "input" and n.id == "gold" for n in cm.model.nodes)
                 runs.append(Run(str(path), text, name, task, prof.seeds, prof.lrs, prof.name, sup,
                                 config))
             if len(runs) == before:
-                skips.append(Skip(str(path), name, None, "no task fits: " + "; ".join(why_all)))
+                skips.append(Skip(str(path), name, None, "no task fits: " + "; ".join(
+                    f"{task}: {why}" for task, why in why_all)))
+            else:  # each task it does not fit, with its reason (the plan and report list them)
+                skips += [Skip(str(path), name, task, why) for task, why in why_all]
     if not runs:
         whys = "; ".join(f"{s.source} model `{s.model}`: {s.why}" for s in skips)
         raise StudyError(f"no task fits the given specs ({whys})",
