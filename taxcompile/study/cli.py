@@ -29,6 +29,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -62,6 +72,9 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--address", metavar="ADDR", default=None,
                    help="with --engine ray: the cluster's address (default: RAY_ADDRESS, "
                    "else a local Ray)")
+    s.add_argument("--connect-timeout", metavar="SECONDS", type=_seconds, default=30.0,
+                   help="with --engine ray: how long to wait for the cluster at the address "
+                   "to answer (default: 30)")
     s.add_argument("--params", metavar="N", type=_positive, default=None,
                    help="fit each model's width so that it has N parameters (within 10%%)")
     s.add_argument("--tasks", metavar="TASK", nargs="+", default=None,
@@ -176,7 +189,6 @@ def cmd_run(args) -> int:
     from . import engines
     from .store import Store
 
-    workers = args.workers or _cores()
     planned, skips = _plan(args)
     store = Store.create_or_open(args.db, protocol_record(args.profile)) if not args.dry_run \
         else None
@@ -190,6 +202,7 @@ def cmd_run(args) -> int:
             done, stored, _ = store.done_keys(), store.results(), store.skips()
             store.put_skips(skips)
         pending = [r for r in planned if not all(r.key(s) in done for s in r.seeds)]
+        workers = _workers(args.workers, len(pending))
         for s in skips:
             print(f"skip: {s.source}: model {s.model}"
                   f"{f' on {s.task}' if s.task else ''}: {s.why}", file=sys.stderr)
@@ -200,12 +213,25 @@ def cmd_run(args) -> int:
                       f"(seeds {len(r.seeds)}, learning rates {len(r.lrs)}"
                       f"{', supervised' if r.supervised else ''})")
             print(f"{len(planned)} runs, {len(pending)} to train, {len(skips)} skipped; "
-                  + _estimate(pending, stored, workers, args.profile))
+                  + _estimate(pending, stored, workers if args.engine == "ray"
+                              else min(workers, _cores()), args.profile))
             return EXIT_OK
         return _execute(args, store, planned, pending, workers, engines)
     finally:
         if store is not None:
             store.close()
+
+
+def _workers(asked: int | None, pending: int) -> int:
+    """The local processes to start: as asked (default: the cores), never more than the
+    pending runs; more than the cores is said, as they then share them."""
+    cores = _cores()
+    workers = max(1, min(asked or cores, pending))
+    if asked is not None and asked > cores:
+        print(f"taxcompile: note: --workers {asked} is more than the {cores} cores here; "
+              f"starting {workers} (at most one per pending run), which share them",
+              file=sys.stderr)
+    return workers
 
 
 def _dry_run_state(db: str, profile: str):
@@ -232,7 +258,8 @@ def _execute(args, store, planned, pending, workers, engines) -> int:
     print(f"{len(planned)} runs: {len(planned) - len(pending)} already in {args.db}, "
           f"{len(pending)} to train on "
           f"{'Ray' if args.engine == 'ray' else f'{workers} local worker(s)'}", file=sys.stderr)
-    outcomes = engines.ray(pending, args.address, engines.EXECUTE) if args.engine == "ray" \
+    outcomes = engines.ray(pending, args.address, engines.EXECUTE,
+                           timeout=args.connect_timeout) if args.engine == "ray" \
         else engines.local(pending, workers, engines.EXECUTE)
     progress, failed, start = engines.Progress(len(pending)), [], time.monotonic()
     for outcome in outcomes:
