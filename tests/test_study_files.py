@@ -174,3 +174,34 @@ def test_report_into_a_read_only_directory_is_a_located_error(fake, tmp_path):
             assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o755)
+
+
+def test_pydantic_stays_out_of_the_front_end():
+    """The cold front end (parse, check, classify, table) never imports pydantic; only the
+    study's reading of a file does."""
+    code = (f"import contextlib, io, sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            "from taxcompile.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    for cmd in ('check', 'classify', 'table'):\n"
+            f"        assert main([cmd, {str(ROOT / 'specs')!r}]) == 0, cmd\n"
+            "print('pydantic' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert p.stdout.strip() == "False", p.stderr
+
+
+def test_a_skip_of_no_task_is_stored_once_however_often_the_study_resumes(tmp_path):
+    from taxcompile.study import cli, report
+    from taxcompile.study.runs import Skip
+
+    db = tmp_path / "s.db"
+    skips = [Skip("mine.attn", "tiny", None, "no task fits: copy: …"),
+             Skip("mine.attn", "pooled", "pair_recall", "no `z`")]
+    for _ in range(3):  # three resumes of one study
+        with Store.create_or_open(db, cli.protocol_record("smoke")) as store:
+            store.put_skips(skips)
+    with Store.read(db) as store:
+        doc = report.document(store)
+    assert [(s["model"], s["task"]) for s in doc["skips"]] == [("pooled", "pair_recall"),
+                                                               ("tiny", None)]
+    assert report.to_md(doc).count("model tiny: no task fits") == 1

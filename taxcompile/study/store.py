@@ -183,8 +183,12 @@ class Store:
     def put_skips(self, skips) -> None:
         try:
             with self.conn:
-                self.conn.executemany("INSERT OR IGNORE INTO skips VALUES (?, ?, ?, ?)",
-                                      [(s.source, s.model, s.task, s.why) for s in skips])
+                # not INSERT OR IGNORE: UNIQUE lets NULL tasks (a model no task fits) repeat
+                self.conn.executemany(
+                    "INSERT INTO skips SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM skips "
+                    "WHERE source = ? AND model = ? AND task IS ?)",
+                    [(s.source, s.model, s.task, s.why, s.source, s.model, s.task)
+                     for s in skips])
         except sqlite3.DatabaseError as e:
             raise _db_error(self.path, e) from None
 
