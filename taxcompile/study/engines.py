@@ -155,7 +155,7 @@ def _ray_init(ray, address: str | None, timeout: float = 30.0) -> bool:
     else:
         start = time.monotonic()
         _probe(target, timeout)
-        timeout = max(0.1, timeout - (time.monotonic() - start))
+        left = max(0.1, timeout - (time.monotonic() - start))
     box: dict = {}
 
     def connect() -> None:
@@ -170,7 +170,7 @@ def _ray_init(ray, address: str | None, timeout: float = 30.0) -> bool:
         try:
             thread = threading.Thread(target=connect, name="ray-connect", daemon=True)
             thread.start()
-            thread.join(timeout)
+            thread.join(left)
         finally:
             log.removeFilter(_NoThreadWarning)
         if thread.is_alive():
@@ -181,8 +181,8 @@ def _ray_init(ray, address: str | None, timeout: float = 30.0) -> bool:
         connect()
     e = box.get("error")
     if isinstance(e, (ConnectionError, RuntimeError, ValueError)):
-        raise StudyError(f"cannot connect to the Ray cluster at {target or 'RAY_ADDRESS'}: "
-                         f"{e}", RAY_HINT) from None
+        raise StudyError(f"cannot connect to the Ray cluster at {target}: {e}" if target
+                         else f"cannot start a local Ray: {e}", RAY_HINT) from None
     if e is not None:
         raise e
     return True
