@@ -100,6 +100,9 @@ DAMAGES = {
                         "(result row 3: `attention`: Invalid JSON: EOF while parsing"),
     "a non-numeric accuracy": ("UPDATE results SET accuracy = 'high' WHERE rowid = 5",
                                "(result row 5: `accuracy`: Input should be a valid number"),
+    "a result without a dimension": ("UPDATE results SET row = '{\"scoring\": \"Additive\"}' "
+                                     "WHERE rowid = 2", "(result row 2: `row`: Value error, no "
+                                     "label of the dimension `feature_multiplicity`)"),
     "a dropped table": ("DROP TABLE skips", "(no table `skips`)"),
     "a missing column": ("ALTER TABLE results DROP COLUMN final_loss",
                          "(table `results` has no column `final_loss`)"),

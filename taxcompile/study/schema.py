@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Json, ValidationError
+from pydantic import BaseModel, ConfigDict, Json, ValidationError, field_validator
+
+from ..classify import DIMENSIONS
 
 
 class Protocol(BaseModel):
@@ -48,6 +50,15 @@ class Result(BaseModel):
     attention: Json[dict[str, float | None]]
     engine: str
     finished: float
+
+    @field_validator("row")
+    @classmethod
+    def _every_dimension(cls, row: dict[str, str]) -> dict[str, str]:
+        # the report compares models dimension by dimension: a label missing is damage
+        missing = [d for d in DIMENSIONS if d not in row]
+        if missing:
+            raise ValueError(f"no label of the dimension `{missing[0]}`")
+        return row
 
 
 class Skip(BaseModel):
