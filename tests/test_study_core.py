@@ -205,3 +205,43 @@ def test_crf_marginals_have_no_gold_mass_but_an_alignment_error_rate():
     assert r.attention["gold_mass"] is None
     assert r.attention["aer"] is not None and 0 <= r.attention["aer"] <= 1
     assert not any(k.startswith("gold_mass:") for k in r.attention)
+
+
+POOLED = """
+paper mine { cite = "Mine" }
+let d = 8
+model pooled {
+    input x: tokens[L] (vocab = 64)
+    attention att { query = learned(d)  features = embed(x, d)  score = additive }
+    output y = classify(att, 64)
+}
+"""
+
+
+def test_a_task_whose_input_the_model_lacks_is_a_skip_shown_in_plan_and_report(tmp_path,
+                                                                               capsys):
+    """pair_recall's query is in its second input `z`: a model without one would be
+    trained on x alone, blind to what it is asked. So it is a skip, with the reason, in
+    the plan (dry run) and in the report, beside the tasks the model does fit."""
+    from taxcompile.study import cli, report
+    from taxcompile.study.store import Store
+
+    path = tmp_path / "pooled.attn"
+    path.write_text(POOLED, encoding="utf-8")
+    runs, skips = plan("smoke", specs=[str(path)], tasks=["keyword", "pair_recall"])
+    assert [r.task for r in runs] == ["keyword"]
+    (skip,) = skips
+    assert (skip.model, skip.task) == ("pooled", "pair_recall")
+    why = ("task pair_recall puts its query (4 tokens, one of them a key of x) in an input "
+           "`z: tokens[M]`, which it has not")
+    assert skip.why == why
+    db = tmp_path / "s.db"
+    assert cli.main(["run", str(path), "--tasks", "keyword", "pair_recall", "--db", str(db),
+                     "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert f"skip: {path}: model pooled on pair_recall: {why}\n" in err, err
+    assert not db.exists()
+    with Store.create_or_open(db, cli.protocol_record("smoke")) as store:
+        store.put_skips(skips)
+        md = report.to_md(report.document(store))
+    assert f"## Skipped\n\n- {path}: model pooled on pair_recall: {why}\n" in md, md

@@ -29,6 +29,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -62,6 +72,9 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--address", metavar="ADDR", default=None,
                    help="with --engine ray: the cluster's address (default: RAY_ADDRESS, "
                    "else a local Ray)")
+    s.add_argument("--connect-timeout", metavar="SECONDS", type=_seconds, default=30.0,
+                   help="with --engine ray: how long to wait for the cluster at the address "
+                   "to answer (default: 30)")
     s.add_argument("--params", metavar="N", type=_positive, default=None,
                    help="fit each model's width so that it has N parameters (within 10%%)")
     s.add_argument("--tasks", metavar="TASK", nargs="+", default=None,
@@ -176,7 +189,6 @@ def cmd_run(args) -> int:
     from . import engines
     from .store import Store
 
-    workers = args.workers or _cores()
     planned, skips = _plan(args)
     store = Store.create_or_open(args.db, protocol_record(args.profile)) if not args.dry_run \
         else None
@@ -184,9 +196,13 @@ def cmd_run(args) -> int:
         if args.dry_run:
             done, stored = _dry_run_state(args.db, args.profile)
         else:
+            _say_removed(store)
+            # everything read (and checked) before anything is written: a damaged file is
+            # refused as it is
+            done, stored, _ = store.done_keys(), store.results(), store.skips()
             store.put_skips(skips)
-            done, stored = store.done_keys(), store.results()
         pending = [r for r in planned if not all(r.key(s) in done for s in r.seeds)]
+        workers = _workers(args.workers, len(pending))
         for s in skips:
             print(f"skip: {s.source}: model {s.model}"
                   f"{f' on {s.task}' if s.task else ''}: {s.why}", file=sys.stderr)
@@ -197,12 +213,25 @@ def cmd_run(args) -> int:
                       f"(seeds {len(r.seeds)}, learning rates {len(r.lrs)}"
                       f"{', supervised' if r.supervised else ''})")
             print(f"{len(planned)} runs, {len(pending)} to train, {len(skips)} skipped; "
-                  + _estimate(pending, stored, workers, args.profile))
+                  + _estimate(pending, stored, workers if args.engine == "ray"
+                              else min(workers, _cores()), args.profile))
             return EXIT_OK
         return _execute(args, store, planned, pending, workers, engines)
     finally:
         if store is not None:
             store.close()
+
+
+def _workers(asked: int | None, pending: int) -> int:
+    """The local processes to start: as asked (default: the cores), never more than the
+    pending runs; more than the cores is said, as they then share them."""
+    cores = _cores()
+    workers = max(1, min(asked or cores, pending))
+    if asked is not None and asked > cores:
+        print(f"taxcompile: note: --workers {asked} is more than the {cores} cores here; "
+              f"starting {workers} (at most one per pending run), which share them",
+              file=sys.stderr)
+    return workers
 
 
 def _dry_run_state(db: str, profile: str):
@@ -214,14 +243,23 @@ def _dry_run_state(db: str, profile: str):
         return set(), []
     with Store.read(db) as store:
         store._check(protocol_record(profile))
+        store.skips()  # checked, as a run checks them
         return store.done_keys(), store.results()
+
+
+def _say_removed(store) -> None:
+    if store.removed:
+        print(f"taxcompile: note: removed {' and '.join(map(str, store.removed))}, left by a "
+              f"deleted study file {store.path} (SQLite would have brought its runs back "
+              "into the new one)", file=sys.stderr)
 
 
 def _execute(args, store, planned, pending, workers, engines) -> int:
     print(f"{len(planned)} runs: {len(planned) - len(pending)} already in {args.db}, "
           f"{len(pending)} to train on "
           f"{'Ray' if args.engine == 'ray' else f'{workers} local worker(s)'}", file=sys.stderr)
-    outcomes = engines.ray(pending, args.address, engines.EXECUTE) if args.engine == "ray" \
+    outcomes = engines.ray(pending, args.address, engines.EXECUTE,
+                           timeout=args.connect_timeout) if args.engine == "ray" \
         else engines.local(pending, workers, engines.EXECUTE)
     progress, failed, start = engines.Progress(len(pending)), [], time.monotonic()
     for outcome in outcomes:
@@ -249,11 +287,27 @@ def cmd_report(args) -> int:
     with Store.read(args.db) as store:
         doc = report.document(store)
     if args.output:
-        written = report.write(doc, Path(args.output))
-        for path in written:
+        for path in _write_report(report, doc, Path(args.output)):
             print(f"wrote {path}", file=sys.stderr)
     sys.stdout.write(report.RENDER[args.format](doc))
     return EXIT_OK
+
+
+def _write_report(report, doc: dict, out: Path) -> list[Path]:
+    """``report.write`` into ``out``, or a ``StudyError`` that says where and why (nothing
+    written: the files are written all or none)."""
+    from .runs import StudyError
+
+    hint = "choose another -o (a directory, new or existing)"
+    if out.exists() and not out.is_dir():
+        raise StudyError(f"cannot write the report into {out}: it is a file, not a directory "
+                         "(nothing written)", hint)
+    try:
+        return report.write(doc, out)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and Path(e.filename).parent != out else ""
+        raise StudyError(f"cannot write the report into {out}: {e.strerror or e}{where} "
+                         "(nothing written)", hint) from None
 
 
 def read_document(db: str) -> dict | int:

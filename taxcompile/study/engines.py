@@ -103,39 +103,104 @@ def local(runs: list[Run], workers: int, target: str = EXECUTE) -> Iterator[Outc
 # ---- Ray: one task per run on an existing cluster --------------------------------------------
 
 
-def _ray_init(ray, address: str | None) -> bool:
-    """Connect to ``address`` (or RAY_ADDRESS, or start a local Ray); returns whether this
-    call started the connection (and so should end it). A Ray the caller initialised
-    (a test's local Ray) is used as it is."""
+RAY_HINT = "start one with `ray start --head` and pass its address (e.g. --address " \
+    "10.0.0.1:6379)"
+
+
+def _probe(address: str, timeout: float) -> None:
+    """A TCP connection to ``address`` (``host:port`` or ``ray://host:port``) within
+    ``timeout`` seconds, or a ``StudyError`` that says why not: Ray's own connect
+    retries without end on an address where nothing listens."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except socket.timeout:
+        raise StudyError(f"cannot connect to the Ray cluster at {address}: no answer within "
+                         f"{timeout:g} s", RAY_HINT + ", or wait longer with "
+                         "--connect-timeout") from None
+    except OSError as e:
+        raise StudyError(f"cannot connect to the Ray cluster at {address}: "
+                         f"{e.strerror or e}", RAY_HINT) from None
+
+
+class _NoThreadWarning:
+    """Ray, initialised off the main thread, warns that it sets no SIGTERM handler: the
+    driver's own handling stays as it is, which is what is wanted here."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def _ray_init(ray, address: str | None, timeout: float = 30.0) -> bool:
+    """Connect to ``address`` (or RAY_ADDRESS, or start a local Ray), waiting at most
+    ``timeout`` seconds for a cluster at an address; returns whether this call started
+    the connection (and so should end it). A Ray the caller initialised (a test's local
+    Ray) is used as it is."""
+    import logging
+
     if ray.is_initialized():
         return False
     kwargs: dict = {"include_dashboard": False, "log_to_driver": False}
-    if address is None and not os.environ.get("RAY_ADDRESS"):
+    target = address or os.environ.get("RAY_ADDRESS")
+    if not target:
         # a Ray started here: its workers import this very taxcompile
         root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
-    try:
-        ray.init(address=address, **kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise StudyError(f"cannot connect to the Ray cluster at {address or 'RAY_ADDRESS'}: "
-                         f"{e}", "start one with `ray start --head` and pass its address "
-                         "(e.g. --address 10.0.0.1:6379)") from None
+    else:
+        start = time.monotonic()
+        _probe(target, timeout)
+        left = max(0.1, timeout - (time.monotonic() - start))
+    box: dict = {}
+
+    def connect() -> None:
+        try:
+            ray.init(address=address, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to the driver's thread
+            box["error"] = e
+
+    if target:  # in a thread, so that a cluster that never answers cannot hang the study
+        log = logging.getLogger("ray._private.worker")
+        log.addFilter(_NoThreadWarning)
+        try:
+            thread = threading.Thread(target=connect, name="ray-connect", daemon=True)
+            thread.start()
+            thread.join(left)
+        finally:
+            log.removeFilter(_NoThreadWarning)
+        if thread.is_alive():
+            raise StudyError(f"cannot connect to the Ray cluster at {target}: no answer "
+                             f"within {timeout:g} s", RAY_HINT + ", or wait longer with "
+                             "--connect-timeout")
+    else:
+        connect()
+    e = box.get("error")
+    if isinstance(e, (ConnectionError, RuntimeError, ValueError)):
+        raise StudyError(f"cannot connect to the Ray cluster at {target}: {e}" if target
+                         else f"cannot start a local Ray: {e}", RAY_HINT) from None
+    if e is not None:
+        raise e
     return True
 
 
 def ray(runs: list[Run], address: str | None = None, target: str = EXECUTE,
-        in_flight: int | None = None) -> Iterator[Outcome]:
+        in_flight: int | None = None, timeout: float = 30.0) -> Iterator[Outcome]:
     """Each run as a Ray task (one CPU each); results taken with ``ray.wait`` as they
     finish. At most ``in_flight`` tasks are submitted at once (default: twice the
     cluster's CPUs), so that a full profile's thousands of runs do not all wait in
-    Ray's queue holding their specs."""
+    Ray's queue holding their specs. A cluster at an address that does not answer within
+    ``timeout`` seconds is a ``StudyError``."""
     try:
         import ray as ray_mod
     except ImportError:
         raise StudyError("the Ray engine needs Ray, which is not installed",
                          "pip install 'taxcompile[ray]' (or use --engine local)") from None
-    started = _ray_init(ray_mod, address)
+    started = _ray_init(ray_mod, address, timeout)
     try:
         remote = ray_mod.remote(num_cpus=1, max_retries=2)(call)
         limit = in_flight or max(2, 2 * int(ray_mod.cluster_resources().get("CPU", 1)))

@@ -18,6 +18,7 @@ from .protocol import Profile, profile
 from .runs import Run, Skip, StudyError
 
 TOLERANCE = 0.10  # ``params``: every model within 10 % of the target
+WIDTHS = (2, 2048)  # ``params``: the even widths d searched
 
 
 def _tasks(prof: Profile, tasks: list[str] | None) -> list[str]:
@@ -51,10 +52,46 @@ def count_params(text: str, model: str, config: tuple = ()) -> int:
     return sum(p.numel() for p in b.mod.Model(b.cfg).parameters())
 
 
+def counter(text: str, model: str, config: tuple = ()):
+    """``count(d)``: the parameters of ``model`` of spec ``text`` with its Config field
+    ``d`` set (and ``config``'s), from one build; counted on the meta device (no memory,
+    no initialisation) where the model allows it."""
+    import torch
+
+    from .runner import build
+
+    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke", config=config))
+
+    def count(d: int) -> int:
+        cfg = b.mod.Config(**dict(config, d=d))
+        try:
+            with torch.device("meta"):
+                m = b.mod.Model(cfg)
+        except Exception:  # an initialiser that needs real values
+            torch.manual_seed(0)
+            m = b.mod.Model(cfg)
+        return sum(p.numel() for p in m.parameters())
+
+    return count
+
+
+def _range(count, target: int) -> str | None:
+    """Why no width in ``WIDTHS`` can come within ``TOLERANCE`` of ``target`` (two counts,
+    the ends: the count grows with d); None when one may."""
+    low, high = WIDTHS
+    if count(low) > target * (1 + TOLERANCE):
+        return f"it has {count(low):,} parameters at its smallest width ({low}), " \
+               f"more than {target:,} + {TOLERANCE:.0%}"
+    if count(high) < target * (1 - TOLERANCE):
+        return f"it has {count(high):,} parameters at its largest width ({high}), " \
+               f"fewer than {target:,} - {TOLERANCE:.0%}"
+    return None
+
+
 def _fit(count, target: int) -> int | None:
     """The even width d whose ``count(d)`` (growing with d) is nearest ``target``, or None
     when none lands within ``TOLERANCE`` of it."""
-    lo, hi = 1, 1024  # widths 2·lo .. 2·hi
+    lo, hi = WIDTHS[0] // 2, WIDTHS[1] // 2  # widths 2·lo .. 2·hi
     while lo < hi:
         mid = (lo + hi) // 2
         if count(2 * mid) < target:
@@ -65,17 +102,18 @@ def _fit(count, target: int) -> int | None:
     return 2 * best if abs(count(2 * best) - target) <= TOLERANCE * target else None
 
 
-def fit_width(m: Mdl.Model, supervised: bool, target: int) -> Mdl.Model | None:
-    """``m`` at the even width whose parameter count is nearest ``target`` (None: no
-    width lands within ``TOLERANCE`` of it)."""
+def fit_width(m: Mdl.Model, supervised: bool, target: int) -> Mdl.Model | str:
+    """``m`` at the even width whose parameter count is nearest ``target``, or why no
+    width lands within ``TOLERANCE`` of it."""
     from dataclasses import replace
 
-    def count(d: int) -> int:
-        mm = replace(m, d=d)
-        return count_params(Mdl.spec_text(mm, supervised), mm.name)
-
+    count = counter(Mdl.spec_text(m, supervised), m.name)
+    why = _range(count, target)
+    if why:
+        return why
     d = _fit(count, target)
-    return None if d is None else replace(m, d=d)
+    return f"no width puts it within {TOLERANCE:.0%} of {target:,} parameters" if d is None \
+        else replace(m, d=d)
 
 
 def fit_user(text: str, model: str, target: int) -> tuple | str:
@@ -86,7 +124,11 @@ def fit_user(text: str, model: str, target: int) -> tuple | str:
     b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke"))
     if not isinstance(getattr(b.cfg, "d", None), int):
         return "the spec has no `let d` (an integer width) to fit to --params"
-    d = _fit(lambda d: count_params(text, model, (("d", d),)), target)
+    count = counter(text, model)
+    why = _range(count, target)
+    if why:
+        return why
+    d = _fit(count, target)
     if d is None:
         return f"no width d puts it within {TOLERANCE:.0%} of {target} parameters"
     return (("d", d),)
@@ -116,9 +158,8 @@ def _slice(prof: Profile, names: list[str], params: int | None):
                     continue
                 if params is not None:
                     fitted = fit_width(m, sup, params)
-                    if fitted is None:
-                        skips.append(Skip(source, m.name, task, f"no width puts it within "
-                                          f"{TOLERANCE:.0%} of {params} parameters"))
+                    if isinstance(fitted, str):
+                        skips.append(Skip(source, m.name, task, "--params: " + fitted))
                         continue
                     text = Mdl.spec_text(fitted, sup)
                 runs.append(Run(source, text, m.name, task, prof.seeds, prof.lrs, prof.name, sup))
@@ -144,7 +185,14 @@ def misfit_user(cm, task: str) -> str | None:
                 f"task {task} asks {info.T}")
     if q is not None and (q.kind != "tokens" or len(q.axes) != 1 or (q.vocab or 0) < T.V):
         return f"input `q` must be tokens over one axis with a vocabulary of at least {T.V}"
-    given = {"x", "q", "gold"} | ({"z"} if info.family == "pair" else set())
+    for name, declared, holds in info.needs:
+        n = ins.get(name)
+        if n is None:
+            return f"task {task} puts {holds} in an input `{name}: {declared}`, which it has not"
+        if n.kind != "tokens" or len(n.axes) != 1 or (n.vocab or 0) < T.V:
+            return (f"input `{name}` must be tokens over one axis with a vocabulary of at "
+                    f"least {T.V}")
+    given = {"x", "q", "gold"} | {name for name, _, _ in info.needs}
     other = sorted(set(ins) - given)
     if other:
         return (f"task {task} gives {', '.join(sorted(given))}; input `{other[0]}` has no "
@@ -184,13 +232,16 @@ def _user(prof: Profile, specs: list[str], names: list[str], params: int | None)
             for task in names:
                 why = misfit_user(cm, task)
                 if why:
-                    why_all.append(f"{task}: {why}")
+                    why_all.append((task, why))
                     continue
                 sup = any(n.kind_ == "input" and n.id == "gold" for n in cm.model.nodes)
                 runs.append(Run(str(path), text, name, task, prof.seeds, prof.lrs, prof.name, sup,
                                 config))
             if len(runs) == before:
-                skips.append(Skip(str(path), name, None, "no task fits: " + "; ".join(why_all)))
+                skips.append(Skip(str(path), name, None, "no task fits: " + "; ".join(
+                    f"{task}: {why}" for task, why in why_all)))
+            else:  # each task it does not fit, with its reason (the plan and report list them)
+                skips += [Skip(str(path), name, task, why) for task, why in why_all]
     if not runs:
         whys = "; ".join(f"{s.source} model `{s.model}`: {s.why}" for s in skips)
         raise StudyError(f"no task fits the given specs ({whys})",
@@ -207,7 +258,15 @@ def plan(name: str, specs: list[str] | None = None, params: int | None = None,
         raise StudyError(f"--params must be positive, got {params}")
     if specs:
         return _user(prof, specs, names, params)
-    return _slice(prof, names, params)
+    runs, skips = _slice(prof, names, params)
+    if params is not None and not runs:
+        first = next((s for s in skips if s.why.startswith("--params: ")), None)
+        raise StudyError(f"--params {params:,}: no model of the study comes within "
+                         f"{TOLERANCE:.0%} of it at any width from {WIDTHS[0]} to {WIDTHS[1]}"
+                         + (f" (model {first.model} on {first.task}: "
+                            f"{first.why.removeprefix('--params: ')})" if first else ""),
+                         "choose a parameter count within the models' range")
+    return runs, skips
 
 
 def coverage(runs: list[Run]) -> dict[str, set[str]]:

@@ -8,12 +8,17 @@ included) loses at most the runs still in flight, and a restart skips every run 
 stored.
 
 Only the driver writes (the engines return results to it); an advisory lock keeps two
-studies from writing one file at once. No torch here: ``study report`` reads the file."""
+studies from writing one file at once. What is read is checked: the tables' layout at
+open, every row against ``schema`` (pydantic), so that damaged content is a located
+``StudyError`` and the file is kept as it is. A new file is never made where a ``-wal`` or
+``-shm`` of a deleted one lies (SQLite would replay it into the new file): those are
+removed, or the file refused while another process still uses them. No torch here:
+``study report`` reads the file."""
 
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import os
 import sqlite3
 import tempfile
@@ -57,8 +62,16 @@ class Store:
     ``study report``."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, lock_fd: int | None = None):
+        from pydantic import ValidationError
+
+        from . import schema
+
         self.path, self.conn, self._lock_fd = path, conn, lock_fd
-        self.protocol: dict = json.loads(self._meta("protocol"))
+        self.removed: list[Path] = []  # the stale -wal/-shm that creating the file removed
+        try:
+            self.protocol: dict = schema.protocol(self._meta("protocol"))
+        except ValidationError as e:
+            raise _damaged(path, f"meta `protocol`: {schema.first_problem(e)}") from None
 
     # ---- opening --------------------------------------------------------------------------
 
@@ -69,8 +82,9 @@ class Store:
         ``StudyError`` when it is read-only, not a study file, corrupt, in use by another
         study, or of another protocol."""
         path = Path(path)
+        removed: list[Path] = []
         if not path.exists():
-            _create(path, protocol)
+            removed = _create(path, protocol)
         elif path.is_dir():
             raise StudyError(f"{path} is a directory", "name the study file, e.g. "
                              f"--db {path / 'study.db'}")
@@ -87,6 +101,7 @@ class Store:
         except BaseException:
             store_close(conn, lock_fd)
             raise
+        store.removed = removed
         return store
 
     @classmethod
@@ -99,7 +114,8 @@ class Store:
         return cls(path, _connect(path, readonly=True))
 
     def _meta(self, key: str) -> str:
-        got = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        with self._reading():
+            got = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         if got is None:
             raise StudyError(f"{self.path} is a SQLite file without a study's protocol",
                              _hint_other_db(self.path))
@@ -130,13 +146,24 @@ class Store:
 
     # ---- results --------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _reading(self):
+        """SQLite's errors while reading as a ``StudyError`` naming the file."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            raise _db_error(self.path, e) from None
+
     def done_keys(self) -> set[str]:
-        return {k for (k,) in self.conn.execute("SELECT key FROM results")}
+        with self._reading():
+            return {k for (k,) in self.conn.execute("SELECT key FROM results")}
 
     def put(self, run, results, engine: str) -> int:
         """Store the seed results of one finished run in one transaction; returns how many
         rows were new (a key already stored is kept, never overwritten)."""
         now = time.time()
+        import json
+
         rows = [(run.key(r.seed), run.model_hash(), run.task, int(r.seed),
                  str(self.protocol["version"]), int(run.supervised), run.source, run.spec,
                  run.model, run.profile, *(getattr(r, m) for m in METRICS),
@@ -154,28 +181,51 @@ class Store:
             raise _db_error(self.path, e) from None
 
     def put_skips(self, skips) -> None:
-        with self.conn:
-            self.conn.executemany("INSERT OR IGNORE INTO skips VALUES (?, ?, ?, ?)",
-                                  [(s.source, s.model, s.task, s.why) for s in skips])
+        try:
+            with self.conn:
+                # not INSERT OR IGNORE: UNIQUE lets NULL tasks (a model no task fits) repeat
+                self.conn.executemany(
+                    "INSERT INTO skips SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM skips "
+                    "WHERE source = ? AND model = ? AND task IS ?)",
+                    [(s.source, s.model, s.task, s.why, s.source, s.model, s.task)
+                     for s in skips])
+        except sqlite3.DatabaseError as e:
+            raise _db_error(self.path, e) from None
 
-    def results(self) -> list[dict]:
-        """Every stored seed result as a dict, in a stable order (task, spec, model,
-        supervised, seed)."""
-        cur = self.conn.execute("SELECT * FROM results ORDER BY task, spec, model, supervised, "
-                                "seed, key")
-        names = [c[0] for c in cur.description]
+    def _rows(self, table: str, query: str, check) -> list[dict]:
+        """Every row of ``query`` checked by ``check`` (a ``schema`` function); the first
+        one it refuses is a ``StudyError`` naming its rowid and field."""
+        from pydantic import ValidationError
+
+        from .schema import first_problem
+
         out = []
-        for values in cur:
-            d = dict(zip(names, values))
-            d["row"], d["attention"] = json.loads(d["row"]), json.loads(d["attention"])
-            d["supervised"] = bool(d["supervised"])
-            out.append(d)
+        with self._reading():
+            cur = self.conn.execute(query)
+            names = [c[0] for c in cur.description]
+            for values in cur:
+                d = dict(zip(names, values))
+                rowid = d.pop("rowid")
+                try:
+                    out.append(check(d))
+                except ValidationError as e:
+                    raise _damaged(self.path, f"{table} row {rowid}: {first_problem(e)}") \
+                        from None
         return out
 
+    def results(self) -> list[dict]:
+        """Every stored seed result as a dict (its JSON parsed), in a stable order (task,
+        spec, model, supervised, seed)."""
+        from .schema import result
+
+        return self._rows("result", "SELECT rowid, * FROM results ORDER BY task, spec, "
+                          "model, supervised, seed, key", result)
+
     def skips(self) -> list[dict]:
-        cur = self.conn.execute("SELECT source, model, task, why FROM skips "
-                                "ORDER BY source, model, task")
-        return [dict(source=s, model=m, task=t, why=w) for s, m, t, w in cur]
+        from .schema import skip
+
+        return self._rows("skip", "SELECT rowid, source, model, task, why FROM skips "
+                          "ORDER BY source, model, task", skip)
 
 
 def _differences(there: dict, now: dict, prefix: str = "") -> str:
@@ -196,6 +246,10 @@ def store_close(conn: sqlite3.Connection, lock_fd: int | None) -> None:
         os.close(lock_fd)  # releases the advisory lock
 
 
+def _damaged(path: Path, why: str) -> StudyError:
+    return StudyError(f"{path} is damaged ({why}); it is kept as it is", _hint_other_db(path))
+
+
 def _db_error(path: Path, e: sqlite3.DatabaseError) -> StudyError:
     text = str(e)
     if "readonly" in text or "read-only" in text:
@@ -207,8 +261,9 @@ def _db_error(path: Path, e: sqlite3.DatabaseError) -> StudyError:
     if "not a database" in text:
         return StudyError(f"{path} is not a study file (not a SQLite database)",
                           "it is kept as it is; " + _hint_other_db(path))
-    return StudyError(f"{path} is damaged ({text})",
-                      "it is kept as it is; " + _hint_other_db(path))
+    if text.startswith("no such table: "):
+        return _damaged(path, f"no table `{text.removeprefix('no such table: ')}`")
+    return _damaged(path, text)
 
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
@@ -233,8 +288,10 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
                              f"reads layout {SCHEMA_VERSION}", _hint_other_db(path))
         bad = [r for (r,) in conn.execute("PRAGMA quick_check")]
         if bad != ["ok"]:
-            raise StudyError(f"{path} is damaged: {'; '.join(bad[:3])}",
-                             "it is kept as it is; " + _hint_other_db(path))
+            raise _damaged(path, "; ".join(bad[:3]))
+        why = _layout_problem(conn)
+        if why:
+            raise _damaged(path, why)
         if not readonly:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
@@ -249,6 +306,34 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
         raise
 
 
+@functools.lru_cache(maxsize=1)
+def _layout() -> dict[str, list[str]]:
+    """table -> its columns, as ``SCHEMA`` makes them."""
+    mem = sqlite3.connect(":memory:")
+    try:
+        mem.executescript(SCHEMA)
+        return _tables(mem)
+    finally:
+        mem.close()
+
+
+def _tables(conn: sqlite3.Connection) -> dict[str, list[str]]:
+    names = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {t: [c[1] for c in conn.execute(f'PRAGMA table_info("{t}")')] for t in names}
+
+
+def _layout_problem(conn: sqlite3.Connection) -> str | None:
+    """What of ``SCHEMA``'s tables and columns the file lacks (None: nothing)."""
+    have = _tables(conn)
+    for table, columns in _layout().items():
+        if table not in have:
+            return f"no table `{table}`"
+        missing = [c for c in columns if c not in have[table]]
+        if missing:
+            return f"table `{table}` has no column `{missing[0]}`"
+    return None
+
+
 def _readable(conn: sqlite3.Connection) -> bool:
     try:
         conn.execute("PRAGMA application_id").fetchone()
@@ -257,13 +342,67 @@ def _readable(conn: sqlite3.Connection) -> bool:
         return "readonly" not in str(e) and "unable to open" not in str(e)
 
 
-def _create(path: Path, protocol: dict) -> None:
+# SQLite's lock byte that every connection to a WAL database holds (shared) in its -shm
+# file while it is open (os_unix.c: UNIX_SHM_DMS = (22 + 8) * 4 + 8)
+SHM_DMS_BYTE = 128
+
+
+def _shm_in_use(shm: Path) -> bool:
+    """Whether a live connection holds ``shm``'s lock byte (a POSIX record lock: released
+    by the kernel when its process dies, SIGKILL included)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: assume it may be
+        return True
+    try:
+        fd = os.open(shm, os.O_RDWR)
+    except OSError:
+        return True  # cannot tell: leave it alone
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, SHM_DMS_BYTE)
+    except OSError:
+        return True
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, SHM_DMS_BYTE)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _remove_stale(path: Path) -> list[Path]:
+    """Remove the ``-wal``, ``-shm`` and ``-journal`` that a deleted study file at
+    ``path`` left (a kill leaves the first two); SQLite would replay them into the new
+    file, and the deleted file's runs would come back. Refused while a live process
+    still has them open (a file deleted under a running study): that one keeps them."""
+    found = [Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal")
+             if os.path.lexists(f"{path}{s}")]
+    shm = Path(f"{path}-shm")
+    if shm in found and _shm_in_use(shm):
+        raise StudyError(f"there is no study file {path}, but {shm} is in use by another "
+                         "process (was the file deleted while a study ran?)",
+                         "wait for that process to end, or " + _hint_other_db(path))
+    for p in found:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StudyError(f"cannot remove {p}, left by a deleted study file {path}: "
+                             f"{e.strerror or e}", "remove it, or " + _hint_other_db(path)) \
+                from None
+    return found
+
+
+def _create(path: Path, protocol: dict) -> list[Path]:
     """A new, complete study file at ``path``: written beside it and linked into place, so
-    an error leaves nothing behind."""
+    an error leaves nothing behind. Returns the stale siblings it removed first."""
+    import json
+
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise StudyError(f"cannot create the study file {path}: no directory {directory}",
                          "create the directory first, or choose another --db")
+    removed = _remove_stale(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as e:
@@ -295,6 +434,7 @@ def _create(path: Path, protocol: dict) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+    return removed
 
 
 def _lock(path: Path) -> int | None:

@@ -37,6 +37,9 @@ class TaskInfo:
     T: int  # length of q (query positions)
     about: str
     gold: str  # what the gold links are
+    # inputs beyond x and q that hold part of the task: (name, declaration, what it holds).
+    # A model without one never sees that part, so it does not run the task
+    needs: tuple[tuple[str, str, str], ...] = ()
 
 
 TASKS: dict[str, TaskInfo] = {t.name: t for t in (
@@ -56,7 +59,8 @@ TASKS: dict[str, TaskInfo] = {t.name: t for t in (
              "among distractors", "the planted positions"),
     TaskInfo("pair_recall", "pair", 16, 1, "two inputs: x holds 8 key-value pairs, z 4 tokens "
              "of which one is a key of x; predict that key's value", "the shared key's "
-             "position in x"),
+             "position in x",
+             needs=(("z", "tokens[M]", "its query (4 tokens, one of them a key of x)"),)),
     TaskInfo("segments", "segmented", 4, 1, "x is 4 segments of 8 tokens; one segment holds a "
              "keyword (1 of 4), the others distractors: which keyword", "the keyword's "
              "segment"),
