@@ -48,7 +48,7 @@ def environment(device: str) -> dict:
     return env
 
 
-def warm(models: list[str] | None) -> None:
+def warm(models: list[str] | None, names: list[str]) -> None:
     """On the CPU, what every forked stage would otherwise load on its own: the models
     compiled, the peers imported, the profiler's lazy imports done."""
     import importlib
@@ -58,7 +58,10 @@ def warm(models: list[str] | None) -> None:
     from ..harness import peak_bytes
     from .models import entries
 
-    entries(models)
+    if {"correctness", "kernels"} & set(names):
+        entries(models)
+    if not any(n.startswith("speed") for n in names):
+        return
     for name in ("x_transformers", "entmax", "torch_geometric.nn", "local_attention"):
         try:
             importlib.import_module(name)
@@ -118,14 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{env['device_name']}, torch {env['torch']}, CUDA {env['cuda']}, driver "
           f"{env['driver']}; {env['date']}", flush=True)
     options = {"models": args.models}
+    chosen = [n for n in table if not args.only or n in args.only]
     if args.device == "cpu":  # done once here; the forked stages inherit it
-        warm(args.models)
+        warm(args.models, chosen)
     start = time.perf_counter()
     results = []
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
-        for name, (fn, _, _) in table.items():
-            if args.only and name not in args.only:
-                continue
+        for name in chosen:
+            fn = table[name][0]
             r = run_stage(name, fn, limits[name], args.device, small, Path(work), options)
             r["ok"] = verdict(r)
             results.append(r)
