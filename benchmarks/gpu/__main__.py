@@ -20,15 +20,17 @@ INSTALL = "pip install -e '.[bench]'"
 
 def stages() -> dict:
     """name -> (function, budget on CUDA, budget on the CPU), in run order. The CUDA budgets
-    sum to 395 s: with a child process started per stage, under the 8 minutes."""
+    sum to 385 s: with a child process started per stage (some 5 s each), under the 8
+    minutes. torch.compile's stages may be cut on a cold compile cache (docs/gpu.md)."""
     from . import correctness, kernels, speed, throughput
 
     fns = {"correctness": correctness.stage, "kernels": kernels.stage,
+           "kernels_flex": kernels.flex_stage,
            **speed.STAGES, **throughput.STAGES}
-    cuda = {"correctness": 75, "kernels": 60, "speed_encoder": 100, "speed_mha": 20,
-            "speed_positions": 45, "speed_alignments": 30, "speed_gat": 20,
-            "speed_generate": 30, "speed_core": 15}
-    cpu = {"correctness": 90, "kernels": 60, "speed_encoder": 60}  # caps on a busy machine
+    cuda = {"correctness": 55, "kernels": 30, "kernels_flex": 40, "speed_encoder": 35,
+            "speed_compile": 90, "speed_mha": 15, "speed_positions": 45, "speed_alignments": 20,
+            "speed_gat": 15, "speed_generate": 30, "speed_core": 10}
+    cpu = {"correctness": 90, "kernels": 60, "speed_compile": 60}  # caps on a busy machine
     return {n: (fns[n], cuda[n], cpu.get(n, 30)) for n in cuda}
 
 
@@ -58,7 +60,7 @@ def warm(models: list[str] | None, names: list[str]) -> None:
     from ..harness import peak_bytes
     from .models import entries
 
-    if {"correctness", "kernels"} & set(names):
+    if {"correctness", "kernels", "kernels_flex"} & set(names):
         entries(models)
     if not any(n.startswith("speed") for n in names):
         return
@@ -85,7 +87,7 @@ def verdict(stage: dict) -> bool:
     targets are reported, not asserted)."""
     if stage["status"] != "ok":
         return False
-    if stage["stage"] in ("correctness", "kernels"):
+    if stage["stage"] in ("correctness", "kernels", "kernels_flex"):
         return bool(stage["rows"]) and all(r.get("ok") for r in stage["rows"])
     return True
 

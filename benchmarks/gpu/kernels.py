@@ -90,7 +90,7 @@ class Recorder:
             **kw)
 
     @contextlib.contextmanager
-    def installed(self, model):
+    def installed(self, model, hooks: bool = True):
         mod = self.mod
         F = self.saved["F"] = getattr(mod, "F", torch.nn.functional)
         if hasattr(mod, "F"):  # (a module that never calls SDPA may not import F)
@@ -99,7 +99,7 @@ class Recorder:
             shim.scaled_dot_product_attention = self.sdpa
             mod.F = shim
         handles = []
-        for name, m in statement_modules(model, mod).items():
+        for name, m in statement_modules(model, mod).items() if hooks else ():
             handles.append(m.register_forward_pre_hook(
                 lambda _m, _a, name=fold(name): self.stack.append(name)))
             handles.append(m.register_forward_hook(self.leave))
@@ -133,7 +133,7 @@ def flex_statements(model, mod) -> list[str]:
                    if "flex_context(" in inspect.getsource(type(m).forward)})
 
 
-def kernels_of(entry, device: str) -> dict:
+def _built(entry, device: str):
     mod = entry.module
     cfg = mod.Config() if device == "cuda" else mod.Config.tiny()
     torch.manual_seed(0)
@@ -141,50 +141,76 @@ def kernels_of(entry, device: str) -> dict:
     model = mod.Model(cfg).eval().to(device=device, dtype=dtype)
     ex = {k: x.to(dtype) if x.is_floating_point() else x
           for k, x in mod.example_inputs(cfg=cfg, device=device).items()}
+    head = {"model": entry.name, "dtype": str(dtype).replace("torch.", ""),
+            "config": "Config()" if device == "cuda" else "Config.tiny()"}
+    return mod, model, ex, head
+
+
+def kernels_of(entry, device: str) -> dict:
+    """The eager forward: each statement's SDPA backends, or the eager path."""
+    mod, model, ex, head = _built(entry, device)
     names = sorted({fold(n) for n in statement_modules(model, mod)})
     rec = Recorder(mod)
     with rec.installed(model), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model(**ex)
     flexible = flex_statements(model, mod)
-    flex_calls = 0
-    if flexible and device == "cuda":  # FlexAttention is taken under torch.compile on CUDA
-        torch._dynamo.reset()
-        compiled = Recorder(mod)
-        with compiled.installed(model), torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.compile(model)(**ex, validate=False)
-        flex_calls = sum(c["path"].startswith("Flex") for c in compiled.calls)
     statements = []
     for name in names:
-        calls = [c for c in rec.calls if c["statement"] == name] if name not in flexible \
-            or device != "cuda" else []
-        paths = sorted({c["path"] for c in calls})
-        st = {"statement": name, "calls": len(calls), "paths": paths or ["eager"]}
+        calls = [c for c in rec.calls if c["statement"] == name]
+        st = {"statement": name, "calls": len(calls),
+              "paths": sorted({c["path"] for c in calls}) or ["eager"],
+              "ok": statement_ok(calls, device)}
         if name in flexible:
-            st["flex"] = (f"FlexAttention (compiled): {flex_calls} call(s)" if device == "cuda"
-                          else "FlexAttention on CUDA under torch.compile only (flex_ready)")
-            if device == "cuda":
-                st["paths"] = ["FlexAttention (compiled)"] if flex_calls else ["eager"]
+            st["flex"] = "FlexAttention under torch.compile on CUDA: stage kernels_flex"
         math = [c for c in calls if c["path"] == "SDPA math"]
-        st["ok"] = statement_ok(calls, device)
         if math and device == "cuda":
             st["why"] = math[0].get("why", "")
             st["example"] = {k: math[0][k] for k in ("dtype", "shape", "mask", "causal")}
-        if name in flexible and device == "cuda" and not flex_calls:
-            st["ok"] = False
-            st["why"] = "torch.compile on CUDA did not reach flex_context"
         statements.append(st)
-    return {"model": entry.name, "dtype": str(dtype).replace("torch.", ""),
-            "config": "Config()" if device == "cuda" else "Config.tiny()",
-            "statements": statements, "ok": all(s["ok"] for s in statements)}
+    return {**head, "statements": statements, "ok": all(s["ok"] for s in statements)}
 
 
-def stage(ctx) -> None:
+def flex_of(entry, device: str) -> dict | None:
+    """The statements that can take FlexAttention: on CUDA the model compiled, and the calls
+    of flex_context counted (a statement that never reaches it fails); None for a model
+    without such statements."""
+    mod, model, ex, head = _built(entry, device)
+    flexible = flex_statements(model, mod)
+    if not flexible:
+        return None
+    if device != "cuda":
+        return {**head, "ok": True, "statements": [
+            {"statement": n, "calls": 0, "paths": ["eager"], "ok": True,
+             "flex": "FlexAttention on CUDA under torch.compile only (flex_ready)"}
+            for n in flexible]}
+    torch._dynamo.reset()
+    rec = Recorder(mod)
+    with rec.installed(model, hooks=False), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(model)(**ex, validate=False)
+    calls = sum(c["path"].startswith("Flex") for c in rec.calls)
+    statements = [{"statement": n, "calls": calls, "ok": calls > 0,
+                   "paths": ["FlexAttention (compiled)" if calls else "eager"],
+                   "flex": f"{calls} flex_context call(s) in the model under torch.compile"}
+                  for n in flexible]
+    return {**head, "statements": statements, "ok": calls > 0}
+
+
+def _each(ctx, fn) -> None:
     for entry in models.entries(ctx.options.get("models")):
         try:
-            row = kernels_of(entry, ctx.device)
+            row = fn(entry, ctx.device)
         except Exception as e:
             row = {"model": entry.name, "ok": False, "error": f"{type(e).__name__}: {e}"[:400],
                    "statements": []}
-        ctx.emit(row)
+        if row is not None:
+            ctx.emit(row)
+
+
+def stage(ctx) -> None:
+    _each(ctx, kernels_of)
+
+
+def flex_stage(ctx) -> None:
+    _each(ctx, flex_of)

@@ -86,6 +86,8 @@ def markdown(report: dict) -> str:
         lines += ["", "## Correctness", ""] + correctness_table(st, report["tolerance"])
     if (st := _stage(report, "kernels")) is not None:
         lines += ["", "## Kernels", ""] + kernels_table(st)
+    if (st := _stage(report, "kernels_flex")) is not None:
+        lines += ["", "## FlexAttention (torch.compile)", ""] + kernels_table(st)
     speed = [r for s in report["stages"] if s["stage"].startswith("speed") for r in s["rows"]]
     if speed:
         lines += ["", "## Speed and peak memory", ""] + speed_table(speed)

@@ -5,7 +5,9 @@ float32), then timed alternately and their peak memory measured. A peer that is 
 installed gives a skipped row with the reason.
 
 torch.compile rows use inductor on CUDA; on the CPU (the kit's own test) the "eager"
-backend, so that the row runs (dynamo traces the model) without minutes of compiling.
+backend, so that the row runs (dynamo traces the model) without minutes of compiling. A
+compiled row is checked in the dtype it runs in (``compare_here``): a float32 check would
+compile every module a second time, and the eager rows have checked both sides in float32.
 """
 
 from __future__ import annotations
@@ -45,6 +47,25 @@ def size(ctx, name: str):
     return SIZES[name][0 if ctx.device == "cuda" else 1]
 
 
+def compare_here(case: str, ours: str, peer: str, s: Settings, make, note: str) -> dict:
+    """peers.compare, with the equivalence checked in the run's dtype (tolerance s.tol)."""
+    try:
+        pair = make(s)
+    except peers.Missing as e:
+        return peers.skipped(case, ours, peer, peers.TARGET, str(e))
+    ok, diff = pair.check(s.tol)
+    dtype = str(s.dtype).replace("torch.", "")
+    eq = (f"outputs and input gradients agree in {dtype}: max abs diff {diff:.1e} (tol "
+          f"{s.tol:g}); {note}" if ok else f"**differ** in {dtype}: max abs diff {diff:.1e}")
+    if not ok:
+        return row(case, ours, peer, None, None, None, peers.TARGET, False, equivalence=eq,
+                   skipped="the equivalence check failed")
+    c, b = s.alternate(pair.ours_step, pair.peer_step)
+    cp, bp = s.peak(pair.ours_step), s.peak(pair.peer_step)
+    return row(case, ours, peer, c, b, c / b, peers.TARGET, c / b <= 0.9 and cp <= bp, cp, bp,
+               peak_ratio=cp / bp if bp else None, equivalence=eq)
+
+
 def compiled(pair: Pair, s: Settings, call_ours, call_peer) -> Pair:
     """The same pair with both modules under torch.compile (inductor on CUDA)."""
     backend = "inductor" if s.device.type == "cuda" else "eager"
@@ -58,18 +79,28 @@ def _label(e: dict, what: str) -> str:
     return f"{what}, " + ", ".join(f"{k} {v}" for k, v in e.items())
 
 
+def _encoders(ctx):
+    e = size(ctx, "encoder")
+    return e, (("encoder_vs_nn", "nn.TransformerEncoder", lambda s: peers.encoder_nn_pair(s, **e)),
+               ("encoder_vs_xtransformers", "x_transformers.Encoder (attn_flash=True)",
+                lambda s: peers.encoder_xt_pair(s, **e)))
+
+
 def encoder(ctx) -> None:
-    s, e = settings(ctx), size(ctx, "encoder")
-    ours_call, peer_call = (lambda m, x: m(src=x).output), (lambda m, x: m(x))
-    for case, peer, make in (
-            ("encoder_vs_nn", "nn.TransformerEncoder", lambda s: peers.encoder_nn_pair(s, **e)),
-            ("encoder_vs_xtransformers", "x_transformers.Encoder (attn_flash=True)",
-             lambda s: peers.encoder_xt_pair(s, **e))):
+    s, (e, rows) = settings(ctx), _encoders(ctx)
+    for case, peer, make in rows:
         ctx.emit(compare(case, _label(e, "generated encoder, train step"), peer, s, make))
-        ctx.emit(compare(case + "_compiled",
-                         _label(e, "generated encoder + torch.compile, train step"),
-                         peer + " + torch.compile", s,
-                         lambda s, make=make: compiled(make(s), s, ours_call, peer_call)))
+
+
+def encoder_compiled(ctx) -> None:
+    s, (e, rows) = settings(ctx), _encoders(ctx)
+    ours_call, peer_call = (lambda m, x: m(src=x).output), (lambda m, x: m(x))
+    for case, peer, make in rows:
+        ctx.emit(compare_here(case + "_compiled",
+                              _label(e, "generated encoder + torch.compile, train step"),
+                              peer + " + torch.compile", s,
+                              lambda s, make=make: compiled(make(s), s, ours_call, peer_call),
+                              "both sides compiled; the eager row checked them in float32"))
 
 
 def mha(ctx) -> None:
@@ -121,8 +152,10 @@ def positions(ctx) -> None:
                         (list(model.parameters()), list(model.parameters())),
                         modules=(model, None))
         path = "FlexAttention (torch.compile)" if cuda else "the explicit path (CPU)"
-        ctx.emit(compare(f"position_{term}", _label(e, f"{term} term through {path}, train step"),
-                         f"the {term} term as a dense bias in SDPA (attn_mask)", s, make))
+        ctx.emit(compare_here(f"position_{term}",
+                              _label(e, f"{term} term through {path}, train step"),
+                              f"the {term} term as a dense bias in SDPA (attn_mask)", s, make,
+                              "the same weights"))
     ctx.emit(row("position_rotary", "rotary", "", None, None, None, "(report)", None,
                  skipped="rotary rotates q and k before the product: no score term to write "
                          "as a dense bias"))
@@ -146,5 +179,5 @@ def gat(ctx) -> None:
                      "torch_geometric GATConv", s, lambda s: peers.gat_pair(s, **e)))
 
 
-STAGES = {"speed_encoder": encoder, "speed_mha": mha, "speed_positions": positions,
+STAGES = {"speed_encoder": encoder, "speed_compile": encoder_compiled, "speed_mha": mha, "speed_positions": positions,
           "speed_alignments": alignments, "speed_gat": gat}

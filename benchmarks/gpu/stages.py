@@ -59,7 +59,8 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def run_stage(name: str, fn: Callable[[Context], None], budget_s: float, device: str,
-              small: bool, workdir: Path, options: dict | None = None) -> dict:
+              small: bool, workdir: Path, options: dict | None = None,
+              method: str | None = None) -> dict:
     """Run ``fn`` in a child process for at most ``budget_s`` seconds of wall time. Returns
     {stage, status ("ok" | "error" | "cut"), seconds, budget_s, rows, error?}; a cut stage's
     child is killed (SIGTERM, then SIGKILL) and reaped before this returns."""
@@ -68,7 +69,7 @@ def run_stage(name: str, fn: Callable[[Context], None], budget_s: float, device:
     for p in (rows_path, done_path):
         p.unlink(missing_ok=True)
     ctx = Context(device, small, str(rows_path), dict(options or {}))
-    method = "spawn" if device == "cuda" else "fork"
+    method = method or ("spawn" if device == "cuda" else "fork")
     proc = mp.get_context(method).Process(target=_child, args=(fn, ctx, str(done_path)),
                                           name=f"gpu-check-{name}", daemon=True)
     start = time.perf_counter()
