@@ -78,10 +78,11 @@ def markdown(report: dict) -> str:
              f"{env['driver'] or '-'}; device `{report['device']}`"
              f"{' (small sizes)' if report['small'] else ''}; {report['seconds']:.0f} s in all; "
              f"result: **{'pass' if report['ok'] else 'FAIL'}**", "",
-             "| stage | status | seconds | budget |", "|---|---|---|---|"]
+             "| stage | status | passed | seconds | budget |", "|---|---|---|---|---|"]
     for s in report["stages"]:
         status = s["status"] + (f": {s['error']}" if s.get("error") else "")
-        lines.append(f"| {s['stage']} | {status} | {s['seconds']:.1f} | {s['budget_s']:g} |")
+        lines.append(f"| {s['stage']} | {status} | {'yes' if s['ok'] else '**no**'} "
+                     f"| {s['seconds']:.1f} | {s['budget_s']:g} |")
     if (st := _stage(report, "correctness")) is not None:
         lines += ["", "## Correctness", ""] + correctness_table(st, report["tolerance"])
     if (st := _stage(report, "kernels")) is not None:
