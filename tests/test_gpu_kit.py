@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -196,3 +197,11 @@ def test_comparison_is_relative_l2_error():
     assert res["output"]["worst"] == pytest.approx(0.1)  # 0.5 / 5
     assert res["failed"] == ["out:y: error 1.00e-01 > 0.05"]
     assert res["grad"]["tensors"] == 1 and res["grad"]["worst"] == 0.0
+
+
+def test_docs_state_the_budgets_the_kit_uses():
+    text = (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")
+    documented = {m.group(1): float(m.group(2))
+                  for m in re.finditer(r"^\| `(\w+)` \|.*\| (\d+) s \|$", text, re.M)}
+    assert documented == {n: cuda for n, (_, cuda, _) in kit.stages().items()}
+    assert f"The budgets sum to {sum(documented.values()):.0f} s" in text
