@@ -205,3 +205,20 @@ def test_docs_state_the_budgets_the_kit_uses():
                   for m in re.finditer(r"^\| `(\w+)` \|.*\| (\d+) s \|$", text, re.M)}
     assert documented == {n: cuda for n, (_, cuda, _) in kit.stages().items()}
     assert f"The budgets sum to {sum(documented.values()):.0f} s" in text
+
+
+def test_a_speed_row_whose_sides_differ_is_not_timed():
+    from benchmarks.cases import CPU
+    from benchmarks.gpu import speed
+    from benchmarks.peers import Pair
+
+    x = torch.randn(4, 8, requires_grad=True)
+    g = torch.randn(4, 8)
+
+    def make(scale):
+        return lambda s: Pair(lambda: x * 2.0, lambda: x * scale, [x], g)
+    same = speed.compare_here("same", "ours", "peer", CPU, make(2.0), "")
+    assert same["ratio"] > 0 and "relative L2 error 0.0e+00" in same["equivalence"]
+    wrong = speed.compare_here("wrong", "ours", "peer", CPU, make(2.02), "")
+    assert wrong["ratio"] is None and wrong["met"] is False
+    assert "**differ** in float32: relative L2 error 9.9e-03 > 0.0001" == wrong["equivalence"]

@@ -138,7 +138,8 @@ def _built(entry, device: str):
     cfg = mod.Config() if device == "cuda" else mod.Config.tiny()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model = mod.Model(cfg).eval().to(device=device, dtype=dtype)
+    with torch.device(device):  # initialised where it runs (paper sizes on CUDA)
+        model = mod.Model(cfg).eval().to(dtype=dtype)
     ex = {k: x.to(dtype) if x.is_floating_point() else x
           for k, x in mod.example_inputs(cfg=cfg, device=device).items()}
     head = {"model": entry.name, "dtype": str(dtype).replace("torch.", ""),
@@ -175,6 +176,8 @@ def flex_of(entry, device: str) -> dict | None:
     """The statements that can take FlexAttention: on CUDA the model compiled, and the calls
     of flex_context counted (a statement that never reaches it fails); None for a model
     without such statements."""
+    if not hasattr(entry.module, "flex_context"):
+        return None
     mod, model, ex, head = _built(entry, device)
     flexible = flex_statements(model, mod)
     if not flexible:

@@ -47,16 +47,27 @@ def size(ctx, name: str):
     return SIZES[name][0 if ctx.device == "cuda" else 1]
 
 
+def relative_error(pair: Pair) -> float:
+    """The largest relative L2 error ||ours - peer|| / ||peer|| over the outputs and input
+    gradients (robust to bf16's scattered rounding, unlike an elementwise tolerance)."""
+    a, b = pair._outputs(pair.ours), pair._outputs(pair.peer)
+    return max(((x - y).norm() / y.norm().clamp_min(1e-30)).item() if x.shape == y.shape
+               else float("inf") for x, y in zip(a, b))
+
+
 def compare_here(case: str, ours: str, peer: str, s: Settings, make, note: str) -> dict:
-    """peers.compare, with the equivalence checked in the run's dtype (tolerance s.tol)."""
+    """peers.compare, with the equivalence checked in the run's dtype: relative L2 error at
+    most 1e-4 in float32, 5e-2 in bf16 (a wrong weight or term is off by about 1)."""
     try:
         pair = make(s)
     except peers.Missing as e:
         return peers.skipped(case, ours, peer, peers.TARGET, str(e))
-    ok, diff = pair.check(s.tol)
+    err, tol = relative_error(pair), (1e-4 if s.dtype == torch.float32 else 5e-2)
+    ok = err <= tol
     dtype = str(s.dtype).replace("torch.", "")
-    eq = (f"outputs and input gradients agree in {dtype}: max abs diff {diff:.1e} (tol "
-          f"{s.tol:g}); {note}" if ok else f"**differ** in {dtype}: max abs diff {diff:.1e}")
+    eq = (f"outputs and input gradients agree in {dtype}: relative L2 error {err:.1e} (tol "
+          f"{tol:g}); {note}" if ok else f"**differ** in {dtype}: relative L2 error {err:.1e} "
+          f"> {tol:g}")
     if not ok:
         return row(case, ours, peer, None, None, None, peers.TARGET, False, equivalence=eq,
                    skipped="the equivalence check failed")
