@@ -222,3 +222,15 @@ def test_a_speed_row_whose_sides_differ_is_not_timed():
     wrong = speed.compare_here("wrong", "ours", "peer", CPU, make(2.02), "")
     assert wrong["ratio"] is None and wrong["met"] is False
     assert "**differ** in float32: relative L2 error 9.9e-03 > 0.0001" == wrong["equivalence"]
+
+
+def test_flex_calls_are_counted_under_torch_compile(monkeypatch):
+    """On the CPU the generated code never takes FlexAttention (flex_ready wants CUDA); with
+    flex_ready forced, dynamo's eager backend runs the same Python the CUDA run compiles."""
+    entry = models.entries([str(ROOT / "examples" / "alibi.attn")])[0]
+    mod = entry.module
+    cfg = mod.Config.tiny()
+    model, ex = mod.Model(cfg).eval(), mod.example_inputs(cfg=cfg)
+    assert kernels.count_flex(mod, model, ex, backend="eager") == 0
+    monkeypatch.setattr(mod, "flex_ready", lambda q: torch.compiler.is_compiling())
+    assert kernels.count_flex(mod, model, ex, backend="eager") == cfg.layers

@@ -90,16 +90,18 @@ class Recorder:
             **kw)
 
     @contextlib.contextmanager
-    def installed(self, model, hooks: bool = True):
+    def installed(self, model, eager: bool = True):
+        """The wrappers in place; ``eager=False`` (under torch.compile) wraps flex_context
+        alone: no hooks, no SDPA shim for dynamo to trace."""
         mod = self.mod
         F = self.saved["F"] = getattr(mod, "F", torch.nn.functional)
-        if hasattr(mod, "F"):  # (a module that never calls SDPA may not import F)
+        if eager and hasattr(mod, "F"):  # (a module that never calls SDPA may not import F)
             shim = types.SimpleNamespace(**{k: getattr(F, k) for k in dir(F)
                                             if not k.startswith("__")})
             shim.scaled_dot_product_attention = self.sdpa
             mod.F = shim
         handles = []
-        for name, m in statement_modules(model, mod).items() if hooks else ():
+        for name, m in statement_modules(model, mod).items() if eager else ():
             handles.append(m.register_forward_pre_hook(
                 lambda _m, _a, name=fold(name): self.stack.append(name)))
             handles.append(m.register_forward_hook(self.leave))
@@ -113,7 +115,7 @@ class Recorder:
         try:
             yield
         finally:
-            if hasattr(mod, "F"):
+            if eager and hasattr(mod, "F"):
                 mod.F = self.saved["F"]
             if "flex_context" in self.saved:
                 mod.flex_context = self.saved["flex_context"]
@@ -187,17 +189,23 @@ def flex_of(entry, device: str) -> dict | None:
             {"statement": n, "calls": 0, "paths": ["eager"], "ok": True,
              "flex": "FlexAttention on CUDA under torch.compile only (flex_ready)"}
             for n in flexible]}
-    torch._dynamo.reset()
-    rec = Recorder(mod)
-    with rec.installed(model, hooks=False), torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.compile(model)(**ex, validate=False)
-    calls = sum(c["path"].startswith("Flex") for c in rec.calls)
+    calls = count_flex(mod, model, ex)
     statements = [{"statement": n, "calls": calls, "ok": calls > 0,
                    "paths": ["FlexAttention (compiled)" if calls else "eager"],
                    "flex": f"{calls} flex_context call(s) in the model under torch.compile"}
                   for n in flexible]
     return {**head, "statements": statements, "ok": calls > 0}
+
+
+def count_flex(mod, model, ex: dict, backend: str = "inductor") -> int:
+    """The calls of the generated flex_context in one forward of ``model`` under
+    torch.compile (a Python side effect that dynamo replays)."""
+    torch._dynamo.reset()
+    rec = Recorder(mod)
+    with rec.installed(model, eager=False), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(model, backend=backend)(**ex, validate=False)
+    return sum(c["path"].startswith("Flex") for c in rec.calls)
 
 
 def _each(ctx, fn) -> None:
