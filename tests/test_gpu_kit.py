@@ -234,3 +234,26 @@ def test_flex_calls_are_counted_under_torch_compile(monkeypatch):
     assert kernels.count_flex(mod, model, ex, backend="eager") == 0
     monkeypatch.setattr(mod, "flex_ready", lambda q: torch.compiler.is_compiling())
     assert kernels.count_flex(mod, model, ex, backend="eager") == cfg.layers
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--budget", "nosuch=3"], "--budget nosuch=3: no stage `nosuch` (stages: correctness, "),
+    (["--budget", "kernels=soon"], "--budget kernels=soon: expected STAGE=SECONDS, a positive"),
+    (["--budget", "kernels=0"], "--budget kernels=0: expected STAGE=SECONDS, a positive"),
+    (["--models", "no/such.attn"], "--models no/such.attn: no such file or folder"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, args, message):
+    assert kit.main(["--device", "cpu", "--out", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m benchmarks.gpu: error: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "gpu-report.json").exists()
+
+
+def test_a_spec_with_an_error_is_reported_located(tmp_path, capsys):
+    bad = tmp_path / "bad.attn"
+    bad.write_text("paper p {\n  cite = \"x\"\n}\nmodel m {\n  input x: sequence[L, d]\n"
+                   "  output y = identity(nothere)\n}\n", encoding="utf-8")
+    assert kit.main(["--device", "cpu", "--out", str(tmp_path), "--models", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"bad\.attn:\d+:\d+: error: ", err), err
+    assert "Traceback" not in err and not (tmp_path / "gpu-report.json").exists()

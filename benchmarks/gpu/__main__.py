@@ -72,14 +72,40 @@ def warm(models: list[str] | None, names: list[str]) -> None:
     peak_bytes(lambda: torch.ones(8) * 2)
 
 
+class UsageError(Exception):
+    """A command-line error: one line on stderr, exit 2."""
+
+
 def budgets(args, table: dict) -> dict:
     out = {n: (cuda if args.device == "cuda" else cpu) for n, (_, cuda, cpu) in table.items()}
     for item in args.budget or []:
         name, _, seconds = item.partition("=")
         if name not in out:
-            raise SystemExit(f"--budget: no stage `{name}` (stages: {', '.join(out)})")
-        out[name] = float(seconds)
+            raise UsageError(f"--budget {item}: no stage `{name}` (stages: {', '.join(out)})")
+        try:
+            out[name] = float(seconds)
+        except ValueError:
+            out[name] = -1.0
+        if not out[name] > 0:
+            raise UsageError(f"--budget {item}: expected STAGE=SECONDS, a positive number")
     return out
+
+
+def check_models(named: list[str] | None) -> None:
+    """Every --models path exists and compiles (a spec's errors as taxcompile reports them)."""
+    from taxcompile.diagnostics import SpecError
+
+    from .models import entries
+
+    for name in named or []:
+        if not Path(name).exists():
+            raise UsageError(f"--models {name}: no such file or folder")
+    try:
+        entries(named)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+    except (OSError, SyntaxError, ImportError) as e:
+        raise UsageError(f"--models: {type(e).__name__}: {e}") from None
 
 
 def verdict(stage: dict) -> bool:
@@ -117,7 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--device cuda: CUDA is not available (torch {torch.__version__})",
               file=sys.stderr)
         return 2
-    limits = budgets(args, table)
+    try:
+        limits = budgets(args, table)
+        if args.models:
+            check_models(args.models)
+    except UsageError as e:
+        print(f"python -m benchmarks.gpu: error: {e}", file=sys.stderr)
+        return 2
     small = args.device == "cpu"
     env = environment(args.device)
     print(f"{env['device_name']}, torch {env['torch']}, CUDA {env['cuda']}, driver "
