@@ -42,7 +42,9 @@ def environment(device: str) -> dict:
            "python": platform.python_version(), "threads": torch.get_num_threads(),
            "device_name": platform.processor() or platform.machine()}
     if device == "cuda":
-        env["device_name"] = torch.cuda.get_device_name(0)
+        props = torch.cuda.get_device_properties(0)
+        env.update(device_name=props.name, memory_gib=round(props.total_memory / 2 ** 30, 1),
+                   capability=f"{props.major}.{props.minor}")
         if shutil.which("nvidia-smi"):
             p = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
                                 "--format=csv,noheader"], capture_output=True, text=True)
