@@ -3,7 +3,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp-install
 
-.PHONY: venv install graphviz test fuzz demo bench clean
+.PHONY: venv install graphviz test fuzz demo bench gpu-check clean
 
 venv: $(BIN)/python
 
@@ -92,6 +92,13 @@ demo: $(DEMO_STAMP) graphviz
 # Generated code against PyTorch baselines measured in the same run (see README).
 bench: install $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks --json bench.json --plot docs
+
+# The GPU proof kit (docs/gpu.md): correctness, kernels, speed and memory on one CUDA device,
+# each stage under a time budget; writes gpu-report.json and gpu-report.md. DEVICE=cpu runs
+# it at small sizes on a machine without one (as CI does); empty: cuda where there is one.
+DEVICE ?=
+gpu-check: $(STAMP) $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.gpu $(if $(DEVICE),--device $(DEVICE))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info
