@@ -195,6 +195,39 @@ def test_more_queries_than_keys_need_an_offset(term):
                                atol=1e-10, rtol=1e-9)
 
 
+@pytest.mark.parametrize("term", ["alibi", "relative_keys", "transformer_xl"])
+def test_flex_path_places_the_queries_too(term, monkeypatch):
+    """Under torch.compile the module's fast path is flex_context (the score_mod reads
+    i + past, the block mask keeps j <= past + i): a query suffix and an offset give the
+    explicit path's rows there too. flex_ready is forced on for CPU inference and the traced
+    graph runs as it is (tests/test_position_terms.py says why)."""
+    import copy
+
+    lay = copy.deepcopy(make_layer(term, "causal")).float()
+    module = inspect.getmodule(type(lay))
+    monkeypatch.setattr(module, "flex_ready", lambda q: torch.compiler.is_compiling()
+                        and not torch.is_grad_enabled())
+    x = features(L=9).float()
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(lay, backend=record, fullgraph=True)
+        with torch.no_grad():
+            full = lay(x, x, x, return_attention=True)[0]  # the explicit path
+            suffix = compiled(x[:, -4:], x, x, validate=False)
+            mid = compiled(x[:, 3:6], x, x, validate=False, offset=3)
+        torch.testing.assert_close(suffix, full[:, -4:], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(mid, full[:, 3:6], atol=1e-5, rtol=1e-5)
+        assert graphs and all("flex_attention" in g for g in graphs)
+    finally:
+        torch._dynamo.reset()
+
+
 def test_the_reference_tells_the_positions_apart():
     """Numbering the suffix's queries from 0 gives other numbers (what the layer did)."""
     for term in ("rotary", "alibi", "relative", "transformer_xl"):

@@ -148,7 +148,8 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     # layer file it wrote and nobody edited (files.sealed)
     return seal(e.get_template("layer.py.j2").render(**ctx, imports=True, math="math" in used,
                                                      functional="F" in used,
-                                                     warnings="warnings" in used))
+                                                     warnings="warnings" in used,
+                                                     flex="flex_attention" in used))
 
 
 def start_default(cm: checks.CheckedModel, n: ir.Attention) -> str:
