@@ -260,6 +260,20 @@ def test_local_monotonic_layer_places_its_window():
     assert "start = 0" in text and "start = k.shape[1] - q.shape[1]" not in text
 
 
+def test_lsh_layer_refuses_a_shorter_query_set():
+    """LSH attention hashes the queries as keys (shared QK, Kitaev et al.): fewer queries than
+    keys have no bucket of their own; a clear error, not a reshape failure inside."""
+    from conftest import ROOT
+
+    cs = pipeline.load(ROOT / "examples" / "kitaev2020_reformer.attn")
+    mod = load_module(layer.generate(cs, cs.models[0], "self", "r.attn"), "_taxcompile_qpos_lsh")
+    lay = mod.Layer(mod.Config()).eval()
+    x = torch.randn(2, 16, lay.cfg.d_k)
+    with pytest.raises(ValueError, match="shared QK.*Lq = 3, Lk = 16"):
+        lay(x[:, -3:], x, x)
+    assert lay(x, x, x).shape[:2] == (2, 16)
+
+
 # ---- 2. generate() ----------------------------------------------------------------------------
 
 LM = """

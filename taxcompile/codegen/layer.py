@@ -141,7 +141,8 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
         cls=cls, view=view, q=q, k=k, v=v, fields=fields, helpers=helpers, klass=klass,
         ctor=call, fast=bool(fast_path(n, dot_form(n))),
         extras=bool(mech.align(n.align.fn).extras) or n.penalty is not None or bool(n.capsules),
-        structural=n.mask, start=start_default(cm, n) if view.start else "")
+        structural=n.mask, start=start_default(cm, n) if view.start else "",
+        shared_qk=mech.align(n.align.fn).shared_qk)
     text = e.get_template("layer.py.j2").render(**ctx, imports=False)
     used = names(text)
     # sealed: the header carries the hash of the rest, so that `compile` replaces only a
