@@ -226,15 +226,17 @@ def check_sizes(inputs: dict) -> None:
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
-             device: torch.device) -> torch.Tensor | None:
+             device: torch.device, past: int | None = None) -> torch.Tensor | None:
     """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
     padding mask key_mask (N, Lk) combined with a structural mask over one sequence, "causal"
     (j <= i), "forward" (j < i) or "backward" (j > i, DiSAN's directional masks). With fewer
-    queries than keys (generate()'s KV cache) the queries are the last Lq positions."""
+    queries than keys (generate()'s KV cache) the queries are the last Lq positions; `past`
+    places query i at past + i instead (a module's `offset`)."""
     if mask == "none":
         return None if key_mask is None else key_mask[:, None, None, :]
     keep = torch.ones(Lq, Lk, dtype=torch.bool, device=device)  # (Lq, Lk)
-    past = Lk - Lq  # keys before the first query: 0 unless decoding with a KV cache
+    if past is None:
+        past = Lk - Lq  # keys before the first query: 0 unless decoding with a KV cache
     keep = keep.tril(past) if mask == "causal" else keep.tril(past - 1) if mask == "forward" \
         else keep.triu(past + 1)
     keep = keep if key_mask is None else keep & key_mask[:, None, :]  # (N | 1, Lq, Lk)

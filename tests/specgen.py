@@ -362,10 +362,8 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
                 f.pop(x, None)
             if f.get("penalty", "").startswith("coverage"):
                 f.pop("penalty")
-        if "mem_len" in f:  # the queries after the memory: only XL's term counts it
-            if f.get("position") != "transformer_xl":
-                f.pop("position", None)
-            for x in ("bias", "coverage", "capsules"):
+        if "mem_len" in f:  # the queries after the memory: every position term here counts it
+            for x in ("coverage", "capsules"):
                 f.pop(x, None)
             if f.get("align", "").startswith(("local", "sigmoid")):
                 f["align"] = "global"

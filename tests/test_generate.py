@@ -315,8 +315,8 @@ model lm {
 
 @pytest.mark.parametrize("example", ["alibi", "rotary"])
 def test_position_terms_decode_as_the_full_run(tmp_path, example):
-    """A position term in the scores (ALiBi, rotary) indexes the whole target: generate()
-    re-runs the model, and writes the tokens of a greedy loop over full runs."""
+    """A position term in the scores (ALiBi, rotary) places the step's query after the
+    cached keys: generate() writes the tokens of a greedy loop over full runs."""
     subprocess.run([sys.executable, "-m", "taxcompile", "compile",
                     str(ROOT / "examples" / f"{example}.attn"), "-o", str(tmp_path)],
                    check=True, capture_output=True)

@@ -332,7 +332,7 @@ def test_memory_changes_no_cell():
     assert "previous segment" in reason and "the queries still the segment's own" in reason
 
 
-@pytest.mark.parametrize("name", ["mem_len_two_features", "mem_len_rotary"])
+@pytest.mark.parametrize("name", ["mem_len_two_features", "mem_len_gaussian"])
 def test_memory_error_snapshot(name):
     got, want = error_snapshot(name)
     assert got == want
@@ -341,7 +341,8 @@ def test_memory_error_snapshot(name):
 def test_generate_decodes_from_a_kv_cache_as_the_full_run(tmp_path):
     """Transformer-XL's distances count the keys before the first query, so generate()
     steps on the new token alone (a KV cache, query at position t), and writes the tokens of
-    a greedy loop over full runs of the prefix (Shaw's, rotary and ALiBi re-run instead)."""
+    a greedy loop over full runs of the prefix (Shaw's, rotary and ALiBi too:
+    tests/test_query_positions.py)."""
     path = ROOT / "examples" / "dai2019_transformer_xl.attn"
     cs = pipeline.load(path)
     mod = load_module(codegen.generate(cs, cs.models[0], str(path)), "_taxcompile_xl_generate")

@@ -5,7 +5,8 @@ a sequence over itself); the memory's positions are extra keys, so what fixes th
 number or pairs each query with each key from the data (a mask input, a graph), and
 coverage's per-query loop, capsules and an affinity matrix are refused, and so are a
 decoder loop's step, and position terms and alignments that place query i at its index in
-the segment rather than after the memory (a record's ``counts_past``)."""
+the segment rather than after the memory (a position term without ``counts_past``: the
+Gaussian bias)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ def segment_fits(checker, f) -> bool:
     for rec, m in mech.modifiers(n):
         if not rec.counts_past:
             checker.err(m.loc, f"{where}: with `mem_len` query i sits after the memory's "
-                        f"positions, which `{rec.name}` does not count (it indexes the "
-                        "queries from 0)", "use `position = transformer_xl`, whose distance "
-                        "counts the memory (Dai et al. §3.3)")
+                        f"positions, which `{rec.name}` does not place (its centre and "
+                        "window scale with the whole length of the keys)", "use a position "
+                        "term whose distances count the memory: `position = transformer_xl` "
+                        "(Dai et al. §3.3), `rotary`, `relative(…)` or `bias = alibi`")
             return False
     return True
 

@@ -67,6 +67,9 @@ class AttentionView:
     keys_once: bool = False  # project_keys(k): W2 k + b, computed once by a decoder (wk=)
     templates: Templates | None = None  # the mechanisms' templates attention.py.j2 composes
     start: bool = False  # forward() takes `start`, the first query's position (p = t, eq. 27)
+    # forward() takes `offset`, query 0's position among the keys' (a position term; default
+    # Lk - Lq, the last positions)
+    offset: bool = False
     needs: frozenset[str] = frozenset()  # locals of forward() the templates read ("H")
     score_terms: bool = False  # position terms in the scores: one score_mod for every path
     attention: ir.Attention | None = None  # the statement (the heads/ templates read it)
@@ -216,6 +219,7 @@ def attention_class(p, n: ir.Attention) -> str:
         templates=Templates(score.template, align.template, mech.HEADS_OUT[heads_out].template,
                             tuple(m.template for m in mods), tuple(m.template for m in extra)),
         start=align.holds("step_start", n.align),
+        offset=any(m.counts_past for m in mods),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
         score_terms=any(m.in_scores for m in mods), attention=n, scaled=score.scaled,
         kv_heads=bool(n.kv_heads))

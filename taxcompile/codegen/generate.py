@@ -12,10 +12,10 @@ generate() runs the model one new token at a time through ``forward(..., cache=.
 * positions on the target axis start at ``past`` (the tokens already decoded).
 
 A model whose target side mixes positions in another way (a recurrent model over the target
-without ``feed``, attention over the target without a causal mask, or with a position term
-in its scores: relative, rotary, ALiBi, Gaussian; not Transformer-XL's, whose distances
-count the cached keys) gets a generate() that re-runs the whole model on the prefix at
-every step (the same tokens, slower)."""
+without ``feed``, attention over the target without a causal mask, or with the Gaussian
+bias in its scores; not relative, rotary, ALiBi or Transformer-XL's terms, which place
+the step's query after the cached keys: ``counts_past``) gets a generate() that re-runs the
+whole model on the prefix at every step (the same tokens, slower)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def setup(p) -> None:
             if mech.align(nd.align.fn).by_query_index and nd.id not in loops:
                 incremental = False  # windows placed by the query's index in the whole target
             if (keys & tgt) and not all(rec.counts_past for rec, _ in mech.modifiers(nd)):
-                incremental = False  # position terms index the queries from 0, not `past`
+                incremental = False  # a term that does not place the query after `past`
             exprs = [e for e in (nd.query, nd.keys, nd.values) if e is not None]
         elif isinstance(nd, ir.Node):
             exprs = [nd.expr]

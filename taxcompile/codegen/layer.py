@@ -141,14 +141,27 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
         cls=cls, view=view, q=q, k=k, v=v, fields=fields, helpers=helpers, klass=klass,
         ctor=call, fast=bool(fast_path(n, dot_form(n))),
         extras=bool(mech.align(n.align.fn).extras) or n.penalty is not None or bool(n.capsules),
-        structural=n.mask)
+        structural=n.mask, start=start_default(cm, n) if view.start else "",
+        shared_qk=mech.align(n.align.fn).shared_qk)
     text = e.get_template("layer.py.j2").render(**ctx, imports=False)
     used = names(text)
     # sealed: the header carries the hash of the rest, so that `compile` replaces only a
     # layer file it wrote and nobody edited (files.sealed)
     return seal(e.get_template("layer.py.j2").render(**ctx, imports=True, math="math" in used,
                                                      functional="F" in used,
-                                                     warnings="warnings" in used))
+                                                     warnings="warnings" in used,
+                                                     flex="flex_attention" in used))
+
+
+def start_default(cm: checks.CheckedModel, n: ir.Attention) -> str:
+    """Where the layer puts its queries when forward() is given no ``start`` (a window
+    centred at the query's position, local-m): "last", the last Lq of the keys' positions,
+    for a statement over its own query sequence (as its structural mask does); "first", each
+    sequence from 0, for queries of another sequence (Luong et al.'s target over the
+    source)."""
+    info = cm.attention[n.id]
+    own = info.query_mode == "sequence" and cm.shapes[n.id].axes[-1] == info.attended
+    return "last" if own else "first"
 
 
 def safe(text: str) -> str:

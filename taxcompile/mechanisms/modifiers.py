@@ -33,7 +33,8 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
               ctor=(CtorArg("clip", "int", owner="position", field="clip", sym="k",
                             comment="k: distances clipped to [-k, k] (Shaw et al. eq. 15)"),),
               template="position/relative.py.j2",
-              helpers=("rel_distance", "score_table", "score_grid"), in_scores=True, qk=True),
+              helpers=("rel_distance", "score_table", "score_grid", "query_offset"),
+              in_scores=True, qk=True, counts_past=True),
     Mechanism("position", "rotary", (P("base", "float", False, 10000.0),),
               reason="rotary positions turn q and k before the dot product, so q'·k' depends "
                      "on j - i: still the same q·k score",
@@ -43,8 +44,8 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
               ctor=(CtorArg("base", "float", "10000.0", owner="position", field="base",
                             unset=10000.0,
                             comment="theta_i = base^(-2i/d) (RoPE)"),),
-              template="position/rotary.py.j2", helpers=("rotary",), qk=True, pairs=True,
-              detail=" (base {base:g})"),
+              template="position/rotary.py.j2", helpers=("rotary", "query_offset"), qk=True,
+              pairs=True, detail=" (base {base:g})", counts_past=True),
     Mechanism("position", "transformer_xl",
               reason="Transformer-XL's relative terms q_i^T W_R R_(i-j) + u^T k_j + v^T W_R "
                      "R_(i-j) added to q_i^T k_j (Dai et al. 2019, section 3.3): still the same "
@@ -56,8 +57,8 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
                   "sinusoids of the distance r = i - j (keys before the first query "
                   "counted), W_R, u and v learned per head.",
               template="position/transformer_xl.py.j2",
-              helpers=("rel_sinusoids", "score_table", "score_grid"), in_scores=True, qk=True,
-              counts_past=True),
+              helpers=("rel_sinusoids", "score_table", "score_grid", "query_offset"),
+              in_scores=True, qk=True, counts_past=True),
 )}
 
 BIASES: dict[str, Mechanism] = {m.name: m for m in (
@@ -67,8 +68,8 @@ BIASES: dict[str, Mechanism] = {m.name: m for m in (
               label="ALiBi bias", class_part="ALiBi",
               doc="ALiBi (Press et al.): -m_h |i - j| added to the scores before the "
                   "alignment, m_h = 2^(-8h/H) (the causal form under the causal mask).",
-              template="bias/alibi.py.j2", helpers=("alibi_slopes", "score_grid"),
-              in_scores=True),
+              template="bias/alibi.py.j2", helpers=("alibi_slopes", "score_grid", "query_offset"),
+              in_scores=True, counts_past=True),
     Mechanism("bias", "gaussian",
               reason="Yang et al.'s Gaussian bias -(j - P_i)^2 / (2 sigma_i^2) is added to "
                      "every score before the alignment: the score function is unchanged and "

@@ -145,7 +145,8 @@ class Mechanism(NamedTuple):
     # query must be the keys (shared QK), checked in taxcompile/check/lsh.py
     shared_qk: bool = False
     # a position term that places query i at Lk - Lq + i (the keys of a KV cache or of a
-    # segment memory come first), so generate() can run a step on the new token alone
+    # segment memory come first; the class's forward() takes `offset` to place it elsewhere),
+    # so generate() can run a step on the new token alone
     counts_past: bool = False
 
     def variant_doc(self, setting: str) -> str | None:
