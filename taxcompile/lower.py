@@ -8,10 +8,11 @@ What is checked where: lowering reports the errors that one statement shows on i
 read against the names declared before it (a bad identifier or reserved name, an unknown
 or repeated field, option or parameter, a value of the wrong type or out of range, an
 unknown name or hop, a variant's ambiguous ``update``, the spec's node budget); a
-statement that fails here does not reach the IR. Cross-entry checks, which need the whole
-model (forward references, cycles, shapes, whether a mechanism fits its statement,
-decoders), live in ``checks.py``. ``taxcompile/lowering/__init__.py`` lists which part
-reports what."""
+statement that fails here does not reach the IR, and the name it defines is known as
+refused (``Scope.poisoned``): its uses report nothing more, one error per cause.
+Cross-entry checks, which need the whole model (forward references, cycles, shapes,
+whether a mechanism fits its statement, decoders), live in ``checks.py``.
+``taxcompile/lowering/__init__.py`` lists which part reports what."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class Lowerer(Spec, Inputs, Attentions, Repeats, Names):
         models = [i for i in self.module.items if isinstance(i, ast.Model)]
         for item in self.module.items:
             if isinstance(item, ast.Let):
+                v = None
                 if self.check_ident(item.name, item.pos, "constant"):
                     if item.name in self.consts:
                         self.err(item.pos, f"constant `{item.name}` is defined twice")
@@ -54,11 +56,14 @@ class Lowerer(Spec, Inputs, Attentions, Repeats, Names):
                     if v is not None:
                         self.consts[item.name] = v
                         self.const_syms[item.name] = self.sym(item.value, None)
+                if v is None and item.name not in self.consts:
+                    self.poisoned.add(item.name)  # reported: its uses are not again
         paper = self.paper(papers)
         if not models:
             self.err(ast.Pos(1, 1), "the spec defines no model",
                      "add `model NAME { … }` with inputs, features and attention modules")
         by_name: dict[str, ast.Model] = {}
+        refused: set[str] = set()  # models whose name was refused (reported)
         out: list[ir.Model] = []
         for m in models:
             if self.budget.exceeded:  # past MAX_SPEC_NODES: the rest is not lowered
@@ -66,6 +71,7 @@ class Lowerer(Spec, Inputs, Attentions, Repeats, Names):
             # a model's name is only a file name (`paper_model.py`) and text in the
             # generated code, so `global` (Luong et al.'s global attention) is a fine one
             if not self.check_ident(m.name, m.pos, "model", python_keywords=True):
+                refused.add(m.name)
                 continue
             if m.name in by_name:
                 self.err(m.pos, f"model `{m.name}` is defined twice")
@@ -73,6 +79,8 @@ class Lowerer(Spec, Inputs, Attentions, Repeats, Names):
             body = m.body
             if m.base is not None:
                 base = by_name.get(m.base)
+                if base is None and m.base in refused:
+                    continue  # the base's name was refused, and reported there
                 if base is None:
                     self.err(m.base_pos or m.pos, f"unknown base model `{m.base}`",
                              "a variant extends a model defined above it: " + suggest(m.base, by_name)
@@ -92,7 +100,8 @@ class Lowerer(Spec, Inputs, Attentions, Repeats, Names):
     # ---- models -------------------------------------------------------------------
 
     def model(self, m: ast.Model) -> ir.Model | None:
-        scope = Scope("", Scope("", None, consts=self.consts))  # top-level `let`s outside
+        # top-level `let`s outside
+        scope = Scope("", Scope("", None, consts=self.consts, poisoned=self.poisoned))
         self.m = ModelState(scope, m.pos)
         before = len(self.c.diagnostics)
         self.body(m.body, scope)
@@ -127,12 +136,14 @@ class Lowerer(Spec, Inputs, Attentions, Repeats, Names):
         try:
             for s in stmts:
                 if isinstance(s, ast.Let):
-                    if self.check_ident(s.name, s.pos, "constant"):
-                        v = self.const(s.value, scope)
-                        if v is not None:
-                            scope.consts[s.name] = v
-                            if scope is self.m.scope:
-                                self.m.consts.append((s.name, v, self.sym(s.value, scope)))
+                    v = self.const(s.value, scope) \
+                        if self.check_ident(s.name, s.pos, "constant") else None
+                    if v is None:
+                        scope.poisoned.add(s.name)  # reported: its uses are not again
+                    else:
+                        scope.consts[s.name] = v
+                        if scope is self.m.scope:
+                            self.m.consts.append((s.name, v, self.sym(s.value, scope)))
                 elif isinstance(s, ast.Input):
                     self.input(s, scope)
                 elif isinstance(s, ast.Feature):

@@ -40,7 +40,8 @@ _GRAMMAR_CANDIDATES = (
 _EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "expected `=` after the field name": (
         "write fields as `name = value`, e.g. `heads = 8`",
-        ["attention a { heads 8 }", "paper p { ref 3 }", "attention a { score }"],
+        ["model m { attention a { heads 8 } }", "paper p { ref 3 }",
+         "model m { attention a { score } }"],
     ),
     "expected `=` after the name": (
         "statements read `feature x = embed(src, 256)` and `let d = 512`",
@@ -48,7 +49,7 @@ _EXAMPLES: dict[str, tuple[str, list[str]]] = {
     ),
     "missing value after `=`": (
         "give a value: a number, a name, a string or a call like `linear(x, 64)`",
-        ["let d =", "model m { feature x = }", "attention a { heads = }",
+        ["let d =", "model m { feature x = }",
          "model m { attention a { heads = } }"],
     ),
     "missing `}` to close the block": (
@@ -80,7 +81,7 @@ _EXAMPLES: dict[str, tuple[str, list[str]]] = {
     ),
     "expected a block name": (
         "name the block, e.g. `model transformer { … }` or `attention enc_self { … }`",
-        ["model { }", "attention { }", "paper { }", "repeat { }"],
+        ["model { }", "model m { attention { } }", "paper { }", "model m { repeat { } }"],
     ),
     "expected an input kind and dimensions, e.g. `input src: tokens[S] (vocab = 30000)`": (
         "inputs read `input NAME: KIND[axes…, dim]`",
@@ -102,6 +103,19 @@ _EXAMPLES: dict[str, tuple[str, list[str]]] = {
 }
 
 
+class _WholeWords:
+    """lark's contextual lexer tries only the terminals that fit the parser's state; where
+    only keywords fit, it took a keyword's prefix of a longer word (`outputs` read as
+    `output s`). With NAME always among the tried terminals, the longest word is read,
+    and it is a keyword only when it is one whole (lark retypes a NAME spelled as a
+    keyword that fits the state); tokens pass through unchanged."""
+
+    always_accept = ("NAME",)
+
+    def process(self, stream):
+        return stream
+
+
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
     from lark import Lark
@@ -109,7 +123,8 @@ def _parser() -> Lark:
     for path in _GRAMMAR_CANDIDATES:
         if path.exists():
             return Lark(path.read_text(encoding="utf-8"), parser="lalr", cache=True,
-                        propagate_positions=True, maybe_placeholders=True)
+                        propagate_positions=True, maybe_placeholders=True,
+                        postlex=_WholeWords())
     raise FileNotFoundError("grammar/attn.lark not found next to the taxcompile package")
 
 
@@ -152,9 +167,21 @@ def _example_index() -> dict:
     return {"exact": exact, "state": by_state}
 
 
+_STATEMENT = next(label for label in _EXAMPLES if label.startswith("expected a statement"))
+_TOP_LEVEL = next(label for label in _EXAMPLES if label.endswith("at the top level"))
+
+
 def _match(e: UnexpectedInput) -> str | None:
+    # Where a statement or a top-level item may start, lark's accepted terminals (worked
+    # out from the whole stack) say which: one parser state (after `let d = 3`) serves
+    # both, and every place a block can close is more than the examples can list.
     index = _example_index()
     position, ttype = _key(e)
+    accepts = set(getattr(e, "accepts", None) or ())
+    if ttype != "$END" and {"INPUT", "FEATURE", "ATTENTION", "REPEAT"} <= accepts:
+        return _STATEMENT
+    if ttype != "$END" and {"PAPER", "MODEL", "LET"} <= accepts:
+        return _TOP_LEVEL
     return index["exact"].get((position, ttype)) or index["state"].get(position)
 
 

@@ -45,6 +45,9 @@ TEMPORARIES = frozenset({"t", "out", "penalty", "state", "ctx", "g", "outputs", 
 # bind these in the same function as the free axes' lengths; `L` is rebound only after
 # the last use of an axis, so an axis may be called `L`.
 EXAMPLE_LINE_LOCALS = frozenset({"out", "keep", "E", "dst", "src", "gold"})
+# Config fields the code generator adds beside the spec's constants and axes
+# (codegen/config.py: the rows of a learned position table).
+CONFIG_FIELDS = frozenset({"max_len"})
 # nn.Module's attributes (torch 2.13, public and private): a submodule attribute of that
 # name would hide the method (`self.compile = …` and model.compile() breaks).
 # tests/test_reserved_names.py compares the list with dir(torch.nn.Module).
@@ -169,12 +172,21 @@ def _class_methods() -> frozenset[str]:
 
 
 def _config_body_names() -> frozenset[str]:
-    """The names Config's class body reads (``classmethod``, ``property``), its methods
-    among them."""
+    """Config's own attributes (its methods: ``tiny``, ``__post_init__``) and the names its
+    class body reads once the fields are bound (the decorators ``property``,
+    ``classmethod``): the statements at the class body's level. What its methods bind or
+    read (``__post_init__``'s loop variables, ``ValueError``) is their own scope or the
+    module's, which a field cannot hide; annotations are not evaluated (``from __future__
+    import annotations``)."""
     text = dict(_templates())["model.py.j2"]
     body = text[text.index("class Config"):text.index("class Output")]
-    return frozenset({n for n in _code_names(body) if not n.startswith("_j")}
-                     - set(keyword.kwlist) - {"Config", "self", "cls"})
+    names: set[str] = set()
+    for line in _NOT_CODE.sub(" ", body).splitlines()[1:]:
+        if not line.startswith("    ") or line.startswith("     "):
+            continue  # a method's body, or what follows the class
+        method = re.match(r"\s*def\s+(\w+)", line)
+        names |= {method.group(1)} if method else _code_names(line)
+    return frozenset(n for n in names if not n.startswith("_j")) - set(keyword.kwlist)
 
 
 def _example_inputs_names() -> frozenset[str]:
@@ -251,9 +263,11 @@ def module_attrs() -> frozenset[str]:
 
 @lru_cache(maxsize=None)
 def config_names() -> frozenset[str]:
-    """What a Config field (a ``let``, a fixed axis) may not be called: Config's methods and
-    the names its class body reads (``classmethod``, ``property``)."""
-    return _stored("config_body") | class_methods()
+    """What a Config field (a ``let``, a fixed axis) may not be called: Config's methods, the
+    names its class body reads (``classmethod``, ``property``) and the fields the code
+    generator adds. A field is an attribute of Config alone (the code reads ``cfg.NAME``),
+    so the other classes' methods and the names of Config's methods' scopes are free."""
+    return _stored("config_body") | CONFIG_FIELDS
 
 
 @lru_cache(maxsize=None)

@@ -35,8 +35,7 @@ NAMES = {
         "outputs", "tiny"
     }),
     "config_body": frozenset({
-        "ValueError", "__post_init__", "axis", "classmethod", "dataclass", "f", "factor",
-        "n", "property", "tiny"
+        "__post_init__", "classmethod", "property", "tiny"
     }),
     "example_inputs": frozenset({
         "B", "Config", "batch_size", "cfg", "device", "dict", "example_inputs", "g", "int",

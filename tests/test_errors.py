@@ -80,7 +80,8 @@ HOP_LABEL = "expected a hop count after the repeat name, e.g. `repeat encoder 6 
 STMT_LABEL = ("expected a statement (`input`, `feature`, `query`, `output`, `update`, "
               "`attention`, `affinity`, `repeat` or `let`)")
 STMT_HINT = "a model body holds statements such as `feature x = embed(src, 256)`"
-TOP_HINT = "expected one of: end of file, `let`, `model`, `paper`"
+TOP_LABEL = "expected `paper`, `let` or `model` at the top level"
+TOP_HINT = "a spec holds one `paper { … }` block, `let` constants and `model` blocks"
 CHAR_HINT = "names are letters, digits and `_`; comments start with `#`"
 IDENT_HINT = "use letters, digits and `_`, e.g. `enc_self`"
 BRACE = "unexpected end of file: missing `}` to close the block"
@@ -160,11 +161,11 @@ CASES: list[Case] = [
          "complete the arithmetic, e.g. `d / heads`"),
     # ---- syntax: stray statements, unknown characters, keyword misuse ------------------
     Case("stray_feature_at_top_level", PAPER + "feature x = embed(src, 3)\n", 2, 1,
-         "unexpected `feature`", TOP_HINT),
+         TOP_LABEL + "; found `feature`", TOP_HINT),
     Case("stray_assignment_at_top_level", PAPER + "x = 3\n" + MODEL, 2, 1,
-         "unexpected `x`", TOP_HINT),
+         TOP_LABEL + "; found `x`", TOP_HINT),
     Case("stray_update_at_top_level", PAPER + "update x = 3\n" + MODEL, 2, 1,
-         "unexpected `update`", TOP_HINT),
+         TOP_LABEL + "; found `update`", TOP_HINT),
     Case("unknown_char_at", spec("feature y = x @ x"), BODY, 19,
          "unexpected character '@'", CHAR_HINT),
     Case("unknown_char_dollar", top("let $d = 3"), 2, 5, "unexpected character '$'", CHAR_HINT),
@@ -176,7 +177,7 @@ CASES: list[Case] = [
          STMT_LABEL + "; found `model`", STMT_HINT),
     Case("keyword_typo", spec("atention b { query = x  keys = x  score = general }"), BODY, 5,
          STMT_LABEL + "; found `atention`", "did you mean `attention`?"),
-    Case("keyword_typo_top_level", top("modle n { }"), 2, 1, "unexpected `modle`",
+    Case("keyword_typo_top_level", top("modle n { }"), 2, 1, TOP_LABEL + "; found `modle`",
          "did you mean `model`?"),
     # ---- syntax: repeat ------------------------------------------------------------------
     Case("repeat_without_count", spec("repeat r { update x = norm(x) }"), BODY, 14,

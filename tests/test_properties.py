@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from taxcompile import codegen
+from taxcompile import codegen, parser
 from taxcompile.classify import DIMENSIONS
 from taxcompile.diagnostics import SpecError, visible
 from taxcompile.pipeline import classify_spec, load_text
@@ -217,9 +217,28 @@ def m_truncate(draw, text: str) -> str:
     return text[:_pos(draw, text)]
 
 
+# The grammar's keywords (`model`, `output`, …), read from the grammar itself.
+GRAMMAR_KEYWORDS = tuple(sorted(parser._keywords().values()))
+GLUE_RE = re.compile(r"\b(" + "|".join(GRAMMAR_KEYWORDS) + r")(\s+)[A-Za-z_]")
+# A keyword that starts a statement (first on its line) and the name after it.
+STATEMENT_GLUE_RE = re.compile(r"^[ \t]*(" + "|".join(GRAMMAR_KEYWORDS) + r")([ \t]+)"
+                               r"[A-Za-z_]", re.M)
+
+
+def glue(text: str, m: re.Match) -> str:
+    """``text`` with the white space after the keyword of ``m`` removed."""
+    return text[:m.start(2)] + text[m.end(2):]
+
+
+def m_glue_keyword(draw, text: str) -> str:
+    """A keyword glued to the word after it (`output s = …` -> `outputs = …`)."""
+    matches = list(GLUE_RE.finditer(text))
+    return glue(text, draw(st.sampled_from(matches))) if matches else text
+
+
 MUTATIONS = {f.__name__[2:]: f for f in (
     m_delete_range, m_insert, m_duplicate_line, m_delete_line, m_swap_lines,
-    m_replace_number, m_replace_identifier, m_replace_keyword, m_truncate)}
+    m_replace_number, m_replace_identifier, m_replace_keyword, m_truncate, m_glue_keyword)}
 
 
 @st.composite
@@ -260,6 +279,27 @@ def test_semantic_mutations_never_crash(case):
     checks and classification stages."""
     name, text = case
     event(assert_front_end_ok(text, "mutant_" + name))
+
+
+def test_a_glued_statement_keyword_in_each_spec_is_refused_where_it_stands():
+    """Every statement of every spec, its keyword glued to its name (`outputs = …`,
+    `modelm {`): refused with a located "expected …; found `outputs`", never read as the
+    keyword and a shorter name."""
+    cases = 0
+    for name, text in SPECS:
+        for m in STATEMENT_GLUE_RE.finditer(text):
+            mutant = glue(text, m)
+            word = IDENT_RE.match(mutant, m.start(1)).group()
+            line = text.count("\n", 0, m.start(1)) + 1
+            column = m.start(1) - (text.rfind("\n", 0, m.start(1)) + 1) + 1
+            with pytest.raises(SpecError) as info:
+                load_text(mutant, name)
+            first = info.value.diagnostics[0]
+            assert (first.loc.line, first.loc.column) == (line, column), (name, line, word)
+            assert first.message.startswith("expected"), (name, line, first.message)
+            assert first.message.endswith(f"; found `{word}`"), (name, line, first.message)
+            cases += 1
+    assert cases > 100
 
 
 # Targeted reproducers (examples, not properties) for the odd characters.

@@ -20,7 +20,7 @@ from .features import Features
 from .heads import FIELDS as HEAD_FIELDS
 from .heads import head_fields
 from .inputs import MASK_KINDS
-from .names import Scope
+from .names import POISONED, Scope
 from .penalties import Penalties
 from .routing import routed, routing_field
 from .segment import segment_memory
@@ -209,6 +209,8 @@ class Attentions(Features, Penalties):
         for x in parts:
             look = (scope.lookup(x.name) if isinstance(x, ast.Ref) and len(x.parts) == 1
                     else None)
+            if look is POISONED:
+                return None, None  # refused where it is defined, and reported there
             found = look[1] if look and look[0] == "node" else None
             node = next((n for n in self.m.nodes if n.id == found), None) if found else None
             if isinstance(node, ir.Input):

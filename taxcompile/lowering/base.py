@@ -92,6 +92,7 @@ class LowerBase:
         self.c = Collector(file, source)
         self.consts: dict[str, ir.Scalar] = {}  # the spec's top-level `let`s
         self.const_syms: dict[str, str | None] = {}  # `let` name -> its expression (Config)
+        self.poisoned: set[str] = set()  # top-level `let`s refused (names.Scope.poisoned)
         self.defining = Defining()
         self.budget = Budget()
         self.m: ModelState | None = None  # the model being lowered

@@ -12,7 +12,7 @@ from .. import ast, ir
 from ..ops import ACTIVATIONS, GATED_ACTS, P
 from ..suggest import alias, not_one_of, suggest
 from .base import FLOAT32_MAX, MAX_INT, LowerBase, NotConstant, show
-from .names import Scope
+from .names import POISONED, Scope
 
 
 class Constants(LowerBase):
@@ -38,6 +38,8 @@ class Constants(LowerBase):
             found = scope.lookup(e.name) if scope else None
             if found is None and e.name in self.consts:
                 found = ("const", self.consts[e.name])
+            if found is None and e.name in self.poisoned or found is POISONED:
+                return None  # a `let` refused where it is defined, and reported there
             if found is None or found[0] != "const":
                 known = list(self.consts) + (list(scope.consts) if scope else [])
                 self.err(e.pos, f"unknown constant `{e.name}`",

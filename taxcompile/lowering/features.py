@@ -14,7 +14,7 @@ from ..ops import NAMED  # parameters that name a node (`feed = att`, `init = s0
 from ..suggest import suggest
 from .base import Defining
 from .constants import Constants
-from .names import Scope
+from .names import POISONED, Scope
 
 NAMED_HINT = {
     "feed": ("`feed` names the node of the decoder step that the recurrent model reads",
@@ -42,6 +42,9 @@ class Features(Constants):
         self.defining = Defining(s.name, True)
         if s.role == "update":
             owner = scope.owner(s.name)
+            if owner is None and scope.lookup(s.name) is POISONED:
+                self.expr(s.value, scope)  # its own mistakes; the name's is reported
+                return
             if owner is None:
                 self.err(s.pos, f"cannot update `{s.name}`: it is not defined yet",
                          f"define it first with `feature {s.name} = …`")

@@ -13,7 +13,7 @@ from ..diagnostics import article
 from ..ops import P
 from ..suggest import suggest
 from .constants import Constants
-from .names import Scope
+from .names import POISONED, Scope
 
 # `alignment[T, S]`: a target alignment (B, T, S) for supervised attention, no feature size
 # `pointers[T] (into = S)`: target positions of axis S, one per position of T (a pointer
@@ -152,6 +152,8 @@ class Inputs(Constants):
             if isinstance(d, ast.Ref) and len(d.parts) == 1:
                 found = scope.lookup(d.name) or (("const", self.consts[d.name])
                                                  if d.name in self.consts else None)
+                if found is POISONED:
+                    return None  # a `let` refused where it is defined, and reported there
                 if found and found[0] == "const":
                     size = self.as_int(d, scope, f"axis `{d.name}`")
                     axes.append(d.name)

@@ -12,14 +12,18 @@ from ..suggest import suggest
 from .base import LowerBase
 
 
+POISONED = ("poisoned", None)
+
+
 class Scope:
     """Name bindings of a model body or of one hop of a ``repeat``."""
 
     __slots__ = ("prefix", "parent", "bindings", "declared", "consts", "blocks", "hop",
-                 "updates")
+                 "updates", "poisoned")
 
     def __init__(self, prefix: str, parent: "Scope | None",
-                 consts: dict[str, ir.Scalar] | None = None, hop: ir.Hop | None = None):
+                 consts: dict[str, ir.Scalar] | None = None, hop: ir.Hop | None = None,
+                 poisoned: set[str] | None = None):
         self.prefix = prefix  # "" or "encoder[2]."
         self.parent = parent
         self.bindings: dict[str, str] = {}  # name -> current node id
@@ -28,8 +32,12 @@ class Scope:
         self.blocks: dict[str, list[dict[str, str]]] = {}  # repeat -> hops' bindings
         self.hop = hop
         self.updates: dict[str, int] = {}  # `update` statements seen, by name
+        # names whose definition was refused (reported there): known, so that their uses
+        # give no second error ("unknown name")
+        self.poisoned: set[str] = set() if poisoned is None else poisoned
 
     def lookup(self, name: str):
+        """("const", value), ("node", id), ("block", hops), ("poisoned", None) or None."""
         s: Scope | None = self
         while s is not None:
             if name in s.consts:
@@ -40,6 +48,8 @@ class Scope:
                 return ("node", s.declared[name])
             if name in s.blocks:
                 return ("block", s.blocks[name])
+            if name in s.poisoned:
+                return POISONED
             s = s.parent
         return None
 
@@ -63,6 +73,8 @@ class Names(LowerBase):
 
     def bind(self, scope: Scope, name: str, pos: ast.Pos, what: str) -> str | None:
         if not self.check_ident(name, pos, what):
+            scope.declared.pop(name, None)
+            scope.poisoned.add(name)
             return None
         if name in scope.bindings or name in scope.consts or name in scope.blocks:
             self.err(pos, f"`{name}` is already defined in this model",
@@ -77,6 +89,8 @@ class Names(LowerBase):
         """``x``, ``encoder.self`` (the last hop), ``encoder[2].self`` -> a node id."""
         indexes = r.indexes or (None,) * len(r.parts)
         found = scope.lookup(r.parts[0])
+        if found is POISONED:
+            return None  # its definition was refused, and reported
         if found is None:
             known = sorted(self._visible(scope) - {self.defining.name})
             self.err(r.pos, f"unknown name `{r.parts[0]}`",

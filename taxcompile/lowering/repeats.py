@@ -23,25 +23,30 @@ class Repeats(Constants):
         return scope.hop.model_copy(update={"template": scope.hop.template + "." + name})
 
     def repeat(self, s: ast.Repeat, scope: Scope) -> None:
-        if not self.check_ident(s.name, s.pos, "repeat"):
-            return
         if s.name in scope.bindings or s.name in scope.blocks:
             self.err(s.pos, f"`{s.name}` is already defined in this model")
             return
+        if not self.unrolled(s, scope):
+            scope.poisoned.add(s.name)  # reported: `NAME.x` and `NAME[2].x` are not again
+
+    def unrolled(self, s: ast.Repeat, scope: Scope) -> bool:
+        """Lower the hops of ``s``; False when the block is refused (reported)."""
+        if not self.check_ident(s.name, s.pos, "repeat"):
+            return False
         if isinstance(s.count, ast.Ref) and s.count.name == "shared":
             self.err(s.count.pos, "expected a hop count after the repeat name, e.g. "
                      "`repeat encoder 6 { … }`; found `shared`",
                      "`repeat NAME COUNT [shared] { … }`")
-            return
+            return False
         count = self.as_int(s.count, scope, "the hop count", 1, MAX_HOPS)
         if count is None:
-            return
+            return False
         shared = s.shared is not None
         if shared and str(s.shared) != "shared":
             self.err(ast.Pos(s.shared.line, s.shared.column), f"expected `shared` or `{{` after "
                      f"the hop count, found `{s.shared}`",
                      "`repeat NAME COUNT shared { … }` shares weights across hops")
-            return
+            return False
         block = scope.prefix + s.name
         template = block if scope.hop is None else scope.hop.template + "." + s.name
         hops: list[dict[str, str]] = []
@@ -56,5 +61,7 @@ class Repeats(Constants):
             self.body(s.body, inner)
             hops.append({**{k: ("node", v) for k, v in inner.bindings.items()},
                          **{k: ("block", v) for k, v in inner.blocks.items()}})
-            if len(self.c.diagnostics) > before:
-                return  # report each mistake once, not once per hop
+            if len(self.c.diagnostics) > before:  # report each mistake once, not once per
+                del scope.blocks[s.name]  # hop, nor again where a later hop or a statement
+                return False  # the mistake left out is named
+        return True
