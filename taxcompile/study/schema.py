@@ -8,7 +8,6 @@ Imported only by ``store`` when it reads (pydantic stays out of the front end)."
 
 from __future__ import annotations
 
-
 from pydantic import (BaseModel, ConfigDict, Field, Json, ValidationError, field_validator,
                       model_validator)
 
