@@ -50,9 +50,11 @@ def test_paired_t_without_spread_or_pairs_is_clean():
     # two models that both reach 1.0 on every seed: no difference, p = 1
     assert stats.paired([0.0, 0.0, 0.0, 0.0, 0.0]) == dict(n=5, diff_mean=0.0,
                                                            diff_ci95=[0.0, 0.0], p=1.0)
-    # the same non-zero difference on every seed: the limit of t, p = 0
+    # the same non-zero difference on every seed (a coincidence on a discrete accuracy): t
+    # is undefined; the exact sign-flip test, every difference on one side: 2 / 2^5
     got = stats.paired([0.25] * 5)
-    assert (got["diff_ci95"], got["p"]) == ([0.25, 0.25], 0.0)
+    assert (got["diff_ci95"], got["p"]) == ([0.25, 0.25], 0.0625)
+    assert stats.paired([-0.125, -0.125])["p"] == 0.5
     assert stats.paired([0.3]) == dict(n=1, diff_mean=0.3, diff_ci95=None, p=None)
     assert stats.paired([]) == dict(n=0, diff_mean=None, diff_ci95=None, p=None)
 

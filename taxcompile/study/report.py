@@ -301,7 +301,13 @@ def _protocol_md(protocol: dict) -> list[str]:
         out.append("(Protocol 1: one evaluation batch stopped training, chose the learning "
                    "rate and gave the accuracy; no learning curves.)")
     for k, v in sorted((protocol.get("settings") or {}).items()):
-        out.append(f"- {k}: {v}")
+        if k == "batches" and isinstance(v, dict):  # one line per batch
+            out.append("- batches:")
+            out += [f"  - {name}: {b.get('size')} examples, stream {b.get('stream')}"
+                    f"{': ' + b['use'] if b.get('use') else ''}" for name, b in v.items()
+                    if isinstance(b, dict)]
+        else:
+            out.append(f"- {k}: {v}")
     return out
 
 

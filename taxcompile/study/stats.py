@@ -18,7 +18,7 @@ import functools
 import math
 
 LEVEL = 0.95
-ALPHA = 1 - LEVEL
+ALPHA = 0.05  # 1 - LEVEL, written out (1 - 0.95 is 0.050000000000000044)
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -105,9 +105,11 @@ def t_interval(xs: list[float], level: float = LEVEL) -> list[float] | None:
 def paired(diffs: list[float], level: float = LEVEL) -> dict:
     """The one-sample t test of the paired differences ``diffs`` against 0:
     ``{n, diff_mean, diff_ci95, p}``. Fewer than 2 differences: no interval and no p.
-    No spread (every difference equal, as two models that both reach 1.0 on every seed):
-    the interval is that one value, and p is 1 when it is 0 and 0 otherwise (the limit
-    of t as the spread goes to 0; the data cannot say more)."""
+    No spread (every difference equal, as two models that both reach 1.0 on every seed)
+    leaves t undefined: the interval is that one value (the t interval's limit), and p is
+    1 when it is 0, else the exact sign-flip test's 2 / 2^n (every difference on one
+    side): equal differences on a few seeds happen by coincidence on a discrete accuracy,
+    and are no proof (with 5 seeds p is 0.0625)."""
     n = len(diffs)
     if n == 0:
         return dict(n=0, diff_mean=None, diff_ci95=None, p=None)
@@ -115,7 +117,8 @@ def paired(diffs: list[float], level: float = LEVEL) -> dict:
     if n < 2:
         return dict(n=n, diff_mean=m, diff_ci95=None, p=None)
     if sd <= 1e-12 * max(1.0, abs(m)):
-        return dict(n=n, diff_mean=m, diff_ci95=[m, m], p=1.0 if abs(m) <= 1e-12 else 0.0)
+        return dict(n=n, diff_mean=m, diff_ci95=[m, m],
+                    p=1.0 if abs(m) <= 1e-12 else 2.0 / 2 ** n)
     t = m / (sd / math.sqrt(n))
     return dict(n=n, diff_mean=m, diff_ci95=t_interval(diffs, level), p=t_sf2(t, n - 1))
 
