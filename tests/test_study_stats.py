@@ -148,6 +148,7 @@ def test_report_pairs_by_seed_and_says_above_or_below_only_where_holm_rejects():
     assert strong["p"] == pytest.approx(0.002833, abs=5e-7)
     assert strong["solved_fraction"] == pytest.approx(0.6)
     assert strong["steps_to_threshold_mean"] == pytest.approx(220 / 6)
+    assert (strong["n_solved_pairs"], strong["steps_diff_mean"]) == (0, None)  # base: none
     # Holm over the report's three tests, by hand from the raw p-values
     ps = sorted((e["p"], v) for v, e in effects.items() if e["p"] is not None)
     assert [v for _, v in ps] == ["General", "Sparse", "Multi-Head"]
@@ -166,7 +167,7 @@ def test_report_pairs_by_seed_and_says_above_or_below_only_where_holm_rejects():
     assert doc["runs"][0]["curve"] == [[20, DRUG_1[0] / 2], [60, DRUG_1[0]]]
     md = report.to_md(doc)
     assert "| scoring | General | others at base | 1 | 10 | 2.330 |" in md, md
-    assert "| 0.60 | 37 | 1.580 | [0.700, 2.460] | 0.003 | 0.008 |" in md, md
+    assert "| 0.60 | 37 | – | 1.580 | [0.700, 2.460] | 0.003 | 0.008 |" in md, md
 
 
 def test_a_seed_only_one_side_has_is_left_out_of_the_pairs():
@@ -181,3 +182,17 @@ def test_a_seed_only_one_side_has_is_left_out_of_the_pairs():
     assert e["diff_ci95"] == pytest.approx([0.15 - half, 0.15 + half])
     # t = 0.15 / (s / √2) = 3; p = 1 − 2 atan(3) / π for Cauchy
     assert e["p"] == pytest.approx(1 - 2 * math.atan(3) / math.pi)
+
+
+def test_among_solved_seeds_the_steps_to_threshold_are_compared_seed_by_seed():
+    """Both at 1.0 once solved (the early stop caps the accuracy): the steps say which is
+    faster, over the seeds both solved (seed 2: only the base did; seed 3: neither)."""
+    doc = report.document(Stored({
+        "base=base": ({}, [1.0, 1.0, 1.0, 0.5], [40, 60, 20, None]),
+        "score=general": ({"scoring": "General"}, [1.0, 1.0, 0.7, 0.6], [20, 20, None, None])}))
+    e = next(e for e in doc["effects"] if e["value"] == "General")
+    assert (e["solved_fraction"], e["steps_to_threshold_mean"]) == (0.5, 20)
+    assert (e["n_solved_pairs"], e["steps_diff_mean"]) == (2, -30)
+    # d = (-20, -40): mean -30, s = 14.142, df = 1: ± 12.7062 · 14.142 / √2
+    half = 12.706204736 * math.sqrt(200) / math.sqrt(2)
+    assert e["steps_diff_ci95"] == pytest.approx([-30 - half, -30 + half])

@@ -131,6 +131,22 @@ def _paired(parts: list[list[dict]], signs: list[float]) -> dict:
     return stats.paired([sum(w * p[s] for p, w in zip(per, signs)) for s in common])
 
 
+def _one_model(seeds: list[dict]) -> bool:
+    return len({(r["spec"], r["model_hash"]) for r in seeds}) == 1
+
+
+def _steps_paired(seeds: list[dict], base: list[dict]) -> dict:
+    """Steps to threshold minus the base's, per seed where both reached it (one run per
+    seed and side): the effect among solved models, described, never tested."""
+    mine = {r["seed"]: r["steps_to_threshold"] for r in seeds}
+    theirs = {r["seed"]: r["steps_to_threshold"] for r in base}
+    common = sorted(s for s in set(mine) & set(theirs)
+                    if mine[s] is not None and theirs[s] is not None)
+    got = stats.paired([float(mine[s] - theirs[s]) for s in common])
+    return dict(n_solved_pairs=got["n"], steps_diff_mean=got["diff_mean"],
+                steps_diff_ci95=got["diff_ci95"])
+
+
 def _verdict(e: dict) -> str:
     if e["p_adjusted"] is None:
         return "fewer than 2 paired seeds: no test"
@@ -188,7 +204,10 @@ def _task_effects(task: str, runs: list[dict]) -> tuple[dict, list[dict], list[d
                 models=len({(r["spec"], r["model_hash"]) for r in seeds}),
                 comparison="others at base" if controlled else "marginal",
                 n_pairs=test["n"], diff_mean=test["diff_mean"], diff_ci95=test["diff_ci95"],
-                p=test["p"], is_base=is_base))
+                p=test["p"], is_base=is_base,
+                **(_steps_paired(seeds, base_seeds) if not is_base
+                   and _one_model(seeds) and _one_model(base_seeds) else
+                   dict(n_solved_pairs=0, steps_diff_mean=None, steps_diff_ci95=None))))
     return base, effects, _interactions(task, groups)
 
 
@@ -272,7 +291,7 @@ def to_json(doc: dict) -> str:
 CSV_COLUMNS = ("task", "dimension", "value", "comparison", "models", "n", "accuracy_mean",
                "ci95_low", "ci95_high", "solved_fraction", "steps_to_threshold_mean",
                "n_pairs", "diff_mean", "diff_ci95_low", "diff_ci95_high", "p", "p_adjusted",
-               "p_adjusted_method", "gold_mass_mean", "gold_mass_ci95_low",
+               "p_adjusted_method", "n_solved_pairs", "steps_diff_mean", "gold_mass_mean", "gold_mass_ci95_low",
                "gold_mass_ci95_high", "verdict")
 
 
@@ -286,7 +305,8 @@ def to_csv(doc: dict) -> str:
         w.writerow([e["task"], e["dimension"], e["value"], e["comparison"], e["models"], e["n"],
                     e["accuracy_mean"], ci[0], ci[1], e["solved_fraction"],
                     e["steps_to_threshold_mean"], e["n_pairs"], e["diff_mean"], dci[0], dci[1],
-                    e["p"], e["p_adjusted"], e["p_adjusted_method"], e["gold_mass_mean"],
+                    e["p"], e["p_adjusted"], e["p_adjusted_method"], e["n_solved_pairs"],
+                    e["steps_diff_mean"], e["gold_mass_mean"],
                     gci[0], gci[1], e["verdict"]])
     return buf.getvalue()
 
@@ -323,17 +343,19 @@ def to_md(doc: dict) -> str:
         f"p ({st['method'].capitalize()}) adjusts the {st['effects']} p-values of this "
         f"report's effects together, and a verdict says above or below only where it is "
         f"under {st['alpha']:g}. Solved: the fraction of seeds that reached the threshold; "
-        f"steps: their mean steps to it.", ""]
+        f"steps: their mean steps to it; Δ steps: the mean difference in steps from the "
+        f"base's, over the seeds both solved (described, not tested).", ""]
     for task, base in doc["base"].items():
         out += [f"## {task}", "", "Base: " + ", ".join(f"{d} {v}" for d, v in base.items()), "",
                 "| dimension | value | vs base | models | n | accuracy | 95 % CI | solved "
-                "| steps | Δ accuracy | 95 % CI | p | p (Holm) | gold mass | 95 % CI | |",
-                "|" + " --- |" * 16]
+                "| steps | Δ steps | Δ accuracy | 95 % CI | p | p (Holm) | gold mass "
+                "| 95 % CI | |", "|" + " --- |" * 17]
         for e in (e for e in doc["effects"] if e["task"] == task):
             out.append(f"| {e['dimension']} | {e['value']} | {e['comparison']} | {e['models']} "
                        f"| {e['n']} | {num(e['accuracy_mean'])} | {ci(e['ci95'])} "
                        f"| {num(e['solved_fraction'], 2)} "
-                       f"| {num(e['steps_to_threshold_mean'], 0)} | {num(e['diff_mean'])} "
+                       f"| {num(e['steps_to_threshold_mean'], 0)} "
+                       f"| {num(e['steps_diff_mean'], 0)} | {num(e['diff_mean'])} "
                        f"| {ci(e['diff_ci95'])} | {pval(e['p'])} | {pval(e['p_adjusted'])} "
                        f"| {num(e['gold_mass_mean'])} | {ci(e['gold_mass_ci95'])} "
                        f"| {e['verdict']} |")
