@@ -60,5 +60,6 @@ def execute(run: Run) -> list[SeedResult]:
             row=row_of(run),
             attention={"gold_mass": _unit(key, "gold"), "aer": _unit(key, "aer"),
                        "comprehensiveness": None, "sufficiency": None,
-                       "uniform_drop": 0.1}))
+                       "uniform_drop": 0.1},
+            val_accuracy=acc, curve=[(50, acc / 2), (100, acc)]))
     return out

@@ -60,6 +60,39 @@ def test_a_result_has_the_contract_fields(copy_runs):
     assert r.attention["comprehensiveness_random"] is not None
 
 
+def test_a_result_has_its_learning_curve_on_the_test_batch(copy_runs):
+    """(step, test accuracy) at each evaluation until the stop; the reported accuracy is the
+    curve's last point, the validation accuracy (which stopped it) is kept apart."""
+    from taxcompile.study.protocol import PROFILES
+
+    prof = PROFILES["smoke"]
+    for r in copy_runs[False] + copy_runs[True]:
+        steps = [t for t, _ in r.curve]
+        assert steps == list(range(prof.eval_every, r.steps + 1, prof.eval_every)), steps
+        assert all(0 <= a <= 1 for _, a in r.curve)
+        assert r.curve[-1] == (r.steps, r.accuracy)
+        assert r.val_accuracy is not None and 0 <= r.val_accuracy <= 1
+        if r.steps_to_threshold is not None:  # stopped by the validation batch
+            assert r.val_accuracy >= 0.99 and r.steps == r.steps_to_threshold
+
+
+def test_the_protocol_names_three_batches_apart():
+    """Training, validation (the stop, the learning rate) and test (reported only) come
+    from three streams of each seed: the three batches differ, and the record says so."""
+    torch = pytest.importorskip("torch")
+    from taxcompile.study.cli import protocol_record
+    from taxcompile.study.protocol import PROFILES, task_seed
+
+    batches = protocol_record("slice")["settings"]["batches"]
+    assert {k: (b["stream"], b["size"]) for k, b in batches.items()} == \
+        {"train": (1, 64), "validation": (2, 256), "test": (5, 512)}
+    assert len(PROFILES["slice"].seeds) >= 5
+    drawn = {k: T.batch("copy", torch.Generator().manual_seed(task_seed("copy", 0, b["stream"])),
+                        8)["x"] for k, b in batches.items()}
+    assert not torch.equal(drawn["validation"], drawn["test"])
+    assert not torch.equal(drawn["train"], drawn["test"])
+
+
 def test_run_key_separates_what_changes_a_metric():
     a, b = _copy_run(False), _copy_run(True)
     assert a.key(0) != b.key(0) != a.key(1)

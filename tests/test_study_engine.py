@@ -7,7 +7,6 @@ the core's tests."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
@@ -292,29 +291,6 @@ def test_a_spec_no_task_fits_is_named_with_why(monkeypatch, tmp_path, capsys):
 # ---- the report ------------------------------------------------------------------------------
 
 
-def exact_percentiles(values: list[float], level: float = 0.95) -> tuple[float, float]:
-    """The bootstrap distribution of the mean, enumerated over every resample (no
-    sampling), and its lower and upper percentile."""
-    n = len(values)
-    means = sorted(sum(c) / n for c in itertools.product(values, repeat=n))
-    total = len(means)
-    lo = next(m for i, m in enumerate(means) if (i + 1) / total > (1 - level) / 2)
-    hi = next(m for i, m in enumerate(means) if (i + 1) / total >= (1 + level) / 2)
-    return lo, hi
-
-
-def test_bootstrap_interval_matches_the_enumerated_bootstrap_distribution():
-    # [0, 0, 0, 1]: P(mean = 0) = (3/4)^4 = 0.32, P(mean >= 0.75) = 0.051 > 0.025 and
-    # P(mean = 1) = 0.004: the 95 % interval is [0, 0.75], by hand and by enumeration
-    assert exact_percentiles([0, 0, 0, 1]) == (0, 0.75)
-    assert report.bootstrap([[0, 0, 0, 1]], [1.0]) == [0, 0.75]
-    assert report.bootstrap([[0.25, 0.75]], [1.0]) == list(exact_percentiles([0.25, 0.75]))
-    assert report.bootstrap([[0.3]], [1.0]) is None  # one seed: no interval
-    # the same call gives the same interval (seeded)
-    xs = [0.1, 0.4, 0.35, 0.8, 0.5]
-    assert report.bootstrap([xs], [1.0]) == report.bootstrap([xs], [1.0])
-
-
 def test_report_json_has_the_issue_fields_and_effects_against_the_base(fake, tmp_path, capsys):
     db = tmp_path / "s.db"
     assert study("run", "--db", str(db)) == 0
@@ -325,7 +301,8 @@ def test_report_json_has_the_issue_fields_and_effects_against_the_base(fake, tmp
     assert len(doc["runs"]) == len(study_fake.VARIANTS) * 3
     for r in doc["runs"]:
         assert {"spec", "model", "row", "task", "seed", "params", "steps", "seconds",
-                "accuracy", "steps_to_threshold", "attention"} <= set(r)
+                "accuracy", "steps_to_threshold", "attention", "curve"} <= set(r)
+        assert r["curve"] == [[50, r["accuracy"] / 2], [100, r["accuracy"]]]
         assert set(r["row"]) == set(study_fake.BASE)
         assert {"gold_mass", "aer", "comprehensiveness", "sufficiency",
                 "uniform_drop"} <= set(r["attention"])
@@ -338,15 +315,20 @@ def test_report_json_has_the_issue_fields_and_effects_against_the_base(fake, tmp
 
     effects = {(e["dimension"], e["value"]): e for e in doc["effects"]}
     for e in doc["effects"]:
-        assert {"dimension", "value", "task", "n", "accuracy_mean", "ci95"} <= set(e)
+        assert {"dimension", "value", "task", "n", "accuracy_mean", "ci95", "diff_mean",
+                "diff_ci95", "p", "p_adjusted", "p_adjusted_method", "solved_fraction",
+                "steps_to_threshold_mean"} <= set(e)
     base_mean = sum(accs("m0")) / 3
     e = effects[("scoring", "Multiplicative")]  # m1 alone differs only in scoring
     assert (e["n"], e["comparison"]) == (3, "others at base")
     assert e["accuracy_mean"] == pytest.approx(sum(accs("m1")) / 3)
-    assert e["ci95"] == report.bootstrap([accs("m1")], [1.0])
-    lo, hi = e["ci95"]
-    assert e["verdict"] == ("not distinguishable from the base" if lo <= base_mean <= hi
-                            else "above the base" if lo > base_mean else "below the base")
+    assert e["diff_mean"] == pytest.approx(e["accuracy_mean"] - base_mean)
+    assert e["p_adjusted_method"] == doc["statistics"]["method"] == "holm"
+    assert e["verdict"] == ("no difference shown" if e["p_adjusted"] >= 0.05
+                            else "above the base" if e["diff_mean"] > 0 else "below the base")
+    solved = [a for a in accs("m1") if a >= 0.8]  # study_fake: solved at step 50
+    assert e["solved_fraction"] == pytest.approx(len(solved) / 3)
+    assert e["steps_to_threshold_mean"] == (50 if solved else None)
     assert effects[("scoring", "Additive")]["verdict"] == "base"
     # the two-factor model m7 gives the one interaction: acc(ab) - acc(a) - acc(b) + base
     (inter,) = doc["interactions"]

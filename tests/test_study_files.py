@@ -106,6 +106,16 @@ DAMAGES = {
     "a dropped table": ("DROP TABLE skips", "(no table `skips`)"),
     "a missing column": ("ALTER TABLE results DROP COLUMN final_loss",
                          "(table `results` has no column `final_loss`)"),
+    "a learning curve that is no list of (step, accuracy)": (
+        "UPDATE results SET curve = '[[50, \"high\"]]' WHERE rowid = 4",
+        "(result row 4: `curve.0.1`: Input should be a valid number"),
+    "a protocol that does not name its batches": (
+        "UPDATE meta SET value = json_remove(value, '$.settings.batches') WHERE key = 'protocol'",
+        "(meta `protocol`: Value error, protocol 2 names no validation and test batches"),
+    "a test batch drawn from the validation stream": (
+        "UPDATE meta SET value = json_set(value, '$.settings.batches.test.stream', 2) "
+        "WHERE key = 'protocol'", "(meta `protocol`: `settings.batches`: Value error, the "
+        "training, validation and test batches share a stream"),
 }
 
 
@@ -208,3 +218,69 @@ def test_a_skip_of_no_task_is_stored_once_however_often_the_study_resumes(tmp_pa
     assert [(s["model"], s["task"]) for s in doc["skips"]] == [("pooled", "pair_recall"),
                                                                ("tiny", None)]
     assert report.to_md(doc).count("model tiny: no task fits") == 1
+
+
+# ---- a study file of the older layout ------------------------------------------------------
+
+# layout 1 (protocol 1), as taxcompile wrote it before the learning curves and the test
+# batch: no `val_accuracy`, no `curve`
+LAYOUT_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE results (
+    key TEXT PRIMARY KEY,
+    model_hash TEXT NOT NULL, task TEXT NOT NULL, seed INTEGER NOT NULL,
+    protocol_version TEXT NOT NULL, supervised INTEGER NOT NULL,
+    source TEXT NOT NULL, spec TEXT NOT NULL, model TEXT NOT NULL, profile TEXT NOT NULL,
+    lr REAL, params INTEGER, steps INTEGER, steps_to_threshold INTEGER,
+    seconds REAL, seconds_per_step REAL, accuracy REAL, final_loss REAL,
+    row TEXT NOT NULL, attention TEXT NOT NULL, engine TEXT NOT NULL, finished REAL NOT NULL,
+    UNIQUE (model_hash, task, seed, protocol_version, supervised)
+);
+CREATE TABLE skips (
+    source TEXT NOT NULL, model TEXT NOT NULL, task TEXT, why TEXT NOT NULL,
+    UNIQUE (source, model, task)
+);
+"""
+
+
+def _layout_1(db: Path) -> None:
+    import json
+
+    conn = sqlite3.connect(db)
+    conn.executescript(LAYOUT_1)
+    conn.execute("PRAGMA application_id = 1413698388")  # "TCST"
+    conn.execute("PRAGMA user_version = 1")
+    settings = {"version": "1", "threshold": 0.99, "seeds": [0, 1], "eval_batch": 128}
+    row = json.dumps(study_fake.BASE)
+    with conn:
+        conn.execute("INSERT INTO meta VALUES ('protocol', ?)", (json.dumps(
+            {"version": "1", "profile": "smoke", "settings": settings}),))
+        for seed, acc in ((0, 0.5), (1, 0.75)):
+            conn.execute("INSERT INTO results VALUES (?, 'h', 'copy', ?, '1', 0, 'a.attn', "
+                         "'spec', 'm', 'smoke', 0.01, 100, 60, NULL, 1.0, 0.01, ?, 0.7, ?, "
+                         "'{}', 'local', 0)", (f"k{seed}", seed, acc, row))
+    conn.close()
+
+
+def test_a_study_file_of_layout_1_is_reported_without_curves_and_never_written(tmp_path,
+                                                                                capsys):
+    """A file written before the learning curves (layout 1, protocol 1) is still read by
+    `study report`: its runs have no curve (null) and the report says what protocol 1 was;
+    `study run` refuses to add to it, in one line, and leaves it as it is."""
+    db = tmp_path / "old.db"
+    _layout_1(db)
+    data = db.read_bytes()
+    assert study("report", str(db), "--format", "json") == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert [(r["seed"], r["accuracy"], r["curve"]) for r in doc["runs"]] == \
+        [(0, 0.5, None), (1, 0.75, None)]
+    assert study("report", str(db)) == 0
+    assert "Protocol 1: one evaluation batch stopped training" in capsys.readouterr().out
+    err = _fails(capsys, "run", "--db", str(db))
+    assert err.startswith(f"taxcompile: error: {db} is a study file of layout 1 (protocol 1: "
+                          "one evaluation batch, no learning curves); this taxcompile writes "
+                          "layout 2 only\n"), err
+    assert f"`taxcompile study report {db}` still reads it" in err
+    assert db.read_bytes() == data

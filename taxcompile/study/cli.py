@@ -85,9 +85,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("report", help="the effects per dimension, from a study file",
                        description="Per task, the effect of each value of each taxonomy "
-                       "dimension against the base model (mean accuracy and gold mass with "
-                       "95%% bootstrap intervals over seeds), the interactions the runs "
-                       "cover, and every run.")
+                       "dimension against the base model (the accuracy difference paired by "
+                       "seed, its 95%% t interval and p, Holm-adjusted across the report; the "
+                       "solved fraction and steps to threshold), the interactions the runs "
+                       "cover, and every run with its learning curve.")
     s.add_argument("db", metavar="DB")
     s.add_argument("-o", "--output", metavar="DIR", default=None,
                    help="write report.md, report.csv, report.json and PNG plots to DIR "

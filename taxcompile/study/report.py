@@ -2,14 +2,19 @@
 
 Per task, the **base** is the model whose labels are, in every dimension, the value most
 of the task's models share: in the slice (one factor varied at a time around one base
-model) that is exactly the base model. The **effect** of a value of a dimension is the
-mean over seeds of the models that differ from the base in that dimension only ("others
-at base"); where no such model was trained (a user's specs), the mean over every model
-with that value ("marginal"). Each mean comes with a 95 % percentile-bootstrap interval
-over its seed results (seeded: the same file gives the same report), and a value whose
-interval covers the base's mean is "not distinguishable from the base". An
-**interaction** (the full profile's cross product covers them) is
-acc(a, b) - acc(a) - acc(b) + acc(base) over the four groups, with its interval.
+model) that is exactly the base model. The **effect** of a value of a dimension is
+measured on the models that differ from the base in that dimension only ("others at
+base"); where no such model was trained (a user's specs), on every model with that value
+("marginal"). Every comparison is **paired by seed** (the seed fixes a task's data for
+every model): per seed, the group's test accuracy minus the base's; the report gives the
+mean difference, its 95 % paired t interval and the paired t test's p (``stats``). The
+p-values of a report's effects are one family, adjusted by Holm's method; a value is
+"above" or "below the base" only where its adjusted p is under 0.05, otherwise "no
+difference shown". Beside the accuracy: the fraction of seeds that reached the threshold
+(solved) and, among those, the mean steps to it — the early stop caps every solved run's
+accuracy near the threshold, so among solved models the steps are the effect. An
+**interaction** (the full profile's cross product covers them) is, per seed,
+acc(a, b) - acc(a) - acc(b) + acc(base), tested the same way (its own Holm family).
 
 No torch; matplotlib only for the PNG plots (optional)."""
 
@@ -19,46 +24,28 @@ import csv
 import io
 import json
 import math
-import random
 import re
 from collections import Counter
 from pathlib import Path
 
 from ..classify import DIMENSIONS, ORDER
+from . import stats
 
-BOOTSTRAP = 2000  # resamples per interval
-LEVEL = 0.95
-SEED = 0  # the bootstrap's seed: a report is a pure function of its study file
+LEVEL = stats.LEVEL
+ALPHA = stats.ALPHA  # the family-wise error rate Holm's adjustment keeps
+ADJUST = "holm"
 MEASURES = ("gold_mass", "aer", "comprehensiveness", "sufficiency", "uniform_drop")
-
-
-# ---- bootstrap -------------------------------------------------------------------------------
 
 
 def _mean(xs) -> float:
     return sum(xs) / len(xs)
 
 
-def bootstrap(groups: list[list[float]], weights: list[float], resamples: int = BOOTSTRAP,
-              seed: int = SEED, level: float = LEVEL) -> list[float] | None:
-    """The percentile-bootstrap ``level`` interval of sum(w_i * mean(group_i)), each group
-    resampled with replacement on its own; None when a group has fewer than 2 values
-    (one seed gives no interval)."""
-    if any(len(g) < 2 for g in groups):
-        return None
-    rng = random.Random(seed)
-    stats = sorted(sum(w * _mean(rng.choices(g, k=len(g))) for g, w in zip(groups, weights))
-                   for _ in range(resamples))
-    lo = stats[int(math.floor((1 - level) / 2 * resamples))]
-    hi = stats[int(math.ceil((1 + level) / 2 * resamples)) - 1]
-    return [lo, hi]
-
-
 def mean_ci(values: list[float]) -> tuple[float | None, list[float] | None]:
-    """(mean, 95 % interval) of ``values``; (None, None) when there are none."""
+    """(mean, 95 % t interval) of ``values``; (None, None) when there are none."""
     if not values:
         return None, None
-    return _mean(values), bootstrap([values], [1.0])
+    return _mean(values), stats.t_interval(values)
 
 
 # ---- the document ----------------------------------------------------------------------------
@@ -76,7 +63,10 @@ def _run_doc(r: dict) -> dict:
         "lr": r["lr"], "params": r["params"], "steps": r["steps"],
         "seconds": r["seconds"], "seconds_per_step": r["seconds_per_step"],
         "accuracy": _finite(r["accuracy"]), "final_loss": _finite(r["final_loss"]),
+        "val_accuracy": _finite(r.get("val_accuracy")),
         "steps_to_threshold": r["steps_to_threshold"],
+        # (step, test accuracy) per evaluation; None in a file of layout 1 (protocol 1)
+        "curve": None if r.get("curve") is None else [[int(t), a] for t, a in r["curve"]],
         # the five measures (None where one does not apply), then any per-module detail
         "attention": {m: None for m in MEASURES}
         | {k: _finite(v) for k, v in r["attention"].items()},
@@ -116,21 +106,60 @@ def _summary(seeds: list[dict]) -> dict:
     acc = [r["accuracy"] for r in seeds if r["accuracy"] is not None]
     gold = [r["attention"]["gold_mass"] for r in seeds
             if r["attention"]["gold_mass"] is not None]
+    solved = [r["steps_to_threshold"] for r in seeds if r["steps_to_threshold"] is not None]
     acc_mean, acc_ci = mean_ci(acc)
     gold_mean, gold_ci = mean_ci(gold)
     return dict(n=len(acc), accuracy_mean=acc_mean, ci95=acc_ci, gold_mass_mean=gold_mean,
-                gold_mass_ci95=gold_ci, n_gold=len(gold))
+                gold_mass_ci95=gold_ci, n_gold=len(gold),
+                solved_fraction=len(solved) / len(seeds) if seeds else None,
+                steps_to_threshold_mean=_mean(solved) if solved else None)
 
 
-def _verdict(s: dict, base_mean: float | None, is_base: bool) -> str:
-    if is_base:
-        return "base"
-    if s["ci95"] is None or base_mean is None:
-        return "fewer than 2 seeds: no interval"
-    lo, hi = s["ci95"]
-    if lo <= base_mean <= hi:
-        return "not distinguishable from the base"
-    return "above the base" if lo > base_mean else "below the base"
+def _by_seed(seeds: list[dict]) -> dict[int, float]:
+    """seed -> the mean accuracy of these runs on it (one run per seed in the slice)."""
+    got: dict[int, list[float]] = {}
+    for r in seeds:
+        if r["accuracy"] is not None:
+            got.setdefault(r["seed"], []).append(r["accuracy"])
+    return {s: _mean(v) for s, v in got.items()}
+
+
+def _paired(parts: list[list[dict]], signs: list[float]) -> dict:
+    """The paired test of sum(sign * accuracy) per seed, over the seeds every part has."""
+    per = [_by_seed(p) for p in parts]
+    common = sorted(set.intersection(*(set(p) for p in per)))
+    return stats.paired([sum(w * p[s] for p, w in zip(per, signs)) for s in common])
+
+
+def _one_model(seeds: list[dict]) -> bool:
+    return len({(r["spec"], r["model_hash"]) for r in seeds}) == 1
+
+
+def _steps_paired(seeds: list[dict], base: list[dict]) -> dict:
+    """Steps to threshold minus the base's, per seed where both reached it (one run per
+    seed and side): the effect among solved models, described, never tested."""
+    mine = {r["seed"]: r["steps_to_threshold"] for r in seeds}
+    theirs = {r["seed"]: r["steps_to_threshold"] for r in base}
+    common = sorted(s for s in set(mine) & set(theirs)
+                    if mine[s] is not None and theirs[s] is not None)
+    got = stats.paired([float(mine[s] - theirs[s]) for s in common])
+    return dict(n_solved_pairs=got["n"], steps_diff_mean=got["diff_mean"],
+                steps_diff_ci95=got["diff_ci95"])
+
+
+def _verdict(e: dict) -> str:
+    if e["p_adjusted"] is None:
+        return "fewer than 2 paired seeds: no test"
+    if e["p_adjusted"] >= ALPHA:
+        return "no difference shown"
+    return "above the base" if e["diff_mean"] > 0 else "below the base"
+
+
+def _adjust(rows: list[dict], verdict) -> None:
+    """Holm's adjusted p of every row's ``p`` (one family) and each row's verdict."""
+    for row, q in zip(rows, stats.holm([r["p"] for r in rows])):
+        row.update(p_adjusted=q, p_adjusted_method=ADJUST if q is not None else None)
+        row["verdict"] = verdict(row)
 
 
 # the slice's sources (study/models.py): "slice:TASK:DIMENSION=VALUE", the base as base=base
@@ -159,7 +188,6 @@ def _task_effects(task: str, runs: list[dict]) -> tuple[dict, list[dict], list[d
         is_base = k in marked if marked else not _differs(rows[k], base)
         groups.setdefault(_group(rows[k], base, k[0], is_base), []).extend(seeds)
     base_seeds = groups.get(frozenset(), [])
-    base_sum = _summary(base_seeds)
     effects = []
     for d in DIMENSIONS:
         values = {row[d] for row in rows.values() if d in row} | \
@@ -169,43 +197,36 @@ def _task_effects(task: str, runs: list[dict]) -> tuple[dict, list[dict], list[d
             controlled = base_seeds if is_base else groups.get(frozenset({(d, v)}), [])
             seeds = controlled or [r for k, s in models.items() if rows[k].get(d) == v
                                    for r in s]
-            s = _summary(seeds)
+            test = dict(n=0, diff_mean=None, diff_ci95=None, p=None) if is_base or \
+                not base_seeds else _paired([seeds, base_seeds], [1.0, -1.0])
             effects.append(dict(
-                dimension=d, value=v, task=task, **s,
+                dimension=d, value=v, task=task, **_summary(seeds),
                 models=len({(r["spec"], r["model_hash"]) for r in seeds}),
                 comparison="others at base" if controlled else "marginal",
-                delta_accuracy=None if s["accuracy_mean"] is None
-                or base_sum["accuracy_mean"] is None
-                else s["accuracy_mean"] - base_sum["accuracy_mean"],
-                verdict=_verdict(s, base_sum["accuracy_mean"], is_base)))
-    return base, effects, _interactions(task, base, groups)
+                n_pairs=test["n"], diff_mean=test["diff_mean"], diff_ci95=test["diff_ci95"],
+                p=test["p"], is_base=is_base,
+                **(_steps_paired(seeds, base_seeds) if not is_base
+                   and _one_model(seeds) and _one_model(base_seeds) else
+                   dict(n_solved_pairs=0, steps_diff_mean=None, steps_diff_ci95=None))))
+    return base, effects, _interactions(task, groups)
 
 
-def _acc(seeds: list[dict]) -> list[float]:
-    return [r["accuracy"] for r in seeds if r["accuracy"] is not None]
-
-
-def _interactions(task: str, base: dict, groups: dict) -> list[dict]:
+def _interactions(task: str, groups: dict) -> list[dict]:
     """Every pair of non-base values (of two dimensions) trained together with the other
-    dimensions at base, where both single changes and the base were trained too."""
+    dimensions at base, where both single changes and the base were trained too: per
+    seed, acc(a, b) - acc(a) - acc(b) + acc(base), paired t tested."""
     out = []
-    base_acc = _acc(groups.get(frozenset(), []))
+    base = groups.get(frozenset(), [])
     for key, seeds in groups.items():
-        if len(key) != 2 or not base_acc:
+        if len(key) != 2 or not base:
             continue
         (d1, v1), (d2, v2) = sorted(key, key=lambda dv: DIMENSIONS.index(dv[0]))
-        a, b = _acc(groups.get(frozenset({(d1, v1)}), [])), _acc(groups.get(frozenset({(d2, v2)}), []))
-        ab = _acc(seeds)
-        if not (a and b and ab):
+        a, b = groups.get(frozenset({(d1, v1)}), []), groups.get(frozenset({(d2, v2)}), [])
+        if not (a and b and seeds):
             continue
-        parts, signs = [ab, a, b, base_acc], [1.0, -1.0, -1.0, 1.0]
-        value = sum(w * _mean(g) for g, w in zip(parts, signs))
-        ci = bootstrap(parts, signs)
-        out.append(dict(task=task, dimensions=[d1, d2], values=[v1, v2], n=len(ab),
-                        interaction=value, ci95=ci,
-                        verdict="fewer than 2 seeds: no interval" if ci is None else
-                        "no interaction distinguishable" if ci[0] <= 0 <= ci[1] else
-                        "interaction"))
+        test = _paired([seeds, a, b, base], [1.0, -1.0, -1.0, 1.0])
+        out.append(dict(task=task, dimensions=[d1, d2], values=[v1, v2], n=test["n"],
+                        interaction=test["diff_mean"], ci95=test["diff_ci95"], p=test["p"]))
     return sorted(out, key=lambda x: (x["dimensions"], x["values"]))
 
 
@@ -235,9 +256,21 @@ def document(store) -> dict:
             bases[task], e, i = _task_effects(task, plain)
             effects += e
             interactions += i
-    return {"protocol": store.protocol, "runs": runs, "skips": store.skips(), "base": bases,
-            "effects": effects, "interactions": interactions,
-            "supervision": _supervision(runs)}
+    tested = [e for e in effects if not e["is_base"]]
+    _adjust(tested, _verdict)
+    for e in effects:
+        if e.pop("is_base"):
+            e.update(p_adjusted=None, p_adjusted_method=None, verdict="base")
+    _adjust(interactions, lambda i: "fewer than 2 paired seeds: no test"
+            if i["p_adjusted"] is None else "interaction" if i["p_adjusted"] < ALPHA
+            else "no interaction shown")
+    family = dict(method=ADJUST, alpha=ALPHA, effects=sum(e["p"] is not None for e in tested),
+                  interactions=sum(i["p"] is not None for i in interactions),
+                  test="paired t test on the per-seed accuracy difference from the base",
+                  interval="95 % paired t interval of the mean difference")
+    return {"protocol": store.protocol, "statistics": family, "runs": runs,
+            "skips": store.skips(), "base": bases, "effects": effects,
+            "interactions": interactions, "supervision": _supervision(runs)}
 
 
 # ---- rendering -------------------------------------------------------------------------------
@@ -256,7 +289,9 @@ def to_json(doc: dict) -> str:
 
 
 CSV_COLUMNS = ("task", "dimension", "value", "comparison", "models", "n", "accuracy_mean",
-               "ci95_low", "ci95_high", "delta_accuracy", "gold_mass_mean", "gold_mass_ci95_low",
+               "ci95_low", "ci95_high", "solved_fraction", "steps_to_threshold_mean",
+               "n_pairs", "diff_mean", "diff_ci95_low", "diff_ci95_high", "p", "p_adjusted",
+               "p_adjusted_method", "n_solved_pairs", "steps_diff_mean", "gold_mass_mean", "gold_mass_ci95_low",
                "gold_mass_ci95_high", "verdict")
 
 
@@ -266,42 +301,73 @@ def to_csv(doc: dict) -> str:
     w.writerow(CSV_COLUMNS)
     for e in doc["effects"]:
         ci, gci = e["ci95"] or [None, None], e["gold_mass_ci95"] or [None, None]
+        dci = e["diff_ci95"] or [None, None]
         w.writerow([e["task"], e["dimension"], e["value"], e["comparison"], e["models"], e["n"],
-                    e["accuracy_mean"], ci[0], ci[1], e["delta_accuracy"], e["gold_mass_mean"],
+                    e["accuracy_mean"], ci[0], ci[1], e["solved_fraction"],
+                    e["steps_to_threshold_mean"], e["n_pairs"], e["diff_mean"], dci[0], dci[1],
+                    e["p"], e["p_adjusted"], e["p_adjusted_method"], e["n_solved_pairs"],
+                    e["steps_diff_mean"], e["gold_mass_mean"],
                     gci[0], gci[1], e["verdict"]])
     return buf.getvalue()
 
 
+def pval(p) -> str:
+    return "–" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _protocol_md(protocol: dict) -> list[str]:
     out = [f"Protocol version {protocol.get('version')}, profile `{protocol.get('profile')}`."]
+    if str(protocol.get("version")) == "1":
+        out.append("(Protocol 1: one evaluation batch stopped training, chose the learning "
+                   "rate and gave the accuracy; no learning curves.)")
     for k, v in sorted((protocol.get("settings") or {}).items()):
-        out.append(f"- {k}: {v}")
+        if k == "batches" and isinstance(v, dict):  # one line per batch
+            out.append("- batches:")
+            out += [f"  - {name}: {b.get('size')} examples, stream {b.get('stream')}"
+                    f"{': ' + b['use'] if b.get('use') else ''}" for name, b in v.items()
+                    if isinstance(b, dict)]
+        else:
+            out.append(f"- {k}: {v}")
     return out
 
 
 def to_md(doc: dict) -> str:
     runs = doc["runs"]
+    st = doc["statistics"]
     out = ["# Study report", ""] + _protocol_md(doc["protocol"]) + [
         "", f"{len(runs)} seed results of "
         f"{len({(r['spec'], r['model_hash'], r['task'], r['supervised']) for r in runs})} runs "
-        f"on {len(doc['base'])} task(s); {len(doc['skips'])} skipped (model, task) pairs.", ""]
+        f"on {len(doc['base'])} task(s); {len(doc['skips'])} skipped (model, task) pairs.", "",
+        f"Each value against its task's base, paired by seed: Δ is the mean of the per-seed "
+        f"accuracy differences, with its 95 % paired t interval and the paired t test's p; "
+        f"p ({st['method'].capitalize()}) adjusts the {st['effects']} p-values of this "
+        f"report's effects together, and a verdict says above or below only where it is "
+        f"under {st['alpha']:g}. Solved: the fraction of seeds that reached the threshold; "
+        f"steps: their mean steps to it; Δ steps: the mean difference in steps from the "
+        f"base's, over the seeds both solved (described, not tested).", ""]
     for task, base in doc["base"].items():
         out += [f"## {task}", "", "Base: " + ", ".join(f"{d} {v}" for d, v in base.items()), "",
-                "| dimension | value | vs base | models | n | accuracy | 95 % CI | Δ accuracy "
-                "| gold mass | 95 % CI | |", "|" + " --- |" * 11]
+                "| dimension | value | vs base | models | n | accuracy | 95 % CI | solved "
+                "| steps | Δ steps | Δ accuracy | 95 % CI | p | p (Holm) | gold mass "
+                "| 95 % CI | |", "|" + " --- |" * 17]
         for e in (e for e in doc["effects"] if e["task"] == task):
             out.append(f"| {e['dimension']} | {e['value']} | {e['comparison']} | {e['models']} "
                        f"| {e['n']} | {num(e['accuracy_mean'])} | {ci(e['ci95'])} "
-                       f"| {num(e['delta_accuracy'])} | {num(e['gold_mass_mean'])} "
-                       f"| {ci(e['gold_mass_ci95'])} | {e['verdict']} |")
+                       f"| {num(e['solved_fraction'], 2)} "
+                       f"| {num(e['steps_to_threshold_mean'], 0)} "
+                       f"| {num(e['steps_diff_mean'], 0)} | {num(e['diff_mean'])} "
+                       f"| {ci(e['diff_ci95'])} | {pval(e['p'])} | {pval(e['p_adjusted'])} "
+                       f"| {num(e['gold_mass_mean'])} | {ci(e['gold_mass_ci95'])} "
+                       f"| {e['verdict']} |")
         inter = [i for i in doc["interactions"] if i["task"] == task]
         out += ["", "Interactions: " + ("none covered (one factor varied at a time)"
                                         if not inter else ""), ""]
         if inter:
-            out += ["| dimensions | values | n | interaction | 95 % CI | |", "|" + " --- |" * 6]
+            out += ["| dimensions | values | n | interaction | 95 % CI | p | p (Holm) | |",
+                    "|" + " --- |" * 8]
             out += [f"| {' × '.join(i['dimensions'])} | {' × '.join(i['values'])} | {i['n']} "
-                    f"| {num(i['interaction'])} | {ci(i['ci95'])} | {i['verdict']} |"
-                    for i in inter] + [""]
+                    f"| {num(i['interaction'])} | {ci(i['ci95'])} | {pval(i['p'])} "
+                    f"| {pval(i['p_adjusted'])} | {i['verdict']} |" for i in inter] + [""]
     if doc["supervision"]:
         out += ["## Supervised attention", "", "| task | model | gold mass | supervised "
                 "| accuracy | supervised |", "|" + " --- |" * 6]

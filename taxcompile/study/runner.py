@@ -1,5 +1,4 @@
-"""``execute(run)``: one run trained under the protocol and measured (issue 26, items 3,
-4 and 6).
+"""``execute(run)``: one run trained under the protocol and measured.
 
 The model is generated in memory (``codegen.generate`` + ``run.load_module``, nothing
 written) and its seeds × learning rates are trained together as one ensemble: the members'
@@ -11,9 +10,11 @@ members one after the other on the same stacked parameters: the same algorithm, 
 from the model alone, so a run's metrics never depend on where it ran.
 
 AdamW with per-member learning rates, a linear warm-up and a cosine decay, gradient
-norms clipped per member; a member that reaches the threshold on the evaluation batch
+norms clipped per member; a member that reaches the threshold on the validation batch
 stops (its updates are masked) and the run ends when every member has. Each seed keeps
-its best learning rate (zoology's best of the grid) and is measured on its own."""
+the learning rate that did best on the validation batch (zoology's best of the grid) and
+is measured on its own test batch, which decides nothing: its accuracy at each
+evaluation is the seed's learning curve."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import warnings
 from dataclasses import dataclass
 
 from . import tasks as T
-from .protocol import THRESHOLD, Profile, profile
+from .protocol import STREAMS, THRESHOLD, Profile, profile, task_seed
 from .runs import Run, SeedResult, StudyError
 
 
@@ -90,10 +91,7 @@ def logits_of(out, T_: int):
     return per_query(out.output, T_)
 
 
-def _task_seed(task: str, seed: int, stream: int) -> int:
-    # a fixed, process-independent seed per (task, seed, stream)
-    return (sum(ord(ch) * 131 ** i for i, ch in enumerate(task)) * 7919 + seed * 101 + stream) \
-        % (2 ** 62)
+_task_seed = task_seed  # benchmarks/study.py's name
 
 
 # ---- the ensemble -----------------------------------------------------------------------
@@ -234,6 +232,14 @@ def execute(run: Run) -> list[SeedResult]:
         torch.set_num_threads(threads)
 
 
+def _batches(run: Run, prof: Profile, stream: str, size: int) -> dict:
+    """One batch per seed from the seed's ``stream`` (protocol.STREAMS)."""
+    import torch
+
+    return {s: T.batch(run.task, torch.Generator().manual_seed(
+        task_seed(run.task, s, STREAMS[stream])), size) for s in run.seeds}
+
+
 def execute_with(run: Run, prof: Profile) -> list[SeedResult]:
     """``execute`` under the settings ``prof`` (the benchmarks' shortened profiles)."""
     import torch
@@ -242,43 +248,56 @@ def execute_with(run: Run, prof: Profile) -> list[SeedResult]:
 
     start = time.perf_counter()
     b = build(run)
-    torch.manual_seed(_task_seed(run.task, run.seeds[0], 3))  # sampling (hard attention)
+    torch.manual_seed(task_seed(run.task, run.seeds[0], STREAMS["sampling"]))  # hard attention
     ens = Ensemble(b, run, prof)
     M = len(ens.members)
-    gens = {s: torch.Generator().manual_seed(_task_seed(run.task, s, 1)) for s in run.seeds}
-    evals = {s: T.batch(run.task, torch.Generator().manual_seed(_task_seed(run.task, s, 2)),
-                        prof.eval_batch) for s in run.seeds}
-    ev = _stack([evals[s] for s, _ in ens.members])
+    gens = {s: torch.Generator().manual_seed(task_seed(run.task, s, STREAMS["train"]))
+            for s in run.seeds}
+    vals = _batches(run, prof, "validation", prof.eval_batch)
+    tests = _batches(run, prof, "test", prof.test_batch)
+    val = _stack([vals[s] for s, _ in ens.members])
+    test = _stack([tests[s] for s, _ in ens.members])
     reached: list[int | None] = [None] * M
     steps = [prof.steps] * M
     acc = torch.zeros(M)
+    curves: list[list[tuple[int, float]]] = [[] for _ in range(M)]
     losses = torch.full((M,), float("nan"))
     t = 0
+
+    def evaluate_all():
+        was = ens.active.clone()  # a member stopped earlier keeps its last point
+        got = evaluate.ensemble_accuracy(ens, val)
+        on_test = evaluate.ensemble_accuracy(ens, test)
+        for i in range(M):
+            if was[i]:
+                curves[i].append((t, float(on_test[i])))
+        return got
+
     while t < prof.steps and bool(ens.active.any()):
         data = {s: T.batch(run.task, gens[s], prof.batch) for s in run.seeds}
         batch = _stack([data[s] for s, _ in ens.members])
         losses = ens.step(_kwargs(b, batch, True), batch["y"], t)
         t += 1
         if t % prof.eval_every == 0 or t == prof.steps:
-            acc = evaluate.ensemble_accuracy(ens, ev)
+            acc = evaluate_all()
             for i in range(M):
                 if ens.active[i] and acc[i] >= THRESHOLD:
                     reached[i], steps[i] = t, t
                     ens.active[i] = False
-    if t % prof.eval_every:
-        acc = evaluate.ensemble_accuracy(ens, ev)
     wall = time.perf_counter() - start
     total_steps = max(1, t)
     out = []
     for s in run.seeds:
         idx = [i for i, (si, _) in enumerate(ens.members) if si == s]
+        # the learning rate the validation batch chose; the test batch only reports
         best = max(idx, key=lambda i: (float(acc[i]), -float(losses[i]), -i))
         model = ens.member(best)
-        att = evaluate.attention_measures(b, model, evals[s], prof.top_k,
-                                          _task_seed(run.task, s, 4))
+        att = evaluate.attention_measures(b, model, tests[s], prof.top_k,
+                                          task_seed(run.task, s, STREAMS["erasure"]))
         out.append(SeedResult(
             seed=s, lr=float(ens.members[best][1]), params=ens.n_params, steps=steps[best],
             steps_to_threshold=reached[best], seconds=wall / len(run.seeds),
-            seconds_per_step=wall / total_steps / M, accuracy=float(acc[best]),
-            final_loss=float(losses[best]), row=dict(b.row), attention=att))
+            seconds_per_step=wall / total_steps / M, accuracy=curves[best][-1][1],
+            final_loss=float(losses[best]), row=dict(b.row), attention=att,
+            val_accuracy=float(acc[best]), curve=curves[best]))
     return out

@@ -84,11 +84,14 @@ class SeedResult:
     steps_to_threshold: int | None  # first step whose accuracy reached the threshold
     seconds: float  # wall time of the run divided among its seeds
     seconds_per_step: float
-    accuracy: float  # on a held-out evaluation batch
+    accuracy: float  # on the test batch, at the last evaluation (the stop or the end)
     final_loss: float
     row: dict[str, str] = field(default_factory=dict)  # Table III labels, as classify --format json
     # gold_mass, aer, comprehensiveness, sufficiency, uniform_drop (None: does not apply)
     attention: dict[str, float | None] = field(default_factory=dict)
+    val_accuracy: float | None = None  # on the validation batch (what chose the lr, the stop)
+    # the learning curve: (step, test accuracy) at each evaluation until the stop
+    curve: list[tuple[int, float]] = field(default_factory=list)
 
 
 def plan(profile: str, specs: list[str] | None = None, params: int | None = None,

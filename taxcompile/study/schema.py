@@ -8,21 +8,58 @@ Imported only by ``store`` when it reads (pydantic stays out of the front end)."
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Json, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, Json, ValidationError, field_validator,
+                      model_validator)
 
 from ..classify import DIMENSIONS
 
 
+class Batch(BaseModel):
+    """One of the protocol's batches: the generator stream of each seed's batch and its
+    examples (``protocol.Profile.batches``)."""
+
+    model_config = ConfigDict(extra="allow")
+    stream: int
+    size: int = Field(gt=0)
+
+
+class Batches(BaseModel):
+    """Training, validation (early stop, learning rate) and test (reported only): three
+    streams, never one batch in two roles."""
+
+    model_config = ConfigDict(extra="allow")
+    train: Batch
+    validation: Batch
+    test: Batch
+
+    @model_validator(mode="after")
+    def _apart(self) -> Batches:
+        if len({self.train.stream, self.validation.stream, self.test.stream}) != 3:
+            raise ValueError("the training, validation and test batches share a stream")
+        return self
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    batches: Batches | None = None
+
+
 class Protocol(BaseModel):
     """``meta.protocol``: what ``cli.protocol_record`` wrote (other keys are kept, and
-    ``Store._check`` compares the whole record)."""
+    ``Store._check`` compares the whole record). From protocol 2 on, the settings name
+    the validation and test batches."""
 
     model_config = ConfigDict(extra="allow")
     version: str
     profile: str | None = None
-    settings: dict[str, Any] | None = None
+    settings: Settings | None = None
+
+    @model_validator(mode="after")
+    def _names_its_batches(self) -> Protocol:
+        if self.version != "1" and self.settings is not None and self.settings.batches is None:
+            raise ValueError(f"protocol {self.version} names no validation and test batches "
+                             "(settings.batches)")
+        return self
 
 
 class Result(BaseModel):
@@ -46,8 +83,10 @@ class Result(BaseModel):
     seconds_per_step: float | None
     accuracy: float | None
     final_loss: float | None
+    val_accuracy: float | None = None  # layout 1 files have none
     row: Json[dict[str, str]]
     attention: Json[dict[str, float | None]]
+    curve: Json[list[tuple[int, float]]] | None = None  # layout 1 files have none
     engine: str
     finished: float
 

@@ -28,7 +28,10 @@ from pathlib import Path
 from .runs import StudyError
 
 APPLICATION_ID = 0x54435354  # "TCST": PRAGMA application_id of a study file
-SCHEMA_VERSION = 1  # PRAGMA user_version: the layout of the tables below
+SCHEMA_VERSION = 2  # PRAGMA user_version: the layout of the tables below
+# the columns each layout added: a file of an older layout is read (``study report``; what
+# it lacks is None) but never written (its protocol is another one anyway)
+ADDED = {2: {"results": ("val_accuracy", "curve")}}
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -38,8 +41,9 @@ CREATE TABLE results (
     protocol_version TEXT NOT NULL, supervised INTEGER NOT NULL,
     source TEXT NOT NULL, spec TEXT NOT NULL, model TEXT NOT NULL, profile TEXT NOT NULL,
     lr REAL, params INTEGER, steps INTEGER, steps_to_threshold INTEGER,
-    seconds REAL, seconds_per_step REAL, accuracy REAL, final_loss REAL,
-    row TEXT NOT NULL, attention TEXT NOT NULL, engine TEXT NOT NULL, finished REAL NOT NULL,
+    seconds REAL, seconds_per_step REAL, accuracy REAL, final_loss REAL, val_accuracy REAL,
+    row TEXT NOT NULL, attention TEXT NOT NULL, curve TEXT NOT NULL,
+    engine TEXT NOT NULL, finished REAL NOT NULL,
     UNIQUE (model_hash, task, seed, protocol_version, supervised)
 );
 CREATE TABLE skips (
@@ -50,7 +54,7 @@ CREATE TABLE skips (
 
 # the SeedResult fields stored as columns, in SCHEMA's order
 METRICS = ("lr", "params", "steps", "steps_to_threshold", "seconds", "seconds_per_step",
-           "accuracy", "final_loss")
+           "accuracy", "final_loss", "val_accuracy")
 
 
 def _hint_other_db(path: Path) -> str:
@@ -168,7 +172,7 @@ class Store:
                  str(self.protocol["version"]), int(run.supervised), run.source, run.spec,
                  run.model, run.profile, *(getattr(r, m) for m in METRICS),
                  json.dumps(r.row, sort_keys=True), json.dumps(r.attention, sort_keys=True),
-                 engine, now) for r in results]
+                 json.dumps([list(p) for p in r.curve]), engine, now) for r in results]
         if not rows:
             return 0
         marks = ", ".join("?" * len(rows[0]))
@@ -283,13 +287,11 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
             raise StudyError(f"{path} is not a taxcompile study file",
                              "it is kept as it is; " + _hint_other_db(path))
         schema, = conn.execute("PRAGMA user_version").fetchone()
-        if schema != SCHEMA_VERSION:
-            raise StudyError(f"{path} is a study file of layout {schema}; this taxcompile "
-                             f"reads layout {SCHEMA_VERSION}", _hint_other_db(path))
+        _check_layout_version(path, schema, readonly)
         bad = [r for (r,) in conn.execute("PRAGMA quick_check")]
         if bad != ["ok"]:
             raise _damaged(path, "; ".join(bad[:3]))
-        why = _layout_problem(conn)
+        why = _layout_problem(conn, schema)
         if why:
             raise _damaged(path, why)
         if not readonly:
@@ -322,13 +324,31 @@ def _tables(conn: sqlite3.Connection) -> dict[str, list[str]]:
     return {t: [c[1] for c in conn.execute(f'PRAGMA table_info("{t}")')] for t in names}
 
 
-def _layout_problem(conn: sqlite3.Connection) -> str | None:
-    """What of ``SCHEMA``'s tables and columns the file lacks (None: nothing)."""
+def _check_layout_version(path: Path, schema: int, readonly: bool) -> None:
+    """A file of this layout is read; one of an older layout (1: no learning curves, no
+    validation accuracy) is read but not written; any other is refused."""
+    if schema == SCHEMA_VERSION or (readonly and 1 <= schema < SCHEMA_VERSION):
+        return
+    if 1 <= schema < SCHEMA_VERSION:
+        raise StudyError(f"{path} is a study file of layout {schema} (protocol 1: one "
+                         "evaluation batch, no learning curves); this taxcompile writes "
+                         f"layout {SCHEMA_VERSION} only",
+                         f"{_hint_other_db(path)}; `taxcompile study report {path}` "
+                         "still reads it")
+    raise StudyError(f"{path} is a study file of layout {schema}; this taxcompile reads "
+                     f"layouts 1 to {SCHEMA_VERSION}", _hint_other_db(path))
+
+
+def _layout_problem(conn: sqlite3.Connection, schema: int = SCHEMA_VERSION) -> str | None:
+    """What of ``SCHEMA``'s tables and columns (those of layout ``schema``) the file
+    lacks (None: nothing)."""
     have = _tables(conn)
+    later = {(t, c) for v, added in ADDED.items() if v > schema
+             for t, cs in added.items() for c in cs}
     for table, columns in _layout().items():
         if table not in have:
             return f"no table `{table}`"
-        missing = [c for c in columns if c not in have[table]]
+        missing = [c for c in columns if c not in have[table] and (table, c) not in later]
         if missing:
             return f"table `{table}` has no column `{missing[0]}`"
     return None
