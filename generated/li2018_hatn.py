@@ -66,7 +66,9 @@ class Output:
 class QueryBlocks(torch.autograd.Function):
     """out = fn(keep, q, *xs), computed over blocks of queries (axis 2 of q and of keep) of
     about BLOCK elements each. Nothing fn builds is saved: backward recomputes one block at a
-    time, so peak memory is one block's, never the whole (N, H, Lq, Lk, d_w) tensor."""
+    time, so peak memory is one block's, never the whole (N, H, Lq, Lk, d_w) tensor. The
+    recomputation runs under the forward's autocast state (on the inputs' device type), so it
+    computes what the forward did in the dtypes it did, wherever backward is called from."""
 
     BLOCK = 1 << 20
 
@@ -84,9 +86,19 @@ class QueryBlocks(torch.autograd.Function):
     def forward(ctx, fn, keep, q, *xs):
         n = QueryBlocks.rows(q, xs[0])
         ctx.fn, ctx.n = fn, n
+        dev = q.device.type
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)) \
+            if torch.amp.is_autocast_available(dev) else None
         ctx.save_for_backward(keep, q, *xs)
         return torch.cat([fn(QueryBlocks.part(keep, i, n), q[:, :, i:i + n], *xs)
                           for i in range(0, q.shape[2], n)], 2)
+
+    @staticmethod
+    def block_grads(ctx, g, keep, q, xs, i: int):
+        with torch.enable_grad():  # recompute block i, then differentiate it
+            qi = q[:, :, i:i + ctx.n].detach().requires_grad_()
+            out = ctx.fn(QueryBlocks.part(keep, i, ctx.n), qi, *xs)
+            return torch.autograd.grad(out, (qi, *xs), g[:, :, i:i + ctx.n])
 
     @staticmethod
     def backward(ctx, g):
@@ -94,10 +106,12 @@ class QueryBlocks(torch.autograd.Function):
         xs = [x.detach().requires_grad_() for x in xs]
         gq, gxs = [], [torch.zeros_like(x) for x in xs]
         for i in range(0, q.shape[2], ctx.n):
-            with torch.enable_grad():  # recompute this block, then differentiate it
-                qi = q[:, :, i:i + ctx.n].detach().requires_grad_()
-                out = ctx.fn(QueryBlocks.part(keep, i, ctx.n), qi, *xs)
-                d = torch.autograd.grad(out, (qi, *xs), g[:, :, i:i + ctx.n])
+            if ctx.amp is None:  # a device type without autocast
+                d = QueryBlocks.block_grads(ctx, g, keep, q, xs, i)
+            else:
+                dev, enabled, dtype = ctx.amp
+                with torch.autocast(dev, dtype=dtype, enabled=enabled):
+                    d = QueryBlocks.block_grads(ctx, g, keep, q, xs, i)
             gq.append(d[0])
             for acc, di in zip(gxs, d[1:]):
                 acc += di

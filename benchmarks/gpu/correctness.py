@@ -8,6 +8,11 @@ L2 error ||x - ref|| / ||ref|| (one size of tolerance for outputs and gradients 
 scale). Models run in eval mode (no dropout; hard attention takes its argmax instead of
 sampling). generate() (where a model has it): greedy tokens with the KV cache / carried
 state and with the whole prefix re-run must be the same on the device.
+
+On the CPU, torch itself may lack a bf16 kernel (oneDNN's LSTM primitive): a bare nn.LSTM
+and nn.GRU are probed once at start-up, and a model holding one whose bf16 run raises the
+probe's very error is reported as skipped in that mode, with the probe's error. Any other
+error stays a failure; on CUDA nothing is probed or skipped.
 """
 
 from __future__ import annotations
@@ -33,6 +38,42 @@ TOLERANCE = {"float32": {"output": 1e-4, "grad": 2e-3},
 # discrete choices (argmax, top-k, a sparse support) may flip under bf16's rounding: those
 # models are compared in float32 only, and under bf16 checked to be finite
 DISCRETE = ("hard", "topk", "sparsemax", "entmax", "local", "lsh", "reinforced", "crf")
+
+
+# the recurrent modules torch runs through one fused kernel (oneDNN on the CPU, cuDNN on CUDA)
+RECURRENT = ("LSTM", "GRU")
+
+
+def probe_recurrent(device: str) -> dict:
+    """{"LSTM" | "GRU": the error} for each bare nn.LSTM / nn.GRU that torch cannot run forward
+    and backward under CPU bf16 autocast on a float32 input (oneDNN may lack the bf16
+    primitive); {} where both run, and always {} on CUDA (nothing is skipped there)."""
+    out = {}
+    if device != "cpu":
+        return out
+    for name in RECURRENT:
+        torch.manual_seed(0)
+        rnn = getattr(torch.nn, name)(4, 4, batch_first=True)
+        x = torch.randn(2, 3, 4, requires_grad=True)
+        try:
+            with warnings.catch_warnings(), torch.autocast("cpu", dtype=torch.bfloat16):
+                warnings.simplefilter("ignore")
+                y = rnn(x)[0]
+            y.float().sum().backward()
+        except Exception as e:
+            out[name] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def torch_limit(model, error: str, probe: dict) -> str | None:
+    """Why a bf16 run that raised `error` is skipped: the model holds a recurrent module whose
+    probe raised the same error (torch's limit, not the model's); None otherwise."""
+    kinds = {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RNNBase)}
+    hit = [k for k in RECURRENT if k in kinds and probe.get(k) == error]
+    if not hit:
+        return None
+    return (f"torch on this CPU has no bf16 autocast kernel for "
+            f"{'/'.join('nn.' + k for k in hit)} (probe: {probe[hit[0]]})"[:400])
 
 
 def _fixed(shape, seed: int) -> torch.Tensor:
@@ -130,7 +171,8 @@ def check_generate(model, mod, device) -> dict | None:
     return {"tokens": list(cached.shape), "same": bool(same)}
 
 
-def check_model(entry, device: str) -> dict:
+def check_model(entry, device: str, probe: dict | None = None) -> dict:
+    """One model's row; `probe`: probe_recurrent()'s result (the CPU only)."""
     mod = entry.module
     start = time.perf_counter()
     cfg = mod.Config.tiny()
@@ -145,7 +187,10 @@ def check_model(entry, device: str) -> dict:
         try:
             got = forward_backward(model, ex, torch.float32, device, autocast=mode != "float32")
         except Exception as e:  # one mode's failure must not hide the other's result
-            row["modes"][mode] = {"failed": [f"raised {type(e).__name__}: {e}"[:300]]}
+            error = f"{type(e).__name__}: {e}"
+            skip = mode != "float32" and torch_limit(model, error, probe or {})
+            row["modes"][mode] = {"skipped": skip, "failed": []} if skip else \
+                {"failed": [f"raised {error}"[:300]]}
             continue
         res = compare(got, ref, TOLERANCE[mode])
         if mode != "float32" and discrete:  # finite only: a flipped choice is not an error
@@ -168,9 +213,10 @@ def check_model(entry, device: str) -> dict:
 def stage(ctx) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 is checked as float32
     torch.backends.cudnn.allow_tf32 = False
+    probe = ctx.options.get("recurrent_probe") or {}
     for entry in models.entries(ctx.options.get("models")):
         try:
-            row = check_model(entry, ctx.device)
+            row = check_model(entry, ctx.device, probe)
         except Exception as e:
             row = {"model": entry.name, "spec": entry.spec, "features": entry.features,
                    "ok": False, "error": f"{type(e).__name__}: {e}"}

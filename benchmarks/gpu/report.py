@@ -23,6 +23,9 @@ def correctness_table(stage: dict, tolerance: dict) -> list[str]:
         cells = []
         for mode in ("float32", "bf16-autocast"):
             m = r["modes"].get(mode, {})
+            if m.get("skipped"):
+                cells.append(f"skipped: {m['skipped']}")
+                continue
             if "output" not in m:
                 cells.append("; ".join(m.get("failed", [])))
                 continue
