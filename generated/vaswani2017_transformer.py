@@ -332,15 +332,6 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-def scaled_embedding(vocab: int, d: int) -> nn.Embedding:
-    """An embedding for `embed(…, scale = true)`, whose output is multiplied by sqrt(d)
-    (Vaswani et al. 3.4): its rows start N(0, 1/d), so sqrt(d) E has unit variance, as in
-    tensor2tensor and fairseq (the paper gives no initialisation)."""
-    embedding = nn.Embedding(vocab, d)
-    nn.init.normal_(embedding.weight, std=d ** -0.5)
-    return embedding
-
-
 def sinusoid(x: torch.Tensor, start: int = 0) -> torch.Tensor:
     """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.),
     whose first position is `start` (generate(): the tokens already decoded); computed in
@@ -356,6 +347,19 @@ def sinusoid(x: torch.Tensor, start: int = 0) -> torch.Tensor:
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
     return x + pe.to(x.dtype)
+
+
+def tied_embedding(vocab: int, d: int) -> nn.Embedding:
+    """An embedding that is also an output layer (`classify(…, tie = …)`: logits = y E^T + b).
+    Its rows start N(0, 1/d^2), of norm about d^-1/2, small as the output layer needs: each
+    logit |y . e_v| <= |y| |e_v| is about rms(y) at most, so a tied model starts near the loss
+    ln V of uniform logits (nn.Embedding's N(0, 1) rows, or N(0, 1/d), make the logit of the
+    token that y carries up to d, or sqrt(d)). Tied weights start small in nanoGPT too
+    (N(0, 0.02^2)), and in x-transformers with l2-normalised embeddings (N(0, 1e-5^2)). Only
+    where training starts: the equations of the module are the same."""
+    embedding = nn.Embedding(vocab, d)
+    nn.init.normal_(embedding.weight, std=1 / d)
+    return embedding
 
 
 class MultiHeadScaledMultiplicativeAttention(nn.Module):
@@ -542,7 +546,7 @@ class Model(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self.x_embed = scaled_embedding(cfg.vocab, cfg.d_model)
+        self.x_embed = tied_embedding(cfg.vocab, cfg.d_model)
         self.x_drop = nn.Dropout(cfg.p_drop)
         self.y_drop = nn.Dropout(cfg.p_drop)
         # one per hop (eq. 41-42)
