@@ -82,3 +82,28 @@ def test_a_float64_model_makes_no_float32_tensor(path, index, tmp_path):
     lines = dict.fromkeys(f"{w} ({f} -> {d[0]})" for f, d, w in mode.seen)
     assert not lines, "floating tensors not in float64:\n" + "\n".join(list(lines)[:12])
     assert all(w.dtype == torch.float64 for w in out.attention.values())
+
+
+def test_beam_search_scores_in_the_dtype_of_the_log_probabilities(tmp_path):
+    """The beam's scores and lengths take the dtype of what the decoder's step returns
+    (float64 here), not the default float32."""
+    path = ROOT / "specs" / "vaswani2017.attn"
+    cs = pipeline.load(path)
+    src = tmp_path / "beam.py"
+    src.write_text(codegen.generate(cs, cs.models[0], str(path)), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("_taxcompile_f64_beam", src)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    table = torch.randn(7, 7, dtype=torch.float64).log_softmax(-1)  # next token | last token
+
+    def step(tokens):
+        return table[tokens[:, -1]]
+
+    mode = FloatDtypes(torch.float64, str(src))
+    with mode:
+        out = mod.beam_search(step, lambda rows: None, torch.zeros(2, 1, dtype=torch.long),
+                              3, 4, 6, 6, 1.0)
+    assert out.shape[0] == 2
+    lines = dict.fromkeys(w for _, _, w in mode.seen)
+    assert not lines, "floating tensors not in float64:\n" + "\n".join(lines)
