@@ -6,7 +6,7 @@ constant table in float32) shows up here, where a comparison of outputs would le
 1e-7 error through.
 
 The oracle is a ``TorchDispatchMode`` that sees the output of every ATen op of the forward
-pass, the model's parameters, buffers and inputs included; PyTorch's default dtype stays
+pass (in eval and in training mode), the model's parameters, buffers and inputs included; PyTorch's default dtype stays
 float32, so whatever the generated code creates without a dtype is float32 and is caught."""
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ def test_a_float64_model_makes_no_float32_tensor(path, index, tmp_path):
     mode = FloatDtypes(torch.float64, str(src))
     with torch.no_grad(), mode:
         out = model(**inputs, return_attention=True)
+    with mode:  # training: dropout, sampled (hard) alignments, the paths kept for backward
+        model.train()(**inputs)
     lines = dict.fromkeys(f"{w} ({f} -> {d[0]})" for f, d, w in mode.seen)
     assert not lines, "floating tensors not in float64:\n" + "\n".join(list(lines)[:12])
     assert all(w.dtype == torch.float64 for w in out.attention.values())
