@@ -6,8 +6,9 @@ constant table in float32) shows up here, where a comparison of outputs would le
 1e-7 error through.
 
 The oracle is a ``TorchDispatchMode`` that sees the output of every ATen op of the forward
-pass (in eval and in training mode), the model's parameters, buffers and inputs included; PyTorch's default dtype stays
-float32, so whatever the generated code creates without a dtype is float32 and is caught."""
+pass (in eval and in training mode), the model's parameters, buffers and inputs included;
+PyTorch's default dtype stays float32, so whatever the generated code creates without a
+dtype is float32 and is caught."""
 
 from __future__ import annotations
 

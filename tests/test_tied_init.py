@@ -58,7 +58,8 @@ def initial_loss(mod, cfg, output: str, seeds=range(4), batch: int = 8) -> tuple
             out = model(**mod.example_inputs(batch, seed=seed, cfg=cfg)).output
         logits = out[output] if isinstance(out, dict) else out
         V = logits.shape[-1]
-        target = torch.randint(0, V, logits.shape[:-1], generator=torch.Generator().manual_seed(1000 + seed))
+        g = torch.Generator().manual_seed(1000 + seed)
+        target = torch.randint(0, V, logits.shape[:-1], generator=g)
         losses.append(float(F.cross_entropy(logits.reshape(-1, V), target.reshape(-1))))
     return sum(losses) / len(losses), V
 
