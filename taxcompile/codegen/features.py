@@ -63,7 +63,9 @@ def tied_embeds(p) -> set[int]:
         for op in checks.operations(n.expr) if isinstance(n, ir.Node) else ():
             if op.fn == "classify" and op.param("tie") is not None:
                 node = checks.version_with(p.m, str(op.param("tie")), "embed")
-                out |= {_root(p, x) for x in checks.operations(node.expr) if x.fn == "embed"}
+                if isinstance(node, ir.Node):
+                    out |= {_root(p, x) for x in checks.operations(node.expr)
+                            if x.fn == "embed"}
     return out
 
 
