@@ -210,14 +210,16 @@ def pool(x: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Tensor:
 
 def sinusoid(x: torch.Tensor, start: int = 0) -> torch.Tensor:
     """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.),
-    whose first position is `start` (generate(): the tokens already decoded)."""
+    whose first position is `start` (generate(): the tokens already decoded); computed in
+    x's dtype, at least float32."""
     L, d = x.shape[-2], x.shape[-1]
-    pos = torch.arange(start, start + L, device=x.device, dtype=torch.float32).unsqueeze(1)
+    dt = torch.promote_types(x.dtype, torch.float32)
+    pos = torch.arange(start, start + L, device=x.device, dtype=dt).unsqueeze(1)
     # 10000^(-2i / d): one frequency per (sin, cos) pair of dimensions
     freq = torch.exp(
-        torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d)
+        torch.arange(0, d, 2, device=x.device, dtype=dt) * (-math.log(10000.0) / d)
     )
-    pe = torch.zeros(L, d, device=x.device, dtype=torch.float32)  # (L, d)
+    pe = torch.zeros(L, d, device=x.device, dtype=dt)  # (L, d)
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
     return x + pe.to(x.dtype)

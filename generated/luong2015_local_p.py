@@ -262,18 +262,19 @@ def beam_search(step, reorder, start: torch.Tensor, K: int, max_len: int, eos: i
     at no cost (its s and length stay). The result is each example's hypothesis with the
     best s / length ** length_penalty (0: plain log-probability, 1: per token), length =
     its tokens up to and including eos. Every hypothesis starts from its example's prefix
-    `start` (B, P); the new tokens are returned."""
+    `start` (B, P); the new tokens are returned. Scores in the dtype of step's output."""
     B, device = start.shape[0], start.device
     N = B * K
     tokens = start.repeat_interleave(K, 0)  # (N, P)
-    score = torch.full((B, K), float("-inf"), device=device)
+    logp = step(tokens)  # (N, V): the first step, whose dtype the scores take
+    score = torch.full((B, K), float("-inf"), device=device, dtype=logp.dtype)
     score[:, 0] = 0.0  # the K hypotheses start as one: only the first one is expanded
     score = score.view(N)
     done = torch.zeros(N, dtype=torch.bool, device=device)
-    length = torch.zeros(N, device=device)
+    length = torch.zeros(N, device=device, dtype=logp.dtype)
     base = torch.arange(B, device=device).repeat_interleave(K) * K  # (N,): first row of b
-    for _ in range(max_len):
-        logp = step(tokens)  # (N, V)
+    for t in range(max_len):
+        logp = logp if t == 0 else step(tokens)  # (N, V)
         V = logp.shape[-1]
         ended = torch.full_like(logp[0], float("-inf"))
         ended[pad] = 0.0
@@ -283,7 +284,7 @@ def beam_search(step, reorder, start: torch.Tensor, K: int, max_len: int, eos: i
         tok = (pos % V).view(N)
         tokens = torch.cat([tokens[rows], tok[:, None]], 1)  # (N, t + 1)
         reorder(rows)
-        length = length[rows] + (~done[rows]).float()
+        length = length[rows] + (~done[rows]).to(length.dtype)
         done = done[rows] | (tok == eos)
         score = top.view(N)
         if bool(done.all()):

@@ -251,18 +251,19 @@ def beam_search(step, reorder, start: torch.Tensor, K: int, max_len: int, eos: i
     at no cost (its s and length stay). The result is each example's hypothesis with the
     best s / length ** length_penalty (0: plain log-probability, 1: per token), length =
     its tokens up to and including eos. Every hypothesis starts from its example's prefix
-    `start` (B, P); the new tokens are returned."""
+    `start` (B, P); the new tokens are returned. Scores in the dtype of step's output."""
     B, device = start.shape[0], start.device
     N = B * K
     tokens = start.repeat_interleave(K, 0)  # (N, P)
-    score = torch.full((B, K), float("-inf"), device=device)
+    logp = step(tokens)  # (N, V): the first step, whose dtype the scores take
+    score = torch.full((B, K), float("-inf"), device=device, dtype=logp.dtype)
     score[:, 0] = 0.0  # the K hypotheses start as one: only the first one is expanded
     score = score.view(N)
     done = torch.zeros(N, dtype=torch.bool, device=device)
-    length = torch.zeros(N, device=device)
+    length = torch.zeros(N, device=device, dtype=logp.dtype)
     base = torch.arange(B, device=device).repeat_interleave(K) * K  # (N,): first row of b
-    for _ in range(max_len):
-        logp = step(tokens)  # (N, V)
+    for t in range(max_len):
+        logp = logp if t == 0 else step(tokens)  # (N, V)
         V = logp.shape[-1]
         ended = torch.full_like(logp[0], float("-inf"))
         ended[pad] = 0.0
@@ -272,7 +273,7 @@ def beam_search(step, reorder, start: torch.Tensor, K: int, max_len: int, eos: i
         tok = (pos % V).view(N)
         tokens = torch.cat([tokens[rows], tok[:, None]], 1)  # (N, t + 1)
         reorder(rows)
-        length = length[rows] + (~done[rows]).float()
+        length = length[rows] + (~done[rows]).to(length.dtype)
         done = done[rows] | (tok == eos)
         score = top.view(N)
         if bool(done.all()):
@@ -334,28 +335,34 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
-def scaled_embedding(vocab: int, d: int) -> nn.Embedding:
-    """An embedding for `embed(…, scale = true)`, whose output is multiplied by sqrt(d)
-    (Vaswani et al. 3.4): its rows start N(0, 1/d), so sqrt(d) E has unit variance, as in
-    tensor2tensor and fairseq (the paper gives no initialisation)."""
-    embedding = nn.Embedding(vocab, d)
-    nn.init.normal_(embedding.weight, std=d ** -0.5)
-    return embedding
-
-
 def sinusoid(x: torch.Tensor, start: int = 0) -> torch.Tensor:
     """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.),
-    whose first position is `start` (generate(): the tokens already decoded)."""
+    whose first position is `start` (generate(): the tokens already decoded); computed in
+    x's dtype, at least float32."""
     L, d = x.shape[-2], x.shape[-1]
-    pos = torch.arange(start, start + L, device=x.device, dtype=torch.float32).unsqueeze(1)
+    dt = torch.promote_types(x.dtype, torch.float32)
+    pos = torch.arange(start, start + L, device=x.device, dtype=dt).unsqueeze(1)
     # 10000^(-2i / d): one frequency per (sin, cos) pair of dimensions
     freq = torch.exp(
-        torch.arange(0, d, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / d)
+        torch.arange(0, d, 2, device=x.device, dtype=dt) * (-math.log(10000.0) / d)
     )
-    pe = torch.zeros(L, d, device=x.device, dtype=torch.float32)  # (L, d)
+    pe = torch.zeros(L, d, device=x.device, dtype=dt)  # (L, d)
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
     return x + pe.to(x.dtype)
+
+
+def tied_embedding(vocab: int, d: int) -> nn.Embedding:
+    """An embedding that is also an output layer (`classify(…, tie = …)`: logits = y E^T + b).
+    Its rows start N(0, 1/d^2), of norm about d^-1/2, small as the output layer needs: each
+    logit |y . e_v| <= |y| |e_v| is about rms(y) at most, so a tied model starts near the loss
+    ln V of uniform logits (nn.Embedding's N(0, 1) rows, or N(0, 1/d), make the logit of the
+    token that y carries up to d, or sqrt(d)). Tied weights start small in nanoGPT too
+    (N(0, 0.02^2)), and in x-transformers with l2-normalised embeddings (N(0, 1e-5^2)). Only
+    where training starts: the equations of the module are the same."""
+    embedding = nn.Embedding(vocab, d)
+    nn.init.normal_(embedding.weight, std=1 / d)
+    return embedding
 
 
 class MultiHeadScaledMultiplicativeAttention(nn.Module):
@@ -542,7 +549,7 @@ class Model(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self.x_embed = scaled_embedding(cfg.vocab, cfg.d_model)
+        self.x_embed = tied_embedding(cfg.vocab, cfg.d_model)
         self.x_drop = nn.Dropout(cfg.p_drop)
         self.y_drop = nn.Dropout(cfg.p_drop)
         # one per hop (eq. 41-42)

@@ -98,7 +98,8 @@ def build(spec, /, model: str | None = None, *, tiny: bool = False, **config_fie
     the generated module (``example_inputs``, ``Config``) ``module(spec, model)``.
 
     Built models pickle: ``torch.save(m, f)`` and ``torch.load(f, weights_only=False)``,
-    in this process or a fresh one; ``copy.deepcopy(m)``."""
+    in this process or a fresh one; ``copy.deepcopy(m)``. Loading such a file runs the
+    generated source stored in it (``built``): load only files you trust."""
     mod = module(spec, model)
     return mod.Model(config(mod, tiny, **config_fields))
 

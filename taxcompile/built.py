@@ -15,6 +15,12 @@ with taxcompile installed, ``torch.load(f, weights_only=False)`` as for any pick
 What does not carry its source is a generated class or function pickled on its own (not an
 instance): that loads only in a process that has built the same module.
 
+Unpickling runs the source stored in the pickle. The hash in the module's name detects a
+source that does not match it by accident, not a changed file: whoever writes the pickle
+writes both, so any Python in it runs on load. As PyTorch warns of ``weights_only=False``,
+load only pickles you trust; for weights from elsewhere, load a ``state_dict()`` with
+``torch.load(f, weights_only=True)`` into a model built from the spec here.
+
 Stdlib only: importing this module imports no torch (the generated source does)."""
 
 from __future__ import annotations
@@ -97,7 +103,8 @@ def _reducer(name: str, qualname: str, source: str):
 
 def _restore(name: str, qualname: str, source: str):
     """An empty instance of ``qualname`` from module ``name``, importing ``source`` under
-    that name first when this process has not (``pickle`` then sets the state)."""
+    that name first when this process has not (``pickle`` then sets the state). This runs
+    ``source``: the hash check is no protection against a pickle written to do so."""
     m = _NAME.fullmatch(name)
     if m is None or m.group(2) != digest(source):
         raise ValueError(f"not a taxcompile-generated module: {name!r} (its name does not "

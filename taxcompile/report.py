@@ -197,7 +197,9 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
                 from . import heatmap
 
                 maps, trained = heatmap.weights(src, name[:-3], cm, steps, cache or None)
-                png = heatmap.png(maps, f"{row.paper.cite}: model {cm.model.name}")
+                failed = trained.heldout is not None and not trained.learned
+                png = heatmap.png(maps, f"{row.paper.cite}: model {cm.model.name}"
+                                  + (" (did not learn its task)" if failed else ""))
             except Exception as e:  # the report still shows the code; say why there is no map
                 why = f"no heatmap: {type(e).__name__}: {e}"
                 if why not in notes:
@@ -207,14 +209,13 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
                 files_out[f"papers/{row.paper.id}/{cm.model.name}.png"] = png
             code.append(dict(model=cm.model.name, file=name, why=why,
                              png=f"{row.paper.id}/{cm.model.name}.png" if png else None,
-                             trained=None if trained is None else dict(
-                                 steps=trained.steps, task=trained.task, loss=trained.loss,
-                                 describe=trained.describe),
+                             trained=None if trained is None else _trained(trained),
                              html=highlight(src, PythonLexer(), fmt)))
         home = in_table.get(row.paper.ref) if row.paper.row is None else None
         files_out[f"papers/{row.paper.id}.html"] = env.get_template("paper.html.j2").render(
             p=row.paper, file=visible(page.file), variants=variants, row=row.row(), dims=DIMENSIONS,
             titles=titles, svgs=page.svgs, diagram_note=page.note, version=__version__,
+            heldout=train.HELDOUT, learned=train.LEARNED,
             source=highlight(source, AttnLexer(), fmt), code=code,
             home=None if home is None else dict(id=home.paper.id, cite=home.paper.cite))
     if study is not None:
@@ -222,6 +223,14 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
     old = check_site_dir(out, spec_paths, list(spec_dirs))  # as it is now, after rendering
     write_site(out, files_out, old)
     return [out / name for name in files_out], notes
+
+
+def _trained(t) -> dict:
+    """What a heatmap's caption says of its model's training and its held-out loss."""
+    h = t.heldout
+    return dict(steps=t.steps, task=t.task, loss=t.loss, describe=t.describe,
+                heldout=None if h is None else dict(
+                    loss=h.loss, chance=h.chance_text, learned=h.learned))
 
 
 def _study_page(env: jinja2.Environment, doc: dict) -> dict[str, str | bytes]:

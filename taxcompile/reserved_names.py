@@ -18,7 +18,8 @@ NAMES = {
         "pointed", "pool", "query_offset", "rel_distance", "rel_sinusoids",
         "reorder_cache", "rnn", "rnn_final", "rnn_init", "rotary", "sample_probs",
         "scaled_embedding", "score_grid", "score_table", "segment_keep", "segment_memory",
-        "sinusoid", "sparsemax", "start_tokens", "supervised_penalty", "torch", "warnings"
+        "sinusoid", "sparsemax", "start_tokens", "supervised_penalty", "tied_embedding",
+        "torch", "warnings"
     }),
     "builtins_used": frozenset({
         "UserWarning", "ValueError", "any", "bool", "classmethod", "dict", "enumerate",

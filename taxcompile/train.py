@@ -15,6 +15,12 @@ The task follows the model's inputs and outputs (from the checked IR):
   feature sequence) is planted at a random position of every input, and every output
   position predicts which one.
 
+Whether a model learned its task is decided on a held-out batch (``HELDOUT`` examples of
+their own seed, none a training batch): learned when its loss there is at most half of
+chance, the loss of predicting the targets' frequencies without reading the input (ln C
+for C equally likely classes; ``Heldout``). The report greys and labels the heatmap of a
+model that did not, with its held-out loss against chance.
+
 Deterministic (seeded data and initialisation), CPU-sized, and cached: the trained
 weights are stored under ``cache_dir()`` keyed by a hash of the generated source and the
 training settings, so a second report reuses them.
@@ -43,6 +49,10 @@ KEYWORDS = 4  # classes of the keyword task
 ALPHABET = 12  # tokens of the copy / reverse task
 BOS = 1
 VERSION = 1  # bump when the tasks change: old cache entries are then not reused
+HELDOUT = 256  # examples in the held-out batch that decides whether a model learned its task
+HELDOUT_SEED = SEED + 2  # apart from the training batches (SEED) and the batch shown (SEED + 1)
+CHANCE = 4096  # examples whose targets give chance (their entropy, within about 0.001)
+LEARNED = 0.5  # learned: a held-out loss at most this fraction of chance
 
 TASKS = {
     "reverse": "reverse the source sequence",
@@ -56,18 +66,52 @@ TASKS = {
 
 
 @dataclass(frozen=True)
+class Heldout:
+    """The task's loss on a held-out batch (``HELDOUT`` examples drawn with their own seed,
+    none of them a training batch) against chance: the loss of predicting the targets'
+    frequencies without reading the input, the entropy of the task's targets (ln C when
+    their C classes are equally likely; summed over the outputs of a model with several),
+    measured on the targets of ``CHANCE`` examples.
+    The model learned its task when its held-out loss is at most ``LEARNED`` (half) of
+    chance: it has taken away at least half of the targets' uncertainty (never when chance
+    is 0: targets of one class teach nothing)."""
+    loss: float
+    chance: float
+    classes: int  # distinct target classes (of all outputs)
+    uniform: bool  # chance is ln(classes): the classes are (about) equally likely
+
+    @property
+    def learned(self) -> bool:
+        return self.chance > 0 and self.loss <= LEARNED * self.chance
+
+    @property
+    def chance_text(self) -> str:
+        if self.classes == 1:  # (an output one wide: cross-entropy over one class is 0)
+            return "ln 1 = 0.00: its targets have one class, nothing to learn"
+        if self.uniform:
+            return f"ln {self.classes} = {self.chance:.2f}"
+        return f"{self.chance:.2f} (the entropy of its {self.classes} classes)"
+
+
+@dataclass(frozen=True)
 class Trained:
-    """A briefly trained model, the task it learnt and a batch of that task to show."""
+    """A briefly trained model, the task it learnt, a batch of that task to show and its
+    loss on a held-out batch against chance (None without a task)."""
     model: object
     inputs: dict
     task: str
     steps: int
     loss: float  # the training loss of the last step
     cached: bool
+    heldout: Heldout | None = None
 
     @property
     def describe(self) -> str:
         return TASKS[self.task]
+
+    @property
+    def learned(self) -> bool:
+        return self.heldout is not None and self.heldout.learned
 
 
 def cache_dir() -> Path:
@@ -311,8 +355,8 @@ def _outputs(out, names: list[str]) -> dict:
     return {names[0]: o} if names and o is not None else {}
 
 
-def _loss(out, names, targets):
-    import torch
+def _nll(out, names, targets):
+    """The task's loss (cross-entropy, summed over the outputs) and its per-example terms."""
     import torch.nn.functional as F
 
     got = _outputs(out, names)
@@ -331,6 +375,13 @@ def _loss(out, names, targets):
                 nll = (flat * keep).flatten(1).sum(1) / keep.flatten(1).sum(1).clamp(min=1)
         total = total + nll.mean()
         per_example = per_example + nll.detach()
+    return total, per_example
+
+
+def _loss(out, names, targets):
+    import torch
+
+    total, per_example = _nll(out, names, targets)
     # hard attention (sampled positions): REINFORCE with the batch-mean baseline
     lp = getattr(out, "log_probs", None)
     if isinstance(lp, dict) and lp and torch.is_tensor(per_example):
@@ -338,6 +389,38 @@ def _loss(out, names, targets):
         for v in lp.values():
             total = total - (reward * v.reshape(v.shape[0], -1).sum(1)).mean()
     return total
+
+
+def _entropy(y) -> tuple[float, int, bool]:
+    """The entropy of the values of ``y`` (-100: not counted), their number and whether
+    they are about equally likely (the entropy within 0.01 of ln of their number)."""
+    import math
+
+    import torch
+
+    _, counts = torch.unique(y[y != -100], return_counts=True)
+    p = counts.double() / counts.sum()
+    h = float(-(p * p.log()).sum())
+    return h, len(counts), abs(h - math.log(len(counts))) < 0.01
+
+
+def heldout(model, task: Task, names: list[str]) -> Heldout:
+    """``model``'s loss on the held-out batch of ``task``, in eval mode (``Heldout``)."""
+    import torch
+
+    x, targets = task.batch(torch.Generator().manual_seed(HELDOUT_SEED), HELDOUT)
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loss = float(_nll(model(**x), names, targets)[0])
+    finally:
+        model.train(was)
+    _, targets = task.batch(torch.Generator().manual_seed(HELDOUT_SEED + 1), CHANCE)
+    parts = [_entropy(y) for y, _ in targets.values()]
+    return Heldout(loss, sum(h for h, _, _ in parts), sum(c for _, c, _ in parts),
+                   all(u for _, _, u in parts) and len(parts) == 1)
 
 
 def train(mod, cm, source: str, steps: int = STEPS, cache: Path | None = None) -> Trained:
@@ -366,10 +449,11 @@ def train(mod, cm, source: str, steps: int = STEPS, cache: Path | None = None) -
         try:
             saved = torch.load(path, map_location="cpu", weights_only=True)
             model.load_state_dict(saved["state"])
-            return Trained(model.eval(), shown, saved["task"], int(saved["steps"]),
-                           float(saved["loss"]), True)
         except Exception:  # a stale or broken entry: train again and replace it
-            pass
+            saved = None
+        if saved is not None:
+            return Trained(model.eval(), shown, saved["task"], int(saved["steps"]),
+                           float(saved["loss"]), True, heldout(model, task, names))
     g = torch.Generator().manual_seed(SEED)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     model.train()
@@ -402,4 +486,4 @@ def train(mod, cm, source: str, steps: int = STEPS, cache: Path | None = None) -
             os.replace(tmp, path)
         except OSError:  # no cache where it cannot be written: the report still works
             pass
-    return Trained(model, shown, task.task, steps, loss, False)
+    return Trained(model, shown, task.task, steps, loss, False, heldout(model, task, names))

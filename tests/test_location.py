@@ -79,7 +79,7 @@ def test_location_weights_match_the_papers_with_padding():
                           x[b] * ref_location(L, d, n, encoding=True, hop=2),
                           x[b] * ref_location(L, d, n, aspect=a),
                           x[b] * ref_location(L, d, n, aspect=a, encoding=True)], -1)
-        torch.testing.assert_close(out[b], want, atol=1e-6, rtol=0)  # weights in float32
+        torch.testing.assert_close(out[b], want, atol=1e-12, rtol=0)  # in the model's float64
     # T is the real length: a padded copy of example 1 weighs its real words as unpadded
     short = model(x[1:2, :4], asp[1:2, :1]).output[..., : 5 * d]
     torch.testing.assert_close(short[0], out[1, :4], atol=1e-12, rtol=0)
@@ -140,7 +140,7 @@ def check_memnet(mod, cfg, parts, hops, location):
     inputs = mod.example_inputs(3, seed=1, cfg=cfg)
     out = model(**inputs).output
     want = memnet_reference(parts[1:], cfg.d, hops, **inputs, location=location)
-    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(out, want, atol=1e-12, rtol=1e-12)
     out.sum().backward()
     assert parts[1].weight.grad.abs().sum() > 0 and parts[2].W2.grad.abs().sum() > 0
 

@@ -129,8 +129,11 @@ def test_paper_pages_show_heatmaps_and_the_generated_code(site):
             colours = img.getcolors(maxcolors=1 << 24)
             assert len(colours) > 50, f"{png}: a blank heatmap"
             assert f"<code>generated/{spec.stem}_{model}.py</code>" in text
-        # each heatmap says how its model was trained
+        # each heatmap says how its model was trained, and whether it learned its task: not
+        # in 3 steps (greyed and labelled, its held-out loss against chance)
         assert text.count(f"{TEST_STEPS} training steps on the task") == len(cs.models)
+        assert text.count("did not learn the task: held-out loss ") == len(cs.models)
+        assert text.count('<figure class="heatmap not-learned">') == len(cs.models)
         # the generated code, highlighted as Python
         assert text.count('<span class="nc">Model</span>') == len(cs.models)
     vaswani = (site / "papers" / "vaswani2017.html").read_text(encoding="utf-8")
@@ -265,9 +268,9 @@ def test_no_heatmap_title_is_clipped_in_the_browser(site, tmp_path):
     figures = []
     for page in sorted((site / "papers").glob("*.html")):
         html = page.read_text(encoding="utf-8")
-        for fig in re.findall(r'<figure class="heatmap">.*?</figure>', html, re.S):
-            figures.append(fig.replace('class="heatmap"',
-                                       f'class="heatmap" data-page="{page.stem}"', 1))
+        for fig in re.findall(r'<figure class="heatmap[ \w-]*">.*?</figure>', html, re.S):
+            figures.append(re.sub(r'class="(heatmap[ \w-]*)"',
+                                  f'class="\\1" data-page="{page.stem}"', fig, count=1))
     papers = (site / "papers").as_uri()
     probe = tmp_path / "heatmaps.html"
     probe.write_text(f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">'

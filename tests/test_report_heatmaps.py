@@ -146,3 +146,91 @@ def test_the_front_end_does_not_import_torch():
     code = ("import sys, taxcompile.train, taxcompile.report, taxcompile.diagram; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+# ---- learned or not: the held-out loss against chance ------------------------------------
+
+
+def test_an_untrained_model_did_not_learn_and_a_trained_one_did(tmp_path):
+    """Lin et al.'s encoder on the keyword task (4 equally likely keywords: chance ln 4):
+    untrained, its held-out loss is about chance; after 100 steps far below half of it."""
+    import math
+
+    mod, cm, src = _model(SPECS / "lin2017.attn")
+    before = train.train(mod, cm, src, steps=0, cache=None)
+    h = before.heldout
+    assert h.classes == 4 and h.uniform and abs(h.chance - math.log(4)) < 0.01
+    assert h.chance_text == "ln 4 = 1.39"
+    assert h.loss > 0.9 * h.chance and not before.learned
+    after = train.train(mod, cm, src, steps=100, cache=tmp_path)
+    assert after.heldout.chance == h.chance and after.heldout.loss < 0.2 * h.chance
+    assert after.learned
+    again = train.train(mod, cm, src, steps=100, cache=tmp_path)  # from the cache: the same
+    assert again.cached and again.heldout == after.heldout
+
+
+def test_the_held_out_batch_is_none_of_the_training_batches():
+    """The held-out examples are drawn with their own seed: none of them is an example of
+    the first training batches (token sequences compared whole)."""
+    import torch
+
+    mod, cm, src = _model(SPECS / "lin2017.attn")
+    cfg = mod.Config.tiny()
+    model = mod.Model(cfg)
+    names = [n.name for n in cm.model.nodes if n.kind_ == "output"]
+    shapes = {names[0]: tuple(model(**mod.example_inputs(cfg=cfg)).output.shape)}
+    task = train.Task(mod, cm, src, cfg, shapes)
+    g = torch.Generator().manual_seed(train.SEED)
+    seen = {tuple(row.tolist()) for _ in range(20)
+            for row in task.batch(g, train.BATCH)[0]["sent"]}
+    held, _ = task.batch(torch.Generator().manual_seed(train.HELDOUT_SEED), train.HELDOUT)
+    assert not seen & {tuple(row.tolist()) for row in held["sent"]}
+
+
+def test_a_segmentation_task_s_chance_is_the_entropy_of_its_pixels():
+    """Segment: about 1 pixel in 16 is the square's, so predicting "background" everywhere
+    already beats ln 2; chance is the entropy of the two classes' frequencies."""
+    mod, cm, src = _model(SPECS / "oktay2018.attn")
+    h = train.train(mod, cm, src, steps=0, cache=None).heldout
+    assert h.classes == 2 and not h.uniform and 0.1 < h.chance < 0.6
+    assert h.chance_text == f"{h.chance:.2f} (the entropy of its 2 classes)"
+
+
+def _report(tmp_path, steps):
+    from taxcompile import report
+
+    spec = SPECS / "lin2017.attn"
+    out = tmp_path / f"site{steps}"
+    report.build([(spec, pipeline.load(spec))], out, train_steps=steps, cache=tmp_path / "c")
+    return (out / "papers" / "lin2017.html").read_text(encoding="utf-8")
+
+
+def test_the_report_labels_a_model_that_did_not_learn(tmp_path):
+    """0 training steps: the caption says the model did not learn, with its held-out loss
+    against chance, and the figure is marked (greyed by the style sheet); trained, the
+    same model's heatmap is shown as learned."""
+    import re
+
+    text = _report(tmp_path, 0)
+    fig = re.search(r'<figure class="heatmap not-learned">.*?</figure>', text, re.S)
+    assert fig, text
+    m = re.search(r"did not learn the task: held-out loss (\d+\.\d\d) against chance "
+                  r"ln 4 = 1\.39", fig.group(0))
+    assert m and float(m.group(1)) > 1.2, fig.group(0)
+    assert "learned the task:" not in text.replace("did not learn the task:", "")
+    assert "at most 50% of chance" in text  # the margin, stated
+    text = _report(tmp_path, 100)
+    assert "heatmap not-learned" not in text and "did not learn the task:" not in text
+    fig = re.search(r'<figure class="heatmap">.*?</figure>', text, re.S).group(0)
+    m = re.search(r"learned the task: held-out loss (\d+\.\d\d) against chance ln 4 = 1\.39",
+                  fig)
+    assert m and float(m.group(1)) < 0.3, fig
+
+
+def test_targets_of_one_class_teach_nothing():
+    """Wang et al.'s capsules output one sigmoid per class, (B, 3, 1): a cross-entropy over a
+    last axis of one class is 0 whatever the model does, so the model did not learn."""
+    mod, cm, src = _model(SPECS / "wang2018.attn")
+    t = train.train(mod, cm, src, steps=0, cache=None)
+    assert t.heldout.classes == 1 and t.heldout.chance == 0 and t.heldout.loss == 0
+    assert not t.learned and "nothing to learn" in t.heldout.chance_text

@@ -39,12 +39,34 @@ def op_module(p, e: ir.Op, n, base: str, ctor: str, comment: str = "") -> str:
 def embedding(p, e: ir.Op, n) -> str:
     """The nn.Embedding of ``embed`` op ``e`` (or the one it shares)."""
     src, d = token_source(p, e.args[0]), p.p(e, "d")
-    if e.param("scale"):  # rows N(0, 1/d), so that sqrt(d) E has unit variance
+    if _root(p, e) in tied_embeds(p):  # also an output layer: small rows, logits near 0
+        p.helpers.add("tied_embedding")
+        ctor = f"tied_embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
+    elif e.param("scale"):  # rows N(0, 1/d), so that sqrt(d) E has unit variance
         p.helpers.add("scaled_embedding")
         ctor = f"scaled_embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
     else:
         ctor = f"nn.Embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
     return op_module(p, e, n, "embed", ctor)
+
+
+def _root(p, e: ir.Op) -> int:
+    """The identity of the embed operation whose module ``e`` uses (itself, or its share)."""
+    root = checks.share_root(p.m, e) if e.param("share") is not None else None
+    return id(e if root is None else root[1])
+
+
+def tied_embeds(p) -> set[int]:
+    """The embed operations (their roots) whose weight a ``classify(…, tie = …)`` reads."""
+    out = set()
+    for n in p.m.nodes:
+        for op in checks.operations(n.expr) if isinstance(n, ir.Node) else ():
+            if op.fn == "classify" and op.param("tie") is not None:
+                node = checks.version_with(p.m, str(op.param("tie")), "embed")
+                if isinstance(node, ir.Node):
+                    out |= {_root(p, x) for x in checks.operations(node.expr)
+                            if x.fn == "embed"}
+    return out
 
 
 @plan_rule("embed")
