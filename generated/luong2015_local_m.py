@@ -658,7 +658,8 @@ class Model(nn.Module):
             first = not cache
             new = tokens if cache is None or first else tokens[:, -1:]  # the new token only
             out = self(**inputs, tgt=new, cache=cache, validate=cache is None or first)
-            return out.output[:, -1].float().log_softmax(-1)
+            last = out.output[:, -1]  # (N, V)
+            return last.log_softmax(-1, dtype=torch.promote_types(last.dtype, torch.float32))
 
         def reorder(rows: torch.Tensor) -> None:
             """The decoder's state follows the hypotheses kept (rows stay within an example,

@@ -110,3 +110,39 @@ def test_beam_search_scores_in_the_dtype_of_the_log_probabilities(tmp_path):
     assert out.shape[0] == 2
     lines = dict.fromkeys(w for _, _, w in mode.seen)
     assert not lines, "floating tensors not in float64:\n" + "\n".join(lines)
+
+
+def _decoder_variants():
+    return [v for v in _variants() if "generate" in (ROOT / v.values[0]).read_text()
+            or "autoregressive" in (ROOT / v.values[0]).read_text()]
+
+
+@pytest.mark.parametrize("path, index", _decoder_variants())
+def test_generate_of_a_float64_model_decodes_in_float64(path, index, tmp_path):
+    """generate()'s log-probabilities follow the model's dtype (at least float32): a
+    float64 model's decoding steps make no float32 tensor."""
+    cs = pipeline.load(path)
+    cm = cs.models[index]
+    name = codegen.output_name(cs, cm)[:-3]
+    src = tmp_path / f"{name}.py"
+    src.write_text(codegen.generate(cs, cm, str(path)), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"_taxcompile_f64g_{name}", src)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    if not hasattr(mod.Model, "generate"):
+        pytest.skip("no generate(): not a decoder")
+    cfg = mod.Config.tiny()
+    torch.manual_seed(0)
+    model = mod.Model(cfg).double().eval()
+    inputs = {k: x.double() if x.is_floating_point() else x
+              for k, x in mod.example_inputs(cfg=cfg).items()}
+    import inspect
+    params = inspect.signature(model.generate).parameters
+    kwargs = {k: x for k, x in inputs.items() if k in params}
+    kwargs.update({k: v for k, v in (("bos", 0), ("eos", 1)) if k in params})
+    mode = FloatDtypes(torch.float64, str(src))
+    with torch.no_grad(), mode:
+        model.generate(**kwargs, max_len=3)
+    lines = dict.fromkeys(f"{w} ({f} -> {d[0]})" for f, d, w in mode.seen)
+    assert not lines, "floating tensors not in float64:\n" + "\n".join(list(lines)[:12])
