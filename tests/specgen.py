@@ -34,6 +34,9 @@ from hypothesis import strategies as st
 from taxcompile.diagnostics import SpecError
 from taxcompile.ops import ACTIVATIONS
 from taxcompile.pipeline import load_text
+
+import spec_oracles
+from specgen_parts import NEW_PARTS, add_lm, let_chain
 from test_properties import MUTATIONS, assert_front_end_ok
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,20 +47,42 @@ REGRESSIONS = Path(__file__).resolve().parent / "data" / "regressions"
 # ---------------------------------------------------------------------------------------
 
 
-def check_spec(text: str, file: str = "gen.attn") -> str:
+# Defects the generator or an oracle finds on main that other branches fix: flag -> the
+# defect. A flag is a part of generated_specs() not drawn (its ``avoid``) or an oracle of
+# check_spec() not run (its ``skip``); tests/test_spec_property.py passes these in both
+# profiles. Remove a flag once its fix is merged: `make fuzz` must pass with none left.
+KNOWN_DEFECTS: dict[str, str] = {
+    "position_rows": "rotary, relative and ALiBi terms number the queries from 0 when "
+                     "Lq < Lk: the layer's call with one query is not the full call's last row",
+    "source_outputs": "generate() with the cache, in a model with an output that does not "
+                      "read the target beside the one it decodes (`output o0 = classify(b, 3)`, "
+                      "b an attention over the source): UnboundLocalError at the second step "
+                      "(the output is computed with the source side, which runs once)",
+}
+
+
+def check_spec(text: str, file: str = "gen.attn", skip=frozenset()) -> str:
     """``"refused"`` (a located SpecError), or ``"ran"`` (every model compiled, imported,
-    built at ``Config.tiny()`` and ran forward and backward with finite values).
-    Raises AssertionError (or the unexpected exception) otherwise."""
+    built at ``Config.tiny()`` and ran forward and backward with finite values, and
+    passed the oracles of tests/spec_oracles.py not in ``skip``: ``position_rows`` and
+    ``decoding``). Raises AssertionError (or the unexpected exception) otherwise."""
     try:
         cs = load_text(text, file)
     except SpecError:
         return assert_front_end_ok(text, file) and "refused"
     for cm in cs.models:
-        run_model(cs, cm, file)
+        mod, src = run_model(cs, cm, file)
+        if "position_rows" not in skip:
+            spec_oracles.position_rows(cs, cm, file)
+        if "decoding" not in skip and not ("source_outputs" in skip and
+                                           spec_oracles.source_outputs(cm)):
+            spec_oracles.decoding(mod, src, f"model `{cm.model.name}`")
     return "ran"
 
 
-def run_model(cs, cm, file: str) -> None:
+def run_model(cs, cm, file: str):
+    """Builds the model at Config.tiny() and runs it forward and backward (training) and
+    forward (eval); returns the module and its source."""
     import torch
 
     from taxcompile import codegen
@@ -96,6 +121,7 @@ def run_model(cs, cm, file: str) -> None:
     for name, t in [*_tensors(out.output, "output"), *_tensors(out.attention, "attention")]:
         if t.is_floating_point():
             assert torch.isfinite(t).all(), f"{where}, eval(): {name} is not finite"
+    return mod, src
 
 
 def _tensors(value, path: str):
@@ -160,6 +186,7 @@ class Model:
         self.atts: list[str] = []  # attention statements read as features
         self.outputs: list[str] = []
         self.fixed: list[str] = []  # features over an axis of fixed length
+        self.avoid: frozenset = frozenset()  # KNOWN_DEFECTS flags not to draw
         self.n = 0
 
     def new(self, prefix: str) -> str:
@@ -592,36 +619,42 @@ PARTS = [add_input, add_attention, add_attention, add_attention, add_repeat, add
 
 
 @st.composite
-def generated_specs(draw) -> str:
-    """One paper with a model and sometimes a variant of it."""
+def generated_specs(draw, avoid: frozenset = frozenset()) -> str:
+    """One paper with a model and sometimes a variant of it; ``avoid``: flags of
+    ``KNOWN_DEFECTS`` whose constructs are not drawn."""
     m = Model()
+    m.avoid = avoid
     add_input(draw, m)
+    parts = PARTS + [p for flag, p in NEW_PARTS.items() if flag not in avoid]
     for _ in range(draw(st.integers(1, 4))):
-        draw(st.sampled_from(PARTS))(draw, m)
+        draw(st.sampled_from(parts))(draw, m)
     if not m.atts and not any(x.startswith(("attention", "repeat")) for x in m.lines):
         add_attention(draw, m)
     # a mask input is refused beside an autoregressive input (generate() uses a KV cache)
-    decoder = rarely(draw, 5) and (" mask[" not in "\n".join(m.lines) or rarely(draw))
+    decoder = rarely(draw, 3) and (" mask[" not in "\n".join(m.lines) or rarely(draw))
     if decoder:
-        add_decoder(draw, m)
+        draw(st.sampled_from([add_decoder, add_lm, add_lm]))(draw, m)
     lets = ["let d = 8", "let h = 2", "let half = d / 2", "let p = 0.1", "let hops = 2"]
+    chain = let_chain(draw, avoid) if rarely(draw, 8) else []
     body = [f"    let k = {draw(st.sampled_from(['3', 'd / 2', '2 * h - 1']))}"] \
         if draw(st.integers(0, 4)) == 0 else []
     body += ["    " + x for x in m.lines]
     reads = m.outputs + [a for a in m.atts if a not in " ".join(m.outputs)]
     if not reads:
         reads = [f"mean({m.seqs[0][0]})"] if m.seqs else ["learned(d)"]
-    classes = "20" if decoder else "k" if body and "let k" in body[0] else "3"
+    classes = "20" if decoder else "k" if body and "let k" in body[0] else \
+        chain[-1].split()[1] if chain else "3"
     for i, r in enumerate(reads):
         if r == "tie":  # the output layer's weight is the target embedding
             body.append(f"    output o{i} = classify(hh, 20, tie = emb)")
-        elif r.endswith(".weights"):
+        elif r.endswith(".weights") or r.startswith(("classify(", "context(")):
             body.append(f"    output o{i} = {r}")
         else:
             body.append(f"    output o{i} = classify({r}, {classes})")
-    text = ('paper gen {\n    cite = "Generated"\n}\n\n' + "\n".join(lets) + "\n\nmodel m {\n"
-            + "\n".join(body) + "\n}\n")
+    text = ('paper gen {\n    cite = "Generated"\n}\n\n' + "\n".join(lets + chain)
+            + "\n\nmodel m {\n" + "\n".join(body) + "\n}\n")
     updates = [x.split()[1] for x in m.lines if x.startswith("update ")]
+    updates = [u for u in updates if updates.count(u) == 1]  # one to replace
     if updates and rarely(draw, 3):  # a variant replacing the model's update of a stream
         u = draw(st.sampled_from(updates))
         text += f"\nmodel u : m {{\n    update {u} = relu({u})\n}}\n"

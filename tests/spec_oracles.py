@@ -1,0 +1,153 @@
+"""Oracles for silent wrongness, run by tests/specgen.py's ``check_spec`` on every
+generated model that ran: answers that must agree whatever the weights are.
+
+- ``position_rows``: an attention statement with a position term in its scores
+  (relative, rotary, Transformer-XL, ALiBi, Gaussian), exported as a drop-in layer
+  (``codegen/layer.py``): the call with the last query alone gives the last row of the
+  call with every query. The queries are the last Lq of the Lk key positions (as
+  generate()'s KV cache and ``key_keep`` take them), so numbering them from 0 moves the
+  one query to the first position and changes its row.
+- ``decoding``: a model with ``generate()``: greedy decoding with the cache
+  (``incremental=True``), without it, and a greedy loop written here that re-runs
+  ``forward()`` on the whole prefix and reads the last position give the same tokens,
+  from ``bos`` and after a prompt.
+
+Both run in float64 with every parameter drawn at scale 0.5 (distinct, peaked scores,
+so that a wrong row or a wrong token shows)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+B, LK, MAX_LEN = 2, 6, 5
+
+
+def randomized(model):
+    """The model in float64, eval(), every parameter N(0, 0.5^2)."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    model = model.double().eval()
+    with torch.no_grad():
+        for prm in model.parameters():
+            prm.copy_(torch.randn(prm.shape, generator=g, dtype=prm.dtype) * 0.5)
+    return model
+
+
+def position_rows(cs, cm, file: str) -> int:
+    """Checks every statement of ``cm`` with a position term that a drop-in layer takes;
+    returns how many it checked."""
+    from taxcompile.codegen import layer
+    from taxcompile.run import load_module
+
+    checked, seen = 0, set()
+    for n in cm.model.attentions:
+        name = n.hop.template if n.hop else n.id
+        if (n.position is None and n.bias is None) or name in seen or n.coverage \
+                or n.memory is not None:
+            continue  # coverage sums the earlier queries' weights; XL's memory, the segment's
+        seen.add(name)
+        try:
+            text = layer.generate(cs, cm, name, file)
+        except layer.LayerError:
+            continue
+        roles = [layer.role(cm, n, r, e).kind
+                 for r, e in (("q", n.query), ("k", n.keys), ("v", n.values))]
+        if roles[0] in ("none", "learned"):
+            continue
+        mod = load_module(text, "specgen_layer")
+        _last_row_is_one_query(mod, roles, f"model `{cm.model.name}`, attention `{name}`")
+        checked += 1
+    return checked
+
+
+def _last_row_is_one_query(mod, roles, where: str) -> None:
+    import torch
+
+    cfg = mod.Config()
+    torch.manual_seed(0)
+    lay = randomized(mod.Layer(cfg))
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(B, LK, cfg.d_q, generator=g, dtype=torch.float64)
+    k = torch.randn(B, LK, cfg.d_k, generator=g, dtype=torch.float64)
+    v = None if roles[2] == "keys" else torch.randn(B, LK, cfg.d_v, generator=g,
+                                                    dtype=torch.float64)
+    with torch.no_grad():
+        full = lay(q, k, v, return_attention=True)
+        one = lay(q[:, -1:], k, v, return_attention=True)
+    (c_full, a_full), (c_one, a_one) = full[:2], one[:2]
+    torch.testing.assert_close(c_one, c_full[:, -1:], rtol=1e-9, atol=1e-9,
+                               msg=lambda m: f"{where}: the call with the last query alone "
+                               f"is not the last row of the full call (Lq = Lk = {LK}):\n{m}")
+    torch.testing.assert_close(a_one, a_full[:, :, -1:], rtol=1e-9, atol=1e-9,
+                               msg=lambda m: f"{where}: the last query's weights alone differ "
+                               f"from the full call's last row:\n{m}")
+
+
+def source_outputs(cm) -> bool:
+    """A model with generate() and an output that does not read its target."""
+    import networkx as nx
+
+    from taxcompile import ir
+    from taxcompile.codegen.generate import target
+
+    t = target(cm.model)
+    if t is None:
+        return False
+    side = nx.descendants(cm.graph, t.id) if t.id in cm.graph else set()
+    return any(isinstance(n, ir.Node) and n.kind_ == "output" and n.id not in side
+               for n in cm.model.nodes)
+
+
+def decoding(mod, src: str, where: str) -> bool:
+    """generate() with the cache == without it == greedy full re-runs; False without
+    generate()."""
+    import torch
+
+    if "def generate(" not in src:
+        return False
+    target = re.search(r"self\(\*\*inputs, (\w+)=", src).group(1)
+    pick = re.search(r"out(\.output(?:\['\w+'\])?)\[:, -1\]", src) or \
+        re.search(r"\)(\.output(?:\['\w+'\])?)\[:, -1\]", src)
+    key = re.fullmatch(r"\.output\['(\w+)'\]", pick.group(1))
+    cfg = mod.Config.tiny()
+    torch.manual_seed(0)
+    model = randomized(mod.Model(cfg))
+    params = list(inspect.signature(model.generate).parameters)
+    srcs = params[: params.index("max_len")]
+    ex = mod.example_inputs(B, seed=3, cfg=cfg)
+    kw = {k: (x.double() if x.is_floating_point() else x) for k, x in ex.items()
+          if k in srcs or (k.endswith("_mask") and k[:-5] in srcs and k in params)}
+    extra = {} if srcs else {"batch_size": B}
+
+    def next_logp(tokens):
+        out = model(**kw, **{target: tokens}).output
+        return (out[key.group(1)] if key else out)[:, -1].float().log_softmax(-1)
+
+    def rerun(prefix, eos):
+        toks, done = prefix, torch.zeros(B, dtype=torch.bool)
+        for _ in range(MAX_LEN):
+            with torch.no_grad():
+                nxt = next_logp(toks).argmax(-1)
+            nxt[done] = eos
+            toks = torch.cat([toks, nxt[:, None]], 1)
+            done |= nxt == eos
+            if done.all():
+                break
+        return toks[:, prefix.shape[1]:]
+
+    with torch.no_grad():
+        V = next_logp(torch.ones(B, 1, dtype=torch.long)).shape[-1]
+    g = torch.Generator().manual_seed(4)
+    for prompt in (None, torch.randint(0, V, (B, 3), generator=g)):
+        start = torch.ones(B, 1, dtype=torch.long) if prompt is None else prompt
+        want = rerun(start, V - 1)
+        args = dict(kw, max_len=MAX_LEN, bos=1, eos=V - 1, prompt=prompt, **extra)
+        for incremental in (True, False):
+            got = model.generate(**args, incremental=incremental)
+            assert torch.equal(got, want), (
+                f"{where}: generate(incremental={incremental}"
+                f"{'' if prompt is None else ', prompt=P'}) wrote {got.tolist()}, a greedy "
+                f"loop of full forward() runs {want.tolist()}")
+    return True
