@@ -634,16 +634,16 @@ def generated_specs(draw, avoid: frozenset = frozenset()) -> str:
     decoder = rarely(draw, 3) and (" mask[" not in "\n".join(m.lines) or rarely(draw))
     if decoder:
         draw(st.sampled_from([add_decoder, add_lm, add_lm]))(draw, m)
-    lets = ["let d = 8", "let h = 2", "let half = d / 2", "let p = 0.1", "let hops = 2"]
     chain = let_chain(draw, avoid) if rarely(draw, 8) else []
+    d = f"{chain[-1].split()[1]} * 4" if chain else "8"  # (every constant of the chain is 2)
+    lets = [f"let d = {d}", "let h = 2", "let half = d / 2", "let p = 0.1", "let hops = 2"]
     body = [f"    let k = {draw(st.sampled_from(['3', 'd / 2', '2 * h - 1']))}"] \
         if draw(st.integers(0, 4)) == 0 else []
     body += ["    " + x for x in m.lines]
     reads = m.outputs + [a for a in m.atts if a not in " ".join(m.outputs)]
     if not reads:
         reads = [f"mean({m.seqs[0][0]})"] if m.seqs else ["learned(d)"]
-    classes = "20" if decoder else "k" if body and "let k" in body[0] else \
-        chain[-1].split()[1] if chain else "3"
+    classes = "20" if decoder else "k" if body and "let k" in body[0] else "3"
     for i, r in enumerate(reads):
         if r == "tie":  # the output layer's weight is the target embedding
             body.append(f"    output o{i} = classify(hh, 20, tie = emb)")
@@ -651,7 +651,7 @@ def generated_specs(draw, avoid: frozenset = frozenset()) -> str:
             body.append(f"    output o{i} = {r}")
         else:
             body.append(f"    output o{i} = classify({r}, {classes})")
-    text = ('paper gen {\n    cite = "Generated"\n}\n\n' + "\n".join(lets + chain)
+    text = ('paper gen {\n    cite = "Generated"\n}\n\n' + "\n".join(chain + lets)
             + "\n\nmodel m {\n" + "\n".join(body) + "\n}\n")
     updates = [x.split()[1] for x in m.lines if x.startswith("update ")]
     updates = [u for u in updates if updates.count(u) == 1]  # one to replace
@@ -664,6 +664,24 @@ def generated_specs(draw, avoid: frozenset = frozenset()) -> str:
         text += (f"\nmodel v : m {{\n    attention {a} {{ query = learned(d)  features = {keys}"
                  f"  score = {draw(st.sampled_from(['general', 'additive']))} }}\n}}\n")
     return text
+
+
+# What a generated spec holds, for hypothesis' statistics (`make fuzz` prints them) and
+# tests/test_spec_property.py's check that the generator reaches each construct.
+CONSTRUCTS = {
+    "decoder": r"autoregressive\)", "position term": r"position = (?!transformer_xl)",
+    "transformer_xl": r"position = transformer_xl", "alibi": r"bias = alibi",
+    "generate() with a position term": r"(?s)autoregressive.*(position|bias) = ",
+    "supervised": r"penalty = supervised\(", "doubly_stochastic": r"penalty = doubly_stochastic",
+    "tie": r"tie = ", "resize": r"resize\(", "of = view": r"\bof = ",
+    "literal size beside an axis": r"input xn\d+: ",
+    "many-axis input": r"\[A\d+x0, A\d+x1, A\d+x2", "let chain of 300+": r"let lc299 ",
+    "capsules over a grid": r"cg\d+ \{.*capsules", "repeat": r"\brepeat ",
+}
+
+
+def constructs(text: str) -> list[str]:
+    return [name for name, rx in CONSTRUCTS.items() if re.search(rx, text)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -690,8 +708,8 @@ def mutated_specs(draw) -> str:
 
 
 @st.composite
-def mutated_generated(draw) -> str:
-    text = draw(generated_specs())
+def mutated_generated(draw, avoid: frozenset = frozenset()) -> str:
+    text = draw(generated_specs(avoid=avoid))
     for _ in range(draw(st.integers(1, 2))):
         text = MUTATIONS[draw(st.sampled_from(TOKEN_OPS))](draw, text)
     return text

@@ -220,7 +220,7 @@ def add_capsules_grid(draw, m) -> None:
 
 def let_chain(draw, avoid) -> list[str]:
     """``let lc0 = 2``, ``let lc1 = (lc0 + 2) / 2``, …: n constants, each defined from
-    the one before (all 2), the last one read as a class count."""
+    the one before (all 2), the last one read by `d`."""
     n = draw(st.sampled_from([3, 30] if "long_let_chain" in avoid else [3, 30, 300, 1000]))
     return ["let lc0 = 2"] + [f"let lc{i} = (lc{i - 1} + 2) / 2" for i in range(1, n)]
 
