@@ -11,7 +11,8 @@ wrote (issue "Nothing silently wrong", guarding it).
 - ``let_chain``: a long chain of ``let`` constants, each defined from the one before.
 
 Each part writes into specgen's ``Model`` (lines, seqs, outputs) and reads
-``m.avoid``: the known defects (``specgen.KNOWN_DEFECTS``) it must not draw. A part
+``m.avoid``: the flags of known defects (``specgen.KNOWN_DEFECTS``) whose draws it
+leaves out (``AVOIDABLE``). A part
 that appends an output ``classify(…)`` or ``context(…)`` writes it whole (specgen keeps
 it as written)."""
 
@@ -165,27 +166,36 @@ def add_literal_size(draw, m) -> None:
     m.lines.append(f"feature {h} = linear({x}, d)")
     m.seqs.append((h, ax))
     m.fixed.append(h)
-    form = draw(st.sampled_from(["context", "weights", "gen", "stack", "dropout"]))
+    forms = ["context", "weights", "gen", "dropout", "scaled"] + \
+        ([] if "literal_size" in m.avoid else ["stack", "stack"])
+    form = draw(st.sampled_from(forms))
     if form == "context":
         m.outputs.append(f"classify(context({h}, learned({n})), 3)")
     elif form == "gen":  # weights predicted from the set
         m.outputs.append(f"classify(context({h}, tanh(linear(mean({h}), {n}))), 3)")
     elif form == "dropout":
         m.outputs.append(f"classify(context({h}, dropout(learned({n}), 0.1)), 3)")
-    elif form == "weights":
+    elif form in ("weights", "scaled"):
         a = m.new("wl")
         m.lines.append(f"attention {a} {{ query = learned(d)  features = {h}  score = general }}")
-        m.outputs.append(f"classify({a}.weights + learned({n}), 3)")
+        m.outputs.append(f"classify({a}.weights + learned({n}), 3)" if form == "weights"
+                         else f"{h} * {a}.weights")
     else:  # a representation of the size of the axis length, beside the pooled sequence
         a = m.new("sl")
         m.lines.append(f"attention {a} {{ query = learned(d)  features = stack(learned(8), "
-                       f"mean({h}), learned(d))  score = general }}")
+                       f"mean({h}){draw(st.sampled_from(['', ', learned(d)']))})  "
+                       "score = general }")
         m.atts.append(a)
+        if draw(st.booleans()):  # each position of N scaled by its weight
+            w = m.new("wl")
+            m.lines.append(f"attention {w} {{ query = learned(d)  features = {h}  "
+                           "score = general }")
+            m.outputs.append(f"{h} * {w}.weights")
 
 
 def add_many_axes(draw, m) -> None:
-    """An input with three to seven axes (a hierarchy deeper than Fig. 8's)."""
-    k = draw(st.integers(3, 7))
+    """An input with three to ten axes (a hierarchy deeper than Fig. 8's)."""
+    k = draw(st.integers(3, 5 if "many_axes" in m.avoid else 10))
     axes = [f"A{m.n}x{i}" for i in range(k)]
     x = m.new("xm")
     if draw(st.booleans()):
@@ -204,14 +214,15 @@ def add_many_axes(draw, m) -> None:
 
 def add_capsules_grid(draw, m) -> None:
     """Capsule-based attention (one learned query per class, eq. 43-45) over an image's
-    positions."""
+    positions: its features, or the image itself."""
     x = m.new("img")
     H, W = f"H{m.n}", f"W{m.n}"
     m.lines.append(f"input {x}: grid[{H}, {W}, 3] ({H} = 4, {W} = 4)")
     feats = draw(st.sampled_from([f"conv2d({x}, d)", f"flatten(conv2d({x}, d))",
-                                  f"flatten(conv2d({x}, d, stride = 2))", x]))
+                                  f"flatten(conv2d({x}, d, stride = 2))"]
+                                 + ([] if "capsules_grid" in m.avoid else [x, x])))
     a = m.new("cg")
-    q = draw(st.sampled_from(["", "query = learned(d)  "] if feats != x else [""]))
+    q = draw(st.sampled_from(["", "query = learned(d)  "]))
     score = draw(st.sampled_from(["additive", "general", "multiplicative"]))
     m.lines.append(f"attention {a} {{ {q}features = {feats}  score = {score}  "
                    f"capsules = {draw(st.sampled_from(['2', '3']))} }}")
@@ -221,11 +232,12 @@ def add_capsules_grid(draw, m) -> None:
 def let_chain(draw, avoid) -> list[str]:
     """``let lc0 = 2``, ``let lc1 = (lc0 + 2) / 2``, …: n constants, each defined from
     the one before (all 2), the last one read by `d`."""
-    n = draw(st.sampled_from([3, 30] if "long_let_chain" in avoid else [3, 30, 300, 1000]))
+    n = draw(st.sampled_from([3, 30, 300] + ([] if "long_let_chain" in avoid else [1000])))
     return ["let lc0 = 2"] + [f"let lc{i} = (lc{i - 1} + 2) / 2" for i in range(1, n)]
 
 
-# the parts beside specgen.PARTS, by the name a known defect's flag gives them
-NEW_PARTS = {"penalised": add_penalised, "resize": add_resize, "view": add_view,
-             "literal_size": add_literal_size, "many_axes": add_many_axes,
-             "capsules_grid": add_capsules_grid}
+# the parts beside specgen.PARTS (each reads m.avoid: the flags of the draws it leaves out)
+NEW_PARTS = [add_penalised, add_penalised, add_resize, add_view, add_literal_size,
+             add_many_axes, add_capsules_grid]
+# the KNOWN_DEFECTS flags the parts read
+AVOIDABLE = ("literal_size", "many_axes", "capsules_grid", "long_let_chain")
