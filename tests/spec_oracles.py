@@ -1,5 +1,9 @@
-"""Oracles for silent wrongness, run by tests/specgen.py's ``check_spec`` on every
-generated model that ran: answers that must agree whatever the weights are.
+"""The oracles of tests/specgen.py's ``check_spec``.
+
+``run_model``: the model compiles, imports, builds at ``Config.tiny()`` and runs forward
+and backward on its own ``example_inputs`` with finite outputs, penalties and gradients.
+
+Then, for silent wrongness, answers that must agree whatever the weights are:
 
 - ``position_rows``: an attention statement with a position term in its scores
   (relative, rotary, Transformer-XL, ALiBi, Gaussian), exported as a drop-in layer
@@ -21,6 +25,63 @@ import inspect
 import re
 
 B, LK, MAX_LEN = 2, 6, 5
+
+
+def run_model(cs, cm, file: str):
+    """Builds the model at Config.tiny() and runs it forward and backward (training) and
+    forward (eval); returns the module and its source."""
+    import torch
+
+    from taxcompile import codegen
+    from taxcompile.run import load_module
+
+    src = codegen.generate(cs, cm, file)
+    compile(src, file.replace(".attn", ".py"), "exec")
+    mod = load_module(src, "specgen_model")
+    cfg = mod.Config.tiny()
+    torch.manual_seed(0)
+    model = mod.Model(cfg)
+    inputs = mod.example_inputs(cfg=cfg)
+    out = model(**inputs)
+    where = f"model `{cm.model.name}`"
+    loss = torch.zeros(())
+    for name, t in _tensors(out.output, "output"):
+        assert torch.isfinite(t).all(), f"{where}: {name} is not finite"
+        if t.is_floating_point():
+            loss = loss + t.float().mean()
+    penalty = getattr(out, "penalty", None)
+    if isinstance(penalty, torch.Tensor):
+        assert torch.isfinite(penalty).all(), f"{where}: the penalty is not finite"
+        loss = loss + penalty.sum()
+    for name, lp in (getattr(out, "log_probs", None) or {}).items():
+        assert torch.isfinite(lp).all(), f"{where}: log_probs[{name}] is not finite"
+        loss = loss - lp.sum()
+    if loss.requires_grad:
+        loss.backward()
+        for pname, prm in model.named_parameters():
+            if prm.grad is not None:
+                assert torch.isfinite(prm.grad).all(), f"{where}: the gradient of {pname} " \
+                    "is not finite"
+    model.eval()  # the other path: no dropout or sampling, the weights returned
+    with torch.no_grad():
+        out = model(**inputs, return_attention=True)
+    for name, t in [*_tensors(out.output, "output"), *_tensors(out.attention, "attention")]:
+        if t.is_floating_point():
+            assert torch.isfinite(t).all(), f"{where}, eval(): {name} is not finite"
+    return mod, src
+
+
+def _tensors(value, path: str):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _tensors(v, f"{path}[{k!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _tensors(v, f"{path}[{i}]")
 
 
 def randomized(model):

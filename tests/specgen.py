@@ -2,9 +2,12 @@
 
 The property: a spec that ``check`` (``pipeline.load_text``) accepts compiles
 (``codegen.generate``), imports, builds at ``Config.tiny()`` and runs forward and backward
-on its own ``example_inputs`` with finite outputs, penalties and gradients; a spec it
-refuses gets a located ``SpecError`` (``test_properties.assert_front_end_ok``), never
-another exception. ``check_spec`` is that oracle.
+on its own ``example_inputs`` with finite outputs, penalties and gradients, and nothing
+is silently wrong where an answer can be checked against another: a position term's one
+query is its full call's last row, generate() with the cache writes the tokens of greedy
+full re-runs (tests/spec_oracles.py); a spec it refuses gets a located ``SpecError``
+(``test_properties.assert_front_end_ok``), never another exception. ``check_spec`` is
+that oracle.
 
 Two sources of specs, hypothesis strategies both:
 
@@ -13,15 +16,20 @@ Two sources of specs, hypothesis strategies both:
   with every score, alignment, heads / heads_out, hops, capsules, masks (structural, from
   data, graphs), position terms, biases, penalties, coverage, dropout, co-attention
   (affinity, ``share``), ``repeat`` blocks (nested, ``shared``), decoders with ``feed``,
-  model variants ``model B : A`` and ``let`` constants. Most are valid, so that the run
-  reaches codegen; some combinations are refused, and must be refused with a location.
+  model variants ``model B : A`` and ``let`` constants; and tests/specgen_parts.py's
+  Transformer decoders (position terms under generate(), ``tie``), supervised and doubly
+  stochastic penalties, ``resize``, ``of =`` views, literal sizes beside an axis,
+  many-axis inputs, capsules over a grid and long ``let`` chains. Most are valid, so that
+  the run reaches codegen; some combinations are refused, and must be refused with a
+  location.
 - ``mutated_specs``: the real ``specs/`` and ``examples/`` with test_properties.py's
   token- and line-level mutations.
 
 Used by tests/test_spec_property.py (a quick profile in ``make test``) and by
 ``make fuzz`` (the long profile: ``TAXCOMPILE_FUZZ_EXAMPLES``, default 10,000). Every
 failure found is kept under tests/data/regressions/ (one ``.attn`` each, with a comment
-saying what failed), and the test runs each through ``check_spec``.
+saying what failed), and the test runs each through ``check_spec``. ``KNOWN_DEFECTS``
+lists the defects found and not fixed yet.
 """
 
 from __future__ import annotations
@@ -79,70 +87,13 @@ def check_spec(text: str, file: str = "gen.attn", skip=frozenset()) -> str:
     except SpecError:
         return assert_front_end_ok(text, file) and "refused"
     for cm in cs.models:
-        mod, src = run_model(cs, cm, file)
+        mod, src = spec_oracles.run_model(cs, cm, file)
         if "position_rows" not in skip:
             spec_oracles.position_rows(cs, cm, file)
         if "decoding" not in skip and not ("source_outputs" in skip and
                                            spec_oracles.source_outputs(cm)):
             spec_oracles.decoding(mod, src, f"model `{cm.model.name}`")
     return "ran"
-
-
-def run_model(cs, cm, file: str):
-    """Builds the model at Config.tiny() and runs it forward and backward (training) and
-    forward (eval); returns the module and its source."""
-    import torch
-
-    from taxcompile import codegen
-    from taxcompile.run import load_module
-
-    src = codegen.generate(cs, cm, file)
-    compile(src, file.replace(".attn", ".py"), "exec")
-    mod = load_module(src, "specgen_model")
-    cfg = mod.Config.tiny()
-    torch.manual_seed(0)
-    model = mod.Model(cfg)
-    inputs = mod.example_inputs(cfg=cfg)
-    out = model(**inputs)
-    where = f"model `{cm.model.name}`"
-    loss = torch.zeros(())
-    for name, t in _tensors(out.output, "output"):
-        assert torch.isfinite(t).all(), f"{where}: {name} is not finite"
-        if t.is_floating_point():
-            loss = loss + t.float().mean()
-    penalty = getattr(out, "penalty", None)
-    if isinstance(penalty, torch.Tensor):
-        assert torch.isfinite(penalty).all(), f"{where}: the penalty is not finite"
-        loss = loss + penalty.sum()
-    for name, lp in (getattr(out, "log_probs", None) or {}).items():
-        assert torch.isfinite(lp).all(), f"{where}: log_probs[{name}] is not finite"
-        loss = loss - lp.sum()
-    if loss.requires_grad:
-        loss.backward()
-        for pname, prm in model.named_parameters():
-            if prm.grad is not None:
-                assert torch.isfinite(prm.grad).all(), f"{where}: the gradient of {pname} " \
-                    "is not finite"
-    model.eval()  # the other path: no dropout or sampling, the weights returned
-    with torch.no_grad():
-        out = model(**inputs, return_attention=True)
-    for name, t in [*_tensors(out.output, "output"), *_tensors(out.attention, "attention")]:
-        if t.is_floating_point():
-            assert torch.isfinite(t).all(), f"{where}, eval(): {name} is not finite"
-    return mod, src
-
-
-def _tensors(value, path: str):
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        yield path, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _tensors(v, f"{path}[{k!r}]")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from _tensors(v, f"{path}[{i}]")
 
 
 # ---------------------------------------------------------------------------------------
