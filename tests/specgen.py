@@ -62,9 +62,10 @@ REGRESSIONS = Path(__file__).resolve().parent / "data" / "regressions"
 KNOWN_DEFECTS: dict[str, str] = {
     "position_rows": "rotary, relative and ALiBi terms number the queries from 0 when "
                      "Lq < Lk: the layer's call with one query is not the full call's last row",
-    "literal_size": "a literal size equal to an axis length read as that axis "
-                    "(`stack(learned(8), mean(h))` beside `(N = 8)` and `h * a.weights`): "
-                    "RuntimeError at Config.tiny() (stack of 8 and 6 features)",
+    "literal_size": "a size equal to an axis length read as that axis where it is a "
+                    "feature size (`stack(learned(8), mean(h))`, or `let d = 8` in "
+                    "`linear(x, d)`, beside `(N = 8)` and `h * a.weights`): at Config.tiny() "
+                    "a RuntimeError, or another architecture",
     "long_let_chain": "a chain of 1,000 `let` constants: RecursionError in codegen",
     "many_axes": "inputs with 8 or more axes: example_inputs() at Config.tiny() takes "
                  "gigabytes (8 axes: 2.2 GB, 44 s; 10: over 20 GB)",

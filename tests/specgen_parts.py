@@ -158,16 +158,17 @@ def add_view(draw, m) -> None:
 def add_literal_size(draw, m) -> None:
     """A size written as a number (or a constant) equal to an axis length: one weight
     per position of N (``context(h, learned(5))``, ``a.weights + learned(5)``), and the
-    same number as a feature size beside it (``stack(learned(8), mean(h))``)."""
+    same number as a feature size beside it (``stack(learned(8), mean(h))``, d = 8);
+    under the known defect, N = 5 alone (no feature size equals it)."""
     x, ax, h = m.new("xn"), f"N{m.n}", m.new("hn")
-    n, width = draw(st.sampled_from([("5", "6"), ("8", "d"), ("d", "d"), ("8", "8")]))
+    n, width = draw(st.sampled_from([("5", "6")] if "literal_size" in m.avoid else
+                                    [("5", "6"), ("8", "d"), ("d", "d"), ("8", "8")]))
     m.lines.append(f"input {x}: {draw(st.sampled_from(['sequence', 'set']))}"
                    f"[{ax}, {width}] ({ax} = {n if n != 'd' else 8})")
     m.lines.append(f"feature {h} = linear({x}, d)")
     m.seqs.append((h, ax))
     m.fixed.append(h)
-    forms = ["context", "weights", "gen", "dropout", "scaled"] + \
-        ([] if "literal_size" in m.avoid else ["stack", "stack"])
+    forms = ["context", "weights", "gen", "dropout", "scaled", "stack", "stack"]
     form = draw(st.sampled_from(forms))
     if form == "context":
         m.outputs.append(f"classify(context({h}, learned({n})), 3)")
