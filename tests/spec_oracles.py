@@ -161,9 +161,10 @@ def source_outputs(cm) -> bool:
                for n in cm.model.nodes)
 
 
-def decoding(mod, src: str, where: str) -> bool:
-    """generate() with the cache == without it == greedy full re-runs; False without
-    generate()."""
+def decoding(mod, src: str, where: str, skip=frozenset()) -> bool:
+    """generate() with the cache == without it == greedy full re-runs, and the output it
+    decodes runs over the target's positions (next-token logits); False without
+    generate() (or, with "decoded_output" in ``skip``, where it decodes another output)."""
     import torch
 
     if "def generate(" not in src:
@@ -199,7 +200,16 @@ def decoding(mod, src: str, where: str) -> bool:
         return toks[:, prefix.shape[1]:]
 
     with torch.no_grad():
-        V = next_logp(torch.ones(B, 1, dtype=torch.long)).shape[-1]
+        tokens = torch.ones(B, 3, dtype=torch.long)
+        out = model(**kw, **{target: tokens}).output
+        logits = out[key.group(1)] if key else out
+    if logits.dim() != 3 or logits.shape[1] != tokens.shape[1]:
+        if "decoded_output" in skip:
+            return False
+        raise AssertionError(f"{where}: generate() decodes output "
+                             f"{key.group(1) if key else ''} of shape {tuple(logits.shape)}, "
+                             f"not next-token logits over `{target}`'s positions (B, 3, V)")
+    V = logits.shape[-1]
     g = torch.Generator().manual_seed(4)
     for prompt in (None, torch.randint(0, V, (B, 3), generator=g)):
         start = torch.ones(B, 1, dtype=torch.long) if prompt is None else prompt

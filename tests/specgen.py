@@ -62,6 +62,10 @@ REGRESSIONS = Path(__file__).resolve().parent / "data" / "regressions"
 KNOWN_DEFECTS: dict[str, str] = {
     "position_rows": "rotary, relative and ALiBi terms number the queries from 0 when "
                      "Lq < Lk: the layer's call with one query is not the full call's last row",
+    "decoded_output": "generate() decodes the first output whose size is the vocabulary, "
+                      "also one that does not run over the target (`output o0 = "
+                      "classify(mean(h), 20)` before the decoder's `classify(a, 20)`): its "
+                      "tokens are argmaxes of the wrong tensor, silently",
     "literal_size": "a size equal to an axis length read as that axis where it is a "
                     "feature size (`stack(learned(8), mean(h))`, or `let d = 8` in "
                     "`linear(x, d)`, beside `(N = 8)` and `h * a.weights`): at Config.tiny() "
@@ -93,7 +97,7 @@ def check_spec(text: str, file: str = "gen.attn", skip=frozenset()) -> str:
             spec_oracles.position_rows(cs, cm, file)
         if "decoding" not in skip and not ("source_outputs" in skip and
                                            spec_oracles.source_outputs(cm)):
-            spec_oracles.decoding(mod, src, f"model `{cm.model.name}`")
+            spec_oracles.decoding(mod, src, f"model `{cm.model.name}`", skip)
     return "ran"
 
 
