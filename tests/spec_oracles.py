@@ -161,14 +161,12 @@ def source_outputs(cm) -> bool:
                for n in cm.model.nodes)
 
 
-def decoding(mod, src: str, where: str, skip=frozenset()) -> bool:
-    """generate() with the cache == without it == greedy full re-runs, and the output it
-    decodes runs over the target's positions (next-token logits); False without
-    generate() (or, with "decoded_output" in ``skip``, where it decodes another output)."""
+def _decoder(mod, src: str):
+    """The model (float64, randomized), the target's name, the output generate() reads
+    (a key of ``Output.output``, None for the one output) and generate()'s source inputs
+    and their masks from example_inputs (``batch_size`` without a source)."""
     import torch
 
-    if "def generate(" not in src:
-        return False
     target = re.search(r"self\(\*\*inputs, (\w+)=", src).group(1)
     pick = re.search(r"out(\.output(?:\['\w+'\])?)\[:, -1\]", src) or \
         re.search(r"\)(\.output(?:\['\w+'\])?)\[:, -1\]", src)
@@ -181,17 +179,28 @@ def decoding(mod, src: str, where: str, skip=frozenset()) -> bool:
     ex = mod.example_inputs(B, seed=3, cfg=cfg)
     kw = {k: (x.double() if x.is_floating_point() else x) for k, x in ex.items()
           if k in srcs or (k.endswith("_mask") and k[:-5] in srcs and k in params)}
-    extra = {} if srcs else {"batch_size": B}
+    return model, target, key and key.group(1), kw, {} if srcs else {"batch_size": B}
 
-    def next_logp(tokens):
-        out = model(**kw, **{target: tokens}).output
-        return (out[key.group(1)] if key else out)[:, -1].float().log_softmax(-1)
 
-    def rerun(prefix, eos):
+def decoding(mod, src: str, where: str, skip=frozenset()) -> bool:
+    """generate() with the cache == without it == greedy full re-runs, and the output it
+    decodes runs over the target's positions (next-token logits); False without
+    generate() (or, with "decoded_output" in ``skip``, where it decodes another output)."""
+    import torch
+
+    if "def generate(" not in src:
+        return False
+    model, target, key, kw, extra = _decoder(mod, src)
+
+    def logits(tokens):
+        with torch.no_grad():
+            out = model(**kw, **{target: tokens}).output
+        return out[key] if key else out
+
+    def rerun(prefix, eos):  # greedy, the whole model on the prefix at every step
         toks, done = prefix, torch.zeros(B, dtype=torch.bool)
         for _ in range(MAX_LEN):
-            with torch.no_grad():
-                nxt = next_logp(toks).argmax(-1)
+            nxt = logits(toks)[:, -1].float().log_softmax(-1).argmax(-1)
             nxt[done] = eos
             toks = torch.cat([toks, nxt[:, None]], 1)
             done |= nxt == eos
@@ -199,21 +208,17 @@ def decoding(mod, src: str, where: str, skip=frozenset()) -> bool:
                 break
         return toks[:, prefix.shape[1]:]
 
-    with torch.no_grad():
-        tokens = torch.ones(B, 3, dtype=torch.long)
-        out = model(**kw, **{target: tokens}).output
-        logits = out[key.group(1)] if key else out
-    if logits.dim() != 3 or logits.shape[1] != tokens.shape[1]:
+    first = logits(torch.ones(B, 3, dtype=torch.long))
+    if first.dim() != 3 or first.shape[1] != 3:
         if "decoded_output" in skip:
             return False
-        raise AssertionError(f"{where}: generate() decodes output "
-                             f"{key.group(1) if key else ''} of shape {tuple(logits.shape)}, "
-                             f"not next-token logits over `{target}`'s positions (B, 3, V)")
-    V = logits.shape[-1]
+        raise AssertionError(f"{where}: generate() decodes output {key or ''} of shape "
+                             f"{tuple(first.shape)}, not next-token logits over `{target}`'s "
+                             "positions (B, 3, V)")
+    V = first.shape[-1]
     g = torch.Generator().manual_seed(4)
     for prompt in (None, torch.randint(0, V, (B, 3), generator=g)):
-        start = torch.ones(B, 1, dtype=torch.long) if prompt is None else prompt
-        want = rerun(start, V - 1)
+        want = rerun(torch.ones(B, 1, dtype=torch.long) if prompt is None else prompt, V - 1)
         args = dict(kw, max_len=MAX_LEN, bos=1, eos=V - 1, prompt=prompt, **extra)
         for incremental in (True, False):
             got = model.generate(**args, incremental=incremental)
