@@ -395,7 +395,7 @@ def test_example_runs_forward_and_backward(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", ["topk_k_zero", "talking_heads_one_head", "mem_kv_additive",
-                                  "head_gates_without_query"])
+                                  "head_gates_without_query", "mem_kv_local_alignment"])
 def test_misuse_is_a_located_error(name):
     from conftest import error_snapshot
 

@@ -43,6 +43,11 @@ def gates(low, f: dict[str, ast.Field], s: ast.Attention, traits: dict, score, s
     return {"head_gates": on}
 
 
+def _align_name(f: dict[str, ast.Field]) -> str | None:
+    v = f["align"].value if "align" in f else None
+    return v.fn if isinstance(v, ast.Call) else v.name if isinstance(v, ast.Ref) else None
+
+
 def talking(low, fld: ast.Field, s: ast.Attention, traits: dict, score) -> dict:
     name = fld.value.name if isinstance(fld.value, ast.Ref) else None
     if name not in TALKING:
@@ -79,6 +84,10 @@ def memory(low, f: dict[str, ast.Field], s: ast.Attention, traits: dict, score,
         low.err(fld.pos, "memory key/values need a query, single-dimensional weights and no "
                 "coverage, affinity, position term or bias",
                 "drop `mem_kv`, or the field it cannot go with")
+    elif (align := _align_name(f)) in mech.ALIGNS and mech.align(align).centred:
+        low.err(fld.pos, f"memory key/values have no position in the sequence, but `{align}` "
+                "alignment places a window over the keys' positions",
+                "drop `mem_kv`, or use an alignment over all the keys (global, sparsemax, …)")
     sym = low.sym(fld.value, scope)
     syms = dict(traits.get("sym", ())) | ({"mem_kv": sym} if sym else {})
     return {"mem_kv": n, "sym": tuple(sorted(syms.items()))}
