@@ -60,8 +60,6 @@ REGRESSIONS = Path(__file__).resolve().parent / "data" / "regressions"
 # check_spec() not run (its ``skip``); tests/test_spec_property.py passes these in both
 # profiles. Remove a flag once its fix is merged: `make fuzz` must pass with none left.
 KNOWN_DEFECTS: dict[str, str] = {
-    "position_rows": "rotary, relative and ALiBi terms number the queries from 0 when "
-                     "Lq < Lk: the layer's call with one query is not the full call's last row",
     "decoded_output": "generate() decodes the first output whose size is the vocabulary, "
                       "also one that does not run over the target (`output o0 = "
                       "classify(mean(h), 20)` before the decoder's `classify(a, 20)`): its "
