@@ -281,6 +281,6 @@ def test_a_study_file_of_layout_1_is_reported_without_curves_and_never_written(t
     err = _fails(capsys, "run", "--db", str(db))
     assert err.startswith(f"taxcompile: error: {db} is a study file of layout 1 (protocol 1: "
                           "one evaluation batch, no learning curves); this taxcompile writes "
-                          "layout 2 only\n"), err
+                          "layout 3 only\n"), err
     assert f"`taxcompile study report {db}` still reads it" in err
     assert db.read_bytes() == data

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import tasks as T
 from .protocol import STREAMS, THRESHOLD, Profile, profile, task_seed
@@ -222,6 +222,8 @@ def execute(run: Run) -> list[SeedResult]:
     if run.task not in T.TASKS:
         raise StudyError(f"unknown task `{run.task}`", f"one of {', '.join(T.TASKS)}")
     prof = profile(run.profile)
+    if run.budget is not None:  # --steps: the schedule is laid over this budget
+        prof = replace(prof, steps=run.budget)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: one thread is faster, and the same everywhere
     try:
@@ -299,5 +301,6 @@ def execute_with(run: Run, prof: Profile) -> list[SeedResult]:
             steps_to_threshold=reached[best], seconds=wall / len(run.seeds),
             seconds_per_step=wall / total_steps / M, accuracy=curves[best][-1][1],
             final_loss=float(losses[best]), row=dict(b.row), attention=att,
-            val_accuracy=float(acc[best]), curve=curves[best]))
+            val_accuracy=float(acc[best]), curve=curves[best], budget=prof.steps,
+            width=run.width))
     return out

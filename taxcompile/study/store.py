@@ -28,10 +28,14 @@ from pathlib import Path
 from .runs import StudyError
 
 APPLICATION_ID = 0x54435354  # "TCST": PRAGMA application_id of a study file
-SCHEMA_VERSION = 2  # PRAGMA user_version: the layout of the tables below
+SCHEMA_VERSION = 3  # PRAGMA user_version: the layout of the tables below
 # the columns each layout added: a file of an older layout is read (``study report``; what
 # it lacks is None) but never written (its protocol is another one anyway)
-ADDED = {2: {"results": ("val_accuracy", "curve")}}
+ADDED = {2: {"results": ("val_accuracy", "curve")}, 3: {"results": ("budget", "width")}}
+# a file of these layouts is brought to this one when opened for writing: layout 2 holds
+# the same protocol; its rows' step budget and width are NULL (the report reads them as
+# the profile's)
+UPGRADES = (2,)
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -43,7 +47,7 @@ CREATE TABLE results (
     lr REAL, params INTEGER, steps INTEGER, steps_to_threshold INTEGER,
     seconds REAL, seconds_per_step REAL, accuracy REAL, final_loss REAL, val_accuracy REAL,
     row TEXT NOT NULL, attention TEXT NOT NULL, curve TEXT NOT NULL,
-    engine TEXT NOT NULL, finished REAL NOT NULL,
+    engine TEXT NOT NULL, finished REAL NOT NULL, budget INTEGER, width INTEGER,
     UNIQUE (model_hash, task, seed, protocol_version, supervised)
 );
 CREATE TABLE skips (
@@ -102,6 +106,7 @@ class Store:
         try:
             store = cls(path, conn, lock_fd)
             store._check(protocol)
+            _upgrade(conn)  # only once the file's protocol is this one
         except BaseException:
             store_close(conn, lock_fd)
             raise
@@ -172,7 +177,8 @@ class Store:
                  str(self.protocol["version"]), int(run.supervised), run.source, run.spec,
                  run.model, run.profile, *(getattr(r, m) for m in METRICS),
                  json.dumps(r.row, sort_keys=True), json.dumps(r.attention, sort_keys=True),
-                 json.dumps([list(p) for p in r.curve]), engine, now) for r in results]
+                 json.dumps([list(p) for p in r.curve]), engine, now, r.budget, r.width)
+                for r in results]
         if not rows:
             return 0
         marks = ", ".join("?" * len(rows[0]))
@@ -327,7 +333,8 @@ def _tables(conn: sqlite3.Connection) -> dict[str, list[str]]:
 def _check_layout_version(path: Path, schema: int, readonly: bool) -> None:
     """A file of this layout is read; one of an older layout (1: no learning curves, no
     validation accuracy) is read but not written; any other is refused."""
-    if schema == SCHEMA_VERSION or (readonly and 1 <= schema < SCHEMA_VERSION):
+    if schema == SCHEMA_VERSION or (readonly and 1 <= schema < SCHEMA_VERSION) \
+            or schema in UPGRADES:
         return
     if 1 <= schema < SCHEMA_VERSION:
         raise StudyError(f"{path} is a study file of layout {schema} (protocol 1: one "
@@ -352,6 +359,16 @@ def _layout_problem(conn: sqlite3.Connection, schema: int = SCHEMA_VERSION) -> s
         if missing:
             return f"table `{table}` has no column `{missing[0]}`"
     return None
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """A file of a layout in ``UPGRADES`` brought to this one, in one transaction."""
+    schema, = conn.execute("PRAGMA user_version").fetchone()
+    if schema in UPGRADES:
+        with conn:
+            for c in ADDED[3]["results"]:
+                conn.execute(f"ALTER TABLE results ADD COLUMN {c} INTEGER")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def _readable(conn: sqlite3.Connection) -> bool:
