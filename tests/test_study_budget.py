@@ -14,7 +14,7 @@ import pytest
 import study_fake
 from test_study_engine import fake, study  # noqa: F401
 from taxcompile.study import budget, report, runs
-from taxcompile.study.store import SCHEMA, Store
+from taxcompile.study.store import Store
 
 BASE = study_fake.BASE
 
@@ -151,31 +151,34 @@ def test_each_result_records_its_budget_and_width(fake, tmp_path, capsys):  # no
     assert all("learning" in e and "learning_why" in e for e in doc["effects"])
 
 
-def test_a_layout_2_file_gets_the_two_columns_when_written_and_its_rows_read_as_the_profile(
+def test_a_layout_2_file_is_reported_with_the_profiles_budget_and_never_written(
         fake, tmp_path, capsys):  # noqa: F811
-    """A file of layout 2 (same protocol, no budget or width) is brought to layout 3 when
-    `study run` opens it; its rows' budget and width read as the profile's."""
+    """A file of layout 2 (protocol 2: no budget or width columns) is still reported, its
+    rows read as the profile's steps and width; `study run` refuses to add to it."""
     from taxcompile.study.cli import protocol_record
 
     db = tmp_path / "old.db"
-    conn = sqlite3.connect(db)
-    conn.executescript(SCHEMA.replace(", budget INTEGER, width INTEGER", ""))
-    conn.execute("PRAGMA application_id = 1413698388")
-    conn.execute("PRAGMA user_version = 2")
-    with conn:
-        conn.execute("INSERT INTO meta VALUES ('protocol', ?)",
-                     (json.dumps(protocol_record("smoke"), sort_keys=True),))
-    conn.close()
     assert study("run", "--db", str(db), "--workers", "1") == 0
+    record = protocol_record("smoke")
+    record["version"] = record["settings"]["version"] = "2"
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone() == (3,)
-    conn.execute("UPDATE results SET budget = NULL, width = NULL")  # as layout 2 rows
-    conn.commit()
+    with conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'protocol'",
+                     (json.dumps(record, sort_keys=True),))
+        conn.execute("UPDATE results SET protocol_version = '2'")
+    conn.execute("ALTER TABLE results DROP COLUMN budget")
+    conn.execute("ALTER TABLE results DROP COLUMN width")
+    conn.execute("PRAGMA user_version = 2")
     conn.close()
+    data = db.read_bytes()
     capsys.readouterr()
     assert study("report", str(db), "--format", "json") == 0
     doc = json.loads(capsys.readouterr().out)
     assert {(r["budget"], r["width"]) for r in doc["runs"]} == {(60, 16)}  # smoke's
+    assert study("run", "--db", str(db)) == 2
+    err = capsys.readouterr().err
+    assert f"{db} is a study file of layout 2 (protocol 2: erasure of the top 3 " in err
+    assert "this taxcompile writes layout 3 only" in err and db.read_bytes() == data
 
 
 def test_a_run_trains_to_its_budget_with_the_schedule_over_it():

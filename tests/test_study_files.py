@@ -111,7 +111,7 @@ DAMAGES = {
         "(result row 4: `curve.0.1`: Input should be a valid number"),
     "a protocol that does not name its batches": (
         "UPDATE meta SET value = json_remove(value, '$.settings.batches') WHERE key = 'protocol'",
-        "(meta `protocol`: Value error, protocol 2 names no validation and test batches"),
+        "(meta `protocol`: Value error, protocol 3 names no validation and test batches"),
     "a test batch drawn from the validation stream": (
         "UPDATE meta SET value = json_set(value, '$.settings.batches.test.stream', 2) "
         "WHERE key = 'protocol'", "(meta `protocol`: `settings.batches`: Value error, the "

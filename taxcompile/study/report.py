@@ -35,7 +35,8 @@ from . import stats
 LEVEL = stats.LEVEL
 ALPHA = stats.ALPHA  # the family-wise error rate Holm's adjustment keeps
 ADJUST = "holm"
-MEASURES = ("gold_mass", "aer", "comprehensiveness", "sufficiency", "uniform_drop")
+MEASURES = ("gold_mass", "gold_mass_answer", "aer", "aer_key", "comprehensiveness",
+            "sufficiency", "uniform_drop")
 
 
 def _mean(xs) -> float:
@@ -111,11 +112,14 @@ def _summary(seeds: list[dict]) -> dict:
     acc = [r["accuracy"] for r in seeds if r["accuracy"] is not None]
     gold = [r["attention"]["gold_mass"] for r in seeds
             if r["attention"]["gold_mass"] is not None]
+    answer = [r["attention"].get("gold_mass_answer") for r in seeds
+              if r["attention"].get("gold_mass_answer") is not None]
     solved = [r["steps_to_threshold"] for r in seeds if r["steps_to_threshold"] is not None]
     acc_mean, acc_ci = mean_ci(acc)
     gold_mean, gold_ci = mean_ci(gold)
     return dict(n=len(acc), accuracy_mean=acc_mean, ci95=acc_ci, gold_mass_mean=gold_mean,
                 gold_mass_ci95=gold_ci, n_gold=len(gold),
+                gold_mass_answer_mean=_mean(answer) if answer else None,
                 solved_fraction=len(solved) / len(seeds) if seeds else None,
                 steps_to_threshold_mean=_mean(solved) if solved else None)
 

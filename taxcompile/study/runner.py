@@ -294,7 +294,7 @@ def execute_with(run: Run, prof: Profile) -> list[SeedResult]:
         # the learning rate the validation batch chose; the test batch only reports
         best = max(idx, key=lambda i: (float(acc[i]), -float(losses[i]), -i))
         model = ens.member(best)
-        att = evaluate.attention_measures(b, model, tests[s], prof.top_k,
+        att = evaluate.attention_measures(b, model, tests[s], prof.erasure_bins,
                                           task_seed(run.task, s, STREAMS["erasure"]))
         out.append(SeedResult(
             seed=s, lr=float(ens.members[best][1]), params=ens.n_params, steps=steps[best],

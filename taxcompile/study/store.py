@@ -32,10 +32,9 @@ SCHEMA_VERSION = 3  # PRAGMA user_version: the layout of the tables below
 # the columns each layout added: a file of an older layout is read (``study report``; what
 # it lacks is None) but never written (its protocol is another one anyway)
 ADDED = {2: {"results": ("val_accuracy", "curve")}, 3: {"results": ("budget", "width")}}
-# a file of these layouts is brought to this one when opened for writing: layout 2 holds
-# the same protocol; its rows' step budget and width are NULL (the report reads them as
-# the profile's)
-UPGRADES = (2,)
+# what an older layout's file holds (its protocol): read, never written
+OLDER = {1: "protocol 1: one evaluation batch, no learning curves",
+         2: "protocol 2: erasure of the top 3 positions, no step budgets or widths"}
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -106,7 +105,6 @@ class Store:
         try:
             store = cls(path, conn, lock_fd)
             store._check(protocol)
-            _upgrade(conn)  # only once the file's protocol is this one
         except BaseException:
             store_close(conn, lock_fd)
             raise
@@ -331,15 +329,13 @@ def _tables(conn: sqlite3.Connection) -> dict[str, list[str]]:
 
 
 def _check_layout_version(path: Path, schema: int, readonly: bool) -> None:
-    """A file of this layout is read; one of an older layout (1: no learning curves, no
-    validation accuracy) is read but not written; any other is refused."""
-    if schema == SCHEMA_VERSION or (readonly and 1 <= schema < SCHEMA_VERSION) \
-            or schema in UPGRADES:
+    """A file of this layout is read; one of an older layout (``OLDER``) is read but not
+    written; any other is refused."""
+    if schema == SCHEMA_VERSION or (readonly and 1 <= schema < SCHEMA_VERSION):
         return
     if 1 <= schema < SCHEMA_VERSION:
-        raise StudyError(f"{path} is a study file of layout {schema} (protocol 1: one "
-                         "evaluation batch, no learning curves); this taxcompile writes "
-                         f"layout {SCHEMA_VERSION} only",
+        raise StudyError(f"{path} is a study file of layout {schema} ({OLDER[schema]}); "
+                         f"this taxcompile writes layout {SCHEMA_VERSION} only",
                          f"{_hint_other_db(path)}; `taxcompile study report {path}` "
                          "still reads it")
     raise StudyError(f"{path} is a study file of layout {schema}; this taxcompile reads "
@@ -359,16 +355,6 @@ def _layout_problem(conn: sqlite3.Connection, schema: int = SCHEMA_VERSION) -> s
         if missing:
             return f"table `{table}` has no column `{missing[0]}`"
     return None
-
-
-def _upgrade(conn: sqlite3.Connection) -> None:
-    """A file of a layout in ``UPGRADES`` brought to this one, in one transaction."""
-    schema, = conn.execute("PRAGMA user_version").fetchone()
-    if schema in UPGRADES:
-        with conn:
-            for c in ADDED[3]["results"]:
-                conn.execute(f"ALTER TABLE results ADD COLUMN {c} INTEGER")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def _readable(conn: sqlite3.Connection) -> bool:
