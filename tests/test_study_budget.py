@@ -189,3 +189,24 @@ def test_a_run_trains_to_its_budget_with_the_schedule_over_it():
     got, = runs.execute(replace(run, seeds=(0,), budget=7, width=16))
     assert (got.budget, got.width, got.steps) == (7, 16, 7)  # copy is not solved in 7 steps
     assert [t for t, _ in got.curve] == [7]  # the evaluation at the budget's last step
+
+
+def test_weight_decay_leaves_a_learned_temperature_alone():
+    """AdamW's decay shrinks every weight matrix by (1 - lr · wd) per step, but not the
+    cosine score's s (β = exp(s)): decay would pull β towards 1 (protocol 3)."""
+    torch = pytest.importorskip("torch")
+    from taxcompile.study import runner
+
+    run = next(r for r in runs.plan("smoke", tasks=["copy"])[0]
+               if r.source.endswith("scoring=similarity"))
+    assert "similarity(scale = learned)" in run.spec
+    prof = runner.profile("smoke")
+    ens = runner.Ensemble(runner.build(run), run, prof)
+    (name,) = [k for k in ens.params if k.endswith("log_beta")]
+    matrix = next(k for k, v in ens.params.items() if v.dim() == 3)
+    before = {k: v.detach().clone() for k, v in ens.params.items()}
+    t = 20  # past the warm-up: lr · schedule(t)
+    ens._adamw([None] * len(ens.params), t)
+    shrink = 1 - prof.lrs[0] * ens.schedule(t) * prof.weight_decay
+    assert torch.equal(ens.params[name], before[name])
+    torch.testing.assert_close(ens.params[matrix], before[matrix] * shrink)

@@ -341,7 +341,8 @@ def test_report_json_has_the_issue_fields_and_effects_against_the_base(fake, tmp
     out = tmp_path / "rep"
     assert study("report", str(db), "-o", str(out), "--format", "csv") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("task,budget,width,dimension,value") and len(lines) == len(doc["effects"]) + 1
+    assert lines[0].startswith("task,budget,width,dimension,value")
+    assert len(lines) == len(doc["effects"]) + 1
     assert (out / "report.md").read_text().count("| scoring | Multiplicative |") == 1
     assert json.loads((out / "report.json").read_text()) == doc
     pytest.importorskip("matplotlib")

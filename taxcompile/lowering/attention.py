@@ -321,7 +321,8 @@ class Attentions(Features, Penalties):
             return None
         name = alias("score", name)  # dot, scaled_dot: the IR's one spelling
         return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
-                        similarity=p.get("kind"), scale=p.get("scale"), sym=tuple(sorted(syms.items())),
+                        similarity=p.get("kind"), scale=p.get("scale"),
+                        sym=tuple(sorted(syms.items())),
                         loc=self.loc(fld.value.pos))
 
     def modifier(self, fld: ast.Field | None, table: dict, what: str) -> ir.Modifier | None:

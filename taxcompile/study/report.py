@@ -306,10 +306,11 @@ def to_json(doc: dict) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-CSV_COLUMNS = ("task", "budget", "width", "dimension", "value", "comparison", "models", "n", "accuracy_mean",
-               "ci95_low", "ci95_high", "solved_fraction", "steps_to_threshold_mean",
-               "n_pairs", "diff_mean", "diff_ci95_low", "diff_ci95_high", "p", "p_adjusted",
-               "p_adjusted_method", "n_solved_pairs", "steps_diff_mean", "gold_mass_mean", "gold_mass_ci95_low",
+CSV_COLUMNS = ("task", "budget", "width", "dimension", "value", "comparison", "models", "n",
+               "accuracy_mean", "ci95_low", "ci95_high", "solved_fraction",
+               "steps_to_threshold_mean", "n_pairs", "diff_mean", "diff_ci95_low",
+               "diff_ci95_high", "p", "p_adjusted", "p_adjusted_method", "n_solved_pairs",
+               "steps_diff_mean", "gold_mass_mean", "gold_mass_ci95_low",
                "gold_mass_ci95_high", "verdict", "learning", "base_steps_to_threshold",
                "learning_why")
 
@@ -321,7 +322,8 @@ def to_csv(doc: dict) -> str:
     for e in doc["effects"]:
         ci, gci = e["ci95"] or [None, None], e["gold_mass_ci95"] or [None, None]
         dci = e["diff_ci95"] or [None, None]
-        w.writerow([e["task"], e["budget"], e["width"], e["dimension"], e["value"], e["comparison"], e["models"], e["n"],
+        w.writerow([e["task"], e["budget"], e["width"], e["dimension"], e["value"],
+                    e["comparison"], e["models"], e["n"],
                     e["accuracy_mean"], ci[0], ci[1], e["solved_fraction"],
                     e["steps_to_threshold_mean"], e["n_pairs"], e["diff_mean"], dci[0], dci[1],
                     e["p"], e["p_adjusted"], e["p_adjusted_method"], e["n_solved_pairs"],

@@ -193,7 +193,8 @@ class Ensemble:
                 mh = m / (1 - b1 ** (t + 1))
                 vh = v / (1 - b2 ** (t + 1))
                 lrv = lr.view(shape)
-                p.mul_(1 - lrv * wd)
+                if p.dim() > 1 or self.prof.decay_scalars:  # (M,): a scalar per member
+                    p.mul_(1 - lrv * wd)
                 p.sub_(lrv * mh / (vh.sqrt() + eps))
 
     def member(self, i: int):
