@@ -92,7 +92,7 @@ def plain_member(run, prof, seed: int, lr: float, measure: bool = False) -> floa
                 break
     if measure:
         from taxcompile.study.evaluate import attention_measures
-        attention_measures(b, model.eval(), ev, prof.top_k, _task_seed(run.task, seed, 4))
+        attention_measures(b, model.eval(), ev, prof.erasure_bins, _task_seed(run.task, seed, 4))
     return acc
 
 

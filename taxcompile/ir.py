@@ -94,6 +94,9 @@ class Score(_Frozen):
     act: Act | None = None  # additive / activated_general
     bias: bool = True
     similarity: str | None = None  # cosine | l2
+    # similarity: beta in beta * cos(q, k_l) (NTM's key strength); None is 1, the survey's
+    # plain score; "learned" is exp(s), s a parameter starting at ln 10
+    scale: float | Literal["learned"] | None = None
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
 

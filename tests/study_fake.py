@@ -28,9 +28,13 @@ def row_of(run: Run) -> dict[str, str]:
     return {**BASE, **VARIANTS[int(run.model[1:])]}
 
 
-def plan(profile, specs=None, params=None, tasks=None, n=len(VARIANTS), seeds=(0, 1, 2)):
+def plan(profile, specs=None, params=None, tasks=None, steps=None, widths=None,
+         n=len(VARIANTS), seeds=(0, 1, 2)):
+    """The fake runs, each under every step budget of ``steps`` (``--steps``; the budget
+    None: the profile's, 100 here) at every width of ``widths``."""
     runs = [Run(source=f"fake:{i}", spec=f"fake spec {i}", model=f"m{i}", task="copy",
-                seeds=tuple(seeds), lrs=(1e-3,), profile=profile) for i in range(n)]
+                seeds=tuple(seeds), lrs=(1e-3,), profile=profile, budget=b, width=w)
+            for i in range(n) for b in (steps or [None]) for w in (widths or [None])]
     return runs, [Skip("fake:9", "m9", "mqar4", "no token input")]
 
 
@@ -49,17 +53,20 @@ def execute(run: Run) -> list[SeedResult]:
         os.write(fd, f"{run.key(run.seeds[0])}\n".encode())
         os.close(fd)
     out = []
+    budget = run.budget or 100
     for seed in run.seeds:
         key = run.key(seed)
         acc = 0.5 + 0.4 * _unit(key, "acc")
         seconds = time.perf_counter() - start
         out.append(SeedResult(
-            seed=seed, lr=run.lrs[0], params=1000 + int(run.model[1:]), steps=100,
-            steps_to_threshold=None if acc < 0.8 else 50, seconds=seconds,
-            seconds_per_step=seconds / 100, accuracy=acc, final_loss=1 - acc,
+            seed=seed, lr=run.lrs[0], params=1000 + int(run.model[1:]),
+            steps=budget if acc < 0.8 else budget // 2,
+            steps_to_threshold=None if acc < 0.8 else budget // 2, seconds=seconds,
+            seconds_per_step=seconds / budget, accuracy=acc, final_loss=1 - acc,
             row=row_of(run),
             attention={"gold_mass": _unit(key, "gold"), "aer": _unit(key, "aer"),
                        "comprehensiveness": None, "sufficiency": None,
                        "uniform_drop": 0.1},
-            val_accuracy=acc, curve=[(50, acc / 2), (100, acc)]))
+            val_accuracy=acc, curve=[(budget // 2, acc / 2), (budget, acc)], budget=budget,
+            width=run.width))
     return out

@@ -317,7 +317,8 @@ def test_report_json_has_the_issue_fields_and_effects_against_the_base(fake, tmp
     for e in doc["effects"]:
         assert {"dimension", "value", "task", "n", "accuracy_mean", "ci95", "diff_mean",
                 "diff_ci95", "p", "p_adjusted", "p_adjusted_method", "solved_fraction",
-                "steps_to_threshold_mean"} <= set(e)
+                "steps_to_threshold_mean", "budget", "width", "learning", "learning_why",
+                "base_steps_to_threshold"} <= set(e)
     base_mean = sum(accs("m0")) / 3
     e = effects[("scoring", "Multiplicative")]  # m1 alone differs only in scoring
     assert (e["n"], e["comparison"]) == (3, "others at base")
@@ -340,7 +341,8 @@ def test_report_json_has_the_issue_fields_and_effects_against_the_base(fake, tmp
     out = tmp_path / "rep"
     assert study("report", str(db), "-o", str(out), "--format", "csv") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("task,dimension,value") and len(lines) == len(doc["effects"]) + 1
+    assert lines[0].startswith("task,budget,width,dimension,value")
+    assert len(lines) == len(doc["effects"]) + 1
     assert (out / "report.md").read_text().count("| scoring | Multiplicative |") == 1
     assert json.loads((out / "report.json").read_text()) == doc
     pytest.importorskip("matplotlib")

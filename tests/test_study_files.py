@@ -111,7 +111,7 @@ DAMAGES = {
         "(result row 4: `curve.0.1`: Input should be a valid number"),
     "a protocol that does not name its batches": (
         "UPDATE meta SET value = json_remove(value, '$.settings.batches') WHERE key = 'protocol'",
-        "(meta `protocol`: Value error, protocol 2 names no validation and test batches"),
+        "(meta `protocol`: Value error, protocol 3 names no validation and test batches"),
     "a test batch drawn from the validation stream": (
         "UPDATE meta SET value = json_set(value, '$.settings.batches.test.stream', 2) "
         "WHERE key = 'protocol'", "(meta `protocol`: `settings.batches`: Value error, the "
@@ -281,6 +281,6 @@ def test_a_study_file_of_layout_1_is_reported_without_curves_and_never_written(t
     err = _fails(capsys, "run", "--db", str(db))
     assert err.startswith(f"taxcompile: error: {db} is a study file of layout 1 (protocol 1: "
                           "one evaluation batch, no learning curves); this taxcompile writes "
-                          "layout 2 only\n"), err
+                          "layout 3 only\n"), err
     assert f"`taxcompile study report {db}` still reads it" in err
     assert db.read_bytes() == data

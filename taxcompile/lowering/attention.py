@@ -291,6 +291,16 @@ class Attentions(Features, Penalties):
     def mechanism_param(self, p: P, e: ast.Expr, scope: Scope | None, what: str):
         """A mechanism's parameter: a constant, or for a node parameter the id of the node
         it names (a name only: an expression has no node of its own to read)."""
+        if p.type == "scale":  # the similarity's beta: `learned`, or a positive number
+            if isinstance(e, ast.Ref) and len(e.parts) == 1 and e.name == "learned":
+                return "learned"
+            if (isinstance(e, ast.Ref) and e.name not in self.consts
+                    and e.name not in self.poisoned):
+                self.err(e.pos, f"{what} must be `learned` or a positive number, got "
+                         f"`{e.name}`", "e.g. `scale = learned` (beta learned, from 10) or "
+                         "`scale = 4` (NTM's key strength beta; 1 is Table II's cosine)")
+                return None
+            return self.as_param(P(p.name, "float"), e, None, what)
         if p.type != "node":
             return self.as_param(p, e, None, what)
         if not isinstance(e, ast.Ref) or scope is None:
@@ -311,7 +321,8 @@ class Attentions(Features, Penalties):
             return None
         name = alias("score", name)  # dot, scaled_dot: the IR's one spelling
         return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
-                        similarity=p.get("kind"), sym=tuple(sorted(syms.items())),
+                        similarity=p.get("kind"), scale=p.get("scale"),
+                        sym=tuple(sorted(syms.items())),
                         loc=self.loc(fld.value.pos))
 
     def modifier(self, fld: ast.Field | None, table: dict, what: str) -> ir.Modifier | None:

@@ -26,12 +26,22 @@ def _similarity_part(s) -> str:
 
 
 def _similarity_doc(s) -> str:
-    return f"similarity score ({s.similarity or 'cosine'}) (Table II)"
+    beta = ("" if s.scale is None else ", times a learned temperature" if s.scale == "learned"
+            else f", times {s.scale:g}")
+    return f"similarity score ({s.similarity or 'cosine'}{beta}) (Table II)"
 
 
 def _similarity_dot(s) -> str | None:
     """Cosine similarity is a dot product of the normalised q and k; l2 is not."""
-    return None if s.similarity == "l2" else "cos(q, k_l) (Table II, similarity)"
+    if s.similarity == "l2":
+        return None
+    return ("cos(q, k_l) (Table II, similarity)" if s.scale is None
+            else "beta cos(q, k_l) (Table II, similarity; NTM's key strength)")
+
+
+# `scale = 4.0` or `scale = learned`: the similarity's temperature beta (NTM's key strength).
+# Its own type: the lowering accepts `learned` or a positive number (lowering/attention.py).
+SIMILARITY_SCALE = P("scale", "scale", False, None)
 
 
 # The affinity matrix's forms (`affinity(a, b, form = …)`), read as Table II's scores.
@@ -83,7 +93,7 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
     _score("activated_general", "Activated General",
            "activated general score act(k^T W q + b) (Table II)", act("tanh")),
     _score("similarity", "Similarity", _similarity_doc,
-           enum("kind", ("cosine", "l2"), "cosine"), part=_similarity_part,
+           enum("kind", ("cosine", "l2"), "cosine"), SIMILARITY_SCALE, part=_similarity_part,
            dot=_similarity_dot, equal_qk=True),
     _score("location", "Location", "location score W_a q (Luong et al.)", ctor=(N_KEYS,),
            per_key=True),

@@ -29,6 +29,15 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positives(text: str) -> list[int]:
+    """``150,600,2400``: positive whole numbers, at least one."""
+    try:
+        return [_positive(part.strip()) for part in text.split(",")]
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e} in {text!r} (a list such as 150,600)") \
+            from None
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -77,6 +86,12 @@ def make_parser() -> argparse.ArgumentParser:
                    "to answer (default: 30)")
     s.add_argument("--params", metavar="N", type=_positive, default=None,
                    help="fit each model's width so that it has N parameters (within 10%%)")
+    s.add_argument("--steps", metavar="N,M", type=_positives, default=None,
+                   help="train every model under each of these step budgets (default: the "
+                   "profile's); the report tells 'slower' from 'does not learn' with them")
+    s.add_argument("--width", metavar="A,B", type=_positives, default=None,
+                   help="train every model at each of these widths d (default: the "
+                   "profile's; a spec of yours through its `let d`)")
     s.add_argument("--tasks", metavar="TASK", nargs="+", default=None,
                    help="only these tasks (default: every task a model fits)")
     s.add_argument("--dry-run", action="store_true",
@@ -146,7 +161,8 @@ def _plan(args):
             if not Path(s).exists():
                 raise StudyError(f"no such file or directory: {s}", "name .attn spec files "
                                  "or directories of them")
-    planned, skips = runs_mod.plan(args.profile, specs, args.params, args.tasks)
+    planned, skips = runs_mod.plan(args.profile, specs, args.params, args.tasks, args.steps,
+                                   args.width)
     if specs:  # a spec the user named that no task fits is an error, with every reason
         ran = {r.source for r in planned}
         lost = sorted({s.source for s in skips} - ran)
@@ -175,7 +191,7 @@ def _estimate(pending, stored: list[dict], workers: int, profile: str) -> str:
     if not pending:
         return "nothing to run"
     prof = protocol.profile(profile)
-    work = sum(len(r.seeds) * len(r.lrs) * prof.steps for r in pending)
+    work = sum(len(r.seeds) * len(r.lrs) * (r.budget or prof.steps) for r in pending)
     if stored:
         rate = sum(r["seconds"] for r in stored) / max(1, sum(r["steps"] for r in stored)
                                                         * len(prof.lrs))
@@ -208,11 +224,14 @@ def cmd_run(args) -> int:
             print(f"skip: {s.source}: model {s.model}"
                   f"{f' on {s.task}' if s.task else ''}: {s.why}", file=sys.stderr)
         if args.dry_run:
+            steps = protocol_record(args.profile)["settings"]["steps"]
             for r in planned:
                 state = "pending" if r in pending else "stored"
                 print(f"{state:8} {r.task:14} {r.model:24} {r.source} "
                       f"(seeds {len(r.seeds)}, learning rates {len(r.lrs)}"
-                      f"{', supervised' if r.supervised else ''})")
+                      + (f", {r.budget or steps} steps" if args.steps else "")
+                      + (f", width {r.width}" if r.width and args.width else "")
+                      + f"{', supervised' if r.supervised else ''})")
             print(f"{len(planned)} runs, {len(pending)} to train, {len(skips)} skipped; "
                   + _estimate(pending, stored, workers if args.engine == "ray"
                               else min(workers, _cores()), args.profile))

@@ -69,16 +69,17 @@ def _measured(out, gold) -> list[tuple[str, torch.Tensor]]:
     return got
 
 
-def attention_measures(b, model, ev: dict, k: int, seed: int) -> dict:
+def attention_measures(b, model, ev: dict, bins: tuple[float, ...], seed: int) -> dict:
     """``_measures`` with every value a finite float or None (JSON has no NaN)."""
-    out = _measures(b, model, ev, k, seed)
+    out = _measures(b, model, ev, bins, seed)
     return {key: v if v is None or math.isfinite(v) else None for key, v in out.items()}
 
 
-def _measures(b, model, ev: dict, k: int, seed: int) -> dict:
-    """gold_mass, aer (of the last module over x; per module and head as well),
-    comprehensiveness and sufficiency of the top-k attended positions and of random k
-    positions, uniform_drop; None where a measure does not apply."""
+def _measures(b, model, ev: dict, bins: tuple[float, ...], seed: int) -> dict:
+    """gold_mass and gold_mass_answer, aer and aer_key (of the last module over x; per
+    module and head as well), comprehensiveness and sufficiency as AOPC over ``bins`` of
+    the most attended positions and of random ones (per bin too), uniform_drop; None where
+    a measure does not apply."""
     info_T = ev["y"].shape[1]
     out: dict = dict(gold_mass=None, aer=None, comprehensiveness=None, sufficiency=None,
                      uniform_drop=None)
@@ -111,18 +112,26 @@ def _measures(b, model, ev: dict, k: int, seed: int) -> dict:
             for tag, abar in heads:
                 if mass:
                     out[f"gold_mass:{name}{tag}"] = measures.gold_mass(abar, ev["gold"])
+                    out[f"gold_mass_answer:{name}{tag}"] = measures.gold_mass(
+                        abar, ev["possible"].float())
                 out[f"aer:{name}{tag}"] = measures.aer(abar, ev["gold"], ev["possible"])
         abar = measures.mean_weights(mods[-1][1])
         out["gold_mass"] = measures.gold_mass(abar, ev["gold"]) if mass else None
+        # every answer-bearing position counted (the task's P: MQAR's value beside its key)
+        out["gold_mass_answer"] = measures.gold_mass(abar, ev["possible"].float()) \
+            if mass else None
         out["aer"] = measures.aer(abar, ev["gold"], ev["possible"])
-        out.update(_erasure(b, model, ev, abar, z, k, seed))
+        out["aer_key"] = measures.aer(abar, ev["gold"])  # P = S: the key alone
+        out.update(_erasure(b, model, ev, abar, z, bins, seed))
     return out
 
 
-def _erasure(b, model, ev: dict, abar, z, k: int, seed: int) -> dict:
-    """ERASER's comprehensiveness and sufficiency of each scored query's top-k attended
-    positions of x, and of k random positions (the baseline): one copy of the example per
-    query row, the positions erased (pad token, masked out) or kept alone."""
+def _erasure(b, model, ev: dict, abar, z, bins: tuple[float, ...], seed: int) -> dict:
+    """ERASER's comprehensiveness and sufficiency as AOPC over ``bins`` (fractions of x's
+    tokens, ``measures.bin_sizes``): per bin, each scored query's most attended positions
+    of x, and as many random ones (the baseline; one random order per query, so the bins
+    nest as the top ones do), erased (pad token, masked out) or kept alone; one copy of
+    the example per query row and bin."""
     if ev["x"].dim() != 2:  # segments: the gold is over segments, not x's tokens
         return {}
     n = min(ERASE_EXAMPLES, ev["x"].shape[0])
@@ -130,22 +139,28 @@ def _erasure(b, model, ev: dict, abar, z, k: int, seed: int) -> dict:
     Tq = y.shape[1]
     a = measures._rows(abar[:n], ev["gold"][:n])  # (n, Tq, L)
     bi, ti = (y != -100).nonzero(as_tuple=True)  # scored rows
-    L = ev["x"].shape[1]
+    R, L = len(bi), ev["x"].shape[1]
     p = z[:n].float().softmax(-1)
     pred = p.argmax(-1)
     p_full = p[bi, ti, pred[bi, ti]]
-    top = measures.top_k(a, k)[bi, ti]  # (R, k)
+    sizes = measures.bin_sizes(L, bins)
+    order = measures.top_k(a, L)[bi, ti]  # (R, L): positions by weight, ties in order
     g = torch.Generator().manual_seed(seed)
-    rand = torch.stack([torch.randperm(L, generator=g)[:top.shape[1]] for _ in range(len(bi))])
+    shuffled = torch.stack([torch.randperm(L, generator=g) for _ in range(R)])
     res = {}
-    for tag, pos in (("", top), ("_random", rand)):
-        chosen = torch.zeros(len(bi), L, dtype=torch.bool)
-        chosen.scatter_(1, pos, True)
+    for tag, ranked in (("", order), ("_random", shuffled)):
+        chosen = torch.zeros(len(sizes), R, L, dtype=torch.bool)  # (bins, R, L)
+        for j, k in enumerate(sizes):
+            chosen[j].scatter_(1, ranked[:, :k], True)
+        chosen = chosen.flatten(0, 1)  # bin-major: row j * R + r
         for what, keep in (("comprehensiveness", ~chosen), ("sufficiency", chosen)):
-            x = torch.where(keep, ev["x"][bi], torch.zeros_like(ev["x"][bi]))
+            xs = ev["x"][bi].repeat(len(sizes), 1)
+            x = torch.where(keep, xs, torch.zeros_like(xs))
             kw = dict(x=x, x_mask=keep, validate=False)
-            kw.update({n: ev[n][bi] for n in ("q", "z") if n in b.inputs})
+            kw.update({m: ev[m][bi].repeat(len(sizes), 1) for m in ("q", "z") if m in b.inputs})
             zz = _logits(model, kw, Tq, return_attention=True).float().softmax(-1)
-            p_part = zz[torch.arange(len(bi)), ti, pred[bi, ti]]
-            res[what + tag] = float((p_full - p_part).mean())
+            p_part = zz[torch.arange(len(sizes) * R), ti.repeat(len(sizes)),
+                        pred[bi, ti].repeat(len(sizes))].view(len(sizes), R)
+            res[what + tag], per = measures.aopc(p_full, list(p_part))
+            res.update({f"{what}{tag}@{f:g}": v for f, v in zip(bins, per)})
     return res

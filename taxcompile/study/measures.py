@@ -4,7 +4,8 @@ Weights arrive as the generated models return them, ``(B, H, Lq, Lk)`` (heads), 
 trailing feature axis for multi-dimensional weights; ``mean_weights`` reduces them to ā,
 ``(B, Lq, Lk)``: the mean over the heads (and features), ā = (1/H) Σ_h a^(h). Gold is
 ``(B, T, L)``, row t a distribution over the sure links S_t (zeros: position t aligned
-to nothing); ``possible`` is P ⊇ S.
+to nothing); ``possible`` is P ⊇ S, every answer-bearing position a correct model may
+read (``tasks``: MQAR's value beside its key).
 
 Torch only (imported by the runner, never by the front end)."""
 
@@ -71,6 +72,24 @@ def top_k(a: torch.Tensor, k: int) -> torch.Tensor:
     k = min(k, a.shape[-1])
     # a stable descending order: sort by -a, ties in position order
     return torch.sort(-a, dim=-1, stable=True).indices[..., :k]
+
+
+# ERASER's bins (DeYoung et al. 2020, §4.2): the top 1, 5, 10, 20 and 50 % of the tokens
+BINS = (0.01, 0.05, 0.1, 0.2, 0.5)
+
+
+def bin_sizes(L: int, bins: tuple[float, ...] = BINS) -> list[int]:
+    """The tokens of each bin over L positions: round(f · L), at least 1 (a bin of 1 % of
+    16 tokens is the top one, not none), at most L."""
+    return [min(L, max(1, round(f * L))) for f in bins]
+
+
+def aopc(p_full: torch.Tensor, p_parts: list[torch.Tensor]) -> tuple[float, list[float]]:
+    """ERASER's area over the perturbation curve: the mean over the bins of
+    mean(p(ŷ | x) − p(ŷ | x_k)), x_k the input perturbed at bin k (its rationale erased,
+    for comprehensiveness, or kept alone, for sufficiency); and the value of each bin."""
+    per = [float((p_full - p).mean()) for p in p_parts]
+    return sum(per) / len(per), per
 
 
 def erasure(p_full: torch.Tensor, p_without: torch.Tensor, p_only: torch.Tensor) -> dict:

@@ -64,6 +64,10 @@ FEATURE_SWAPS = {
 }
 
 LAMBDA = 1.0  # the supervised penalty's weight
+# The cosine score with a learned temperature (NTM's key strength): Table II's plain cosine
+# (β = 1) gives one key of 32 at most 0.19 of the weight, a handicap of the scale, not of
+# scoring by cosine (docs/language.md, the similarity score's `scale`).
+SCORE_TEXT = {"similarity": "similarity(scale = learned)"}
 HEADS, HOPS, CAPSULES = C.HEADS, C.HOPS, C.CAPSULES
 
 
@@ -114,7 +118,7 @@ def slice_models(task: str, d: int, full: bool = False) -> list[Model]:
 
 def _fields(c: C.Combo, query: str | None, supervised: bool) -> list[tuple[str, str]]:
     fields = [("query", query)] if query else []
-    fields += [("features", "h"), ("score", c.score)]
+    fields += [("features", "h"), ("score", SCORE_TEXT.get(c.score, c.score))]
     if c.align != C.DEFAULT_ALIGN:
         fields.append(("align", C.ALIGN_TEXT.get(c.align, c.align)))
     if c.dimensionality == "multi":

@@ -7,10 +7,16 @@ example, which only the one-query tasks score) and ``gold: alignment[…]`` (the
 trained with its supervised penalty), and one output whose last axis holds at least
 ``V`` classes. A model that does not fit a task is a ``Skip`` that says why.
 
+``steps`` and ``widths`` (``study run --steps 150,600 --width 16,32``) multiply the runs:
+every model at every width, trained under every step budget; each run records both, and
+the report groups its effects by them (docs/study.md, "Budget apart from mechanism").
+
 Torch-free unless ``params`` is given (the width is then fitted by counting the
-parameters of the generated model)."""
+parameters of the generated model) or a user's spec is swept over ``widths``."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from . import models as Mdl
 from . import tasks as T
@@ -134,11 +140,12 @@ def fit_user(text: str, model: str, target: int) -> tuple | str:
     return (("d", d),)
 
 
-def _slice(prof: Profile, names: list[str], params: int | None):
+def _slice(prof: Profile, names: list[str], params: int | None,
+           widths: list[int] | None = None):
     runs: list[Run] = []
     skips: list[Skip] = []
     for task in names:
-        for m in Mdl.slice_models(task, prof.d, full=prof.full):
+        for m in [m for w in widths or [prof.d] for m in Mdl.slice_models(task, w, full=prof.full)]:
             why = Mdl.misfit(m)
             if why:
                 skips.append(Skip(m.source, m.name, task, why))
@@ -156,13 +163,15 @@ def _slice(prof: Profile, names: list[str], params: int | None):
                 if cs is None:
                     skips.append(Skip(source, m.name, task, ("supervised: " if sup else "") + why))
                     continue
+                width = m.d
                 if params is not None:
                     fitted = fit_width(m, sup, params)
                     if isinstance(fitted, str):
                         skips.append(Skip(source, m.name, task, "--params: " + fitted))
                         continue
-                    text = Mdl.spec_text(fitted, sup)
-                runs.append(Run(source, text, m.name, task, prof.seeds, prof.lrs, prof.name, sup))
+                    text, width = Mdl.spec_text(fitted, sup), fitted.d
+                runs.append(Run(source, text, m.name, task, prof.seeds, prof.lrs, prof.name, sup,
+                                width=width))
     return runs, skips
 
 
@@ -206,7 +215,21 @@ def misfit_user(cm, task: str) -> str | None:
     return None
 
 
-def _user(prof: Profile, specs: list[str], names: list[str], params: int | None):
+def _user_widths(text: str, model: str, widths: list[int] | None) -> list[tuple] | str:
+    """The Config fields of each width of ``widths`` (through the spec's `let d`), or why
+    the spec cannot be swept; [()] (the spec's own width) without ``widths``."""
+    if widths is None:
+        return [()]
+    from .runner import build
+
+    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke"))
+    if not isinstance(getattr(b.cfg, "d", None), int):
+        return "the spec has no `let d` (an integer width) to set to --width"
+    return [(("d", w),) for w in widths]
+
+
+def _user(prof: Profile, specs: list[str], names: list[str], params: int | None,
+          widths: list[int] | None = None):
     from .. import pipeline
     from ..diagnostics import SpecError
 
@@ -223,20 +246,24 @@ def _user(prof: Profile, specs: list[str], names: list[str], params: int | None)
             name = cm.model.name
             before = len(runs)
             why_all = []
-            config: tuple = ()
-            if params is not None and any(misfit_user(cm, t) is None for t in names):
-                config = fit_user(text, name, params)
-                if isinstance(config, str):
-                    skips.append(Skip(str(path), name, None, config))
-                    continue
+            configs: list[tuple] | str = [()]
+            fits = any(misfit_user(cm, t) is None for t in names)
+            if params is not None and fits:
+                configs = fit_user(text, name, params)
+                configs = configs if isinstance(configs, str) else [configs]
+            elif fits:
+                configs = _user_widths(text, name, widths)
+            if isinstance(configs, str):
+                skips.append(Skip(str(path), name, None, configs))
+                continue
             for task in names:
                 why = misfit_user(cm, task)
                 if why:
                     why_all.append((task, why))
                     continue
                 sup = any(n.kind_ == "input" and n.id == "gold" for n in cm.model.nodes)
-                runs.append(Run(str(path), text, name, task, prof.seeds, prof.lrs, prof.name, sup,
-                                config))
+                runs += [Run(str(path), text, name, task, prof.seeds, prof.lrs, prof.name, sup,
+                             config, width=dict(config).get("d")) for config in configs]
             if len(runs) == before:
                 skips.append(Skip(str(path), name, None, "no task fits: " + "; ".join(
                     f"{task}: {why}" for task, why in why_all)))
@@ -250,15 +277,35 @@ def _user(prof: Profile, specs: list[str], names: list[str], params: int | None)
     return runs, skips
 
 
+def _budgets(runs: list[Run], prof: Profile, steps: list[int] | None) -> list[Run]:
+    """Every run under every step budget of ``steps`` (the profile's: ``budget`` None)."""
+    if not steps:
+        return runs
+    budgets = [None if n == prof.steps else n for n in dict.fromkeys(steps)]
+    return [replace(r, budget=b) for r in runs for b in budgets]
+
+
+def _sweep_check(steps: list[int] | None, widths: list[int] | None,
+                 params: int | None) -> None:
+    for flag, values in (("--steps", steps), ("--width", widths)):
+        if values is not None and (not values or min(values) <= 0):
+            raise StudyError(f"{flag} takes positive whole numbers, got {values}")
+    if widths is not None and params is not None:
+        raise StudyError("--width and --params both set the width", "give one of them")
+
+
 def plan(name: str, specs: list[str] | None = None, params: int | None = None,
-         tasks: list[str] | None = None) -> tuple[list[Run], list[Skip]]:
+         tasks: list[str] | None = None, steps: list[int] | None = None,
+         widths: list[int] | None = None) -> tuple[list[Run], list[Skip]]:
     prof = profile(name)
     names = _tasks(prof, tasks)
     if params is not None and params <= 0:
         raise StudyError(f"--params must be positive, got {params}")
+    _sweep_check(steps, widths, params)
     if specs:
-        return _user(prof, specs, names, params)
-    runs, skips = _slice(prof, names, params)
+        runs, skips = _user(prof, specs, names, params, widths)
+        return _budgets(runs, prof, steps), skips
+    runs, skips = _slice(prof, names, params, list(dict.fromkeys(widths or [prof.d])))
     if params is not None and not runs:
         first = next((s for s in skips if s.why.startswith("--params: ")), None)
         raise StudyError(f"--params {params:,}: no model of the study comes within "
@@ -266,7 +313,7 @@ def plan(name: str, specs: list[str] | None = None, params: int | None = None,
                          + (f" (model {first.model} on {first.task}: "
                             f"{first.why.removeprefix('--params: ')})" if first else ""),
                          "choose a parameter count within the models' range")
-    return runs, skips
+    return _budgets(runs, prof, steps), skips
 
 
 def coverage(runs: list[Run]) -> dict[str, set[str]]:

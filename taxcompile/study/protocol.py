@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-PROTOCOL_VERSION = "2"  # 2: validation and test batches apart; learning curves
+# 2: validation and test batches apart; learning curves. 3: ERASER's comprehensiveness and
+# sufficiency as AOPC over bins (was: the top 3 positions); the answer-bearing gold mass;
+# no weight decay on scalar parameters
+PROTOCOL_VERSION = "3"
 THRESHOLD = 0.99  # stop at this validation accuracy (zoology)
 # the generator streams of a task's seed: what each batch is drawn from
 STREAMS = dict(train=1, validation=2, sampling=3, erasure=4, test=5)
@@ -44,11 +47,15 @@ class Profile:
     eval_batch: int  # the validation batch's examples (early stop, learning-rate choice)
     test_batch: int  # the test batch's examples (reported only)
     weight_decay: float = 0.1
+    # no decay on a model's scalar parameters: it would pull a learned temperature
+    # (the similarity score's beta = exp(s)) towards 1 whatever the loss says
+    decay_scalars: bool = False
     warmup: int = 10  # linear warm-up steps before the cosine decay
     clip: float = 1.0  # gradient norm clipped per member
     supervised: bool = True  # beside each base model, the same model trained with gold
     full: bool = False  # the cross product of taxcompile.combinations, not the slice
-    top_k: int = 3  # erasure faithfulness: the k most attended positions
+    # erasure faithfulness (ERASER's AOPC): the most attended 1, 5, 10, 20, 50 % of x
+    erasure_bins: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2, 0.5)
 
     def settings(self) -> dict:
         """What every result records of the protocol."""

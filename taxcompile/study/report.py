@@ -29,12 +29,14 @@ from collections import Counter
 from pathlib import Path
 
 from ..classify import DIMENSIONS, ORDER
+from . import budget as B
 from . import stats
 
 LEVEL = stats.LEVEL
 ALPHA = stats.ALPHA  # the family-wise error rate Holm's adjustment keeps
 ADJUST = "holm"
-MEASURES = ("gold_mass", "aer", "comprehensiveness", "sufficiency", "uniform_drop")
+MEASURES = ("gold_mass", "gold_mass_answer", "aer", "aer_key", "comprehensiveness",
+            "sufficiency", "uniform_drop")
 
 
 def _mean(xs) -> float:
@@ -55,7 +57,7 @@ def _finite(x):
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-def _run_doc(r: dict) -> dict:
+def _run_doc(r: dict, settings: dict) -> dict:
     return {
         "spec": r["source"], "model": r["model"], "model_hash": r["model_hash"],
         "row": {d: r["row"][d] for d in DIMENSIONS if d in r["row"]},
@@ -65,6 +67,10 @@ def _run_doc(r: dict) -> dict:
         "accuracy": _finite(r["accuracy"]), "final_loss": _finite(r["final_loss"]),
         "val_accuracy": _finite(r.get("val_accuracy")),
         "steps_to_threshold": r["steps_to_threshold"],
+        # the step budget and width it trained under; a row of layout 2 has none: the
+        # profile's (a --params-fitted width is then not known)
+        "budget": r.get("budget") or settings.get("steps"),
+        "width": r.get("width") or settings.get("d"),
         # (step, test accuracy) per evaluation; None in a file of layout 1 (protocol 1)
         "curve": None if r.get("curve") is None else [[int(t), a] for t, a in r["curve"]],
         # the five measures (None where one does not apply), then any per-module detail
@@ -106,11 +112,14 @@ def _summary(seeds: list[dict]) -> dict:
     acc = [r["accuracy"] for r in seeds if r["accuracy"] is not None]
     gold = [r["attention"]["gold_mass"] for r in seeds
             if r["attention"]["gold_mass"] is not None]
+    answer = [r["attention"].get("gold_mass_answer") for r in seeds
+              if r["attention"].get("gold_mass_answer") is not None]
     solved = [r["steps_to_threshold"] for r in seeds if r["steps_to_threshold"] is not None]
     acc_mean, acc_ci = mean_ci(acc)
     gold_mean, gold_ci = mean_ci(gold)
     return dict(n=len(acc), accuracy_mean=acc_mean, ci95=acc_ci, gold_mass_mean=gold_mean,
                 gold_mass_ci95=gold_ci, n_gold=len(gold),
+                gold_mass_answer_mean=_mean(answer) if answer else None,
                 solved_fraction=len(solved) / len(seeds) if seeds else None,
                 steps_to_threshold_mean=_mean(solved) if solved else None)
 
@@ -178,7 +187,9 @@ def _group(row: dict, base: dict, source: str, is_base: bool) -> frozenset:
 
 
 def _task_effects(task: str, runs: list[dict]) -> tuple[dict, list[dict], list[dict]]:
-    """(base row, effects, interactions) of one task's plain (unsupervised) runs."""
+    """(base row, effects, interactions) of one task's plain (unsupervised) runs of one
+    step budget and width (every effect and interaction says which)."""
+    cell = dict(budget=runs[0]["budget"], width=runs[0]["width"])
     models = _models(runs)
     rows = {k: seeds[0]["row"] for k, seeds in models.items()}
     marked = {k for k in models if SLICE.match(k[0]) and k[0].endswith(":base=base")}
@@ -200,7 +211,7 @@ def _task_effects(task: str, runs: list[dict]) -> tuple[dict, list[dict], list[d
             test = dict(n=0, diff_mean=None, diff_ci95=None, p=None) if is_base or \
                 not base_seeds else _paired([seeds, base_seeds], [1.0, -1.0])
             effects.append(dict(
-                dimension=d, value=v, task=task, **_summary(seeds),
+                dimension=d, value=v, task=task, **cell, **_summary(seeds),
                 models=len({(r["spec"], r["model_hash"]) for r in seeds}),
                 comparison="others at base" if controlled else "marginal",
                 n_pairs=test["n"], diff_mean=test["diff_mean"], diff_ci95=test["diff_ci95"],
@@ -208,7 +219,7 @@ def _task_effects(task: str, runs: list[dict]) -> tuple[dict, list[dict], list[d
                 **(_steps_paired(seeds, base_seeds) if not is_base
                    and _one_model(seeds) and _one_model(base_seeds) else
                    dict(n_solved_pairs=0, steps_diff_mean=None, steps_diff_ci95=None))))
-    return base, effects, _interactions(task, groups)
+    return base, effects, [i | cell for i in _interactions(task, groups)]
 
 
 def _interactions(task: str, groups: dict) -> list[dict]:
@@ -236,24 +247,30 @@ def _supervision(runs: list[dict]) -> list[dict]:
     out = []
     by: dict[tuple, dict[bool, list[dict]]] = {}
     for r in runs:  # the slice's supervised twin is SOURCE:supervised (study/plan.py)
-        key = (r["task"], r["spec"].removesuffix(":supervised"), r["model"])
+        key = (r["task"], r["spec"].removesuffix(":supervised"), r["model"], r["budget"] or 0,
+               r["width"] or 0)
         by.setdefault(key, {}).setdefault(r["supervised"], []).append(r)
-    for (task, spec, model), ways in sorted(by.items()):
+    for (task, spec, model, budget, width), ways in sorted(by.items()):
         if len(ways) == 2:
             plain, sup = _summary(ways[False]), _summary(ways[True])
-            out.append(dict(task=task, spec=spec, model=model, plain=plain, supervised=sup))
+            out.append(dict(task=task, spec=spec, model=model, budget=budget or None,
+                            width=width or None, plain=plain, supervised=sup))
     return out
 
 
 def document(store) -> dict:
     """The report of a study file as one json-able object."""
-    runs = [_run_doc(r) for r in store.results()]
-    tasks = sorted({r["task"] for r in runs})
+    settings = store.protocol.get("settings") or {}
+    runs = [_run_doc(r, settings) for r in store.results()]
     bases, effects, interactions = {}, [], []
-    for task in tasks:
-        plain = [r for r in runs if r["task"] == task and not r["supervised"]]
+    # per task, step budget and width (``study run --steps``, ``--width``)
+    for task, budget, width in sorted({(r["task"], r["budget"] or 0, r["width"] or 0)
+                                       for r in runs}):
+        plain = [r for r in runs if (r["task"], r["budget"] or 0, r["width"] or 0)
+                 == (task, budget, width) and not r["supervised"]]
         if plain:
-            bases[task], e, i = _task_effects(task, plain)
+            base, e, i = _task_effects(task, plain)
+            bases.setdefault(task, base)
             effects += e
             interactions += i
     tested = [e for e in effects if not e["is_base"]]
@@ -261,6 +278,7 @@ def document(store) -> dict:
     for e in effects:
         if e.pop("is_base"):
             e.update(p_adjusted=None, p_adjusted_method=None, verdict="base")
+    B.learning(effects)
     _adjust(interactions, lambda i: "fewer than 2 paired seeds: no test"
             if i["p_adjusted"] is None else "interaction" if i["p_adjusted"] < ALPHA
             else "no interaction shown")
@@ -288,11 +306,13 @@ def to_json(doc: dict) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-CSV_COLUMNS = ("task", "dimension", "value", "comparison", "models", "n", "accuracy_mean",
-               "ci95_low", "ci95_high", "solved_fraction", "steps_to_threshold_mean",
-               "n_pairs", "diff_mean", "diff_ci95_low", "diff_ci95_high", "p", "p_adjusted",
-               "p_adjusted_method", "n_solved_pairs", "steps_diff_mean", "gold_mass_mean", "gold_mass_ci95_low",
-               "gold_mass_ci95_high", "verdict")
+CSV_COLUMNS = ("task", "budget", "width", "dimension", "value", "comparison", "models", "n",
+               "accuracy_mean", "ci95_low", "ci95_high", "solved_fraction",
+               "steps_to_threshold_mean", "n_pairs", "diff_mean", "diff_ci95_low",
+               "diff_ci95_high", "p", "p_adjusted", "p_adjusted_method", "n_solved_pairs",
+               "steps_diff_mean", "gold_mass_mean", "gold_mass_ci95_low",
+               "gold_mass_ci95_high", "verdict", "learning", "base_steps_to_threshold",
+               "learning_why")
 
 
 def to_csv(doc: dict) -> str:
@@ -302,12 +322,14 @@ def to_csv(doc: dict) -> str:
     for e in doc["effects"]:
         ci, gci = e["ci95"] or [None, None], e["gold_mass_ci95"] or [None, None]
         dci = e["diff_ci95"] or [None, None]
-        w.writerow([e["task"], e["dimension"], e["value"], e["comparison"], e["models"], e["n"],
+        w.writerow([e["task"], e["budget"], e["width"], e["dimension"], e["value"],
+                    e["comparison"], e["models"], e["n"],
                     e["accuracy_mean"], ci[0], ci[1], e["solved_fraction"],
                     e["steps_to_threshold_mean"], e["n_pairs"], e["diff_mean"], dci[0], dci[1],
                     e["p"], e["p_adjusted"], e["p_adjusted_method"], e["n_solved_pairs"],
                     e["steps_diff_mean"], e["gold_mass_mean"],
-                    gci[0], gci[1], e["verdict"]])
+                    gci[0], gci[1], e["verdict"], e["learning"],
+                    e["base_steps_to_threshold"], e["learning_why"]])
     return buf.getvalue()
 
 
@@ -331,6 +353,39 @@ def _protocol_md(protocol: dict) -> list[str]:
     return out
 
 
+def _effects_md(effects: list[dict]) -> list[str]:
+    """One task's effects: a table per step budget and width (one heading each where the
+    task has several)."""
+    out = []
+    cells = sorted({(e["budget"] or 0, e["width"] or 0) for e in effects})
+    for budget, width in cells:
+        if len(cells) > 1:
+            out += [f"### {budget} steps, width {width}", ""]
+        out += ["| dimension | value | vs base | models | n | accuracy | 95 % CI | solved "
+                "| steps | Δ steps | Δ accuracy | 95 % CI | p | p (Holm) | gold mass "
+                "| 95 % CI | | learning |", "|" + " --- |" * 18]
+        for e in effects:
+            if ((e["budget"] or 0), (e["width"] or 0)) != (budget, width):
+                continue
+            out.append(f"| {e['dimension']} | {e['value']} | {e['comparison']} | {e['models']} "
+                       f"| {e['n']} | {num(e['accuracy_mean'])} | {ci(e['ci95'])} "
+                       f"| {num(e['solved_fraction'], 2)} "
+                       f"| {num(e['steps_to_threshold_mean'], 0)} "
+                       f"| {num(e['steps_diff_mean'], 0)} | {num(e['diff_mean'])} "
+                       f"| {ci(e['diff_ci95'])} | {pval(e['p'])} | {pval(e['p_adjusted'])} "
+                       f"| {num(e['gold_mass_mean'])} | {ci(e['gold_mass_ci95'])} "
+                       f"| {e['verdict']} | {_learning_md(e)} |")
+        out.append("")
+    return out
+
+
+def _learning_md(e: dict) -> str:
+    if e["learning"] in (None, "base"):
+        return "–" if e["learning"] is None else ""
+    return e["learning"] + ("" if e["learning"] in ("faster", "as fast")
+                            else f" ({e['learning_why']})")
+
+
 def to_md(doc: dict) -> str:
     runs = doc["runs"]
     st = doc["statistics"]
@@ -344,23 +399,16 @@ def to_md(doc: dict) -> str:
         f"report's effects together, and a verdict says above or below only where it is "
         f"under {st['alpha']:g}. Solved: the fraction of seeds that reached the threshold; "
         f"steps: their mean steps to it; Δ steps: the mean difference in steps from the "
-        f"base's, over the seeds both solved (described, not tested).", ""]
+        f"base's, over the seeds both solved (described, not tested). Learning, across the "
+        f"step budgets trained: faster, as fast or slower than the base to the threshold; "
+        f"'does not learn' only where no tested budget solved it and the largest was at "
+        f"least {B.FACTOR}× the base's steps to the threshold, else 'slower' (not solved by "
+        f"that budget).", ""]
     for task, base in doc["base"].items():
-        out += [f"## {task}", "", "Base: " + ", ".join(f"{d} {v}" for d, v in base.items()), "",
-                "| dimension | value | vs base | models | n | accuracy | 95 % CI | solved "
-                "| steps | Δ steps | Δ accuracy | 95 % CI | p | p (Holm) | gold mass "
-                "| 95 % CI | |", "|" + " --- |" * 17]
-        for e in (e for e in doc["effects"] if e["task"] == task):
-            out.append(f"| {e['dimension']} | {e['value']} | {e['comparison']} | {e['models']} "
-                       f"| {e['n']} | {num(e['accuracy_mean'])} | {ci(e['ci95'])} "
-                       f"| {num(e['solved_fraction'], 2)} "
-                       f"| {num(e['steps_to_threshold_mean'], 0)} "
-                       f"| {num(e['steps_diff_mean'], 0)} | {num(e['diff_mean'])} "
-                       f"| {ci(e['diff_ci95'])} | {pval(e['p'])} | {pval(e['p_adjusted'])} "
-                       f"| {num(e['gold_mass_mean'])} | {ci(e['gold_mass_ci95'])} "
-                       f"| {e['verdict']} |")
+        out += [f"## {task}", "", "Base: " + ", ".join(f"{d} {v}" for d, v in base.items()), ""]
+        out += _effects_md([e for e in doc["effects"] if e["task"] == task])
         inter = [i for i in doc["interactions"] if i["task"] == task]
-        out += ["", "Interactions: " + ("none covered (one factor varied at a time)"
+        out += ["Interactions: " + ("none covered (one factor varied at a time)"
                                         if not inter else ""), ""]
         if inter:
             out += ["| dimensions | values | n | interaction | 95 % CI | p | p (Holm) | |",
@@ -399,6 +447,9 @@ def plot(doc: dict, task: str) -> bytes | None:
     except ImportError:
         return None
     mine = [e for e in doc["effects"] if e["task"] == task and e["n"]]
+    if mine:  # one step budget and width: the largest budget, the first width
+        cell = max(((e["budget"] or 0), -(e["width"] or 0)) for e in mine)
+        mine = [e for e in mine if ((e["budget"] or 0), -(e["width"] or 0)) == cell]
     # the base once, on top, then each value that differs from it
     effects = [e for e in mine if e["verdict"] == "base"][:1] + \
         [e for e in mine if e["verdict"] != "base"]

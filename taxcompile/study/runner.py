@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import tasks as T
 from .protocol import STREAMS, THRESHOLD, Profile, profile, task_seed
@@ -193,7 +193,8 @@ class Ensemble:
                 mh = m / (1 - b1 ** (t + 1))
                 vh = v / (1 - b2 ** (t + 1))
                 lrv = lr.view(shape)
-                p.mul_(1 - lrv * wd)
+                if p.dim() > 1 or self.prof.decay_scalars:  # (M,): a scalar per member
+                    p.mul_(1 - lrv * wd)
                 p.sub_(lrv * mh / (vh.sqrt() + eps))
 
     def member(self, i: int):
@@ -222,6 +223,8 @@ def execute(run: Run) -> list[SeedResult]:
     if run.task not in T.TASKS:
         raise StudyError(f"unknown task `{run.task}`", f"one of {', '.join(T.TASKS)}")
     prof = profile(run.profile)
+    if run.budget is not None:  # --steps: the schedule is laid over this budget
+        prof = replace(prof, steps=run.budget)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: one thread is faster, and the same everywhere
     try:
@@ -292,12 +295,13 @@ def execute_with(run: Run, prof: Profile) -> list[SeedResult]:
         # the learning rate the validation batch chose; the test batch only reports
         best = max(idx, key=lambda i: (float(acc[i]), -float(losses[i]), -i))
         model = ens.member(best)
-        att = evaluate.attention_measures(b, model, tests[s], prof.top_k,
+        att = evaluate.attention_measures(b, model, tests[s], prof.erasure_bins,
                                           task_seed(run.task, s, STREAMS["erasure"]))
         out.append(SeedResult(
             seed=s, lr=float(ens.members[best][1]), params=ens.n_params, steps=steps[best],
             steps_to_threshold=reached[best], seconds=wall / len(run.seeds),
             seconds_per_step=wall / total_steps / M, accuracy=curves[best][-1][1],
             final_loss=float(losses[best]), row=dict(b.row), attention=att,
-            val_accuracy=float(acc[best]), curve=curves[best]))
+            val_accuracy=float(acc[best]), curve=curves[best], budget=prof.steps,
+            width=run.width))
     return out

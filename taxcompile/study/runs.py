@@ -46,14 +46,20 @@ class Run:
     supervised: bool = False  # trained with penalty = supervised(gold, λ) (survey §4)
     # Config fields set at build time (a user's spec fitted to ``params``: its width `d`)
     config: tuple[tuple[str, int], ...] = ()
+    # `study run --steps`: the step budget when it is not the profile's (None: the profile's
+    # steps); the warm-up and cosine schedule are laid over it (a profile with these steps)
+    budget: int | None = None
+    width: int | None = None  # the model's width d, recorded (None: the spec's own)
 
     def model_hash(self) -> str:
-        """sha256 of the spec text, the model's name (and the Config fields it sets): the
-        model, wherever it came from."""
+        """sha256 of the spec text, the model's name (and the Config fields it sets, and a
+        step budget other than the profile's): the model as trained, wherever it came from."""
         h = hashlib.sha256(self.spec.encode("utf-8"))
         h.update(b"\0" + self.model.encode("utf-8"))
         for k, v in self.config:
             h.update(f"\0{k}={v}".encode("utf-8"))
+        if self.budget is not None:
+            h.update(f"\0steps={self.budget}".encode("utf-8"))
         return h.hexdigest()
 
     def key(self, seed: int) -> str:
@@ -92,14 +98,18 @@ class SeedResult:
     val_accuracy: float | None = None  # on the validation batch (what chose the lr, the stop)
     # the learning curve: (step, test accuracy) at each evaluation until the stop
     curve: list[tuple[int, float]] = field(default_factory=list)
+    budget: int | None = None  # the step budget it trained under (the profile's, or --steps)
+    width: int | None = None  # the model's width d (--width, --params or the profile's)
 
 
 def plan(profile: str, specs: list[str] | None = None, params: int | None = None,
-         tasks: list[str] | None = None) -> tuple[list[Run], list[Skip]]:
-    """The runs of a profile (or of the user's ``specs``) and the skips, in a fixed order."""
+         tasks: list[str] | None = None, steps: list[int] | None = None,
+         widths: list[int] | None = None) -> tuple[list[Run], list[Skip]]:
+    """The runs of a profile (or of the user's ``specs``) and the skips, in a fixed order;
+    ``steps`` and ``widths`` sweep the step budget and the width (every combination)."""
     from . import plan as _plan
 
-    return _plan.plan(profile, specs, params, tasks)
+    return _plan.plan(profile, specs, params, tasks, steps, widths)
 
 
 def execute(run: Run) -> list[SeedResult]:

@@ -89,6 +89,8 @@ class Result(BaseModel):
     curve: Json[list[tuple[int, float]]] | None = None  # layout 1 files have none
     engine: str
     finished: float
+    budget: int | None = Field(default=None, gt=0)  # layout 2 files have none
+    width: int | None = Field(default=None, gt=0)
 
     @field_validator("row")
     @classmethod

@@ -28,10 +28,13 @@ from pathlib import Path
 from .runs import StudyError
 
 APPLICATION_ID = 0x54435354  # "TCST": PRAGMA application_id of a study file
-SCHEMA_VERSION = 2  # PRAGMA user_version: the layout of the tables below
+SCHEMA_VERSION = 3  # PRAGMA user_version: the layout of the tables below
 # the columns each layout added: a file of an older layout is read (``study report``; what
 # it lacks is None) but never written (its protocol is another one anyway)
-ADDED = {2: {"results": ("val_accuracy", "curve")}}
+ADDED = {2: {"results": ("val_accuracy", "curve")}, 3: {"results": ("budget", "width")}}
+# what an older layout's file holds (its protocol): read, never written
+OLDER = {1: "protocol 1: one evaluation batch, no learning curves",
+         2: "protocol 2: erasure of the top 3 positions, no step budgets or widths"}
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -43,7 +46,7 @@ CREATE TABLE results (
     lr REAL, params INTEGER, steps INTEGER, steps_to_threshold INTEGER,
     seconds REAL, seconds_per_step REAL, accuracy REAL, final_loss REAL, val_accuracy REAL,
     row TEXT NOT NULL, attention TEXT NOT NULL, curve TEXT NOT NULL,
-    engine TEXT NOT NULL, finished REAL NOT NULL,
+    engine TEXT NOT NULL, finished REAL NOT NULL, budget INTEGER, width INTEGER,
     UNIQUE (model_hash, task, seed, protocol_version, supervised)
 );
 CREATE TABLE skips (
@@ -172,7 +175,8 @@ class Store:
                  str(self.protocol["version"]), int(run.supervised), run.source, run.spec,
                  run.model, run.profile, *(getattr(r, m) for m in METRICS),
                  json.dumps(r.row, sort_keys=True), json.dumps(r.attention, sort_keys=True),
-                 json.dumps([list(p) for p in r.curve]), engine, now) for r in results]
+                 json.dumps([list(p) for p in r.curve]), engine, now, r.budget, r.width)
+                for r in results]
         if not rows:
             return 0
         marks = ", ".join("?" * len(rows[0]))
@@ -325,14 +329,13 @@ def _tables(conn: sqlite3.Connection) -> dict[str, list[str]]:
 
 
 def _check_layout_version(path: Path, schema: int, readonly: bool) -> None:
-    """A file of this layout is read; one of an older layout (1: no learning curves, no
-    validation accuracy) is read but not written; any other is refused."""
+    """A file of this layout is read; one of an older layout (``OLDER``) is read but not
+    written; any other is refused."""
     if schema == SCHEMA_VERSION or (readonly and 1 <= schema < SCHEMA_VERSION):
         return
     if 1 <= schema < SCHEMA_VERSION:
-        raise StudyError(f"{path} is a study file of layout {schema} (protocol 1: one "
-                         "evaluation batch, no learning curves); this taxcompile writes "
-                         f"layout {SCHEMA_VERSION} only",
+        raise StudyError(f"{path} is a study file of layout {schema} ({OLDER[schema]}); "
+                         f"this taxcompile writes layout {SCHEMA_VERSION} only",
                          f"{_hint_other_db(path)}; `taxcompile study report {path}` "
                          "still reads it")
     raise StudyError(f"{path} is a study file of layout {schema}; this taxcompile reads "

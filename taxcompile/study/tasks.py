@@ -8,8 +8,10 @@ Every task speaks one interface, so that every model of the slice fits it:
 - ``y``: targets (B, T), a token id per query position (-100: not scored);
 - ``gold``: (B, T, L), row t the alignment a correct attention follows (a distribution
   over the sure links S, zeros where the position is aligned to nothing);
-- ``possible``: (B, T, L) bool, the possible links P ⊇ S (AER's P: e.g. MQAR's value,
-  one after its key, which a model that reads the pair at the value finds as well).
+- ``possible``: (B, T, L) bool, every **answer-bearing** position a correct model may
+  read, P ⊇ S (``TaskInfo.answer`` says which per task: MQAR's value beside its key, which
+  holds the answer itself; where only S holds it, P = S). AER's P, and the positions of
+  ``gold_mass_answer`` (``gold_mass`` counts S alone).
 
 Two tasks add to it: ``pair_recall`` gives a second input ``z`` (B, M) for co-attention
 and ``x`` is split into segments in ``segments`` ((B, S, W) tokens, gold over the S
@@ -40,13 +42,19 @@ class TaskInfo:
     # inputs beyond x and q that hold part of the task: (name, declaration, what it holds).
     # A model without one never sees that part, so it does not run the task
     needs: tuple[tuple[str, str, str], ...] = ()
+    # the answer-bearing positions (``possible``): every position a correct model may read
+    # the answer from, beside the gold links
+    answer: str = "the gold links alone: no other position holds the answer"
 
+
+RECALL = "the queried key's position and its value's, one after it (the value is the answer)"
 
 TASKS: dict[str, TaskInfo] = {t.name: t for t in (
     TaskInfo("mqar4", "recall", 32, 4, "multi-query associative recall (zoology), 4 pairs, "
-             "queries at power-law gaps after the pairs", "the queried key's position"),
+             "queries at power-law gaps after the pairs", "the queried key's position",
+             answer=RECALL),
     TaskInfo("mqar8", "recall", 32, 8, "multi-query associative recall (zoology), 8 pairs",
-             "the queried key's position"),
+             "the queried key's position", answer=RECALL),
     TaskInfo("copy", "recall", 16, 16, "copy the sequence: query t asks for position t",
              "the identity permutation"),
     TaskInfo("reverse", "recall", 16, 16, "reverse the sequence: query t asks for position "
@@ -54,13 +62,15 @@ TASKS: dict[str, TaskInfo] = {t.name: t for t in (
     TaskInfo("sort", "recall", 24, 24, "sort distinct tokens; query t is the previous "
              "output (teacher forcing)", "the sorting permutation"),
     TaskInfo("noisy_recall", "recall", 64, 8, "8 key-value pairs scattered among noise "
-             "tokens at L 64 (mad-lab's noisy recall)", "the queried key's position"),
+             "tokens at L 64 (mad-lab's noisy recall)", "the queried key's position",
+             answer=RECALL),
     TaskInfo("keyword", "keyword", 32, 1, "which of 4 keywords is planted (1 to 3 times) "
              "among distractors", "the planted positions"),
     TaskInfo("pair_recall", "pair", 16, 1, "two inputs: x holds 8 key-value pairs, z 4 tokens "
              "of which one is a key of x; predict that key's value", "the shared key's "
              "position in x",
-             needs=(("z", "tokens[M]", "its query (4 tokens, one of them a key of x)"),)),
+             needs=(("z", "tokens[M]", "its query (4 tokens, one of them a key of x)"),),
+             answer="the shared key's position in x and its value's, one after it"),
     TaskInfo("segments", "segmented", 4, 1, "x is 4 segments of 8 tokens; one segment holds a "
              "keyword (1 of 4), the others distractors: which keyword", "the keyword's "
              "segment"),
