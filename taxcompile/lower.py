@@ -55,7 +55,7 @@ class Lowerer(Spec, Inputs, Attentions, Repeats, Names):
                     v = self.const(item.value, None)
                     if v is not None:
                         self.consts[item.name] = v
-                        self.const_syms[item.name] = self.sym(item.value, None)
+                        self.const_syms[item.name] = self.let_sym(item.value, None, item.name)
                 if v is None and item.name not in self.consts:
                     self.poisoned.add(item.name)  # reported: its uses are not again
         paper = self.paper(papers)
@@ -143,7 +143,7 @@ class Lowerer(Spec, Inputs, Attentions, Repeats, Names):
                     else:
                         scope.consts[s.name] = v
                         if scope is self.m.scope:
-                            self.m.consts.append((s.name, v, self.sym(s.value, scope)))
+                            self.m.consts.append((s.name, v, self.let_sym(s.value, scope, s.name)))
                 elif isinstance(s, ast.Input):
                     self.input(s, scope)
                 elif isinstance(s, ast.Feature):

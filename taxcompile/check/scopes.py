@@ -13,6 +13,7 @@ from .. import ir, prev_reads
 from .. import mechanisms as mech
 from ..lower import MASK_KINDS
 from .core import CheckedModel, Shape, decoder_ops, deps, feeds, links, past_pairs, state_ops
+from .ties import check_ties
 
 
 class ScopeChecks:
@@ -53,6 +54,7 @@ class ScopeChecks:
             return None
         for n in m.nodes:
             self.check_sharing(n)
+        check_ties(self, m)
         if len(self.c.diagnostics) > before:
             return None
         return self.cm

@@ -177,7 +177,14 @@ def evaluate(text: str, env: dict[str, int | float], owner: str = "cfg") -> int 
                 and node.value.id == owner:
             return env[node.attr]
         if isinstance(node, ast.BinOp) and type(node.op) in ops:
-            return ops[type(node.op)](go(node.left), go(node.right))
+            spine = []  # down the left side without recursion: `a + 1 + 1 + …` is flat
+            while isinstance(node, ast.BinOp) and type(node.op) in ops:
+                spine.append(node)
+                node = node.left
+            v = go(node)
+            for b in reversed(spine):
+                v = ops[type(b.op)](v, go(b.right))
+            return v
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -go(node.operand)
         raise ValueError(f"not a size expression: {text}")

@@ -65,6 +65,7 @@ class Planner:
         self.frame = Frame(Owner("Model"), self.reserved)
         self.prev_seqs: dict[str, Var] = {}  # x -> prev(x) at every step, after its loop
         self.tie_ops: dict[int, ir.Op] = {}
+        self.input_ties: dict[str, str] = {}  # input -> the axis length its features are
         self.ties = ties.literal_ties(self)  # sizes written as an axis's Config field
 
     # ---- symbols ------------------------------------------------------------------
@@ -83,6 +84,9 @@ class Planner:
     def sym(self, obj, key: str, value, owner: str = "cfg") -> str:
         """A value the spec may give as a Config expression, as code over ``owner``'s
         fields (``cfg.vocab``; ``self.cfg.vocab`` in a method of Model), else its literal."""
+        if key == "dim" and isinstance(obj, ir.Input) and obj.id in self.input_ties:
+            code = self.input_ties[obj.id]  # features tied to an axis length (ties.py)
+            return code.replace("cfg.", owner + ".")
         s = dict(getattr(obj, "sym", ())).get(key)
         if s:
             self.use_sym(s)
@@ -347,6 +351,8 @@ class Planner:
         for inp in m.inputs:
             self.frame.vars[inp.id] = Var(inp.id, checks.Shape(inp.axes, inp.dim),
                                           inp.id if inp.kind in MASKABLE else None,
+                                          Dim(0, (self.input_ties[inp.id],))
+                                          if inp.id in self.input_ties else
                                           dim_of(inp.dim, dict(inp.sym).get("dim")))
             if dict(inp.sym).get("dim"):
                 self.use_sym(dict(inp.sym)["dim"])

@@ -53,7 +53,7 @@ class Budget:
 class ModelState:
     """What lowering one model builds: its nodes so far and what they are."""
 
-    __slots__ = ("scope", "pos", "nodes", "ids", "versions", "roles", "consts")
+    __slots__ = ("scope", "pos", "nodes", "ids", "versions", "roles", "consts", "syms")
 
     def __init__(self, scope, pos: ast.Pos) -> None:
         self.scope = scope  # the model body's Scope (names.Scope), for ``sym``
@@ -63,6 +63,7 @@ class ModelState:
         self.versions: dict[str, int] = {}  # `update`s of a node, by its first id
         self.roles: dict[str, str] = {}  # node id -> feature/query/output/affinity/input/…
         self.consts: list[tuple[str, ir.Scalar, str | None]] = []  # its `let`s, for Config
+        self.syms: dict[str, tuple] = {}  # a derived `let` -> (text, precedence, root names)
 
 
 class Defining:
@@ -93,6 +94,8 @@ class LowerBase:
         self.consts: dict[str, ir.Scalar] = {}  # the spec's top-level `let`s
         self.const_syms: dict[str, str | None] = {}  # `let` name -> its expression (Config)
         self.poisoned: set[str] = set()  # top-level `let`s refused (names.Scope.poisoned)
+        self.let_syms: dict[str, tuple] = {}  # a derived top-level `let` -> ``sym`` parts
+        self.sum_tails: dict[str, tuple] = {}  # a folded sum's text -> (names' part, prec, offset)
         self.defining = Defining()
         self.budget = Budget()
         self.m: ModelState | None = None  # the model being lowered

@@ -15,8 +15,18 @@ from .base import FLOAT32_MAX, MAX_INT, LowerBase, NotConstant, show
 from .names import POISONED, Scope
 
 
+# a `let`'s expression over the root constants, in the generated Config: Python reads at
+# most 200 nested parentheses, and a chain that doubles at each step must stop somewhere
+MAX_SYM_CHARS = 1_000
+MAX_SYM_NESTING = 50
+MAX_LET_DEPTH = 100  # Config properties that read each other (Python's stack: about 1,000)
+
+
 class Constants(LowerBase):
     """Constant expressions and parameter values (a part of ``lower.Lowerer``)."""
+
+    fold_lets = False  # ``sym`` of a `let` (``let_sym``): fold numbers, substitute lets
+    record_sym: tuple | None = None  # set by ``let_sym``: the last ``sym``'s (text, prec, names)
 
     def const(self, e: ast.Expr, scope: Scope | None) -> ir.Scalar | None:
         """Evaluate a constant expression (numbers, strings, `let` names, + - * /)."""
@@ -80,7 +90,7 @@ class Constants(LowerBase):
         Only names that passed ``bad_identifier`` and numbers appear in the text."""
         names: list[str] = []
         model_scope = self.m.scope if self.m is not None else None
-
+        folding = self.fold_lets  # a `let`'s value: numbers folded, lets over their roots
         # Parentheses only where Python needs them, so that a long chain `a + b + …`
         # stays flat (Python refuses more than 200 nested parentheses).
         prec = {"+": 1, "-": 1, "*": 2, "/": 2}
@@ -96,6 +106,11 @@ class Constants(LowerBase):
                 while owner is not None and x.name not in owner.consts:
                     owner = owner.parent
                 if owner is None or owner is model_scope or owner.parent is None:
+                    table = self.m.syms if owner is model_scope and self.m else self.let_syms
+                    derived = table.get(x.name) if folding else None
+                    if derived is not None and derived[0] is not None:  # over its roots
+                        names.extend(derived[2])
+                        return derived[0], derived[1]
                     names.append(x.name)
                     return x.name, 4
                 v = owner.consts[x.name]  # a constant local to a `repeat`
@@ -104,7 +119,10 @@ class Constants(LowerBase):
                 op, p = x.op, prec[x.op]
                 if op == "/":
                     op = "//" if isinstance(self.const(x, scope), int) else "/"
-                (left, lp), (right, rp) = go(x.left), go(x.right)
+                before = len(names)
+                (left, lp), mid, (right, rp) = go(x.left), len(names), go(x.right)
+                if folding and len(names) == mid:  # a number on the right: fold it in
+                    return self.fold(x, scope, left, lp, mid > before)
                 left = left if lp >= p else f"({left})"
                 right = right if rp > p else f"({right})"
                 return f"{left} {op} {right}", p
@@ -113,12 +131,86 @@ class Constants(LowerBase):
         if isinstance(e, ast.Ref) and e.name in ("true", "false"):
             return None
         try:
-            text = go(e)[0]
+            text, p = go(e)
         except NotConstant:
             return None
         if not names:
             return None
+        if self.record_sym is not None:
+            self.record_sym = (text, p, tuple(dict.fromkeys(names)))
         return text
+
+    def fold(self, x: ast.BinOp, scope: Scope | None, left: str, lp: int,
+              named: bool) -> tuple[str, int] | None:
+        """``left OP number`` with numbers folded: no names at all is the value; ``a + 1 + 1``
+        is ``a + 2`` (a trailing offset, kept in ``sum_tails`` by text)."""
+        if not named:
+            v = self.const(x, scope)
+            return repr(v), 4 if v >= 0 else 3
+        r = self.const(x.right, scope)
+        if x.op not in "+-":
+            op = "//" if x.op == "/" and isinstance(self.const(x, scope), int) else x.op
+            right = repr(r) if r >= 0 else f"({r!r})"
+            return f"{left if lp >= 2 else f'({left})'} {op} {right}", 2
+        core, cp, off = self.sum_tails.get(left, (left, lp, 0))
+        off = off + r if x.op == "+" else off - r
+        if isinstance(off, float) and off.is_integer() and not isinstance(r, float):
+            off = int(off)
+        if off == 0:
+            return core, cp
+        text = f"{core if cp >= 1 else f'({core})'} {'+' if off > 0 else '-'} {abs(off)!r}"
+        self.sum_tails[text] = (core, cp, off)
+        return text, 1
+
+    def let_sym(self, e: ast.Expr, scope: Scope | None, name: str) -> str | None:
+        """``sym`` of a `let`'s value for the generated Config, written over the root
+        constants (the Config's fields) with its numbers folded, so that a chain of aliases
+        or of arithmetic is one property deep and never a chain of properties calling each
+        other. Where that text would be too large for Python to read back (a chain that
+        doubles at each step), the let reads the lets it names (one property deeper); more
+        than ``MAX_LET_DEPTH`` such steps is a located error."""
+        table = self.m.syms if scope is not None else self.let_syms
+        for folding in (True, False):
+            self.record_sym, self.fold_lets = (), folding
+            try:
+                text = self.sym(e, scope)
+                derived = self.record_sym
+            finally:
+                self.record_sym, self.fold_lets = None, False
+            if text is None:
+                return None
+            nesting = most = 0
+            for ch in text:
+                nesting += (ch == "(") - (ch == ")")
+                most = max(most, nesting)
+            if len(text) <= MAX_SYM_CHARS and most <= MAX_SYM_NESTING:
+                break
+        else:
+            self.err(e.pos, f"constant `{name}` is too large an expression for the generated "
+                     f"Config ({len(text):,} characters, parentheses nested {most} deep; at "
+                     f"most {MAX_SYM_CHARS:,} and {MAX_SYM_NESTING})",
+                     "write its value as a number, or derive it in fewer steps")
+            table[name] = (None, 4, (), MAX_LET_DEPTH + 1)
+            return None
+        depth = 1 + max((self.let_depth(n) for n in derived[2]), default=0)
+        if depth > MAX_LET_DEPTH + 1:  # it reads one that is refused already
+            table[name] = (None, 4, (), depth)
+            return None
+        if depth > MAX_LET_DEPTH:
+            table[name] = (None, 4, (), depth + 1)
+            self.err(e.pos, f"constant `{name}` is derived through more than {MAX_LET_DEPTH} "
+                     "constants that each double the expression of the one before: the "
+                     "generated Config's properties would call each other that deep",
+                     "write its value as a number, or derive it in fewer steps")
+            return None
+        table[name] = (text if folding else None, derived[1], derived[2], depth)
+        return text
+
+    def let_depth(self, name: str) -> int:
+        """How many Config properties deep a constant is (0: a field)."""
+        found = (self.m.syms.get(name) if self.m is not None else None) or \
+            self.let_syms.get(name)
+        return found[3] if found else 0
 
     def as_int(self, e: ast.Expr, scope: Scope | None, what: str, lo: int = 1,
                hi: int = MAX_INT) -> int | None:
