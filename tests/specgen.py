@@ -60,10 +60,6 @@ REGRESSIONS = Path(__file__).resolve().parent / "data" / "regressions"
 # check_spec() not run (its ``skip``); tests/test_spec_property.py passes these in both
 # profiles. Remove a flag once its fix is merged: `make fuzz` must pass with none left.
 KNOWN_DEFECTS: dict[str, str] = {
-    "decoded_output": "generate() decodes the first output whose size is the vocabulary, "
-                      "also one that does not run over the target (`output o0 = "
-                      "classify(mean(h), 20)` before the decoder's `classify(a, 20)`): its "
-                      "tokens are argmaxes of the wrong tensor, silently",
     "literal_size": "a size equal to an axis length read as that axis where it is a "
                     "feature size (`stack(learned(8), mean(h))`, or `let d = 8` in "
                     "`linear(x, d)`, beside `(N = 8)` and `h * a.weights`): at Config.tiny() "
@@ -73,10 +69,6 @@ KNOWN_DEFECTS: dict[str, str] = {
                  "gigabytes (8 axes: 2.2 GB, 44 s; 10: over 20 GB)",
     "capsules_grid": "capsules over a grid input itself (`query = learned(d)  features = "
                      "x  capsules = 2`, x: grid[H, W, 3]): RuntimeError in forward()",
-    "source_outputs": "generate() with the cache, in a model with an output that does not "
-                      "read the target beside the one it decodes (`output o0 = classify(b, 3)`, "
-                      "b an attention over the source): UnboundLocalError at the second step "
-                      "(the output is computed with the source side, which runs once)",
 }
 
 

@@ -59,14 +59,24 @@ def target(m: ir.Model) -> ir.Input | None:
                                                                         False)), None)
 
 
+def decoded(m: ir.Model, shapes: dict) -> ir.Node | None:
+    """The output generate() decodes: next-token logits over the target's positions (shape
+    (B, T, vocab): the target's axes, its vocabulary as feature size); the first declared
+    where several are. None: nothing to decode (no generate())."""
+    t = target(m)
+    if t is None:
+        return None
+    return next((n for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output" and
+                 shapes[n.id].axes == tuple(t.axes) and shapes[n.id].dim == t.vocab), None)
+
+
 def setup(p) -> None:
     """Called before planning: which nodes read the target, and whether a step can run on
     the new token alone (``incremental``)."""
     t = target(p.m)
     p.gen = None
-    outs = [n for n in p.m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
-    if t is None or not any(p.cm.shapes[o.id].dim == t.vocab for o in outs):
-        return  # no output over the target's vocabulary: nothing to decode
+    if decoded(p.m, p.cm.shapes) is None:
+        return  # no output of next-token logits over the target: nothing to decode
     side = nx.descendants(p.cm.graph, t.id) if t.id in p.cm.graph else set()
     loops = set().union(*(p.cm.steps[x] for x in p.loops)) if p.loops else set()
     incremental = True
@@ -250,7 +260,9 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
                      "generate() decodes without padding"))
     end = p.gen.prefix_end or 0  # None: the source side could not be put first
     prefix, rest = body[:end], body[end:]
-    codes = [s.code for s in rest]
+    # what the target side reads, and the outputs (the return after the body): an output of
+    # the source side is kept in the memory too, or a later step could not return it
+    codes = [s.code for s in rest] + [p.frame.vars[o].name for o in sorted(p.returned)]
     assigned: list[str] = []
     for s in prefix:
         for name in assigned_names(s.code):
@@ -281,11 +293,8 @@ def plan(p, outputs: list) -> GeneratePlan | None:
     t = p.gen.input
     # a target alignment (supervised attention) is for training: generate() gives none
     sources = [i for i in p.m.inputs if i.id != t.id and i.kind != "alignment"]
-    if len(outputs) == 1:
-        out = ".output"
-    else:  # the output over the target vocabulary
-        pick = next((o for o in outputs if p.cm.shapes[o.id].dim == t.vocab), outputs[0])
-        out = f".output[{pick.id!r}]"
+    pick = decoded(p.m, p.cm.shapes)
+    out = ".output" if len(outputs) == 1 else f".output[{pick.id!r}]"
     from .model import MASKABLE
     return GeneratePlan(
         target=t.id, sources=tuple(i.id for i in sources),
