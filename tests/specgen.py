@@ -60,11 +60,10 @@ REGRESSIONS = Path(__file__).resolve().parent / "data" / "regressions"
 # check_spec() not run (its ``skip``); tests/test_spec_property.py passes these in both
 # profiles. Remove a flag once its fix is merged: `make fuzz` must pass with none left.
 KNOWN_DEFECTS: dict[str, str] = {
-    "literal_size": "a size equal to an axis length read as that axis where it is a "
-                    "feature size (`stack(learned(8), mean(h))`, or `let d = 8` in "
-                    "`linear(x, d)`, beside `(N = 8)` and `h * a.weights`): at Config.tiny() "
-                    "a RuntimeError, or another architecture",
-    "long_let_chain": "a chain of 1,000 `let` constants: RecursionError in codegen",
+    "literal_size": "a `let d = 8` beside `(N = 8)` and `a.weights * h` (a trilinear "
+                    "affinity's vector): linear(x, d) is sized cfg.N, so at Config.tiny() "
+                    "the affinity's d = 8 vector meets N features (the stack, context, score "
+                    "and input forms follow the axis now: tests/test_config_sizes.py)",
     "many_axes": "inputs with 8 or more axes: example_inputs() at Config.tiny() takes "
                  "gigabytes (8 axes: 2.2 GB, 44 s; 10: over 20 GB)",
     "capsules_grid": "capsules over a grid input itself (`query = learned(d)  features = "

@@ -33,7 +33,7 @@ def add_lm(draw, m) -> None:
     m.lines.append(f"feature emb = embed(tgt, d{draw(st.sampled_from(['', ', scale = true']))})")
     pos = draw(st.sampled_from(["", "positional(emb)", "positional(emb, kind = learned)"]))
     m.lines.append(f"feature y = {pos or 'identity(emb)'}")
-    term = draw(st.sampled_from(POSITION_TERMS + ["transformer_xl", "alibi", "alibi", ""]))
+    term = draw(st.sampled_from(POSITION_TERMS + ["transformer_xl"] * 2 + ["alibi", "alibi", ""]))
     term = "" if pos and term and draw(st.booleans()) else term
     extra = {"alibi": "  bias = alibi", "": ""}.get(term, f"  position = {term}")
     heads = draw(st.sampled_from(["", "  heads = 2", "  heads = h"]))
