@@ -113,6 +113,7 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
 # stem -> the tests that check them.
 ADDED_AFTER_FREEZE: dict[str, str] = {
     "shaw2018_encoder": "tests/test_position_terms.py",
+    "graves2014_cosine_temperature": "tests/test_similarity_scale.py",
     "press2022_alibi": "tests/test_position_terms.py",
     "su2021_rotary": "tests/test_position_terms.py",
     "yang2018_encoder": "tests/test_position_terms.py",

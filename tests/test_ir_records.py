@@ -109,7 +109,7 @@ def test_record_api():
     assert (copy.d_w, copy.act, score.d_w) == (16, act, 8)
     assert score.model_dump(exclude={"loc", "sym"}) == {
         "fn": "additive", "d_w": 8, "act": {"fn": "leaky_relu", "params": (("slope", 0.2),)},
-        "bias": True, "similarity": None}
+        "bias": True, "similarity": None, "scale": None}
     assert list(ir.Ref.model_fields) == ["kind", "node", "loc"] and dict(act) == {
         "fn": "leaky_relu", "params": (("slope", 0.2),)}
     assert pickle.loads(pickle.dumps(score)) == score

@@ -65,7 +65,7 @@ def problems(src: str, axes: frozenset[str] = frozenset()) -> list[str]:
             top |= {(a.asname or a.name).split(".")[0] for a in node.names}
         elif isinstance(node, ast.Assign):
             top |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-    made = {n for n in top if re.fullmatch(r"[A-Z]\w*(Attention|Layer)", n)}  # classes.py,
+    made = {n for n in top if re.fullmatch(r"[A-Z]\w*(Attention|Layer)\d*", n)}  # classes.py,
     out = [f"top-level `{n}` unknown to reserved.module_names()"  # repeat.py: per mechanism
            for n in sorted(top - made - reserved.module_names())]
     functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef,

@@ -17,7 +17,7 @@ from .names import POISONED, Scope
 
 # a `let`'s expression over the root constants, in the generated Config: Python reads at
 # most 200 nested parentheses, and a chain that doubles at each step must stop somewhere
-MAX_SYM_CHARS = 1_000
+MAX_SYM_CHARS = 4_000
 MAX_SYM_NESTING = 50
 MAX_LET_DEPTH = 100  # Config properties that read each other (Python's stack: about 1,000)
 
