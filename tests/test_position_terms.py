@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 
 from taxcompile import codegen  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import inline_fixture, one_thread  # noqa: E402, F401
+from torch_support import compiled_recording, inline_fixture, one_thread  # noqa: E402, F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = torch.float64
@@ -262,15 +262,8 @@ def test_flex_path_matches_explicit_under_compile(gen, mods, monkeypatch):
     kw = dict(clip=int(mods.split("k = ")[1][0])) if "relative" in mods else {}
     m = randomize(cls(d_q=16, d_k=16, d_v=16, heads=2, mask="causal", **kw)).eval()
     q, k, v, key_mask = inputs(L=20, dtype=torch.float32)
-    graphs = []
-
-    def record(gm, example_inputs):
-        graphs.append(str(gm.graph))
-        return gm.forward
-
-    torch._dynamo.reset()
+    compiled, graphs = compiled_recording(m)
     try:
-        compiled = torch.compile(m, backend=record, fullgraph=True)
         with torch.no_grad():
             want, _, _ = m(q, k, v, key_mask)
             got, a, _ = compiled(q, k, v, key_mask, need_weights=False)

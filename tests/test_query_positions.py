@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 from taxcompile import pipeline  # noqa: E402
 from taxcompile.codegen import layer  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import inline_fixture, one_thread  # noqa: E402, F401
+from torch_support import compiled_recording, inline_fixture, one_thread  # noqa: E402, F401
 
 DT = torch.float64
 HEADER = """\
@@ -210,15 +210,8 @@ def test_flex_path_places_the_queries_too(term, monkeypatch):
     monkeypatch.setattr(module, "flex_ready", lambda q: torch.compiler.is_compiling()
                         and not torch.is_grad_enabled())
     x = features(L=9).float()
-    graphs = []
-
-    def record(gm, example_inputs):
-        graphs.append(str(gm.graph))
-        return gm.forward
-
-    torch._dynamo.reset()
+    compiled, graphs = compiled_recording(lay)
     try:
-        compiled = torch.compile(lay, backend=record, fullgraph=True)
         with torch.no_grad():
             full = lay(x, x, x, return_attention=True)[0]  # the explicit path
             suffix = compiled(x[:, -4:], x, x, validate=False)

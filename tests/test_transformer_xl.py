@@ -31,7 +31,7 @@ torch = pytest.importorskip("torch")
 
 from taxcompile import codegen  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import inline_fixture, one_thread  # noqa: E402, F401
+from torch_support import compiled_recording, inline_fixture, one_thread  # noqa: E402, F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = torch.float64
@@ -169,15 +169,8 @@ def test_flex_path_matches_explicit_under_compile(gen, monkeypatch):
     # 8 keys before the first query (a segment memory): the block mask and the distances
     # place query i at 8 + i
     q, k, v, key_mask = inputs(Lq=12, Lk=20, dtype=torch.float32)
-    graphs = []
-
-    def record(gm, example_inputs):
-        graphs.append(str(gm.graph))
-        return gm.forward
-
-    torch._dynamo.reset()
+    compiled, graphs = compiled_recording(m)
     try:
-        compiled = torch.compile(m, backend=record, fullgraph=True)
         with torch.no_grad():
             want, _, _ = m(q, k, v, key_mask)
             got, a, _ = compiled(q, k, v, key_mask, need_weights=False)

@@ -80,3 +80,17 @@ def inline_builder(root, header: str, prefix: str):
         return cache[key]
 
     return build
+
+
+def compiled_recording(module):
+    """``torch.compile(module, fullgraph=True)`` with a backend that keeps each traced
+    graph's text (dynamo reset first): (the compiled module, the list of graphs)."""
+    import torch
+    graphs: list[str] = []
+
+    def record(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    torch._dynamo.reset()
+    return torch.compile(module, backend=record, fullgraph=True), graphs
