@@ -48,8 +48,11 @@ def full_run(tmp_path_factory):
 
 
 def test_make_target_runs_the_kit():
-    p = subprocess.run(["make", "-n", "gpu-check", "DEVICE=cpu"], cwd=ROOT, capture_output=True,
-                       text=True)
+    # Under `make test` (CI) the outer make's MAKEFLAGS/MAKELEVEL reach this one, which then
+    # prints "Entering/Leaving directory" lines: run it as a top-level make.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    p = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check", "DEVICE=cpu"],
+                       cwd=ROOT, capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1].endswith("python -m benchmarks.gpu --device cpu")
 
