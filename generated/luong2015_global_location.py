@@ -498,7 +498,7 @@ class Model(nn.Module):
         top_p: float | None = None, temperature: float = 1.0,
         generator: torch.Generator | None = None, pad: int | None = None,
         src_mask: torch.Tensor | None = None,
-        prompt: torch.Tensor | None = None, incremental: bool = True
+        prompt: torch.Tensor | None = None, incremental: bool | None = None
     ) -> torch.Tensor:
         """Decode `tgt` one token at a time from `bos`, or after `prompt` (B, P) token
         ids when given (the prefix to continue, instead of [bos]): (B, L) new token ids,
@@ -523,7 +523,7 @@ class Model(nn.Module):
         prefix = start_tokens(prompt, bos, B, self.cfg.vocab, device)  # (B, P): the prefix
         inputs = {name: x if x is None else x.repeat_interleave(K, 0)  # one row per hypothesis
                   for name, x in inputs.items()}
-        cache = {} if incremental else None
+        cache = None if incremental is False else {}
 
         def step(tokens: torch.Tensor) -> torch.Tensor:
             """(N, t) prefixes -> (N, V) log p(next token | prefix, source)."""

@@ -8,6 +8,7 @@ search is checked against an independent list-based beam search over full re-run
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -331,3 +332,36 @@ def test_position_terms_decode_as_the_full_run(tmp_path, example):
         prefix = torch.cat([prefix, nxt], 1)
     got = m.generate(batch_size=2, max_len=6, bos=1, eos=m.cfg.vocab - 1)
     assert torch.equal(got, prefix[:, 1:])
+
+
+GAUSSIAN = """
+model localness {
+    input tgt: tokens[T] (vocab = 30, autoregressive)
+    feature y = embed(tgt, 16)
+    attention self {
+        query = project(y)  keys = project(y)  values = project(y)
+        score = scaled_multiplicative  mask = causal  bias = gaussian
+    }
+    output logits = classify(self, 30)
+}
+"""
+
+
+@pytest.mark.parametrize("body, why", [
+    (MIXED, "`lstm` in `q` mixes the target's positions"),
+    (GAUSSIAN, "attention `self`'s gaussian term reads the whole target"),
+])
+def test_a_cached_step_asked_of_a_model_without_one_is_refused_with_the_reason(
+        tmp_path, body, why):
+    """generate(incremental=True) on a model whose target side cannot step on the new token
+    alone says why instead of silently re-running the prefix; the default re-runs it."""
+    from torch_support import inline_builder
+
+    mod = inline_builder(tmp_path, HEADER, "_taxcompile_generate_refused")(body)
+    assert "cache" not in inspect.signature(mod.Model.forward).parameters
+    m = build(mod)
+    kw, target = sources(m, mod)
+    kw = kw or {"batch_size": 2}
+    with pytest.raises(ValueError, match=re.escape(why)):
+        m.generate(**kw, max_len=3, bos=1, eos=2, incremental=True)
+    assert m.generate(**kw, max_len=3, bos=1, eos=2).shape[0] == 2

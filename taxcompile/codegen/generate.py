@@ -48,6 +48,7 @@ class Decoding:
     incremental: bool  # a step runs on the new token alone (forward() takes a cache)
     memory: str | None = None  # the local holding the source side's values (incremental)
     prefix_end: int | None = None  # where the top level's source side ends in forward()'s body
+    why: str = ""  # not incremental: the first thing that mixes the target's positions
 
     @property
     def target_side(self) -> set[str]:
@@ -79,19 +80,13 @@ def setup(p) -> None:
         return  # no output of next-token logits over the target: nothing to decode
     side = nx.descendants(p.cm.graph, t.id) if t.id in p.cm.graph else set()
     loops = set().union(*(p.cm.steps[x] for x in p.loops)) if p.loops else set()
-    incremental = True
+    why = []  # what keeps a step from running on the new token alone, in the model's order
     tgt = side | {t.id}
     for nd in p.m.nodes:
         if nd.id not in side:
             continue
         if isinstance(nd, ir.Attention):
-            keys = {r for r, _ in checks.expr_links(nd.keys, nd.values)}
-            if (keys & tgt) and not mech.MASKS[nd.mask].hides_later:
-                incremental = False  # a position sees later ones: no step on its own
-            if mech.align(nd.align.fn).by_query_index and nd.id not in loops:
-                incremental = False  # windows placed by the query's index in the whole target
-            if (keys & tgt) and not all(rec.counts_past for rec, _ in mech.modifiers(nd)):
-                incremental = False  # a term that does not place the query after `past`
+            why.extend(_attention_mixes(nd, tgt, loops))
             exprs = [e for e in (nd.query, nd.keys, nd.values) if e is not None]
         elif isinstance(nd, ir.Node):
             exprs = [nd.expr]
@@ -103,14 +98,31 @@ def setup(p) -> None:
             if isinstance(e, ir.Op):
                 reads = {r for r, _ in checks.expr_links(e)} & tgt
                 if e.fn in MIXING and reads and not (e.param("feed") and nd.id in loops):
-                    incremental = False
+                    why.append(f"`{e.fn}` in `{nd.id}` mixes the target's positions")
                 stack.extend(e.args)
+    incremental = not why
     p.helpers.add("decode")
-    p.gen = Decoding(t, t.axes[-1], side, incremental)
+    p.gen = Decoding(t, t.axes[-1], side, incremental, why=why[0] if why else "")
     if incremental:
         p.reserved.update(("cache", "past"))
         p.frame.locals.taken.update(("cache", "past"))
         p.gen.memory = p.frame.locals.new("memory")
+
+
+def _attention_mixes(nd: ir.Attention, tgt: set, loops: set) -> list[str]:
+    """Why attention ``nd`` on the target side cannot run a step on the new token alone."""
+    why = []
+    keys = {r for r, _ in checks.expr_links(nd.keys, nd.values)}
+    if (keys & tgt) and not mech.MASKS[nd.mask].hides_later:
+        why.append(f"attention `{nd.id}` reads later target positions (no causal mask)")
+    if mech.align(nd.align.fn).by_query_index and nd.id not in loops:
+        why.append(f"attention `{nd.id}` places its windows by the query's index in the "
+                   "whole target")
+    if keys & tgt:
+        why.extend(f"attention `{nd.id}`'s {rec.name} term reads the whole target (it does "
+                   "not place a query after the cached keys)"
+                   for rec, _ in mech.modifiers(nd) if not rec.counts_past)
+    return why
 
 
 def on(p) -> bool:
@@ -300,4 +312,4 @@ def plan(p, outputs: list) -> GeneratePlan | None:
         target=t.id, sources=tuple(i.id for i in sources),
         masks=tuple(f"{i.id}_mask" for i in sources if i.kind in MASKABLE),
         vocab=p.sym(t, "vocab", t.vocab, owner="self.cfg"),
-        output=out, incremental=p.gen.incremental)
+        output=out, incremental=p.gen.incremental, why=repr(p.gen.why))

@@ -129,3 +129,4 @@ class GeneratePlan:
     vocab: str  # the target vocabulary's size, as code
     output: str  # how the logits are read from Output: ``.output`` or ``.output['name']``
     incremental: bool  # forward() takes a cache: each step runs the new token only
+    why: str = ""  # not incremental: why, as a string literal (generate(incremental=True))
