@@ -1,0 +1,93 @@
+"""generate() with each position term: the KV cache (a step runs the new token alone, its
+query placed after the cached keys) against re-running the whole model on the prefix for
+every new token, for one small causal language model written with each term in turn:
+rotary, ALiBi, Shaw et al.'s relative positions and Transformer-XL's relative term. Both
+sides write the same tokens (checked). Yang et al.'s Gaussian bias has no cached step (its
+length I is the whole target's: see docs/codegen.md): a skipped row says so, and asking
+for the cache is an error there."""
+
+from __future__ import annotations
+
+import torch
+
+import taxcompile
+
+from .harness import alternate
+
+TOKENS = 64
+B = 8
+
+SPEC = """
+paper bench {{
+    cite  = "Benchmark"
+    title = "generate() with a position term"
+    year  = 2024
+}}
+
+model lm {{
+    input tokens: tokens[T] (vocab = 1000, autoregressive)
+    feature x = embed(tokens, 256)
+    repeat decoder 2 {{
+        attention self {{
+            query = project(x)  keys = project(x)  values = project(x)
+            score = scaled_multiplicative  heads = 4  mask = causal  {term}
+        }}
+        update x = norm(x + self)
+        update x = norm(x + ffn(x, 1024))
+    }}
+    output logits = classify(x, 1000)
+}}
+"""
+
+TERMS = {  # case -> the statement's term
+    "generate_rotary": "position = rotary",
+    "generate_alibi": "bias = alibi",
+    "generate_relative": "position = relative(k = 16)",
+    "generate_transformer_xl": "position = transformer_xl",
+}
+
+
+def _model(term: str):
+    """The model, with `eos` (999) made unreachable so that every row writes TOKENS tokens
+    (a random model would soon write it), and prompts that differ per row."""
+    torch.manual_seed(0)
+    model = taxcompile.build(SPEC.format(term=term)).eval()
+    out = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m.out_features == 1000]
+    with torch.no_grad():
+        out[-1].weight[999] = 0.0
+        out[-1].bias[999] = -1e4
+    prompt = torch.randint(1, 999, (B, 4), generator=torch.Generator().manual_seed(1))
+    return model, prompt
+
+
+def terms(s) -> list[dict]:
+    from .cases import row, skipped  # (cases lists this module in CASE_MODULES)
+
+    rows = []
+    for case, term in TERMS.items():
+        model, prompt = _model(term)
+
+        def inc(model=model, prompt=prompt):
+            return model.generate(max_len=TOKENS, bos=0, eos=999, prompt=prompt,
+                                  incremental=True)
+
+        def full(model=model, prompt=prompt):
+            return model.generate(max_len=TOKENS, bos=0, eos=999, prompt=prompt,
+                                  incremental=False)
+
+        out = inc()  # (this check is the warm-up run of both sides)
+        assert out.shape == (B, TOKENS), out.shape
+        assert torch.equal(out, full()), f"{case}: the cache and the full re-run differ"
+        c, b = alternate(inc, full, 1 if s.repeats < 10 else 3, warmup=0)
+        rows.append(row(case, f"generate(), KV cache, `{term}`",
+                        "generate(incremental=False): the whole model per new token", c, b,
+                        c / b, "<= 0.5", c / b <= 0.5, tokens=out.shape[1], speedup=b / c,
+                        equivalence="the same tokens"))
+    rows.append(skipped("generate_gaussian", "generate(), KV cache, `bias = gaussian`",
+                        "generate(incremental=False)", "<= 0.5",
+                        "no cached step: the Gaussian bias's length I is the whole target's, "
+                        "so every step re-runs the prefix (incremental=True is an error)"))
+    return rows
+
+
+CASES = [terms]
