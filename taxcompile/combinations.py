@@ -39,12 +39,16 @@ DIMENSIONALITIES = ("single", "multi")
 QUERY_TYPES = ("basic", "specialized", "self_attentive")
 MULTIPLICITIES = ("singular", "multi_head", "multi_hop", "capsule")
 
-# How each value is written in a spec: an alignment's shortest call (``align_text``) unless
-# written here.
-ALIGN_TEXT = {"local": "local(D = 2, position = predictive)"}
+# How each value is written in a spec: an alignment as its shortest call (the registry's
+# example) unless written here.
+_ALIGN_CALLS = {"local": "local(D = 2, position = predictive)"}
+ALIGN_TEXT = {m.name: _ALIGN_CALLS.get(m.name) or example(m) or m.name
+              for m in records("align") if m.name in ALIGNMENTS}
 QUERY_TEXT = {"basic": "s", "specialized": "pre", "self_attentive": "learned(d)"}
 
-# The Table III label each value should classify as (classify.py's vocabulary).
+
+# The Table III label each value should classify as (classify.py's vocabulary): the
+# records' readings.
 def _readings(kind: str, values: tuple[str, ...]) -> dict[str, str]:
     by_name = {m.name: m for m in records(kind)}
     return {v: by_name[v].text("reading") for v in values}
@@ -59,14 +63,6 @@ LABELS = {
     "query_multiplicity": {"singular": "Singular", "multi_head": "Multi-Head",
                            "multi_hop": "Multi-Hop", "capsule": "Capsule-Based"},
 }
-
-
-def align_text(align: str) -> str:
-    """How a combination's spec writes alignment ``align``."""
-    if align in ALIGN_TEXT:
-        return ALIGN_TEXT[align]
-    return example(next(m for m in records("align") if m.name == align)) or align
-
 
 SHORT = {"scaled_multiplicative": "scaled_mult", "activated_general": "activated_gen",
          "self_attentive": "self", "specialized": "special", "multi_head": "heads",
@@ -146,7 +142,7 @@ def spec_text(c: Combo) -> str:
         ]
     fields = [("query", "q" if hop else query), ("features", "x"), ("score", c.score)]
     if c.align != DEFAULT_ALIGN:
-        fields.append(("align", align_text(c.align)))
+        fields.append(("align", ALIGN_TEXT[c.align]))
     if c.dimensionality == "multi":
         fields.append(("dimensionality", "multi"))
     if c.multiplicity == "multi_head":
@@ -421,7 +417,7 @@ def render(results: dict[Combo, list[tuple[str, str]] | None],
         "| dimension | values |",
         "| --- | --- |",
         "| score | " + ", ".join(f"`{s}`" for s in SCORES) + " |",
-        "| alignment | " + ", ".join(f"`{align_text(a)}`" for a in ALIGNMENTS) + " |",
+        "| alignment | " + ", ".join(f"`{ALIGN_TEXT[a]}`" for a in ALIGNMENTS) + " |",
         "| dimensionality | `single`, `dimensionality = multi` |",
         "| query type | Basic (B): `query = s`, an input nothing attends over; Specialized (Sp): "
         "`query = pre`, the context of `attention pre { query = learned(d)  features = y  "
