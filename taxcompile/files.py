@@ -268,7 +268,7 @@ def read_manifest(directory: Path) -> dict[str, set[str]] | None:
     """The files a previous report wrote into ``directory`` (name -> the SHA-256s it may
     hold: its own, and the next report's while that one's renames were under way), or None
     when it has no manifest. A damaged one is a ``ValueError`` naming the field
-    (``schemas.Manifest``)."""
+    (``report_manifest.Manifest``)."""
     path = directory / MANIFEST
     try:
         if path.is_symlink() or not path.is_file() or path.stat().st_size > 10_000_000:
@@ -276,10 +276,10 @@ def read_manifest(directory: Path) -> dict[str, set[str]] | None:
         raw = path.read_bytes()
     except OSError:
         return None
-    from .schemas import manifest
+    from .report_manifest import read
 
     try:
-        doc = manifest(raw.decode("utf-8"))
+        doc = read(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ValueError("it is not UTF-8 text") from None
     out = {name: {digest} for name, digest in doc.files.items()}

@@ -1,27 +1,25 @@
-"""The JSON that taxcompile writes for other programs or reads back, as pydantic models:
-what ``taxcompile classify --format json`` prints (``ClassifyOutput``), what ``taxcompile
-study report --format json`` prints and writes as report.json (``StudyReport``), and the
-manifest a report directory holds (``Manifest``, read back by the next report).
+"""The JSON that taxcompile writes for other programs, as pydantic models: what
+``taxcompile classify --format json`` prints (``ClassifyOutput``) and what ``taxcompile
+study report --format json`` prints and writes as report.json (``StudyReport``).
 
 The writers check what they write against the model (``dump``), so the published JSON
-Schema (``taxcompile schema classify|study``; copies in docs/schema/) is what they write;
-a manifest read back is checked too (``manifest``), so that a damaged one is an error
-naming the field. Imported only where such JSON is written or read: pydantic stays out of
-the front end's other commands."""
+Schema (``taxcompile schema classify|study``; copies in docs/schema/) is what they write.
+(The report directory's manifest, read back by the next report, is ``report_manifest``'s;
+the study file's rows are ``study/schema``'s.) Imported only where such JSON is written:
+pydantic stays out of the front end's other commands."""
 
 from __future__ import annotations
 
 import json
 from typing import Annotated, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, RootModel,
-                      StringConstraints, ValidationError)
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from .classify import DIMENSIONS
 from .study.schema import Protocol, first_problem
 
-__all__ = ["ClassifyOutput", "Manifest", "SCHEMAS", "StudyReport", "command", "dump",
-           "json_schema", "manifest", "problem"]
+__all__ = ["ClassifyOutput", "SCHEMAS", "StudyReport", "command", "dump", "json_schema",
+           "problem"]
 
 Dimension = Literal[tuple(DIMENSIONS)]
 
@@ -190,30 +188,6 @@ class StudyReport(_Out):
     supervision: list[Supervision]
 
 
-# ---- the report directory's manifest ---------------------------------------------------------
-
-
-def _inside(name: str) -> str:
-    if not name or name.startswith("/") or "\\" in name or any(
-            part in ("", ".", "..") for part in name.split("/")):
-        raise ValueError("a file name must be a relative path inside the directory")
-    return name
-
-
-FileName = Annotated[str, AfterValidator(_inside)]
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-
-
-class Manifest(_Out):
-    """The files a report wrote into its directory (name -> SHA-256), and while a report's
-    renames are under way the next one's too (``pending``)."""
-
-    model_config = ConfigDict(populate_by_name=True)
-    written_by: Literal["taxcompile report"] = Field(alias="written by")
-    files: dict[FileName, Sha256]
-    pending: dict[FileName, Sha256] = Field(default_factory=dict)
-
-
 # ---- use -------------------------------------------------------------------------------------
 
 SCHEMAS: dict[str, type[BaseModel]] = {"classify": ClassifyOutput, "study": StudyReport}
@@ -230,14 +204,6 @@ def dump(name: str, doc) -> str:
     text = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
     SCHEMAS[name].model_validate_json(text)
     return text
-
-
-def manifest(text: str) -> Manifest:
-    """A manifest's text, checked; ``ValueError`` naming the first field refused."""
-    try:
-        return Manifest.model_validate_json(text)
-    except ValidationError as e:
-        raise ValueError(problem(e)) from None
 
 
 def json_schema(name: str) -> str:
