@@ -1,9 +1,10 @@
 """The docs' table of mechanisms (docs/mechanisms.md), written from the registry's records
 (``taxcompile/mechanisms``): each mechanism's name and other spellings, its parameters with
-their defaults, its Table III reading and the survey's equations its texts cite.
+their defaults, its Table III reading and the equations its texts cite.
 
-``python -m taxcompile.docs_table > docs/mechanisms.md`` (or ``-o docs/mechanisms.md``)
-rewrites it; ``tests/test_mechanism_names.py`` fails when the committed file differs."""
+``python -m taxcompile.docs_table -o docs/mechanisms.md`` (or ``make docs``, with the other
+generated docs) rewrites it; ``tests/test_mechanism_names.py`` fails when the committed
+file differs."""
 
 from __future__ import annotations
 
