@@ -3,7 +3,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp-install
 
-.PHONY: venv install graphviz test fuzz demo bench gpu-check clean
+.PHONY: venv install graphviz test fuzz demo bench gpu-check docs clean
 
 venv: $(BIN)/python
 
@@ -102,6 +102,14 @@ bench: install $(BENCH_STAMP)
 DEVICE ?=
 gpu-check: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.gpu $(if $(DEVICE),--device $(DEVICE))
+
+# The generated docs (tests fail when a committed one differs): the table of mechanisms from
+# the registry, the combinations' validity matrix, the JSON Schemas of the JSON outputs.
+docs: $(STAMP)
+	$(BIN)/python -m taxcompile.docs_table -o docs/mechanisms.md
+	$(BIN)/python -m taxcompile.combinations > docs/combinations.md
+	$(BIN)/taxcompile schema classify -o docs/schema/classify.json
+	$(BIN)/taxcompile schema study -o docs/schema/study.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import re
 import sys
 from pathlib import Path
@@ -135,7 +134,9 @@ def cmd_classify(args) -> int:
             } for v in row.variants],
         })
     if args.format == "json":
-        print(json.dumps(docs, indent=2, ensure_ascii=False))
+        from .schemas import dump
+
+        print(dump("classify", docs))
     else:
         for doc in docs:
             ref = f" [{doc['ref']}]" if doc["ref"] is not None else ""
@@ -454,11 +455,17 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+def cmd_schema(args) -> int:
+    from .schemas import command
+
+    return command(args.name, args.output)
+
+
 def make_parser() -> argparse.ArgumentParser:
     return cli_parser.build({
         "check": cmd_check, "classify": cmd_classify, "table": cmd_table, "graph": cmd_graph,
         "diagram": cmd_diagram, "report": cmd_report, "compile": cmd_compile, "fmt": cmd_fmt,
-        "new": cmd_new}, __version__)
+        "new": cmd_new, "schema": cmd_schema}, __version__)
 
 
 class _Visible:

@@ -118,6 +118,13 @@ def build(commands: dict[str, Callable[[argparse.Namespace], int]],
     s.add_argument("--force", action="store_true", help="overwrite an existing file")
     s.set_defaults(func=commands["new"])
 
+    s = sub.add_parser("schema", help="print the JSON Schema of a command's JSON output",
+                       description="Print the JSON Schema of what `classify --format json` "
+                       "(classify) or `study report --format json` (study) writes.")
+    s.add_argument("name", metavar="NAME", help="classify or study")
+    s.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead")
+    s.set_defaults(func=commands["schema"])
+
     # `study` has its own command line (study/cli.py); main() hands it everything after
     # the word, so this entry only lists it in --help
     sub.add_parser("study", help="train every mechanism on tasks with gold, report effects "

@@ -21,28 +21,42 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-SCORES = ("additive", "concat", "multiplicative", "scaled_multiplicative", "general",
-          "biased_general", "activated_general", "similarity", "location")
-ALIGNMENTS = ("global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid", "topk",
-              "crf")
+from .mechanism_names import example, names, records
+
+# The scores and alignments of the registry (taxcompile/mechanisms) but those that cannot
+# stand in this matrix's one module, with where they are combined instead.
+AFFINITY_ONLY = "scores over an affinity matrix: parallel co-attention's pairs (CO_SCORES)"
+OUTSIDE = {
+    "max_pool": AFFINITY_ONLY,
+    "affinity": AFFINITY_ONLY,
+    "activated_concat": "scores the edges of a graph only (`mask = adj`, GAT)",
+    "lsh": "hashes the queries and the keys alike: the query must be the keys",
+}
+SCORES = tuple(s for s in names("score", aliases=False) if s not in OUTSIDE)
+ALIGNMENTS = tuple(a for a in names("align", aliases=False) if a not in OUTSIDE)
 DEFAULT_ALIGN = ALIGNMENTS[0]  # what a spec that leaves out `align = …` gets (eq. 25)
 DIMENSIONALITIES = ("single", "multi")
 QUERY_TYPES = ("basic", "specialized", "self_attentive")
 MULTIPLICITIES = ("singular", "multi_head", "multi_hop", "capsule")
 
-# How each value is written in a spec.
-ALIGN_TEXT = {"local": "local(D = 2, position = predictive)", "topk": "topk(k = 2)"}
+# How each value is written in a spec: an alignment as its shortest call (the registry's
+# example) unless written here.
+_ALIGN_CALLS = {"local": "local(D = 2, position = predictive)"}
+ALIGN_TEXT = {m.name: _ALIGN_CALLS.get(m.name) or example(m) or m.name
+              for m in records("align") if m.name in ALIGNMENTS}
 QUERY_TEXT = {"basic": "s", "specialized": "pre", "self_attentive": "learned(d)"}
 
-# The Table III label each value should classify as (classify.py's vocabulary).
+
+# The Table III label each value should classify as (classify.py's vocabulary): the
+# records' readings.
+def _readings(kind: str, values: tuple[str, ...]) -> dict[str, str]:
+    by_name = {m.name: m for m in records(kind)}
+    return {v: by_name[v].text("reading") for v in values}
+
+
 LABELS = {
-    "scoring": {"additive": "Additive", "concat": "Additive", "multiplicative": "Multiplicative",
-                "scaled_multiplicative": "Scaled Multiplicative", "general": "General",
-                "biased_general": "Biased General", "activated_general": "Activated General",
-                "similarity": "Similarity", "location": "Location"},
-    "alignment": {"global": "Global", "hard": "Hard", "local": "Local", "reinforced": "Reinforced",
-                  "sparsemax": "Sparse", "entmax": "Sparse", "sigmoid": "Global",
-                  "topk": "Sparse", "crf": "Global"},
+    "scoring": _readings("score", SCORES),
+    "alignment": _readings("align", ALIGNMENTS),
     "dimensionality": {"single": "Single-Dimensional", "multi": "Multi-Dimensional"},
     "query_type": {"basic": "Basic", "specialized": "Specialized",
                    "self_attentive": "Self-Attentive"},
@@ -128,7 +142,7 @@ def spec_text(c: Combo) -> str:
         ]
     fields = [("query", "q" if hop else query), ("features", "x"), ("score", c.score)]
     if c.align != DEFAULT_ALIGN:
-        fields.append(("align", ALIGN_TEXT.get(c.align, c.align)))
+        fields.append(("align", ALIGN_TEXT[c.align]))
     if c.dimensionality == "multi":
         fields.append(("dimensionality", "multi"))
     if c.multiplicity == "multi_head":
@@ -169,7 +183,7 @@ def enumerate() -> Iterator[tuple[Combo, str]]:  # noqa: A001 (the issue's name)
 #     (eq. 9, `share`), with multi-dimensional weights and heads on either.
 CAPSULE_EXTRAS = ("heads", "hop", "heads_hop")
 HEADS_OUTS = ("concat", "mean")  # with heads, besides `project` (W_O, eq. 40)
-CO_SCORES = ("additive", "max_pool", "affinity")
+CO_SCORES = ("additive", *(s for s, why in OUTSIDE.items() if why == AFFINITY_ONLY))
 CO_EXTRAS = ("heads", "multi", "heads_multi", "capsules")
 ALT_DIMS = (("single", "single"), ("single", "multi"), ("multi", "single"), ("multi", "multi"))
 
@@ -403,7 +417,7 @@ def render(results: dict[Combo, list[tuple[str, str]] | None],
         "| dimension | values |",
         "| --- | --- |",
         "| score | " + ", ".join(f"`{s}`" for s in SCORES) + " |",
-        "| alignment | " + ", ".join(f"`{ALIGN_TEXT.get(a, a)}`" for a in ALIGNMENTS) + " |",
+        "| alignment | " + ", ".join(f"`{ALIGN_TEXT[a]}`" for a in ALIGNMENTS) + " |",
         "| dimensionality | `single`, `dimensionality = multi` |",
         "| query type | Basic (B): `query = s`, an input nothing attends over; Specialized (Sp): "
         "`query = pre`, the context of `attention pre { query = learned(d)  features = y  "

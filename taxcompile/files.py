@@ -267,22 +267,23 @@ def _safe_name(name: object) -> bool:
 def read_manifest(directory: Path) -> dict[str, set[str]] | None:
     """The files a previous report wrote into ``directory`` (name -> the SHA-256s it may
     hold: its own, and the next report's while that one's renames were under way), or None
-    when it has no valid manifest."""
+    when it has no manifest. A damaged one is a ``ValueError`` naming the field
+    (``report_manifest.Manifest``)."""
     path = directory / MANIFEST
     try:
         if path.is_symlink() or not path.is_file() or path.stat().st_size > 10_000_000:
             return None
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        raw = path.read_bytes()
+    except OSError:
         return None
-    if not isinstance(doc, dict) or doc.get("written by") != "taxcompile report":
-        return None
-    files, pending = doc.get("files"), doc.get("pending", {})
-    if not all(isinstance(d, dict) and all(_safe_name(k) and isinstance(v, str) and len(v) == 64
-                                           for k, v in d.items()) for d in (files, pending)):
-        return None
-    out = {name: {digest} for name, digest in files.items()}
-    for name, digest in pending.items():
+    from .report_manifest import read
+
+    try:
+        doc = read(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("it is not UTF-8 text") from None
+    out = {name: {digest} for name, digest in doc.files.items()}
+    for name, digest in doc.pending.items():
         out.setdefault(name, set()).add(digest)
     return out
 
@@ -318,7 +319,11 @@ def check_site_dir(out: Path, specs: list[Path], spec_dirs: list[Path]) -> dict[
                               f"input directory {d} (write the report outside the specs)")
     if not out.exists():
         return {}
-    manifest = read_manifest(real)
+    try:
+        manifest = read_manifest(real)
+    except ValueError as e:
+        raise OutputError(f"{where}: its {MANIFEST}, the list of what an earlier report wrote "
+                          f"there, is damaged ({e}); choose a new or empty directory") from None
     if manifest is None:
         try:
             empty = next(real.iterdir(), None) is None

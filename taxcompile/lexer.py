@@ -2,7 +2,9 @@
 
 Registered as the ``attn`` lexer through the ``pygments.lexers`` entry point in
 pyproject.toml, so ``pygmentize -l attn spec.attn`` and ``get_lexer_for_filename``
-find it once the package is installed.
+find it once the package is installed. Its words come from the registries: the feature
+models from the operators' (``ops.CALLS``), the mechanisms and their options from
+``taxcompile/mechanisms`` (``mechanism_names``), so a new one is highlighted unedited.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from pygments.token import (
     Whitespace,
 )
 
+from .mechanism_names import names, param_choices
+from .ops import ACTIVATIONS, CALLS
+
 __all__ = ["AttnLexer"]
 
 #: An identifier, as the grammar's NAME terminal (ASCII only).
@@ -33,41 +38,30 @@ _DECLS = ("feature", "query", "output", "update", "affinity", "attention", "repe
 #: All block/statement keywords.
 _KEYWORDS = ("paper", "model", "input") + _DECLS
 
-#: Feature models of the library (docs/language.md, "Feature models").
-FEATURE_MODELS = (
-    "embed", "linear", "project", "lstm", "gru", "bilstm", "bigru", "cnn", "identity",
-    "positional", "norm", "scale", "ffn", "tanh", "relu", "sigmoid", "concat", "stack",
-    "mean", "max", "sum", "flatten", "resize", "learned", "classify", "affinity",
-    "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh", "maxout",
-    "conv2d", "maxpool", "upsample", "dropout", "context", "pointed", "crf", "positions",
-    "location",
-)
-#: Score functions (Table II) and alignment functions.
-SCORES = (
-    "additive", "concat", "multiplicative", "dot", "scaled_multiplicative", "scaled_dot",
-    "general",
-    "biased_general", "activated_general", "similarity", "location", "affinity",
-    "max_pool", "activated_concat",
-)
-ALIGNMENTS = ("global", "soft", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid",
-              "crf", "topk", "lsh")
+#: Feature models of the library (docs/language.md, "Feature models"): the operator registry.
+FEATURE_MODELS = tuple(CALLS)
+#: Score functions (Table II) and alignment functions, as the mechanism registry spells them.
+SCORES = names("score")
+ALIGNMENTS = names("align")
+#: The other mechanisms a field names (`position = rotary`, `bias = alibi`, `mask = causal`,
+#: `heads_out = project`, `penalty = coverage(…)`).
+MECHANISMS = tuple(n for kind in ("position", "bias", "mask", "heads_out", "penalty")
+                   for n in names(kind))
 #: Input kinds (``input x: KIND[...]``).
 INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
                "mask", "graph")
-#: Option words used as values of keyword arguments and fields.
-OPTIONS = (
-    "single", "multi", "sinusoid", "learned", "monotonic", "predictive", "bilinear",
-    "causal", "forward", "backward",
-    "trilinear", "dot", "scaled_dot", "cosine", "l2", "none", "tanh", "relu", "sigmoid",
-    "gelu", "elu", "nearest",
-    "leaky_relu", "softplus", "scaled_tanh", "maxout", "project", "concat", "mean",
-    "pre", "post",
-)
+#: Option words used as values of keyword arguments and fields: the mechanisms above, the
+#: choices of the mechanisms' and operators' parameters, the activations, and the values
+#: of the fields no record lists (`dimensionality`, `talking_heads`).
+OPTIONS = tuple(dict.fromkeys(
+    MECHANISMS + param_choices() + tuple(ACTIVATIONS)
+    + tuple(c for params in CALLS.values() for p in params for c in p.choices or ())
+    + ("single", "multi", "pre", "post")))
 #: Fields and keyword arguments whose value is a library word (a score, an alignment,
 #: an option): the word after ``=`` is highlighted as a builtin there only, so that a
 #: user's name such as ``hard`` or ``max`` elsewhere stays a plain name.
 _OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form", "mode",
-                  "mask", "heads_out", "talking_heads")
+                  "mask", "heads_out", "talking_heads", "bias", "penalty", "on", "loss")
 
 _BUILTIN_VALUES = tuple(sorted(set(SCORES + ALIGNMENTS + OPTIONS)))
 _CALLABLES = tuple(sorted(set(FEATURE_MODELS + SCORES + ALIGNMENTS)))

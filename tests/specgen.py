@@ -40,11 +40,12 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from taxcompile.diagnostics import SpecError
+from taxcompile.mechanism_names import spelled
 from taxcompile.ops import ACTIVATIONS
 from taxcompile.pipeline import load_text
 
 import spec_oracles
-from specgen_parts import NEW_PARTS, add_lm, let_chain
+from specgen_parts import NEW_PARTS, POSITION_TERMS, add_lm, let_chain
 from test_properties import MUTATIONS, assert_front_end_ok
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,14 +193,22 @@ def add_input(draw, m: Model) -> None:
         m.fixed.append(f)
 
 
-SCORES = ["additive", "additive(d_w = 8, act = {act})", "additive(d_w = 4, bias = false)",
-          "concat(d_w = 8)", "multiplicative", "scaled_multiplicative", "general",
-          "biased_general", "activated_general", "activated_general(act = {act})",
-          "similarity(kind = cosine)", "similarity(kind = l2)", "location"]
-ALIGNS = ["global", "soft", "hard", "reinforced", "sparsemax", "entmax", "sigmoid", "crf",
-          "crf(normalize = true)", "topk(k = 2)", "lsh(buckets = 2, rounds = 2, chunk = 2)",
-          "local(D = 2, position = monotonic)", "local(D = 1, position = predictive)",
-          "local(D = 2, position = predictive, gaussian = true, sigma = 1)"]
+# The scores, alignments, biases, masks and ways of joining heads of the mechanism registry,
+# each written as below where it has parameters worth drawing (else its shortest call and
+# its aliases: a new record is drawn without an edit here).
+SCORES = spelled("score", {
+    "additive": ["additive", "additive(d_w = 8, act = {act})", "additive(d_w = 4, bias = false)"],
+    "concat": ["concat(d_w = 8)"],
+    "activated_general": ["activated_general", "activated_general(act = {act})"],
+    "similarity": ["similarity(kind = cosine)", "similarity(kind = l2)"],
+}, skip=("affinity", "max_pool", "activated_concat"))  # add_coattention's, add_graph's
+ALIGNS = spelled("align", {
+    "crf": ["crf", "crf(normalize = true)"], "lsh": ["lsh(buckets = 2, rounds = 2, chunk = 2)"],
+    "local": ["local(D = 2, position = monotonic)", "local(D = 1, position = predictive)",
+              "local(D = 2, position = predictive, gaussian = true, sigma = 1)"]})
+BIASES = spelled("bias", {})
+MASKS = spelled("mask", {})
+HEADS_OUTS = spelled("heads_out", {"routing": ["routing(capsules = 2, iters = 2)"]})
 
 
 def rarely(draw, n: int = 6) -> bool:
@@ -273,8 +282,7 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
     if "qk_norm" in mechs:
         f["qk_norm"] = draw(st.sampled_from(["true", "l2(scale = 4)", "l2(dim_scale = true)"]))
     if "heads_out" in mechs:
-        f["heads_out"] = draw(st.sampled_from(["project", "concat", "mean",
-                                               "routing(capsules = 2, iters = 2)"]))
+        f["heads_out"] = draw(st.sampled_from(HEADS_OUTS))
         if keep and "capsules" in mechs and f["heads_out"].startswith("routing"):
             f["heads_out"] = "project"  # capsule-based attention's classes are not routed
     if "multi" in mechs:
@@ -282,12 +290,11 @@ def attention(draw, m: Model, name: str, keys: str, key_axis: str | None,
     if "capsules" in mechs:
         f["capsules"] = draw(st.sampled_from(["2", "3"]))
     if "mask" in mechs:
-        f["mask"] = draw(st.sampled_from(["causal", "forward", "backward"]))
+        f["mask"] = draw(st.sampled_from(MASKS))
     if "position" in mechs:
-        f["position"] = draw(st.sampled_from(["relative(k = 2)", "relative(k = 3, values = true)",
-                                              "rotary", "rotary(base = 100)", "transformer_xl"]))
+        f["position"] = draw(st.sampled_from(POSITION_TERMS))
     if "bias" in mechs:
-        f["bias"] = "alibi"
+        f["bias"] = draw(st.sampled_from(BIASES))
     if "lin_penalty" in mechs:
         f["penalty"] = draw(st.sampled_from(["1.0", "0.5"]))
     elif "doubly_stochastic" in mechs:

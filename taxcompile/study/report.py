@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from collections import Counter
@@ -303,7 +302,10 @@ def ci(interval) -> str:
 
 
 def to_json(doc: dict) -> str:
-    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """The report as JSON, checked against its published schema (``taxcompile schema study``)."""
+    from ..schemas import dump
+
+    return dump("study", doc) + "\n"
 
 
 CSV_COLUMNS = ("task", "budget", "width", "dimension", "value", "comparison", "models", "n",
