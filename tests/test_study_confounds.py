@@ -177,3 +177,16 @@ def test_report_o_writes_a_curve_png_per_dimension_and_links_it(tmp_path):
     assert not (tmp_path / curves.name("copy", "alignment")).exists()
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert f"[scoring]({png.name})" in md
+
+
+def test_the_html_study_page_has_a_row_per_model_and_the_curves(tmp_path):
+    pytest.importorskip("matplotlib")
+    from taxcompile import report as site
+
+    doc = report.document(_Store(_doc()[0]))
+    files = site._study_page(site._env(), doc)
+    page = files["study.html"]
+    assert page.count('<tr class="model">') == 3
+    assert '<tr class="model"><td>General</td><td>mine:General</td><td>plain</td>' in page
+    path = f"study/{curves.name('copy', 'scoring')}"
+    assert files[path][:4] == b"\x89PNG" and f'<img src="{path}"' in page

@@ -186,8 +186,9 @@ def _plan(args):
             if not Path(s).exists():
                 raise StudyError(f"no such file or directory: {s}", "name .attn spec files "
                                  "or directories of them")
+    mapped = dict(inputs=args.input) if args.input else {}
     planned, skips = runs_mod.plan(args.profile, specs, args.params, args.tasks, args.steps,
-                                   args.width, args.input)
+                                   args.width, **mapped)
     if specs:  # a spec the user named that no task fits is an error, with every reason
         ran = {r.source for r in planned}
         lost = sorted({s.source for s in skips} - ran)
