@@ -88,8 +88,15 @@ def test_a_class_count_written_as_a_number_is_refused_with_its_reason():
     ([str(MEMN2N), "--input", "x=story,x=question"],
      "taxcompile study run: error: argument --input: `x` is mapped twice"),
     (["--input", "x=story"],
-     "taxcompile: error: --input maps your spec's inputs onto a task's; the study's own "
-     "models need none"),
+     "taxcompile: error: --input applies to your own specs; the study's models take none"),
+    ([str(MEMN2N), "--input", "x=story,z=question", "--set", "hidden=8", "--tasks",
+      "pair_recall"],
+     "taxcompile: error: no task fits the given specs (" + str(MEMN2N) + " model `memn2n`: "
+     "no task fits: pair_recall: --set hidden=8: it has no `let hidden` set to a number "
+     "(its lets: d))"),
+    ([str(MEMN2N), "--set", "d=0"],
+     "taxcompile study run: error: argument --set: `d=0` is not NAME=N (N a positive whole "
+     "number)"),
 ])
 def test_an_input_that_cannot_be_mapped_is_refused_with_its_reason(tmp_path, capsys, argv,
                                                                  message, monkeypatch):
@@ -162,3 +169,17 @@ def test_a_study_model_needs_no_mapping_and_keeps_its_key():
     assert all(r.inputs == () for r in runs)
     with pytest.raises(StudyError, match="mapped twice"):
         fit.parse_inputs("x=a,x=b")
+
+
+def test_set_gives_a_published_model_a_cpu_size_and_is_part_of_the_key():
+    """`--set hidden=8,hops=1` on LCR-Rot: its Config fields beside the task's vocabulary
+    and classes; a field the task sets cannot be set otherwise."""
+    mapping = (("x", "left"), ("q", "target"), ("z", "right"))
+    spec = [str(ROOT / "specs" / "wallaart2019.attn")]
+    (run,), _ = plan("smoke", specs=spec, tasks=["pair_recall"], inputs=mapping,
+                     sets=(("hidden", 8), ("hops", 1)))
+    assert run.config == (("classes", 64), ("hidden", 8), ("hops", 1), ("vocab", 64))
+    (plain,), _ = plan("smoke", specs=spec, tasks=["pair_recall"], inputs=mapping)
+    assert plain.model_hash() != run.model_hash()
+    with pytest.raises(StudyError, match="task pair_recall sets `vocab` to 64"):
+        plan("smoke", specs=spec, tasks=["pair_recall"], inputs=mapping, sets=(("vocab", 9),))

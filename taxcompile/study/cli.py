@@ -48,6 +48,16 @@ def _inputs(text: str) -> tuple[tuple[str, str], ...]:
         raise argparse.ArgumentTypeError(e.message.removeprefix("--input: ")) from None
 
 
+def _sets(text: str) -> tuple[tuple[str, int], ...]:
+    from .fit import parse_sets
+    from .runs import StudyError
+
+    try:
+        return parse_sets(text)
+    except StudyError as e:
+        raise argparse.ArgumentTypeError(e.message.removeprefix("--set: ")) from None
+
+
 def _task_needs() -> str:
     from .fit import help_text
 
@@ -118,6 +128,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "A vocabulary, class count or fixed length your spec names with a `let` "
                    "is set to the task's; one written as a number must fit (what each "
                    "task needs: below)")
+    s.add_argument("--set", metavar="NAME=N,…", type=_sets, default=(), dest="sets",
+                   help="set `let`s of your spec through its Config, e.g. --set "
+                   "hidden=32,layers=1 to train a published model at a CPU's size")
     s.add_argument("--dry-run", action="store_true",
                    help="list the runs and an estimate of the time; train nothing")
     s.set_defaults(func=cmd_run)
@@ -186,7 +199,7 @@ def _plan(args):
             if not Path(s).exists():
                 raise StudyError(f"no such file or directory: {s}", "name .attn spec files "
                                  "or directories of them")
-    mapped = dict(inputs=args.input) if args.input else {}
+    mapped = dict(inputs=args.input, sets=args.sets) if args.input or args.sets else {}
     planned, skips = runs_mod.plan(args.profile, specs, args.params, args.tasks, args.steps,
                                    args.width, **mapped)
     if specs:  # a spec the user named that no task fits is an error, with every reason

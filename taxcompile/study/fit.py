@@ -34,6 +34,21 @@ class Fit:
     config: tuple[tuple[str, int], ...]
 
 
+def parse_sets(text: str) -> tuple[tuple[str, int], ...]:
+    """``hidden=32,layers=1`` -> (("hidden", 32), ("layers", 1)), or a ``StudyError``."""
+    hint = "--set NAME=N,…: NAME a `let` of your spec, N a positive whole number"
+    pairs: dict[str, int] = {}
+    for part in text.split(","):
+        name, eq, value = (s.strip() for s in part.partition("="))
+        if not eq or not IDENT.fullmatch(name) or not value.isdigit() or int(value) < 1:
+            raise StudyError(f"--set: `{part.strip()}` is not NAME=N (N a positive whole "
+                             "number)", hint)
+        if name in pairs:
+            raise StudyError(f"--set: `{name}` is set twice", hint)
+        pairs[name] = int(value)
+    return tuple(pairs.items())
+
+
 def parse_inputs(text: str) -> tuple[tuple[str, str], ...]:
     """``x=doc,q=question`` -> (("x", "doc"), ("q", "question")), or a ``StudyError``."""
     hint = "--input TASK=SPEC,…: TASK one of x, q, z (what the task gives), SPEC an input " \
@@ -60,8 +75,10 @@ def parse_inputs(text: str) -> tuple[tuple[str, str], ...]:
 class _Fitter:
     """One model against one task; ``run`` gives a ``Fit`` or the reason it does not fit."""
 
-    def __init__(self, cs, cm, task: str, given: tuple[tuple[str, str], ...]):
+    def __init__(self, cs, cm, task: str, given: tuple[tuple[str, str], ...],
+                 sets: tuple[tuple[str, int], ...] = ()):
         self.cs, self.cm, self.task, self.info = cs, cm, task, T.TASKS[task]
+        self.sets = sets
         self.ins = {n.id: n for n in cm.model.nodes if n.kind_ == "input"}
         self.given = dict(given)
         self.config: dict[str, int] = {}
@@ -147,12 +164,24 @@ class _Fitter:
             return (f"input `{other[0]}` ({n.kind}[{', '.join(n.axes)}]) has no data in task "
                     f"{self.task}, which gives {', '.join(t for t in TENSORS if t in given)}"
                     + (" (map it with --input TASK=NAME)" if n.kind == "tokens" else ""))
-        why = self._output(feeds, tokens)
+        why = self._output(feeds, tokens) or self._user_sets()
         if why:
             return why
         identity = all(t == s for t, s in feeds.items())
         return Fit(() if identity else tuple(sorted(feeds.items())),
                    tuple(sorted(self.config.items())))
+
+    def _user_sets(self) -> str | None:
+        """``--set``'s Config fields, or why one cannot be set."""
+        for name, value in self.sets:
+            if name not in self.fields:
+                return (f"--set {name}={value}: it has no `let {name}` set to a number "
+                        f"(its lets: {', '.join(sorted(self.fields)) or 'none'})")
+            if self.config.get(name, value) != value:
+                return (f"--set {name}={value}: task {self.task} sets `{name}` to "
+                        f"{self.config[name]}")
+            self.config[name] = value
+        return None
 
     def _output(self, feeds: dict[str, str], tokens: str) -> str | None:
         info = self.info
@@ -188,10 +217,12 @@ class _Fitter:
         return None
 
 
-def fit(cs, cm, task: str, given: tuple[tuple[str, str], ...] = ()) -> Fit | str:
+def fit(cs, cm, task: str, given: tuple[tuple[str, str], ...] = (),
+        sets: tuple[tuple[str, int], ...] = ()) -> Fit | str:
     """How checked model ``cm`` (of checked spec ``cs``) fits ``task`` with the
-    ``--input`` mapping ``given``, or why it does not."""
-    return _Fitter(cs, cm, task, given).run()
+    ``--input`` mapping ``given`` and the ``--set`` Config fields ``sets``, or why it
+    does not."""
+    return _Fitter(cs, cm, task, given, sets).run()
 
 
 def help_text() -> str:

@@ -176,9 +176,9 @@ def _slice(prof: Profile, names: list[str], params: int | None,
     return runs, skips
 
 
-def misfit_user(cs, cm, task: str, inputs: tuple = ()) -> str | None:
+def misfit_user(cs, cm, task: str, inputs: tuple = (), sets: tuple = ()) -> str | None:
     """Why the user's checked model ``cm`` cannot run ``task`` (None: it can)."""
-    got = F.fit(cs, cm, task, inputs)
+    got = F.fit(cs, cm, task, inputs, sets)
     return got if isinstance(got, str) else None
 
 
@@ -208,7 +208,7 @@ def _sizes(text: str, name: str, fits: dict, params, widths) -> list[tuple] | st
 
 
 def _user(prof: Profile, specs: list[str], names: list[str], params: int | None,
-          widths: list[int] | None = None, inputs: tuple = ()):
+          widths: list[int] | None = None, inputs: tuple = (), sets: tuple = ()):
     from .. import pipeline
     from ..diagnostics import SpecError
 
@@ -223,7 +223,7 @@ def _user(prof: Profile, specs: list[str], names: list[str], params: int | None,
                              "run `taxcompile check` on it") from None
         for cm in cs.models:
             name = cm.model.name
-            got = {task: F.fit(cs, cm, task, inputs) for task in names}
+            got = {task: F.fit(cs, cm, task, inputs, sets) for task in names}
             fits = {t: f for t, f in got.items() if not isinstance(f, str)}
             why_all = [(t, f) for t, f in got.items() if isinstance(f, str)]
             sizes = _sizes(text, name, fits, params, widths)
@@ -265,18 +265,21 @@ def _sweep_check(steps: list[int] | None, widths: list[int] | None,
 
 def plan(name: str, specs: list[str] | None = None, params: int | None = None,
          tasks: list[str] | None = None, steps: list[int] | None = None,
-         widths: list[int] | None = None,
-         inputs: tuple = ()) -> tuple[list[Run], list[Skip]]:
+         widths: list[int] | None = None, inputs: tuple = (),
+         sets: tuple = ()) -> tuple[list[Run], list[Skip]]:
     prof = profile(name)
     names = _tasks(prof, tasks)
     if params is not None and params <= 0:
         raise StudyError(f"--params must be positive, got {params}")
     _sweep_check(steps, widths, params)
-    if inputs and not specs:
-        raise StudyError("--input maps your spec's inputs onto a task's; the study's own "
-                         "models need none", "name your .attn files, or leave out --input")
+    for flag, given in (("--input", inputs), ("--set", sets)):
+        if given and not specs:
+            raise StudyError(f"{flag} applies to your own specs; the study's models take "
+                             "none", f"name your .attn files, or leave out {flag}")
+    if "d" in dict(sets) and (widths is not None or params is not None):
+        raise StudyError("--set d and --width or --params all set the width", "give one")
     if specs:
-        runs, skips = _user(prof, specs, names, params, widths, inputs)
+        runs, skips = _user(prof, specs, names, params, widths, inputs, sets)
         return _budgets(runs, prof, steps), skips
     runs, skips = _slice(prof, names, params, list(dict.fromkeys(widths or [prof.d])))
     if params is not None and not runs:

@@ -110,13 +110,15 @@ class SeedResult:
 def plan(profile: str, specs: list[str] | None = None, params: int | None = None,
          tasks: list[str] | None = None, steps: list[int] | None = None,
          widths: list[int] | None = None,
-         inputs: tuple[tuple[str, str], ...] = ()) -> tuple[list[Run], list[Skip]]:
+         inputs: tuple[tuple[str, str], ...] = (),
+         sets: tuple[tuple[str, int], ...] = ()) -> tuple[list[Run], list[Skip]]:
     """The runs of a profile (or of the user's ``specs``) and the skips, in a fixed order;
     ``steps`` and ``widths`` sweep the step budget and the width (every combination);
-    ``inputs`` maps the task's tensors onto the specs' inputs (``--input``)."""
+    ``inputs`` maps the task's tensors onto the specs' inputs (``--input``), ``sets``
+    sets their Config fields (``--set``)."""
     from . import plan as _plan
 
-    return _plan.plan(profile, specs, params, tasks, steps, widths, inputs)
+    return _plan.plan(profile, specs, params, tasks, steps, widths, inputs, sets)
 
 
 def execute(run: Run) -> list[SeedResult]:
