@@ -244,6 +244,14 @@ def _study_page(env: jinja2.Environment, doc: dict) -> dict[str, str | bytes]:
         if png is not None:
             plots[task] = f"study/{study_report.plot_name(task)}"
             files[plots[task]] = png
+    curves: dict[str, list[tuple[str, str]]] = {}  # task -> (dimension, learning-curve PNG)
+    for task, dimension in study_report.curves.plots(doc):
+        png = study_report.curves.png(doc, task, dimension)
+        if png is not None:
+            path = f"study/{study_report.curves.name(task, dimension)}"
+            curves.setdefault(task, []).append((dimension, path))
+            files[path] = png
     files["study.html"] = env.get_template("study.html.j2").render(
-        doc=doc, plots=plots, version=__version__, fmt=study_report.num, ci=study_report.ci)
+        doc=doc, plots=plots, curves=curves, version=__version__, fmt=study_report.num,
+        ci=study_report.ci)
     return files

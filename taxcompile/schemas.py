@@ -175,6 +175,51 @@ class Supervision(_Out):
     supervised: Summary
 
 
+class ModelRow(_Out):
+    """One model's seeds on one task, step budget, width and training (``per_model``)."""
+
+    task: str
+    budget: int | None
+    width: int | None
+    model: str
+    spec: str
+    model_hash: str
+    supervised: bool
+    row: dict[Dimension, str]
+    n: int
+    accuracy_mean: Number
+    ci95: Interval
+    solved_fraction: Number
+    steps_to_threshold_mean: Number
+    gold_mass_mean: Number
+
+
+class Paired(_Out):
+    """A model's paired difference in accuracy from another, seed by seed."""
+
+    model: str
+    against: str
+    n: int
+    diff_mean: Number
+    diff_ci95: Interval
+    p: Number
+
+
+class ScoreControl(_Out):
+    """A slice model trained with another score than the base's, against the base trained
+    with that score (``with_score``) beside its twin against the base (``with_base_score``):
+    described, not in the Holm family."""
+
+    task: str
+    budget: int | None
+    width: int | None
+    dimension: Dimension
+    value: str
+    score: str
+    with_base_score: Paired | None
+    with_score: Paired | None
+
+
 class StudyReport(_Out):
     """``taxcompile study report --format json`` (and report.json)."""
 
@@ -186,6 +231,8 @@ class StudyReport(_Out):
     effects: list[Effect]
     interactions: list[Interaction]
     supervision: list[Supervision]
+    per_model: list[ModelRow] = Field(description="one row per model, named")
+    score_controls: list[ScoreControl]
 
 
 # ---- use -------------------------------------------------------------------------------------

@@ -164,7 +164,9 @@ def test_a_spec_no_task_fits_names_the_model_and_why():
     with pytest.raises(StudyError) as e:
         plan("smoke", specs=[str(ROOT / "specs" / "luong2015.attn")])
     msg = str(e.value)
-    assert "luong2015.attn" in msg and "global_dot" in msg and "x: tokens[L]" in msg
+    assert "luong2015.attn" in msg and "global_dot" in msg
+    assert "the task's `x` (the tokens attended over) reads no input: it has no input `x` " \
+        "(name one with --input x=NAME; its token inputs: src, tgt)" in msg
 
 
 USER = """
@@ -265,8 +267,9 @@ def test_a_task_whose_input_the_model_lacks_is_a_skip_shown_in_plan_and_report(t
     assert [r.task for r in runs] == ["keyword"]
     (skip,) = skips
     assert (skip.model, skip.task) == ("pooled", "pair_recall")
-    why = ("task pair_recall puts its query (4 tokens, one of them a key of x) in an input "
-           "`z: tokens[M]`, which it has not")
+    why = ("task pair_recall puts its query (4 tokens, one of them a key of x) in its `z` "
+           "(tokens[M]), which no input reads (name one with --input z=NAME; its token "
+           "inputs: x)")
     assert skip.why == why
     db = tmp_path / "s.db"
     assert cli.main(["run", str(path), "--tasks", "keyword", "pair_recall", "--db", str(db),

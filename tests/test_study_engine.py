@@ -271,8 +271,9 @@ def test_an_unknown_task_is_named_with_the_known_ones(tmp_path, capsys):
 def test_a_real_spec_no_task_fits_is_named_with_why(tmp_path, capsys):
     db = tmp_path / "s.db"
     err = _fails(capsys, "run", str(ROOT / "specs" / "bahdanau2015.attn"), "--db", str(db))
-    assert "bahdanau2015.attn model `rnnsearch`: no task fits: copy: the tasks read an " \
-           "input `x: tokens[L]`, which it has not;" in err, err
+    assert "bahdanau2015.attn model `rnnsearch`: no task fits: copy: the task's `x` (the " \
+           "tokens attended over) reads no input: it has no input `x` (name one with " \
+           "--input x=NAME; its token inputs: src, tgt);" in err, err
     assert not db.exists()
 
 

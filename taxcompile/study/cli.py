@@ -38,6 +38,32 @@ def _positives(text: str) -> list[int]:
             from None
 
 
+def _inputs(text: str) -> tuple[tuple[str, str], ...]:
+    from .fit import parse_inputs
+    from .runs import StudyError
+
+    try:
+        return parse_inputs(text)
+    except StudyError as e:
+        raise argparse.ArgumentTypeError(e.message.removeprefix("--input: ")) from None
+
+
+def _sets(text: str) -> tuple[tuple[str, int], ...]:
+    from .fit import parse_sets
+    from .runs import StudyError
+
+    try:
+        return parse_sets(text)
+    except StudyError as e:
+        raise argparse.ArgumentTypeError(e.message.removeprefix("--set: ")) from None
+
+
+def _task_needs() -> str:
+    from .fit import help_text
+
+    return help_text()
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -65,7 +91,8 @@ def make_parser() -> argparse.ArgumentParser:
                        description="Train the runs of a profile, or your own specs on the "
                        "tasks their inputs fit, into one SQLite file. A study that was "
                        "stopped (even killed) resumes where it stopped: runs already in the "
-                       "file are not run again.")
+                       "file are not run again.", epilog=_task_needs(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("specs", nargs="*", metavar="SPEC",
                    help="spec files or directories (default: the profile's taxonomy slice)")
     s.add_argument("--profile", choices=PROFILES, default="smoke",
@@ -94,6 +121,16 @@ def make_parser() -> argparse.ArgumentParser:
                    "profile's; a spec of yours through its `let d`)")
     s.add_argument("--tasks", metavar="TASK", nargs="+", default=None,
                    help="only these tasks (default: every task a model fits)")
+    s.add_argument("--input", metavar="TASK=SPEC,…", type=_inputs, default=(),
+                   help="which input of your spec reads each tensor a task gives: x (the "
+                   "tokens attended over), q (the query tokens), z (pair_recall's second "
+                   "input), e.g. --input x=doc,q=question (default: the inputs so named). "
+                   "A vocabulary, class count or fixed length your spec names with a `let` "
+                   "is set to the task's; one written as a number must fit (what each "
+                   "task needs: below)")
+    s.add_argument("--set", metavar="NAME=N,…", type=_sets, default=(), dest="sets",
+                   help="set `let`s of your spec through its Config, e.g. --set "
+                   "hidden=32,layers=1 to train a published model at a CPU's size")
     s.add_argument("--dry-run", action="store_true",
                    help="list the runs and an estimate of the time; train nothing")
     s.set_defaults(func=cmd_run)
@@ -153,6 +190,7 @@ def protocol_record(profile: str) -> dict:
 
 def _plan(args):
     from . import runs as runs_mod
+    from .fit import NEEDS
     from .runs import StudyError
 
     specs = [str(p) for p in args.specs] or None
@@ -161,8 +199,9 @@ def _plan(args):
             if not Path(s).exists():
                 raise StudyError(f"no such file or directory: {s}", "name .attn spec files "
                                  "or directories of them")
+    mapped = dict(inputs=args.input, sets=args.sets) if args.input or args.sets else {}
     planned, skips = runs_mod.plan(args.profile, specs, args.params, args.tasks, args.steps,
-                                   args.width)
+                                   args.width, **mapped)
     if specs:  # a spec the user named that no task fits is an error, with every reason
         ran = {r.source for r in planned}
         lost = sorted({s.source for s in skips} - ran)
@@ -171,9 +210,7 @@ def _plan(args):
                    f"{f'task {s.task}: ' if s.task else ''}{s.why}"
                    for s in skips if s.source in lost or not planned]
             raise StudyError("no task fits " + (", ".join(lost) or "these specs") + ":\n  "
-                             + "\n  ".join(why or ["no model to train"]),
-                             "a task needs a token input (and a second one for two-input "
-                             "recall); see docs/study.md, 'Tasks and their gold'")
+                             + "\n  ".join(why or ["no model to train"]), NEEDS)
     return planned, skips
 
 

@@ -18,7 +18,8 @@ NORMALISERS = ("masked_softmax", "sparsemax", "entmax15")
 
 
 def _kwargs(b, batch: dict, n: int | None = None) -> dict:
-    kw = {k: batch[k][:n] if n else batch[k] for k in b.inputs if k != "gold"}
+    arg = getattr(b, "arg", lambda k: k)  # the model's name for the task's tensor
+    kw = {arg(k): batch[k][:n] if n else batch[k] for k in b.inputs if k != "gold"}
     return dict(kw, validate=False)
 
 
@@ -156,8 +157,10 @@ def _erasure(b, model, ev: dict, abar, z, bins: tuple[float, ...], seed: int) ->
         for what, keep in (("comprehensiveness", ~chosen), ("sufficiency", chosen)):
             xs = ev["x"][bi].repeat(len(sizes), 1)
             x = torch.where(keep, xs, torch.zeros_like(xs))
-            kw = dict(x=x, x_mask=keep, validate=False)
-            kw.update({m: ev[m][bi].repeat(len(sizes), 1) for m in ("q", "z") if m in b.inputs})
+            arg = getattr(b, "arg", lambda k: k)  # the model's name for the task's tensor
+            kw = {arg("x"): x, arg("x") + "_mask": keep, "validate": False}
+            kw.update({arg(m): ev[m][bi].repeat(len(sizes), 1) for m in ("q", "z")
+                       if m in b.inputs})
             zz = _logits(model, kw, Tq, return_attention=True).float().softmax(-1)
             p_part = zz[torch.arange(len(sizes) * R), ti.repeat(len(sizes)),
                         pred[bi, ti].repeat(len(sizes))].view(len(sizes), R)

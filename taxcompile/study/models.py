@@ -68,6 +68,9 @@ LAMBDA = 1.0  # the supervised penalty's weight
 # (β = 1) gives one key of 32 at most 0.19 of the weight, a handicap of the scale, not of
 # scoring by cosine (docs/language.md, the similarity score's `scale`).
 SCORE_TEXT = {"similarity": "similarity(scale = learned)"}
+# pair_recall's co-attention models are trained with the additive score and again with
+# this one: an additive base needs 2,600-4,100 steps there, a scaled dot product 600
+DOT = "scaled_multiplicative"
 HEADS, HOPS, CAPSULES = C.HEADS, C.HOPS, C.CAPSULES
 
 
@@ -86,12 +89,20 @@ class Model:
             return "study_multi_rep"
         if self.dimension == "combo":  # combinations' own name (at most 64 characters)
             return self.combo.model
-        return "study_" + ("base" if self.dimension == "base" else
+        name = "study_" + ("base" if self.dimension == "base" else
                            f"{C.SHORT.get(self.value, self.value)}")
+        return name + ("_dot" if self.dot else "")
+
+    @property
+    def dot(self) -> bool:
+        """A co-attention model (or its base) with the scaled dot-product score instead of
+        the additive one: the same comparison without the additive score's confound."""
+        return self.combo.score == DOT and self.dimension in ("base", "feature_multiplicity")
 
     @property
     def source(self) -> str:
-        return f"slice:{self.task}:{self.dimension}={self.value}"
+        return f"slice:{self.task}:{self.dimension}={self.value}" + \
+            (f"+scoring={DOT}" if self.dot else "")
 
 
 def slice_models(task: str, d: int, full: bool = False) -> list[Model]:
@@ -101,6 +112,10 @@ def slice_models(task: str, d: int, full: bool = False) -> list[Model]:
     base = BASE
     out = [Model(base, task, "base", "base", d)]
     out += [Model(base, task, dim, v, d) for dim, v in FEATURE_SWAPS.get(family, [])]
+    if family == "pair":  # each co-attention also with the dot-product score, and its base
+        dot = replace(base, score=DOT)
+        out += [Model(dot, task, "base", "base", d)]
+        out += [Model(dot, task, dim, v, d) for dim, v in FEATURE_SWAPS[family]]
     if family in ("pair", "segmented"):  # their base reads the five dimensions' base
         return out
     if full:
@@ -158,21 +173,28 @@ def _pair_text(m: Model) -> str:
                           "    input z: tokens[M] (vocab = V)",
                           "    feature e = embed(x, d)"] + KEYS + [
                           "    feature hz = embed(z, d, share = e)"]
-    add = "score = additive"
+    add = f"score = {m.combo.score}"
     if m.value == "base":  # one attention over x, queried by z pooled: Singular
         lines += [f"    attention att {{ query = mean(hz)  features = h  {add} }}",
                   "    output out = classify(att, V)"]
     elif m.value == "alternating":  # eq. 6-9: z summarised, x read with it, z re-read
-        lines += [f"    attention c0 {{ features = hz  {add} }}",
+        # no query: a summary of z (eq. 6); a dot product needs one, a learned one (eq. 34)
+        own = "" if m.combo.score == "additive" else "query = learned(d)  "
+        lines += [f"    attention c0 {{ {own}features = hz  {add} }}",
                   f"    attention c2 {{ query = c0  features = h  {add} }}",
-                  f"    attention c1 {{ query = c2  features = hz  {add}  share = c0 }}",
+                  # c0's parameters re-read z (eq. 9); a learned query cannot be shared
+                  f"    attention c1 {{ query = c2  features = hz  {add}"
+                  f"{'  share = c0' if not own else ''} }}",
                   "    output out = classify(concat(c1, c2), V)"]
     elif m.value == "interactive":  # IAN: each input read with the other's mean
         lines += [f"    attention ax {{ query = mean(hz)  features = h  {add} }}",
                   f"    attention az {{ query = mean(h)  features = hz  {add} }}",
                   "    output out = classify(concat(ax, az), V)"]
     else:  # parallel: one affinity matrix read both ways (eq. 12-16)
-        lines += ["    affinity C = affinity(h, hz, form = bilinear, act = tanh)",
+        # with the dot product: the affinity h_i^T hz_j / sqrt(d), max-pooled (eq. 16)
+        form, add = ("bilinear, act = tanh", add) if m.combo.score == "additive" \
+            else ("scaled_dot", "score = max_pool")
+        lines += [f"    affinity C = affinity(h, hz, form = {form})",
                   f"    attention ax {{ query = hz  keys = h  affinity = C  {add} }}",
                   f"    attention az {{ query = h  keys = hz  affinity = C  {add} }}",
                   "    output out = classify(concat(ax, az), V)"]
@@ -240,6 +262,14 @@ def spec_text(m: Model, supervised: bool = False) -> str:
         emb = "e1" if m.dimension == "feature_representations" else "e"
         lines.append(f"    feature u = embed(q, d, share = {emb})")
         query = "u"
+    if c.align == "local" and not own:
+        # the window's centre is predicted from the query (eq. 28), which in Luong's local-p
+        # is a decoder state that has read the source: here the query first reads x once
+        lines.append("    # the query reads x before it predicts the window's centre (eq. 28)")
+        lines.append(f"    attention seen {{ query = {query}  features = h  "
+                     "score = additive }")
+        lines.append(f"    feature u_x = {query} + seen")
+        query = "u_x"
     if c.query_type == "specialized":
         lines.append("    # the query re-reads q through an attention over q: Specialized")
         lines.append("    attention pre { query = u  features = u  score = scaled_multiplicative }")

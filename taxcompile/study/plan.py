@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from . import fit as F
 from . import models as Mdl
 from . import tasks as T
 from .protocol import Profile, profile
@@ -122,15 +123,15 @@ def fit_width(m: Mdl.Model, supervised: bool, target: int) -> Mdl.Model | str:
         else replace(m, d=d)
 
 
-def fit_user(text: str, model: str, target: int) -> tuple | str:
+def fit_user(text: str, model: str, target: int, config: tuple = ()) -> tuple | str:
     """A user's model fitted to ``target`` parameters through its Config field ``d`` (its
-    `let d`): the Config fields to set, or why it cannot be fitted."""
+    `let d`), the task's ``config`` set: the Config fields to set, or why it cannot be."""
     from .runner import build
 
-    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke"))
+    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke", config=config))
     if not isinstance(getattr(b.cfg, "d", None), int):
         return "the spec has no `let d` (an integer width) to fit to --params"
-    count = counter(text, model)
+    count = counter(text, model, config)
     why = _range(count, target)
     if why:
         return why
@@ -175,61 +176,39 @@ def _slice(prof: Profile, names: list[str], params: int | None,
     return runs, skips
 
 
-def misfit_user(cm, task: str) -> str | None:
+def misfit_user(cs, cm, task: str, inputs: tuple = (), sets: tuple = ()) -> str | None:
     """Why the user's checked model ``cm`` cannot run ``task`` (None: it can)."""
-    info = T.TASKS[task]
-    ins = {n.id: n for n in cm.model.nodes if n.kind_ == "input"}
-    x = ins.get("x")
-    axes = 2 if info.family == "segmented" else 1
-    if x is None or x.kind != "tokens" or len(x.axes) != axes:
-        return ("task segments reads an input `x: tokens[S, W]`, which it has not"
-                if axes == 2 else "the tasks read an input `x: tokens[L]`, which it has not")
-    if (x.vocab or 0) < T.V:
-        return f"input `x` has a vocabulary of {x.vocab}; the tasks use {T.V} tokens"
-    if axes == 1 and x.sizes[0] is not None and x.sizes[0] != info.L:
-        return f"input `x` has {x.sizes[0]} positions; task {task} has {info.L}"
-    q = ins.get("q")
-    if q is None and info.T != 1:
-        return (f"it has no query input `q: tokens[T]`, so it makes one prediction per example; "
-                f"task {task} asks {info.T}")
-    if q is not None and (q.kind != "tokens" or len(q.axes) != 1 or (q.vocab or 0) < T.V):
-        return f"input `q` must be tokens over one axis with a vocabulary of at least {T.V}"
-    for name, declared, holds in info.needs:
-        n = ins.get(name)
-        if n is None:
-            return f"task {task} puts {holds} in an input `{name}: {declared}`, which it has not"
-        if n.kind != "tokens" or len(n.axes) != 1 or (n.vocab or 0) < T.V:
-            return (f"input `{name}` must be tokens over one axis with a vocabulary of at "
-                    f"least {T.V}")
-    given = {"x", "q", "gold"} | {name for name, _, _ in info.needs}
-    other = sorted(set(ins) - given)
-    if other:
-        return (f"task {task} gives {', '.join(sorted(given))}; input `{other[0]}` has no "
-                "data in it")
-    outs = [n for n in cm.model.nodes if n.kind_ == "output"]
-    if len(outs) != 1:
-        return f"the tasks score one output; it has {len(outs)}"
-    classes = cm.shapes[outs[0].id].dim
-    if classes is not None and classes < T.V:
-        return f"output `{outs[0].name}` has {classes} classes; the tasks predict {T.V} tokens"
-    return None
+    got = F.fit(cs, cm, task, inputs, sets)
+    return got if isinstance(got, str) else None
 
 
-def _user_widths(text: str, model: str, widths: list[int] | None) -> list[tuple] | str:
+def _user_widths(text: str, model: str, widths: list[int] | None,
+                 config: tuple = ()) -> list[tuple] | str:
     """The Config fields of each width of ``widths`` (through the spec's `let d`), or why
     the spec cannot be swept; [()] (the spec's own width) without ``widths``."""
     if widths is None:
         return [()]
     from .runner import build
 
-    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke"))
+    b = build(Run("params", text, model, "copy", (0,), (0.0,), "smoke", config=config))
     if not isinstance(getattr(b.cfg, "d", None), int):
         return "the spec has no `let d` (an integer width) to set to --width"
     return [(("d", w),) for w in widths]
 
 
+def _sizes(text: str, name: str, fits: dict, params, widths) -> list[tuple] | str:
+    """The width settings of one user model (--params, --width), or why there are none."""
+    if not fits:
+        return [()]
+    config = next(iter(fits.values())).config  # the task's vocabulary and classes
+    if params is not None:
+        got = fit_user(text, name, params, config)
+        return got if isinstance(got, str) else [got]
+    return _user_widths(text, name, widths, config)
+
+
 def _user(prof: Profile, specs: list[str], names: list[str], params: int | None,
-          widths: list[int] | None = None):
+          widths: list[int] | None = None, inputs: tuple = (), sets: tuple = ()):
     from .. import pipeline
     from ..diagnostics import SpecError
 
@@ -244,36 +223,26 @@ def _user(prof: Profile, specs: list[str], names: list[str], params: int | None,
                              "run `taxcompile check` on it") from None
         for cm in cs.models:
             name = cm.model.name
-            before = len(runs)
-            why_all = []
-            configs: list[tuple] | str = [()]
-            fits = any(misfit_user(cm, t) is None for t in names)
-            if params is not None and fits:
-                configs = fit_user(text, name, params)
-                configs = configs if isinstance(configs, str) else [configs]
-            elif fits:
-                configs = _user_widths(text, name, widths)
-            if isinstance(configs, str):
-                skips.append(Skip(str(path), name, None, configs))
+            got = {task: F.fit(cs, cm, task, inputs, sets) for task in names}
+            fits = {t: f for t, f in got.items() if not isinstance(f, str)}
+            why_all = [(t, f) for t, f in got.items() if isinstance(f, str)]
+            sizes = _sizes(text, name, fits, params, widths)
+            if isinstance(sizes, str):
+                skips.append(Skip(str(path), name, None, sizes))
                 continue
-            for task in names:
-                why = misfit_user(cm, task)
-                if why:
-                    why_all.append((task, why))
-                    continue
-                sup = any(n.kind_ == "input" and n.id == "gold" for n in cm.model.nodes)
+            sup = any(n.kind_ == "input" and n.id == "gold" for n in cm.model.nodes)
+            for task, f in fits.items():
                 runs += [Run(str(path), text, name, task, prof.seeds, prof.lrs, prof.name, sup,
-                             config, width=dict(config).get("d")) for config in configs]
-            if len(runs) == before:
+                             tuple(sorted(dict(f.config, **dict(size)).items())),
+                             width=dict(size).get("d"), inputs=f.inputs) for size in sizes]
+            if not fits:
                 skips.append(Skip(str(path), name, None, "no task fits: " + "; ".join(
                     f"{task}: {why}" for task, why in why_all)))
             else:  # each task it does not fit, with its reason (the plan and report list them)
                 skips += [Skip(str(path), name, task, why) for task, why in why_all]
     if not runs:
         whys = "; ".join(f"{s.source} model `{s.model}`: {s.why}" for s in skips)
-        raise StudyError(f"no task fits the given specs ({whys})",
-                         "a study model reads `x: tokens[L]` (and `q: tokens[T]`) and has one "
-                         "output over T (docs/study.md)")
+        raise StudyError(f"no task fits the given specs ({whys})", F.NEEDS)
     return runs, skips
 
 
@@ -296,14 +265,21 @@ def _sweep_check(steps: list[int] | None, widths: list[int] | None,
 
 def plan(name: str, specs: list[str] | None = None, params: int | None = None,
          tasks: list[str] | None = None, steps: list[int] | None = None,
-         widths: list[int] | None = None) -> tuple[list[Run], list[Skip]]:
+         widths: list[int] | None = None, inputs: tuple = (),
+         sets: tuple = ()) -> tuple[list[Run], list[Skip]]:
     prof = profile(name)
     names = _tasks(prof, tasks)
     if params is not None and params <= 0:
         raise StudyError(f"--params must be positive, got {params}")
     _sweep_check(steps, widths, params)
+    for flag, given in (("--input", inputs), ("--set", sets)):
+        if given and not specs:
+            raise StudyError(f"{flag} applies to your own specs; the study's models take "
+                             "none", f"name your .attn files, or leave out {flag}")
+    if "d" in dict(sets) and (widths is not None or params is not None):
+        raise StudyError("--set d and --width or --params all set the width", "give one")
     if specs:
-        runs, skips = _user(prof, specs, names, params, widths)
+        runs, skips = _user(prof, specs, names, params, widths, inputs, sets)
         return _budgets(runs, prof, steps), skips
     runs, skips = _slice(prof, names, params, list(dict.fromkeys(widths or [prof.d])))
     if params is not None and not runs:

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from ..classify import DIMENSIONS, ORDER
 from . import budget as B
-from . import stats
+from . import curves, permodel, stats
+from .effects_plot import plot, plot_name  # noqa: F401 (the HTML report's names)
 
 LEVEL = stats.LEVEL
 ALPHA = stats.ALPHA  # the family-wise error rate Holm's adjustment keeps
@@ -265,8 +266,10 @@ def document(store) -> dict:
     # per task, step budget and width (``study run --steps``, ``--width``)
     for task, budget, width in sorted({(r["task"], r["budget"] or 0, r["width"] or 0)
                                        for r in runs}):
+        # a score control is compared with its own base (permodel.score_controls)
         plain = [r for r in runs if (r["task"], r["budget"] or 0, r["width"] or 0)
-                 == (task, budget, width) and not r["supervised"]]
+                 == (task, budget, width) and not r["supervised"]
+                 and not permodel.is_control(r["spec"])]
         if plain:
             base, e, i = _task_effects(task, plain)
             bases.setdefault(task, base)
@@ -287,7 +290,9 @@ def document(store) -> dict:
                   interval="95 % paired t interval of the mean difference")
     return {"protocol": store.protocol, "statistics": family, "runs": runs,
             "skips": store.skips(), "base": bases, "effects": effects,
-            "interactions": interactions, "supervision": _supervision(runs)}
+            "interactions": interactions, "supervision": _supervision(runs),
+            "per_model": permodel.model_rows(runs),
+            "score_controls": permodel.score_controls(runs)}
 
 
 # ---- rendering -------------------------------------------------------------------------------
@@ -332,6 +337,20 @@ def to_csv(doc: dict) -> str:
                     e["steps_diff_mean"], e["gold_mass_mean"],
                     gci[0], gci[1], e["verdict"], e["learning"],
                     e["base_steps_to_threshold"], e["learning_why"]])
+    return buf.getvalue()
+
+
+MODEL_COLUMNS = ("task", "budget", "width", "model", "spec", "supervised", "n",
+                 "accuracy_mean", "solved_fraction", "steps_to_threshold_mean",
+                 "gold_mass_mean")
+
+
+def models_csv(doc: dict) -> str:
+    """One row per model (``per_model``): models.csv beside report.csv."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(MODEL_COLUMNS)
+    w.writerows([m[c] for c in MODEL_COLUMNS] for m in doc.get("per_model", []))
     return buf.getvalue()
 
 
@@ -409,6 +428,14 @@ def to_md(doc: dict) -> str:
     for task, base in doc["base"].items():
         out += [f"## {task}", "", "Base: " + ", ".join(f"{d} {v}" for d, v in base.items()), ""]
         out += _effects_md([e for e in doc["effects"] if e["task"] == task])
+        out += ["Every model:", ""] + permodel.models_md(
+            [m for m in doc.get("per_model", []) if m["task"] == task])
+        controls = [c for c in doc.get("score_controls", []) if c["task"] == task]
+        if controls:
+            out += ["Score controls (each value against the base trained with the same "
+                    "score, paired by seed; described, not in the Holm family):", ""]
+            out += permodel.controls_md(controls)
+        out += curves.links_md(doc, task)
         inter = [i for i in doc["interactions"] if i["task"] == task]
         out += ["Interactions: " + ("none covered (one factor varied at a time)"
                                         if not inter else ""), ""]
@@ -439,58 +466,21 @@ RENDER = {"md": to_md, "csv": to_csv, "json": to_json}
 # ---- files and plots -------------------------------------------------------------------------
 
 
-def plot(doc: dict, task: str) -> bytes | None:
-    """A PNG of one task's effects (accuracy and gold mass, with intervals, the base's mean
-    as a line); None when matplotlib is not installed."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    mine = [e for e in doc["effects"] if e["task"] == task and e["n"]]
-    if mine:  # one step budget and width: the largest budget, the first width
-        cell = max(((e["budget"] or 0), -(e["width"] or 0)) for e in mine)
-        mine = [e for e in mine if ((e["budget"] or 0), -(e["width"] or 0)) == cell]
-    # the base once, on top, then each value that differs from it
-    effects = [e for e in mine if e["verdict"] == "base"][:1] + \
-        [e for e in mine if e["verdict"] != "base"]
-    labels = ["base" if e["verdict"] == "base" else f"{e['dimension']}: {e['value']}"
-              for e in effects]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.3 * len(effects) + 1.5), sharey=True)
-    for ax, key, ci_key, title in ((axes[0], "accuracy_mean", "ci95", "accuracy"),
-                                   (axes[1], "gold_mass_mean", "gold_mass_ci95", "gold mass")):
-        for y, e in enumerate(effects):
-            if e[key] is None:
-                continue
-            ci = e[ci_key] or [e[key], e[key]]
-            ax.errorbar(e[key], y, xerr=[[e[key] - ci[0]], [ci[1] - e[key]]], fmt="o",
-                        color="black" if e["verdict"] == "base" else "tab:blue", capsize=2)
-            if e["verdict"] == "base":
-                ax.axvline(e[key], color="grey", lw=0.8, ls="--")
-        ax.set_title(f"{task}: {title} (95 % CI)", fontsize=9)
-    axes[0].set_yticks(range(len(labels)), labels, fontsize=7)
-    axes[0].invert_yaxis()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def plot_name(task: str) -> str:
-    return f"effects_{re.sub(r'[^A-Za-z0-9_-]+', '_', task)}.png"
-
-
 def write(doc: dict, out: Path) -> list[Path]:
-    """report.md, report.csv, report.json and a PNG per task into ``out``."""
+    """report.md, report.csv, report.json, models.csv, an effects PNG per task and a
+    learning-curve PNG per task and dimension into ``out``."""
     from ..files import write_all_atomic
 
     files: dict[Path, str | bytes] = {out / f"report.{k}": render(doc)
                                       for k, render in RENDER.items()}
+    files[out / "models.csv"] = models_csv(doc)
     for task in doc["base"]:
         png = plot(doc, task)
         if png is not None:
             files[out / plot_name(task)] = png
+    for task, dimension in curves.plots(doc):
+        png = curves.png(doc, task, dimension)
+        if png is not None:
+            files[out / curves.name(task, dimension)] = png
     write_all_atomic(files)
     return list(files)

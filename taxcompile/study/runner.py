@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from . import tasks as T
 from .protocol import STREAMS, THRESHOLD, Profile, profile, task_seed
@@ -34,9 +34,15 @@ class Built:
     mod: object
     cm: object
     cfg: object
-    inputs: tuple[str, ...]  # the task's tensors the model reads (x, q, gold)
+    inputs: tuple[str, ...]  # the task's tensors the model reads (x, q, z, gold)
     gold_rows: bool  # gold has query rows (alignment[T, L]); else alignment[L]
     row: dict
+    # task tensor -> the model's input that reads it (``Run.inputs``; else the same name)
+    feed: dict = field(default_factory=dict)
+
+    def arg(self, tensor: str) -> str:
+        """The forward() argument that takes the task's ``tensor``."""
+        return self.feed.get(tensor, tensor)
 
 
 def build(run: Run) -> Built:
@@ -64,13 +70,14 @@ def build(run: Run) -> Built:
     gold = names.get("gold")
     c = classify_model(cm)
     row = {d: c.cells[d].text(d) for d in DIMENSIONS}
-    reads = tuple(n for n in ("x", "q", "z", "gold") if n in names)
+    feed = dict(run.inputs)
+    reads = tuple(n for n in ("x", "q", "z", "gold") if feed.get(n, n) in names)
     return Built(mod, cm, mod.Config(**dict(run.config)), reads,
-                 gold is not None and len(gold.axes) == 2, row)
+                 gold is not None and len(gold.axes) == 2, row, feed)
 
 
 def _kwargs(b: Built, batch: dict, train: bool) -> dict:
-    kw = {n: batch[n] for n in b.inputs if n != "gold"}
+    kw = {b.arg(n): batch[n] for n in b.inputs if n != "gold"}
     if "gold" in b.inputs and train:
         kw["gold"] = batch["gold"] if b.gold_rows else batch["gold"][:, 0]
     return kw

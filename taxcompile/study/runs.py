@@ -50,6 +50,9 @@ class Run:
     # steps); the warm-up and cosine schedule are laid over it (a profile with these steps)
     budget: int | None = None
     width: int | None = None  # the model's width d, recorded (None: the spec's own)
+    # `study run --input x=doc`: the task's tensor -> the spec's input that reads it (empty:
+    # each tensor reads the input of its own name)
+    inputs: tuple[tuple[str, str], ...] = ()
 
     def model_hash(self) -> str:
         """sha256 of the spec text, the model's name (and the Config fields it sets, and a
@@ -60,6 +63,8 @@ class Run:
             h.update(f"\0{k}={v}".encode("utf-8"))
         if self.budget is not None:
             h.update(f"\0steps={self.budget}".encode("utf-8"))
+        for task, spec in self.inputs:
+            h.update(f"\0input:{task}={spec}".encode("utf-8"))
         return h.hexdigest()
 
     def key(self, seed: int) -> str:
@@ -104,12 +109,16 @@ class SeedResult:
 
 def plan(profile: str, specs: list[str] | None = None, params: int | None = None,
          tasks: list[str] | None = None, steps: list[int] | None = None,
-         widths: list[int] | None = None) -> tuple[list[Run], list[Skip]]:
+         widths: list[int] | None = None,
+         inputs: tuple[tuple[str, str], ...] = (),
+         sets: tuple[tuple[str, int], ...] = ()) -> tuple[list[Run], list[Skip]]:
     """The runs of a profile (or of the user's ``specs``) and the skips, in a fixed order;
-    ``steps`` and ``widths`` sweep the step budget and the width (every combination)."""
+    ``steps`` and ``widths`` sweep the step budget and the width (every combination);
+    ``inputs`` maps the task's tensors onto the specs' inputs (``--input``), ``sets``
+    sets their Config fields (``--set``)."""
     from . import plan as _plan
 
-    return _plan.plan(profile, specs, params, tasks, steps, widths)
+    return _plan.plan(profile, specs, params, tasks, steps, widths, inputs, sets)
 
 
 def execute(run: Run) -> list[SeedResult]:
