@@ -1,7 +1,8 @@
 """How many torch threads to train with: what the user set, else the cores the machine's
 load leaves free. On a shared machine a torch that takes every core fights the other jobs
 for them (a toy training step went from 0.7 s with one thread to 7-11 s with two at load
-5-22), so the commands that train (``taxcompile train``, ``taxcompile.fit``) ask here.
+5-22), so the commands that train (``taxcompile train``, ``taxcompile.fit``) ask here, and
+``taxcompile study run`` starts as many processes as there are free cores.
 
 No torch import: the choice is a number, set by the caller."""
 
@@ -43,8 +44,14 @@ def choose(requested: int | None = None, *, environ=None, load_avg: float | None
             return _positive(env[name].strip(), name), f"from {name}"
     n = cores() if ncores is None else ncores
     busy = load() if load_avg is None else load_avg
-    free = max(1, min(n, math.floor(n - busy)))
-    return free, f"{n} cores at load {busy:.1f}"
+    return free(n, busy), f"{n} cores at load {busy:.1f}"
+
+
+def free(ncores: int | None = None, load_avg: float | None = None) -> int:
+    """The cores the other jobs leave free: ``max(1, cores - load)``, rounded down."""
+    n = cores() if ncores is None else ncores
+    busy = load() if load_avg is None else load_avg
+    return max(1, min(n, math.floor(n - busy)))
 
 
 def _positive(value, where: str) -> int:

@@ -11,9 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import taxcompile  # noqa: E402
-from taxcompile import fit_tasks  # noqa: E402
-from taxcompile.fit import fit, load_checkpoint  # noqa: E402
-from taxcompile.fit_parts import Progress  # noqa: E402
+from taxcompile import fitting_tasks as fit_tasks  # noqa: E402
+from taxcompile import fit  # noqa: E402
+from taxcompile.fitting import load_checkpoint  # noqa: E402
+from taxcompile.fitting_parts import Progress  # noqa: E402
 
 from conftest import SPECS  # noqa: E402
 
@@ -221,7 +222,7 @@ class _Terminal(io.StringIO):
 
 
 def test_the_progress_bar_shows_loss_and_throughput_on_a_terminal_only():
-    from taxcompile.fit import History
+    from taxcompile.fitting import History
 
     h = History(losses=[0.5, 0.25], steps=2, seconds=0.5, examples=64, trained=2)
     term = _Terminal()

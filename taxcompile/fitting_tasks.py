@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import train
-from .fit_parts import accuracy_of
+from .fitting_parts import accuracy_of
 
 EVAL_BATCHES = 4
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import threads as threads_mod
-from .fit_parts import Progress, accuracy_of, batch_parts, lr_factor
+from .fitting_parts import Progress, accuracy_of, batch_parts, lr_factor
 
 FORMAT = 1  # the checkpoint's layout; a checkpoint of another layout is refused
 
