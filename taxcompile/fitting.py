@@ -76,7 +76,8 @@ def fit(model, data, *, steps: int | None = None, epochs: int = 1, lr: float = 1
         eval_every: int | None = None, patience: int | None = None, min_delta: float = 0.0,
         loss: Callable | None = None, metric: Callable | None = None, seed: int = 0,
         checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-        progress: bool | None = None, threads: int | None = None) -> History:
+        progress: bool | None = None, threads: int | None = None,
+        meta: dict | None = None, on_resume: Callable | None = None) -> History:
     """Train ``model`` on ``data`` (batches ``(inputs, *loss_args)``, see the module's
     docstring) and return its ``History``.
 
@@ -98,7 +99,9 @@ def fit(model, data, *, steps: int | None = None, epochs: int = 1, lr: float = 1
     the end; when it exists, training resumes from it. progress: a progress bar on stderr
     (default: when stderr is a terminal). threads: torch threads (default: the
     ``TORCH_NUM_THREADS`` / ``OMP_NUM_THREADS`` set, else the cores the machine's load
-    leaves free)."""
+    leaves free). meta: plain values stored in the checkpoint (``taxcompile train`` puts the
+    spec, the model's name and its Config there). on_resume: called with the step a run
+    resumes at."""
     import torch
 
     data, eval_data = _split(data, eval_data, holdout)
@@ -119,6 +122,8 @@ def fit(model, data, *, steps: int | None = None, epochs: int = 1, lr: float = 1
     n, why = threads_mod.choose(threads)
     if path is not None and path.exists():
         n = _resume(path, model, opt, sched, history, watch, s, threads, n)
+        if on_resume is not None:
+            on_resume(history.steps)
     else:
         torch.manual_seed(seed)
         random.seed(seed)
@@ -127,7 +132,7 @@ def fit(model, data, *, steps: int | None = None, epochs: int = 1, lr: float = 1
     bar = Progress(total, enabled=progress)
     try:
         _loop(model, data, eval_data, opt, sched, loss_fn, metric, clip, s, history, watch,
-              path, checkpoint_every or every, n, bar)
+              path, checkpoint_every or every, (n, meta or {}), bar)
     finally:
         bar.close()
         torch.set_num_threads(saved_threads)
@@ -136,7 +141,7 @@ def fit(model, data, *, steps: int | None = None, epochs: int = 1, lr: float = 1
 
 
 def _loop(model, data, eval_data, opt, sched, loss_fn, metric, clip, s, history, watch,
-          path, save_every, n_threads, bar) -> None:
+          path, save_every, extra, bar) -> None:
     import torch
 
     params = [p for g in opt.param_groups for p in g["params"]]
@@ -177,7 +182,7 @@ def _loop(model, data, eval_data, opt, sched, loss_fn, metric, clip, s, history,
                 history.stopped = "early stopping"
         bar.update(history, ev)
         if path is not None and (history.steps % save_every == 0 or history.stopped):
-            save(path, model, opt, sched, history, watch, n_threads)
+            save(path, model, opt, sched, history, watch, *extra)
 
 
 def evaluate(model, batches, loss: Callable | None = None, metric: Callable | None = None
@@ -222,14 +227,15 @@ def _stop_early(value: float, watch: dict, s: _Settings) -> bool:
 # ---- the checkpoint
 
 
-def save(path: Path, model, opt, sched, history: History, watch: dict, n_threads: int) -> None:
+def save(path: Path, model, opt, sched, history: History, watch: dict, n_threads: int,
+         meta: dict) -> None:
     """Everything a run needs to go on exactly, written atomically (a temporary file in the
     same directory, then renamed over ``path``)."""
     import torch
 
     state = dict(format=FORMAT, model=model.state_dict(), optimizer=opt.state_dict(),
                  scheduler=sched.state_dict(), history=history.state(), watch=dict(watch),
-                 threads=n_threads, torch_rng=torch.get_rng_state(),
+                 threads=n_threads, meta=meta, torch_rng=torch.get_rng_state(),
                  python_rng=random.getstate(),
                  cuda_rng=torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [])
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -262,11 +268,10 @@ def _resume(path, model, opt, sched, history, watch, s, asked, n) -> int:
     import torch
 
     state = load_checkpoint(path)
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[0]
-        raise ValueError(f"{path}: the checkpoint is of another model ({first})") from None
+    why = _mismatch(model.state_dict(), state["model"])
+    if why:
+        raise ValueError(f"{path}: the checkpoint is of another model ({why})")
+    model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     sched.load_state_dict(state["scheduler"])
     h = state["history"]
@@ -285,6 +290,17 @@ def _resume(path, model, opt, sched, history, watch, s, asked, n) -> int:
     # the same thread count as the run it resumes (sums split across threads round
     # differently), unless the user asks for another
     return n if asked is not None or "TORCH_NUM_THREADS" in os.environ else int(state["threads"])
+
+
+def _mismatch(mine: dict, saved: dict) -> str:
+    """The first difference between the model's weights and a checkpoint's ("" if none)."""
+    for k, v in mine.items():
+        if k not in saved:
+            return f"it has no `{k}`"
+        if tuple(saved[k].shape) != tuple(v.shape):
+            return f"`{k}` is {tuple(saved[k].shape)} there, {tuple(v.shape)} here"
+    extra = [k for k in saved if k not in mine]
+    return f"it has `{extra[0]}`, which this model does not" if extra else ""
 
 
 def _tuples(x):

@@ -40,6 +40,8 @@ def batch_parts(batch, i: int, device) -> tuple[dict, tuple]:
 
 
 def _to(x, device):
+    if device is None:
+        return x
     if hasattr(x, "to") and hasattr(x, "device"):
         return x if x.device == device else x.to(device)
     if isinstance(x, dict):
