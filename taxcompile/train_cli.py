@@ -178,8 +178,8 @@ def _fields(items: list[str], mod) -> dict:
             try:
                 out[key] = kind(value)
             except ValueError:
-                raise UsageError(f"--set {key}: expected {'a whole number' if kind is int else 'a number'}, "
-                                 f"got {value!r}") from None
+                what = "a whole number" if kind is int else "a number"
+                raise UsageError(f"--set {key}: expected {what}, got {value!r}") from None
         else:
             out[key] = value  # api.config names an unknown field
     return out
