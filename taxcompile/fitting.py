@@ -42,6 +42,7 @@ class History:
     steps: int = 0
     stopped: str = ""  # "steps", "early stopping", "data ran out"
     seconds: float = 0.0  # training time of this call (a resumed run: since it resumed)
+    threads: int = 0  # torch threads of this call
     examples: int = 0  # examples seen by this call
     trained: int = 0  # steps taken by this call
 
@@ -99,12 +100,14 @@ def fit(model, data, *, steps: int | None = None, epochs: int = 1, lr: float = 1
     the end; when it exists, training resumes from it. progress: a progress bar on stderr
     (default: when stderr is a terminal). threads: torch threads (default: the
     ``TORCH_NUM_THREADS`` / ``OMP_NUM_THREADS`` set, else the cores the machine's load
-    leaves free). meta: plain values stored in the checkpoint (``taxcompile train`` puts the
+    leaves free). The model is left in eval mode. meta: plain values stored in the checkpoint (``taxcompile train`` puts the
     spec, the model's name and its Config there). on_resume: called with the step a run
     resumes at."""
     import torch
 
     data, eval_data = _split(data, eval_data, holdout)
+    if eval_data is not None and iter(eval_data) is eval_data:  # one pass: keep it
+        eval_data = list(eval_data)
     total = _total_steps(data, steps, epochs)
     loss_fn = loss if loss is not None else _model_loss(model)
     metric = metric if metric is not None else (accuracy_of(model) if loss is None else None)
@@ -121,7 +124,10 @@ def fit(model, data, *, steps: int | None = None, epochs: int = 1, lr: float = 1
     path = Path(checkpoint) if checkpoint is not None else None
     n, why = threads_mod.choose(threads)
     if path is not None and path.exists():
-        n = _resume(path, model, opt, sched, history, watch, s, threads, n)
+        saved = _resume(path, model, opt, sched, history, watch, s)
+        # the resumed run's thread count (sums split across threads round differently),
+        # unless the user asked for one
+        n = saved if threads_mod.FROM_LOAD in why else n
         if on_resume is not None:
             on_resume(history.steps)
     else:
@@ -129,6 +135,7 @@ def fit(model, data, *, steps: int | None = None, epochs: int = 1, lr: float = 1
         random.seed(seed)
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(n)
+    history.threads = n
     bar = Progress(total, enabled=progress)
     try:
         _loop(model, data, eval_data, opt, sched, loss_fn, metric, clip, s, history, watch,
@@ -264,7 +271,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     return state
 
 
-def _resume(path, model, opt, sched, history, watch, s, asked, n) -> int:
+def _resume(path, model, opt, sched, history, watch, s) -> int:
+    """Restore a run from its checkpoint; its thread count."""
     import torch
 
     state = load_checkpoint(path)
@@ -287,9 +295,7 @@ def _resume(path, model, opt, sched, history, watch, s, asked, n) -> int:
                          f"{s.steps} steps asked for")
     if history.stopped != "early stopping" and history.steps < s.steps:
         history.stopped = ""  # more steps asked for than the run it resumes
-    # the same thread count as the run it resumes (sums split across threads round
-    # differently), unless the user asks for another
-    return n if asked is not None or "TORCH_NUM_THREADS" in os.environ else int(state["threads"])
+    return int(state["threads"])
 
 
 def _mismatch(mine: dict, saved: dict) -> str:

@@ -2,11 +2,12 @@
 ``(inputs, target)`` form the model's own ``loss`` takes, with a decoder's target the
 token sequence it is fed (teacher forcing: its loss shifts it). A task whose targets the
 model's loss cannot read (a pointer over positions, several outputs, a model without a
-``loss``) keeps the report's loss (``train._loss``: cross-entropy per output, REINFORCE
-for hard attention) with the attention penalties added."""
+``loss``, hard attention) keeps the report's loss (``train._loss``: cross-entropy per
+output, REINFORCE for hard attention) with the attention penalties added."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -42,7 +43,7 @@ def synthetic(model, mod, cm, source: str, batch: int = train.BATCH, seed: int =
     if task.task == "none":
         raise ValueError(f"model `{cm.model.name}` has no output to train")
     _, probe = task.batch(torch.Generator().manual_seed(0), 2)
-    own = _own_loss(model, task, probe)
+    own = _own_loss(model, mod, task, probe)
     convert = (lambda x, t: _for_model(task, x, t)) if own else (lambda x, t: (x, t))
 
     def data(step: int):
@@ -57,11 +58,15 @@ def synthetic(model, mod, cm, source: str, batch: int = train.BATCH, seed: int =
                      lambda out, t: _task_accuracy(out, names, t))
 
 
-def _own_loss(model, task, targets: dict) -> bool:
-    """Whether the model's generated ``loss`` reads the task's one target."""
+def _own_loss(model, mod, task, targets: dict) -> bool:
+    """Whether the model's generated ``loss`` reads the task's one target (and is all its
+    loss: hard attention's samples learn from the report's REINFORCE term, which the
+    generated loss does not have)."""
     if accuracy_of(model) is None or len(targets) != 1:
         return False
-    (name, (_, how)), = targets.items()
+    if "log_probs" in {f.name for f in dataclasses.fields(mod.Output)}:
+        return False
+    (_, (_, how)), = targets.items()
     return how == "ce" and len(task.outputs) == 1
 
 

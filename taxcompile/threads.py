@@ -12,6 +12,7 @@ import math
 import os
 
 ENV = ("TORCH_NUM_THREADS", "OMP_NUM_THREADS")  # read in this order
+FROM_LOAD = "cores at load"  # in the reason of a count that no one set
 
 
 def cores() -> int:
@@ -44,7 +45,7 @@ def choose(requested: int | None = None, *, environ=None, load_avg: float | None
             return _positive(env[name].strip(), name), f"from {name}"
     n = cores() if ncores is None else ncores
     busy = load() if load_avg is None else load_avg
-    return free(n, busy), f"{n} cores at load {busy:.1f}"
+    return free(n, busy), f"{n} {FROM_LOAD} {busy:.1f}"
 
 
 def free(ncores: int | None = None, load_avg: float | None = None) -> int:

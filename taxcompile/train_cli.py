@@ -140,7 +140,7 @@ def _train(args) -> int:
                     warmup=args.warmup, clip=args.clip, eval_data=eval_data, holdout=holdout,
                     eval_every=args.eval_every, patience=args.patience, loss=loss,
                     metric=metric, seed=args.seed, checkpoint=out,
-                    progress=False if args.quiet else None, threads=n_threads,
+                    progress=False if args.quiet else None, threads=args.threads,
                     meta=dict(spec=str(args.spec), model=name, config=dataclasses.asdict(cfg)),
                     on_resume=lambda step: print(f"taxcompile: resuming from {out} at step "
                                                  f"{step}", file=sys.stderr))
@@ -160,7 +160,8 @@ def _summary(name, what, h, out, n_threads, why) -> str:
             text += f", accuracy {ev['accuracy']:.3f}"
     if h.trained:
         text += (f"; {h.steps_per_second:.1f} steps/s, {h.examples / h.seconds:.0f} "
-                 f"examples/s on {n_threads} thread{'s' * (n_threads != 1)} ({why})")
+                 f"examples/s on {h.threads} thread{'s' * (h.threads != 1)}"
+                 + (f" ({why})" if h.threads == n_threads else " (as the run it resumed)"))
     return text + f"; checkpoint {out}"
 
 

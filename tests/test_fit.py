@@ -237,3 +237,77 @@ def test_the_progress_bar_shows_loss_and_throughput_on_a_terminal_only():
     bar.update(h)
     bar.close()
     assert plain.getvalue() == ""
+
+
+def test_a_resumed_run_keeps_its_thread_count_unless_one_is_asked_for(tmp_path, monkeypatch):
+    """Sums split across threads round differently: a run resumes on the threads it ran
+    on, not on what the load leaves free now."""
+    from taxcompile import threads
+
+    for name in threads.ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads, "cores", lambda: 2)
+    monkeypatch.setattr(threads, "load", lambda: 0.0)
+    batches = _keyword_batches(2)
+    ckpt = tmp_path / "c.pt"
+    assert fit(_lin2017(), batches, steps=2, checkpoint=ckpt, threads=1).threads == 1
+    assert fit(_lin2017(), batches, steps=3, checkpoint=ckpt).threads == 1
+    assert fit(_lin2017(), batches, steps=4, checkpoint=ckpt, threads=2).threads == 2
+    assert fit(_lin2017(), batches, steps=2).threads == 2  # a fresh run: the free cores
+
+
+def test_a_model_without_a_loss_needs_one():
+    torch.manual_seed(0)
+    m = taxcompile.build(SPECS / "zhang2019.attn", tiny=True)
+    assert not hasattr(m, "loss")
+    with pytest.raises(ValueError, match=r"Model has no loss\(\) \(no output is a classify\); "
+                       r"give fit a loss="):
+        fit(m, [({}, None)], steps=1)
+
+
+def _every_model():
+    from taxcompile import api
+
+    return [(p.name, cm.model.name) for p in sorted(SPECS.glob("*.attn"))
+            for cm in api.load(p)[0].models]
+
+
+@pytest.mark.parametrize("spec, name", _every_model())
+def test_every_model_trains_on_its_task_and_resumes_exactly(spec, name, tmp_path):
+    """Each model of specs/ on its synthetic task (classifiers, taggers, decoders with
+    teacher forcing, pointers, segmentation, hard attention's sampled positions, penalties):
+    training moves the weights, and a 4-step run stopped after step 2 and resumed from its
+    checkpoint gives the losses of one never stopped, bit for bit."""
+    import warnings
+
+    mod, cm, source = fit_tasks.load(SPECS / spec, name)
+
+    def run(ckpt=None, stop_at=-1):
+        torch.manual_seed(0)
+        m = mod.Model(mod.Config.tiny())
+        task = fit_tasks.synthetic(m, mod, cm, source, batch=4)
+
+        def data(step):
+            if step == stop_at:
+                raise _Stop
+            return task.data(step)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            h = fit(m, data, steps=4, loss=task.loss, metric=task.metric,
+                    eval_data=task.eval_data[:1], checkpoint=ckpt, checkpoint_every=1,
+                    threads=1, lr=1e-2)
+        return h, m
+
+    whole, m = run()
+    torch.manual_seed(0)
+    untrained = mod.Model(mod.Config.tiny())
+    assert all(math.isfinite(x) for x in whole.losses) and len(whole.losses) == 4
+    assert any(not torch.equal(p, q) for p, q in zip(m.parameters(), untrained.parameters()))
+    ckpt = tmp_path / "c.pt"
+    with pytest.raises(_Stop):
+        run(ckpt, stop_at=2)
+    resumed, again = run(ckpt)
+    assert resumed.trained == 2 and resumed.losses == whole.losses
+    for p, q in zip(m.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(p, q)
