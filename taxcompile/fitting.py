@@ -100,9 +100,10 @@ def fit(model, data, *, steps: int | None = None, epochs: int = 1, lr: float = 1
     the end; when it exists, training resumes from it. progress: a progress bar on stderr
     (default: when stderr is a terminal). threads: torch threads (default: the
     ``TORCH_NUM_THREADS`` / ``OMP_NUM_THREADS`` set, else the cores the machine's load
-    leaves free). The model is left in eval mode. meta: plain values stored in the checkpoint (``taxcompile train`` puts the
-    spec, the model's name and its Config there). on_resume: called with the step a run
-    resumes at."""
+    leaves free). meta: plain values stored in the checkpoint (``taxcompile train`` puts
+    the spec, the model's name and its Config there). on_resume: called with the step a run
+    resumes at. The model is left in eval mode. A loss that is not finite stops the run
+    with a ValueError naming the step (the checkpoint keeps the last good state)."""
     import torch
 
     data, eval_data = _split(data, eval_data, holdout)
@@ -165,6 +166,10 @@ def _loop(model, data, eval_data, opt, sched, loss_fn, metric, clip, s, history,
         inputs, rest = batch_parts(batch, history.steps, device)
         out = model(**inputs)
         value = loss_fn(out, *rest)
+        got = float(value.detach())
+        if not math.isfinite(got):
+            raise ValueError(f"step {history.steps + 1}: the loss is {got}; a lower lr or a "
+                             "clip may help")
         opt.zero_grad(set_to_none=True)
         value.backward()
         if clip is not None:
@@ -173,7 +178,7 @@ def _loop(model, data, eval_data, opt, sched, loss_fn, metric, clip, s, history,
         opt.step()
         sched.step()
         history.steps += 1
-        history.losses.append(float(value.detach()))
+        history.losses.append(got)  # (the loss before this step's update)
         history.examples += _size(inputs)
         history.trained += 1
         history.seconds = time.perf_counter() - start

@@ -311,3 +311,19 @@ def test_every_model_trains_on_its_task_and_resumes_exactly(spec, name, tmp_path
     assert resumed.trained == 2 and resumed.losses == whole.losses
     for p, q in zip(m.state_dict().values(), again.state_dict().values()):
         assert torch.equal(p, q)
+
+
+def test_a_loss_that_is_not_finite_stops_the_run_naming_the_step(tmp_path):
+    model = _lin2017()
+    steps = []
+
+    def loss(out, target):
+        steps.append(1)
+        value = model.loss(out, target)
+        return value * float("nan") if len(steps) == 3 else value
+
+    ckpt = tmp_path / "c.pt"
+    with pytest.raises(ValueError, match=r"step 3: the loss is nan; a lower lr or a clip"):
+        fit(model, _keyword_batches(4), steps=10, loss=loss, checkpoint=ckpt,
+            checkpoint_every=1, threads=1)
+    assert load_checkpoint(ckpt)["history"]["steps"] == 2
