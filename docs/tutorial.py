@@ -14,11 +14,8 @@ import io
 import shutil
 
 import torch
-import torch.nn.functional as F
 
 import taxcompile
-
-torch.set_num_threads(1)  # toy sizes: one thread is the fastest
 
 # %% [markdown]
 # ## 1. A spec
@@ -52,13 +49,13 @@ model keyword {
 # %% [markdown]
 # ## 2. Its Table III row, derived from its structure
 #
-# `classify` returns the row with the reasons for every value; in Jupyter it shows as a
-# table.
+# `classify` returns the row with the reasons for every value; ending a cell with it shows
+# it as a table.
 
 # %%
 row = taxcompile.classify(SPEC)
-print(row._repr_markdown_())
 assert row.row()["scoring"] == "Additive" and row.row()["query_type"] == "Self-Attentive"
+row
 
 # %% [markdown]
 # ## 3. The model
@@ -73,10 +70,18 @@ print(model.cfg)
 print(model)
 
 # %% [markdown]
-# ## 4. Train it briefly
+# ## 4. Train it
 #
 # The task: does the sentence contain the keyword (token 2)? Only one position matters,
 # so a model that learns the task must learn to attend to it.
+#
+# `taxcompile.fit` takes batches `(inputs, target)`: `inputs` the keyword arguments of
+# `forward()` (as `example_inputs` names them), `target` what the model's own `loss()`
+# compares its output with (here the class; for a decoder, the token sequence it is fed:
+# its loss shifts it by one). It trains with AdamW, a warm-up and a cosine decay,
+# clipping, and evaluates the held-out batches; `checkpoint="run.pt"` would save a run that
+# resumes exactly, `patience=` stop it early. The data can be a list of batches or, as
+# here, a function of the step.
 
 # %%
 KEYWORD, S = 2, 12
@@ -91,22 +96,21 @@ def batch(n: int, g: torch.Generator):
     return words, label, where
 
 
-g = torch.Generator().manual_seed(0)
-opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-model.train()
-for step in range(150):
-    words, label, _ = batch(64, g)
-    loss = F.cross_entropy(model(words=words).output, label)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    if step % 50 == 0:
-        print(f"step {step}: loss {loss.item():.3f}")
+def training_batch(step: int):
+    words, label, _ = batch(64, torch.Generator().manual_seed(step))
+    return {"words": words}, label
 
-model.eval()
+
+words, label, _ = batch(256, torch.Generator().manual_seed(-1))
+held_out = [({"words": words}, label)]
+history = taxcompile.fit(model, training_batch, steps=150, lr=1e-2, eval_data=held_out,
+                         threads=1)  # toy sizes: one thread is the fastest
+print(f"loss {history.losses[0]:.3f} -> {history.losses[-1]:.3f};",
+      f"held-out accuracy every 15 steps: {[round(e['accuracy'], 2) for e in history.evals]}")
+
 words, label, where = batch(512, torch.Generator().manual_seed(1))
 with torch.no_grad():
-    out = model(words=words, return_attention=True)
+    out = model(words=words, return_attention=True)  # fit leaves the model in eval mode
 accuracy = (out.output.argmax(-1) == label).float().mean().item()
 print(f"held-out accuracy: {accuracy:.3f}")
 assert accuracy > 0.95
@@ -128,14 +132,12 @@ assert hit > 0.95
 # %% [markdown]
 # ## 6. A diagram
 #
-# A `graphviz.Digraph` in the survey's visual language; Jupyter draws it (SVG).
+# A `graphviz.Digraph` in the survey's visual language; ending a cell with it draws it
+# (SVG; graphviz's `dot` does the drawing).
 
 # %%
 diagram = taxcompile.diagram(SPEC)
-print(diagram.source.splitlines()[0])
-if shutil.which("dot"):
-    svg = diagram._repr_svg_()  # what a notebook shows
-    print(f"diagram: {len(svg)} characters of SVG")
+diagram if shutil.which("dot") else print(diagram.source)  # without graphviz: its DOT text
 
 # %% [markdown]
 # ## 7. Save and load

@@ -465,7 +465,13 @@ def make_parser() -> argparse.ArgumentParser:
     return cli_parser.build({
         "check": cmd_check, "classify": cmd_classify, "table": cmd_table, "graph": cmd_graph,
         "diagram": cmd_diagram, "report": cmd_report, "compile": cmd_compile, "fmt": cmd_fmt,
-        "new": cmd_new, "schema": cmd_schema}, __version__)
+        "new": cmd_new, "schema": cmd_schema, "train": _cmd_train}, __version__)
+
+
+def _cmd_train(args) -> int:
+    from .train_cli import cmd_train
+
+    return cmd_train(args)
 
 
 class _Visible:

@@ -124,6 +124,15 @@ def build(commands: dict[str, Callable[[argparse.Namespace], int]],
     s.add_argument("name", metavar="NAME", help="classify or study")
     s.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead")
     s.set_defaults(func=commands["schema"])
+    s = sub.add_parser("train", help="train a model of a spec into a checkpoint",
+                       description="Build a model of the spec (Config.tiny() unless --full) "
+                       "and train it with AdamW, warm-up and cosine decay on its synthetic "
+                       "task or on your batches (--data), evaluating held-out batches; the "
+                       "checkpoint resumes exactly when the command is run again.")
+    from .train_cli import add_arguments  # (no torch: the command imports it when run)
+
+    add_arguments(s)
+    s.set_defaults(func=commands["train"])
 
     # `study` has its own command line (study/cli.py); main() hands it everything after
     # the word, so this entry only lists it in --help

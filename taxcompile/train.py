@@ -423,6 +423,20 @@ def heldout(model, task: Task, names: list[str]) -> Heldout:
                    all(u for _, _, u in parts) and len(parts) == 1)
 
 
+def task_of(model, mod, cm, source: str) -> tuple[Task, list[str]]:
+    """The synthetic task of ``model`` (built from ``mod`` at ``model.cfg``) and its output
+    names: its outputs' shapes come from a run on the example inputs."""
+    import torch
+
+    example = mod.example_inputs(batch_size=2, cfg=model.cfg)
+    names = [n.name for n in cm.model.nodes if n.kind_ == "output"]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe = model(**example)
+    shapes = {k: tuple(v.shape) for k, v in _outputs(probe, names).items()}
+    return Task(mod, cm, source, model.cfg, shapes), names
+
+
 def train(mod, cm, source: str, steps: int = STEPS, cache: Path | None = None) -> Trained:
     """``Model(Config.tiny())`` trained ``steps`` steps on its synthetic task (weights
     from ``cache`` when it holds this source and these settings)."""
@@ -431,13 +445,7 @@ def train(mod, cm, source: str, steps: int = STEPS, cache: Path | None = None) -
     cfg = mod.Config.tiny()
     torch.manual_seed(SEED)
     model = mod.Model(cfg)
-    example = mod.example_inputs(batch_size=2, cfg=cfg)
-    names = [n.name for n in cm.model.nodes if n.kind_ == "output"]
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        probe = model(**example)
-    shapes = {k: tuple(v.shape) for k, v in _outputs(probe, names).items()}
-    task = Task(mod, cm, source, cfg, shapes)
+    task, names = task_of(model, mod, cm, source)
     g_show = torch.Generator().manual_seed(SEED + 1)
     shown, _ = task.batch(g_show, 2)
 

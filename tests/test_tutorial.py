@@ -1,10 +1,13 @@
 """docs/tutorial.py, the notebook-style tutorial, runs end to end as a script: it builds a
-model from spec text, trains it, checks where it attends, draws and saves it. Its own
-asserts (held-out accuracy, the keyword's weight, the same outputs after a save and load)
-are the checks; this test runs it and reads its report."""
+model from spec text, trains it with taxcompile.fit, checks where it attends, draws and
+saves it. Its own asserts (held-out accuracy, the keyword's weight, the same outputs after
+a save and load) are the checks; this test runs it and reads its report. As a notebook,
+executed in a real Jupyter kernel, its cells show the Table III row as a table and the
+diagram as SVG."""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -28,7 +31,40 @@ def test_the_tutorial_runs_end_to_end():
                        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
-    assert "| Scoring | Additive | Additive: attention `att` uses the additive score |" in out
+    assert re.search(r"loss 0\.\d+ -> 0\.0\d\d; held-out accuracy every 15 steps: \[", out)
     assert float(re.search(r"held-out accuracy: ([\d.]+)", out).group(1)) > 0.95
     assert re.search(r"the keyword takes the largest weight in (9[5-9]|100)\.\d%", out)
     assert "saved and loaded:" in out and "the same outputs" in out
+
+
+def test_the_tutorial_renders_rich_outputs_in_a_kernel(monkeypatch):
+    """Executed cell by cell in a Jupyter kernel (nbclient), the row cell shows a Markdown
+    table and the diagram cell an SVG image: the cells end with the objects."""
+    jupytext = pytest.importorskip("jupytext")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    if shutil.which("dot") is None:
+        pytest.skip("graphviz's dot draws the SVG")
+    nb = jupytext.read(TUTORIAL)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the kernel imports this checkout
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT)}}).execute()
+    outputs = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            for o in cell.outputs:
+                assert o.output_type != "error", o
+                for kind, value in o.get("data", {}).items():
+                    outputs.setdefault(kind, []).append(value)
+    table = "\n".join(outputs["text/markdown"])
+    assert "| Scoring | Additive | Additive: attention `att` uses the additive score |" in table
+    svg = outputs["image/svg+xml"]
+    assert len(svg) == 1 and svg[0].lstrip().startswith("<?xml") and "<svg" in svg[0]
+
+
+def test_dir_lists_the_public_api():
+    import taxcompile
+
+    assert dir(taxcompile) == ["__version__", "build", "classify", "diagram", "fit", "module"]
+    for name in dir(taxcompile):
+        assert getattr(taxcompile, name)

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import threads
 from ..cli import EXIT_OK, EXIT_USAGE, _Parser
 
 EXIT_FAILED = 1  # spec errors or runs that failed
@@ -101,7 +102,8 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--db", metavar="PATH", default="study.db",
                    help="the study file (default: study.db)")
     s.add_argument("--workers", metavar="N", type=_positive, default=None,
-                   help=f"local processes (default: the cores, here {_cores()})")
+                   help="local processes (default: the cores the machine's load leaves "
+                   f"free, here {threads.free(_cores())} of {_cores()})")
     s.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local: a process pool; ray: one Ray task per run (pip install "
                    "'taxcompile[ray]')")
@@ -280,10 +282,11 @@ def cmd_run(args) -> int:
 
 
 def _workers(asked: int | None, pending: int) -> int:
-    """The local processes to start: as asked (default: the cores), never more than the
-    pending runs; more than the cores is said, as they then share them."""
+    """The local processes to start: as asked (default: the cores the load leaves free),
+    never more than the pending runs; more than the cores is said, as they then share
+    them."""
     cores = _cores()
-    workers = max(1, min(asked or cores, pending))
+    workers = max(1, min(asked or threads.free(cores), pending))
     if asked is not None and asked > cores:
         print(f"taxcompile: note: --workers {asked} is more than the {cores} cores here; "
               f"starting {workers} (at most one per pending run), which share them",
