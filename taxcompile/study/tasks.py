@@ -45,6 +45,11 @@ class TaskInfo:
     # the answer-bearing positions (``possible``): every position a correct model may read
     # the answer from, beside the gold links
     answer: str = "the gold links alone: no other position holds the answer"
+    # the literature's language-modelling tasks (``lit_tasks``): their generator, their
+    # own vocabulary, and the task's count (MQAR's pairs, tokens to copy, motif size)
+    kind: str = ""
+    vocab: int = V
+    pairs: int = 0
 
 
 RECALL = "the queried key's position and its value's, one after it (the value is the answer)"
@@ -75,6 +80,49 @@ TASKS: dict[str, TaskInfo] = {t.name: t for t in (
              "keyword (1 of 4), the others distractors: which keyword", "the keyword's "
              "segment"),
 )}
+
+def _lit(name: str, kind: str, vocab: int, L: int, pairs: int, about: str, gold: str,
+         answer: str = "the gold links alone: no other position holds the answer") -> TaskInfo:
+    return TaskInfo(name, "lm", L, L, about, gold, answer=answer, kind=kind, vocab=vocab,
+                    pairs=pairs)
+
+
+_KEY = "the queried key's position in the pairs"
+_VALUE = "the queried key's position and its value's, one after it (the value is the answer)"
+# The literature's own tasks, one sequence read by a language model (``lit_tasks``; the
+# ``literature`` profiles): zoology's MQAR scaled to a CPU (zoology: V 8192, L 64-512, 4-64
+# pairs), mad-lab's tasks at their baseline and a harder level of each (mad-lab's
+# ``configs/tasks``; selective copying and fuzzy recall at shorter lengths)
+LIT_TASKS: dict[str, TaskInfo] = {t.name: t for t in (
+    _lit("zoo_mqar_64_4", "zoology_mqar", 256, 64, 4, "zoology's MQAR as a language model: "
+         "V 512, L 64, 4 pairs, queries at power-law gaps, random tokens between", _KEY,
+         _VALUE),
+    _lit("zoo_mqar_128_8", "zoology_mqar", 512, 128, 8, "zoology's MQAR, V 512, L 128, 8 "
+         "pairs", _KEY, _VALUE),
+    _lit("zoo_mqar_256_16", "zoology_mqar", 512, 256, 16, "zoology's MQAR, V 512, L 256, 16 "
+         "pairs", _KEY, _VALUE),
+    _lit("mad_selective_copy", "selective_copy", 16, 64, 8, "mad-lab's selective copying: "
+         "8 tokens among blanks, copied in order after the copy token (V 16, L 64)",
+         "the copied token's position"),
+    _lit("mad_selective_copy_hard", "selective_copy", 64, 128, 16, "selective copying, V "
+         "64, L 128, 16 tokens", "the copied token's position"),
+    _lit("mad_fuzzy_recall", "fuzzy_recall", 16, 64, 3, "mad-lab's fuzzy in-context recall "
+         "(multi-query): keys and values of 1-3 tokens (V 16, L 64)", "the same token of "
+         "the key's earlier values"),
+    _lit("mad_fuzzy_recall_hard", "fuzzy_recall", 32, 128, 3, "fuzzy recall, V 32, L 128",
+         "the same token of the key's earlier values"),
+    _lit("mad_compression", "compression", 16, 32, 0, "mad-lab's compression: reconstruct "
+         "the 32 tokens from one vector (V 16, L 32)", "the same position"),
+    _lit("mad_compression_hard", "compression", 32, 64, 0, "compression, V 32, L 64",
+         "the same position"),
+    _lit("mad_memorization", "memorization", 256, 32, 0, "mad-lab's memorisation: a fixed "
+         "key-value map of 127 pairs learned in the weights (V 256, L 32)", "none: the "
+         "answer is in no position of x"),
+    _lit("mad_memorization_hard", "memorization", 512, 32, 0, "memorisation, V 512 (255 "
+         "pairs)", "none: the answer is in no position of x"),
+)}
+TASKS.update(LIT_TASKS)
+
 M_PAIR = 4  # length of pair_recall's z
 W_SEG = 8  # tokens per segment of ``segments``
 
@@ -227,6 +275,10 @@ _GENERATORS = {"mqar4": _mqar, "mqar8": _mqar, "copy": _permutation, "reverse": 
 def batch(name: str, g, B: int) -> dict:
     """One batch of task ``name``: x, q, y, gold, possible (see the module's docstring)."""
     info = TASKS[name]
+    if info.kind:
+        from . import lit_tasks
+
+        return lit_tasks.batch(info, g, B)
     got = _GENERATORS[name](g, B, info)
     extra, got = (got[0], got[1:]) if isinstance(got[0], dict) else ({}, got)
     x, q, y, gold, possible = got
