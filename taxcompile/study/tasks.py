@@ -94,9 +94,12 @@ _VALUE = "the queried key's position and its value's, one after it (the value is
 # pairs), mad-lab's tasks at their baseline and a harder level of each (mad-lab's
 # ``configs/tasks``; selective copying and fuzzy recall at shorter lengths)
 LIT_TASKS: dict[str, TaskInfo] = {t.name: t for t in (
-    _lit("zoo_mqar_64_4", "zoology_mqar", 256, 64, 4, "zoology's MQAR as a language model: "
-         "V 512, L 64, 4 pairs, queries at power-law gaps, random tokens between", _KEY,
-         _VALUE),
+    _lit("zoo_mqar_32_4", "zoology_mqar", 64, 32, 4, "zoology's MQAR as a language model: "
+         "V 64, L 32, 4 pairs, queries at power-law gaps (the CPU figure)", _KEY, _VALUE),
+    _lit("zoo_mqar_32_8", "zoology_mqar", 64, 32, 8, "zoology's MQAR, V 64, L 32, 8 pairs "
+         "(the CPU figure)", _KEY, _VALUE),
+    _lit("zoo_mqar_64_4", "zoology_mqar", 512, 64, 4, "zoology's MQAR at zoology's lengths "
+         "(V 512 for its 8192): L 64, 4 pairs", _KEY, _VALUE),
     _lit("zoo_mqar_128_8", "zoology_mqar", 512, 128, 8, "zoology's MQAR, V 512, L 128, 8 "
          "pairs", _KEY, _VALUE),
     _lit("zoo_mqar_256_16", "zoology_mqar", 512, 256, 16, "zoology's MQAR, V 512, L 256, 16 "
