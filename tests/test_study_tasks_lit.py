@@ -59,7 +59,7 @@ def test_mqar_gaps_follow_zoologys_power_law():
     """One pair: its gap g is drawn with p(g) ∝ (g + 1)^(a - 1), a = 0.01, over
     [0, (L - 2) / 2) (zoology's ``power_a``)."""
     info = dataclasses.replace(T.TASKS["zoo_mqar_64_4"], pairs=1)
-    n = 20000
+    n = 8000
     x, y, _, _ = LT.zoology_mqar(torch.Generator().manual_seed(3), n, info)
     t = (y != -100).float().argmax(1)
     gaps = ((t - 2) // 2).tolist()
@@ -215,3 +215,89 @@ def test_a_causal_convolution_reads_no_later_position():
     later[:, 6:] = (later[:, 6:] + 1) % 16  # change the future
     again = model(x=later).output
     assert torch.allclose(again[:, :6], logits[:, :6]) and not torch.allclose(again, logits)
+
+
+# ---- the models, the profile and its figure -----------------------------------------------
+
+
+@pytest.mark.parametrize("mixer", ["conv", "recurrent"])
+def test_the_baselines_attention_module_is_the_identity(mixer):
+    """The language wants an attention module in every model: the baselines' reads
+    stack(h, h), two equal keys of weight 1/2, so its context is h itself."""
+    m = LM.LitModel("zoo_mqar_32_4", mixer, 8)
+    cs = pipeline.load_text(LM.spec_text(m), "t.attn")
+    mod = load_module(codegen.generate(cs, cs.models[0], "t.attn"), f"lit_identity_{mixer}")
+    torch.manual_seed(0)
+    model = mod.Model(mod.Config()).double().eval()
+    x = torch.randint(0, 64, (2, 32))
+    out = model(x=x, return_attention=True)
+    a = out.attention["keep"]
+    assert a.shape[-1] == 2 and torch.allclose(a, torch.full_like(a, 0.5))  # 1/2 each
+
+
+def test_the_literature_profile_plans_every_mixer_on_every_task():
+    from taxcompile.study.protocol import PROFILES
+    from taxcompile.study.runs import plan
+
+    prof = PROFILES["literature"]
+    runs, skips = plan("literature", widths=[8, 16])
+    assert not skips
+    got = {(r.task, r.model, r.width) for r in runs}
+    assert got == {(t, f"lit_{m}", w) for t in prof.tasks for m in LM.MIXERS for w in (8, 16)}
+    assert all(not r.supervised and r.seeds == prof.seeds for r in runs)
+    from taxcompile.study.runs import StudyError
+
+    with pytest.raises(StudyError, match="sweep the width instead"):
+        plan("literature", params=5000)
+
+
+def test_a_tiny_literature_run_end_to_end(monkeypatch):
+    """literature_smoke on MQAR and fuzzy recall: every mixer trains, fuzzy recall on
+    mad-lab's training targets (every next token) and scored on its probes; the figure
+    and the table read the results."""
+    from dataclasses import asdict
+
+    from taxcompile.study import lit_report, runner
+    from taxcompile.study.runs import execute, plan
+
+    runs, _ = plan("literature_smoke", tasks=["zoo_mqar_32_4", "mad_fuzzy_recall"])
+    assert len(runs) == 6
+    targets = []
+    step = runner.Ensemble.step
+
+    def spy(self, kws, y, t):
+        targets.append((self.run.task, y))
+        return step(self, kws, y, t)
+
+    monkeypatch.setattr(runner.Ensemble, "step", spy)
+    results = []
+    for r in runs:
+        for s in execute(r):
+            assert s.steps == 4 and len(s.curve) == 2 and 0.0 <= s.accuracy <= 1.0
+            results.append(dict(asdict(s), task=r.task, model=r.model))
+    fuzzy = [y for task, y in targets if task == "mad_fuzzy_recall"]
+    mqar = [y for task, y in targets if task == "zoo_mqar_32_4"]
+    assert bool((fuzzy[0] != -100).all())  # every next token is a training target
+    assert float((mqar[0] != -100).float().mean()) == pytest.approx(4 / 32)  # the answers
+    rows = lit_report.table(results)
+    assert {(r["task"], r["mixer"]) for r in rows} == {
+        (t, m) for t in ("zoo_mqar_32_4", "mad_fuzzy_recall") for m in LM.MIXERS}
+    png = lit_report.figure(rows)
+    assert png is None or png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert lit_report.markdown(rows).count("\n") == 2 + len(rows)
+
+
+def test_the_report_table_is_the_seeds_mean_min_max_and_solved_count():
+    from taxcompile.study import lit_report
+
+    def res(seed, acc, steps, width=16, model="lit_conv"):
+        return dict(task="zoo_mqar_32_8", model=model, width=width, seed=seed, accuracy=acc,
+                    steps_to_threshold=steps, params=100)
+
+    rows = lit_report.table([res(0, 0.5, None), res(1, 1.0, 300), res(2, 0.9, None),
+                             res(0, 1.0, 200, 8, "lit_attention"),
+                             dict(res(0, 0.1, None), task="copy")])  # not a literature task
+    assert [(r["mixer"], r["width"]) for r in rows] == [("attention", 8), ("conv", 16)]
+    conv = rows[1]
+    assert conv["accuracy"] == pytest.approx(0.8) and (conv["low"], conv["high"]) == (0.5, 1.0)
+    assert (conv["solved"], conv["steps"], conv["seeds"]) == (1, 300, 3)

@@ -90,7 +90,7 @@ PROFILES = {p.name: p for p in (
     # the literature's own tasks (lit_tasks, lit_models: attention, a gated convolution and
     # an LSTM as the mixer of a two-layer causal language model), widths swept with
     # --width: zoology's MQAR and mad-lab's four remaining tasks, sized for a CPU
-    Profile("literature", d=32, steps=1000, batch=32, seeds=(0, 1), lrs=(3e-3,),
+    Profile("literature", d=32, steps=1000, batch=32, seeds=(0,), lrs=(3e-3,),
             tasks=LITERATURE, eval_every=100, eval_batch=256, test_batch=256,
             supervised=False),
     # the same tasks and models, a few steps: a test of the pipeline (seconds)
