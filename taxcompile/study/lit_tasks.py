@@ -105,7 +105,7 @@ def selective_copy(g, B: int, info: T.TaskInfo):
 # ---- mad-lab: fuzzy in-context recall (multi-query) -------------------------------------
 
 
-def _motifs(vocab: list[int], size: int, rnd: random.Random) -> list[tuple]:
+def _motifs(vocab: list[int], size: int, rnd: random.Random) -> tuple:
     """A random ordered motif of ``size`` distinct tokens (one of the permutations
     ``generate_vocab_permutations`` lists, uniformly)."""
     return tuple(rnd.sample(vocab, size))
