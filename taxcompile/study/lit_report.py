@@ -2,7 +2,7 @@
 (zoology's figure 2), and a table of every (task, mixer, width) with the seeds' mean.
 
 ``python -m taxcompile.study.lit_report STUDY.db -o DIR`` writes ``DIR/literature.png``
-(one panel per task, the tasks of ``tasks`` that the file holds) and
+(one panel per task the file holds at several widths) and
 ``DIR/literature.md``. Reads a study file's results as ``study report`` does."""
 
 from __future__ import annotations
@@ -116,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "literature.md").write_text(markdown(rows), encoding="utf-8")
-    png = figure(rows)
+    # a panel per task swept over widths (a task at one width is a row of the table)
+    swept = [t for t in dict.fromkeys(r["task"] for r in rows)
+             if len({r["width"] for r in rows if r["task"] == t}) > 1]
+    png = figure(rows, swept or None)
     if png:
         (out / "literature.png").write_bytes(png)
     return 0
