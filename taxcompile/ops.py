@@ -118,10 +118,11 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("bilstm", *_RNN),
     _op("bigru", *_RNN),
     # groups: g groups of features convolved apart (groups = d: depthwise); separable: a
-    # depthwise convolution then a pointwise one to d (QANet; Lite Transformer's branch)
+    # depthwise convolution then a pointwise one to d (QANet; Lite Transformer's branch);
+    # causal: position l reads l-k+1 .. l only (a language model's convolution)
     _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS), SHARE,
         pint("groups", False, 1), P("separable", "bool", False, False),
-        P("bias", "bool", False, True)),
+        P("bias", "bool", False, True), P("causal", "bool", False, False)),
     _op("identity", node()),
     _op("positional", node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
     # x's position table alone, (L, d) broadcast over x's other axes (codegen/positions.py)

@@ -38,9 +38,11 @@ def conv_module(p, e, n, x, d, act) -> str:
     pointwise one (Chollet 2017; QANet)."""
     k, out = int(e.param("kernel", 3)), widened(act, d)
     bias = "" if e.param("bias", True) else ", bias=False"
+    # causal: k - 1 zeros on both sides, and ``cnn`` keeps the first L outputs
+    pad = k - 1 if e.param("causal", False) else '"same"'
     if e.param("separable", False):
         return op_module(p, e, n, "conv", f"nn.Sequential(nn.Conv1d({x.dim}, {x.dim}, "
-                         f"kernel_size={k}, padding=\"same\", groups={x.dim}, bias=False), "
+                         f"kernel_size={k}, padding={pad}, groups={x.dim}, bias=False), "
                          f"nn.Conv1d({x.dim}, {out}, kernel_size=1{bias}))",
                          "depthwise, then pointwise")
     groups = ""
@@ -49,7 +51,7 @@ def conv_module(p, e, n, x, d, act) -> str:
         p.divides.extend([(x.dim, str(g)), (out, str(g))])
         groups = f", groups={g}"
     return op_module(p, e, n, "conv", f"nn.Conv1d({x.dim}, {out}, kernel_size={k}, "
-                     f"padding=\"same\"{groups}{bias})")
+                     f"padding={pad}{groups}{bias})")
 
 
 @plan_rule("cnn")
@@ -65,13 +67,18 @@ def cnn(p, e, a, n):
                        f"{xin}.masked_fill(~{name}{suffix}.unsqueeze(-1), 0.0)",
                        "h", "padded positions set to zero")
         x = same(x, padded)
+    # causal: of the L + k - 1 outputs, the first L read no later position
+    causal = e.param("causal", False)
+    what = ": convolve over earlier positions" if causal else ": convolve over positions"
     if len(x.shape.axes) == 1:  # (B, L, d): Conv1d wants (B, d, L)
-        y = p.tmp(f"{mod}({atom(x.name)}.transpose(1, 2)).transpose(1, 2)", "y",
-                  out_shape + ": convolve over positions")
+        cut = f"[:, :{atom(x.name)}.shape[1]]" if causal else ""
+        y = p.tmp(f"{mod}({atom(x.name)}.transpose(1, 2)).transpose(1, 2){cut}", "y",
+                  out_shape + what)
     else:
         xin = local(p, x)
+        cut = f"[:, :{xin}.shape[-2]]" if causal else ""
         xs = p.tmp(f"{xin}.reshape(-1, {xin}.shape[-2], {xin}.shape[-1])", "xs",
                    "(N, L, d): leading axes folded into the batch")
-        y = p.tmp(f"{mod}({xs}.transpose(1, 2)).transpose(1, 2).reshape(*{xin}.shape[:-1], -1)",
-                  "y", out_shape + ": convolve over positions")
+        y = p.tmp(f"{mod}({xs}.transpose(1, 2)).transpose(1, 2){cut}"
+                  f".reshape(*{xin}.shape[:-1], -1)", "y", out_shape + what)
     return resized(x, act_call(act, y), e.param("d"), d)

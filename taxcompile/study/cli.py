@@ -15,9 +15,10 @@ from pathlib import Path
 
 from .. import threads
 from ..cli import EXIT_OK, EXIT_USAGE, _Parser
+from .protocol import PROFILES as _PROFILES
 
 EXIT_FAILED = 1  # spec errors or runs that failed
-PROFILES = ("smoke", "slice", "full")
+PROFILES = tuple(_PROFILES)  # smoke, slice, full and the literature's
 
 
 def _positive(text: str) -> int:

@@ -146,6 +146,12 @@ def _slice(prof: Profile, names: list[str], params: int | None,
     runs: list[Run] = []
     skips: list[Skip] = []
     for task in names:
+        if T.TASKS[task].family == "lm":  # the literature's tasks: their own models
+            from . import lit_models
+
+            got = lit_models.plan_runs(prof, task, widths or [prof.d], params)
+            runs, skips = runs + got[0], skips + got[1]
+            continue
         for m in [m for w in widths or [prof.d] for m in Mdl.slice_models(task, w, full=prof.full)]:
             why = Mdl.misfit(m)
             if why:

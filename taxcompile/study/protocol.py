@@ -74,6 +74,9 @@ class Profile:
                       use="reported only: accuracy, attention measures, learning curve"))
 
 
+LITERATURE = ("zoo_mqar_32_4", "zoo_mqar_32_8", "mad_selective_copy", "mad_fuzzy_recall",
+              "mad_compression", "mad_memorization")
+
 PROFILES = {p.name: p for p in (
     # CI: minutes on 2 cores; every value of the five per-module dimensions at least once
     Profile("smoke", d=16, steps=60, batch=32, seeds=(0, 1), lrs=(1e-2,),
@@ -84,6 +87,15 @@ PROFILES = {p.name: p for p in (
             tasks=("mqar4", "mqar8", "copy", "reverse", "sort", "noisy_recall", "keyword",
                    "pair_recall", "segments"),
             eval_every=50, eval_batch=256, test_batch=512),
+    # the literature's own tasks (lit_tasks, lit_models: attention, a gated convolution and
+    # an LSTM as the mixer of a two-layer causal language model), widths swept with
+    # --width: zoology's MQAR and mad-lab's four remaining tasks, sized for a CPU
+    Profile("literature", d=32, steps=1000, batch=32, seeds=(0,), lrs=(3e-3,),
+            tasks=LITERATURE, eval_every=100, eval_batch=256, test_batch=256,
+            supervised=False),
+    # the same tasks and models, a few steps: a test of the pipeline (seconds)
+    Profile("literature_smoke", d=8, steps=4, batch=8, seeds=(0,), lrs=(3e-3,),
+            tasks=LITERATURE, eval_every=2, eval_batch=16, test_batch=16, supervised=False),
     # a cluster: every valid combination of taxcompile.combinations
     Profile("full", d=64, steps=2000, batch=64, seeds=(0, 1, 2, 3, 4), lrs=(1e-3, 3e-3, 1e-2),
             tasks=("mqar4", "mqar8", "copy", "reverse", "sort", "noisy_recall", "keyword",

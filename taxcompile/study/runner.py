@@ -286,7 +286,8 @@ def execute_with(run: Run, prof: Profile) -> list[SeedResult]:
     while t < prof.steps and bool(ens.active.any()):
         data = {s: T.batch(run.task, gens[s], prof.batch) for s in run.seeds}
         batch = _stack([data[s] for s, _ in ens.members])
-        losses = ens.step(_kwargs(b, batch, True), batch["y"], t)
+        # y_train: a task that trains on other targets than it scores (mad-lab's recall)
+        losses = ens.step(_kwargs(b, batch, True), batch.get("y_train", batch["y"]), t)
         t += 1
         if t % prof.eval_every == 0 or t == prof.steps:
             acc = evaluate_all()
