@@ -99,7 +99,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="spec files or directories (default: the profile's taxonomy slice)")
     s.add_argument("--profile", choices=PROFILES, default="smoke",
                    help="smoke: minutes, for CI; slice: about an hour on 2 cores; full: "
-                   "every combination, for a cluster (default: smoke)")
+                   "every combination, for a cluster; literature: zoology's MQAR and "
+                   "mad-lab's tasks as language models, one line per mixer (about half an "
+                   "hour on 2 cores; literature_smoke: seconds) (default: smoke)")
     s.add_argument("--db", metavar="PATH", default="study.db",
                    help="the study file (default: study.db)")
     s.add_argument("--workers", metavar="N", type=_positive, default=None,
