@@ -194,6 +194,36 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
     return e.softmax(dim).masked_fill(~keep, 0.0)
 
 
+def output_loss(kind: str, logits: torch.Tensor, target: torch.Tensor,
+                mask: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
+    """The cross-entropy of one logits output against `target`, the mean over what counts.
+
+    classes: logits (B, *P, C), target (B, *P) class ids, mask (B, *P) True where a target
+      counts (as does a target that is not `ignore_index`).
+    positions: logits (B, *P, 1), one score per position (a pointer); target (B,) the gold
+      position's index in the flattened P; mask (B, *P) True where a position may be
+      pointed at (the input's padding mask).
+    binary: logits (B, 1), target (B,) 0 or 1 (the sigmoid's cross-entropy); mask (B,) True
+      where it counts."""
+    if kind == "positions":
+        s = logits.squeeze(-1).flatten(1)  # (B, P)
+        if mask is not None:  # a padded position is never the answer
+            s = s.masked_fill(~mask.bool().flatten(1), torch.finfo(s.dtype).min)
+        return F.cross_entropy(s, target.reshape(-1), ignore_index=ignore_index)
+    if kind == "binary":
+        y = target.reshape(-1)
+        w = (y != ignore_index).to(logits.dtype)
+        if mask is not None:
+            w = w * mask.reshape(-1).to(logits.dtype)
+        each = F.binary_cross_entropy_with_logits(logits.reshape(-1), (y * (w > 0)).to(
+            logits.dtype), reduction="none")  # (B,)
+        return (each * w).sum() / w.sum().clamp_min(1)
+    if mask is not None:
+        target = target.masked_fill(~mask.bool(), ignore_index)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                           ignore_index=ignore_index)
+
+
 def sinusoid(x: torch.Tensor, start: int = 0) -> torch.Tensor:
     """x plus the sinusoidal position encoding of its second-to-last axis (Vaswani et al.),
     whose first position is `start` (generate(): the tokens already decoded); computed in
@@ -554,18 +584,24 @@ class Model(nn.Module):
         return Output({'start': start, 'end': end}, attn)
 
     def loss(
-        self, out: Output, target: torch.Tensor, mask: torch.Tensor | None = None,
-        ignore_index: int = -100
+        self, out: Output, target: dict[str, torch.Tensor],
+        mask: dict[str, torch.Tensor] | None = None, ignore_index: int = -100
     ) -> torch.Tensor:
-        """The cross-entropy of output `start`, logits (B, C, 1), against `target`:
-        class ids over its leading axes, the mean over the positions that count (`mask` True,
-        True = real, and `target` not `ignore_index`).
+        """The sum of the cross-entropies of the outputs `start`, `end`, each against
+        `target[name]` (with `mask[name]`, where given):
+        - `start`: (B, C, 1), one score per position (a pointer): the target is the
+          gold position's index (B,), the mask the positions that may be pointed at;
+        - `end`: (B, C, 1), one score per position (a pointer): the target is the
+          gold position's index (B,), the mask the positions that may be pointed at;
+        the mean over what counts (`mask` True, and `target` not `ignore_index`).
         """
-        logits = out.output['start']  # (B, C, 1)
-        if mask is not None:
-            target = target.masked_fill(~mask.bool(), ignore_index)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                               ignore_index=ignore_index)
+        mask = mask or {}
+        loss = (
+            output_loss("positions", out.output['start'], target["start"],
+                        mask.get("start"), ignore_index) +
+            output_loss("positions", out.output['end'], target["end"],
+                        mask.get("end"), ignore_index)
+        )
         return loss
 
 

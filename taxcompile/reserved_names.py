@@ -15,7 +15,7 @@ NAMES = {
         "extend_cache", "field", "flex_applies", "flex_attention", "flex_context",
         "flex_ready", "key_keep", "local_band", "local_flex", "local_gather", "location",
         "lsh_buckets", "lsh_context", "lsh_near", "masked_softmax", "math", "nn",
-        "pointed", "pool", "query_offset", "rel_distance", "rel_sinusoids",
+        "output_loss", "pointed", "pool", "query_offset", "rel_distance", "rel_sinusoids",
         "reorder_cache", "rnn", "rnn_final", "rnn_init", "rotary", "sample_probs",
         "scaled_embedding", "score_grid", "score_table", "segment_keep", "segment_memory",
         "sinusoid", "sparsemax", "start_tokens", "supervised_penalty", "tied_embedding",

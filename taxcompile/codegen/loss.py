@@ -5,14 +5,40 @@ forward()) and ``ignore_index``, plus the attention penalties when the model has
 
 from __future__ import annotations
 
+import dataclasses
+
 from .. import ir
 from . import crf_output, generate
 from .plan import LossPlan
 
 
+def _kind(p, o) -> str:
+    """How output ``o``'s logits are read: ``classes`` (C > 1 classes: cross-entropy over
+    them), ``positions`` (one score per position, `classify(x, 1)` over a sequence or a grid:
+    a pointer, cross-entropy over the positions, as QANet's and BiDAF's start and end) or
+    ``binary`` (one logit per example: the sigmoid's cross-entropy). Cross-entropy over one
+    class would always be 0."""
+    shape = p.cm.shapes[o.id]
+    if shape.dim != 1:
+        return "classes"
+    return "positions" if shape.axes else "binary"
+
+
+def _head(p, o, outputs: list, target, penalty: bool) -> LossPlan:
+    read = ".output" if len(outputs) == 1 else f".output[{o.id!r}]"
+    v = p.frame.vars[o.id]
+    shape = p.shape(p.cm.shapes[o.id], dim=v.dim)
+    kind = _kind(p, o)
+    if kind != "classes":
+        p.helpers.add("output_loss")
+    return LossPlan(name=o.id, read=read, shape=shape, target=target, penalty=penalty,
+                    kind=kind)
+
+
 def plan_loss(p, outputs: list, penalty: bool) -> LossPlan | None:
     """None when no output is a ``classify`` (logits): the loss of other outputs (weights,
-    features) is the user's."""
+    features) is the user's. A decoder's loss is that of its output over the target; a
+    model with several logits outputs and no target sums theirs (``target`` a dict)."""
     if (crf := crf_output.plan_loss(p, outputs, penalty)) is not None:  # NLL, Viterbi
         return crf
     logits = [o for o in outputs if isinstance(o, ir.Node) and isinstance(o.expr, ir.Op)
@@ -21,9 +47,8 @@ def plan_loss(p, outputs: list, penalty: bool) -> LossPlan | None:
         return None
     t = generate.target(p.m)
     over = [o for o in logits if t is not None and p.cm.shapes[o.id].axes[-1:] == t.axes[-1:]]
-    pick = (over or logits)[0]
-    read = ".output" if len(outputs) == 1 else f".output[{pick.id!r}]"
-    v = p.frame.vars[pick.id]
-    shape = p.shape(p.cm.shapes[pick.id], dim=v.dim)
-    return LossPlan(name=pick.id, read=read, shape=shape, target=t.id if over else None,
-                    penalty=penalty)
+    if over or len(logits) == 1:
+        return _head(p, (over or logits)[0], outputs, t.id if over else None, penalty)
+    p.helpers.add("output_loss")
+    heads = [_head(p, o, outputs, None, penalty) for o in logits]
+    return dataclasses.replace(heads[0], others=tuple(heads[1:]))

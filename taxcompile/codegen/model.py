@@ -285,6 +285,7 @@ def file_plan(p) -> FilePlan:
     paper = p.cs.spec.paper
     title = "\n".join(textwrap.wrap(f"{safe_text(paper.title) or paper.id}: model `{m.name}`, "
                                     "generated from its .attn spec.", 88))
+    loss = plan_loss(p, outputs, "penalties" in records)  # (it may add a helper)
     return FilePlan(
         source=p.source, title=title, doc=tuple(file_doc(p)), config=cfg, outputs=tuple(fields),
         helpers=tuple(sorted(p.helpers)),
@@ -292,7 +293,7 @@ def file_plan(p) -> FilePlan:
         model=model, capsule_loss=any(a.capsules for a in m.attentions),
         examples=tuple(example), masked=any(i.kind in MASKABLE for i in m.inputs),
         flex="local_flex" in p.helpers or "flex_context" in p.helpers,
-        generate=generate.plan(p, outputs), loss=plan_loss(p, outputs, "penalties" in records),
+        generate=generate.plan(p, outputs), loss=loss,
         output_names=tuple(o.id for o in outputs))
 
 

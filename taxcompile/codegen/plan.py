@@ -97,6 +97,8 @@ class LossPlan:
     target: str | None  # the autoregressive input it predicts (shifted by one), or None
     penalty: bool  # Output.penalty is added
     crf: str = ""  # a crf output: its LinearChainCRF module (crf_loss.py.j2: NLL and decode)
+    kind: str = "classes"  # classes | positions (a pointer: one score per position) | binary
+    others: tuple = ()  # the other logits outputs (LossPlan), summed: `target` is a dict
 
 
 @dataclass(frozen=True)
