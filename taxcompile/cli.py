@@ -66,7 +66,7 @@ def _front_end() -> None:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        from . import checks, classify, graph, lower, parser  # noqa: F401
+        from . import checks, classification, graph, lower, parser  # noqa: F401
     finally:
         gc.freeze()
         if enabled:
@@ -118,7 +118,7 @@ def cmd_check(args) -> int:
 
 def cmd_classify(args) -> int:
     from . import pipeline
-    from .classify import DIMENSIONS
+    from .classification import DIMENSIONS
 
     results, failed = _load_all(args.files)
     docs = []
@@ -198,7 +198,7 @@ def cmd_graph(args) -> int:
 
 
 def cmd_diagram(args) -> int:
-    from . import diagram
+    from . import diagrams
     from .files import OutputError
 
     cs = _load_one(args.file, "`diagram` draws")
@@ -206,8 +206,8 @@ def cmd_diagram(args) -> int:
         return cs
     out = Path(args.output) if args.output else Path(Path(args.file).with_suffix(".svg").name)
     try:
-        written, note = diagram.write(cs, out)
-    except (diagram.DiagramError, OutputError) as e:
+        written, note = diagrams.write(cs, out)
+    except (diagrams.DiagramError, OutputError) as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     for path in written:

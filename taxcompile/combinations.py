@@ -34,7 +34,7 @@ MULTIPLICITIES = ("singular", "multi_head", "multi_hop", "capsule")
 ALIGN_TEXT = {"local": "local(D = 2, position = predictive)", "topk": "topk(k = 2)"}
 QUERY_TEXT = {"basic": "s", "specialized": "pre", "self_attentive": "learned(d)"}
 
-# The Table III label each value should classify as (classify.py's vocabulary).
+# The Table III label each value should classify as (classification.py's vocabulary).
 LABELS = {
     "scoring": {"additive": "Additive", "concat": "Additive", "multiplicative": "Multiplicative",
                 "scaled_multiplicative": "Scaled Multiplicative", "general": "General",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from .. import checks, classify, ir
+from .. import checks, classification, ir
 from . import config, generate
 from .loss import plan_loss
 from .attention import describe
@@ -298,12 +298,12 @@ def file_plan(p) -> FilePlan:
 
 def file_doc(p) -> list[str]:
     m, paper = p.m, p.cs.spec.paper
-    row = classify.classify_model(p.cm)
+    row = classification.classify_model(p.cm)
     doc = [f"Model `{m.name}` of {safe_text(paper.cite)}"
            f"{f' ({paper.year})' if paper.year else ''}"
            f"{f', ref. [{paper.ref}] of the survey' if paper.ref else ''}.", "",
            "Table III classification, derived from the spec's structure:"]
-    for d in classify.DIMENSIONS:
+    for d in classification.DIMENSIONS:
         doc.append(f"    {d.replace('_', ' ')}: {row.cells[d].text(d)}")
     doc += ["", "Attention modules:"]
     for a in m.attentions:

@@ -320,7 +320,7 @@ def coverage(runs: list[Run]) -> dict[str, set[str]]:
     """Table III labels of the five per-module dimensions that the runs cover (from each
     run's checked model, as classify derives them)."""
     from .. import pipeline
-    from ..classify import classify_model
+    from ..classification import classify_model
 
     seen: dict[str, set[str]] = {d: set() for d in Mdl.DIMENSIONS}
     for r in runs:

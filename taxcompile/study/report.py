@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from ..classify import DIMENSIONS, ORDER
+from ..classification import DIMENSIONS, ORDER
 from . import budget as B
 from . import stats
 

@@ -25,7 +25,7 @@ import graphviz
 
 from . import ir, mechanisms
 from .checks import CheckedModel, CheckedSpec
-from .classify import classify_model
+from .classification import classify_model
 from .diagnostics import visible
 from .files import OutputError, read_regular, write_atomic
 from .graph import edges as graph_edges
@@ -340,7 +340,7 @@ class Drawer:
     def grouping(self) -> dict[str, tuple[str, str]]:
         """Co-attention partners: the features of each input together; levels of a
         hierarchy: the features of each level (their axes) together."""
-        from .classify import Classifier
+        from .classification import Classifier
 
         c = Classifier(self.cm)
         attended = sorted(c.attended_inputs())
@@ -513,8 +513,3 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
     _write(out, _sealed(fmt, _marked(fmt, done.stdout)))
     return [out], ""
 
-
-# `taxcompile.diagram(spec, …)` calls the API function ``api.diagram`` (see api.make_callable)
-from .api import make_callable  # noqa: E402
-
-make_callable(__name__)

@@ -551,8 +551,3 @@ def classify_model(cm: CheckedModel, reading: str = "table") -> Classification:
     survey's Table III where its text reads a mechanism otherwise, "text" its §3.3.2."""
     return Classifier(cm, reading).run()
 
-
-# `taxcompile.classify(spec, …)` calls the API function ``api.classify`` (see api.make_callable)
-from .api import make_callable  # noqa: E402
-
-make_callable(__name__)
