@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, cli_parser
-from .cli_parser import EXIT_OK, EXIT_SPEC, EXIT_USAGE, _Parser  # noqa: F401  (study/cli.py)
+from .cli_parser import EXIT_OK, EXIT_SPEC, EXIT_USAGE
 from .diagnostics import SpecError, visible
 
 

@@ -1,20 +1,20 @@
 """No import cycle among the modules of ``taxcompile/``, found statically.
 
-Every module is parsed with ``ast``; its imports are resolved (relative ones against its
-package) to the ``taxcompile`` modules they name. What counts:
+Every module is parsed with ``ast`` and its imports resolved (relative ones against its
+package) to the ``taxcompile`` modules they name. What counts as an edge:
 
-- the imports a module runs when it is imported: its top level, including ``if``/``try``/
-  ``with`` blocks and class bodies, but not function bodies (an import inside a function
-  runs when the function is called, after every module has loaded: it is how the front end
-  reaches torch-side code lazily) and not ``if TYPE_CHECKING:`` blocks (never run);
+- every import statement, at the top level or inside a function: an import deferred into
+  a function still makes each module need the other (it only hides the cycle until the
+  function runs), and the project's cycles were of that kind (a module importing its
+  caller at its bottom or in a function). Imports under ``if TYPE_CHECKING:`` are not
+  edges: they never run;
 - ``from P import name`` is an edge to ``P.name`` when that is a module, else to ``P``;
 - importing ``a.b.c`` runs ``a/b/__init__.py`` first, so it is an edge to ``a.b`` too,
   except from a module inside ``a.b``: a package's own modules load while its
-  ``__init__`` runs (it importing its submodules is how a package is laid out, not a
-  cycle of design).
+  ``__init__`` runs (it importing its submodules is how a package is laid out).
 
-A cycle is a strongly connected component of that graph with more than one module (or a
-module importing itself); the message lists each with one closed path through it."""
+A cycle is a strongly connected component with more than one module; the message lists
+each with one closed path through it (``..>`` marks an import inside a function)."""
 
 from __future__ import annotations
 
@@ -22,71 +22,62 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "taxcompile"
 
-# Cycles that other work in progress removes: each is allowed as long as it stays within
-# the modules named here (a smaller one passes, a larger one or any other cycle fails).
+# Edges that other work removes, each a cycle of its own; the graph without them must be
+# acyclic (so a new cycle through them fails too, unless it needs one of them).
 ALLOWED = {
-    # the AST records and the tree-to-AST builder (the parser's rewrite removes it)
-    "ast <-> astbuilder": {"taxcompile.ast", "taxcompile.astbuilder"},
-    # the operator registry, the IR and the mechanism records (the generic-mechanism IR
-    # rewrite removes it)
-    "ops <-> ir <-> mechanisms": {"taxcompile.ops", "taxcompile.ir", "taxcompile.mechanisms",
-                                  *(f"taxcompile.mechanisms.{p.stem}"
-                                    for p in (PACKAGE / "mechanisms").glob("*.py")
-                                    if p.stem != "__init__")},
+    # ast.py's __getattr__ imports the lark tree builder, which builds ast's records (the
+    # parser's rewrite removes it)
+    ("taxcompile.ast", "taxcompile.astbuilder"),
+    # ir checks a mechanism's name against the registry, whose records import the operator
+    # vocabulary (ops), which imports ir (the generic-mechanism IR removes it)
+    ("taxcompile.ir", "taxcompile.mechanisms"),
 }
 
 
-def modules() -> dict[str, Path]:
-    """Dotted module name -> file, for every module of the package."""
+def modules(root: Path = ROOT, package: str = "taxcompile") -> dict[str, Path]:
+    """Dotted module name -> file, for every module of ``package`` under ``root``."""
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
+    for path in sorted((root / package).rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         out[".".join(parts)] = path
     return out
 
 
-def _is_type_checking(test: ast.expr) -> bool:
+def _type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _run_at_import(body: list[ast.stmt]):
-    """The import statements among ``body`` that run when the module is imported."""
-    for st in body:
-        if isinstance(st, (ast.Import, ast.ImportFrom)):
-            yield st
-        elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        elif isinstance(st, ast.If):
-            if not _is_type_checking(st.test):
-                yield from _run_at_import(st.body)
-            yield from _run_at_import(st.orelse)
-        elif isinstance(st, ast.ClassDef):
-            yield from _run_at_import(st.body)
-        else:  # try, with, for, while, match: their nested statements
-            for name in ("body", "orelse", "finalbody"):
-                yield from _run_at_import(getattr(st, name, []) or [])
-            for h in getattr(st, "handlers", []) or []:
-                yield from _run_at_import(h.body)
-            for case in getattr(st, "cases", []) or []:
-                yield from _run_at_import(case.body)
+def _imports(node: ast.AST, in_function: bool = False):
+    """(import statement, inside a function) for every import that can run."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child, in_function
+        elif isinstance(child, ast.If) and _type_checking(child.test):
+            for st in child.orelse:
+                yield from _imports(ast.Module(body=[st], type_ignores=[]), in_function)
+        else:
+            yield from _imports(child, in_function or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
 
-def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The ``taxcompile`` modules that module ``name`` imports when it is imported."""
-    is_package = path.name == "__init__.py"
-    package = name if is_package else name.rpartition(".")[0]
-    out: set[str] = set()
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    for st in _run_at_import(tree.body):
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> dict[str, bool]:
+    """The modules of ``known`` that module ``name`` imports -> whether only inside
+    functions."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: dict[str, bool] = {}
+
+    def add(target: str, lazy: bool) -> None:
+        out[target] = out.get(target, True) and lazy
+
+    for st, lazy in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(st, ast.Import):
             for alias in st.names:
                 if alias.name in known:
-                    out.add(alias.name)
+                    add(alias.name, lazy)
             continue
         if st.level:
             base = package.split(".")
@@ -95,49 +86,47 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         else:
             target = st.module or ""
         for alias in st.names:
-            sub = f"{target}.{alias.name}"
-            if sub in known:
-                out.add(sub)
+            if f"{target}.{alias.name}" in known:
+                add(f"{target}.{alias.name}", lazy)
             elif target in known:
-                out.add(target)
+                add(target, lazy)
     # the packages on the way: `from .check.core import Shape` runs check/__init__.py too
     own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
-    for target in list(out):
+    for target, lazy in list(out.items()):
         parts = target.split(".")
-        out.update(p for p in (".".join(parts[:i]) for i in range(1, len(parts)))
-                   if p in known and p not in own)
-    out.discard(name)
+        for i in range(1, len(parts)):
+            pkg = ".".join(parts[:i])
+            if pkg in known and pkg not in own:
+                add(pkg, lazy)
+    out.pop(name, None)
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
-    known = modules()
+def import_graph(root: Path = ROOT, package: str = "taxcompile") -> dict[str, dict[str, bool]]:
+    known = modules(root, package)
     return {name: imports_of(name, path, known) for name, path in known.items()}
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with a cycle (Tarjan's algorithm, iterative),
-    each sorted, in sorted order."""
+def components(graph: dict[str, dict[str, bool]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm,
+    iterative), each sorted, in sorted order."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on: set[str] = set()
     found = []
-    counter = 0
     for root in sorted(graph):
         if root in index:
             continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
+        index[root] = low[root] = len(index)
         stack.append(root)
         on.add(root)
+        work = [(root, iter(sorted(graph[root])))]
         while work:
             v, it = work[-1]
             for w in it:
                 if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
+                    index[w] = low[w] = len(index)
                     stack.append(w)
                     on.add(w)
                     work.append((w, iter(sorted(graph[w]))))
@@ -156,54 +145,67 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                         comp.append(w)
                         if w == v:
                             break
-                    if len(comp) > 1 or v in graph[v]:
+                    if len(comp) > 1:
                         found.append(sorted(comp))
     return sorted(found)
 
 
-def a_cycle(comp: list[str], graph: dict[str, set[str]]) -> list[str]:
-    """One closed path through the component, from its first module back to it (BFS)."""
+def a_cycle(comp: list[str], graph: dict[str, dict[str, bool]]) -> str:
+    """One shortest closed path through the component's first module, written out."""
     start, members = comp[0], set(comp)
-    prev = {start: None}
+    prev: dict[str, str | None] = {start: None}
     queue = [start]
     for v in queue:
-        for w in sorted(graph[v] & members):
+        for w in sorted(set(graph[v]) & members):
             if w == start:
                 path = [v]
                 while prev[path[-1]] is not None:
                     path.append(prev[path[-1]])
-                return path[::-1] + [start]
+                path = path[::-1] + [start]
+                text = path[0].removeprefix("taxcompile.")
+                for a, b in zip(path, path[1:]):
+                    text += (" ..> " if graph[a][b] else " -> ") + b.removeprefix("taxcompile.")
+                return text
             if w not in prev:
                 prev[w] = v
                 queue.append(w)
-    return comp
+    raise AssertionError(f"no cycle through {start}")
 
 
-def _short(name: str) -> str:
-    return name.removeprefix("taxcompile.")
+def without(graph, edges) -> dict[str, dict[str, bool]]:
+    return {v: {w: lazy for w, lazy in ws.items() if (v, w) not in edges}
+            for v, ws in graph.items()}
 
 
-def test_the_graph_sees_relative_and_bottom_imports():
-    """The resolver itself: a relative import from a subpackage, a `from package import
-    module`, an import in a function (not counted) and one under TYPE_CHECKING (not counted)."""
-    graph = import_graph()
-    assert "taxcompile.diagnostics" in graph["taxcompile.check.core"] or \
-        "taxcompile.ir" in graph["taxcompile.check.core"]
-    assert "taxcompile.ir" in graph["taxcompile.check"]  # `from .. import ir`
-    assert "taxcompile.codegen" not in graph["taxcompile.api"]  # only inside functions
-    # `from .check.core import …` outside the package also runs check/__init__.py
-    assert {"taxcompile.check", "taxcompile.check.core"} <= graph["taxcompile.graph"]
-    # inside the package it does not: the package's modules load while it runs
-    assert "taxcompile.check" not in graph["taxcompile.check.attention"]
+def test_the_graph_resolves_imports_as_python_runs_them(tmp_path):
+    """On a small package: relative imports from a subpackage, `from package import
+    module`, the package a submodule import runs, imports inside functions (lazy), and
+    TYPE_CHECKING imports (none)."""
+    pkg = tmp_path / "pk"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .sub.core import X\nfrom typing import TYPE_CHECKING\n"
+                              "if TYPE_CHECKING:\n    from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n    from .sub import core\n")
+    (pkg / "sub" / "__init__.py").write_text("from .core import X\nfrom .. import b\n")
+    (pkg / "sub" / "core.py").write_text("from .. import a as _a\nX = 1\n")
+    graph = import_graph(tmp_path, "pk")
+    assert graph["pk.a"] == {"pk.sub.core": False, "pk.sub": False}
+    assert graph["pk.b"] == {"pk.a": True, "pk.sub.core": True, "pk.sub": True}
+    assert graph["pk.sub"] == {"pk.sub.core": False, "pk.b": False}  # no edge to itself
+    assert graph["pk.sub.core"] == {"pk.a": False}  # its own package: no edge
+    comps = components(graph)
+    assert comps == [["pk.a", "pk.b", "pk.sub", "pk.sub.core"]]
+    assert a_cycle(comps[0], graph) == "pk.a -> pk.sub.core -> pk.a"
+    assert components(without(graph, {("pk.sub.core", "pk.a"), ("pk.a", "pk.sub")})) == []
 
 
 def test_no_import_cycles():
     graph = import_graph()
-    bad = []
-    for comp in cycles(graph):
-        if any(set(comp) <= allowed for allowed in ALLOWED.values()):
-            continue
-        bad.append(" -> ".join(map(_short, a_cycle(comp, graph)))
-                   + f"   (component: {', '.join(map(_short, comp))})")
-    assert not bad, (f"{len(bad)} import cycle(s) among taxcompile/ modules (module-level "
-                     "imports):\n  " + "\n  ".join(bad))
+    for a, b in ALLOWED:  # a stale allowance is dropped, not kept
+        assert b in graph.get(a, {}), f"{a} no longer imports {b}: remove it from ALLOWED"
+    found = components(without(graph, ALLOWED))
+    lines = [f"{a_cycle(c, graph)}   (all of: {', '.join(m.removeprefix('taxcompile.') for m in c)})"
+             for c in found]
+    assert not found, (f"{len(found)} import cycle(s) among taxcompile/ modules:\n  "
+                       + "\n  ".join(lines))

@@ -11,17 +11,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from .. import mechanisms as mech
 from ..mechanisms import align_reads
-
-
-@dataclass(frozen=True)
-class Shape:
-    """Named axes (positions, groups) and the feature size (None: token ids)."""
-
-    axes: tuple[str, ...]
-    dim: int | None
-
-    def __str__(self) -> str:
-        return "(" + ", ".join(self.axes + ((str(self.dim),) if self.dim is not None else ())) + ")"
+from ..shapes import Shape, expr_name as _name  # (``checks.Shape``, ``checks._name``)
 
 
 @dataclass
@@ -247,15 +237,3 @@ def weights_read(m: ir.Model) -> set[str]:
                 out.add(e.args[0].node)
             stack.extend(e.args)
     return out
-
-
-def _name(e: ir.Expr | None) -> str:
-    if e is None:
-        return "?"
-    if isinstance(e, ir.Ref):
-        return e.node
-    if e.fn == "weights":
-        return f"{_name(e.args[0])}.weights"
-    return f"{e.fn}(…)"
-
-

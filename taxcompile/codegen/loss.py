@@ -6,7 +6,8 @@ forward()) and ``ignore_index``, plus the attention penalties when the model has
 from __future__ import annotations
 
 from .. import ir
-from . import crf_output, generate
+from ..operators import crf_output
+from . import generate
 from .plan import LossPlan
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import EXIT_OK, EXIT_USAGE, _Parser
+from ..cli_parser import EXIT_OK, EXIT_USAGE, _Parser
 
 EXIT_FAILED = 1  # spec errors or runs that failed
 PROFILES = ("smoke", "slice", "full")
