@@ -47,15 +47,6 @@ class CheckedModel:
     # before this step (its keys edge crosses steps) and runs first in each step
     past: frozenset = frozenset()
 
-    @property
-    def graph(self) -> "networkx.DiGraph":
-        """The model graph (``graph.build``), built once and shared by every later stage."""
-        g = self.__dict__.get("_graph")
-        if g is None:
-            from ..graph import build
-            g = self.__dict__["_graph"] = build(self)
-        return g
-
 
 @dataclass
 class CheckedSpec:

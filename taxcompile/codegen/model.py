@@ -8,11 +8,11 @@ import textwrap
 from .. import checks, classification, ir
 from . import config, generate
 from .loss import plan_loss
-from .attention import describe
+from .contexts import describe
+from .frame import MASKABLE
 from .names import Dim, Size, mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
 
-MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 RECORDS = {  # record container in forward() -> the Output field it fills
     "log_probs": OutputField("log_probs", "dict[str, torch.Tensor]", "field(default_factory=dict)",

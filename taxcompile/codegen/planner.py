@@ -17,11 +17,10 @@ import networkx as nx
 from .. import checks, graph, ir, ops, reserved
 from . import (attention, decoder, features, generate, kit, model, positions,  # noqa: F401
                repeat, ties, values)
-from .frame import Frame, Owner, Step, Var
+from .frame import MASKABLE, Frame, Owner, Step, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
 
-MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 
 class Planner:
@@ -36,7 +35,7 @@ class Planner:
     def __init__(self, cs: checks.CheckedSpec, cm: checks.CheckedModel, source: str):
         self.cs, self.cm, self.m = cs, cm, cm.model
         self.source = source
-        self.g = graph.dataflow(cm.graph)  # the model graph (built once), without feed edges
+        self.g = graph.dataflow(graph.of(cm))  # the model graph (built once), without feed edges
         # what the file defines
         self.helpers: set[str] = set()
         self.classes: dict[str, object] = {}  # attention class name -> its plan
@@ -346,7 +345,7 @@ class Planner:
         # (a repeat's nodes are always planned, so what they read is live too)
         sinks = [nd.id for nd in m.nodes if isinstance(nd, ir.Attention)
                  or (isinstance(nd, ir.Node) and (nd.kind_ == "output" or nd.hop is not None))]
-        full = self.cm.graph  # feed and prev edges too: a decoder step feeds what it reads
+        full = graph.of(self.cm)  # feed and prev edges too: a decoder step feeds what it reads
         live = set(sinks).union(*(nx.ancestors(full, x) for x in sinks if x in full))
         dead = {nd.id for nd in m.nodes if isinstance(nd, ir.Node) and nd.id not in live
                 and nd.hop is None}
