@@ -33,6 +33,16 @@ ALLOWED = {
     # vocabulary (ops), which imports ir (the generic-mechanism IR removes it)
     ("taxcompile.ir", "taxcompile.mechanisms"),
 }
+# Not yet removed, inside the study (its own modules, outside this change): ``runs`` is both
+# the records every part imports and the facade (``runs.plan``, ``runs.execute``) that
+# calls down into ``plan`` and ``runner``; ``protocol`` raises ``runs.StudyError``;
+# ``evaluate`` reads the runner's output helpers while the runner calls it.
+STUDY = {
+    ("taxcompile.study.runs", "taxcompile.study.plan"),
+    ("taxcompile.study.runs", "taxcompile.study.runner"),
+    ("taxcompile.study.protocol", "taxcompile.study.runs"),
+    ("taxcompile.study.evaluate", "taxcompile.study.runner"),
+}
 
 
 def modules(root: Path = ROOT, package: str = "taxcompile") -> dict[str, Path]:
@@ -204,9 +214,9 @@ def test_the_graph_resolves_imports_as_python_runs_them(tmp_path):
 
 def test_no_import_cycles():
     graph = import_graph()
-    for a, b in ALLOWED:  # a stale allowance is dropped, not kept
-        assert b in graph.get(a, {}), f"{a} no longer imports {b}: remove it from ALLOWED"
-    found = components(without(graph, ALLOWED))
+    for a, b in ALLOWED | STUDY:  # a stale allowance is dropped, not kept
+        assert b in graph.get(a, {}), f"{a} no longer imports {b}: remove its allowance"
+    found = components(without(graph, ALLOWED | STUDY))
     lines = [f"{a_cycle(c, graph)}   (all of: {', '.join(m.removeprefix('taxcompile.') for m in c)})"
              for c in found]
     assert not found, (f"{len(found)} import cycle(s) among taxcompile/ modules:\n  "
