@@ -106,9 +106,9 @@ def test_a_diagram_past_its_boxes_is_refused_before_dot_runs(monkeypatch):
     boxes = sum(len(m.model.nodes) for m in cs.models)
     drawn = 4 * 4  # input, x, and the repeat's attention and update drawn once, per model
     assert boxes > drawn
-    monkeypatch.setattr(diagram, "MAX_DIAGRAM_NODES", drawn)
+    monkeypatch.setattr(diagrams, "MAX_DIAGRAM_NODES", drawn)
     diagrams.build(cs)  # a repeat is one box per statement, not per hop
-    monkeypatch.setattr(diagram, "MAX_DIAGRAM_NODES", drawn - 1)
+    monkeypatch.setattr(diagrams, "MAX_DIAGRAM_NODES", drawn - 1)
     monkeypatch.setattr(diagrams.subprocess, "run", lambda *a, **k: pytest.fail("dot ran"))
     with pytest.raises(diagrams.DiagramError, match=f"would have {drawn} boxes"):
         diagrams.render_svg(cs)
