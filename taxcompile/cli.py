@@ -16,40 +16,6 @@ from .cli_parser import EXIT_OK, EXIT_SPEC, EXIT_USAGE
 from .diagnostics import SpecError, visible
 
 
-def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
-    """(file, given explicitly) per spec named by ``paths``; usage errors exit 2."""
-    from . import pipeline
-
-    files = pipeline.expand(paths)
-    if not files:
-        print("taxcompile: error: no .attn files found in " + ", ".join(paths), file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-    for path, explicit in files:
-        if explicit and not path.exists():
-            print(f"taxcompile: error: {_missing(path)}", file=sys.stderr)
-            raise SystemExit(EXIT_USAGE)
-        if not explicit and path.is_dir():  # `dir/x.attn/`: a directory, not a spec
-            print(f"taxcompile: error: {path} is a directory, not a spec file", file=sys.stderr)
-            raise SystemExit(EXIT_USAGE)
-    return files
-
-
-def _missing(path: Path) -> str:
-    """Why a path named on the command line cannot be read: no such file, or a symbolic
-    link that leads nowhere (a loop, or a missing target)."""
-    import errno
-    import os
-
-    if path.is_symlink():
-        try:
-            os.stat(path)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                return f"{path} is a loop of symbolic links"
-            return f"{path} is a symbolic link to a missing file ({os.readlink(path)})"
-    return f"no such file: {path}"
-
-
 _FRONT_END = False  # imported by _front_end
 
 
@@ -78,7 +44,7 @@ def _load_all(paths: list[str]):
     from . import pipeline
 
     _front_end()
-    files = _expand(paths)
+    files = cli_parser.expand(paths)
     results, failed = [], 0
     for path, explicit in files:
         try:
@@ -158,7 +124,7 @@ def cmd_table(args) -> int:
     # A spec whose row is in the cache (cache.py) is not loaded: most of a cold run is
     # importing the front end.
     rows, failed = [], 0
-    for path, explicit in _expand(args.paths):
+    for path, explicit in cli_parser.expand(args.paths):
         entry_key, data = cache.key(path, args.reading) or (None, None)
         entry = cache.load(entry_key, table.COLUMNS)
         if entry is None:
@@ -353,7 +319,7 @@ def cmd_fmt(args) -> int:
     stale, failed = [], 0
     for path, _ in files:
         if not path.exists():
-            print(f"taxcompile: error: {_missing(path)}", file=sys.stderr)
+            print(f"taxcompile: error: {cli_parser.missing(path)}", file=sys.stderr)
             return EXIT_USAGE
         if not path.is_file():  # fmt rewrites its files: a device or a fifo is no spec
             print(f"taxcompile: error: {path} is not a regular file", file=sys.stderr)

@@ -184,7 +184,7 @@ LOWERING = ["lower.py", *sorted(f"lowering/{p.name}" for p in (PKG / "lowering")
 CHECK_MODULES = sorted(str(p.relative_to(PKG)) for p in (PKG / "check").glob("*.py"))
 
 
-@pytest.mark.parametrize("module", ["classification.py", "diagrams.py", "fmt.py",
+@pytest.mark.parametrize("module", ["classification.py", "feature_dimensions.py", "diagrams.py", "fmt.py",
                                     "codegen/classes.py", "codegen/layer.py",
                                     "codegen/attention.py", "codegen/decoder.py", "train.py",
                                     "combinations.py", "checks.py", "module_checks.py",
