@@ -15,7 +15,7 @@ from .features import project_width
 from .frame import Var
 from .contexts import context_dim, describe
 from .graph_attention import is_graph, plan_graph_attention
-from .names import Dim, atom, dim_of
+from .names import atom, dim_of
 
 
 def plan_attention(p, n: ir.Attention) -> None:
