@@ -1,7 +1,7 @@
 """taxcompile: a taxonomy-driven compiler for attention models.
 
 Pipeline: parser (text -> AST) -> lower (AST -> IR) -> checks (names, cycles, shapes)
--> graph (networkx) -> classify (Table III) -> table. The front end never imports torch.
+-> graph (networkx) -> classification (Table III) -> table. The front end never imports torch.
 
 The Python API (``api.py``, imported on first use so that ``import taxcompile`` stays
 light): ``build(spec, model=None, **config)`` -> nn.Module, ``module(spec, model=None)``
@@ -15,10 +15,6 @@ __all__ = ["build", "classify", "diagram", "fit", "module"]
 
 
 def __getattr__(name: str):
-    if name in ("classify", "diagram"):  # the stage module, callable as the API function
-        import importlib
-
-        return importlib.import_module(f"{__name__}.{name}")
     if name == "fit":
         from .fitting import fit
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -110,38 +109,25 @@ def classify(spec, model: str | None = None, reading: str = "table"):
     ``Classification`` (``.row()``, ``.cells[dim].values``: value -> reasons). Both
     display as a Markdown table in Jupyter. ``reading``: "table" or "text" (see the
     README's --reading)."""
-    from . import classify as classify_mod
+    from . import classification
 
-    if reading not in classify_mod.READINGS:
-        raise ValueError(f"reading must be one of {', '.join(classify_mod.READINGS)}, "
+    if reading not in classification.READINGS:
+        raise ValueError(f"reading must be one of {', '.join(classification.READINGS)}, "
                          f"got {reading!r}")
     cs, _ = load(spec)
     if model is None:
         return pipeline.classify_spec(cs, reading)
-    return classify_mod.classify_model(_choose(cs, model), reading)
+    return classification.classify_model(_choose(cs, model), reading)
 
 
 def diagram(spec, model: str | None = None):
     """The spec's diagram as a ``graphviz.Digraph`` (every variant, or ``model`` only):
     ``.source`` is its DOT text, ``.render()``/``.pipe()`` draw it with graphviz's ``dot``,
     and Jupyter shows it as SVG (``_repr_svg_``)."""
-    from . import diagram as diagram_mod
+    from . import diagrams
 
     cs, _ = load(spec)
     if model is not None:
         _choose(cs, model)
-    return diagram_mod.build(cs, None if model is None else [model])
+    return diagrams.build(cs, None if model is None else [model])
 
-
-class _CallableModule(ModuleType):
-    """``taxcompile.classify`` and ``taxcompile.diagram`` name both a stage's module and an
-    API function: the module, made callable, is both (``taxcompile.classify(spec)`` and
-    ``taxcompile.classify.classify_model`` alike), whatever was imported first."""
-
-    def __call__(self, *args, **kwargs):
-        return getattr(sys.modules[__name__], self.__name__.rpartition(".")[2])(*args, **kwargs)
-
-
-def make_callable(module_name: str) -> None:
-    """Let the stage module ``module_name`` be called as the API function of its name."""
-    sys.modules[module_name].__class__ = _CallableModule

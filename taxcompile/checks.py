@@ -9,4 +9,4 @@ from . import ir  # noqa: F401  (``checks.ir``, as before)
 from .check import *  # noqa: F401,F403
 from .check import __all__  # noqa: F401
 from .check import (_base_ref, _hop_place, _name, _short, _show, _vocab,  # noqa: F401
-                    Checker, blocks)
+                    Checker)

@@ -11,42 +11,8 @@ import sys
 from pathlib import Path
 
 from . import __version__, cli_parser
-from .cli_parser import EXIT_OK, EXIT_SPEC, EXIT_USAGE, _Parser  # noqa: F401  (study/cli.py)
+from .cli_parser import EXIT_OK, EXIT_SPEC, EXIT_USAGE
 from .diagnostics import SpecError, visible
-
-
-def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
-    """(file, given explicitly) per spec named by ``paths``; usage errors exit 2."""
-    from . import pipeline
-
-    files = pipeline.expand(paths)
-    if not files:
-        print("taxcompile: error: no .attn files found in " + ", ".join(paths), file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-    for path, explicit in files:
-        if explicit and not path.exists():
-            print(f"taxcompile: error: {_missing(path)}", file=sys.stderr)
-            raise SystemExit(EXIT_USAGE)
-        if not explicit and path.is_dir():  # `dir/x.attn/`: a directory, not a spec
-            print(f"taxcompile: error: {path} is a directory, not a spec file", file=sys.stderr)
-            raise SystemExit(EXIT_USAGE)
-    return files
-
-
-def _missing(path: Path) -> str:
-    """Why a path named on the command line cannot be read: no such file, or a symbolic
-    link that leads nowhere (a loop, or a missing target)."""
-    import errno
-    import os
-
-    if path.is_symlink():
-        try:
-            os.stat(path)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                return f"{path} is a loop of symbolic links"
-            return f"{path} is a symbolic link to a missing file ({os.readlink(path)})"
-    return f"no such file: {path}"
 
 
 _FRONT_END = False  # imported by _front_end
@@ -65,7 +31,7 @@ def _front_end() -> None:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        from . import checks, classify, graph, lower, parser  # noqa: F401
+        from . import checks, classification, graph, lower, parser  # noqa: F401
     finally:
         gc.freeze()
         if enabled:
@@ -77,7 +43,7 @@ def _load_all(paths: list[str]):
     from . import pipeline
 
     _front_end()
-    files = _expand(paths)
+    files = cli_parser.expand(paths)
     results, failed = [], 0
     for path, explicit in files:
         try:
@@ -117,7 +83,7 @@ def cmd_check(args) -> int:
 
 def cmd_classify(args) -> int:
     from . import pipeline
-    from .classify import DIMENSIONS
+    from .classification import DIMENSIONS
 
     results, failed = _load_all(args.files)
     docs = []
@@ -159,7 +125,7 @@ def cmd_table(args) -> int:
     # A spec whose row is in the cache (cache.py) is not loaded: most of a cold run is
     # importing the front end.
     rows, failed = [], 0
-    for path, explicit in _expand(args.paths):
+    for path, explicit in cli_parser.expand(args.paths):
         entry_key, data = cache.key(path, args.reading) or (None, None)
         entry = cache.load(entry_key, table.COLUMNS)
         if entry is None:
@@ -199,7 +165,7 @@ def cmd_graph(args) -> int:
 
 
 def cmd_diagram(args) -> int:
-    from . import diagram
+    from . import diagrams
     from .files import OutputError
 
     cs = _load_one(args.file, "`diagram` draws")
@@ -207,8 +173,8 @@ def cmd_diagram(args) -> int:
         return cs
     out = Path(args.output) if args.output else Path(Path(args.file).with_suffix(".svg").name)
     try:
-        written, note = diagram.write(cs, out)
-    except (diagram.DiagramError, OutputError) as e:
+        written, note = diagrams.write(cs, out)
+    except (diagrams.DiagramError, OutputError) as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     for path in written:
@@ -354,7 +320,7 @@ def cmd_fmt(args) -> int:
     stale, failed = [], 0
     for path, _ in files:
         if not path.exists():
-            print(f"taxcompile: error: {_missing(path)}", file=sys.stderr)
+            print(f"taxcompile: error: {cli_parser.missing(path)}", file=sys.stderr)
             return EXIT_USAGE
         if not path.is_file():  # fmt rewrites its files: a device or a fifo is no spec
             print(f"taxcompile: error: {path} is not a regular file", file=sys.stderr)

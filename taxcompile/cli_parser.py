@@ -1,5 +1,6 @@
 """The ``taxcompile`` command line's words: its subcommands, their arguments and options,
-and the exit codes (cli.py runs the commands; study/cli.py adds ``study``'s own words).
+the exit codes and the spec files the arguments name (``expand``; cli.py runs the
+commands; study/cli.py adds ``study``'s own words).
 
 Exit codes: 0 success, 1 errors in a spec, 2 a usage error."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Callable
 
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
@@ -139,3 +141,37 @@ def build(commands: dict[str, Callable[[argparse.Namespace], int]],
     sub.add_parser("study", help="train every mechanism on tasks with gold, report effects "
                    "per dimension (`taxcompile study run|report --help`)", add_help=False)
     return p
+
+
+def expand(paths: list[str]) -> list[tuple[Path, bool]]:
+    """(file, given explicitly) per spec named by ``paths``; usage errors exit 2."""
+    from . import pipeline
+
+    files = pipeline.expand(paths)
+    if not files:
+        print("taxcompile: error: no .attn files found in " + ", ".join(paths), file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+    for path, explicit in files:
+        if explicit and not path.exists():
+            print(f"taxcompile: error: {missing(path)}", file=sys.stderr)
+            raise SystemExit(EXIT_USAGE)
+        if not explicit and path.is_dir():  # `dir/x.attn/`: a directory, not a spec
+            print(f"taxcompile: error: {path} is a directory, not a spec file", file=sys.stderr)
+            raise SystemExit(EXIT_USAGE)
+    return files
+
+
+def missing(path: Path) -> str:
+    """Why a path named on the command line cannot be read: no such file, or a symbolic
+    link that leads nowhere (a loop, or a missing target)."""
+    import errno
+    import os
+
+    if path.is_symlink():
+        try:
+            os.stat(path)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return f"{path} is a loop of symbolic links"
+            return f"{path} is a symbolic link to a missing file ({os.readlink(path)})"
+    return f"no such file: {path}"

@@ -47,7 +47,7 @@ ALIGN_TEXT = {m.name: _ALIGN_CALLS.get(m.name) or example(m) or m.name
 QUERY_TEXT = {"basic": "s", "specialized": "pre", "self_attentive": "learned(d)"}
 
 
-# The Table III label each value should classify as (classify.py's vocabulary): the
+# The Table III label each value should classify as (classification.py's vocabulary): the
 # records' readings.
 def _readings(kind: str, values: tuple[str, ...]) -> dict[str, str]:
     by_name = {m.name: m for m in records(kind)}

@@ -80,6 +80,14 @@ def build(cm: CheckedModel) -> nx.DiGraph:
     return g
 
 
+def of(cm: CheckedModel) -> nx.DiGraph:
+    """The model graph of ``cm`` (``build``), built once and shared by every later stage."""
+    g = cm.__dict__.get("_graph")
+    if g is None:
+        g = cm.__dict__["_graph"] = build(cm)
+    return g
+
+
 def dataflow(g: nx.DiGraph) -> nx.DiGraph:
     """The graph without delayed edges (input feeding, ``prev``): a DAG."""
     import networkx as nx

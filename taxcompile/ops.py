@@ -1,98 +1,28 @@
 """The registry of feature-model operators: one entry per operator the language accepts.
 
-Each ``OpInfo`` holds what every stage needs of an operator: its parameters (``lower``
-checks calls against them), its shape rule (registered by ``checks``), its plan rule
-(registered by ``codegen.features``) and its label in diagrams. ``tests/test_ops.py``
-checks that every operator the grammar accepts has all four.
+Each ``OpInfo`` (``operators/record.py``) holds what every stage needs of an operator: its
+parameters (``lower`` checks calls against them), its shape rule, its plan rule and its
+label in diagrams. An operator family's records are written in its own module of
+``taxcompile/operators/``, rules included, and listed here in their place; the core
+operators' rules are registered by ``shape_rule`` (``check/features.py``,
+``check/values.py``) and ``plan_rule`` (``codegen/features.py`` and its neighbours) when
+those modules are imported. ``tests/test_ops.py`` checks that every operator the grammar
+accepts has all four.
 
-The front end imports this module without torch; the plan rules are registered when
-``taxcompile.codegen`` is imported."""
+The front end imports this module without torch (the operator families import neither
+the checker nor codegen)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from .operators import blocks, broadcast, crf_output, feature_ops, location
+from .operators.record import (  # noqa: F401  (the vocabulary, as ``ops.P`` and so on)
+    ACTIVATIONS, ACTS, GATED_ACTS, SAME_WIDTH_ACTS, SHARE, TIE, WIDTH_ACTS, OpInfo, P, Scalar,
+    act, enum, node, op as _op, pint)
 
-from .ir import Act
-
-Scalar = bool | int | float | str
-
-
-@dataclass(frozen=True)
-class P:
-    """One parameter of a feature-model operation."""
-
-    name: str
-    type: str  # node | nodes | int | float | prob | bool | enum | act
-    required: bool = True
-    default: Scalar | Act | None = None
-    choices: tuple[str, ...] = ()
-    lo: int = 1  # int: the least value
-    below: float | None = None  # float: values must be below this
-
-
-def node(name: str = "x") -> P:
-    return P(name, "node")
-
-
-def pint(name: str, required: bool = True, default: int | None = None, lo: int = 1) -> P:
-    return P(name, "int", required, default, lo=lo)
-
-
-def enum(name: str, choices: tuple[str, ...], default: str) -> P:
-    return P(name, "enum", False, default, choices)
-
-
-# Activation functions, ``act = NAME`` or ``act = NAME(params)``, with their parameters
-# (defaults as torch's). maxout(k) takes the max over k pieces: d·k features in, d out
-# (Goodfellow et al.), so only a layer that sets its own width takes it as its `act`.
-ACTIVATIONS: dict[str, tuple[P, ...]] = {
-    "none": (),
-    "tanh": (),
-    "relu": (),
-    "sigmoid": (),
-    "gelu": (),
-    "elu": (P("alpha", "float", False, 1.0),),
-    "leaky_relu": (P("slope", "float", False, 0.01, below=1.0),),
-    "softplus": (),
-    "scaled_tanh": (P("c", "float"),),  # c tanh(x / c) (DiSAN)
-    "maxout": (pint("k", lo=2),),
-    # gated linear units, ffn only (Shazeer 2020): (act(x W) * x V) W2, Swish = SiLU or GELU
-    "swiglu": (),
-    "geglu": (),
-}
-GATED_ACTS = ("swiglu", "geglu")  # multiply by a second projection of the layer's input
-ACTS = tuple(a for a in ACTIVATIONS if a not in GATED_ACTS)
-WIDTH_ACTS = ("maxout",)  # change the feature size
-SAME_WIDTH_ACTS = tuple(a for a in ACTS if a not in WIDTH_ACTS)
-
-
-def act(default: str, choices: tuple[str, ...] = SAME_WIDTH_ACTS) -> P:
-    """An ``act = …`` parameter: an activation from ``choices`` (all but maxout unless the
-    operator widens its layer for it)."""
-    return P("act", "act", False, Act(fn=default), choices)
-
-
-# `share = NODE`: the operation uses the module (the weights) of the operation of the same
-# operator in statement NODE; one set of parameters, counted once.
-SHARE = P("share", "node", False)
-# `tie = NODE`: the output layer's weight is the embedding matrix of statement NODE's embed.
-TIE = P("tie", "node", False)
-
-
-@dataclass
-class OpInfo:
-    name: str
-    params: tuple[P, ...]
-    label: str  # how a diagram names it
-    infix: bool = False  # written as an operator (``a + b``), not a call
-    shape: Callable | None = None  # checks.Checker method: (checker, op, arg shapes, node id)
-    plan: Callable | None = None  # codegen rule: (planner, op, arg vars, node) -> Var
-
-
-def _op(name: str, *params: P, label: str | None = None, infix: bool = False) -> OpInfo:
-    return OpInfo(name, params, label or name, infix)
-
+# The operator families (taxcompile/operators/): each module's records carry their shape
+# and plan rules; the core operators' rules are registered by ``shape_rule``/``plan_rule``
+# (check/features.py, check/values.py, codegen/features.py and its neighbours).
+FAMILIES = (blocks, broadcast, crf_output, feature_ops, location)
 
 # dropout: between stacked layers (Zaremba et al.; nn.LSTM's `dropout`), in training only
 _RNN = (node(), pint("hidden"), pint("layers", False, 1), P("dropout", "prob", False), SHARE)
@@ -118,24 +48,16 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("bilstm", *_RNN),
     _op("bigru", *_RNN),
     # groups: g groups of features convolved apart (groups = d: depthwise); separable: a
-    # depthwise convolution then a pointwise one to d (QANet; Lite Transformer's branch);
-    # causal: position l reads l-k+1 .. l only (a language model's convolution)
-    _op("cnn", node(), pint("d"), pint("kernel", False, 3), act("relu", ACTS), SHARE,
-        pint("groups", False, 1), P("separable", "bool", False, False),
-        P("bias", "bool", False, True), P("causal", "bool", False, False)),
+    # depthwise convolution then a pointwise one to d (QANet; Lite Transformer's branch)
+    feature_ops.OPS["cnn"],
     _op("identity", node()),
     _op("positional", node(), enum("kind", ("sinusoid", "learned"), "sinusoid")),
     # x's position table alone, (L, d) broadcast over x's other axes (codegen/positions.py)
     _op("positions", node(), enum("kind", ("learned", "sinusoid"), "learned")),
-    # fixed location weights l_j of x's positions, no parameters (location.py): 1 - L_j/T
-    # (Tang et al.'s eq. 11) or Sukhbaatar et al.'s encoding (eq. 10, k = hop or feature);
-    # L_j is the position, or the distance to the aspect's positions (a pointers input)
-    _op("location", node(), enum("kind", ("linear", "encoding"), "linear"),
-        P("hop", "int", False), P("aspect", "node", False)),
-    # layer norm (Ba et al.) or RMSNorm (Zhang & Sennrich 2019: x / RMS(x) * g, no centring)
-    _op("norm", node(), enum("kind", ("layer", "rms"), "layer"), SHARE),
+    location.OPS["location"],
+    blocks.OPS["norm"],
     _op("scale", node(), SHARE),
-    _op("ffn", node(), pint("d_ff"), act("relu", ACTS + GATED_ACTS), SHARE),
+    blocks.OPS["ffn"],
     _op("dropout", node(), P("p", "prob")),  # zero each feature with probability p (training)
     _op("tanh", node()),
     _op("relu", node()),
@@ -147,9 +69,7 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("scaled_tanh", node(), *ACTIVATIONS["scaled_tanh"]),
     _op("maxout", node(), *ACTIVATIONS["maxout"]),
     _op("concat", P("parts", "nodes")),
-    # part `index` (from 0) of `parts` equal parts of the features: torch.chunk(x, n, -1)[i]
-    # (Daniluk et al.'s key, value and predict parts of one output)
-    _op("split", node(), pint("parts", lo=2), pint("index", lo=0)),
+    feature_ops.OPS["split"],
     _op("stack", P("parts", "nodes")),
     _op("mean", node()),
     _op("max", node()),
@@ -162,21 +82,17 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
     _op("maxpool", node(), pint("factor")),
     _op("upsample", node(), pint("factor"), enum("mode", ("bilinear", "nearest"), "bilinear")),
     _op("learned", pint("d")),
-    # n learned vectors before the first position (a CLS token, registers): (S, d) -> (S+n, d)
-    _op("prepend", node(), pint("n", False, 1)),
+    blocks.OPS["prepend"],
     # tie: the output layer's weight is the embedding matrix of statement NODE's embed
     _op("classify", node(), pint("classes"), SHARE, TIE),
-    # a linear-chain CRF tagger (Lafferty et al.; Winata et al.'s output layer): emissions
-    # W x + b over the last axis's positions, tag transitions, NLL loss and Viterbi decoding
-    _op("crf", node(), pint("tags")),
+    crf_output.OPS["crf"],
     _op("affinity", node("a"), node("b"),
         enum("form", ("bilinear", "trilinear", "dot", "scaled_dot"), "bilinear"),
         act("none")),
-    _op("add", node("a"), node("b"), label="+", infix=True),
-    # element-wise: a gate times a feature (a (…, 1) gate scales every feature of its
-    # position: Xu's beta), a difference, and c - x (the 1 - g of a fusion gate)
-    _op("mul", node("a"), node("b"), label="*", infix=True),
-    _op("sub", node("a"), node("b"), label="-", infix=True),
+    broadcast.OPS["add"],
+    broadcast.OPS["mul"],
+    broadcast.OPS["sub"],
+    # c - x (the 1 - g of a fusion gate)
     _op("rsub", node(), P("c", "float", False, 1.0), label="-", infix=True),
     # Decoders (codegen/repeat.py): x at the previous decoder step (s_(t-1)), the first
     # position of a sequence, the backward direction of a bidirectional RNN (Bahdanau's <-h).
@@ -199,7 +115,7 @@ CALLS: dict[str, tuple[P, ...]] = {o.name: o.params for o in OPS.values() if not
 
 
 def shape_rule(*names: str):
-    """Register a checks.Checker method as the shape rule of ``names``."""
+    """Register a checks.Checker method as the shape rule of the core operators ``names``."""
     def deco(fn):
         for n in names:
             OPS[n].shape = fn
@@ -208,7 +124,7 @@ def shape_rule(*names: str):
 
 
 def plan_rule(*names: str):
-    """Register a codegen function as the plan rule of ``names``."""
+    """Register a codegen function as the plan rule of the core operators ``names``."""
     def deco(fn):
         for n in names:
             OPS[n].plan = fn

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from . import checks, classify, ir
+    from . import checks, classification, ir
 
 
 @dataclass
@@ -19,7 +19,7 @@ class PaperRow:
     """A paper's Table III row: its variants' classifications merged."""
 
     spec: ir.Spec
-    variants: list[classify.Classification]
+    variants: list[classification.Classification]
 
     @property
     def paper(self) -> ir.Paper:
@@ -45,10 +45,10 @@ class PaperRow:
         return classification_md(self.variants, f"{self.paper.cite}{ref}")
 
     def row(self) -> dict[str, str]:
-        from . import classify
+        from . import classification
 
         out = {"paper": self.paper.cite, "ref": str(self.paper.ref or "")}
-        out.update({d: self.cell(d) for d in classify.DIMENSIONS})
+        out.update({d: self.cell(d) for d in classification.DIMENSIONS})
         return out
 
 
@@ -86,9 +86,9 @@ def load_bytes(data: bytes, path: str | Path) -> checks.CheckedSpec:
 
 
 def classify_spec(cs: checks.CheckedSpec, reading: str = "table") -> PaperRow:
-    from . import classify
+    from . import classification
 
-    return PaperRow(cs.spec, [classify.classify_model(cm, reading) for cm in cs.models])
+    return PaperRow(cs.spec, [classification.classify_model(cm, reading) for cm in cs.models])
 
 
 def expand(paths: list[str]) -> list[tuple[Path, bool]]:

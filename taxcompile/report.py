@@ -19,8 +19,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from . import __version__, codegen, diagram, pipeline, table
-from .classify import DIMENSIONS
+from . import __version__, codegen, diagrams, pipeline, table
+from .classification import DIMENSIONS
 from .diagnostics import visible
 from .files import check_site_dir, check_unchanged, make_dirs, remove_dirs, write_site
 from .lexer import AttnLexer
@@ -64,8 +64,8 @@ def _svgs(cs) -> tuple[list[tuple[str, str]], str]:
     out = []
     for name in models if len(models) > 1 else [None]:
         try:
-            text = diagram.render_svg(cs, models=None if name is None else [name])
-        except diagram.DiagramError as e:  # `dot` failed: the page says so
+            text = diagrams.render_svg(cs, models=None if name is None else [name])
+        except diagrams.DiagramError as e:  # `dot` failed: the page says so
             return [], f"this diagram was not drawn: {e}"
         out.append((name or "", text[text.index("<svg"):]))  # no XML prolog, no doctype
     return out, ""

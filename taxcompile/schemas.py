@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
-from .classify import DIMENSIONS
+from .classification import DIMENSIONS
 from .study.schema import Protocol, first_problem
 
 __all__ = ["ClassifyOutput", "SCHEMAS", "StudyReport", "command", "dump", "json_schema",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .pipeline import PaperRow
 
-# classify.DIMENSIONS, written out so that this module does not import the classifier
+# classification.DIMENSIONS, written out so that this module does not import the classifier
 # (tests/test_table.py checks that they agree)
 DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations", "scoring",
               "alignment", "dimensionality", "query_type", "query_multiplicity")

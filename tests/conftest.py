@@ -31,7 +31,7 @@ def classify_text(text: str, name: str = "t.attn") -> dict:
 
 def cell_of(text: str, dimension: str, name: str = "t.attn") -> dict[str, list[str]]:
     """One Table III cell of the spec text's first model: {label: its reasons}."""
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
     from taxcompile.pipeline import load_text
 
     return classify_model(load_text(text, name).models[0]).cells[dimension].values

@@ -152,11 +152,13 @@ def source_outputs(cm) -> bool:
 
     from taxcompile import ir
     from taxcompile.codegen.generate import target
+    from taxcompile.graph import of as graph_of
 
     t = target(cm.model)
     if t is None:
         return False
-    side = nx.descendants(cm.graph, t.id) if t.id in cm.graph else set()
+    full = graph_of(cm)
+    side = nx.descendants(full, t.id) if t.id in full else set()
     return any(isinstance(n, ir.Node) and n.kind_ == "output" and n.id not in side
                for n in cm.model.nodes)
 

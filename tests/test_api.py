@@ -136,10 +136,17 @@ def test_classify_returns_the_row_with_its_reasons_as_markdown():
     one = taxcompile.classify(TEXT, model="base")
     assert one.row()["scoring"] == "Multiplicative"
     assert "| Query type | Self-Attentive |" in one._repr_markdown_()
-    # the stage module is still the module (callable as the API function)
+    # the API function is a plain function, whatever was imported before it: the stage
+    # module has its own name (no module made callable)
+    import inspect
+
+    from taxcompile import classification, diagrams
     from taxcompile.pipeline import load_text
 
-    assert taxcompile.classify.classify_model(load_text(TEXT).models[0]).row() == one.row()
+    assert inspect.isfunction(taxcompile.classify) and inspect.isfunction(taxcompile.diagram)
+    assert classification.classify_model(load_text(TEXT).models[0]).row() == one.row()
+    assert taxcompile.classify is taxcompile.api.classify
+    assert taxcompile.diagram is taxcompile.api.diagram and diagrams.build
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz's dot is not installed")

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from taxcompile import checks, pipeline  # noqa: E402
-from taxcompile.classify import classify_model  # noqa: E402
+from taxcompile.classification import classify_model  # noqa: E402
 from taxcompile.diagnostics import SpecError  # noqa: E402
 from torch_support import inline_builder  # noqa: E402
 

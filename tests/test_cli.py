@@ -577,7 +577,7 @@ def test_table_does_not_import_torch_even_when_installed(tmp_path):
 # pydantic: the IR is frozen records, taxcompile/frozen.py)
 HEAVY = ("torch", "jinja2", "matplotlib", "pygments", "networkx", "pydantic")
 FRONT_END = ("lark", "taxcompile.parser", "taxcompile.lower",
-             "taxcompile.checks", "taxcompile.classify")  # not needed when every row comes from the cache
+             "taxcompile.checks", "taxcompile.classification")  # not needed when every row comes from the cache
 
 
 def _table_modules(cache_dir: Path, *paths: str, no_cache: bool = False):
@@ -608,7 +608,7 @@ def test_table_import_set_cold_and_from_the_cache(tmp_path):
     rc, cold, modules, _ = _table_modules(tmp_path, "specs/")
     assert rc == 0 and "Vaswani et al." in cold
     assert _imported(modules, HEAVY) == []
-    assert "taxcompile.checks" in modules and "taxcompile.classify" in modules
+    assert "taxcompile.checks" in modules and "taxcompile.classification" in modules
     # specs that parse are read by taxcompile/fastparse.py: lark is for errors (and fmt)
     assert _imported(modules, ("lark", "taxcompile.astbuilder")) == []
     specs = list((ROOT / "specs").glob("*.attn"))
@@ -670,9 +670,9 @@ def test_table_cache_fingerprint_covers_the_front_end_sources(tmp_path, monkeypa
 
 
 def test_table_dimensions_are_the_classifiers():
-    from taxcompile import classify, table
+    from taxcompile import classification, table
 
-    assert table.DIMENSIONS == classify.DIMENSIONS
+    assert table.DIMENSIONS == classification.DIMENSIONS
 
 
 def test_statement_keywords_name_constants_inputs_repeats_and_modules(tmp_path):

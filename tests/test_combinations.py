@@ -202,7 +202,7 @@ def run_combo(c: C.Combo, cs, tmp_path) -> tuple[list[str], dict[str, float]]:
 
 
 def classification_problems(c: C.Combo, cs) -> list[str]:
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
 
     cells = classify_model(cs.models[0]).cells
     names = ("`att`",) if c.multiplicity != "multi_hop" else \

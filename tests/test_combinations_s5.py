@@ -322,7 +322,7 @@ def row_of(pr: C.Pair) -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("pr", VALID, ids=ids)
 def test_valid_pair_classifies(pr):
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
 
     cs = load_text(C.pair_text(pr), "p.attn")
     cells = classify_model(cs.models[0]).cells
@@ -332,7 +332,7 @@ def test_valid_pair_classifies(pr):
 
 def test_capsule_hop_reasons():
     """The hops' capsule modules say where their queries come from."""
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
 
     cs = load_text(C.pair_text(C.Pair("capsule", "general", "hop")), "p.attn")
     reasons = classify_model(cs.models[0]).cells["query_multiplicity"].values["Capsule-Based"]

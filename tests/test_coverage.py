@@ -360,7 +360,7 @@ model m {{
 
 def test_coverage_and_penalties_leave_the_row_as_it_is():
     """Coverage adds w_c c_i^t to the additive score's inputs: still Additive; a penalty is
-    a term of the loss: no cell changes (classify.py)."""
+    a term of the loss: no cell changes (classification.py)."""
     plain = DECODER.replace("        coverage = true\n", "").replace(
         "        penalty = coverage(0.5)\n", "")
     row = classify_text(DECODER)

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import ROOT, SPECS
-from taxcompile import diagram, ir, pipeline
+from taxcompile import diagrams, ir, pipeline
 from taxcompile.pipeline import load
 
 SPEC_FILES = sorted(SPECS.glob("*.attn"))
@@ -32,7 +32,7 @@ def test_dot_is_installed():
 def test_svg_renders_with_a_node_per_graph_node(path, tmp_path):
     cs = load(path)
     out = tmp_path / f"{path.stem}.svg"
-    written, note = diagram.write(cs, out)
+    written, note = diagrams.write(cs, out)
     assert written == [out] and note == ""
     root = ET.parse(out).getroot()
     groups = root.iter(f"{SVG}g")
@@ -54,7 +54,7 @@ def test_svg_renders_with_a_node_per_graph_node(path, tmp_path):
 
 def test_repeat_is_drawn_once_with_its_count_and_edges_carry_shapes(tmp_path):
     cs = load(SPECS / "vaswani2017.attn")
-    source = diagram.build(cs).source
+    source = diagrams.build(cs).source
     assert "repeat encoder × 6" in source and "repeat decoder × 6" in source
     assert source.count("attention cross") == 1
     assert 'label="k, v (S, 512)"' in source      # encoder output into every cross-attention
@@ -63,20 +63,20 @@ def test_repeat_is_drawn_once_with_its_count_and_edges_carry_shapes(tmp_path):
 
 
 def test_coattention_partners_and_levels_are_grouped():
-    lu = diagram.build(load(SPECS / "lu2016.attn")).source
+    lu = diagrams.build(load(SPECS / "lu2016.attn")).source
     assert "co-attention through C_w" in lu and 'label=question' in lu.replace('"', "")
-    han = diagram.build(load(SPECS / "yang2016.attn")).source
+    han = diagrams.build(load(SPECS / "yang2016.attn")).source
     assert "level (S, W)" in han and "level (S)" in han
 
 
 def test_output_is_deterministic():
     cs = load(SPECS / "yu2018.attn")
-    assert diagram.build(cs).source == diagram.build(load(SPECS / "yu2018.attn")).source
+    assert diagrams.build(cs).source == diagrams.build(load(SPECS / "yu2018.attn")).source
 
 
 def test_without_dot_the_source_is_written_and_the_user_told(tmp_path, monkeypatch):
-    monkeypatch.setattr(diagram.shutil, "which", lambda name: None)
-    written, note = diagram.write(load(SPECS / "bahdanau2015.attn"), tmp_path / "b.png")
+    monkeypatch.setattr(diagrams.shutil, "which", lambda name: None)
+    written, note = diagrams.write(load(SPECS / "bahdanau2015.attn"), tmp_path / "b.png")
     assert written == [tmp_path / "b.dot"]
     assert not (tmp_path / "b.png").exists()
     assert "graphviz's `dot` program was not found" in note and "apt-get install" in note
@@ -130,7 +130,7 @@ def _boxes(svg: str, cls: str) -> list[tuple[str, tuple[float, float, float, flo
 def test_nodes_stay_clear_of_cluster_borders_and_labels_of_node_text(stem):
     """In the larger diagrams no node straddles a cluster's border, and no edge label is
     written over a node (edges between clusters get external labels)."""
-    svg = diagram.render_svg(load(SPECS / f"{stem}.attn"))
+    svg = diagrams.render_svg(load(SPECS / f"{stem}.attn"))
     nodes = _boxes(svg, "node")
     clusters = [(t, b) for t, b in _boxes(svg, "cluster") if t.startswith("cluster_")]
     assert len(nodes) > 10 and len(clusters) >= 3
@@ -166,7 +166,7 @@ model qanet {
 
 
 def test_a_repeat_over_one_input_is_drawn_inside_that_input():
-    source = diagram.build(pipeline.load_text(TWO_INPUTS, "t.attn")).source
+    source = diagrams.build(pipeline.load_text(TWO_INPUTS, "t.attn")).source
     context = source.index("subgraph cluster_qanet_input_context")
     repeat = source.index("subgraph cluster_qanet_hop_conv_c")
     closing = source.index("\t}", context)  # the input's cluster closes after the repeat
@@ -178,4 +178,4 @@ def test_weights_inside_an_infix_expression_are_drawn_as_written():
     operand, not an infix operator with a precedence (it raised KeyError in the report)."""
     m = load(ROOT / "examples" / "wang2016_input_attention.attn").models[0].model
     r = m.node("r")
-    assert diagram.expr_text(m, r.expr) == "tanh(z1 * a1.weights + z2 * a2.weights + b)"
+    assert diagrams.expr_text(m, r.expr) == "tanh(z1 * a1.weights + z2 * a2.weights + b)"

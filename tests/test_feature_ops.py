@@ -1,7 +1,7 @@
 """Issue 25's feature-level constructs, each against the paper's equations written here in
 float64 (not against the generated code's own output):
 
-- broadcasting in `+ - *` (taxcompile/broadcast.py): BiDAF's G = [h; ũ; h ∘ ũ; h ∘ h̃] with
+- broadcasting in `+ - *` (taxcompile/operators/broadcast.py): BiDAF's G = [h; ũ; h ∘ ũ; h ∘ h̃] with
   h̃ tiled over the context (Seo et al. 2017), input attention r_i = [z_i α¹_i; z_i α²_i]
   (Wang et al. 2016, eq. 14 and 16), word weights of a hierarchy scaling each word;
 - `split(x, n, i)`: key-value-predict attention (Daniluk et al. 2017, seed 002 eq. 7);

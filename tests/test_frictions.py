@@ -142,12 +142,12 @@ def test_no_edge_or_edge_label_runs_over_a_cluster_title(path):
     import shutil
     import xml.etree.ElementTree as ET
 
-    from taxcompile import diagram, pipeline
+    from taxcompile import diagrams, pipeline
 
     if shutil.which("dot") is None:
         pytest.skip("graphviz's dot is not installed")
     ns = "{http://www.w3.org/2000/svg}"
-    svg = ET.fromstring(diagram.render_svg(pipeline.load(ROOT / path)))
+    svg = ET.fromstring(diagrams.render_svg(pipeline.load(ROOT / path)))
     titles, labels, edges = [], [], []
     for g in svg.iter(f"{ns}g"):
         kind, name = g.get("class"), g.findtext(f"{ns}title", "")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import error_snapshot
-from taxcompile import diagram, pipeline
-from taxcompile.classify import classify_model
+from taxcompile import diagrams, pipeline
+from taxcompile.classification import classify_model
 from taxcompile.diagnostics import SpecError
 
 torch = pytest.importorskip("torch")
@@ -88,7 +88,7 @@ def test_the_diagram_writes_the_expression_back_with_its_brackets():
     cs = pipeline.load_text(GATES, "t.attn")
     m = cs.models[0].model
     u = next(n for n in m.nodes if getattr(n, "name", None) == "u")
-    assert diagram.expr_text(m, u.expr) == "f * x + (1 - f) * s - b * s"
+    assert diagrams.expr_text(m, u.expr) == "f * x + (1 - f) * s - b * s"
 
 
 def test_a_gated_context_reads_as_the_context_it_scales():

@@ -368,7 +368,7 @@ def test_run_time_checks(gen):
 def test_classifier_reads_graph_attention():
     text = HEADER + GAT.format(f_in=6, width=12, heads=3, slope=0.2, join="heads_out = concat",
                                loops="true")
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
     cl = classify_model(pipeline.load_text(text, "t.attn").models[0])
     row = cl.row()
     assert row["scoring"] == "Additive" and row["alignment"] == "Global"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from taxcompile import classify, ir, lower, mechanisms as mech, ops
+from taxcompile import classification, ir, lower, mechanisms as mech, ops
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "taxcompile"
@@ -70,10 +70,10 @@ def test_every_score_and_alignment_reads_as_a_table_iii_value_with_a_reason():
         for m in table.values():
             assert m.reading and m.reason and m.label and m.doc, m.name
             if isinstance(m.reading, str):
-                assert m.reading in classify.ORDER[dim], (m.name, m.reading)
+                assert m.reading in classification.ORDER[dim], (m.name, m.reading)
     for form in mech.scores.AFFINITY_READING:
         for act in ("none", "tanh"):
-            assert mech.affinity_reading(None, form, act) in classify.ORDER["scoring"]
+            assert mech.affinity_reading(None, form, act) in classification.ORDER["scoring"]
     for m in mech.MODIFIERS.values():
         assert m.reason and m.class_part and m.doc and m.label and m.reading is None, m.name
 
@@ -184,7 +184,7 @@ LOWERING = ["lower.py", *sorted(f"lowering/{p.name}" for p in (PKG / "lowering")
 CHECK_MODULES = sorted(str(p.relative_to(PKG)) for p in (PKG / "check").glob("*.py"))
 
 
-@pytest.mark.parametrize("module", ["classify.py", "diagram.py", "fmt.py",
+@pytest.mark.parametrize("module", ["classification.py", "feature_dimensions.py", "diagrams.py", "fmt.py",
                                     "codegen/classes.py", "codegen/layer.py",
                                     "codegen/attention.py", "codegen/decoder.py", "train.py",
                                     "combinations.py", "checks.py", "module_checks.py",

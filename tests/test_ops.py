@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from taxcompile import checks, codegen, diagram, lower, ops, pipeline  # noqa: F401 (rules)
+from taxcompile import checks, codegen, diagrams, lower, ops, pipeline  # noqa: F401 (rules)
 from taxcompile.diagnostics import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +59,7 @@ model m {
     cs = pipeline.load_text(text, "t.attn")
     src = codegen.generate(cs, cs.models[0], "t.attn")
     assert "f = 2 * x" in src
-    assert "double(x)" in diagram.expr_text(cs.models[0].model, cs.models[0].model.node("f").expr)
+    assert "double(x)" in diagrams.expr_text(cs.models[0].model, cs.models[0].model.node("f").expr)
 
 
 def test_an_unregistered_call_is_a_spec_error():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from taxcompile import cli, diagram, files
+from taxcompile import cli, diagrams, files
 
 SPEC = ('paper {pid} {{ cite = "X" }}\n'
         "model {model} {{\n"
@@ -88,9 +88,9 @@ def test_an_svg_that_merely_contains_the_mark_is_not_overwritten(elsewhere, caps
     assert cli.main(["diagram", str(s), "-o", str(mine)]) == 2
     assert mine.read_bytes() == before
     ours = elsewhere / "ours.svg"
-    assert cli.main(["diagram", str(s), "-o", str(ours)]) == 0 and diagram.is_diagram(ours)
+    assert cli.main(["diagram", str(s), "-o", str(ours)]) == 0 and diagrams.is_diagram(ours)
     ours.write_bytes(ours.read_bytes().replace(b"</svg>", b"<!-- edited --></svg>"))
-    assert not diagram.is_diagram(ours)  # edited since: no longer ours
+    assert not diagrams.is_diagram(ours)  # edited since: no longer ours
 
 
 def test_a_report_killed_between_its_renames_is_replaced_by_the_next(tmp_path, monkeypatch):

@@ -291,7 +291,7 @@ def test_modifier_keeps_score_family_and_alignment(mods, phrase):
     alignment it feeds (global): the modifier is named in the reason, not a new category."""
     text = HEADER + SPEC.format(score="scaled_multiplicative", heads=2, mask="none", mods=mods)
     cs = pipeline.load_text(text, "t.attn")
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
     cl = classify_model(cs.models[0])
     assert cl.row()["scoring"] == "Scaled Multiplicative"
     assert cl.row()["alignment"] == "Global"

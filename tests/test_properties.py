@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from taxcompile import codegen, parser
-from taxcompile.classify import DIMENSIONS
+from taxcompile.classification import DIMENSIONS
 from taxcompile.diagnostics import SpecError, visible
 from taxcompile.pipeline import classify_spec, load_text
 

@@ -9,7 +9,7 @@ import io
 import json
 from pathlib import Path
 
-from taxcompile import classify, cli, pipeline
+from taxcompile import classification, cli, pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,11 +35,11 @@ def test_table_reading_is_table_iii_and_the_text_reading_counts_stacks():
 
 def test_the_cell_says_which_reading_it_took():
     cm = pipeline.load(ROOT / "specs" / "yu2018.attn").models[0]
-    cell = classify.classify_model(cm).cells["query_multiplicity"]
+    cell = classification.classify_model(cm).cells["query_multiplicity"]
     assert "Multi-Hop" not in cell.values
     assert len(cell.notes) == 1 and cell.notes[0].startswith("reading: table.")
     assert "§3.3.2" in cell.notes[0] and "--reading text" in cell.notes[0]
-    cell = classify.classify_model(cm, "text").cells["query_multiplicity"]
+    cell = classification.classify_model(cm, "text").cells["query_multiplicity"]
     assert any("reading: text" in r for r in cell.values["Multi-Hop"])
     assert cell.notes[0].startswith("reading: text.")
 
@@ -48,8 +48,8 @@ def test_a_multi_hop_memory_network_needs_no_reading():
     """Hops that re-read the same features with a refined query (eq. 41-42) are multi-hop
     under both readings, with no note."""
     cm = pipeline.load(ROOT / "examples" / "memory_network.attn").models[0]
-    for reading in classify.READINGS:
-        cell = classify.classify_model(cm, reading).cells["query_multiplicity"]
+    for reading in classification.READINGS:
+        cell = classification.classify_model(cm, reading).cells["query_multiplicity"]
         assert "Multi-Hop" in cell.values and not cell.notes
 
 

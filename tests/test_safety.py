@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from taxcompile import cli, diagram, fmt
+from taxcompile import cli, diagrams, fmt
 from taxcompile.files import MANIFEST
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -243,18 +243,18 @@ def test_diagram_into_an_unwritable_place(proj, out):
     assert snapshot(proj) == before
 
 
-@pytest.mark.parametrize("fmt_", diagram.FORMATS)
+@pytest.mark.parametrize("fmt_", diagrams.FORMATS)
 def test_diagram_replaces_its_own_diagram_and_nothing_else(proj, fmt_):
     out = proj / f"d.{fmt_}"
     assert cli.main(["diagram", str(proj / "specs" / "tiny.attn"), "-o", str(out)]) == 0
-    assert diagram.is_diagram(out)
+    assert diagrams.is_diagram(out)
     out.write_bytes(out.read_bytes())  # the same diagram, drawn again: replaced
     assert cli.main(["diagram", str(proj / "specs" / "tiny.attn"), "-o", str(out)]) == 0
     foreign = proj / f"mine.{fmt_}"
     foreign.write_bytes(b"<svg>my own drawing</svg>\n" if fmt_ == "svg" else
                         b"digraph mine { a -> b }\n" if fmt_ == "dot" else b"\x89PNG\r\n\x1a\n"
                         if fmt_ == "png" else b"%PDF-1.4\n%%EOF\n")
-    assert not diagram.is_diagram(foreign)
+    assert not diagrams.is_diagram(foreign)
     before = snapshot(proj)
     p = run("diagram", "specs/tiny.attn", "-o", foreign.name, cwd=proj)
     assert_refused(p, "the file exists and is not a diagram taxcompile drew")

@@ -88,27 +88,27 @@ def test_collecting_many_errors_is_linear():
 def test_the_documented_limits_are_the_ones_enforced():
     from pathlib import Path
 
-    from taxcompile import diagram
+    from taxcompile import diagrams
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
     for what, value in (("file size", parser.MAX_BYTES), ("models per spec", parser.MAX_MODELS),
                         ("nodes per spec", lower.MAX_SPEC_NODES),
                         ("nodes per model", lower.MAX_NODES),
-                        ("boxes in one `diagram`", diagram.MAX_DIAGRAM_NODES)):
+                        ("boxes in one `diagram`", diagrams.MAX_DIAGRAM_NODES)):
         row = next(line for line in doc.splitlines() if line.startswith(f"| {what}"))
         assert f"| {value:,} " in row, (what, row)
 
 
 def test_a_diagram_past_its_boxes_is_refused_before_dot_runs(monkeypatch):
-    from taxcompile import diagram
+    from taxcompile import diagrams
 
     cs = pipeline.load_text(variants(3), "v.attn")
     boxes = sum(len(m.model.nodes) for m in cs.models)
     drawn = 4 * 4  # input, x, and the repeat's attention and update drawn once, per model
     assert boxes > drawn
-    monkeypatch.setattr(diagram, "MAX_DIAGRAM_NODES", drawn)
-    diagram.build(cs)  # a repeat is one box per statement, not per hop
-    monkeypatch.setattr(diagram, "MAX_DIAGRAM_NODES", drawn - 1)
-    monkeypatch.setattr(diagram.subprocess, "run", lambda *a, **k: pytest.fail("dot ran"))
-    with pytest.raises(diagram.DiagramError, match=f"would have {drawn} boxes"):
-        diagram.render_svg(cs)
+    monkeypatch.setattr(diagrams, "MAX_DIAGRAM_NODES", drawn)
+    diagrams.build(cs)  # a repeat is one box per statement, not per hop
+    monkeypatch.setattr(diagrams, "MAX_DIAGRAM_NODES", drawn - 1)
+    monkeypatch.setattr(diagrams.subprocess, "run", lambda *a, **k: pytest.fail("dot ran"))
+    with pytest.raises(diagrams.DiagramError, match=f"would have {drawn} boxes"):
+        diagrams.render_svg(cs)

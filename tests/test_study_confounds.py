@@ -11,7 +11,7 @@ import math
 import pytest
 
 from taxcompile import pipeline
-from taxcompile.classify import classify_model
+from taxcompile.classification import classify_model
 from taxcompile.study import curves, permodel, report
 from taxcompile.study import protocol as proto
 from taxcompile.study import models as Mdl

@@ -111,7 +111,7 @@ def test_smoke_covers_every_value_of_the_five_dimensions():
             assert v == base or (dim, v) in swapped, (dim, v, [s.why for s in skips])
     # and the checked models classify to every label of those dimensions
     labels = P.coverage(runs)
-    from taxcompile.classify import ORDER
+    from taxcompile.classification import ORDER
     for dim in Mdl.DIMENSIONS:
         want = set(ORDER[dim]) - {"Soft"}  # "Soft" is the table's name for Global beside Hard
         assert labels[dim] == want, dim

@@ -188,7 +188,7 @@ def test_reads_as_the_score_it_modifies():
     module's (Scaled Multiplicative, Global, Self-Attentive, Multi-Head) and the scoring
     cell's reason names Transformer-XL."""
     text = HEADER + SPEC.format(score="scaled_multiplicative", heads=2, mask="causal")
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
     cl = classify_model(pipeline.load_text(text, "t.attn").models[0])
     reasons = " ".join(cl.cells["scoring"].values["Scaled Multiplicative"])
     assert "Transformer-XL" in reasons and "still the same q·k score" in reasons
@@ -319,7 +319,7 @@ def test_memory_changes_no_cell():
     of the module without it."""
     with_mem = HEADER + TWO_LAYERS
     assert classify_text(with_mem) == classify_text(with_mem.replace("mem_len = mem", ""))
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
     cl = classify_model(pipeline.load_text(with_mem, "t.attn").models[0])
     (reason,) = cl.cells["query_type"].values["Self-Attentive"]
     assert "previous segment" in reason and "the queries still the segment's own" in reason

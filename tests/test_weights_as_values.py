@@ -100,11 +100,11 @@ def test_attention_over_attention_follows_cui_et_al():
 
 
 def test_reading_weights_leaves_the_modules_row():
-    """A module whose weights are read as values classifies as it did (classify.py)."""
+    """A module whose weights are read as values classifies as it did (classification.py)."""
     plain = WEIGHTS.replace("output w = s.weights\n    output c = context(x, s.weights)\n",
                             "output c = s\n")
     assert classify_text(WEIGHTS) == classify_text(plain)
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
     cs = pipeline.load_text(WEIGHTS, "t.attn")
     cells = classify_model(cs.models[0]).cells
     reasons = [r for rs in cells["alignment"].values.values() for r in rs]
@@ -231,7 +231,7 @@ def test_supervision_leaves_the_modules_row():
     plain = text.replace("        penalty = supervised(gold, 0.5, loss = squared)\n", "")
     assert "supervised" not in plain
     assert classify_text(text) == classify_text(plain)
-    from taxcompile.classify import classify_model
+    from taxcompile.classification import classify_model
     cells = classify_model(pipeline.load_text(text, "t.attn").models[0]).cells
     reasons = [r for rs in cells["alignment"].values.values() for r in rs]
     assert any("is supervised by the target alignment `gold`" in r for r in reasons), reasons

@@ -69,13 +69,8 @@ def check(spec: ir.Spec, source: str | None = None) -> CheckedSpec:
     return Checker(spec, source).run()
 
 
-from .. import blocks  # noqa: E402,F401  (registers the shape rules of the everyday blocks)
-
 __all__ = ["Shape", "AttentionInfo", "CheckedModel", "CheckedSpec", "Checker", "Fit", "check",
            "context_dim", "decoder_ops", "deps", "expr_links", "feeds", "links", "operations",
            "penalised", "rescaled", "weights_read", "SpecError", "learned_capsules",
            "share_kind", "share_root", "version_with", "_base_ref", "_hop_place", "_name",
            "_short", "_show", "_vocab"]
-from .. import crf_output  # noqa: E402,F401  (registers the shape rule of the CRF output layer)
-from .. import broadcast, feature_ops  # noqa: E402,F401  (`+ - *` broadcasting; split, cnn)
-from .. import location  # noqa: E402,F401  (location weights, Tang et al. / Sukhbaatar et al.)

@@ -11,17 +11,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from .. import mechanisms as mech
 from ..mechanisms import align_reads
-
-
-@dataclass(frozen=True)
-class Shape:
-    """Named axes (positions, groups) and the feature size (None: token ids)."""
-
-    axes: tuple[str, ...]
-    dim: int | None
-
-    def __str__(self) -> str:
-        return "(" + ", ".join(self.axes + ((str(self.dim),) if self.dim is not None else ())) + ")"
+from ..shapes import Shape, expr_name as _name  # (``checks.Shape``, ``checks._name``)
 
 
 @dataclass
@@ -56,15 +46,6 @@ class CheckedModel:
     # (RNN, attention) pairs of `lstm(…, state = ATT)`: ATT attends over the RNN's states
     # before this step (its keys edge crosses steps) and runs first in each step
     past: frozenset = frozenset()
-
-    @property
-    def graph(self) -> "networkx.DiGraph":
-        """The model graph (``graph.build``), built once and shared by every later stage."""
-        g = self.__dict__.get("_graph")
-        if g is None:
-            from ..graph import build
-            g = self.__dict__["_graph"] = build(self)
-        return g
 
 
 @dataclass
@@ -247,15 +228,3 @@ def weights_read(m: ir.Model) -> set[str]:
                 out.add(e.args[0].node)
             stack.extend(e.args)
     return out
-
-
-def _name(e: ir.Expr | None) -> str:
-    if e is None:
-        return "?"
-    if isinstance(e, ir.Ref):
-        return e.node
-    if e.fn == "weights":
-        return f"{_name(e.args[0])}.weights"
-    return f"{e.fn}(…)"
-
-

@@ -5,7 +5,8 @@ over the decoder's own axis, ops that mix its positions). Run after every shape 
 
 from __future__ import annotations
 
-from .. import ir, prev_reads
+from .. import ir
+from . import prev_reads
 from .. import mechanisms as mech
 from .core import Shape, _base_ref, decoder_ops
 

@@ -123,7 +123,7 @@ class FeatureShapes:
             return None
         return Shape(a[0].axes, a[0].dim // 2)
 
-    @ops.shape_rule("identity", "scale", "norm", "tanh", "relu", "sigmoid", "ffn", "gelu", "elu",
+    @ops.shape_rule("identity", "scale", "tanh", "relu", "sigmoid", "gelu", "elu",
                     "leaky_relu", "softplus", "scaled_tanh", "dropout")
     def _same(self, e, a, nid):
         return a[0]

@@ -5,7 +5,8 @@ al.'s disagreement, supervised attention) and what each needs of the module's we
 
 from __future__ import annotations
 
-from .. import crf_output, ir
+from .. import ir
+from ..operators import crf_output
 from .. import mechanisms as mech
 from ..diagnostics import article
 from .attention import Fit

@@ -9,7 +9,8 @@ weights (``sharing``)."""
 from __future__ import annotations
 
 from .. import digraph as nx  # networkx's algorithms that checks uses, without its import
-from .. import ir, prev_reads
+from .. import ir
+from . import prev_reads
 from .. import mechanisms as mech
 from ..lower import MASK_KINDS
 from .core import CheckedModel, Shape, decoder_ops, deps, feeds, links, past_pairs, state_ops

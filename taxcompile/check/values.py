@@ -5,7 +5,8 @@ decoder input (``pointed``), learned vectors, the output layer and affinity matr
 
 from __future__ import annotations
 
-from .. import crf_output, ir, ops
+from .. import ir, ops
+from ..operators import crf_output
 from .. import mechanisms as mech
 from ..diagnostics import article
 from .core import Shape, _name

@@ -46,13 +46,5 @@ def source_name(path: Path | str) -> str:
     return p.as_posix()
 
 
-def generated_from(path: Path) -> str | None:
-    """The spec a generated file names in its first line, or None if it is not ours (or
-    not a regular file: ``outputs.generated_from``)."""
-    from ..outputs import generated_from
-
-    return generated_from(path)
-
-
 def output_name(cs: checks.CheckedSpec, cm: checks.CheckedModel) -> str:
     return f"{cs.spec.paper.id}_{cm.model.name}.py"

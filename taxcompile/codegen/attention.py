@@ -13,8 +13,9 @@ from . import generate, segment
 from .classes import attention_class, dot_form, fast_path, one_per_input
 from .features import project_width
 from .frame import Var
+from .contexts import context_dim, describe
 from .graph_attention import is_graph, plan_graph_attention
-from .names import Dim, atom, dim_of
+from .names import atom, dim_of
 
 
 def plan_attention(p, n: ir.Attention) -> None:
@@ -331,18 +332,6 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     return a, ex
 
 
-def context_dim(p, n: ir.Attention, d_v: Dim) -> Dim:
-    """The context's width as a Config expression (checks.context_dim): d_v, or with
-    ``heads_out = concat`` / ``mean`` the heads side by side / averaged."""
-    if n.heads < 2 or mech.HEADS_OUT[n.heads_out].full_width:  # W_O or routing: d_v
-        return d_v
-    heads = p.size(n, "heads", n.heads)
-    split = n.query is not None
-    if (n.heads_out == "concat") == split:  # H slices of d_v / H side by side; or all of v
-        return d_v
-    return d_v.times(heads) if n.heads_out == "concat" else d_v.floordiv(heads)
-
-
 def fused_projections(p, n: ir.Attention, keys_only: bool = False) -> dict[str, Var]:
     """Queries, keys and values that are projections of one feature (self-attention:
     W_Q F, W_K F, W_V F, eq. 1 and 35) come from one stacked matmul: a single nn.Linear
@@ -380,10 +369,3 @@ def fused_projections(p, n: ir.Attention, keys_only: bool = False) -> dict[str, 
         for r, name, d, sh in zip(rs, names, dims, shapes):
             out[r] = Var(name, sh, x.mask, d, x.mask_code)
     return out
-
-
-def describe(n: ir.Attention, info) -> str:
-    bits = [n.score.fn.replace("_", " ") + " score", n.align.fn + " alignment", *n.traits()]
-    if info.groups:
-        bits.append("one per " + " x ".join(info.groups))
-    return ", ".join(bits)

@@ -7,7 +7,8 @@ loop, its parts planned by ``recurrence.py``."""
 
 from __future__ import annotations
 
-from .. import checks, ir, prev_reads
+from .. import checks, ir
+from ..check import prev_reads
 from .. import mechanisms as mech
 from ..ops import plan_rule
 from . import generate, recurrence
@@ -27,32 +28,6 @@ def feed_regions(m: ir.Model) -> list[tuple[ir.Node, ir.Op, str]]:
                     if e.param("feed") or e.param("state"):  # state: recurrence.py
                         out.append((n, e, str(e.param("feed") or e.param("state"))))
                     stack.extend(e.args)
-    return out
-
-
-def encoder_started(n: ir.AnyNode) -> list[ir.Op]:
-    """``lstm``/``gru`` ops without ``feed`` that start from an encoder (``init = ENC``)."""
-    out, stack = [], [n.expr] if isinstance(n, ir.Node) else []
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ir.Op):
-            if e.param("init") and not e.param("feed"):
-                out.append(e)
-            stack.extend(e.args)
-    return out
-
-
-def encoder_inits(m: ir.Model) -> set[str]:
-    """RNN statements a decoder starts from (``init = NAME``): they return their final
-    states too."""
-    out = set()
-    for n in m.nodes:
-        for e in checks.decoder_ops(n) + encoder_started(n):
-            init = e.param("init")
-            src = m.node(str(init)) if init else None
-            if isinstance(src, ir.Node) and isinstance(src.expr, ir.Op) and \
-                    src.expr.fn in ("lstm", "gru"):
-                out.add(src.id)
     return out
 
 

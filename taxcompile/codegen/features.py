@@ -114,6 +114,32 @@ def project_width(p, e: ir.Op, n, x: Var) -> tuple[int | None, Dim]:
     return x.shape.dim, x.dim
 
 
+def encoder_started(n: ir.AnyNode) -> list[ir.Op]:
+    """``lstm``/``gru`` ops without ``feed`` that start from an encoder (``init = ENC``)."""
+    out, stack = [], [n.expr] if isinstance(n, ir.Node) else []
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ir.Op):
+            if e.param("init") and not e.param("feed"):
+                out.append(e)
+            stack.extend(e.args)
+    return out
+
+
+def encoder_inits(m: ir.Model) -> set[str]:
+    """RNN statements a decoder starts from (``init = NAME``): they return their final
+    states too."""
+    out = set()
+    for n in m.nodes:
+        for e in checks.decoder_ops(n) + encoder_started(n):
+            init = e.param("init")
+            src = m.node(str(init)) if init else None
+            if isinstance(src, ir.Node) and isinstance(src.expr, ir.Op) and \
+                    src.expr.fn in ("lstm", "gru"):
+                out.add(src.id)
+    return out
+
+
 def _rnn(p, e, a, n, kind: str, bidir: bool):
     x = a[0]
     hidden, layers = p.p(e, "hidden"), p.p(e, "layers")
@@ -128,7 +154,6 @@ def _rnn(p, e, a, n, kind: str, bidir: bool):
     dim = hidden.times(2) if bidir else hidden
     size = int(e.param("hidden")) * (2 if bidir else 1)
     margs = f"{mod}, {x.name}{', ' + mask if mask != 'None' else ''}"
-    from .decoder import encoder_inits  # it imports the attention planner, which needs us
     if isinstance(n, ir.Node) and n.expr is e and n.id in encoder_inits(p.m):
         # a decoder starts from this RNN's final states (`init = NAME`)
         p.helpers.add("rnn_final")

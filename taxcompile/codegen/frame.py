@@ -10,6 +10,10 @@ from .names import MODULE_ATTRS, Dim, Names, ident, is_name
 from .plan import Stmt, Submodule
 
 
+# The input kinds that carry a padding mask (``<input>_mask`` arguments of forward()).
+MASKABLE = ("tokens", "sequence", "set", "pointers")
+
+
 @dataclass
 class Var:
     """A tensor in forward(): its Python expression, shape and padding-mask source."""

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .. import checks, ir
+from .. import checks, graph, ir
 from .. import mechanisms as mech
 from . import recurrence
-from .frame import Var
+from .frame import MASKABLE, Var
 from .names import assigned as assigned_names
 from .names import is_name, mentions, names_in
 from .plan import GeneratePlan, Stmt
@@ -78,7 +78,8 @@ def setup(p) -> None:
     p.gen = None
     if decoded(p.m, p.cm.shapes) is None:
         return  # no output of next-token logits over the target: nothing to decode
-    side = nx.descendants(p.cm.graph, t.id) if t.id in p.cm.graph else set()
+    full = graph.of(p.cm)
+    side = nx.descendants(full, t.id) if t.id in full else set()
     loops = set().union(*(p.cm.steps[x] for x in p.loops)) if p.loops else set()
     why = []  # what keeps a step from running on the new token alone, in the model's order
     tgt = side | {t.id}
@@ -307,7 +308,6 @@ def plan(p, outputs: list) -> GeneratePlan | None:
     sources = [i for i in p.m.inputs if i.id != t.id and i.kind != "alignment"]
     pick = decoded(p.m, p.cm.shapes)
     out = ".output" if len(outputs) == 1 else f".output[{pick.id!r}]"
-    from .model import MASKABLE
     return GeneratePlan(
         target=t.id, sources=tuple(i.id for i in sources),
         masks=tuple(f"{i.id}_mask" for i in sources if i.kind in MASKABLE),

@@ -10,6 +10,7 @@ from typing import Callable
 
 from .. import ir
 from .acts import act_call
+from .contexts import context_dim, describe
 from .frame import Var
 from .plan import AttentionClass
 
@@ -60,7 +61,6 @@ def graph_class(p, n: ir.Attention) -> str:
 
 def plan_graph_attention(p, n: ir.Attention) -> None:
     """``layer, layer_a, layer_ex = self.layer(q, k, v, adj, key_mask)`` and its records."""
-    from .attention import context_dim, describe  # (attention imports this module)
     info = p.cm.attention[n.id]
     k = p.expr(n.keys, n)
     v = p.expr(n.values, n) if n.values != n.keys else k

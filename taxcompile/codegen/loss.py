@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 from .. import ir
-from . import crf_output, generate
+from ..operators import crf_output
+from . import generate
 from .plan import LossPlan
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import textwrap
 
-from .. import checks, classify, ir
+from .. import checks, classification, ir
 from . import config, generate
 from .loss import plan_loss
-from .attention import describe
+from .contexts import describe
+from .frame import MASKABLE
 from .names import Dim, Size, mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
 
-MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 RECORDS = {  # record container in forward() -> the Output field it fills
     "log_probs": OutputField("log_probs", "dict[str, torch.Tensor]", "field(default_factory=dict)",
@@ -299,12 +299,12 @@ def file_plan(p) -> FilePlan:
 
 def file_doc(p) -> list[str]:
     m, paper = p.m, p.cs.spec.paper
-    row = classify.classify_model(p.cm)
+    row = classification.classify_model(p.cm)
     doc = [f"Model `{m.name}` of {safe_text(paper.cite)}"
            f"{f' ({paper.year})' if paper.year else ''}"
            f"{f', ref. [{paper.ref}] of the survey' if paper.ref else ''}.", "",
            "Table III classification, derived from the spec's structure:"]
-    for d in classify.DIMENSIONS:
+    for d in classification.DIMENSIONS:
         doc.append(f"    {d.replace('_', ' ')}: {row.cells[d].text(d)}")
     doc += ["", "Attention modules:"]
     for a in m.attentions:

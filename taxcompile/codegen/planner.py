@@ -1,7 +1,9 @@
 """Stage 7a: a checked model -> its ``FilePlan``.
 
 The planner walks the model's nodes once, in dependency order. Feature models are planned
-by the rule registered for their operator (``features.py``, through ``taxcompile.ops``),
+by their operator's plan rule (``ops.OPS[fn].plan``: ``features.py`` for the core
+operators, each family's own module in ``taxcompile/operators/``, which gets ``kit`` as
+``self.kit``),
 attention statements by ``attention.py``, ``repeat`` bodies by ``repeat.py``, decoder
 loops by ``decoder.py``; ``config.py`` picks the Config and ``model.py`` the rest of the
 file."""
@@ -13,15 +15,12 @@ import re
 import networkx as nx
 
 from .. import checks, graph, ir, ops, reserved
-from . import (attention, blocks, decoder, features, generate, model, positions,  # noqa: F401
+from . import (attention, decoder, features, generate, kit, model, positions,  # noqa: F401
                repeat, ties, values)
-from . import broadcast, feature_ops  # noqa: F401  (plan rules of `+ - *`, split, cnn)
-from . import location  # noqa: F401  (location weights, Tang et al. / Sukhbaatar et al.)
-from .frame import Frame, Owner, Step, Var
+from .frame import MASKABLE, Frame, Owner, Step, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
 
-MASKABLE = ("tokens", "sequence", "set", "pointers")
 
 
 class Planner:
@@ -31,10 +30,12 @@ class Planner:
     ``axis_fields``, ``need_max_len``, ``max_len_axes``), where planning stands (``frame``,
     ``step`` inside a decoder loop, ``gen`` for generate(), ``emitted``)."""
 
+    kit = kit  # what an operator family's plan rule writes code with (codegen/kit.py)
+
     def __init__(self, cs: checks.CheckedSpec, cm: checks.CheckedModel, source: str):
         self.cs, self.cm, self.m = cs, cm, cm.model
         self.source = source
-        self.g = graph.dataflow(cm.graph)  # the model graph (built once), without feed edges
+        self.g = graph.dataflow(graph.of(cm))  # the model graph (built once), without feed edges
         # what the file defines
         self.helpers: set[str] = set()
         self.classes: dict[str, object] = {}  # attention class name -> its plan
@@ -344,7 +345,7 @@ class Planner:
         # (a repeat's nodes are always planned, so what they read is live too)
         sinks = [nd.id for nd in m.nodes if isinstance(nd, ir.Attention)
                  or (isinstance(nd, ir.Node) and (nd.kind_ == "output" or nd.hop is not None))]
-        full = self.cm.graph  # feed and prev edges too: a decoder step feeds what it reads
+        full = graph.of(self.cm)  # feed and prev edges too: a decoder step feeds what it reads
         live = set(sinks).union(*(nx.ancestors(full, x) for x in sinks if x in full))
         dead = {nd.id for nd in m.nodes if isinstance(nd, ir.Node) and nd.id not in live
                 and nd.hop is None}

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from .. import threads
-from ..cli import EXIT_OK, EXIT_USAGE, _Parser
+from ..cli_parser import EXIT_OK, EXIT_USAGE, _Parser
 from .protocol import PROFILES as _PROFILES
 
 EXIT_FAILED = 1  # spec errors or runs that failed

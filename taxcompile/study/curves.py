@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ..classify import DIMENSIONS
+from ..classification import DIMENSIONS
 
 
 def _cell(runs: list[dict]) -> tuple | None:

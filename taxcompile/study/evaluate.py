@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from .. import crf_output
+from ..operators import crf_output
 from ..mechanisms import ALIGNS
 from . import measures
 

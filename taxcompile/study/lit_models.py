@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import tasks as T
+from .loadspec import check as _check
 from .runs import Run, Skip
 
 MIXERS = ("attention", "conv", "recurrent")
@@ -112,8 +113,6 @@ def models(task: str, d: int) -> list[LitModel]:
 def plan_runs(prof, task: str, widths: list[int],
               params: int | None = None) -> tuple[list[Run], list[Skip]]:
     """The runs of ``task`` (a language-modelling task): every mixer at every width."""
-    from .plan import _check
-
     runs: list[Run] = []
     skips: list[Skip] = []
     if params is not None:

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import random
 
-from . import tasks as T
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (tasks imports this module to draw a batch)
+    from . import tasks as T
 
 
 def _rows(B: int):

@@ -21,6 +21,7 @@ from dataclasses import replace
 from . import fit as F
 from . import models as Mdl
 from . import tasks as T
+from .loadspec import check as _check
 from .protocol import Profile, profile
 from .runs import Run, Skip, StudyError
 
@@ -34,17 +35,6 @@ def _tasks(prof: Profile, tasks: list[str] | None) -> list[str]:
         if n not in T.TASKS:
             raise StudyError(f"unknown task `{n}`", f"the tasks are {', '.join(T.TASKS)}")
     return names
-
-
-def _check(text: str, source: str):
-    """The checked spec of ``text``, or the checker's first message."""
-    from .. import pipeline
-    from ..diagnostics import SpecError
-
-    try:
-        return pipeline.load_text(text, source), None
-    except SpecError as e:
-        return None, str(e).splitlines()[0].split(": error: ", 1)[-1]
 
 
 def count_params(text: str, model: str, config: tuple = ()) -> int:
@@ -302,7 +292,7 @@ def coverage(runs: list[Run]) -> dict[str, set[str]]:
     """Table III labels of the five per-module dimensions that the runs cover (from each
     run's checked model, as classify derives them)."""
     from .. import pipeline
-    from ..classify import classify_model
+    from ..classification import classify_model
 
     seen: dict[str, set[str]] = {d: set() for d in Mdl.DIMENSIONS}
     for r in runs:

@@ -27,7 +27,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from ..classify import DIMENSIONS, ORDER
+from ..classification import DIMENSIONS, ORDER
 from . import budget as B
 from . import curves, permodel, stats
 from .effects_plot import plot, plot_name  # noqa: F401 (the HTML report's names)

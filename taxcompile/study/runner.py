@@ -47,7 +47,7 @@ class Built:
 
 def build(run: Run) -> Built:
     from .. import codegen, pipeline
-    from ..classify import DIMENSIONS, classify_model
+    from ..classification import DIMENSIONS, classify_model
     from ..diagnostics import SpecError
     from ..run import load_module
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import (BaseModel, ConfigDict, Field, Json, ValidationError, field_validator,
                       model_validator)
 
-from ..classify import DIMENSIONS
+from ..classification import DIMENSIONS
 
 
 class Batch(BaseModel):

@@ -1,6 +1,6 @@
-"""Element-wise `a + b`, `a - b` and `a * b` between features of different shapes (issue 25):
-the broadcast rule, shared by the shape rules (here) and the plan rules
-(``codegen/elementwise.py``), so that what ``check`` accepts is what the code computes.
+"""Element-wise `a + b`, `a - b` and `a * b` between features of different shapes: the
+broadcast rule (``reading``), read by the shape rule and the plan rule alike, so that what
+``check`` accepts is what the code computes (with torch's broadcasting).
 
 Four readings, tried in this order (``reading``):
 
@@ -21,19 +21,15 @@ Four readings, tried in this order (``reading``):
   a sentence's vector belongs to each of its words; numpy's trailing match would pair
   (S, d) with the words of (S, W, d).
 
-Anything else is a located error. No torch here (the front end)."""
+Anything else is a located error."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import ir, ops
-from typing import TYPE_CHECKING
-
-from .check.core import Shape, _name
-
-if TYPE_CHECKING:
-    from .check import Checker
+from .. import ir
+from ..shapes import Shape, expr_name as _name
+from .record import node, op
 
 VERB = {"add": "add", "sub": "subtract", "mul": "multiply"}
 OP = {"add": "+", "sub": "-", "mul": "*"}
@@ -109,8 +105,7 @@ def hint(fn: str, names: list[str], shapes: list[Shape], over: list[str | None])
     return rule
 
 
-@ops.shape_rule("add", "sub", "mul")
-def shape_elementwise(self: "Checker", e, a, nid):
+def shape_elementwise(self, e, a, nid):
     what = VERB[e.fn]
     if a[0].dim is None or a[1].dim is None:
         self.err(e.loc, f"cannot {what} token ids", "embed them first: `embed(x, d)`")
@@ -133,10 +128,54 @@ def shape_elementwise(self: "Checker", e, a, nid):
     return a[r.wide]
 
 
-def _tiles_updated(self: "Checker", narrow: ir.Expr, nid: str) -> bool:
+def _tiles_updated(self, narrow: ir.Expr, nid: str) -> bool:
     """Whether ``narrow`` is the earlier version of the feature that the ``update`` ``nid``
     rebinds: tiling it would change the updated stream's shape (a hop's query would become
     one per position)."""
     node = self.cm.model.by_id.get(nid)
     return isinstance(node, ir.Node) and "@" in nid and isinstance(narrow, ir.Ref) \
         and narrow.node.split("@")[0] == nid.split("@")[0]
+
+
+def plan_elementwise(p, e, a, n):
+    k = p.kit
+    x, y = a
+    r = reading(e.fn, [v.shape for v in a], [weights_axis(p.cm, arg) for arg in e.args])
+    assert r is not None, "checks refuses shapes that do not combine"
+    if r.how in ("same", "tile"):
+        p.equal.append((x.dim, y.dim))
+    if r.how in ("same", "gate"):
+        out = a[r.wide]
+        if e.fn == "add":
+            return k.Var(f"{x.name} + {y.name}", x.shape, x.mask or y.mask, x.dim, x.mask_code)
+        left = k.atom(x.name) if e.fn == "mul" else x.name
+        return k.Var(f"{left} {OP[e.fn]} {k.atom(y.name)}", out.shape, x.mask or y.mask,
+                     out.dim, out.mask_code)
+    wide, narrow = a[r.wide], a[1 - r.wide]
+    if r.how == "weigh":
+        code = p.tmp(f"{k.atom(narrow.name)}.unsqueeze(-1)", "weight",
+                     f"{p.shape(Shape(wide.shape.axes, 1))}: one weight per position "
+                     f"of {wide.shape.axes[-1]}")
+    else:
+        ones = Shape(narrow.shape.axes + ("1",) * len(r.extra), narrow.shape.dim)
+        code = p.tmp(k.atom(narrow.name) + ".unsqueeze(-2)" * len(r.extra), "tiled",
+                     f"{p.shape(ones, dim=narrow.dim)}: the same at every position of "
+                     f"{', '.join(r.extra)}")
+    left, right = (wide.name, code) if r.wide == 0 else (code, wide.name)
+    if e.fn == "mul":
+        left = k.atom(left)
+    if e.fn != "add":
+        right = k.atom(right)
+    return k.Var(f"{left} {OP[e.fn]} {right}", wide.shape, wide.mask, wide.dim, wide.mask_code)
+
+
+OPS = {o.name: o for o in (
+    op("add", node("a"), node("b"), label="+", infix=True,
+       shape=shape_elementwise, plan=plan_elementwise),
+    # element-wise: a gate times a feature (a (…, 1) gate scales every feature of its
+    # position: Xu's beta), a difference (c - x, the 1 - g of a fusion gate, is `rsub`)
+    op("mul", node("a"), node("b"), label="*", infix=True,
+       shape=shape_elementwise, plan=plan_elementwise),
+    op("sub", node("a"), node("b"), label="-", infix=True,
+       shape=shape_elementwise, plan=plan_elementwise),
+)}

@@ -6,14 +6,13 @@ collecting them (codegen/decoder.py). So ``output y = f(prev(s))`` is the
 
 from __future__ import annotations
 
-from . import ir
+from .. import ir
+from .core import links
 
 
 def outside_reads(m: ir.Model, steps: dict[str, set[str]]) -> list[tuple[str, str]]:
     """(x, node) for each ``prev(x)`` that a node outside x's decoder step reads: the node
     runs after the loop (an ordering edge x -> node)."""
-    from .check.core import links  # (the check package imports this module)
-
     out = []
     for n in m.nodes:
         for x, how in links(n):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import digraph, ir, mechanisms
+from . import digraph, feature_dimensions, ir, mechanisms
 from .checks import CheckedModel, weights_read
 from .graph import dataflow_of, edges
 
@@ -37,8 +37,6 @@ ORDER = {
 # query. A penalty (Lin et al., Xu et al.'s doubly stochastic, See et al.'s coverage loss,
 # Li et al.'s disagreement) is a term of the training loss: it changes no module's score,
 # alignment, wiring or heads, so it changes no cell of the row.
-# Transparent maps: a context reaching a query only through these "joins" the query.
-TRANSPARENT = {"concat", "project", "linear", "identity", "dropout"}
 
 
 READINGS = ("table", "text")
@@ -270,9 +268,9 @@ class Classifier:
     def run(self) -> Classification:
         self.per_module()
         self.query_type_and_multiplicity()
-        self.multiplicity()
-        self.levels()
-        self.representations()
+        feature_dimensions.multiplicity(self)
+        feature_dimensions.levels(self)
+        feature_dimensions.representations(self)
         return Classification(self.m.name, self.cells)
 
     def per_module(self) -> None:
@@ -399,160 +397,9 @@ class Classifier:
                             "that re-read the same features and lists QANet, PSAC and Winata "
                             "et al.'s stacks without Multi-Hop; `--reading text` counts it")
 
-    def multiplicity(self) -> None:
-        cell = self.cells["feature_multiplicity"]
-        cross: dict[str, tuple[set[str], set[str], str]] = {}  # id -> (own, partners, grain)
-        for a in self.atts:
-            own = {r for r in self.feature_roots(a.keys) if self.is_input(r, False)}
-            partners: set[str] = set()
-            for kind, reasons in self.sources[a.id].items():
-                if kind == "Specialized":
-                    partners |= {p for _, p in reasons if p is not None and p not in own}
-            if not partners:
-                continue
-            info = self.cm.attention[a.id]
-            grain = "fine" if a.affinity is not None or info.query_mode == "sequence" else "coarse"
-            cross[a.id] = (own, partners, grain)
-        if not cross:
-            cell.add("Singular", "no query comes from another input the model attends over: "
-                     + self.modules_over())
-            return
-        # Rotatory (eq. 17-20): one input exchanges queries with two others, both ways.
-        for t in sorted(self.attended_inputs()):
-            outward = {p for aid, (own, partners, _) in cross.items() if t in partners
-                       for p in own if p != t}
-            inward = {p for aid, (own, partners, _) in cross.items() if t in own
-                      for p in partners if p != t}
-            both = outward & inward
-            if len(both) >= 2:
-                names = ", ".join(self.q(x) for x in sorted(both))
-                cell.add("Rotatory", f"{self.q(t)} queries {names}, whose contexts query {self.q(t)} "
-                         "in turn (eq. 17-20)")
-                return
-        fine = sorted(i for i, v in cross.items() if v[2] == "fine")
-        coarse = sorted(i for i, v in cross.items() if v[2] == "coarse")
-        if fine and coarse:
-            cell.add("Multi-Grained Co-attention",
-                     f"fine-grained {', '.join(map(self.q, fine))} and coarse-grained "
-                     f"{', '.join(map(self.q, coarse))} co-attention in one model")
-            return
-        if fine:
-            for i in fine:
-                a = self.m.node(i)
-                how = (f"through the affinity matrix {self.q(a.affinity)} (eq. 12-16)" if a.affinity
-                       else "with every feature vector of the other input as a query")
-                partners = ", ".join(map(self.q, sorted(cross[i][1])))
-                cell.add("Parallel Co-attention", f"attention {self.q(i)} relates {partners} to "
-                         f"its keys {how}")
-            return
-        # in turn: the query is the context of a co-attention module over one of the
-        # partner inputs (a refined query over the same input is a hop, eq. 41-42)
-        sequential = [i for i in coarse if any(
-            isinstance(self.m.node(x), ir.Attention) and x in cross and x != i
-            and cross[x][0] & cross[i][1]
-            for x in self.expr_ancestors(self.m.node(i).query))]
-        if sequential:
-            for i in sequential:
-                cell.add("Alternating Co-attention", f"the query of {self.q(i)} is the context of "
-                         "another co-attention module: the inputs are attended in turn (eq. 6-9)")
-        else:
-            for i in coarse:
-                partners = ", ".join(map(self.q, sorted(cross[i][1])))
-                cell.add("Interactive Co-attention", f"attention {self.q(i)} is queried by a summary "
-                         f"of {partners}, computed in parallel (eq. 10-11)")
-
-    def levels(self) -> None:
-        cell = self.cells["feature_levels"]
-        info = self.cm.attention
-        by_base: dict[str, list[ir.Attention]] = {}  # feature node -> modules reading it
-        for a in self.atts:
-            for b in self.keys_base(a):
-                by_base.setdefault(b, []).append(a)
-        for u in self.atts:
-            u_keys = self.expr_ancestors(u.keys)
-            # Only modules upstream of u, or over features u's features are built from,
-            # can stand in a level relation with it.
-            near = u_keys | self.expr_ancestors(u.query)
-            candidates = {n: self.m.node(n) for n in near
-                          if isinstance(self.m.node(n), ir.Attention)}
-            for b in u_keys:
-                candidates.update((w.id, w) for w in by_base.get(b, ()))
-            for w in (candidates[k] for k in sorted(candidates)):
-                if w.id == u.id:
-                    continue
-                # Fig. 8: the contexts of w, one per group, are the features u attends over.
-                if (w.id in u_keys and info[u.id].attended in info[w.id].groups
-                        and not self.is_stack_axis(info[w.id].attended)):
-                    cell.add("Hierarchical", f"the contexts of {self.q(w.id)} (one per "
-                             f"`{info[u.id].attended}`) are the features {self.q(u.id)} attends over")
-                # Attention at several levels of one input's features, combined bottom-up:
-                # u's features are built from w's (not from its context), and w's context
-                # feeds the node that combines u's context.
-                elif (w.id not in u_keys and self.keys_base(w) & u_keys
-                      and not self.keys_base(w) & self.keys_base(u)
-                      and self.feature_roots(w.keys) & self.feature_roots(u.keys)):
-                    for c in sorted(self.dag.successors(u.id)):
-                        if w.id in self.ancestors(c) and not isinstance(
-                                self.m.node(c), ir.Attention):
-                            cell.add("Hierarchical", f"{self.q(u.id)} attends over features built "
-                                     f"from those of {self.q(w.id)}, and {self.q(c)} combines its "
-                                     f"context with that of {self.q(w.id)}")
-                            break
-                # Fig. 7: w's context joins the query of u, which attends over another
-                # level (axis) of the same input.
-                if (self.joins_query(w.id, u.query)
-                        and info[u.id].attended != info[w.id].attended
-                        and self.feature_roots(w.keys) & self.feature_roots(u.keys)
-                        and w.id not in u_keys):
-                    cell.add("Attention-via-Attention", f"the context of {self.q(w.id)} joins the "
-                             f"query of {self.q(u.id)}, which attends over `{info[u.id].attended}` "
-                             f"instead of `{info[w.id].attended}`")
-        if not cell.values:
-            axes = self.listing(list(dict.fromkeys(
-                f"{self.q(a.id)} over `{info[a.id].attended}`" for a in self.atts)))
-            cell.add("Single-Level", f"no module's features or query come from another "
-                     f"level's attention: {axes}")
-
-    def joins_query(self, ctx: str, e: ir.Expr | None) -> bool:
-        if e is None:
-            return False
-        if isinstance(e, ir.Ref):
-            if e.node == ctx:
-                return True
-            n = self.m.node(e.node)
-            return isinstance(n, ir.Node) and n.kind_ == "query" and self.joins_query(ctx, n.expr)
-        return e.fn in TRANSPARENT and any(self.joins_query(ctx, x) for x in e.args)
-
-    def is_stack_axis(self, axis: str) -> bool:
-        """An axis of representations (eq. 21), not a level of the input."""
-        origin = self.cm.axis_origin.get(axis)
-        n = self.m.node(origin) if origin else None
-        return isinstance(n, ir.Node) and isinstance(n.expr, ir.Op) and n.expr.fn == "stack"
-
-    def representations(self) -> None:
-        cell = self.cells["feature_representations"]
-        for a in self.atts:
-            axis = self.cm.attention[a.id].attended
-            origin = self.cm.axis_origin.get(axis)
-            n = self.m.node(origin) if origin else None
-            if isinstance(n, ir.Node) and isinstance(n.expr, ir.Op) and n.expr.fn == "stack":
-                roots = [self.feature_roots(p) for p in n.expr.args]
-                if all(r and r == roots[0] for r in roots):
-                    cell.add("Multi-Representational", f"attention {self.q(a.id)} weighs "
-                             f"{len(roots)} representations of {', '.join(map(self.q, sorted(roots[0])))} "
-                             f"stacked in {self.q(n.id)} (eq. 21-22)")
-        if not cell.values:
-            cell.add("Single-Representational", "no module weighs several representations of "
-                     "one input: " + self.modules_over())
-
 
 def classify_model(cm: CheckedModel, reading: str = "table") -> Classification:
     """The model's Table III row, derived from its graph. ``reading``: "table" follows the
     survey's Table III where its text reads a mechanism otherwise, "text" its §3.3.2."""
     return Classifier(cm, reading).run()
 
-
-# `taxcompile.classify(spec, …)` calls the API function ``api.classify`` (see api.make_callable)
-from .api import make_callable  # noqa: E402
-
-make_callable(__name__)

@@ -13,25 +13,21 @@ svg/png/pdf runs graphviz's ``dot``."""
 
 from __future__ import annotations
 
-import hashlib
-import re
 import shutil
 import subprocess
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import graphviz
 
-from . import ir, mechanisms
+from . import diagram_files, ir, mechanisms
 from .checks import CheckedModel, CheckedSpec
-from .classify import classify_model
+from .classification import classify_model
 from .diagnostics import visible
-from .files import OutputError, read_regular, write_atomic
+from .diagram_files import FORMATS, MARK, ZEROS, is_diagram  # noqa: F401  (diagrams.is_diagram)
 from .graph import edges as graph_edges
 from .ops import OPS
 
-FORMATS = ("svg", "png", "pdf", "dot")
 
 STYLE = {  # fill colours after the survey's figures
     "input": dict(shape="box", style="filled", fillcolor="#eeeeee"),
@@ -49,92 +45,6 @@ ROLE = {"query": "q", "keys": "k", "values": "v", "keys+values": "k, v",
 
 class DiagramError(Exception):
     """A diagram that cannot be written (an unknown format, `dot` failing)."""
-
-
-# Every diagram carries this mark (a graph comment in .dot and .svg, a tEXt chunk in
-# .png, a comment line in .pdf) with the SHA-256 of the file as written with the mark's
-# hash zeroed: `diagram -o FILE` replaces a diagram it drew, unchanged since, and refuses
-# any other file, one that merely contains the words included.
-MARK = "taxcompile diagram sha256="
-_ZEROS = "0" * 64
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_PNG_TEXT = b"tEXt" + b"Software\0"  # the chunk's type and keyword before the mark
-MAX_DIAGRAM_BYTES = 64_000_000  # a larger file is no diagram of ours
-
-
-def _png_chunk(mark: bytes) -> bytes:
-    body = _PNG_TEXT + mark
-    return (len(body) - 4).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
-
-
-def _marked(fmt: str, data: bytes) -> bytes:
-    """Rendered output with the mark added where the format keeps comments (the graph
-    comment already carries it in .dot and .svg), its hash still zero."""
-    mark = (MARK + _ZEROS).encode()
-    if fmt == "png" and data.startswith(PNG_SIGNATURE):
-        end = 8 + 12 + int.from_bytes(data[8:12], "big")  # after the IHDR chunk
-        return data[:end] + _png_chunk(mark) + data[end:]
-    if fmt == "pdf":
-        # a comment just before `startxref` moves no object that the xref table locates
-        i = data.rfind(b"startxref")
-        if i >= 0:
-            return data[:i] + b"%" + mark + b"\n" + data[i:]
-    return data
-
-
-def _with_hash(fmt: str, data: bytes, digest: str) -> bytes:
-    """``data`` with its (first) mark's hash replaced by ``digest`` (a PNG chunk's CRC
-    follows it); the same bytes when ``data`` has no mark."""
-    i = data.find(MARK.encode())
-    if i < 0:
-        return data
-    j = i + len(MARK)
-    out = data[:j] + digest.encode() + data[j + 64:]
-    if fmt == "png":
-        body = _PNG_TEXT + out[i:j + 64]
-        if out[i - len(_PNG_TEXT):i] == _PNG_TEXT:
-            out = out[:j + 64] + zlib.crc32(body).to_bytes(4, "big") + out[j + 68:]
-    return out
-
-
-def _sealed(fmt: str, data: bytes) -> bytes:
-    """Marked output with the mark's hash filled in."""
-    return _with_hash(fmt, data, hashlib.sha256(data).hexdigest())
-
-
-def is_diagram(path: Path) -> bool:
-    """Whether ``path`` is a diagram taxcompile drew, unchanged since: a regular file whose
-    mark holds the hash of its bytes with that hash zeroed."""
-    fmt = path.suffix.lstrip(".").lower()
-    data = read_regular(path, MAX_DIAGRAM_BYTES + 1)
-    if data is None or len(data) > MAX_DIAGRAM_BYTES or fmt not in FORMATS:
-        return False
-    i = data.find(MARK.encode())
-    digest = data[i + len(MARK):i + len(MARK) + 64].decode("ascii", "replace")
-    if i < 0 or not re.fullmatch(r"[0-9a-f]{64}", digest):
-        return False
-    return hashlib.sha256(_with_hash(fmt, data, _ZEROS)).hexdigest() == digest
-
-
-def _check_target(out: Path) -> None:
-    """Refuse to write over anything but a diagram drawn before (nothing written yet)."""
-    where = f"cannot write the diagram to {out}"
-    if out.is_dir():
-        raise OutputError(f"{where}: it is a directory (name the file, e.g. "
-                          f"`-o {out / 'model.svg'}`)")
-    if out.is_symlink() or out.exists():
-        if out.is_symlink() or not out.is_file():
-            raise OutputError(f"{where}: it is not a regular file")
-        if not is_diagram(out):
-            raise OutputError(f"{where}: the file exists and is not a diagram taxcompile "
-                              "drew (move it away, or choose another name)")
-
-
-def _write(out: Path, data: bytes) -> None:
-    try:
-        write_atomic(out, data)
-    except OSError as e:
-        raise OutputError(f"cannot write the diagram to {out}: {e.strerror or e}") from None
 
 
 def _name(m: ir.Model, node_id: str) -> str:
@@ -340,7 +250,7 @@ class Drawer:
     def grouping(self) -> dict[str, tuple[str, str]]:
         """Co-attention partners: the features of each input together; levels of a
         hierarchy: the features of each level (their axes) together."""
-        from .classify import Classifier
+        from .classification import Classifier
 
         c = Classifier(self.cm)
         attended = sorted(c.attended_inputs())
@@ -452,7 +362,7 @@ def build(cs: CheckedSpec, models: list[str] | None = None) -> Diagram:
     p = cs.spec.paper
     title = f"{p.cite}" + (f" {p.year}" if p.year else "") + (f": {p.title}" if p.title else "")
     g = Diagram(name=p.id, graph_attr=dict(
-        comment=MARK + _ZEROS, rankdir="TB", fontname="Helvetica",
+        comment=MARK + ZEROS, rankdir="TB", fontname="Helvetica",
         label=graphviz.escape(visible(title)) if models is None else "", labelloc="t",
         fontsize="16", nodesep="0.4", ranksep="0.55", newrank="true", forcelabels="true"),
         node_attr=dict(fontname="Helvetica", fontsize="10", margin="0.12,0.06"),
@@ -489,19 +399,19 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
     fmt = out.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         if out.is_dir():  # `-o .`: its name has no suffix
-            _check_target(out)
+            diagram_files.check_target(out)
         raise DiagramError(f"cannot write the diagram to {out}: the diagram formats are "
                            + ", ".join(f".{f}" for f in FORMATS) + f" (e.g. `-o {out.stem or 'model'}.svg`)")
-    _check_target(out)
+    diagram_files.check_target(out)
     source = build(cs).source
     if fmt == "dot":
-        _write(out, _sealed(fmt, source.encode("utf-8")))
+        diagram_files.write(out, diagram_files.sealed(fmt, source.encode("utf-8")))
         return [out], ""
     dot = shutil.which("dot")
     if dot is None:
         dot_path = out.with_suffix(".dot")
-        _check_target(dot_path)
-        _write(dot_path, _sealed("dot", source.encode("utf-8")))
+        diagram_files.check_target(dot_path)
+        diagram_files.write(dot_path, diagram_files.sealed("dot", source.encode("utf-8")))
         return [dot_path], (f"graphviz's `dot` program was not found, so {out.name} was not "
                             f"drawn; wrote the graph source to {dot_path} instead. Install "
                             "graphviz (Debian: `apt-get install -y graphviz`) to render "
@@ -510,11 +420,6 @@ def write(cs: CheckedSpec, out: Path) -> tuple[list[Path], str]:
                           timeout=120)
     if done.returncode != 0:
         raise DiagramError(f"`dot` failed: {done.stderr.decode('utf-8', 'replace').strip()}")
-    _write(out, _sealed(fmt, _marked(fmt, done.stdout)))
+    diagram_files.write(out, diagram_files.sealed(fmt, diagram_files.marked(fmt, done.stdout)))
     return [out], ""
 
-
-# `taxcompile.diagram(spec, …)` calls the API function ``api.diagram`` (see api.make_callable)
-from .api import make_callable  # noqa: E402
-
-make_callable(__name__)

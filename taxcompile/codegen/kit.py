@@ -1,0 +1,14 @@
+"""What an operator family's plan rule (``taxcompile/operators/``) writes code with, handed
+to it as ``p.kit`` by the planner: the operator modules sit below both the checker and
+codegen, so they import neither and receive what they build with."""
+
+from __future__ import annotations
+
+from .acts import act_call, act_module, widened
+from .features import local, op_module, resized, same
+from .frame import Var
+from .names import Dim, atom
+from .plan import LossPlan
+
+__all__ = ["Dim", "LossPlan", "Var", "act_call", "act_module", "atom", "local", "op_module",
+           "resized", "same", "widened"]

@@ -1,0 +1,96 @@
+"""The everyday blocks outside the survey's vocabulary: ``norm`` (layer norm, Ba et al., or
+RMSNorm, Zhang & Sennrich 2019: x / RMS(x) * g, no centring), ``ffn`` (the feed-forward
+layer, with the gated variants of Shazeer 2020, SwiGLU / GEGLU) and ``prepend(x, n)``, n
+learned vectors (a CLS token, registers) before the first position of a sequence, with the
+padding mask extended so that they are never masked."""
+
+from __future__ import annotations
+
+from ..shapes import Shape, expr_name
+from .record import ACTS, GATED_ACTS, SHARE, act, enum, node, op, pint
+
+
+def shape_same(self, e, a, nid):
+    """The shape of its input: (…, d) -> (…, d)."""
+    return a[0]
+
+
+def shape_prepend(self, e, a, nid):
+    """n more positions on the last axis, named ``S+n``: (…, S, d) -> (…, S+n, d)."""
+    if not self._seq(e, a[0], "prepends positions to a sequence"):
+        return None
+    if a[0].dim is None:
+        self.err(e.args[0].loc, f"`prepend` adds learned vectors, but `{expr_name(e.args[0])}` "
+                 f"holds token ids {a[0]}", "embed them first: `prepend(embed(x, d), 1)`")
+        return None
+    node_ = self.cm.model.by_id.get(nid)
+    if getattr(node_, "hop", None) is not None:
+        self.err(e.loc, "`prepend` inside a `repeat` would add its vectors again at every hop",
+                 "prepend once, before the repeat: `feature x = prepend(embed(src, d), 1)`")
+        return None
+    n, axis = int(e.param("n", 1)), a[0].axes[-1]
+    name = prepended(axis, n)
+    size = self.cm.sizes.get(axis)
+    self.cm.sizes[name] = None if size is None else size + n
+    self.cm.axis_origin.setdefault(name, self.cm.axis_origin.get(axis, nid))
+    return Shape(a[0].axes[:-1] + (name,), a[0].dim)
+
+
+def prepended(axis: str, n: int) -> str:
+    """The axis ``prepend(x, n)`` makes of x's last axis (shape and plan rule alike)."""
+    return f"{axis}+{n}"
+
+
+def plan_norm(p, e, a, n):
+    k = p.kit
+    if e.param("kind", "layer") == "rms":  # x / sqrt(mean(x^2) + eps) * g (Zhang & Sennrich)
+        mod = k.op_module(p, e, n, "norm", f"nn.RMSNorm({a[0].dim})")
+    else:
+        mod = k.op_module(p, e, n, "norm", f"nn.LayerNorm({a[0].dim})")
+    return k.same(a[0], f"{mod}({a[0].name})")
+
+
+def plan_ffn(p, e, a, n):
+    k = p.kit
+    x, d_ff, act_ = a[0], p.p(e, "d_ff"), e.param("act")
+    if act_.fn in GATED_ACTS:  # (act(x W) * x V) W2 (Shazeer 2020)
+        p.helpers.add("gated_ffn")
+        mod = k.op_module(p, e, n, "ffn", f"GatedFFN({x.dim}, {d_ff}, \"{act_.fn}\")")
+        return k.same(x, f"{mod}({x.name})")
+    mod = k.op_module(p, e, n, "ffn",
+                      f"nn.Sequential(nn.Linear({x.dim}, {k.widened(act_, d_ff)}), "
+                      f"{k.act_module(p, act_)}, nn.Linear({d_ff}, {x.dim}))")
+    return k.same(x, f"{mod}({x.name})")
+
+
+def plan_prepend(p, e, a, n):
+    """[v_1; …; v_n; x_1; …; x_S] over the last axis, the v_i learned (one per position and
+    example, the same for every example); the padding mask gets n True positions in front."""
+    k = p.kit
+    x, count = a[0], int(e.param("n", 1))
+    axes = x.shape.axes[:-1] + (prepended(x.shape.axes[-1], count),)
+    shape = Shape(axes, x.shape.dim)
+    mod = p.module(n, p.suffix(n, "prepend", e),
+                   f"nn.Parameter(torch.randn({count}, {x.dim}) * 0.02)",
+                   "learned vectors before the first position (CLS / registers)")
+    h = k.local(p, x)
+    code = f"torch.cat([{mod}.expand(*{h}.shape[:-2], -1, -1), {h}], -2)"
+    mk = p.mask_of(x)
+    if mk is None:
+        return k.Var(code, shape, None, x.dim)
+    m = "".join(mk)
+    keep = p.tmp(f"None if {mk[0]} is None else torch.cat([{m}.new_ones(*{m}.shape[:-1], "
+                 f"{count}), {m}], -1)", p.want(n) + "_keep",
+                 f"{p.shape(Shape(axes, None))}: the padding mask, the new positions kept")
+    return k.Var(code, shape, None, x.dim, (keep, ""))
+
+
+OPS = {o.name: o for o in (
+    # layer norm (Ba et al.) or RMSNorm (Zhang & Sennrich 2019: x / RMS(x) * g, no centring)
+    op("norm", node(), enum("kind", ("layer", "rms"), "layer"), SHARE,
+       shape=shape_same, plan=plan_norm),
+    op("ffn", node(), pint("d_ff"), act("relu", ACTS + GATED_ACTS), SHARE,
+       shape=shape_same, plan=plan_ffn),
+    # n learned vectors before the first position (a CLS token, registers): (S, d) -> (S+n, d)
+    op("prepend", node(), pint("n", False, 1), shape=shape_prepend, plan=plan_prepend),
+)}

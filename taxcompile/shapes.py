@@ -1,0 +1,31 @@
+"""What the checker infers of a value, ``Shape``, and how its messages name an expression
+(``expr_name``): the leaf the checker, codegen and the operator families
+(``taxcompile/operators/``) all read, so that none of them imports another for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ir
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Named axes (positions, groups) and the feature size (None: token ids)."""
+
+    axes: tuple[str, ...]
+    dim: int | None
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(self.axes + ((str(self.dim),) if self.dim is not None else ())) + ")"
+
+
+def expr_name(e: ir.Expr | None) -> str:
+    """An expression as an error message names it: a node, ``att.weights``, ``fn(…)``."""
+    if e is None:
+        return "?"
+    if isinstance(e, ir.Ref):
+        return e.node
+    if e.fn == "weights":
+        return f"{expr_name(e.args[0])}.weights"
+    return f"{e.fn}(…)"
