@@ -46,7 +46,7 @@ class AttentionView:
     penalty: float | None
     affinity: bool
     score: ir.Score
-    align: ir.Align
+    align: ir.Mech
     lq: str
     init_args: tuple[str, ...]
     dot: str | None  # a dot-product score: what it computes (its template sets the scale)
@@ -75,6 +75,7 @@ class AttentionView:
     attention: ir.Attention | None = None  # the statement (the heads/ templates read it)
     scaled: bool = False  # the score divides by sqrt(d_k) (its record's `scaled`)
     kv_heads: bool = False  # grouped-query attention: self.kv_heads key/value heads
+    policy: bool = False  # the alignment reads a node beside each key (forward's policy_in)
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -104,9 +105,9 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
     kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
     additive attention over blocks of queries), "flex" (a term in the scores as
     FlexAttention's score_mod), "chunks" (LSH: sorted by bucket, O(L chunk)), or None."""
-    if n.penalty is not None or n.coverage or mech.heads.present(n):
+    if n.penalty is not None or n.coverage or n.head_mechanisms:
         return None
-    al = mech.align(n.align.fn)
+    al = n.align.record
     if any(rec.in_scores for rec, _ in mech.modifiers(n)):
         # a position term in the scores: FlexAttention's score_mod under torch.compile (a^V
         # in the values needs the weights, so Shaw's values term takes the explicit path)
@@ -131,16 +132,21 @@ def share_of(p, n: ir.Attention) -> str | None:
 
 
 def class_key(p, n: ir.Attention) -> str:
+    """What makes two statements one class: their mechanisms and the values that are no
+    constructor argument (a parameter its record passes to the constructor, such as local
+    alignment's D or top-k's k, does not make another class)."""
     query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
-    return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
-        exclude={"loc", "sym", "window", "k", "policy", "buckets", "rounds",
-                 "chunk"})}, n.heads > 1,
-        n.heads > 1 and query != "none",
-        n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
-        n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
+    score, al = mech.score(n.score.fn), n.align
+    score_args = {a.field for a in score.ctor}
+    align_args = {a.field for a in al.record.ctor}
+    return repr((n.score.as_dict(exclude={"loc", "sym", *score_args}),
+                 (al.fn, [(k, v) for k, v in al.params if k not in align_args]), n.heads > 1,
+                 n.heads > 1 and query != "none",
+                 n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity),
+                 n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
         + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "") \
-        + ("+policy" if n.align.policy is not None else "")
+        + repr([a.name for a in al.record.ctor if a.value(n) is not None])
 
 
 def coverage_key(n: ir.Attention) -> str:
@@ -222,7 +228,7 @@ def attention_class(p, n: ir.Attention) -> str:
         offset=any(m.counts_past for m in mods),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
         score_terms=any(m.in_scores for m in mods), attention=n, scaled=score.scaled,
-        kv_heads=bool(n.kv_heads))
+        kv_heads=bool(n.kv_heads), policy=bool(mech.align_reads(n.align)))
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -255,7 +261,7 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
            "qk_norm": n.qk_norm is not None}
     parts = [t[name].class_part for name, on in has.items() if on]
     parts += [rec.text("class_part", m) for rec, m in mech.modifiers(n)]
-    parts += [rec.text("class_part", n) for rec in mech.heads.present(n)]
+    parts += [m.record.text("class_part", m) for m in n.head_mechanisms]
     if n.heads > 1:  # routing by agreement ("Routed"); W_O, concat and mean add nothing
         parts.append(mech.HEADS_OUT[n.heads_out].class_part)
     parts.append(mech.score(n.score.fn).text("class_part", n.score))
@@ -295,7 +301,7 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
         lines.append(t["coverage"].doc)
     if n.disagreement is not None:  # the heads' tensors the penalty reads, if not a
         lines += [x for x in [mech.PENALTIES["disagreement"].text("doc", n.disagreement)] if x]
-    lines += [rec.text("doc", n) for rec in mech.heads.present(n)]
+    lines += [m.record.text("doc", m) for m in n.head_mechanisms]
     if dropout:
         lines.append(t["dropout"].doc)
     if share in ("keys", "swap"):

@@ -5,7 +5,7 @@ the reason, not a Table III value of its own."""
 
 from __future__ import annotations
 
-from ..ops import P, pint
+from ..params import P, pint
 from .record import CtorArg, Mechanism
 
 

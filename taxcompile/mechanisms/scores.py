@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..ir import Act
-from ..ops import SAME_WIDTH_ACTS, P, act, enum, pint
+from ..params import SAME_WIDTH_ACTS, Act, P, act, enum, pint
 from .record import CtorArg, Mechanism
 
 # d_w: the hidden width of W1 q + W2 k (the additive and concat scores)
@@ -120,7 +119,8 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
                      "form of the additive score, Table II), the activation after it",
               label="activated concat", class_part="Graph",
               doc="activated concat score act(a^T [W h_i; W h_j]) (Velickovic et al. eq. 1)",
-              template="graph_attention.py.j2", helpers=("masked_softmax", "edge_sum"), graph=True),
+              template="graph_attention.py.j2", helpers=("masked_softmax", "edge_sum"), graph=True,
+           caps=("edges",)),
 )}
 
 # Scores that score the keys alone when a module has no query (eq. 33).
