@@ -16,7 +16,7 @@ from .frozen import FieldError, Frozen
 from .params import Act
 
 __all__ = ["Act", "Attention", "Disagreement", "Expr", "FieldError", "Hop", "Input", "Mech",
-           "Model", "Modifier", "Node", "Op", "Paper", "QKNorm", "Ref", "Routing", "Score",
+           "Model", "Node", "Op", "Paper", "QKNorm", "Ref", "Routing", "Score",
            "SegmentMemory", "Spec", "Supervision", "refs"]
 
 Scalar = Union[bool, int, float, str]
@@ -155,20 +155,9 @@ class Mech(_Frozen):
         """Its name and parameters by name: the fields its record's text patterns read."""
         return {"fn": self.fn, **dict(self.params)}
 
-
-class Modifier(_Frozen):
-    """A score modifier (``position = …`` / ``bias = …``): a position term in the scores
-    that leaves the score function and the alignment as they are (docs/codegen.md)."""
-
-    fn: Literal["relative", "rotary", "alibi", "gaussian", "transformer_xl"]
-    clip: int | None = None  # relative: k, distances clipped to [-k, k] (Shaw et al. eq. 15)
-    values: bool = False  # relative: a^V_ij in the values too
-    base: float = 10000.0  # rotary: theta_i = base^(-2i/d)
-    sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
-    loc: Location
-
     def __str__(self) -> str:
-        return mech.MODIFIERS[self.fn].text("label", self)
+        """Its label (diagrams, summaries): ``relative positions (k = 16)``."""
+        return self.record.text("label", self) or self.fn
 
 
 class Supervision(_Frozen):
@@ -305,8 +294,10 @@ class Attention(_Frozen):
     disagreement: Disagreement | None = None
     dropout: float | None = None  # dropout on the attention weights, in training
     share: str | None = None  # the attention module whose weights this one uses
-    position: Modifier | None = None  # relative (Shaw et al.) or rotary positions in q, k
-    bias: Modifier | None = None  # an additive bias on the scores: ALiBi or Yang's Gaussian
+    # score modifiers (kinds "position" and "bias"): relative (Shaw et al.) or rotary
+    # positions in q, k; an additive bias on the scores, ALiBi or Yang's Gaussian
+    position: Mech | None = None
+    bias: Mech | None = None
     supervised: Supervision | None = None  # a target alignment's loss term (Liu et al. 2016)
     hop: Hop | None = None
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)

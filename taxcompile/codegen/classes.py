@@ -59,8 +59,8 @@ class AttentionView:
     gate: bool = False  # sigmoid alignment: one gate per key position, c_l = a_l v_l
     dropout: bool = False  # dropout on the weights (a constructor argument, 0 = none)
     share: str | None = None  # "keys" (eq. 9) or "swap" (eq. 14-15): another module's weights
-    position: ir.Modifier | None = None  # relative (Shaw et al.) or rotary positions
-    bias: ir.Modifier | None = None  # ALiBi or Yang et al.'s Gaussian bias on the scores
+    position: ir.Mech | None = None  # relative (Shaw et al.) or rotary positions
+    bias: ir.Mech | None = None  # ALiBi or Yang et al.'s Gaussian bias on the scores
     coverage: bool = False  # See et al. eq. 10-11: w_c c_i^t in the score, a loop over queries
     disagreement: str | None = None  # Li et al. eq. 5 / 7: return each head's V^h / O^h
     pair: bool = False  # a mask input (B, Lq, Lk) narrows the keys each query may see
@@ -112,7 +112,7 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
         # a position term in the scores: FlexAttention's score_mod under torch.compile (a^V
         # in the values needs the weights, so Shaw's values term takes the explicit path)
         flexible = dot is not None and al.plain and not (
-            n.position is not None and n.position.values)
+            n.position is not None and getattr(n.position, "values", False))
         return "flex" if flexible else None
     if dot is None:
         rows = mech.score(n.score.fn).rows_fast
@@ -159,7 +159,8 @@ def coverage_key(n: ir.Attention) -> str:
 def modifier_key(n: ir.Attention) -> str:
     """The score modifiers' part of the class key: '' without any (the keys of the modules
     without them stay as they were); k and the rotary base are constructor arguments."""
-    mods = [(m.fn, m.values) for m in (n.position, n.bias) if m is not None]
+    mods = [(m.fn, [(k, v) for k, v in m.params if k not in {a.field for a in m.record.ctor}])
+            for m in (n.position, n.bias) if m is not None]
     return repr(mods) if mods else ""
 
 

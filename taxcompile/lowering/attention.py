@@ -88,11 +88,11 @@ class Attentions(Features, Penalties, Mechanisms):
         traits.update(head_fields(self, f, scope))
         traits.update(routing_field(self, f, s, traits, score))
         links = self.attention_links(f, scope)
-        position = self.modifier(f.get("position"), POSITIONS, "position term")
+        position = self.modifier(f.get("position"), "position", "position term")
         bf = f.get("bias")  # `bias = true | false`: graph attention's output bias
         on = bf.value.name if bf and isinstance(bf.value, ast.Ref) else None
         out_bias = on == "true" if on in ("true", "false") else None
-        bias = self.modifier(bf if out_bias is None else None, BIASES, "score bias")
+        bias = self.modifier(bf if out_bias is None else None, "bias", "score bias")
         qk_norm = self.qk_norm(f.get("qk_norm"))
         memory = segment_memory(self, f.get("mem_len"), scope)
         if len(self.c.diagnostics) > before or keys is None or values is None or score is None \
@@ -249,18 +249,13 @@ class Attentions(Features, Penalties, Mechanisms):
                         sym=tuple(sorted(syms.items())),
                         loc=self.loc(fld.value.pos))
 
-    def modifier(self, fld: ast.Field | None, table: dict, what: str) -> ir.Modifier | None:
+    def modifier(self, fld: ast.Field | None, kind: str, what: str) -> ir.Mech | None:
         """``position = relative(k = 16, values = true)`` / ``rotary``, ``bias = alibi`` /
         ``gaussian``: a score modifier (an error is recorded when it does not lower)."""
         if fld is None:
             return None
-        name, p, syms = self._mechanism(fld, table, what)
-        if not name:
-            return None
-        return ir.Modifier(fn=name, clip=p.get("k"), values=bool(p.get("values", False)),
-                           base=float(p.get("base", 10000.0)),
-                           sym=tuple(sorted(syms.items())),
-                           loc=self.loc(fld.value.pos))
+        return self.mechanism(kind, fld, mech.POSITIONS if kind == "position" else mech.BIASES,
+                              what)
 
     def qk_norm(self, fld: ast.Field | None) -> ir.QKNorm | None:
         """`qk_norm = true | false | l2 | l2(scale = 10, groups = 1, dim_scale = false) | rms`: query-

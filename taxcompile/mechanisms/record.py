@@ -5,8 +5,8 @@ tenth of a frozen dataclass's cost to define at import (the front end imports th
 be compiled as a forward reference at import.
 
 A record's text fields are either plain strings or ``str.format`` patterns over the IR
-object that carries the mechanism (an ``ir.Score``, ``ir.Align``, ``ir.Modifier``, …):
-``"a window of D = {window} around a {position} position"``; a field whose text is not a
+object that carries the mechanism (an ``ir.Mech``, whose fields are its name and
+parameters, an ``ir.Score``, …): ``"a window of D = {D} around a {position} position"``; a field whose text is not a
 pattern of the object's fields is a function of it. ``Mechanism.text`` renders either."""
 
 from typing import Callable, NamedTuple, Union
