@@ -89,7 +89,7 @@ def refusal(n) -> tuple[object, str, str] | None:
         if not (rec.requires or rec.excludes):
             continue
         subject, why = rec.conflict
-        own = m.fn if m.kind == "trait" else m.kind
+        own = m.fn if m.kind == "trait" else f"{m.kind} = {m.fn}"
         for t in rec.requires:
             if t not in has:
                 tag = TAGS[t]
@@ -99,5 +99,5 @@ def refusal(n) -> tuple[object, str, str] | None:
             if t in has:
                 phrase, field = has[t]
                 return (m, f"{where} has {phrase}, which {subject} cannot go with: {why}",
-                        f"drop `{field}`" + (f" or `{own}`" if field != own else ""))
+                        f"drop `{field}` or `{own}`")
     return None

@@ -119,7 +119,8 @@ class Mechanism(NamedTuple):
     graph: bool = False
     qk: bool = False  # a score with a q·k term; a position term that enters it
     # Alignments: a window centred on a position the query gives; one key picked (eq. 26);
-    # a normalised distribution over all the keys, which terms added to the scores keep.
+    # a normalised distribution over all the keys (what coverage needs; whether terms added
+    # to the scores keep their meaning is the capability "score_terms", below).
     centred: bool = False
     picks_one: bool = False
     normalised: bool = False
