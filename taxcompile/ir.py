@@ -16,7 +16,7 @@ from .frozen import FieldError, Frozen
 from .params import Act
 
 __all__ = ["Act", "Attention", "Disagreement", "Expr", "FieldError", "Hop", "Input", "Mech",
-           "Model", "Node", "Op", "Paper", "QKNorm", "Ref", "Routing", "Score",
+           "Model", "Node", "Op", "Paper", "QKNorm", "Ref", "Routing",
            "SegmentMemory", "Spec", "Supervision", "refs"]
 
 Scalar = Union[bool, int, float, str]
@@ -77,29 +77,14 @@ def refs(expr: Expr) -> list[str]:
 # ---- mechanisms ---------------------------------------------------------------
 
 
-class Score(_Frozen):
-    """score(q, k_l) (eq. 2; Table II)."""
-
-    fn: Literal["additive", "concat", "multiplicative", "scaled_multiplicative", "general",
-                "biased_general", "activated_general", "similarity", "location",
-                "affinity", "max_pool", "activated_concat"]
-    d_w: int | None = None  # additive / concat: hidden size of W1 q + W2 k
-    act: Act | None = None  # additive / activated_general
-    bias: bool = True
-    similarity: str | None = None  # cosine | l2
-    # similarity: beta in beta * cos(q, k_l) (NTM's key strength); None is 1, the survey's
-    # plain score; "learned" is exp(s), s a parameter starting at ln 10
-    scale: float | Literal["learned"] | None = None
-    sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
-    loc: Location
-
-
 class Mech(_Frozen):
     """One mechanism a statement uses, as data: its kind and name (a record of the registry,
     ``taxcompile/mechanisms``), every parameter of that record with its value (defaults
     filled in; None for an optional one without a default), the Config expressions of those
     written as one, and where the spec names it. ``align = local(D = 4)`` is
-    ``Mech(kind="align", fn="local", params=(("D", 4), ("position", "predictive"), …))``.
+    ``Mech(kind="align", fn="local", params=(("D", 4), ("position", "predictive"), …))``;
+    ``score = additive(d_w = 256)`` is ``Mech(kind="score", fn="additive", params=(("d_w",
+    256), ("act", Act(fn="tanh")), ("bias", True)))``.
     Built records are checked against the registry: an unknown name, a parameter its record
     does not have or a value its ``P`` refuses is a ``ValueError``. A parameter reads as an
     attribute (``al.D``); a name that is neither a field nor a parameter is a
@@ -272,8 +257,8 @@ class Attention(_Frozen):
     keys: Expr
     values: Expr
     affinity: str | None = None  # affinity node id (eq. 12-16)
-    score: Score
-    align: Mech
+    score: Mech  # score(q, k_l) (eq. 2; Table II)
+    align: Mech  # align(e_l; e) (eq. 3, 25-29)
     dimensionality: Literal["single", "multi"] = "single"
     heads: int = 1
     heads_out: Literal["project", "concat", "mean", "routing"] = "project"  # how heads join

@@ -76,8 +76,8 @@ def test_every_record_has_its_annotated_types(path):
 def test_the_type_check_can_fail():
     """The test above can fail, and a record is checked the same way when it is built."""
     loc = Location(file="f", line=1, column=2)
-    bad = [dict(cls=ir.Score, fn="cosine", loc=loc),  # not a score function of the Literal
-           dict(cls=ir.Score, fn="additive", d_w=True, loc=loc),  # a bool for an int
+    bad = [dict(cls=ir.QKNorm, fn="cosine", loc=loc),  # not a value of the Literal
+           dict(cls=ir.QKNorm, groups=True, loc=loc),  # a bool for an int
            dict(cls=ir.Supervision, gold="g", lam=1, loc=loc),  # an int for a float
            dict(cls=ir.Op, fn="f", args=[ir.Ref(node="x", loc=loc)], loc=loc),  # a list
            dict(cls=ir.Op, fn="f", params=(("k", None),), loc=loc)]  # None is no Scalar
@@ -88,9 +88,9 @@ def test_the_type_check_can_fail():
         unchecked = object.__new__(cls)  # as a record built before the check was
         object.__setattr__(unchecked, "__dict__", {**cls.fields, **fields})
         assert wrong_fields(unchecked), fields
-    assert wrong_fields(ir.Score(fn="additive", d_w=3, loc=loc)) == []
+    assert wrong_fields(ir.QKNorm(groups=3, loc=loc)) == []
     with pytest.raises(TypeError, match="is not of its field's type"):
-        ir.Score(fn="additive", d_w=3, loc=loc).replace(d_w="3")
+        ir.QKNorm(groups=3, loc=loc).replace(groups="3")
 
 
 def test_a_mechanism_record_is_checked_against_the_registry():
@@ -128,40 +128,48 @@ def test_a_missing_field_names_the_record_and_its_fields():
     with pytest.raises(ir.FieldError, match="has no parameter 'policy'"):
         al.param("policy")
     assert getattr(al, "policy", None) is None
-    with pytest.raises(ir.FieldError, match="Score has no field 'window' \\(its fields: fn, "):
-        ir.Score(fn="additive", loc=loc).window
+    with pytest.raises(ir.FieldError, match="QKNorm has no field 'window' \\(its fields: fn, "):
+        ir.QKNorm(loc=loc).window
 
 
 def test_record_api():
     loc = Location(file="f", line=1, column=2)
     act = ir.Act(fn="leaky_relu", params=(("slope", 0.2),))
-    score = ir.Score(fn="additive", d_w=8, act=act, loc=loc)
+    x = ir.Ref(node="x", loc=loc)
+    op = ir.Op(fn="linear", args=(x,), params=(("d", 8), ("act", act)), loc=loc)
     # keywords only; every field without a default given; no unknown field
     with pytest.raises(TypeError, match="missing field.*loc"):
-        ir.Score(fn="additive")
+        ir.Op(fn="linear")
     with pytest.raises(TypeError, match="unknown field.*d_x"):
-        ir.Score(fn="additive", d_x=3, loc=loc)
+        ir.Op(fn="linear", d_x=3, loc=loc)
     with pytest.raises(TypeError):
         ir.Act("tanh")
     with pytest.raises(AttributeError, match="frozen"):
-        score.d_w = 4
-    # equality and hash by type and fields; repr and str as pydantic writes them
-    assert score == ir.Score(fn="additive", d_w=8, act=act, loc=loc)
-    assert hash(score) == hash(ir.Score(fn="additive", d_w=8, act=act, loc=loc))
-    assert score != ir.Score(fn="additive", d_w=9, act=act, loc=loc)
+        op.fn = "ffn"
+    # equality and hash by type and fields; repr and str name every field
+    assert op == ir.Op(fn="linear", args=(x,), params=(("d", 8), ("act", act)), loc=loc)
+    assert hash(op) == hash(ir.Op(fn="linear", args=(x,), params=(("d", 8), ("act", act)),
+                                  loc=loc))
+    assert op != ir.Op(fn="linear", args=(x,), params=(("d", 9), ("act", act)), loc=loc)
     assert Location(file="f", line=1, column=2) != ir.Act(fn="f")
     assert repr(loc) == "Location(file='f', line=1, column=2)" and str(loc) == "f:1:2"
     assert str(ir.Hop(block="b", index=1, count=2, shared=False, template="b.x")) == \
         "block='b' index=1 count=2 shared=False template='b.x' outer=() count_sym=None"
     # replace changes the given fields only; as_dict nests records as dicts
-    copy = score.replace(d_w=16)
-    assert (copy.d_w, copy.act, score.d_w) == (16, act, 8)
-    assert score.as_dict(exclude={"loc", "sym"}) == {
-        "fn": "additive", "d_w": 8, "act": {"fn": "leaky_relu", "params": (("slope", 0.2),)},
-        "bias": True, "similarity": None, "scale": None}
+    copy = op.replace(fn="ffn")
+    assert (copy.fn, copy.params, op.fn) == ("ffn", op.params, "linear")
+    with pytest.raises(TypeError, match="unknown field.*d_x"):
+        op.replace(d_x=3)
+    assert op.as_dict(exclude={"loc", "sym"}) == {
+        "kind": "op", "fn": "linear", "args": ({"kind": "ref", "node": "x", "loc": {
+            "file": "f", "line": 1, "column": 2}},),
+        "params": (("d", 8), ("act", {"fn": "leaky_relu", "params": (("slope", 0.2),)}))}
     assert list(ir.Ref.fields) == ["kind", "node", "loc"] and dict(act) == {
         "fn": "leaky_relu", "params": (("slope", 0.2),)}
-    assert pickle.loads(pickle.dumps(score)) == score
+    assert pickle.loads(pickle.dumps(op)) == op
+    score = ir.Mech(kind="score", fn="additive", params=(("d_w", 8), ("act", act),
+                                                          ("bias", True)), loc=loc)
+    assert pickle.loads(pickle.dumps(score)) == score and str(score) == "additive"
 
 
 def test_a_cached_property_is_no_field():

@@ -26,7 +26,6 @@ def literal_values(model, field: str) -> set[str]:
 
 
 def test_every_mechanism_the_ir_admits_has_a_record():
-    assert set(mech.SCORES) == literal_values(ir.Score, "fn")
     assert set(mech.MASKS) == literal_values(ir.Attention, "mask")
     assert set(mech.HEADS_OUT) == literal_values(ir.Attention, "heads_out")
     on = next(p for p in mech.PENALTIES["disagreement"].params if p.name == "on")
@@ -85,12 +84,11 @@ def test_class_name_parts_are_unique():
 
 
 def test_constructor_arguments_name_fields_of_the_ir():
-    owners = {"attention": ir.Attention, "score": ir.Score, "qk_norm": ir.QKNorm,
-              "routing": ir.Routing}
+    owners = {"attention": ir.Attention, "qk_norm": ir.QKNorm, "routing": ir.Routing}
     names = []
     for m in mech.REGISTRY.values():
         for a in m.ctor:
-            assert a.owner in (*owners, "align", "position", "heads"), (m.name, a)
+            assert a.owner in (*owners, "score", "align", "position", "heads"), (m.name, a)
             if a.field and a.owner in owners:
                 assert a.field in owners[a.owner].fields, (m.name, a.field)
             elif a.field:  # a parameter of a generic mechanism record (ir.Mech)

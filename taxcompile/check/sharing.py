@@ -273,8 +273,8 @@ def _d_w(n: ir.Attention, info: AttentionInfo) -> int | None:
 
 def _mechanisms(n: ir.Attention, info: AttentionInfo) -> dict:
     """What one attention module's weights and behaviour depend on."""
-    out = {"score": n.score.fn, **{f"score {k}": v for k, v in n.score.as_dict(
-        exclude={"loc", "sym", "fn", "d_w"}).items()}, "d_w": _d_w(n, info), "align": n.align.fn}
+    out = {"score": n.score.fn, **{f"score {k}": v for k, v in n.score.params if k != "d_w"},
+           "d_w": _d_w(n, info), "align": n.align.fn}
     out.update((f"align {k}", v) for k, v in n.align.params)
     out.update(query="none" if n.query is None else "given", heads=n.heads,
                dimensionality=n.dimensionality, capsules=n.capsules, mask=n.mask,
@@ -310,6 +310,6 @@ def _roles_text(n: ir.Attention) -> str:
                                                     ("values", n.values)) if e is not None)
 
 
-def _act_sum(sc: ir.Score) -> bool:
+def _act_sum(sc: ir.Mech) -> bool:
     """The additive score's act(W1 q + W2 k + b), whose weights eq. 9 and eq. 14-15 share."""
     return mech.SCORES[sc.fn].act_sum

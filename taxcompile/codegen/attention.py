@@ -121,7 +121,8 @@ def constructor_call(p, n: ir.Attention, info, q: Var | None, k: Var, v: Var, ki
         sym = dict(n.score.sym).get("d_w")
         if sym:
             p.use_sym(sym)
-        return str(dim_of(n.score.d_w, sym) if n.score.d_w else
+        d_w = getattr(n.score, "d_w", None)
+        return str(dim_of(d_w, sym) if d_w else
                    (q.dim if q is not None else k.dim))
 
     computed = {"d_q": lambda: q.dim if q is not None else k.dim, "d_k": lambda: k.dim,

@@ -45,7 +45,7 @@ class AttentionView:
     capsules: int
     penalty: float | None
     affinity: bool
-    score: ir.Score
+    score: ir.Mech
     align: ir.Mech
     lq: str
     init_args: tuple[str, ...]
@@ -136,17 +136,20 @@ def class_key(p, n: ir.Attention) -> str:
     constructor argument (a parameter its record passes to the constructor, such as local
     alignment's D or top-k's k, does not make another class)."""
     query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
-    score, al = mech.score(n.score.fn), n.align
-    score_args = {a.field for a in score.ctor}
-    align_args = {a.field for a in al.record.ctor}
-    return repr((n.score.as_dict(exclude={"loc", "sym", *score_args}),
-                 (al.fn, [(k, v) for k, v in al.params if k not in align_args]), n.heads > 1,
+    return repr((_unpassed(n.score), _unpassed(n.align), n.heads > 1,
                  n.heads > 1 and query != "none",
                  n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity),
                  n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
         + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "") \
-        + repr([a.name for a in al.record.ctor if a.value(n) is not None])
+        + repr([a.name for a in n.align.record.ctor if a.value(n) is not None])
+
+
+def _unpassed(m: ir.Mech) -> tuple:
+    """A mechanism's name and the parameters that are no constructor argument (those that
+    make another class)."""
+    ctor = {a.field for a in m.record.ctor}
+    return m.fn, [(k, v) for k, v in m.params if k not in ctor]
 
 
 def coverage_key(n: ir.Attention) -> str:
@@ -159,8 +162,7 @@ def coverage_key(n: ir.Attention) -> str:
 def modifier_key(n: ir.Attention) -> str:
     """The score modifiers' part of the class key: '' without any (the keys of the modules
     without them stay as they were); k and the rotary base are constructor arguments."""
-    mods = [(m.fn, [(k, v) for k, v in m.params if k not in {a.field for a in m.record.ctor}])
-            for m in (n.position, n.bias) if m is not None]
+    mods = [_unpassed(m) for m in (n.position, n.bias) if m is not None]
     return repr(mods) if mods else ""
 
 
@@ -218,7 +220,8 @@ def attention_class(p, n: ir.Attention) -> str:
         multi=n.dimensionality == "multi", capsules=n.capsules, penalty=n.penalty,
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
         init_args=mech.signature(args), dot=dot, fast=fast,
-        act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
+        act=lambda x, act=getattr(n.score, "act", None): act_call(act, x),
+        act_fn=act_fn(getattr(n.score, "act", None)),
         heads_out=heads_out, c_width=context_width(n),
         gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,
         coverage=n.coverage, disagreement=n.disagreement.on if n.disagreement else None,

@@ -14,7 +14,7 @@ from .. import mechanisms as mech
 from ..diagnostics import article
 from ..mechanisms import spellings
 from ..params import P
-from ..suggest import alias, suggest
+from ..suggest import suggest
 from .base import Defining
 from .features import Features
 from .heads import FIELDS as HEAD_FIELDS
@@ -28,7 +28,8 @@ from .segment import segment_memory
 
 # The parameters of each mechanism a statement names come from its record
 # (taxcompile/mechanisms), aliases included (`dot`, `soft`).
-SCORES: dict[str, tuple[P, ...]] = {k: m.params for k, m in spellings(mech.SCORES).items()}
+SCORE_SPELLINGS = spellings(mech.SCORES)
+SCORES: dict[str, tuple[P, ...]] = {k: m.params for k, m in SCORE_SPELLINGS.items()}
 
 # Scores that score the keys alone when a module has no query (eq. 33).
 SCORES_WITHOUT_QUERY = mech.WITHOUT_QUERY
@@ -234,20 +235,13 @@ class Attentions(Features, Penalties, Mechanisms):
                 return None, None
         return structural or "none", data
 
-    def score(self, fld: ast.Field | None, s: ast.Attention) -> ir.Score | None:
+    def score(self, fld: ast.Field | None, s: ast.Attention) -> ir.Mech | None:
         if fld is None:
             self.err(s.pos, f"attention `{s.name}` has no score function",
                      "add e.g. `score = additive(d_w = 256)` or `score = scaled_multiplicative` "
                      "(Table II)")
             return None
-        name, p, syms = self._mechanism(fld, SCORES, "score")
-        if not name:
-            return None
-        name = alias("score", name)  # dot, scaled_dot: the IR's one spelling
-        return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
-                        similarity=p.get("kind"), scale=p.get("scale"),
-                        sym=tuple(sorted(syms.items())),
-                        loc=self.loc(fld.value.pos))
+        return self.mechanism("score", fld, SCORE_SPELLINGS, "score")  # dot: multiplicative
 
     def modifier(self, fld: ast.Field | None, kind: str, what: str) -> ir.Mech | None:
         """``position = relative(k = 16, values = true)`` / ``rotary``, ``bias = alibi`` /
