@@ -61,7 +61,7 @@ class Frozen:
         values = {**fields, **data}  # declaration order
         object.__setattr__(self, "__dict__", values)
         if self._checked:
-            self._validate()
+            self._validate(data)
 
     def _refuse(self, data: dict) -> None:
         name = type(self).__name__
@@ -71,12 +71,14 @@ class Frozen:
         raise TypeError(f"{name}() got unknown field(s): "
                         f"{', '.join(sorted(data.keys() - self._defaults.keys()))}")
 
-    def _validate(self) -> None:
+    def _validate(self, given: dict[str, Any]) -> None:
+        """Check the fields ``given`` (a default is of its field's type: the class says so)
+        against their annotations, then the record as a whole (``check``)."""
         cls = type(self)
-        if cls._validators is None:
-            cls._validators = _validators(cls)
-        wrong = [f"{k} = {v!r}" for k, v in self.__dict__.items()
-                 if k in cls._validators and not cls._validators[k](v)]
+        tests = cls._validators
+        if tests is None:
+            tests = cls._validators = _validators(cls)
+        wrong = [f"{k} = {v!r}" for k, v in given.items() if k in tests and not tests[k](v)]
         if wrong:
             raise TypeError(f"{cls.__name__}(): {', '.join(wrong)} is not of its field's "
                             "type")
@@ -130,7 +132,7 @@ class Frozen:
         values.update(changes)
         object.__setattr__(new, "__dict__", values)
         if self._checked:
-            new._validate()
+            new._validate(changes)
         return new
 
     def as_dict(self, *, exclude: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -195,15 +197,22 @@ def fits(tp) -> Callable[[Any], bool]:
     if tp is Any:
         return lambda v: True
     if origin is typing.Union or (origin is not None and origin.__name__ == "UnionType"):
-        tests = [fits(a) for a in args]
-        return lambda v: any(t(v) for t in tests)
+        exact = {a for a in args if a in (bool, int, float, str, type(None))}
+        tests = [fits(a) for a in args if a not in exact]
+        if not tests:  # e.g. int | None: one type test
+            return lambda v: type(v) in exact
+        return lambda v: type(v) in exact or any(t(v) for t in tests)
     if origin is typing.Literal:
         allowed = {(type(a), a) for a in args}
         return lambda v: (type(v), v) in allowed
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             each = fits(args[0])
-            return lambda v: type(v) is tuple and all(each(x) for x in v)
+            return lambda v: type(v) is tuple and (not v or all(map(each, v)))
+        if all(a is str for a in args):  # (name, expression) pairs: the commonest
+            n = len(args)
+            return lambda v: type(v) is tuple and len(v) == n and \
+                all(type(x) is str for x in v)
         tests = [fits(a) for a in args]
         return lambda v: type(v) is tuple and len(v) == len(tests) and \
             all(t(x) for t, x in zip(tests, v))

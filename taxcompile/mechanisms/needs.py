@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from . import SCORES, modifiers
+
 
 class Tag(NamedTuple):
     """How a refusal words one tag: the module has ``present`` / has ``absent``; ``fix``
@@ -52,8 +54,6 @@ TAGS: dict[str, Tag] = {
 def tags(n) -> dict[str, tuple[str, str]]:
     """The tags statement ``n`` (an ``ir.Attention``) has: tag -> (its phrase, the field
     that sets it), in ``TAGS``' order."""
-    from . import SCORES, modifiers
-
     on: dict[str, str] = {}  # tag -> the name its phrase reads as {fn}
     score = SCORES[n.score.fn]
     if n.query is not None:
