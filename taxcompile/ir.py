@@ -87,8 +87,8 @@ class Mech(_Frozen):
     256), ("act", Act(fn="tanh")), ("bias", True)))``.
     Built records are checked against the registry: an unknown name, a parameter its record
     does not have or a value its ``P`` refuses is a ``ValueError``. A parameter reads as an
-    attribute (``al.D``); a name that is neither a field nor a parameter is a
-    ``FieldError`` that lists both."""
+    attribute (``al.D``) unless a field has its name (similarity's ``kind``: read it with
+    ``param("kind")``); a name that is neither is a ``FieldError`` that lists both."""
 
     kind: str  # one of mechanisms.KINDS
     fn: str  # its record's name (not an alias: `soft` is lowered to `global`)

@@ -82,3 +82,15 @@ def test_head_mechanisms_are_generic_records():
         ("trait", "talking_heads", (("mix", "pre"),)), ("trait", "mem_kv", (("mem_kv", 3),))]
     assert n.head("mem_kv").mem_kv == 3 and n.head("head_gates") is None
     assert "talking heads (scores)" in n.traits() and "3 memory key/values" in n.traits()
+
+
+def test_a_parameter_named_as_a_field_reads_with_param():
+    """`similarity(kind = l2)`: the record's `kind` is the mechanism's kind ("score"); the
+    parameter is `param("kind")`, which the label, class name and docstring read."""
+    text = spec("global").replace("score = scaled_multiplicative",
+                                  "score = similarity(kind = l2)")
+    n = load_text(text, "t.attn").models[0].model.attentions[0]
+    assert (n.score.kind, n.score.param("kind")) == ("score", "l2")
+    rec = n.score.record
+    assert rec.text("class_part", n.score) == "SimilarityL2"
+    assert rec.text("doc", n.score).startswith("similarity score (l2")

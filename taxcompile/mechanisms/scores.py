@@ -21,18 +21,18 @@ def _score(name: str, reading: str, doc: str, *params: P, part: str | None = Non
 
 
 def _similarity_part(s) -> str:
-    return "Similarity" + ("L2" if s.kind == "l2" else "Cosine")
+    return "Similarity" + ("L2" if s.param("kind") == "l2" else "Cosine")
 
 
 def _similarity_doc(s) -> str:
     beta = ("" if s.scale is None else ", times a learned temperature" if s.scale == "learned"
             else f", times {s.scale:g}")
-    return f"similarity score ({s.kind or 'cosine'}{beta}) (Table II)"
+    return f"similarity score ({s.param('kind') or 'cosine'}{beta}) (Table II)"
 
 
 def _similarity_dot(s) -> str | None:
     """Cosine similarity is a dot product of the normalised q and k; l2 is not."""
-    if s.kind == "l2":
+    if s.param("kind") == "l2":
         return None
     return ("cos(q, k_l) (Table II, similarity)" if s.scale is None
             else "beta cos(q, k_l) (Table II, similarity; NTM's key strength)")
