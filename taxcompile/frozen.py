@@ -198,10 +198,12 @@ def fits(tp) -> Callable[[Any], bool]:
         return lambda v: True
     if origin is typing.Union or (origin is not None and origin.__name__ == "UnionType"):
         exact = {a for a in args if a in (bool, int, float, str, type(None))}
-        tests = [fits(a) for a in args if a not in exact]
-        if not tests:  # e.g. int | None: one type test
-            return lambda v: type(v) in exact
-        return lambda v: type(v) in exact or any(t(v) for t in tests)
+        # records: one isinstance over all of them (an expression is a Ref or an Op)
+        classes = tuple(a for a in args if isinstance(a, type) and a not in exact)
+        tests = [fits(a) for a in args if a not in exact and a not in classes]
+        if not tests:  # e.g. int | None, Ref | Op: one or two type tests
+            return lambda v: type(v) in exact or isinstance(v, classes)
+        return lambda v: type(v) in exact or isinstance(v, classes) or any(t(v) for t in tests)
     if origin is typing.Literal:
         allowed = {(type(a), a) for a in args}
         return lambda v: (type(v), v) in allowed
