@@ -112,14 +112,15 @@ def attention_label(a: ir.Attention) -> list[str]:
     s, al = a.score, a.align
     rec = mechanisms.score(s.fn)
     score = rec.text("label", s)
-    extra = [f"d_w = {s.d_w}"] if s.d_w else []
+    p = s.data()  # its parameters
+    extra = [f"d_w = {p['d_w']}"] if p.get("d_w") else []
     # an activation is shown where it is not the score's default (tanh for the additive
     # and activated general scores)
     default = next((p.default for p in rec.params if p.name == "act"), None)
-    if s.act and default is not None and s.act != default:
-        extra.append(str(s.act))
-    if s.similarity:
-        extra.append(s.similarity)
+    if p.get("act") and default is not None and p["act"] != default:
+        extra.append(str(p["act"]))
+    if p.get("kind"):
+        extra.append(p["kind"])
     align = mechanisms.align(al.fn).text("label", al)
     lines = [f"attention {a.name}", f"score: {score}" + (f" ({', '.join(extra)})" if extra else ""),
              f"align: {align}"]

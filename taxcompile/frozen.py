@@ -1,49 +1,67 @@
-"""Frozen records: the base of the IR's classes (ir.py) and of ``diagnostics.Location``.
+"""Frozen records: the base of the IR's classes (ir.py), of the syntax tree (ast.py) and
+of ``diagnostics.Location``.
 
 A record is declared like a dataclass (annotated fields, with or without a default, in any
-order), built by keyword and never changed; it keeps the part of pydantic's model API the
-compiler uses (``model_copy(update=…)``, ``model_dump(exclude=…)``, ``model_fields``, and
-pydantic's ``repr``, ``str``, equality and hash). The IR was pydantic models: importing
-pydantic and building their validators was 0.17 s of a 0.43 s cold ``taxcompile table``,
-to check values that only ``lower.py`` writes, from values it has checked already.
-tests/test_ir_records.py checks every record built from ``specs/`` and ``examples/``
-against its class's annotations instead. Defining a record costs no code generation
-(a frozen dataclass ``exec``s five methods per class)."""
+order), built by keyword and never changed. Its API is its own, in plain names:
+``replace(**changes)``, ``as_dict(exclude=…)`` and the class's ``fields`` (name -> default,
+in declaration order); equality and hash are by type and field values. A class declared
+with ``checked=True`` (the IR's) validates every field against its annotation when a
+record is built (``True`` is no int, ``1`` no float, a list no tuple), and then calls its
+``check()`` for what an annotation cannot say (a mechanism's name against the registry).
+The syntax tree is not checked: the parser builds some 10,000 nodes for a table of specs/.
+Defining a record costs no code generation (a frozen dataclass ``exec``s five methods per
+class); a class's validators are built when its first record is."""
 
 from __future__ import annotations
 
+import typing
 from operator import attrgetter
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 _MISSING = object()
 
 
-class Frozen:
-    """A frozen record: ``Act(fn="tanh")``; ``a.model_copy(update={"fn": "relu"})``."""
+class FieldError(AttributeError):
+    """A field a record does not have (an ``AttributeError``, so ``getattr(r, name, None)``
+    and templates still ask politely; its message names the record's fields)."""
 
-    # field name -> its default (``REQUIRED`` for none), in declaration order (base first)
-    model_fields: ClassVar[dict[str, Any]] = {}
+
+class Frozen:
+    """A frozen record: ``Act(fn="tanh")``; ``a.replace(fn="relu")``."""
+
+    # field name -> its default (``REQUIRED`` for none), in declaration order (base first).
+    # (``fields`` is the public name; the code here reads ``_defaults``, because a record of
+    # the syntax tree has a field called ``fields``.)
+    fields: ClassVar[dict[str, Any]] = {}
+    _defaults: ClassVar[dict[str, Any]] = {}
     REQUIRED: ClassVar[object] = _MISSING
     _required: ClassVar[frozenset[str]] = frozenset()
     _values: ClassVar[attrgetter]
+    _checked: ClassVar[bool] = False
+    _validators: ClassVar[dict[str, Callable[[Any], bool]] | None] = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, checked: bool | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        fields = dict(cls.model_fields)
+        fields = dict(cls._defaults)
         for name, annotation in cls.__dict__.get("__annotations__", {}).items():
             if not str(annotation).startswith(("ClassVar", "typing.ClassVar")):
                 fields[name] = cls.__dict__.get(name, _MISSING)
-        cls.model_fields = fields
+        cls._defaults = cls.fields = fields
         cls._required = frozenset(k for k, v in fields.items() if v is _MISSING)
         # the field values as a tuple (attrgetter gives a bare value for one name)
         cls._values = attrgetter(*fields) if len(fields) > 1 else _one(*fields)
+        if checked is not None:
+            cls._checked = checked
+        cls._validators = None  # built from the annotations when the first record is
 
     def __init__(self, **data: Any) -> None:
-        fields = self.model_fields
+        fields = self._defaults
         if not self._required <= data.keys() or not data.keys() <= fields.keys():
             self._refuse(data)
-        values = {**fields, **data}  # declaration order, as pydantic keeps it
+        values = {**fields, **data}  # declaration order
         object.__setattr__(self, "__dict__", values)
+        if self._checked:
+            self._validate(data)
 
     def _refuse(self, data: dict) -> None:
         name = type(self).__name__
@@ -51,7 +69,30 @@ class Frozen:
         if missing:
             raise TypeError(f"{name}() missing field(s): {', '.join(missing)}")
         raise TypeError(f"{name}() got unknown field(s): "
-                        f"{', '.join(sorted(data.keys() - self.model_fields.keys()))}")
+                        f"{', '.join(sorted(data.keys() - self._defaults.keys()))}")
+
+    def _validate(self, given: dict[str, Any]) -> None:
+        """Check the fields ``given`` (a default is of its field's type: the class says so)
+        against their annotations, then the record as a whole (``check``)."""
+        cls = type(self)
+        tests = cls._validators
+        if tests is None:
+            tests = cls._validators = _validators(cls)
+        wrong = [f"{k} = {v!r}" for k, v in given.items() if k in tests and not tests[k](v)]
+        if wrong:
+            raise TypeError(f"{cls.__name__}(): {', '.join(wrong)} is not of its field's "
+                            "type")
+        self.check()
+
+    def check(self) -> None:
+        """What a record of a checked class must be beyond its fields' types (raises
+        ``ValueError``)."""
+
+    def __getattr__(self, name: str) -> Any:  # only for a name that is no field
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise FieldError(f"{type(self).__name__} has no field {name!r} (its fields: "
+                         f"{', '.join(self._defaults)})")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
@@ -68,8 +109,8 @@ class Frozen:
         return hash(self._values(self))
 
     def __iter__(self):
-        """(field, value) pairs, as iterating a pydantic model gives."""
-        return iter(zip(self.model_fields, self._values(self)))
+        """(field, value) pairs."""
+        return iter(zip(self._defaults, self._values(self)))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._fields_text(', ')})"
@@ -78,20 +119,25 @@ class Frozen:
         return self._fields_text(" ")
 
     def _fields_text(self, sep: str) -> str:
-        return sep.join(f"{k}={v!r}" for k, v in zip(self.model_fields, self._values(self)))
+        return sep.join(f"{k}={v!r}" for k, v in zip(self._defaults, self._values(self)))
 
-    def model_copy(self, *, update: dict[str, Any] | None = None) -> Frozen:
-        """A copy with some fields changed (not checked, as in pydantic)."""
+    def replace(self, **changes: Any) -> Frozen:
+        """A copy with some fields changed, checked as a new record is."""
+        unknown = changes.keys() - self._defaults.keys()
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unknown field(s): "
+                            f"{', '.join(sorted(unknown))}")
         new = object.__new__(type(self))
-        values = dict(zip(self.model_fields, self._values(self)))
-        if update:
-            values.update(update)
+        values = dict(zip(self._defaults, self._values(self)))
+        values.update(changes)
         object.__setattr__(new, "__dict__", values)
+        if self._checked:
+            new._validate(changes)
         return new
 
-    def model_dump(self, *, exclude: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
-        """The fields as plain data, records within as dicts (pydantic's ``model_dump``)."""
-        return {k: _dump(v) for k, v in zip(self.model_fields, self._values(self))
+    def as_dict(self, *, exclude: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The fields as plain data, records within as dicts."""
+        return {k: _dump(v) for k, v in zip(self._defaults, self._values(self))
                 if k not in exclude}
 
 
@@ -106,7 +152,7 @@ class Positional(Frozen):
     ``Pos(3, 7)`` (the syntax tree, ast.py: some 10,000 nodes in a table of specs/)."""
 
     def __init__(self, *args: Any, **data: Any) -> None:
-        fields = self.model_fields
+        fields = self._defaults
         if not data and len(args) == len(fields):  # the parser's way: every field, in order
             object.__setattr__(self, "__dict__", dict(zip(fields, args)))
             return
@@ -125,9 +171,55 @@ class Positional(Frozen):
 
 def _dump(value: Any) -> Any:
     if isinstance(value, Frozen):
-        return value.model_dump()
+        return value.as_dict()
     if isinstance(value, (tuple, list)):
         return type(value)(_dump(v) for v in value)
     if isinstance(value, dict):
         return {k: _dump(v) for k, v in value.items()}
     return value
+
+
+# ---- validation from the annotations ----------------------------------------------
+
+
+def _validators(cls: type) -> dict[str, Callable[[Any], bool]]:
+    """A test per field, from ``cls``'s annotations (strings, resolved in its module)."""
+    hints = typing.get_type_hints(cls)
+    return {k: fits(tp) for k, tp in hints.items() if k in cls._defaults}
+
+
+def fits(tp) -> Callable[[Any], bool]:
+    """A test of whether a value has type ``tp``, strictly: ``True`` is no int, ``1`` no
+    float (Literal values, tuples, unions, nested records)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is type(None):
+        return lambda v: v is None
+    if tp is Any:
+        return lambda v: True
+    if origin is typing.Union or (origin is not None and origin.__name__ == "UnionType"):
+        exact = {a for a in args if a in (bool, int, float, str, type(None))}
+        # records: one isinstance over all of them (an expression is a Ref or an Op)
+        classes = tuple(a for a in args if isinstance(a, type) and a not in exact)
+        tests = [fits(a) for a in args if a not in exact and a not in classes]
+        if not tests:  # e.g. int | None, Ref | Op: one or two type tests
+            return lambda v: type(v) in exact or isinstance(v, classes)
+        return lambda v: type(v) in exact or isinstance(v, classes) or any(t(v) for t in tests)
+    if origin is typing.Literal:
+        allowed = {(type(a), a) for a in args}
+        return lambda v: (type(v), v) in allowed
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            each = fits(args[0])
+            return lambda v: type(v) is tuple and (not v or all(map(each, v)))
+        if all(a is str for a in args):  # (name, expression) pairs: the commonest
+            n = len(args)
+            return lambda v: type(v) is tuple and len(v) == n and \
+                all(type(x) is str for x in v)
+        tests = [fits(a) for a in args]
+        return lambda v: type(v) is tuple and len(v) == len(tests) and \
+            all(t(x) for t, x in zip(tests, v))
+    if tp in (bool, int, float, str):
+        return lambda v: type(v) is tp
+    if origin is not None:
+        tp = origin
+    return lambda v: isinstance(v, tp)

@@ -8,12 +8,22 @@ Names here are resolved node ids: ``x``, ``x@2`` (second version of ``x`` after 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
+from . import mechanisms as mech
 from .diagnostics import Location
-from .frozen import Frozen as _Frozen
+from .frozen import FieldError, Frozen
+from .params import Act
+
+__all__ = ["Act", "Attention", "Disagreement", "Expr", "FieldError", "Hop", "Input", "Mech",
+           "Model", "Node", "Op", "Paper", "QKNorm", "Ref", "Routing",
+           "SegmentMemory", "Spec", "Supervision", "refs"]
 
 Scalar = Union[bool, int, float, str]
+
+
+class _Frozen(Frozen, checked=True):
+    """An IR record: every field checked against its annotation when it is built."""
 
 
 # ---- dataflow expressions -----------------------------------------------------
@@ -26,23 +36,6 @@ def _param(params: tuple, name: str, default):
         if key == name:
             return value
     return default
-
-
-class Act(_Frozen):
-    """An activation function, as ``act = …`` names it: ``tanh``, ``leaky_relu(0.2)``,
-    ``scaled_tanh(5)``, ``maxout(2)``. ``params`` holds every parameter of the function
-    (defaults filled in, ``ops.ACTIVATIONS``), so equal activations compare equal."""
-
-    fn: str
-    params: tuple[tuple[str, Union[int, float]], ...] = ()
-
-    def param(self, name: str, default: int | float | None = None) -> int | float | None:
-        return _param(self.params, name, default)
-
-    def __str__(self) -> str:
-        if not self.params:
-            return self.fn
-        return f"{self.fn}({', '.join(f'{k} = {v:g}' for k, v in self.params)})"
 
 
 class Ref(_Frozen):
@@ -84,59 +77,72 @@ def refs(expr: Expr) -> list[str]:
 # ---- mechanisms ---------------------------------------------------------------
 
 
-class Score(_Frozen):
-    """score(q, k_l) (eq. 2; Table II)."""
+class Mech(_Frozen):
+    """One mechanism a statement uses, as data: its kind and name (a record of the registry,
+    ``taxcompile/mechanisms``), every parameter of that record with its value (defaults
+    filled in; None for an optional one without a default), the Config expressions of those
+    written as one, and where the spec names it. ``align = local(D = 4)`` is
+    ``Mech(kind="align", fn="local", params=(("D", 4), ("position", "predictive"), …))``;
+    ``score = additive(d_w = 256)`` is ``Mech(kind="score", fn="additive", params=(("d_w",
+    256), ("act", Act(fn="tanh")), ("bias", True)))``.
+    Built records are checked against the registry: an unknown name, a parameter its record
+    does not have or a value its ``P`` refuses is a ``ValueError``. A parameter reads as an
+    attribute (``al.D``) unless a field has its name (similarity's ``kind``: read it with
+    ``param("kind")``); a name that is neither is a ``FieldError`` that lists both."""
 
-    fn: Literal["additive", "concat", "multiplicative", "scaled_multiplicative", "general",
-                "biased_general", "activated_general", "similarity", "location",
-                "affinity", "max_pool", "activated_concat"]
-    d_w: int | None = None  # additive / concat: hidden size of W1 q + W2 k
-    act: Act | None = None  # additive / activated_general
-    bias: bool = True
-    similarity: str | None = None  # cosine | l2
-    # similarity: beta in beta * cos(q, k_l) (NTM's key strength); None is 1, the survey's
-    # plain score; "learned" is exp(s), s a parameter starting at ln 10
-    scale: float | Literal["learned"] | None = None
+    kind: str  # one of mechanisms.KINDS
+    fn: str  # its record's name (not an alias: `soft` is lowered to `global`)
+    params: tuple[tuple[str, Any], ...] = ()  # every parameter of its record, in its order
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
 
+    def check(self) -> None:
+        rec = mech.REGISTRY.get((self.kind, self.fn))
+        if rec is None:
+            known = ", ".join(k[1] for k in mech.REGISTRY if k[0] == self.kind)
+            raise ValueError(f"no {self.kind} mechanism `{self.fn}` in the registry "
+                             f"(known: {known or 'none of this kind'})")
+        names = tuple(p.name for p in rec.params)
+        if tuple(k for k, _ in self.params) != names:
+            raise ValueError(f"{self.kind} `{self.fn}` has the parameters "
+                             f"({', '.join(names)}), got ({', '.join(k for k, _ in self.params)})")
+        for p, (_, value) in zip(rec.params, self.params):
+            why = p.refuses(value)
+            if why:
+                raise ValueError(f"{self.kind} `{self.fn}`: {p.name} = {value!r} {why}")
+        if not {k for k, _ in self.sym} <= set(names):
+            raise ValueError(f"{self.kind} `{self.fn}` has no parameter "
+                             f"{sorted({k for k, _ in self.sym} - set(names))}")
 
-class Align(_Frozen):
-    """align(e_l; e) (eq. 3, 25-29)."""
+    @property
+    def record(self) -> mech.Mechanism:
+        """Its record in the registry."""
+        return mech.REGISTRY[self.kind, self.fn]
 
-    fn: Literal["global", "hard", "local", "reinforced", "sparsemax", "entmax", "sigmoid", "crf",
-                "topk", "lsh"]
-    window: int | None = None  # local: D
-    position: Literal["monotonic", "predictive"] | None = None
-    gaussian: bool = False  # eq. 29
-    sigma: float | None = None  # eq. 29, default D/2
-    sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
-    loc: Location
-    normalize: bool = False  # crf: a_l / sum_l a_l (Kim et al.'s lambda)
-    k: int | None = None  # topk: the scores each query keeps (Zhao et al. 2019)
-    # reinforced: the node its policy reads beside each key (`policy = s`, RBAN's aspect)
-    policy: str | None = None
-    # lsh (Kitaev et al. 2020): hash buckets, hash rounds, the sorted chunk's length
-    buckets: int | None = None
-    rounds: int | None = None
-    chunk: int | None = None
+    def param(self, name: str) -> Any:
+        for key, value in self.params:
+            if key == name:
+                return value
+        raise FieldError(f"{self.kind} `{self.fn}` has no parameter {name!r} (its "
+                         f"parameters: {', '.join(k for k, _ in self.params) or 'none'})")
 
+    def __getattr__(self, name: str) -> Any:  # a parameter, as an attribute
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for key, value in self.__dict__.get("params", ()):
+            if key == name:
+                return value
+        raise FieldError(f"{self.kind} `{self.__dict__.get('fn')}` has no field or parameter "
+                         f"{name!r} (fields: {', '.join(self._defaults)}; parameters: "
+                         f"{', '.join(k for k, _ in self.__dict__.get('params', ())) or 'none'})")
 
-class Modifier(_Frozen):
-    """A score modifier (``position = …`` / ``bias = …``): a position term in the scores
-    that leaves the score function and the alignment as they are (docs/codegen.md)."""
-
-    fn: Literal["relative", "rotary", "alibi", "gaussian", "transformer_xl"]
-    clip: int | None = None  # relative: k, distances clipped to [-k, k] (Shaw et al. eq. 15)
-    values: bool = False  # relative: a^V_ij in the values too
-    base: float = 10000.0  # rotary: theta_i = base^(-2i/d)
-    sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
-    loc: Location
+    def data(self) -> dict[str, Any]:
+        """Its name and parameters by name: the fields its record's text patterns read."""
+        return {"fn": self.fn, **dict(self.params)}
 
     def __str__(self) -> str:
-        from .mechanisms import MODIFIERS  # (the registry's parameters import this module)
-
-        return MODIFIERS[self.fn].text("label", self)
+        """Its label (diagrams, summaries): ``relative positions (k = 16)``."""
+        return self.record.text("label", self) or self.fn
 
 
 class Supervision(_Frozen):
@@ -251,8 +257,8 @@ class Attention(_Frozen):
     keys: Expr
     values: Expr
     affinity: str | None = None  # affinity node id (eq. 12-16)
-    score: Score
-    align: Align
+    score: Mech  # score(q, k_l) (eq. 2; Table II)
+    align: Mech  # align(e_l; e) (eq. 3, 25-29)
     dimensionality: Literal["single", "multi"] = "single"
     heads: int = 1
     heads_out: Literal["project", "concat", "mean", "routing"] = "project"  # how heads join
@@ -273,18 +279,19 @@ class Attention(_Frozen):
     disagreement: Disagreement | None = None
     dropout: float | None = None  # dropout on the attention weights, in training
     share: str | None = None  # the attention module whose weights this one uses
-    position: Modifier | None = None  # relative (Shaw et al.) or rotary positions in q, k
-    bias: Modifier | None = None  # an additive bias on the scores: ALiBi or Yang's Gaussian
+    # score modifiers (kinds "position" and "bias"): relative (Shaw et al.) or rotary
+    # positions in q, k; an additive bias on the scores, ALiBi or Yang's Gaussian
+    position: Mech | None = None
+    bias: Mech | None = None
     supervised: Supervision | None = None  # a target alignment's loss term (Liu et al. 2016)
     hop: Hop | None = None
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
     # graph attention's output bias (GATConv's `bias`): `bias = false` drops it; None: not said
     out_bias: bool | None = None
-    # issue 25, the heads (taxcompile/mechanisms/heads.py): talking heads "pre" | "post" | "both"
-    talking_heads: str = ""
-    mem_kv: int = 0  # learned memory key/values per head (x-transformers' num_mem_kv)
-    head_gates: bool = False  # each head's context gated from the query (gate_value_heads)
+    # the mechanisms on its heads (taxcompile/mechanisms/heads.py: talking heads, memory
+    # key/values, head gates), in their registry's order
+    head_mechanisms: tuple[Mech, ...] = ()
     # grouped-query attention (Ainslie et al. 2023): the keys' and values' heads, each shared
     # by heads / kv_heads query heads (1: multi-query, Shazeer 2019); 0: one per query head
     kv_heads: int = 0
@@ -292,11 +299,12 @@ class Attention(_Frozen):
     routing: Routing | None = None  # heads_out = routing(…): its output capsules, iterations
     memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
 
+    def head(self, name: str) -> Mech | None:
+        """Its head mechanism ``name`` (None: the statement has none)."""
+        return next((m for m in self.head_mechanisms if m.fn == name), None)
+
     def traits(self) -> list[str]:
         """The module's mechanisms beyond score and alignment, as short phrases."""
-        out = []
-        from . import mechanisms as mech  # (the registry's parameters import this module)
-
         traits, out = mech.TRAITS, []
         if self.heads > 1:
             out.append(traits["heads"].text("label", self))
@@ -331,7 +339,7 @@ class Attention(_Frozen):
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
         out.append(pen.get("supervised"))
-        out += [rec.text("label", self) for rec in mech.heads.present(self)]
+        out += [m.record.text("label", m) for m in self.head_mechanisms]
         if self.memory is not None:
             out.append(traits["segment_memory"].text("label", self.memory))
         return [x for x in out if x]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from .operators import blocks, broadcast, crf_output, feature_ops, location
 from .operators.record import (  # noqa: F401  (the vocabulary, as ``ops.P`` and so on)
     ACTIVATIONS, ACTS, GATED_ACTS, SAME_WIDTH_ACTS, SHARE, TIE, WIDTH_ACTS, OpInfo, P, Scalar,
-    act, enum, node, op as _op, pint)
+    Act, act, enum, node, op as _op, pint)
 
 # The operator families (taxcompile/operators/): each module's records carry their shape
 # and plan rules; the core operators' rules are registered by ``shape_rule``/``plan_rule``

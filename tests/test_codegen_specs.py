@@ -674,7 +674,7 @@ def _check_weights(v, cfg, att, w, inputs, padding: bool) -> None:
     # structurally excluded keys (causal, forward, backward masks) never get weight
     hidden = ~allowed_keys(v, att, w, inputs, False)
     assert (w.masked_fill(~hidden.expand_as(w), 0) == 0).all(), f"{att.id}: weight on masked keys"
-    if getattr(att, "mem_kv", 0):  # the learned memory keys take the rest of each row's mass
+    if att.head("mem_kv"):  # the learned memory keys take the rest of each row's mass
         assert ((s > 0) & (s < 1 + 1e-5)).all(), att.id  # (Output.extras["memory"])
     elif att.align.fn in NORMALISED:
         torch.testing.assert_close(s, rows.to(s.dtype), msg=lambda m: f"{att.id}: {m}")
@@ -686,7 +686,7 @@ def _check_weights(v, cfg, att, w, inputs, padding: bool) -> None:
     elif att.align.fn == "local":
         assert (s <= 1 + 1e-5).all() and (s[~rows].abs() < 1e-6).all(), att.id
         if att.align.position == "monotonic":  # p_t = t: nothing outside [t - D, t + D]
-            D = cfg_value(cfg, att.align, "D", att.align.window)
+            D = cfg_value(cfg, att.align, "D", att.align.D)
             q = torch.arange(lq).unsqueeze(-1)
             k = torch.arange(w.shape[-1] if not multi else w.shape[-2])
             outside = (k - q).abs() > D

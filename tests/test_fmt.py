@@ -31,7 +31,7 @@ def spec_files() -> list[Path]:
 
 
 def _unlocated(obj):
-    """A model_dump() without locations: every ``loc`` key dropped."""
+    """An as_dict() without locations: every ``loc`` key dropped."""
     if isinstance(obj, dict):
         return {k: _unlocated(v) for k, v in obj.items() if k != "loc"}
     if isinstance(obj, (list, tuple)):
@@ -40,7 +40,7 @@ def _unlocated(obj):
 
 
 def ir_of(text: str):
-    return _unlocated(load_text(text, "t.attn").spec.model_dump())
+    return _unlocated(load_text(text, "t.attn").spec.as_dict())
 
 
 def comments(text: str) -> Counter:

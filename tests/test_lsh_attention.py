@@ -210,15 +210,22 @@ def test_example_runs_forward_and_backward(tmp_path):
 
 
 @pytest.mark.parametrize("field", ["position = rotary", "bias = alibi", "qk_norm = true",
-                                   "dimensionality = multi"])
+                                   "dimensionality = multi", "mem_kv = 2",
+                                   "talking_heads = true"])
 def test_mechanisms_the_chunks_do_not_compute_are_refused(field):
+    """The LSH record's ``excludes``, worded by the checker's one rule from the records
+    (memory key/values and talking heads by what their records say they do: add keys, mix
+    heads)."""
     from taxcompile import pipeline
     from taxcompile.diagnostics import SpecError
 
     text = HEADER + spec("lsh(buckets = 4)").replace("heads = 2", f"heads = 2  {field}")
     with pytest.raises(SpecError) as info:
         pipeline.load_text(text, "t.attn")
-    assert "LSH attention takes no `" + field.split(" =")[0] in info.value.render()
+    got = info.value.render()
+    assert f"`{field.split(' =')[0]}" in got.split(", which LSH attention cannot go with: "
+                                                   "its sorted chunks compute plain q^T k")[0]
+    assert f"hint: drop `{field.split(' =')[0]}` or `align = lsh`" in got
 
 
 @pytest.mark.parametrize("name", ["lsh_odd_buckets", "lsh_separate_qk", "lsh_additive"])

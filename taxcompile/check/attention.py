@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from .. import ir, module_checks
 from .. import mechanisms as mech
+from ..mechanisms import needs
 from ..lower import SCORES_WITHOUT_QUERY
 from .grouped import grouped_fit, qk_norm_fits
 from .lsh import lsh_fits
@@ -51,6 +52,10 @@ class AttentionChecks:
             return None
         if (refused := module_checks.refusal(n)) is not None:
             self.err(*refused)
+            return None
+        if (refused := needs.refusal(n)) is not None:  # its records' requires / excludes
+            m, message, hint = refused
+            self.err(m.loc, message, hint)
             return None
         if mech.ALIGNS[n.align.fn].shared_qk and not lsh_fits(self, f):
             return None

@@ -2,7 +2,7 @@
 mask input (``mask = m``), graph attention (``mask = adj``, GAT's score, ``self_loops``),
 position terms and biases on the scores (``position``, ``bias``), local alignment's
 window. Each reads what the mechanism needs off its record in ``taxcompile/mechanisms/``
-(``graph``, ``qk``, ``pairs``, ``centred``, ``normalised``, …) and the statement's
+(``graph``, ``qk``, ``pairs``, ``centred``, ``caps``, …) and the statement's
 ``attention.Fit``; it reports the first misfit and returns False."""
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class MechanismFits:
                          "multi-dimensional attention scores every feature (eq. 31)",
                          "drop the modifier or use `dimensionality = single`")
                 return False
-            if not mech.ALIGNS[n.align.fn].normalised:
+            if "score_terms" not in n.align.record.caps:  # terms added to its scores
                 self.err(m.loc, f"{where}: {what} is added to the scores before a normalised "
                          f"alignment over all the keys; `{n.align.fn}` alignment is not one",
                          "use `align = global` (or `sparsemax`, `entmax`)"

@@ -9,29 +9,14 @@ the statement's roles are known (``taxcompile/check/__init__.py`` says what goes
 - A plain q^T k score (multiplicative or scaled): the hash is of the vectors the dot product
   compares, so a bucket gathers the large scores (a W between them would break that).
 - `buckets` is even: h(x) = argmax([xR; −xR]) with R of buckets / 2 columns.
-- Single-dimensional weights over one sequence, no affinity, capsules, mask input,
-  coverage, position term or bias, and none of the head mechanisms that change q, k or the
-  keys (`qk_norm`, `kv_heads`, `mem_kv`, `talking_heads`): the sort-and-chunk path computes
-  none of them, and the explicit path must give the same numbers."""
+- What the sort-and-chunk path does not compute (multi-dimensional weights, an affinity,
+  a position term, head mechanisms that change q, k or the keys, …) is its record's
+  ``excludes``, refused by the checker's one rule for every mechanism (mechanisms/needs.py)."""
 
 from __future__ import annotations
 
 from .. import ir
 from .. import mechanisms as mech
-
-
-def _refused(n: ir.Attention) -> str | None:
-    """The first field of ``n`` that LSH attention does not take, as the spec writes it."""
-    for on, name in ((n.dimensionality == "multi", "`dimensionality = multi`"),
-                     (n.affinity is not None, "`affinity`"), (n.capsules, "`capsules`"),
-                     (n.mask_input is not None, f"`mask = {n.mask_input}`"),
-                     (n.coverage, "`coverage`"), (n.position is not None, "`position`"),
-                     (n.bias is not None, "`bias`"), (n.qk_norm is not None, "`qk_norm`"),
-                     (n.kv_heads, "`kv_heads`"), (n.mem_kv, "`mem_kv`"),
-                     (n.talking_heads, "`talking_heads`")):
-        if on:
-            return name
-    return None
 
 
 def lsh_fits(checker, f) -> bool:
@@ -57,9 +42,5 @@ def lsh_fits(checker, f) -> bool:
         checker.err(n.score.loc, f"{where}: LSH buckets gather the keys with a large q^T k; "
                     f"the {n.score.fn.replace('_', ' ')} score is not q^T k",
                     "use `score = scaled_multiplicative` (or `multiplicative`)")
-        return False
-    if (what := _refused(n)) is not None:
-        checker.err(n.loc, f"{where}: LSH attention takes no {what}: its sorted chunks "
-                    "compute plain q^T k scores over one sequence's keys", f"drop {what}")
         return False
     return True

@@ -85,10 +85,11 @@ class StateChecks:
                      f"query it with one vector per step, e.g. `query = concat(x, "
                      f"prev({att.name}))` (LSTMN eq. 4)")
             return
-        defaults = type(att).model_fields
+        defaults = type(att).fields
         for key, default in defaults.items():
             if key not in _KEPT and getattr(att, key) != default:
-                word = _HOW.get(key, key)
+                word = att.head_mechanisms[0].fn if key == "head_mechanisms" else \
+                    _HOW.get(key, key)
                 self.err(att.loc, f"attention `{att.name}` is the state of `{n.name}`, so its "
                          f"weights are one scalar per earlier state, applied to the cells too; "
                          f"`{word}` is set", f"drop `{word}`: a state attention takes `query`, "

@@ -273,16 +273,17 @@ def _d_w(n: ir.Attention, info: AttentionInfo) -> int | None:
 
 def _mechanisms(n: ir.Attention, info: AttentionInfo) -> dict:
     """What one attention module's weights and behaviour depend on."""
-    out = {"score": n.score.fn, **{f"score {k}": v for k, v in n.score.model_dump(
-        exclude={"loc", "sym", "fn", "d_w"}).items()}, "d_w": _d_w(n, info), "align": n.align.fn}
-    out.update({f"align {k}": v for k, v in n.align.model_dump(exclude={"loc", "sym", "fn"})
-                .items()})
+    out = {"score": n.score.fn, **{f"score {k}": v for k, v in n.score.params if k != "d_w"},
+           "d_w": _d_w(n, info), "align": n.align.fn}
+    out.update((f"align {k}", v) for k, v in n.align.params)
     out.update(query="none" if n.query is None else "given", heads=n.heads,
                dimensionality=n.dimensionality, capsules=n.capsules, mask=n.mask,
                penalty=n.penalty, dropout=n.dropout, affinity=n.affinity is not None,
                d_q=info.d_q, d_k=info.d_k, d_v=info.d_v)
-    out.update((rec.name, getattr(n, rec.name) or "none")  # talking heads, memory, gates
-               for rec in mech.HEAD_MECHANISMS.values())
+    for name in mech.HEAD_MECHANISMS:  # talking heads, memory, gates: with their parameters
+        m = n.head(name)
+        out[name] = "none" if m is None else \
+            ", ".join(f"{k} = {v}" for k, v in m.params) or "on"
     for what, m in (("position", n.position), ("bias", n.bias)):  # score modifiers
         if m is not None:
             out[what] = str(m) + mech.MODIFIERS[m.fn].text("detail", m)
@@ -309,6 +310,6 @@ def _roles_text(n: ir.Attention) -> str:
                                                     ("values", n.values)) if e is not None)
 
 
-def _act_sum(sc: ir.Score) -> bool:
+def _act_sum(sc: ir.Mech) -> bool:
     """The additive score's act(W1 q + W2 k + b), whose weights eq. 9 and eq. 14-15 share."""
     return mech.SCORES[sc.fn].act_sum

@@ -122,13 +122,14 @@ def constructor_call(p, n: ir.Attention, info, q: Var | None, k: Var, v: Var, ki
         sym = dict(n.score.sym).get("d_w")
         if sym:
             p.use_sym(sym)
-        return str(dim_of(n.score.d_w, sym) if n.score.d_w else
+        d_w = getattr(n.score, "d_w", None)
+        return str(dim_of(d_w, sym) if d_w else
                    (q.dim if q is not None else k.dim))
 
     computed = {"d_q": lambda: q.dim if q is not None else k.dim, "d_k": lambda: k.dim,
                 "d_v": lambda: v.dim, "d_w": d_w, "share": lambda: owner,
                 "n_keys": lambda: p.axis_size_code(info.attended),
-                "d_p": lambda: p.ref(n.align.policy).dim}
+                "d_p": lambda: p.ref(mech.align_reads(n.align)[0][1]).dim}
     args = mech.constructor(n, n.dropout is not None, kind if kind != "same" else None,
                             q is not None or n.capsules > 0)
     out = []
@@ -150,9 +151,10 @@ def policy_args(p, n: ir.Attention, k: Var, G: int, name: str) -> list[str]:
     """``policy_in=s``: what a reinforced alignment's policy reads beside each key (RBAN's
     aspect), one vector per example (B, d_p), repeated for each group of keys (N = B x
     groups) where the module attends once per group."""
-    if n.align.policy is None:
+    reads = mech.align_reads(n.align)
+    if not reads:
         return []
-    s = p.ref(n.align.policy)
+    s = p.ref(reads[0][1])
     code = s.name
     if G:
         m = len(s.shape.axes)

@@ -45,8 +45,8 @@ class AttentionView:
     capsules: int
     penalty: float | None
     affinity: bool
-    score: ir.Score
-    align: ir.Align
+    score: ir.Mech
+    align: ir.Mech
     lq: str
     init_args: tuple[str, ...]
     dot: str | None  # a dot-product score: what it computes (its template sets the scale)
@@ -59,8 +59,8 @@ class AttentionView:
     gate: bool = False  # sigmoid alignment: one gate per key position, c_l = a_l v_l
     dropout: bool = False  # dropout on the weights (a constructor argument, 0 = none)
     share: str | None = None  # "keys" (eq. 9) or "swap" (eq. 14-15): another module's weights
-    position: ir.Modifier | None = None  # relative (Shaw et al.) or rotary positions
-    bias: ir.Modifier | None = None  # ALiBi or Yang et al.'s Gaussian bias on the scores
+    position: ir.Mech | None = None  # relative (Shaw et al.) or rotary positions
+    bias: ir.Mech | None = None  # ALiBi or Yang et al.'s Gaussian bias on the scores
     coverage: bool = False  # See et al. eq. 10-11: w_c c_i^t in the score, a loop over queries
     disagreement: str | None = None  # Li et al. eq. 5 / 7: return each head's V^h / O^h
     pair: bool = False  # a mask input (B, Lq, Lk) narrows the keys each query may see
@@ -75,6 +75,7 @@ class AttentionView:
     attention: ir.Attention | None = None  # the statement (the heads/ templates read it)
     scaled: bool = False  # the score divides by sqrt(d_k) (its record's `scaled`)
     kv_heads: bool = False  # grouped-query attention: self.kv_heads key/value heads
+    policy: bool = False  # the alignment reads a node beside each key (forward's policy_in)
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -104,14 +105,14 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
     kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
     additive attention over blocks of queries), "flex" (a term in the scores as
     FlexAttention's score_mod), "chunks" (LSH: sorted by bucket, O(L chunk)), or None."""
-    if n.penalty is not None or n.coverage or mech.heads.present(n):
+    if n.penalty is not None or n.coverage or n.head_mechanisms:
         return None
-    al = mech.align(n.align.fn)
+    al = n.align.record
     if any(rec.in_scores for rec, _ in mech.modifiers(n)):
         # a position term in the scores: FlexAttention's score_mod under torch.compile (a^V
         # in the values needs the weights, so Shaw's values term takes the explicit path)
         flexible = dot is not None and al.plain and not (
-            n.position is not None and n.position.values)
+            n.position is not None and getattr(n.position, "values", False))
         return "flex" if flexible else None
     if dot is None:
         rows = mech.score(n.score.fn).rows_fast
@@ -131,16 +132,24 @@ def share_of(p, n: ir.Attention) -> str | None:
 
 
 def class_key(p, n: ir.Attention) -> str:
+    """What makes two statements one class: their mechanisms and the values that are no
+    constructor argument (a parameter its record passes to the constructor, such as local
+    alignment's D or top-k's k, does not make another class)."""
     query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
-    return repr((n.score.model_dump(exclude={"loc", "sym", "d_w"}) | {"align": n.align.model_dump(
-        exclude={"loc", "sym", "window", "k", "policy", "buckets", "rounds",
-                 "chunk"})}, n.heads > 1,
-        n.heads > 1 and query != "none",
-        n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity), n.align.window,
-        n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
+    return repr((_unpassed(n.score), _unpassed(n.align), n.heads > 1,
+                 n.heads > 1 and query != "none",
+                 n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity),
+                 n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
         + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "") \
-        + ("+policy" if n.align.policy is not None else "")
+        + repr([a.name for a in n.align.record.ctor if a.value(n) is not None])
+
+
+def _unpassed(m: ir.Mech) -> tuple:
+    """A mechanism's name and the parameters that are no constructor argument (those that
+    make another class)."""
+    ctor = {a.field for a in m.record.ctor}
+    return m.fn, [(k, v) for k, v in m.params if k not in ctor]
 
 
 def coverage_key(n: ir.Attention) -> str:
@@ -153,7 +162,7 @@ def coverage_key(n: ir.Attention) -> str:
 def modifier_key(n: ir.Attention) -> str:
     """The score modifiers' part of the class key: '' without any (the keys of the modules
     without them stay as they were); k and the rotary base are constructor arguments."""
-    mods = [(m.fn, m.values) for m in (n.position, n.bias) if m is not None]
+    mods = [_unpassed(m) for m in (n.position, n.bias) if m is not None]
     return repr(mods) if mods else ""
 
 
@@ -211,7 +220,8 @@ def attention_class(p, n: ir.Attention) -> str:
         multi=n.dimensionality == "multi", capsules=n.capsules, penalty=n.penalty,
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
         init_args=mech.signature(args), dot=dot, fast=fast,
-        act=lambda x, act=n.score.act: act_call(act, x), act_fn=act_fn(n.score.act),
+        act=lambda x, act=getattr(n.score, "act", None): act_call(act, x),
+        act_fn=act_fn(getattr(n.score, "act", None)),
         heads_out=heads_out, c_width=context_width(n),
         gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,
         coverage=n.coverage, disagreement=n.disagreement.on if n.disagreement else None,
@@ -222,7 +232,7 @@ def attention_class(p, n: ir.Attention) -> str:
         offset=any(m.counts_past for m in mods),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
         score_terms=any(m.in_scores for m in mods), attention=n, scaled=score.scaled,
-        kv_heads=bool(n.kv_heads))
+        kv_heads=bool(n.kv_heads), policy=bool(mech.align_reads(n.align)))
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name
@@ -255,7 +265,7 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
            "qk_norm": n.qk_norm is not None}
     parts = [t[name].class_part for name, on in has.items() if on]
     parts += [rec.text("class_part", m) for rec, m in mech.modifiers(n)]
-    parts += [rec.text("class_part", n) for rec in mech.heads.present(n)]
+    parts += [m.record.text("class_part", m) for m in n.head_mechanisms]
     if n.heads > 1:  # routing by agreement ("Routed"); W_O, concat and mean add nothing
         parts.append(mech.HEADS_OUT[n.heads_out].class_part)
     parts.append(mech.score(n.score.fn).text("class_part", n.score))
@@ -295,7 +305,7 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
         lines.append(t["coverage"].doc)
     if n.disagreement is not None:  # the heads' tensors the penalty reads, if not a
         lines += [x for x in [mech.PENALTIES["disagreement"].text("doc", n.disagreement)] if x]
-    lines += [rec.text("doc", n) for rec in mech.heads.present(n)]
+    lines += [m.record.text("doc", m) for m in n.head_mechanisms]
     if dropout:
         lines.append(t["dropout"].doc)
     if share in ("keys", "swap"):

@@ -189,7 +189,7 @@ def config_fields(cm, n: ir.Attention, q: Role, k: Role, v: Role,
         if r.kind == "learned":
             out.append(("d_q", "int", str(r.d), "width of the learned query (eq. 34)"))
     out.append(("heads", "int", str(n.heads), "attention heads (eq. 38)"))
-    d_w = n.score.d_w or (q.d if q.kind != "none" and not checks.learned_capsules(n) else k.d)
+    d_w = getattr(n.score, "d_w", None) or (q.d if q.kind != "none" and not checks.learned_capsules(n) else k.d)
     computed = {"d_w": d_w, "n_keys": cm.sizes[cm.attention[n.id].attended]}
     for a in args:
         if a.name in ("d_q", "d_k", "d_v", "heads"):

@@ -13,13 +13,14 @@ from .. import ast, ir
 from .. import mechanisms as mech
 from ..diagnostics import article
 from ..mechanisms import spellings
-from ..ops import P
-from ..suggest import alias, suggest
+from ..params import P
+from ..suggest import suggest
 from .base import Defining
 from .features import Features
 from .heads import FIELDS as HEAD_FIELDS
 from .heads import head_fields
 from .inputs import MASK_KINDS
+from .mechanisms import Mechanisms
 from .names import POISONED, Scope
 from .penalties import Penalties
 from .routing import routed, routing_field
@@ -27,7 +28,8 @@ from .segment import segment_memory
 
 # The parameters of each mechanism a statement names come from its record
 # (taxcompile/mechanisms), aliases included (`dot`, `soft`).
-SCORES: dict[str, tuple[P, ...]] = {k: m.params for k, m in spellings(mech.SCORES).items()}
+SCORE_SPELLINGS = spellings(mech.SCORES)
+SCORES: dict[str, tuple[P, ...]] = {k: m.params for k, m in SCORE_SPELLINGS.items()}
 
 # Scores that score the keys alone when a module has no query (eq. 33).
 SCORES_WITHOUT_QUERY = mech.WITHOUT_QUERY
@@ -58,7 +60,7 @@ HEADS_OUT = P("heads_out", "enum", False, "project", tuple(
     for rec in mech.HEADS_OUT.values()))
 
 
-class Attentions(Features, Penalties):
+class Attentions(Features, Penalties, Mechanisms):
     """Attention statements (a part of ``lower.Lowerer``)."""
 
     def attention(self, s: ast.Attention, scope: Scope) -> None:
@@ -84,14 +86,14 @@ class Attentions(Features, Penalties):
         score = self.score(f.get("score"), s)
         align = self.align(f.get("align"), s, scope)
         traits = self.attention_traits(f, s, scope)
-        traits.update(head_fields(self, f, s, traits, score, scope))
+        traits.update(head_fields(self, f, scope))
         traits.update(routing_field(self, f, s, traits, score))
         links = self.attention_links(f, scope)
-        position = self.modifier(f.get("position"), POSITIONS, "position term")
+        position = self.modifier(f.get("position"), "position", "position term")
         bf = f.get("bias")  # `bias = true | false`: graph attention's output bias
         on = bf.value.name if bf and isinstance(bf.value, ast.Ref) else None
         out_bias = on == "true" if on in ("true", "false") else None
-        bias = self.modifier(bf if out_bias is None else None, BIASES, "score bias")
+        bias = self.modifier(bf if out_bias is None else None, "bias", "score bias")
         qk_norm = self.qk_norm(f.get("qk_norm"))
         memory = segment_memory(self, f.get("mem_len"), scope)
         if len(self.c.diagnostics) > before or keys is None or values is None or score is None \
@@ -233,110 +235,21 @@ class Attentions(Features, Penalties):
                 return None, None
         return structural or "none", data
 
-    def _mechanism(self, fld: ast.Field | None, table: dict, what: str,
-                   scope: Scope | None = None):
-        """The mechanism a field names, its parameters and their Config expressions:
-        (name, params, syms); name None when the field is absent, False on an error. A
-        node parameter (reinforced's `policy = s`) is resolved in ``scope`` to a node id."""
-        if fld is None:
-            return None, {}, {}
-        e = fld.value
-        if isinstance(e, ast.Ref) and len(e.parts) == 1:
-            name, kwargs, pos_args = e.name, (), ()
-        elif isinstance(e, ast.Call):
-            name, kwargs, pos_args = e.fn, e.kwargs, e.args
-        else:
-            self.err(e.pos, f"expected {article(what)} {what} function", suggest("", table))
-            return False, {}, {}
-        if name not in table:
-            self.err(e.pos, f"unknown {what} function `{name}`", suggest(name, table))
-            return False, {}, {}
-        sig = table[name]
-        params: dict[str, ir.Scalar] = {}
-        syms: dict[str, str] = {}
-        for i, a in enumerate(pos_args):
-            if i >= len(sig):
-                self.err(a.pos, f"`{name}` takes {len(sig)} argument(s)")
-                return False, {}, {}
-            v = self.mechanism_param(sig[i], a, scope, f"`{sig[i].name}` of `{name}`")
-            if v is None:
-                return False, {}, {}
-            params[sig[i].name] = v
-            if sig[i].type == "int" and (t := self.sym(a, None)):
-                syms[sig[i].name] = t
-        names = {p.name: p for p in sig}
-        for k in kwargs:
-            if k.name not in names:
-                owners = [f"`{o}`" for o, sg in table.items() if any(p.name == k.name for p in sg)]
-                self.err(k.pos, f"`{name}` has no parameter `{k.name}`",
-                         f"`{k.name}` is a parameter of {', '.join(owners)}" if owners else
-                         suggest(k.name, names) if names else f"`{name}` takes no parameters")
-                return False, {}, {}
-            v = self.mechanism_param(names[k.name], k.value, scope, f"`{k.name}` of `{name}`")
-            if v is None:
-                return False, {}, {}
-            params[k.name] = v
-            if names[k.name].type == "int" and (t := self.sym(k.value, None)):
-                syms[k.name] = t
-        for p in sig:
-            if p.name not in params:
-                if p.required:
-                    self.err(e.pos, f"`{name}` needs `{p.name}`",
-                             f"e.g. `{name}({p.name} = 10)`")
-                    return False, {}, {}
-                if p.default is not None:
-                    params[p.name] = p.default
-        return name, params, syms
-
-    def mechanism_param(self, p: P, e: ast.Expr, scope: Scope | None, what: str):
-        """A mechanism's parameter: a constant, or for a node parameter the id of the node
-        it names (a name only: an expression has no node of its own to read)."""
-        if p.type == "scale":  # the similarity's beta: `learned`, or a positive number
-            if isinstance(e, ast.Ref) and len(e.parts) == 1 and e.name == "learned":
-                return "learned"
-            if (isinstance(e, ast.Ref) and e.name not in self.consts
-                    and e.name not in self.poisoned):
-                self.err(e.pos, f"{what} must be `learned` or a positive number, got "
-                         f"`{e.name}`", "e.g. `scale = learned` (beta learned, from 10) or "
-                         "`scale = 4` (NTM's key strength beta; 1 is Table II's cosine)")
-                return None
-            return self.as_param(P(p.name, "float"), e, None, what)
-        if p.type != "node":
-            return self.as_param(p, e, None, what)
-        if not isinstance(e, ast.Ref) or scope is None:
-            self.err(e.pos, f"{what} names a feature or an input, not an expression",
-                     f"declare it first, e.g. `feature s = mean(embed(aspect, 300))`, then "
-                     f"write `{p.name} = s`")
-            return None
-        return self.resolve(e, scope)
-
-    def score(self, fld: ast.Field | None, s: ast.Attention) -> ir.Score | None:
+    def score(self, fld: ast.Field | None, s: ast.Attention) -> ir.Mech | None:
         if fld is None:
             self.err(s.pos, f"attention `{s.name}` has no score function",
                      "add e.g. `score = additive(d_w = 256)` or `score = scaled_multiplicative` "
                      "(Table II)")
             return None
-        name, p, syms = self._mechanism(fld, SCORES, "score")
-        if not name:
-            return None
-        name = alias("score", name)  # dot, scaled_dot: the IR's one spelling
-        return ir.Score(fn=name, d_w=p.get("d_w"), act=p.get("act"), bias=p.get("bias", True),
-                        similarity=p.get("kind"), scale=p.get("scale"),
-                        sym=tuple(sorted(syms.items())),
-                        loc=self.loc(fld.value.pos))
+        return self.mechanism("score", fld, SCORE_SPELLINGS, "score")  # dot: multiplicative
 
-    def modifier(self, fld: ast.Field | None, table: dict, what: str) -> ir.Modifier | None:
+    def modifier(self, fld: ast.Field | None, kind: str, what: str) -> ir.Mech | None:
         """``position = relative(k = 16, values = true)`` / ``rotary``, ``bias = alibi`` /
         ``gaussian``: a score modifier (an error is recorded when it does not lower)."""
         if fld is None:
             return None
-        name, p, syms = self._mechanism(fld, table, what)
-        if not name:
-            return None
-        return ir.Modifier(fn=name, clip=p.get("k"), values=bool(p.get("values", False)),
-                           base=float(p.get("base", 10000.0)),
-                           sym=tuple(sorted(syms.items())),
-                           loc=self.loc(fld.value.pos))
+        return self.mechanism(kind, fld, mech.POSITIONS if kind == "position" else mech.BIASES,
+                              what)
 
     def qk_norm(self, fld: ast.Field | None) -> ir.QKNorm | None:
         """`qk_norm = true | false | l2 | l2(scale = 10, groups = 1, dim_scale = false) | rms`: query-
@@ -358,16 +271,7 @@ class Attentions(Features, Penalties):
                          sym=tuple(sorted(syms.items())),
                          loc=self.loc(v.pos))
 
-    def align(self, fld: ast.Field | None, s: ast.Attention, scope: Scope) -> ir.Align | None:
+    def align(self, fld: ast.Field | None, s: ast.Attention, scope: Scope) -> ir.Mech | None:
         if fld is None:
-            return ir.Align(fn="global", loc=self.loc(s.pos))
-        name, p, syms = self._mechanism(fld, ALIGNS, "alignment", scope)
-        if not name:
-            return None
-        name = ALIGN_SPELLINGS[name].name  # `soft` is `global` (eq. 25): the IR's one spelling
-        return ir.Align(fn=name, window=p.get("D"), position=p.get("position"),
-                        gaussian=bool(p.get("gaussian", False)), sigma=p.get("sigma"),
-                        sym=tuple(sorted(syms.items())), loc=self.loc(fld.value.pos),
-                        normalize=bool(p.get("normalize", False)), k=p.get("k"),
-                        policy=p.get("policy"), buckets=p.get("buckets"),
-                        rounds=p.get("rounds"), chunk=p.get("chunk"))
+            return ir.Mech(kind="align", fn="global", loc=self.loc(s.pos))
+        return self.mechanism("align", fld, ALIGN_SPELLINGS, "alignment", scope)

@@ -242,20 +242,22 @@ class Constants(LowerBase):
 
     def as_param(self, p: P, e: ast.Expr, scope: Scope | None, what: str) -> ir.Scalar | None:
         if p.type == "int":
-            return self.as_int(e, scope, what, p.lo)
+            return self.as_int(e, scope, what, p.lo, MAX_INT if p.hi is None else p.hi)
         if p.type == "act":
             return self.as_act(p, e, scope, what)
         if p.type == "float":
             v = self.const(e, scope)
             if v is None:
                 return None
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                self.err(e.pos, f"{what} must be a positive number, got {show(v)}")
+            number = not isinstance(v, bool) and isinstance(v, (int, float))
+            if not number or v <= 0 and p.sign == "positive":
+                kind = "a positive number" if p.sign == "positive" else "a number"
+                self.err(e.pos, f"{what} must be {kind}, got {show(v)}")
                 return None
             if p.below is not None and v >= p.below:
                 self.err(e.pos, f"{what} must be between 0 and {p.below:g}, got {v:g}")
                 return None
-            if v > FLOAT32_MAX:  # e.g. a penalty's lambda: the loss would be infinite
+            if abs(v) > FLOAT32_MAX:  # e.g. a penalty's lambda: the loss would be infinite
                 self.err(e.pos, f"{what} must be at most {FLOAT32_MAX:.4g} (the largest "
                          f"float32), got {v:g}", "a larger number is infinite in the model's "
                          "float32 arithmetic")

@@ -20,7 +20,7 @@ class Repeats(Constants):
     def hop_of(self, scope: Scope, name: str) -> ir.Hop | None:
         if scope.hop is None:
             return None
-        return scope.hop.model_copy(update={"template": scope.hop.template + "." + name})
+        return scope.hop.replace(template=scope.hop.template + "." + name)
 
     def repeat(self, s: ast.Repeat, scope: Scope) -> None:
         if s.name in scope.bindings or s.name in scope.blocks:

@@ -59,7 +59,7 @@ def align_reads(al) -> list[tuple[str, str]]:
 
 
 def modifiers(n) -> list[tuple[Mechanism, object]]:
-    """(record, ir.Modifier) of a statement's position term and bias, in that order."""
+    """(record, ir.Mech) of a statement's position term and bias, in that order."""
     return [(MODIFIERS[m.fn], m) for m in (n.position, n.bias) if m is not None]
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ..ops import P, enum, pint
+from ..params import P, enum, pint
 from .record import CtorArg, Mechanism
 
 
 def _local_label(al) -> str:
-    return f"local, D = {al.window}, {al.position}" + (", gaussian" if al.gaussian else "")
+    return f"local, D = {al.D}, {al.position}" + (", gaussian" if al.gaussian else "")
 
 
 def _local_part(al) -> str:
@@ -51,7 +51,8 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("align", "global", aliases=("soft",), reading="Global",
               reason="softmax over all keys (eq. 25)", label="global", class_part="",
               doc="global (soft) alignment (eq. 25)", template="align/global.py.j2",
-              helpers=("masked_softmax",), plain=True, fast="sdpa", normalised=True),
+              helpers=("masked_softmax",), plain=True, fast="sdpa", normalised=True,
+              caps=("score_terms",)),
     Mechanism("align", "hard", reading="Hard", reason="samples one key (eq. 26)", label="hard",
               class_part="Hard", doc="hard alignment: sample one position (eq. 26)",
               template="align/hard.py.j2", helpers=("masked_softmax",), extras=("log_prob",),
@@ -60,16 +61,16 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               (pint("D"), enum("position", ("monotonic", "predictive"), "predictive"),
                P("gaussian", "bool", False, True), P("sigma", "float", False)),
               reading="Local",
-              reason="a window of D = {window} around a {position} position (eq. 27-29)",
+              reason="a window of D = {D} around a {position} position (eq. 27-29)",
               label=_local_label, class_part=_local_part,
               doc="local alignment, {position} position (eq. 27-29)",
-              ctor=(CtorArg("window", "int", owner="align", field="window", sym="D",
+              ctor=(CtorArg("window", "int", owner="align", field="D",
                             comment="D: keys within |l - p| <= D (eq. 27)"),),
               template="align/local.py.j2", helpers=("masked_softmax",),
               # O(L D): a band of keys (monotonic: p_t = t) or the window gathered
               fast=lambda al: "band" if al.position == "monotonic" else "gather",
               centred=True, step_start=lambda al: al.position == "monotonic",
-              by_query_index=True),
+              by_query_index=True, caps=("window",)),
     # `policy = s`: the agent's state is each key with s (RBAN's aspect, Wang et al. 2019)
     Mechanism("align", "reinforced", (P("policy", "node", False),), reading="Reinforced",
               reason=lambda al: "soft alignment over a subset an agent selects" + (
@@ -86,10 +87,11 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               extras=("log_prob",), fast="sdpa", log_prob="example"),
     Mechanism("align", "sparsemax", reading="Sparse", reason="sparsemax", label="sparsemax",
               class_part="Sparsemax", doc="sparsemax alignment (seed 000)",
-              template="align/sparsemax.py.j2", helpers=("sparsemax",), normalised=True),
+              template="align/sparsemax.py.j2", helpers=("sparsemax",), normalised=True,
+              caps=("score_terms",)),
     Mechanism("align", "entmax", reading="Sparse", reason="entmax-1.5", label="entmax",
               class_part="Entmax", doc="1.5-entmax alignment", template="align/entmax.py.j2",
-              helpers=("entmax15",), normalised=True),
+              helpers=("entmax15",), normalised=True, caps=("score_terms",)),
     # Oktay et al.'s attention gates: Table III reads them as Global
     Mechanism("align", "sigmoid", reading="Global",
               reason="a sigmoid gate on every position, not normalised over the keys (Oktay "
@@ -99,7 +101,7 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               doc="a sigmoid gate per key position, c_l = a_l v_l (Oktay et al.)",
               note="Per position: a_l = sigmoid(e_l + b_psi) from key l and the query at l (or "
                    "one query for all), c_l = a_l v_l: the values keep their positions.",
-              template="align/sigmoid.py.j2", gate=True),
+              template="align/sigmoid.py.j2", gate=True, caps=("per_key",)),
     # Kim et al.'s structured attention: a linear-chain CRF over the attended positions
     Mechanism("align", "crf", (P("normalize", "bool", False, False),), reading="Global",
               reason=lambda al: CRF_REASON + (", normalised by lambda = sum_l a_l (Kim et al.'s "
@@ -113,7 +115,8 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               doc="top-k alignment: a softmax over each query's k largest scores (Zhao et al.)",
               ctor=(CtorArg("topk", "int", owner="align", field="k", sym="k",
                             comment="k: the scores each query keeps (Zhao et al. 2019)"),),
-              template="align/topk.py.j2", helpers=("masked_softmax",), normalised=True),
+              template="align/topk.py.j2", helpers=("masked_softmax",), normalised=True,
+              caps=("score_terms",)),
     Mechanism("align", "lsh", (pint("buckets", lo=2), pint("rounds", False, 1),
                                pint("chunk", False, 64)),
               reading="Sparse", reason=LSH_REASON,
@@ -128,7 +131,13 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                             comment="chunk: sorted positions per chunk (each sees 2 chunks)")),
               template="align/lsh.py.j2", helpers=("masked_softmax", "lsh_buckets"),
               needs=("H",), fast="chunks", normalised=True, by_query_index=True,
-              shared_qk=True),
+              shared_qk=True, caps=("score_terms",),
+              # what the sort-and-chunk path does not compute (and the explicit path must
+              # give the same numbers)
+              excludes=("multi_dimensional", "affinity", "capsules", "pair_mask", "coverage",
+                        "position", "bias", "qk_norm", "kv_heads", "adds_keys", "mixes_heads"),
+              conflict=("LSH attention", "its sorted chunks compute plain q^T k scores over "
+                        "one sequence's keys")),
 )}
 
 # Graph attention (GAT, eq. 3): a softmax over each node's neighbours, read as global.

@@ -1,13 +1,15 @@
-"""Mechanisms on a multi-head module's heads that users of x-transformers reach for (issue
-25): talking heads (Shazeer et al. 2020), learned memory key/values (x-transformers'
+"""Mechanisms on a multi-head module's heads that users of x-transformers reach for:
+talking heads (Shazeer et al. 2020), learned memory key/values (x-transformers'
 `num_mem_kv`) and per-head value gates (`gate_value_heads`). Each is a field of the
-statement (`talking_heads = true`, `mem_kv = 4`, `head_gates = true`), an
-``ir.Attention`` field, and a template under templates/codegen/heads/ whose slots
-`attention.py.j2` calls. None changes the survey's reading of the heads (Multi-Head); the
+statement (`talking_heads = true | pre | post`, `mem_kv = 4`, `head_gates = true`: `true`
+is the record with its defaults, `false` none, another value its first parameter), an
+``ir.Mech`` in ``ir.Attention.head_mechanisms``, and a template under
+templates/codegen/heads/ whose slots `attention.py.j2` calls. None changes the survey's reading of the heads (Multi-Head); the
 classifier adds each one's reason (``heads_reading``)."""
 
 from __future__ import annotations
 
+from ..params import enum, pint
 from .others import HEADS_OUT
 from .record import CtorArg, Mechanism
 
@@ -16,20 +18,23 @@ TALKING_REASON = ("talking heads (Shazeer et al. 2020) mix the heads' {which} wi
                   "the module stays multi-head (eq. 38-40)")
 
 HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
-    Mechanism("trait", "talking_heads", reading="Multi-Head", reason=lambda n: TALKING_REASON.format(
+    # mix: the heads' scores before the alignment ("pre"), their weights after it ("post")
+    Mechanism("trait", "talking_heads", (enum("mix", ("pre", "post", "both"), "both"),),
+        reading="Multi-Head", reason=lambda m: TALKING_REASON.format(
         which={"pre": "scores before the alignment", "post": "weights after it",
-               "both": "scores before the alignment and their weights after it"}[
-            n.talking_heads]),
-        label=lambda n: {"pre": "talking heads (scores)", "post": "talking heads (weights)",
-                         "both": "talking heads"}[n.talking_heads],
+               "both": "scores before the alignment and their weights after it"}[m.mix]),
+        label=lambda m: {"pre": "talking heads (scores)", "post": "talking heads (weights)",
+                         "both": "talking heads"}[m.mix],
         class_part="TalkingHeads",
-        doc=lambda n: "Talking heads (Shazeer et al. 2020): " + {
+        doc=lambda m: "Talking heads (Shazeer et al. 2020): " + {
             "pre": "e'_h = sum_g P_hg e_g before the alignment",
             "post": "a'_h = sum_g Q_hg a_g after the alignment",
             "both": "e'_h = sum_g P_hg e_g before the alignment, a'_h = sum_g Q_hg a_g "
-                    "after it"}[n.talking_heads] + "; P and Q start as the identity.",
-        template="heads/talking_heads.py.j2"),
-    Mechanism("trait", "mem_kv",
+                    "after it"}[m.mix] + "; P and Q start as the identity.",
+        template="heads/talking_heads.py.j2", caps=("mixes_heads",), requires=("heads",),
+        excludes=("multi_dimensional", "coverage", "edges"),
+        conflict=("talking heads", "they mix the H x H scores or weights of a module's heads")),
+    Mechanism("trait", "mem_kv", (pint("mem_kv", hi=4096),),
               reason="{mem_kv} learned memory key/value pairs per head join every sequence's "
                      "keys (x-transformers' num_mem_kv): more keys to align over, the same "
                      "heads, scores and alignment",
@@ -37,9 +42,13 @@ HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
               doc="Memory key/values (x-transformers' num_mem_kv): mem_kv learned keys and "
                   "values per head before every sequence's keys, never masked; a covers the "
                   "sequence's keys, extras[\"memory\"] the memory's (N, H, Lq, mem_kv).",
-              ctor=(CtorArg("mem_kv", "int", field="mem_kv", sym="mem_kv",
-                            comment="learned memory key/values per head"),),
-              template="heads/mem_kv.py.j2"),
+              ctor=(CtorArg("mem_kv", "int", owner="heads", field="mem_kv",
+                            comment="learned memory key/values per head", mechanism="mem_kv"),),
+              template="heads/mem_kv.py.j2", caps=("adds_keys",), requires=("dot", "query"),
+              excludes=("multi_dimensional", "coverage", "affinity", "position", "bias",
+                        "window"),
+              conflict=("memory key/values", "they join the keys of a dot-product score "
+                        "over one sequence, with no position in it")),
     Mechanism("trait", "head_gates",
               reason="each head's context is gated by sigmoid(w_h^T q + b_h) (x-transformers' "
                      "gate_value_heads): a scale per head and query after the alignment, the "
@@ -47,27 +56,30 @@ HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
               label="head gates", class_part="HeadGated",
               doc="Head gates (x-transformers' gate_value_heads): each head's context times "
                   "sigmoid(w_h^T q + b_h), from the query input; w = 0, b = 10 at the start.",
-              template="heads/head_gates.py.j2"),
+              template="heads/head_gates.py.j2", requires=("query",),
+              excludes=("affinity", "capsules", "per_key"),
+              conflict=("head gates", "they scale each head's context by a gate from the "
+                        "query, after a softmax-like alignment")),
 )}
 
 
 def present(n) -> list[Mechanism]:
     """The records of the head mechanisms statement ``n`` has, in class-name order."""
-    on = {"talking_heads": bool(getattr(n, "talking_heads", "")),
-          "mem_kv": bool(getattr(n, "mem_kv", 0)), "head_gates": getattr(n, "head_gates", False)}
-    return [HEAD_MECHANISMS[name] for name, yes in on.items() if yes]
+    return [m.record for m in n.head_mechanisms]
 
 
 def heads_reading(n) -> str:
     """The reasons the classifier adds to a module's Multi-Head cell ('' without any): the
     head mechanisms', then the way the heads join (routing by agreement has one)."""
     joined = HEADS_OUT[n.heads_out].text("reason", n)
-    return "".join("; " + rec.text("reason", n) for rec in present(n)) + \
+    return "".join("; " + m.record.text("reason", m) for m in n.head_mechanisms) + \
         ("; " + joined if joined else "")
 
 
 def class_key(n) -> str:
     """The head mechanisms' part of an attention class's key ('' without any, so that the
-    other modules' keys stay as they were)."""
-    on = [rec.name for rec in present(n)]
-    return repr((on, n.talking_heads)) if on else ""
+    other modules' keys stay as they were): each one's name and its parameters that are
+    no constructor argument (talking heads' `mix` makes another class, `mem_kv` does not)."""
+    return repr([(m.fn, [(k, v) for k, v in m.params
+                         if k not in {a.field for a in m.record.ctor}])
+                 for m in n.head_mechanisms]) if n.head_mechanisms else ""

@@ -5,7 +5,7 @@ the reason, not a Table III value of its own."""
 
 from __future__ import annotations
 
-from ..ops import P, pint
+from ..params import P, pint
 from .record import CtorArg, Mechanism
 
 
@@ -23,14 +23,14 @@ def _relative_doc(m, scaled: bool = False) -> str:
 
 
 def _relative_label(m) -> str:
-    return f"relative positions (k = {m.clip}{', values' if m.values else ''})"
+    return f"relative positions (k = {m.k}{', values' if m.values else ''})"
 
 
 POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("position", "relative", (pint("k"), P("values", "bool", False, False)),
               reason=_relative_reason, label=_relative_label, class_part="Rel",
               doc=_relative_doc,
-              ctor=(CtorArg("clip", "int", owner="position", field="clip", sym="k",
+              ctor=(CtorArg("clip", "int", owner="position", field="k",
                             comment="k: distances clipped to [-k, k] (Shaw et al. eq. 15)"),),
               template="position/relative.py.j2",
               helpers=("rel_distance", "score_table", "score_grid", "query_offset"),

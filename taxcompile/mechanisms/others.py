@@ -3,7 +3,7 @@ of the training loss) and the traits of a module (its heads, dimensionality, cap
 
 from __future__ import annotations
 
-from ..ops import P
+from ..params import P
 from .record import CtorArg, Mechanism
 
 # which keys a query position may see besides the padding (a constructor argument: one

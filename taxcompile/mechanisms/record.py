@@ -5,13 +5,13 @@ tenth of a frozen dataclass's cost to define at import (the front end imports th
 be compiled as a forward reference at import.
 
 A record's text fields are either plain strings or ``str.format`` patterns over the IR
-object that carries the mechanism (an ``ir.Score``, ``ir.Align``, ``ir.Modifier``, …):
-``"a window of D = {window} around a {position} position"``; a field whose text is not a
-pattern of the object's fields is a function of it. ``Mechanism.text`` renders either."""
+object that carries the mechanism (an ``ir.Mech``, whose fields are its name and
+parameters): ``"a window of D = {D} around a {position} position"``; a field whose text is
+not a pattern of the object's fields is a function of it. ``Mechanism.text`` renders either."""
 
 from typing import Callable, NamedTuple, Union
 
-from ..ops import P
+from ..params import P
 
 Text = Union[str, Callable[..., str], None]
 
@@ -27,23 +27,28 @@ class CtorArg(NamedTuple):
     name: str
     type: str  # its annotation in the generated signature
     default: str | None = None  # its default, as code; None: required
-    # the IR object that holds the value: attention | score | align | position | qk_norm
+    # the IR object that holds the value: attention | score | align | position | qk_norm |
+    # heads (the statement's head mechanism named by ``mechanism``)
     owner: str = "attention"
     field: str = ""  # the value's attribute on ``owner`` ('' for values the caller computes)
     sym: str = ""  # its key in the owner's ``sym`` (a Config expression), '' as ``field``
     comment: str = ""  # the drop-in layer's Config comment
     unset: object = None  # an optional argument's value when the spec does not set it
+    mechanism: str = ""  # owner "heads": the head mechanism whose parameter it is
 
     def value(self, n):
         """The value statement ``n`` gives it (None: computed by the caller)."""
         if not self.field:
             return None
-        owner = n if self.owner == "attention" else getattr(n, self.owner)
-        return getattr(owner, self.field)
+        return getattr(self.owner_of(n), self.field)
 
     def owner_of(self, n):
         """The IR object whose ``sym`` holds the argument's Config expression."""
-        return n if self.owner == "attention" else getattr(n, self.owner)
+        if self.owner == "attention":
+            return n
+        if self.owner == "heads":
+            return n.head(self.mechanism)
+        return getattr(n, self.owner)
 
     def passed(self, n) -> bool:
         """Whether a call for ``n`` passes it: a required one always, an optional one when
@@ -114,7 +119,8 @@ class Mechanism(NamedTuple):
     graph: bool = False
     qk: bool = False  # a score with a q·k term; a position term that enters it
     # Alignments: a window centred on a position the query gives; one key picked (eq. 26);
-    # a normalised distribution over all the keys, which terms added to the scores keep.
+    # a normalised distribution over all the keys (what coverage needs; whether terms added
+    # to the scores keep their meaning is the capability "score_terms", below).
     centred: bool = False
     picks_one: bool = False
     normalised: bool = False
@@ -148,6 +154,16 @@ class Mechanism(NamedTuple):
     # segment memory come first; the class's forward() takes `offset` to place it elsewhere),
     # so generate() can run a step on the new token alone
     counts_past: bool = False
+    # What it gives a module, needs of it and cannot go with, as tags (mechanisms/needs.py
+    # words them): read by one checker rule (check/needs.py), whose refusal says
+    # "<module> has <tag>, which <conflict[0]> cannot go with: <conflict[1]>". Tags it gives:
+    # "score_terms" (an alignment that takes terms added to its scores: position terms,
+    # biases), "per_key" (one output per key), "window" (a window over the keys' positions),
+    # "edges" (a score over a graph's edges), "adds_keys", "mixes_heads".
+    caps: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+    conflict: tuple[str, str] = ("", "")
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
@@ -170,10 +186,14 @@ class Mechanism(NamedTuple):
 
 
 def fields(obj) -> dict:
-    """The attributes of an IR object as format fields (pydantic models and dataclasses)."""
+    """The attributes of an IR object as format fields (a mechanism's record: its name and
+    parameters; another record: its fields)."""
     if obj is None:
         return {}
-    model_fields = getattr(type(obj), "model_fields", None)
-    if model_fields is not None:
-        return {k: getattr(obj, k) for k in model_fields}
+    data = getattr(type(obj), "data", None)
+    if data is not None:
+        return data(obj)
+    names = getattr(type(obj), "fields", None)
+    if isinstance(names, dict):
+        return {k: getattr(obj, k) for k in names}
     return dict(getattr(obj, "__dict__", {}))  # a number (a penalty's coefficient): none

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..ir import Act
-from ..ops import SAME_WIDTH_ACTS, P, act, enum, pint
+from ..params import SAME_WIDTH_ACTS, Act, P, act, enum, pint
 from .record import CtorArg, Mechanism
 
 # d_w: the hidden width of W1 q + W2 k (the additive and concat scores)
@@ -22,18 +21,18 @@ def _score(name: str, reading: str, doc: str, *params: P, part: str | None = Non
 
 
 def _similarity_part(s) -> str:
-    return "Similarity" + ("L2" if s.similarity == "l2" else "Cosine")
+    return "Similarity" + ("L2" if s.param("kind") == "l2" else "Cosine")
 
 
 def _similarity_doc(s) -> str:
     beta = ("" if s.scale is None else ", times a learned temperature" if s.scale == "learned"
             else f", times {s.scale:g}")
-    return f"similarity score ({s.similarity or 'cosine'}{beta}) (Table II)"
+    return f"similarity score ({s.param('kind') or 'cosine'}{beta}) (Table II)"
 
 
 def _similarity_dot(s) -> str | None:
     """Cosine similarity is a dot product of the normalised q and k; l2 is not."""
-    if s.similarity == "l2":
+    if s.param("kind") == "l2":
         return None
     return ("cos(q, k_l) (Table II, similarity)" if s.scale is None
             else "beta cos(q, k_l) (Table II, similarity; NTM's key strength)")
@@ -120,7 +119,8 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
                      "form of the additive score, Table II), the activation after it",
               label="activated concat", class_part="Graph",
               doc="activated concat score act(a^T [W h_i; W h_j]) (Velickovic et al. eq. 1)",
-              template="graph_attention.py.j2", helpers=("masked_softmax", "edge_sum"), graph=True),
+              template="graph_attention.py.j2", helpers=("masked_softmax", "edge_sum"), graph=True,
+           caps=("edges",)),
 )}
 
 # Scores that score the keys alone when a module has no query (eq. 33).
