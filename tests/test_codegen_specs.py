@@ -384,7 +384,7 @@ def test_generated_file_follows_the_contract(gen_dir, v):
                                     *(["mems"] if any(a.memory is not None
                                                       for a in v.attentions) else []),
                                     *(["cache"] if hasattr(mod.Model, "generate") and
-                                      "(`incremental` is ignored)" not in
+                                      "incremental=True is refused" not in
                                       mod.Model.generate.__doc__ else [])]
     assert sig.parameters["return_attention"].default is False
     assert sig.parameters["validate"].default is True  # value checks of the inputs

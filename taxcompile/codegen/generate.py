@@ -126,6 +126,15 @@ def _attention_mixes(nd: ir.Attention, tgt: set, loops: set) -> list[str]:
     return why
 
 
+def _literal(text: str) -> str:
+    """``text`` as adjacent string literals of at most 60 characters each, one per line of
+    generate()'s error message (so that no generated line is over 100 characters)."""
+    import textwrap
+
+    parts = textwrap.wrap(text, 60, drop_whitespace=False) or [""]
+    return "\n".join(("" if i == 0 else " " * 29) + repr(s) for i, s in enumerate(parts))
+
+
 def on(p) -> bool:
     return p.gen is not None and p.gen.incremental
 
@@ -312,4 +321,4 @@ def plan(p, outputs: list) -> GeneratePlan | None:
         target=t.id, sources=tuple(i.id for i in sources),
         masks=tuple(f"{i.id}_mask" for i in sources if i.kind in MASKABLE),
         vocab=p.sym(t, "vocab", t.vocab, owner="self.cfg"),
-        output=out, incremental=p.gen.incremental, why=repr(p.gen.why))
+        output=out, incremental=p.gen.incremental, why=_literal(p.gen.why))

@@ -4,7 +4,9 @@ mechanisms/heads.py): `talking_heads = true | pre | post`, `mem_kv = M` and
 ``lowering/attention.py`` calls ``head_fields`` once per statement. What each needs of the
 module and cannot go with is its record's ``requires`` / ``excludes``, checked on the IR
 (``check/attention.py``, worded by mechanisms/needs.py); what needs another node's shape (a
-shared module's heads agreeing) is checked in ``check/sharing.py``."""
+shared module's heads agreeing) is checked in ``check/sharing.py`` (checks.py's package).
+Errors of this kind: an unknown value of a field (`talking_heads = sideways`), a count out
+of range (`mem_kv = 0`)."""
 
 from __future__ import annotations
 

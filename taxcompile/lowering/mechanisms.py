@@ -5,7 +5,9 @@ the record's ``params`` (positional or by name, each by its ``P``: a node's name
 to its id, a number in its range and sign), every parameter it does not set takes its
 record's default, and each argument written as a constant expression keeps it as its
 ``Config`` expression. The result is an ``ir.Mech``, which checks itself against the
-registry when it is built."""
+registry when it is built. Errors of this kind: an unknown mechanism (with the nearest
+name), an unknown, repeated or missing parameter, a value of the wrong type, range or sign;
+whether the mechanism fits its statement is checked in checks.py on the IR."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import combinations as C
-from ..mechanisms import ALIGNS
+from ..mechanisms import ALIGNS, SCORES
 from . import tasks as T
 
 FAMILIES = ("recall", "keyword", "pair", "segmented")
@@ -179,7 +179,7 @@ def _pair_text(m: Model) -> str:
                   "    output out = classify(att, V)"]
     elif m.value == "alternating":  # eq. 6-9: z summarised, x read with it, z re-read
         # no query: a summary of z (eq. 6); a dot product needs one, a learned one (eq. 34)
-        own = "" if m.combo.score == "additive" else "query = learned(d)  "
+        own = "" if "no_query" in dict(SCORES[m.combo.score].docs) else "query = learned(d)  "
         lines += [f"    attention c0 {{ {own}features = hz  {add} }}",
                   f"    attention c2 {{ query = c0  features = h  {add} }}",
                   # c0's parameters re-read z (eq. 9); a learned query cannot be shared
@@ -192,7 +192,7 @@ def _pair_text(m: Model) -> str:
                   "    output out = classify(concat(ax, az), V)"]
     else:  # parallel: one affinity matrix read both ways (eq. 12-16)
         # with the dot product: the affinity h_i^T hz_j / sqrt(d), max-pooled (eq. 16)
-        form, add = ("bilinear, act = tanh", add) if m.combo.score == "additive" \
+        form, add = ("bilinear, act = tanh", add) if not SCORES[m.combo.score].qk \
             else ("scaled_dot", "score = max_pool")
         lines += [f"    affinity C = affinity(h, hz, form = {form})",
                   f"    attention ax {{ query = hz  keys = h  affinity = C  {add} }}",
@@ -262,7 +262,7 @@ def spec_text(m: Model, supervised: bool = False) -> str:
         emb = "e1" if m.dimension == "feature_representations" else "e"
         lines.append(f"    feature u = embed(q, d, share = {emb})")
         query = "u"
-    if c.align == "local" and not own:
+    if ALIGNS[c.align].centred and not own:
         # the window's centre is predicted from the query (eq. 28), which in Luong's local-p
         # is a decoder state that has read the source: here the query first reads x once
         lines.append("    # the query reads x before it predicts the window's centre (eq. 28)")
