@@ -104,6 +104,33 @@ def test_a_concat_of_written_sizes_tied_to_an_axis_is_refused():
     assert got == want
 
 
+WEIGHED = HEADER + """let d = 8
+model m {
+    input x: set[N, 5] (N = 8)
+    feature h = linear(x, d)
+    attention a { query = learned(d)  features = h  score = multiplicative }
+    output y = mean(a.weights * h)
+}
+"""
+
+
+def test_a_constant_equal_to_an_axis_length_keeps_its_own_value():
+    """`a.weights * h` scales each position of h by its weight: h's features are not tied
+    to the N weights, so `let d = 8` beside `(N = 8)` stays d (h was sized cfg.N, so
+    Config.tiny() and Config(N = 10) silently gave h N features instead of d)."""
+    mod = build_model(WEIGHED, "cfg_weighed")
+    for cfg in (mod.Config(), mod.Config.tiny(), mod.Config(N=10)):
+        torch.manual_seed(0)
+        model = mod.Model(cfg).to(DT).eval()
+        P = dict(model.named_parameters())
+        assert P["h_linear.weight"].shape == (8, 5) and P["a_q"].shape == (8,)  # d
+        x = torch.randn(2, cfg.N, 5, dtype=DT)
+        h = x @ P["h_linear.weight"].T + P["h_linear.bias"]  # (B, N, d)
+        w = torch.softmax(h @ P["a_q"], -1)  # multiplicative: q . k_l
+        want = (w.unsqueeze(-1) * h).mean(1)
+        torch.testing.assert_close(model(x=x).output, want, atol=1e-10, rtol=0)
+
+
 # ---- long chains of `let`s ---------------------------------------------------------------------
 
 def chain_spec(n: int) -> str:

@@ -34,7 +34,7 @@ class ScopeChecks:
         if (late := prev_reads.outside_reads(m, self.cm.steps)):  # read after the loop
             g.add_edges_from(late)
             self.cm.order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
-        self.op_inputs: dict[int, list[Shape]] = {}
+        self.op_inputs: dict[int, list[Shape]] = self.cm.arg_shapes
         self.input_axes(m)
         if not self.shape_all(m, ids, order, rank):
             return None
