@@ -130,9 +130,10 @@ def _last_row_is_one_query(mod, roles, where: str) -> None:
     torch.manual_seed(0)
     lay = randomized(mod.Layer(cfg))
     g = torch.Generator().manual_seed(2)
-    q = torch.randn(B, LK, cfg.d_q, generator=g, dtype=torch.float64)
-    k = torch.randn(B, LK, cfg.d_k, generator=g, dtype=torch.float64)
-    v = None if roles[2] == "keys" else torch.randn(B, LK, cfg.d_v, generator=g,
+    lk = getattr(cfg, "n_keys", LK)  # a location score's layer takes its fixed key count
+    q = torch.randn(B, lk, cfg.d_q, generator=g, dtype=torch.float64)
+    k = torch.randn(B, lk, cfg.d_k, generator=g, dtype=torch.float64)
+    v = None if roles[2] == "keys" else torch.randn(B, lk, cfg.d_v, generator=g,
                                                     dtype=torch.float64)
     with torch.no_grad():
         full = lay(q, k, v, return_attention=True)
@@ -140,7 +141,7 @@ def _last_row_is_one_query(mod, roles, where: str) -> None:
     (c_full, a_full), (c_one, a_one) = full[:2], one[:2]
     torch.testing.assert_close(c_one, c_full[:, -1:], rtol=1e-9, atol=1e-9,
                                msg=lambda m: f"{where}: the call with the last query alone "
-                               f"is not the last row of the full call (Lq = Lk = {LK}):\n{m}")
+                               f"is not the last row of the full call (Lq = Lk = {lk}):\n{m}")
     torch.testing.assert_close(a_one, a_full[:, :, -1:], rtol=1e-9, atol=1e-9,
                                msg=lambda m: f"{where}: the last query's weights alone differ "
                                f"from the full call's last row:\n{m}")
