@@ -147,21 +147,6 @@ def _last_row_is_one_query(mod, roles, where: str) -> None:
                                f"from the full call's last row:\n{m}")
 
 
-def source_outputs(cm) -> bool:
-    """A model with generate() and an output that does not read its target."""
-    import networkx as nx
-
-    from taxcompile import ir
-    from taxcompile.codegen.generate import target
-
-    t = target(cm.model)
-    if t is None:
-        return False
-    side = nx.descendants(cm.graph, t.id) if t.id in cm.graph else set()
-    return any(isinstance(n, ir.Node) and n.kind_ == "output" and n.id not in side
-               for n in cm.model.nodes)
-
-
 def _decoder(mod, src: str):
     """The model (float64, randomized), the target's name, the output generate() reads
     (a key of ``Output.output``, None for the one output) and generate()'s source inputs
@@ -183,10 +168,10 @@ def _decoder(mod, src: str):
     return model, target, key and key.group(1), kw, {} if srcs else {"batch_size": B}
 
 
-def decoding(mod, src: str, where: str, skip=frozenset()) -> bool:
+def decoding(mod, src: str, where: str) -> bool:
     """generate() with the cache == without it == greedy full re-runs, and the output it
     decodes runs over the target's positions (next-token logits); False without
-    generate() (or, with "decoded_output" in ``skip``, where it decodes another output)."""
+    generate()."""
     import torch
 
     if "def generate(" not in src:
@@ -211,8 +196,6 @@ def decoding(mod, src: str, where: str, skip=frozenset()) -> bool:
 
     first = logits(torch.ones(B, 3, dtype=torch.long))
     if first.dim() != 3 or first.shape[1] != 3:
-        if "decoded_output" in skip:
-            return False
         raise AssertionError(f"{where}: generate() decodes output {key or ''} of shape "
                              f"{tuple(first.shape)}, not next-token logits over `{target}`'s "
                              "positions (B, 3, V)")

@@ -15,6 +15,8 @@ from ..lower import MASK_KINDS
 from .core import CheckedModel, Shape, decoder_ops, deps, feeds, links, past_pairs, state_ops
 from .ties import check_ties
 
+MAX_AXES = 8  # of an input: example_inputs() keeps them at most 4,096 positions (codegen/config.py)
+
 
 class ScopeChecks:
     """``Checker.model`` and its passes over the model's graph."""
@@ -144,6 +146,12 @@ class ScopeChecks:
         fixed_by: dict[str, ir.Input] = {}
         data_axes = {a for n in m.inputs if n.kind not in MASK_KINDS for a in n.axes}
         for n in m.inputs:
+            if len(n.axes) > MAX_AXES:
+                self.err(n.loc, f"input `{n.id}` has {len(n.axes)} axes, more than the "
+                         f"{MAX_AXES} an input may have (each axis multiplies its size, and "
+                         "the batch, heads and queries add dimensions to its tensors)",
+                         "merge axes into one (read a (S, W, C) hierarchy as (S, W*C) "
+                         "positions), or split the input")
             if n.kind in MASK_KINDS:
                 for a in dict.fromkeys(n.axes):
                     if a not in data_axes:

@@ -146,12 +146,8 @@ def input_checks(p) -> list[Stmt]:
 
 
 def examples(p) -> list[str]:
-    lines, free = [], {}
-    primes = [7, 5, 6, 4, 3]
-    for inp in data_inputs(p.m):
-        for ax in inp.axes:
-            if fixed(p.m, inp, ax)[1] is None and ax not in free:
-                free[ax] = primes[len(free) % len(primes)] + 2
+    lines, lengths = [], config.example_lengths(p)  # (at most 4,096 positions an input)
+    free = {ax: n for ax, n in lengths.items() if fixed(p.m, p.m.inputs[0], ax)[1] is None}
     for ax, size in free.items():
         lines.append(f"{ax} = {size}  # a free axis: any length works")
     lines.append("out = {}")
