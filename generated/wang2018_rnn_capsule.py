@@ -309,7 +309,7 @@ class Model(nn.Module):
         capsule = capsule_c.view(B, capsule_c.shape[-2], -1)  # (B, capsule.capsules, hidden)
         if return_attention:
             attn['capsule'] = capsule_a  # (B, H, C, N)
-        capsules['capsule'] = tuple(x.view(B, *x.shape[1:]) for x in capsule_ex["capsule"])
+        capsules['capsule'] = tuple(part.view(B, *part.shape[1:]) for part in capsule_ex["capsule"])
         features['capsule'] = pool(h, sent_mask, "mean")  # f: the mean feature vector
         p = torch.sigmoid(self.p_linear(capsule))  # (B, capsule.capsules, 1): output `p`
         return Output(p, attn, capsules=capsules, features=features)

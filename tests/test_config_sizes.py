@@ -104,6 +104,33 @@ def test_a_concat_of_written_sizes_tied_to_an_axis_is_refused():
     assert got == want
 
 
+WEIGHED = HEADER + """let d = 8
+model m {
+    input x: set[N, 5] (N = 8)
+    feature h = linear(x, d)
+    attention a { query = learned(d)  features = h  score = multiplicative }
+    output y = mean(a.weights * h)
+}
+"""
+
+
+def test_a_constant_equal_to_an_axis_length_keeps_its_own_value():
+    """`a.weights * h` scales each position of h by its weight: h's features are not tied
+    to the N weights, so `let d = 8` beside `(N = 8)` stays d (h was sized cfg.N, so
+    Config.tiny() and Config(N = 10) silently gave h N features instead of d)."""
+    mod = build_model(WEIGHED, "cfg_weighed")
+    for cfg in (mod.Config(), mod.Config.tiny(), mod.Config(N=10)):
+        torch.manual_seed(0)
+        model = mod.Model(cfg).to(DT).eval()
+        P = dict(model.named_parameters())
+        assert P["h_linear.weight"].shape == (8, 5) and P["a_q"].shape == (8,)  # d
+        x = torch.randn(2, cfg.N, 5, dtype=DT)
+        h = x @ P["h_linear.weight"].T + P["h_linear.bias"]  # (B, N, d)
+        w = torch.softmax(h @ P["a_q"], -1)  # multiplicative: q . k_l
+        want = (w.unsqueeze(-1) * h).mean(1)
+        torch.testing.assert_close(model(x=x).output, want, atol=1e-10, rtol=0)
+
+
 # ---- long chains of `let`s ---------------------------------------------------------------------
 
 def chain_spec(n: int) -> str:
@@ -172,3 +199,46 @@ model m {
     diags = info.value.diagnostics
     assert len(diags) == 1 and "properties would call each other" in diags[0].message
     assert diags[0].loc.line > 100
+
+
+# ---- inputs with many axes -------------------------------------------------------------------
+
+def many_axes_spec(k: int, fixed: bool) -> str:
+    axes = [f"A{i}" for i in range(k)]
+    sizes = " (" + ", ".join(f"{a} = 16" for a in axes) + ")" if fixed else ""
+    return HEADER + f"""model m {{
+    input x: sequence[{', '.join(axes)}, 3]{sizes}
+    feature h = linear(x, 8)
+    attention a {{ query = learned(8)  features = h  score = general }}
+    output y = a
+}}
+"""
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+@pytest.mark.parametrize("k", [6, 8])
+def test_many_axes_give_small_example_inputs(k, fixed):
+    """An input with 6 or 8 axes (free, or fixed at 16 each): example_inputs() at
+    Config.tiny() holds at most 4,096 positions per example (8 free axes asked for 2.2 GB),
+    every axis at least 2 long, and the model computes the attention of each group over
+    the last axis, padding left out, as the reference here."""
+    mod = build_model(many_axes_spec(k, fixed), f"cfg_many_axes_{k}_{fixed}")
+    cfg = mod.Config.tiny()
+    inputs = mod.example_inputs(2, cfg=cfg)
+    x, mask = inputs["x"].to(DT), inputs["x_mask"]
+    assert x.dim() == k + 2 and x[0, ..., 0].numel() <= 4096 and min(x.shape[1:-1]) >= 2
+    torch.manual_seed(0)
+    model = mod.Model(cfg).to(DT).eval()
+    P = dict(model.named_parameters())
+    h = x @ P["h_linear.weight"].T + P["h_linear.bias"]  # (B, A0, …, A_k-1, 8)
+    e = h @ (P["a.W"][0] @ P["a_q"])  # k_l^T W q, (B, A0, …, A_k-1)
+    w = torch.softmax(e.masked_fill(~mask, float("-inf")), -1)
+    want = (w.unsqueeze(-1) * h).sum(-2)
+    torch.testing.assert_close(model(x=x, x_mask=mask).output, want, atol=1e-10, rtol=0)
+
+
+def test_an_input_with_too_many_axes_is_a_located_error():
+    """40 axes checked and compiled, then example_inputs() failed ("Storage size calculation
+    overflowed"): refused at the input, with the limit."""
+    got, want = error_snapshot("input_too_many_axes")
+    assert got == want

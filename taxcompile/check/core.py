@@ -46,6 +46,9 @@ class CheckedModel:
     # (RNN, attention) pairs of `lstm(…, state = ATT)`: ATT attends over the RNN's states
     # before this step (its keys edge crosses steps) and runs first in each step
     past: frozenset = frozenset()
+    # id of an operation -> the shapes of its arguments (``check/ties.py`` reads how `+ - *`
+    # combine them: only features combined feature by feature have one size)
+    arg_shapes: dict[int, list[Shape]] = field(default_factory=dict)
 
 
 @dataclass

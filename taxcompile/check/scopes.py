@@ -16,6 +16,8 @@ from ..lower import MASK_KINDS
 from .core import CheckedModel, Shape, decoder_ops, deps, feeds, links, past_pairs, state_ops
 from .ties import check_ties
 
+MAX_AXES = 8  # of an input: example_inputs() keeps them at most 4,096 positions (codegen/config.py)
+
 
 class ScopeChecks:
     """``Checker.model`` and its passes over the model's graph."""
@@ -35,7 +37,7 @@ class ScopeChecks:
         if (late := prev_reads.outside_reads(m, self.cm.steps)):  # read after the loop
             g.add_edges_from(late)
             self.cm.order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
-        self.op_inputs: dict[int, list[Shape]] = {}
+        self.op_inputs: dict[int, list[Shape]] = self.cm.arg_shapes
         self.input_axes(m)
         if not self.shape_all(m, ids, order, rank):
             return None
@@ -145,6 +147,12 @@ class ScopeChecks:
         fixed_by: dict[str, ir.Input] = {}
         data_axes = {a for n in m.inputs if n.kind not in MASK_KINDS for a in n.axes}
         for n in m.inputs:
+            if len(n.axes) > MAX_AXES:
+                self.err(n.loc, f"input `{n.id}` has {len(n.axes)} axes, more than the "
+                         f"{MAX_AXES} an input may have (each axis multiplies its size, and "
+                         "the batch, heads and queries add dimensions to its tensors)",
+                         "merge axes into one (read a (S, W, C) hierarchy as (S, W*C) "
+                         "positions), or split the input")
             if n.kind in MASK_KINDS:
                 for a in dict.fromkeys(n.axes):
                     if a not in data_axes:

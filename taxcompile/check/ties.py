@@ -1,6 +1,7 @@
 """Feature sizes the checker equates with an axis length. ``context(x, w)`` weighs x's N
 positions with w's features, ``att.weights + learned(16)`` adds a vector to one weight per
-position of N, ``stack`` and ``+ - *`` make sizes equal, and a dot-product score makes the
+position of N, ``stack`` and ``+ - *`` feature by feature make sizes equal (not a gate, nor
+``a.weights * h``, which scales each position of h), and a dot-product score makes the
 query's size the keys'. Where such a chain ends at a fixed axis, a size written in the spec
 (``learned(16)`` beside ``(N = 16)``) is that axis's length, and the generated code writes it
 as the axis's Config field (``codegen/ties.py``), so ``Config(N = …)`` and ``Config.tiny()``
@@ -109,11 +110,10 @@ def tie_groups(m: ir.Model, cm) -> Ties:
                     shape = cm.shapes.get(op.args[0].node)
                     if shape is not None and shape.axes:
                         union([("axis", shape.axes[-1]), *sources(op.args[1])])
-                elif op.fn in ("add", "sub", "mul"):
+                elif op.fn in ("add", "sub", "mul") and feature_by_feature(cm, op):
                     a, b = (sources(x) for x in op.args)
-                    if a and b and (op.fn != "mul" or _size(m, cm, out, a[0])
-                                    == _size(m, cm, out, b[0]) is not None):
-                        union(a + b)  # (a `*` by a (…, 1) gate keeps the other's size)
+                    if a and b:
+                        union(a + b)
                 elif op.fn == "stack":  # its parts have one shape
                     sources(op)
         if isinstance(n, ir.Attention) and n.query is not None and n.keys is not None \
@@ -152,14 +152,17 @@ def tunable(m: ir.Model, cm, axis: str) -> bool:
     return bool(plus) and n.isdigit() and tunable(m, cm, base)
 
 
-def _size(m, cm, out: Ties, key: tuple) -> int | None:
-    if key[0] == "axis":
-        return cm.sizes.get(key[1])
-    if key[0] == "input":
-        return m.by_id[key[1]].dim
-    if key[0] == "derived":
-        return None
-    return out.ops[key[1]].param(key[2])
+def feature_by_feature(cm, op: ir.Op) -> bool:
+    """Whether ``a + b``, ``a - b`` or ``a * b`` combines its sides' features one by one (so
+    their sizes are one): not a gate of one feature per position, nor attention weights
+    scaling each position (``a.weights * h``: h's size is its own, whatever N's length)."""
+    from ..operators.broadcast import reading, weights_axis
+
+    shapes = cm.arg_shapes.get(id(op))
+    if shapes is None:
+        return False
+    r = reading(op.fn, shapes, [weights_axis(cm, x) for x in op.args])
+    return r is not None and r.how in ("same", "tile")
 
 
 def _exprs(n) -> list[ir.Expr]:

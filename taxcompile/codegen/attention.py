@@ -326,8 +326,9 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         p.frame.emit(f"penalties.append({ex}[\"penalty\"])")
     if capsule:
         rec.update(("capsules", "features"))
-        p.frame.emit(f"capsules[{key}] = tuple(x.view({lead}, *x.shape[1:]) "
-                     f"for x in {ex}[\"capsule\"])")
+        t = locs.new("part")  # not a name `lead` reads (an input called `x`)
+        p.frame.emit(f"capsules[{key}] = tuple({t}.view({lead}, *{t}.shape[1:]) "
+                     f"for {t} in {ex}[\"capsule\"])")
         p.helpers.add("pool")
         p.frame.emit(f"features[{key}] = pool({v.name}, {p.mask_arg(v)}, \"mean\")",
                      "f: the mean feature vector")

@@ -23,6 +23,12 @@ def plan_config(p) -> ConfigPlan:
     fields, props, tiny = [], [], {}
     roles = constant_roles(p.m)
     multiple = axis_multiples(p)
+    lengths = example_lengths(p)
+    short = {}  # a constant that fixes input axes -> their shortest example length
+    for inp in p.m.inputs:
+        for key, sym in inp.sym:
+            if key.startswith("size:") and key[5:] in lengths:
+                short[sym] = min(short.get(sym, lengths[key[5:]]), lengths[key[5:]])
     heads = [v for name, v in consts.items() if roles.get(name) == "heads"]
     for name, v in consts.items():
         if name not in need or isinstance(v, (bool, str)):
@@ -35,7 +41,7 @@ def plan_config(p) -> ConfigPlan:
         fields.append(ConfigField(name, typ, repr(v), ROLE_COMMENT.get(role, "")))
         if typ == "int":
             small = {"heads": min(v, 4), "vocab": min(v, 50),
-                     "axis": min(v, tiny_length(multiple.get(name, 1))),
+                     "axis": min(v, short.get(name, tiny_length(multiple.get(name, 1)))),
                      "count": min(v, 2), "capsules": v, "window": min(v, 2)}.get(role)
             if small is None:  # a feature size: 16, a multiple of the tiny head count
                 small = min(v, 4 * max(min(h, 4) for h in heads) if heads else 16)
@@ -48,8 +54,8 @@ def plan_config(p) -> ConfigPlan:
         step = multiple.get(axis, 1)
         fields.append(ConfigField(axis, "int", repr(size), f"length of axis {axis}" + (
             f", a multiple of {step} (down-sampled by {step})" if step > 1 else "")))
-        if size > tiny_length(step):
-            tiny[axis] = tiny_length(step)
+        if size > lengths.get(axis, tiny_length(step)):
+            tiny[axis] = lengths.get(axis, tiny_length(step))
     if p.need_max_len:
         fields.append(ConfigField("max_len", "int", "512",
                                   "longest sequence for learned position embeddings"))
@@ -76,6 +82,62 @@ def axis_multiples(p) -> dict[str, int]:
 def tiny_length(multiple: int) -> int:
     """An axis length for Config.tiny(): 6, or the smallest multiple of ``multiple`` >= 6."""
     return -(-6 // multiple) * multiple
+
+
+# positions of one example of an input at Config.tiny() (its axes' lengths multiplied): an
+# input with many axes would otherwise ask for gigabytes (8 axes of 8 positions: 16 million)
+EXAMPLE_POSITIONS = 4096
+MASK_KINDS = ("mask", "graph")
+
+
+def data_inputs(m: ir.Model) -> list[ir.Input]:
+    """The inputs that hold data (not a mask or a graph over the others' axes)."""
+    return [i for i in m.inputs if i.kind not in MASK_KINDS]
+
+
+def fixed(m: ir.Model, inp: ir.Input, axis: str) -> tuple[ir.Input, int | None]:
+    """The input that fixes ``axis``'s length (this one, or another with the same axis)."""
+    for other in [inp, *m.inputs]:
+        if axis in other.axes and other.sizes[other.axes.index(axis)] is not None:
+            return other, other.sizes[other.axes.index(axis)]
+    return inp, None
+
+
+FREE_LENGTHS = (9, 7, 8, 6, 5)  # distinct, so that a mixed-up axis shows in a shape
+
+
+def example_lengths(p) -> dict[str, int]:
+    """Each data input axis's length in example_inputs() at Config.tiny(): a fixed axis its
+    tiny length, a free axis one of ``FREE_LENGTHS``; then, input by input, the longest axis
+    shortened (a fixed one by the multiple its grid needs, never below 2 or that multiple;
+    the free ones after the fixed ones) until the input has at most ``EXAMPLE_POSITIONS``
+    positions per example."""
+    multiple = axis_multiples(p)
+    lengths: dict[str, int] = {}
+    steps: dict[str, int] = {}
+    for inp in data_inputs(p.m):
+        for ax in inp.axes:
+            if ax in lengths:
+                continue
+            owner, size = fixed(p.m, inp, ax)
+            if size is None:
+                lengths[ax] = FREE_LENGTHS[sum(a not in steps for a in lengths)
+                                           % len(FREE_LENGTHS)]
+                continue
+            sym = dict(owner.sym).get("size:" + ax)
+            steps[ax] = multiple.get(sym if sym else ax, 1)
+            lengths[ax] = min(size, tiny_length(steps[ax]))
+    groups = [tuple(dict.fromkeys(i.axes)) for i in data_inputs(p.m)]
+    for free in (False, True):  # the fixed axes first: Config.tiny() sets them
+        for axes in groups:
+            while math.prod(lengths[a] for a in axes) > EXAMPLE_POSITIONS:
+                can = [a for a in axes if (a not in steps) == free and
+                       lengths[a] - steps.get(a, 1) >= max(2, steps.get(a, 1))]
+                if not can:
+                    break
+                a = max(can, key=lengths.__getitem__)
+                lengths[a] -= steps.get(a, 1)
+    return lengths
 
 
 def closure(used: set[str], syms: dict[str, str | None]) -> set[str]:

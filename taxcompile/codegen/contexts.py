@@ -13,9 +13,11 @@ from .names import Dim
 def context_dim(p, n: ir.Attention, d_v: Dim) -> Dim:
     """The context's width as a Config expression (checks.context_dim): d_v, or with
     ``heads_out = concat`` / ``mean`` the heads side by side / averaged."""
+    heads = p.size(n, "heads", n.heads) if n.heads > 1 else None
+    if n.kv_heads:  # g key/value heads, each read by H / g query heads: H heads' width
+        d_v = d_v.floordiv(p.size(n, "kv_heads", n.kv_heads)).times(heads)
     if n.heads < 2 or mech.HEADS_OUT[n.heads_out].full_width:  # W_O or routing: d_v
         return d_v
-    heads = p.size(n, "heads", n.heads)
     split = n.query is not None
     if (n.heads_out == "concat") == split:  # H slices of d_v / H side by side; or all of v
         return d_v

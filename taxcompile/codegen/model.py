@@ -7,6 +7,7 @@ import textwrap
 
 from .. import checks, classification, ir
 from . import config, generate
+from .config import MASK_KINDS, data_inputs, fixed  # noqa: F401  (read here and by others)
 from .loss import plan_loss
 from .contexts import describe
 from .frame import MASKABLE
@@ -30,14 +31,6 @@ RECORDS = {  # record container in forward() -> the Output field it fills
 }
 # how forward() starts a record ({} otherwise); `mems` continues the memories it is given
 RECORD_STARTS = {"penalties": "[]", "mems": "{} if mems is None else dict(mems)"}
-
-
-def fixed(m: ir.Model, inp: ir.Input, axis: str) -> tuple[ir.Input, int | None]:
-    """The input that fixes ``axis``'s length (this one, or another with the same axis)."""
-    for other in [inp, *m.inputs]:
-        if axis in other.axes and other.sizes[other.axes.index(axis)] is not None:
-            return other, other.sizes[other.axes.index(axis)]
-    return inp, None
 
 
 def input_size(p, inp: ir.Input, axis: str) -> str:
@@ -68,14 +61,6 @@ def axis_size(p, axis: str) -> Dim:
                                f" // {den}" if den > 1 else ""),))
     size = p.cm.sizes[axis]
     return Dim(size) if isinstance(size, int) else Dim(0, (Size.of(repr(size)),))
-
-
-MASK_KINDS = ("mask", "graph")
-
-
-def data_inputs(m: ir.Model) -> list[ir.Input]:
-    """The inputs that hold data (not a mask or a graph over the others' axes)."""
-    return [i for i in m.inputs if i.kind not in MASK_KINDS]
 
 
 def axis_length(m: ir.Model, axis: str) -> str:
@@ -146,12 +131,8 @@ def input_checks(p) -> list[Stmt]:
 
 
 def examples(p) -> list[str]:
-    lines, free = [], {}
-    primes = [7, 5, 6, 4, 3]
-    for inp in data_inputs(p.m):
-        for ax in inp.axes:
-            if fixed(p.m, inp, ax)[1] is None and ax not in free:
-                free[ax] = primes[len(free) % len(primes)] + 2
+    lines, lengths = [], config.example_lengths(p)  # (at most 4,096 positions an input)
+    free = {ax: n for ax, n in lengths.items() if fixed(p.m, p.m.inputs[0], ax)[1] is None}
     for ax, size in free.items():
         lines.append(f"{ax} = {size}  # a free axis: any length works")
     lines.append("out = {}")

@@ -1,10 +1,10 @@
 """Sizes tied to an axis length (``check/ties.py`` finds them): a size the spec writes as a
 number or a constant (``learned(16)`` beside ``(N = 16)``, inside ``stack``, ``context``,
-``+ - *``, a dot-product score's query, an input's feature size) that must equal a fixed
-axis's length is written as that axis's Config field (``torch.randn(cfg.N)``), so
-``Config(N = …)`` and ``Config.tiny()`` change both, and sizes that must stay equal are one
-field. (A constant written there, ``learned(d)`` with ``let d = 16``, is read as N there too;
-``d`` keeps its field for its other uses.)"""
+``+ - *`` feature by feature, a dot-product score's query, an input's feature size) that
+must equal a fixed axis's length is written as that axis's Config field
+(``torch.randn(cfg.N)``), so ``Config(N = …)`` and ``Config.tiny()`` change both, and sizes
+that must stay equal are one field. (A constant written there, ``learned(d)`` with
+``let d = 16``, is read as N there too; ``d`` keeps its field for its other uses.)"""
 
 from __future__ import annotations
 
