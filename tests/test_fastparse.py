@@ -28,6 +28,14 @@ def _both(text: str):
         slow = parser.lark_parse(text, "t.attn")
     except SpecError as e:
         slow = e.render()
+    built = parser._build(text)
+    if isinstance(slow, str):
+        assert built is None, text
+    else:
+        assert built is not None and built == slow, text
+        assert len(text) > 900 or repr(built) == repr(slow), text
+    if fast is not None:
+        assert built is not None
     return fast, slow
 
 
