@@ -132,29 +132,15 @@ def _grammar() -> str:
 
 
 def _lark(variant: str, **options) -> Lark:
-    """The grammar's LALR parser, its analysis cached in a file of the user's cache (written
-    whole under another name, then renamed: a reader never sees half of one)."""
+    """The grammar's LALR parser, lark's analysis of the grammar kept in a file of the
+    user's cache (lark checks the file's key and rebuilds a damaged or half-written one;
+    a cache it cannot write costs the build each run, nothing else)."""
     import lark
 
     grammar = _grammar()
     path = cache.grammar_file(grammar, f"{variant} {lark.__version__}")
-
-    def build(where) -> Lark:
-        return lark.Lark(grammar, parser="lalr", cache=where, maybe_placeholders=True,
-                         postlex=_WholeWords(), **options)
-
-    if path is None or os.path.exists(path):
-        return build(path or False)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    parser = build(tmp)
-    try:
-        os.replace(tmp, path)
-    except OSError:  # an unwritable cache: lark wrote nothing, or nothing to keep
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-    return parser
+    return lark.Lark(grammar, parser="lalr", cache=path or False, maybe_placeholders=True,
+                     postlex=_WholeWords(), **options)
 
 
 @functools.lru_cache(maxsize=1)
