@@ -317,7 +317,7 @@ CASES = [mha_train, mha_infer, dot_vs_gemm, additive, local, frontend]
 # that does not exist is left out, so a case module can be added by naming it here.
 CASE_MODULES = ("benchmarks.peers", "benchmarks.generate", "benchmarks.decoder_keys",
                 "benchmarks.positions", "benchmarks.lsh",
-                "benchmarks.study", "benchmarks.spec_budget")
+                "benchmarks.study", "benchmarks.spec_budget", "benchmarks.parse")
 
 
 def all_cases() -> list:

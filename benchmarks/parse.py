@@ -17,8 +17,8 @@ import statistics
 import subprocess
 import sys
 import tarfile
-import time
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
