@@ -423,12 +423,12 @@ def _build(text: str) -> ast.Module | None:
         builder.reset()
         try:
             module = parser.parse(text)
+            over = builder.over_limits
         except UnexpectedInput:
-            module = None
-        if builder.over_limits:
-            module = None
-        builder.reset()
-    return module
+            return None
+        finally:
+            builder.reset()
+    return None if over else module
 
 
 def lark_parse(text: str, file: str) -> ast.Module:
