@@ -1,6 +1,7 @@
 """One parser: lark, building the AST while it parses, against the front end of another
-git revision (``BASELINE_REF``, main: the hand-written fast reader that lark replaced),
-measured in the same run, the two sides alternating, each a fresh process from its own
+git revision (``BASELINE_REF``: main when its hand-written fast reader was replaced by
+lark's parse, a fixed revision so that the comparison holds after the merge), measured in
+the same run, the two sides alternating, each a fresh process from its own
 tree (the baseline's files are ``git archive``d into a temporary folder).
 
 Rows: the cold ``table specs/`` (``TAXCOMPILE_NO_CACHE=1``: every spec parsed, checked and
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BASELINE_REF = "main"
+BASELINE_REF = "41d4674c9167"  # main with taxcompile/fastparse.py
 BUDGET_S = 0.3
 
 # One process: the parse of every spec in SPECS, first round then the best of three more.
@@ -107,13 +108,13 @@ def parse_vs_main(s) -> list[dict]:
     c, b = figures["candidate"], figures["baseline"]
     return [
         row("parse_table_cold", "table specs/, no row cache (wall time, fresh process)",
-            f"the same, {BASELINE_REF}", c["table"], b["table"], c["table"] / b["table"],
+            f"the same, main at {BASELINE_REF}", c["table"], b["table"], c["table"] / b["table"],
             f"<= {BUDGET_S} s idle", c["table"] <= BUDGET_S),
         row("parse_specs_first", "parse of specs/ in one process, first round (lark loaded)",
-            f"the same, {BASELINE_REF}", c["first"], b["first"], c["first"] / b["first"],
+            f"the same, main at {BASELINE_REF}", c["first"], b["first"], c["first"] / b["first"],
             "informative", None),
         row("parse_specs_warm", "parse of specs/ in one process, warm",
-            f"the same, {BASELINE_REF}", c["warm"], b["warm"], c["warm"] / b["warm"],
+            f"the same, main at {BASELINE_REF}", c["warm"], b["warm"], c["warm"] / b["warm"],
             "informative", None),
     ]
 
@@ -121,7 +122,8 @@ def parse_vs_main(s) -> list[dict]:
 CASES = [parse_vs_main]
 
 
-if __name__ == "__main__":  # python -m benchmarks.parse [REPEATS]: the figures alone
-    result = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+if __name__ == "__main__":  # python -m benchmarks.parse [REPEATS [REF]]: the figures alone
+    result = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 5,
+                     sys.argv[2] if len(sys.argv) > 2 else BASELINE_REF)
     for side, figures in (result or {}).items():
         print(side, " ".join(f"{k} {v * 1000:.1f} ms" for k, v in figures.items()))
