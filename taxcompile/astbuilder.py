@@ -134,8 +134,8 @@ class AstBuilder(Transformer):
         return String(_tpos(c[0]), raw.replace('\\"', '"').replace("\\\\", "\\"))
 
     def ref(self, c):
-        return Ref(_tpos(c[0][0]), tuple(str(t) for t, _ in c), tuple(_tpos(t) for t, _ in c),
-                   tuple(i for _, i in c))
+        where = tuple(_tpos(t) for t, _ in c)
+        return Ref(where[0], tuple(str(t) for t, _ in c), where, tuple(i for _, i in c))
 
     def refpart(self, c):
         name, index = c
