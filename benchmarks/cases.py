@@ -318,7 +318,7 @@ CASES = [mha_train, mha_infer, dot_vs_gemm, additive, local, frontend]
 CASE_MODULES = ("benchmarks.peers", "benchmarks.generate", "benchmarks.generate_terms",
                 "benchmarks.decoder_keys",
                 "benchmarks.positions", "benchmarks.lsh",
-                "benchmarks.study", "benchmarks.spec_budget")
+                "benchmarks.study", "benchmarks.spec_budget", "benchmarks.parse")
 
 
 def all_cases() -> list:

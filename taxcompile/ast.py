@@ -1,9 +1,10 @@
-"""The syntax tree of a spec: one class per grammar rule, built by ``AstBuilder`` from
-lark's tree (astbuilder.py) or by fastparse.py; frozen records built by position
-(frozen.Positional: a frozen dataclass's API without the cost of defining one).
+"""The syntax tree of a spec: one class per grammar rule, built by ``astbuilder.AstBuilder``
+while lark parses; frozen records built by position (frozen.Positional: a frozen
+dataclass's API without the cost of defining one). This module imports neither lark
+nor the builder.
 
-Each node keeps its ``line``/``col`` (lark's ``propagate_positions``); names are plain
-strings here and are only checked and resolved when lowering to the IR."""
+Each node keeps its ``line``/``col``; names are plain strings here and are only checked
+and resolved when lowering to the IR."""
 
 from __future__ import annotations
 
@@ -151,10 +152,3 @@ class Paper(Positional):
 class Module(Positional):
     items: tuple[Paper | Let | Model, ...]
 
-
-def __getattr__(name: str):
-    if name == "AstBuilder":  # it imports lark: only lark's path (and fmt) need it
-        from .astbuilder import AstBuilder
-
-        return AstBuilder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

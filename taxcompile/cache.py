@@ -9,7 +9,12 @@ installed lark and networkx (the size and time of their files) and Python's
 version. Only specs that check without errors are stored, so a spec's errors are always
 reported. Entries live in ``$TAXCOMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/taxcompile``,
 else ``~/.cache/taxcompile``; ``TAXCOMPILE_NO_CACHE=1`` turns the cache off, and a cache
-that cannot be read or written is ignored. Nothing here imports the front end."""
+that cannot be read or written is ignored. Nothing here imports the front end.
+
+Beside the rows, ``grammar/`` keeps lark's analysis of the grammar (its LALR tables, which
+take lark some 0.1 s to build), one file per grammar text, parser variant, lark version and
+Python version. Like Python's bytecode cache it holds no result and stays on with
+``TAXCOMPILE_NO_CACHE=1``; where it cannot be written, the tables are built each run."""
 
 from __future__ import annotations
 
@@ -28,19 +33,43 @@ DEPENDENCIES = ("lark", "networkx")
 _PACKAGE = Path(__file__).resolve().parent
 
 
-def directory() -> Path | None:
-    """Where entries live, or None when the cache is off."""
-    if os.environ.get("TAXCOMPILE_NO_CACHE", "") not in ("", "0"):
-        return None
+def root() -> Path | None:
+    """The cache's folder (whether or not the row cache is on), or None: no home."""
     if os.environ.get("TAXCOMPILE_CACHE_DIR"):
-        return Path(os.environ["TAXCOMPILE_CACHE_DIR"]) / "table"
+        return Path(os.environ["TAXCOMPILE_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME")
     if not base:
         home = os.path.expanduser("~")
         if home.startswith("~"):  # no home directory: no cache rather than one in the cwd
             return None
         base = os.path.join(home, ".cache")
-    return Path(base) / "taxcompile" / "table"
+    return Path(base) / "taxcompile"
+
+
+def directory() -> Path | None:
+    """Where entries live, or None when the cache is off."""
+    if os.environ.get("TAXCOMPILE_NO_CACHE", "") not in ("", "0"):
+        return None
+    where = root()
+    return where / "table" if where is not None else None
+
+
+def grammar_file(grammar: str, variant: str) -> str | None:
+    """The file for lark's analysis of ``grammar`` (``variant``: the parser's options and
+    lark's version), its folder made private to the user; None where there is no cache
+    folder or it cannot be made (lark then builds its tables each run)."""
+    where = root()
+    if where is None:
+        return None
+    import hashlib
+
+    digest = hashlib.sha256(f"{grammar}\0{variant}\0{sys.version}".encode()).hexdigest()
+    folder = where / "grammar"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return str(folder / f"attn-{digest[:40]}.lark")
 
 
 def sources_digest(files: list[Path]) -> str:

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from lark import v_args
 
 from . import ast, parser
+from .astbuilder import AstBuilder
 
 WIDTH = 100
 INDENT = "    "
@@ -61,59 +62,57 @@ _STATEMENTS = ("paper", "let", "model", "input", "feature", "query", "output", "
                "affinity", "attention", "repeat", "field")
 
 
-class _Builder(ast.AstBuilder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.span: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {}
-        self.raw: dict[int, object] = {}
-        self._keep: list = []  # keeps the nodes alive so that ids stay unique
-
-    def _orig(name):  # noqa: N805
-        return ast.AstBuilder.__dict__[name].base_func
-
-    def number(self, meta, c, _f=_orig("number")):
-        node = _f(self, meta, c)
+class _Builder(AstBuilder):
+    @v_args(meta=True)
+    def number(self, meta, c):
+        node = AstBuilder.number(self, c)
         self._keep.append(node)
         self.raw[id(node)] = str(c[0])
         return node
 
-    def string(self, meta, c, _f=_orig("string")):
-        node = _f(self, meta, c)
+    @v_args(meta=True)
+    def string(self, meta, c):
+        node = AstBuilder.string(self, c)
         self._keep.append(node)
         self.raw[id(node)] = str(c[0])
         return node
 
-    def refpart(self, meta, c, _f=_orig("refpart")):
-        part = _f(self, meta, c)
+    @v_args(meta=True)
+    def refpart(self, meta, c):
+        part = AstBuilder.refpart(self, c)
         self._keep.append(part)
         self.raw[id(part)] = None if c[1] is None else str(c[1])
         return part
 
-    def ref(self, meta, c, _f=_orig("ref")):
-        node = _f(self, meta, c)
+    @v_args(meta=True)
+    def ref(self, meta, c):
+        node = AstBuilder.ref(self, c)
         self._keep.append(node)
         self.raw[id(node)] = tuple(self.raw[id(p)] for p in c)
         return node
 
-    del _orig
+    def reset(self) -> None:
+        super().reset()
+        self.span: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {}
+        self.raw: dict[int, object] = {}
+        self._keep: list = []  # keeps the nodes alive so that ids stay unique
 
 
 def _spanned(name: str):
-    orig = ast.AstBuilder.__dict__[name].base_func
+    orig = getattr(AstBuilder, name)
 
     def method(self, meta, c):
-        node = orig(self, meta, c)
+        node = orig(self, c)
         self._keep.append(node)
         self.span[id(node)] = ((meta.line, meta.column), (meta.end_line, meta.end_column))
         return node
 
     method.__name__ = name
-    return method
+    return v_args(meta=True)(method)
 
 
 for _name in _STATEMENTS:
     setattr(_Builder, _name, _spanned(_name))
-_Builder = v_args(meta=True)(_Builder)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,5 +1,9 @@
-"""Stage 1: spec text -> AST (lark LALR, ``propagate_positions=True``; a spec that parses
-is read by fastparse.py, without lark, into the same AST).
+"""Stage 1: spec text -> AST. lark's LALR parser (contextual lexer) builds the AST while it
+parses (``transformer=``, astbuilder.py): no parse tree, positions from the tokens. Where
+it refuses the text, or the text passes a limit, the parse is read again into a tree with
+``propagate_positions`` (the parser that ``fmt`` uses too) to report it, located.
+lark's analysis of the grammar is cached (cache.grammar_file), so it is built once per
+grammar and lark version, not per run.
 
 Untrusted input is screened first (size, encoding, NUL bytes, nesting depth) so that
 garbage, huge files and deeply nested brackets give located errors, never a
@@ -13,15 +17,18 @@ import functools
 import os
 import re
 import stat
+import threading
 from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from . import ast, fastparse
+from . import ast, cache
 from .diagnostics import Diagnostic, Location, SpecError
 
-if TYPE_CHECKING:  # lark is imported where a spec is left to it (fastparse.py)
+if TYPE_CHECKING:
     from lark import Lark, Tree, UnexpectedInput
+
+    from .astbuilder import AstBuilder
 
 MAX_BYTES = 1_000_000
 # Models per spec: each has two nodes at least, so more than lower.MAX_SPEC_NODES / 2
@@ -117,15 +124,41 @@ class _WholeWords:
 
 
 @functools.lru_cache(maxsize=1)
-def _parser() -> Lark:
-    from lark import Lark
-
+def _grammar() -> str:
     for path in _GRAMMAR_CANDIDATES:
         if path.exists():
-            return Lark(path.read_text(encoding="utf-8"), parser="lalr", cache=True,
-                        propagate_positions=True, maybe_placeholders=True,
-                        postlex=_WholeWords())
+            return path.read_text(encoding="utf-8")
     raise FileNotFoundError("grammar/attn.lark not found next to the taxcompile package")
+
+
+def _lark(variant: str, **options) -> Lark:
+    """The grammar's LALR parser, lark's analysis of the grammar kept in a file of the
+    user's cache (lark checks the file's key and rebuilds a damaged or half-written one;
+    a cache it cannot write costs the build each run, nothing else)."""
+    import lark
+
+    grammar = _grammar()
+    path = cache.grammar_file(grammar, f"{variant} {lark.__version__}")
+    return lark.Lark(grammar, parser="lalr", cache=path or False, maybe_placeholders=True,
+                     postlex=_WholeWords(), **options)
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> Lark:
+    """The parser into a tree with positions (``fmt``, and the reports of errors)."""
+    return _lark("tree", propagate_positions=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _building_parser() -> tuple[Lark, AstBuilder]:
+    """The parser that builds the AST as it goes, and its builder."""
+    from .astbuilder import AstBuilder
+
+    builder = AstBuilder(MAX_EXPR_DEPTH, MAX_NUMBER_CHARS)
+    return _lark("ast", transformer=builder), builder
+
+
+_BUILDING = threading.Lock()  # one parse at a time uses the builder's side tables
 
 
 def _describe(tok) -> str:
@@ -376,13 +409,34 @@ def _screen_depth(tree: Tree, text: str, file: str) -> None:
 def parse_text(text: str, file: str = "<string>") -> ast.Module:
     """Parse spec text into an AST; raise ``SpecError`` on any problem."""
     text = _screen(text.encode("utf-8", "replace"), file)
-    module = fastparse.parse(text, MAX_EXPR_DEPTH, MAX_NUMBER_CHARS)
+    module = _build(text)
     return module if module is not None else lark_parse(text, file)
 
 
-def lark_parse(text: str, file: str) -> ast.Module:
-    """lark's reading of screened text: its AST, or the located ``SpecError``."""
+def _build(text: str) -> ast.Module | None:
+    """The AST built while lark parses screened text, or None where lark refuses it or it
+    passes a limit (``lark_parse`` reports those)."""
     from lark import UnexpectedInput
+
+    parser, builder = _building_parser()
+    with _BUILDING:
+        builder.reset()
+        try:
+            module = parser.parse(text)
+            over = builder.over_limits
+        except UnexpectedInput:
+            return None
+        finally:
+            builder.reset()
+    return None if over else module
+
+
+def lark_parse(text: str, file: str) -> ast.Module:
+    """lark's reading of screened text into a tree, then the AST: the AST, or the located
+    ``SpecError`` (a syntax error, a limit passed)."""
+    from lark import UnexpectedInput
+
+    from .astbuilder import AstBuilder
 
     try:
         tree = _parser().parse(text)
@@ -390,7 +444,7 @@ def lark_parse(text: str, file: str) -> ast.Module:
         raise SpecError([_syntax_error(e, text, file)], text) from None
     _screen_depth(tree, text, file)
     try:
-        return ast.AstBuilder().transform(tree)
+        return AstBuilder().transform(tree)
     except RecursionError:  # pragma: no cover - depth is screened above
         raise SpecError([Diagnostic(Location(file=file, line=1, column=1),
                                     "expression nested too deeply")], text) from None

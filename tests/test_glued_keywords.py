@@ -5,13 +5,14 @@ lark's contextual lexer tries only the terminals that fit the parser's state; wh
 keywords fit it once took a keyword's prefix of a longer word (`outputs` read as
 `output s`), and ``fmt`` rewrote the line in that reading. Every keyword of the grammar
 (read from the grammar, not listed here) is glued to its statement's name at every place
-a statement can stand; the parser, the fast reader and ``fmt`` must all refuse it."""
+a statement can stand; the parser (building the AST as it parses, and reading into
+a tree) and ``fmt`` must all refuse it."""
 
 from __future__ import annotations
 
 import pytest
 
-from taxcompile import fastparse, fmt, parser
+from taxcompile import fmt, parser
 from taxcompile.diagnostics import SpecError
 
 
@@ -62,7 +63,7 @@ PLACES = [
 
 
 def test_the_statement_table_covers_every_keyword_of_the_grammar():
-    assert set(STATEMENT) == _grammar_keywords() == fastparse.KEYWORDS
+    assert set(STATEMENT) == _grammar_keywords()
     assert TOP | BODY == _grammar_keywords()
 
 
@@ -72,8 +73,7 @@ def test_each_place_takes_its_keywords_apart(before, after, valid):
     for word in sorted(valid):
         text = before + f"{word} {STATEMENT[word]}" + after
         assert parser.lark_parse(text, "t.attn") is not None, text
-        assert fastparse.parse(text, parser.MAX_EXPR_DEPTH,
-                               parser.MAX_NUMBER_CHARS) is not None, text
+        assert parser._build(text) is not None, text
 
 
 def _glued_cases():
@@ -89,7 +89,7 @@ def test_a_glued_keyword_is_refused_where_it_stands(word, before, after):
     line = before.count("\n") + 1
     column = len(before) - (before.rfind("\n") + 1) + 1
     found = "found `" + glued.split()[0].rstrip(":") + "`"
-    assert fastparse.parse(text, parser.MAX_EXPR_DEPTH, parser.MAX_NUMBER_CHARS) is None, text
+    assert parser._build(text) is None, text
     for read in (parser.parse_text, fmt.format_text):
         with pytest.raises(SpecError) as info:
             read(text, "t.attn")

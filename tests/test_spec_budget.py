@@ -57,6 +57,7 @@ def test_a_flood_of_variants_is_refused_at_the_model_past_the_budget(monkeypatch
 def test_more_models_than_could_pass_are_refused_before_the_parse(monkeypatch):
     monkeypatch.setattr(parser, "MAX_MODELS", 50)
     monkeypatch.setattr(parser, "_parser", lambda: pytest.fail("parsed"))
+    monkeypatch.setattr(parser, "_building_parser", lambda: pytest.fail("parsed"))
     with pytest.raises(SpecError) as e:
         pipeline.load_text(variants(60), "v.attn")
     (d,) = e.value.diagnostics
