@@ -25,21 +25,13 @@ import inspect
 import sys
 from pathlib import Path
 
+from .argtypes import positive_int as _positive_int
+
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
     """A one-line error of the command line (exit 2)."""
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
 
 
 def _number(low: float, high: float | None = None, *, closed: bool = True):

@@ -113,46 +113,14 @@ def import_graph(root: Path = ROOT, package: str = "taxcompile") -> dict[str, di
 
 
 def components(graph: dict[str, dict[str, bool]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm,
-    iterative), each sorted, in sorted order."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    found = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on.add(root)
-        work = [(root, iter(sorted(graph[root])))]
-        while work:
-            v, it = work[-1]
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                    break
-                if w in on:
-                    low[v] = min(low[v], index[w])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    comp = []
-                    while True:
-                        w = stack.pop()
-                        on.discard(w)
-                        comp.append(w)
-                        if w == v:
-                            break
-                    if len(comp) > 1:
-                        found.append(sorted(comp))
-    return sorted(found)
+    """The strongly connected components of more than one module (networkx's), each
+    sorted, in sorted order."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_nodes_from(graph)
+    g.add_edges_from((a, b) for a, targets in graph.items() for b in targets if b in graph)
+    return sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
 
 
 def a_cycle(comp: list[str], graph: dict[str, dict[str, bool]]) -> str:

@@ -255,7 +255,7 @@ def mutants(draw, ops=tuple(MUTATIONS), min_ops=1, max_ops=4):
 # ---------------------------------------------------------------------------------------
 
 
-@settings(max_examples=400, **COMMON)  # `make fuzz` runs the spec property's long profile
+@settings(max_examples=250, **COMMON)  # `make fuzz` runs the spec property's long profile
 @given(mutants())
 def test_composed_mutations_never_crash(case):
     name, text = case
@@ -264,14 +264,14 @@ def test_composed_mutations_never_crash(case):
 
 # One property per mutation kind, so a failure names the kind and each gets examples.
 @pytest.mark.parametrize("op", sorted(MUTATIONS))
-@settings(max_examples=80, **COMMON)
+@settings(max_examples=40, **COMMON)  # per operation: the composed test mixes them
 @given(data=st.data())
 def test_single_mutation_never_crashes(op, data):
     name, text = data.draw(mutants(ops=(op,), min_ops=1, max_ops=2))
     event(assert_front_end_ok(text, "mutant_" + name))
 
 
-@settings(max_examples=200, **COMMON)
+@settings(max_examples=120, **COMMON)
 @given(mutants(ops=("replace_identifier", "replace_number", "replace_keyword"),
                min_ops=1, max_ops=3))
 def test_semantic_mutations_never_crash(case):
@@ -414,7 +414,7 @@ def generated_specs(draw):
     return build_spec(inputs, features, atts), atts
 
 
-@settings(max_examples=400, **COMMON)
+@settings(max_examples=250, **COMMON)
 @given(generated_specs())
 def test_generated_specs_classify_consistently(case):
     text, atts = case
@@ -484,7 +484,7 @@ def test_excerpt_is_the_reported_line(where, sep):
     assert "features = nowhere" in excerpt, d.render(text)
 
 
-@settings(max_examples=150, **COMMON)
+@settings(max_examples=100, **COMMON)
 @given(generated_specs())
 def test_generated_specs_compile_and_run(case):
     """Whatever `check` accepts compiles to Python that runs forward and backward."""

@@ -14,21 +14,12 @@ import time
 from pathlib import Path
 
 from .. import threads
+from ..argtypes import positive_int as _positive
 from ..cli_parser import EXIT_OK, EXIT_USAGE, _Parser
 from .protocol import PROFILES as _PROFILES
 
 EXIT_FAILED = 1  # spec errors or runs that failed
 PROFILES = tuple(_PROFILES)  # smoke, slice, full and the literature's
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _positives(text: str) -> list[int]:
