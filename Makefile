@@ -49,9 +49,11 @@ graphviz:
 
 # One pytest worker per core (pytest-xdist, in the test extra): the suite takes about half
 # the time on CI's 2 cores (12.5 -> 6.8 min on this 2-core machine).
-# --durations: CI's log names the slowest tests (the suite must stay under 10 minutes idle).
+# --durations: CI's log names the slowest tests (the suite must stay under 10 minutes idle);
+# worksteal: an idle worker takes tests queued for the other (a minute-long report fixture
+# near the end no longer leaves one core idle).
 test: install
-	$(BIN)/python -m pytest -n auto --durations=30
+	$(BIN)/python -m pytest -n auto --dist worksteal --durations=30
 
 # The spec property's long profile (issue 23), for a nightly run: FUZZ_EXAMPLES generated
 # and mutated specs (tests/specgen.py) must each be refused with a located error or compile
