@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from . import tasks as T
 from .loadspec import check as _check
+from .models import spec_head
 from .runs import Run, Skip
 
 MIXERS = ("attention", "conv", "recurrent")
@@ -73,17 +74,8 @@ def spec_text(m: LitModel) -> str:
     """The ``.attn`` spec of ``m`` at its task's vocabulary and length."""
     info = T.TASKS[m.task]
     lines = [
-        "# A model of taxcompile's study (the literature's tasks), written by",
-        "# taxcompile.study.lit_models.",
-        "paper study {",
-        '    cite  = "Study"',
-        f'    title = "{m.source}"',
-        "}",
-        "",
-        f"let d = {m.d}",
-        f"let V = {info.vocab}",
-        "",
-        f"model {m.name} {{",
+        *spec_head(("# A model of taxcompile's study (the literature's tasks), written by",
+                    "# taxcompile.study.lit_models."), m.source, m.d, info.vocab, m.name),
         f"    input x: tokens[L] (vocab = V, L = {info.L})",
         "    feature h = positional(embed(x, d), kind = learned)" if m.mixer == "attention"
         else "    feature h = embed(x, d)",

@@ -147,19 +147,17 @@ def _fields(c: C.Combo, query: str | None, supervised: bool) -> list[tuple[str, 
     return fields
 
 
+def spec_head(comment: tuple[str, ...], source: str, d: int, vocab: int,
+              name: str) -> list[str]:
+    """The first lines of a spec the study writes: its comment, its paper block (titled by
+    the run's source), `d` and `V`, and the model's opening line."""
+    return [*comment, "paper study {", '    cite  = "Study"', f'    title = "{source}"', "}",
+            "", f"let d = {d}", f"let V = {vocab}", "", f"model {name} {{"]
+
+
 def _header(m: Model) -> list[str]:
-    return [
-        "# A model of taxcompile's study (issue 26), written by taxcompile.study.models.",
-        "paper study {",
-        '    cite  = "Study"',
-        f'    title = "{m.source}"',
-        "}",
-        "",
-        f"let d = {m.d}",
-        f"let V = {T.V}",
-        "",
-        f"model {m.name} {{",
-    ]
+    return spec_head(("# A model of taxcompile's study (issue 26), written by "
+                      "taxcompile.study.models.",), m.source, m.d, T.V, m.name)
 
 
 KEYS = ["    # keys and values: the token, its position and its neighbours (a pair's partner)",
