@@ -79,6 +79,15 @@ def test_the_package_is_typed():
     assert "py.typed" in conf["tool"]["setuptools"]["package-data"]["taxcompile"]
 
 
+def test_every_package_folder_is_listed_for_the_wheel():
+    # an editable install finds a package that pyproject.toml forgets; a wheel does not
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(conf["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for p in (ROOT / "taxcompile").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
+
+
 def test_a_report_of_specs_without_row_lists_their_rows(tmp_path):
     pytest.importorskip("torch")
     from taxcompile import pipeline, report
