@@ -585,7 +585,8 @@ class Model(nn.Module):
         em = out.output  # (B, L, tags)
         keep = target != ignore_index
         keep = keep if mask is None else keep & mask.bool()
-        loss = self.labels_crf.nll(em, target, keep).mean()
+        nll = self.labels_crf.nll(em, target, keep)  # -log p(target | x) of each sequence
+        loss = nll.mean()
         return loss
 
     def decode(self, out: Output, mask: torch.Tensor | None = None) -> torch.Tensor:

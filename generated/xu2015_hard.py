@@ -385,6 +385,33 @@ def reorder_cache(x, rows: torch.Tensor):
     return x  # a count (the tokens decoded)
 
 
+def example_loss(kind: str, logits: torch.Tensor, target: torch.Tensor,
+                 mask: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
+    """The loss of each example (B,), without gradient (REINFORCE's reward): the mean of
+    its cross-entropies over what counts, read as `output_loss` reads `kind`."""
+    with torch.no_grad():
+        B = logits.shape[0]
+        if kind == "positions":
+            s = logits.squeeze(-1).flatten(1)  # (B, P)
+            if mask is not None:
+                s = s.masked_fill(~mask.bool().flatten(1), torch.finfo(s.dtype).min)
+            return F.cross_entropy(s, target.reshape(-1), ignore_index=ignore_index,
+                                   reduction="none")  # (B,)
+        if kind == "binary":
+            y = target.reshape(-1)
+            w = (y != ignore_index).to(logits.dtype)
+            if mask is not None:
+                w = w * mask.reshape(-1).to(logits.dtype)
+            return w * F.binary_cross_entropy_with_logits(
+                logits.reshape(-1), (y * (w > 0)).to(logits.dtype), reduction="none")  # (B,)
+        if mask is not None:
+            target = target.masked_fill(~mask.bool(), ignore_index)
+        each = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=ignore_index, reduction="none").view(B, -1)
+        keep = (target.reshape(B, -1) != ignore_index).to(each.dtype)  # (B, P)
+        return (each * keep).sum(1) / keep.sum(1).clamp_min(1)  # (B,)
+
+
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
              device: torch.device, past: int | None = None) -> torch.Tensor | None:
     """The keys each query may see, (N | 1, 1, Lq, Lk) bool, or None for all of them: the
@@ -410,6 +437,18 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
         return e.softmax(dim)
     e = e.masked_fill(~keep, torch.finfo(e.dtype).min)
     return e.softmax(dim).masked_fill(~keep, 0.0)
+
+
+def reinforce(log_probs: dict[str, torch.Tensor], each: torch.Tensor) -> torch.Tensor:
+    """REINFORCE for sampled alignments (Williams 1992; Xu et al. 2015, eq. 26): the reward
+    of each example is minus its loss `each` (B,), less the batch mean (the baseline), and
+    the term -reward * log p(samples) gives the sampling distribution its gradient."""
+    reward = -(each - each.mean())  # (B,)
+    B = each.shape[0]
+    term = each.new_zeros(())
+    for lp in log_probs.values():  # (B, ...): log p of each sampled position
+        term = term - (reward * lp.reshape(B, -1).sum(1)).mean()
+    return term
 
 
 class AdditiveHardAttention(nn.Module):
@@ -648,6 +687,7 @@ class Model(nn.Module):
         `target` is the `caption` given to forward() (with its `mask`): the logits at position t
         predict its token t + 1 (the shift of x-transformers' AutoregressiveWrapper), so the
         last position predicts nothing.
+        In training, the sampled alignments learn by REINFORCE (out.log_probs).
         """
         logits = out.output  # (B, T, vocab)
         logits, target = logits[:, :-1], target[:, 1:]  # position t predicts token t + 1
@@ -656,6 +696,11 @@ class Model(nn.Module):
             target = target.masked_fill(~mask.bool(), ignore_index)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
                                ignore_index=ignore_index)
+        if self.training and out.log_probs:
+            # the sampled positions get no gradient from the loss: REINFORCE, the reward of
+            # each example its own loss (eq. 26's learning rule)
+            each = example_loss("classes", logits, target, mask, ignore_index)  # (B,)
+            loss = loss + reinforce(out.log_probs, each)
         return loss
 
 

@@ -12,14 +12,14 @@ NAMES = {
         "check_input", "check_mask", "check_pair_mask", "check_penalty", "check_sizes",
         "coverage_loss", "create_block_mask", "crf_marginals", "dataclass", "decode_one",
         "disagreement_penalty", "doubly_stochastic_penalty", "entmax15", "example_inputs",
-        "extend_cache", "field", "flex_applies", "flex_attention", "flex_context",
-        "flex_ready", "key_keep", "local_band", "local_flex", "local_gather", "location",
-        "lsh_buckets", "lsh_context", "lsh_near", "masked_softmax", "math", "nn",
-        "output_loss", "pointed", "pool", "query_offset", "rel_distance", "rel_sinusoids",
-        "reorder_cache", "rnn", "rnn_final", "rnn_init", "rotary", "sample_probs",
-        "scaled_embedding", "score_grid", "score_table", "segment_keep", "segment_memory",
-        "sinusoid", "sparsemax", "start_tokens", "supervised_penalty", "tied_embedding",
-        "torch", "warnings"
+        "example_loss", "extend_cache", "field", "flex_applies", "flex_attention",
+        "flex_context", "flex_ready", "key_keep", "local_band", "local_flex",
+        "local_gather", "location", "lsh_buckets", "lsh_context", "lsh_near",
+        "masked_softmax", "math", "nn", "output_loss", "pointed", "pool", "query_offset",
+        "reinforce", "rel_distance", "rel_sinusoids", "reorder_cache", "rnn", "rnn_final",
+        "rnn_init", "rotary", "sample_probs", "scaled_embedding", "score_grid",
+        "score_table", "segment_keep", "segment_memory", "sinusoid", "sparsemax",
+        "start_tokens", "supervised_penalty", "tied_embedding", "torch", "warnings"
     }),
     "builtins_used": frozenset({
         "UserWarning", "ValueError", "any", "bool", "classmethod", "dict", "enumerate",

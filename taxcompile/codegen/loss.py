@@ -36,12 +36,25 @@ def _head(p, o, outputs: list, target, penalty: bool) -> LossPlan:
                     kind=kind)
 
 
-def plan_loss(p, outputs: list, penalty: bool) -> LossPlan | None:
+def plan_loss(p, outputs: list, penalty: bool, sampled: bool = False) -> LossPlan | None:
     """None when no output is a ``classify`` (logits): the loss of other outputs (weights,
     features) is the user's. A decoder's loss is that of its output over the target; a
-    model with several logits outputs and no target sums theirs (``target`` a dict)."""
+    model with several logits outputs and no target sums theirs (``target`` a dict).
+    ``sampled``: an alignment samples positions (hard, reinforced), which no gradient
+    reaches, so the loss adds their REINFORCE term (the per-example loss as the reward)."""
     if (crf := crf_output.plan_loss(p, outputs, penalty)) is not None:  # NLL, Viterbi
+        if sampled:  # the reward: each sequence's NLL
+            p.helpers.add("reinforce")
+            crf = dataclasses.replace(crf, sampled=True)
         return crf
+    plan = _plan(p, outputs, penalty)
+    if plan is not None and sampled:
+        p.helpers.update(("example_loss", "reinforce"))
+        plan = dataclasses.replace(plan, sampled=True)
+    return plan
+
+
+def _plan(p, outputs: list, penalty: bool) -> LossPlan | None:
     logits = [o for o in outputs if isinstance(o, ir.Node) and isinstance(o.expr, ir.Op)
               and o.expr.fn == "classify"]
     if not logits:

@@ -266,7 +266,7 @@ def file_plan(p) -> FilePlan:
     paper = p.cs.spec.paper
     title = "\n".join(textwrap.wrap(f"{safe_text(paper.title) or paper.id}: model `{m.name}`, "
                                     "generated from its .attn spec.", 88))
-    loss = plan_loss(p, outputs, "penalties" in records)  # (it may add a helper)
+    loss = plan_loss(p, outputs, "penalties" in records, "log_probs" in records)  # (it may add a helper)
     return FilePlan(
         source=p.source, title=title, doc=tuple(file_doc(p)), config=cfg, outputs=tuple(fields),
         helpers=tuple(sorted(p.helpers)),

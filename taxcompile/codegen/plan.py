@@ -99,6 +99,7 @@ class LossPlan:
     crf: str = ""  # a crf output: its LinearChainCRF module (crf_loss.py.j2: NLL and decode)
     kind: str = "classes"  # classes | positions (a pointer: one score per position) | binary
     others: tuple = ()  # the other logits outputs (LossPlan), summed: `target` is a dict
+    sampled: bool = False  # hard / reinforced alignment: REINFORCE on Output.log_probs
 
 
 @dataclass(frozen=True)
