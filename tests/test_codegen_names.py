@@ -4,7 +4,7 @@ names a line reads or binds, are read off tokens and syntax trees (no text rewri
 
 from __future__ import annotations
 
-from taxcompile.codegen.names import (Dim, Size, assigned, atom, cfg_expr, dim_of, moved_from,
+from taxcompile.codegen.names import (Dim, assigned, atom, cfg_expr, dim_of, moved_from,
                                       names_in, sym_names)
 
 
@@ -16,7 +16,7 @@ def test_a_size_renders_its_fields_with_the_owner_asked_for():
     both = dim_of(None, "d_model") + Dim(3)
     assert str(both.floordiv(dim_of(None, "heads"))) == "(cfg.d_model + 3) // cfg.heads"
     assert str(Dim(12).floordiv(Dim(4))) == "3" and str(Dim(5).times(Dim(2))) == "10"
-    assert Size.of("(", Size.field("H"), " * 2)").render("self.cfg") == "(self.cfg.H * 2)"
+    assert dim_of(None, "H").times(2).render("self.cfg") == "2 * self.cfg.H"
 
 
 def test_a_sym_s_names_are_its_identifiers_not_a_number_s_exponent():

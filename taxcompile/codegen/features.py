@@ -204,7 +204,7 @@ def activation(p, e, a, n):
 def maxout(p, e, a, n):
     """The max over each run of k consecutive features: d -> d / k (Goodfellow et al.)."""
     x, k = a[0], int(e.param("k"))
-    p.divides.append((x.dim, str(k)))
+    p.divides.append((x.dim, k))
     size = x.shape.dim // k
     dim = x.dim.floordiv(k)
     return resized(x, act_call(ir.Act(fn="maxout", params=e.params), x.name), size, dim)

@@ -13,6 +13,7 @@ import tokenize
 from dataclasses import dataclass
 
 from .. import reserved
+from .expr import BARE, CFG, BinOp, CfgField, Const, Expr, Paren, Sym, parse_sym
 
 # Local names the generated forward() uses for itself (inputs may not take them either): the
 # file's helpers, classes and imports, the builtins it calls, forward()'s and generate()'s
@@ -42,88 +43,37 @@ def safe_text(text: str) -> str:
     return out.replace("'''", "")[:200]
 
 
-def sym_parts(text: str) -> list[tuple[bool, str]]:
-    """A ``lower.sym`` expression (checked identifiers, numbers, operators and parentheses)
-    as (is a Config field, text) runs: the fields are prefixed when the size is rendered."""
-    parts: list[tuple[bool, str]] = []
-    i = 0
-    while i < len(text):
-        j = i + 1
-        if text[i].isalpha() or text[i] == "_":
-            while j < len(text) and (text[j].isalnum() or text[j] == "_"):
-                j += 1
-            parts.append((True, text[i:j]))
-        else:  # a number's digits stay with it: `2e3`, `1_000` are not names
-            while j < len(text) and not ((text[j].isalpha() or text[j] == "_")
-                                         and not text[j - 1].isalnum()
-                                         and text[j - 1] not in "._"):
-                j += 1
-            parts.append((False, text[i:j]))
-        i = j
-    return parts
-
-
 def cfg_expr(text: str, owner: str = "cfg") -> str:
     """``d_model // heads`` -> ``cfg.d_model // cfg.heads`` (``self.d_model // self.heads`` in
     a Config property: the owner is chosen where the size is rendered)."""
-    return "".join(f"{owner}.{t}" if field else t for field, t in sym_parts(text))
+    return parse_sym(text).render(owner)
 
 
 def sym_names(text: str) -> list[str]:
     """The constants a ``lower.sym`` expression names."""
-    return [t for field, t in sym_parts(text) if field]
-
-
-@dataclass(frozen=True)
-class Size:
-    """A size expression over Config fields: runs of (is a field, text). Which object holds
-    the fields is chosen when it is rendered: ``cfg.d_model`` in forward(), ``self.d_model``
-    in a Config property, ``d_model`` in a shape comment."""
-
-    parts: tuple[tuple[bool, str], ...]
-
-    @staticmethod
-    def of(*pieces: "str | Size | Dim") -> "Size":
-        """Pieces joined: text (numbers, operators, parentheses) and sizes."""
-        parts: list[tuple[bool, str]] = []
-        for x in pieces:
-            parts += [(False, x)] if isinstance(x, str) else x.size().parts
-        return Size(tuple(parts))
-
-    @staticmethod
-    def field(name: str) -> "Size":
-        return Size(((True, name),))
-
-    def size(self) -> "Size":
-        return self
-
-    def render(self, owner: str = "cfg") -> str:
-        return "".join(f"{owner}.{t}" if is_field and owner else t for is_field, t in self.parts)
-
-    def __str__(self) -> str:
-        return self.render()
+    return list(parse_sym(text).fields())
 
 
 @dataclass(frozen=True)
 class Dim:
-    """A feature size: a literal plus symbolic terms over Config fields."""
+    """A feature size: a literal plus symbolic terms over Config fields (``expr.Expr``)."""
 
     const: int = 0
-    terms: tuple[Size, ...] = ()
+    terms: tuple[Expr, ...] = ()
 
     def __add__(self, o: "Dim") -> "Dim":
         return Dim(self.const + o.const, self.terms + o.terms)
 
-    def size(self) -> Size:
+    def expr(self) -> Expr:
         """The sum as one expression."""
-        pieces: list = []
-        for t in self.terms + ((Size.of(str(self.const)),) if self.const or not self.terms
-                               else ()):
-            pieces += [" + ", t] if pieces else [t]
-        return Size.of(*pieces)
+        out: Expr | None = None
+        for t in self.terms + ((Const(self.const),) if self.const or not self.terms else ()):
+            out = t if out is None else BinOp("+", out, t)
+        assert out is not None
+        return out
 
-    def render(self, owner: str = "cfg") -> str:
-        return self.size().render(owner)
+    def render(self, owner: str = CFG) -> str:
+        return self.expr().render(owner)
 
     def __str__(self) -> str:
         return self.render()
@@ -137,8 +87,8 @@ class Dim:
             n = n.const
         if not self.terms and isinstance(n, int):
             return Dim(self.const * n)
-        return Dim(0, (Size.of(str(n) if isinstance(n, int) else n,
-                               *((" * (", self, ")") if self.compound() else (" * ", self))),))
+        me = Paren(self.expr()) if self.compound() else self.expr()
+        return Dim(0, (BinOp("*", Const(n) if isinstance(n, int) else n.expr(), me),))
 
     def floordiv(self, k: "int | Dim") -> "Dim":
         """self // k (k a literal or a Config expression)."""
@@ -146,18 +96,41 @@ class Dim:
             k = k.const
         if not self.terms and isinstance(k, int):
             return Dim(self.const // k)
-        return Dim(0, (Size.of("(", self, ") // ", str(k) if isinstance(k, int) else k),))
+        return Dim(0, (BinOp("//", Paren(self.expr()),
+                             Const(k) if isinstance(k, int) else k.expr()),))
+
+    def divided(self, n: int) -> "Dim":
+        """self / n where n divides it: ``3 * cfg.d`` / 3 is ``cfg.d``, else ``self // n``."""
+        if not self.terms:
+            return Dim(self.const // n)
+        e = self.expr()
+        f = _times_field(e.inner if isinstance(e, Paren) else e, n)
+        if f is not None:
+            return Dim(0, (f,))
+        return Dim(0, (BinOp("//", e if len(self.terms) == 1 and not self.const else Paren(e),
+                             Const(n)),))
 
     def shown(self) -> str:
         """The size in a shape comment: ``cfg.d_model`` reads ``d_model``."""
-        return self.render("")
+        return self.render(BARE)
+
+
+def _times_field(e: Expr, n: int) -> CfgField | None:
+    """F when ``e`` is ``n * F`` for a Config field F (built by ``times`` or written so in
+    the spec), else None."""
+    if isinstance(e, BinOp) and e.op == "*" and e.left == Const(n) and \
+            isinstance(e.right, CfgField):
+        return e.right
+    if isinstance(e, Sym) and len(e.parts) == 2 and e.parts[0] == (False, f"{n} * ") and \
+            e.parts[1][0]:
+        return CfgField(e.parts[1][1])
+    return None
 
 
 def dim_of(value: int | None, sym: str | None) -> Dim:
     if sym:
-        parts = sym_parts(sym)
-        size = Size(tuple(parts))
-        return Dim(0, (size if len(parts) == 1 and parts[0][0] else Size.of("(", size, ")"),))
+        e = parse_sym(sym)
+        return Dim(0, (e if isinstance(e, CfgField) else Paren(e),))
     return Dim(int(value or 0))
 
 
