@@ -158,27 +158,6 @@ class Paren(Expr):
 
 
 @dataclass(frozen=True)
-class Call(Expr):
-    """``fn(arg, …)``: a function of sizes (``max``, ``math.ceil``)."""
-
-    fn: str
-    args: tuple[Expr, ...]
-
-    def render(self, owner: str = CFG) -> str:
-        return f"{self.fn}({', '.join(a.render(owner) for a in self.args)})"
-
-    def fields(self) -> Iterator[str]:
-        for a in self.args:
-            yield from a.fields()
-
-    def value(self, env: Env) -> int | float:
-        fn = {"max": max, "min": min}.get(self.fn)
-        if fn is None:
-            raise ValueError(f"no value for a call of {self.fn}")
-        return fn(*(a.value(env) for a in self.args))
-
-
-@dataclass(frozen=True)
 class Sym(Expr):
     """A constant expression the spec wrote (``lower.sym``'s text: checked identifiers,
     numbers, + - * / // and parentheses), split once into runs of (is a Config field, text);
