@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from .expr import parse_sym
-from .names import NAME, Dim, evaluate, sym_names
+from .expr import evaluate, parse_sym
+from .names import NAME, Dim, sym_names
 from .plan import ConfigField, ConfigPlan, ConfigProperty
 
 ROLE_COMMENT = {"heads": "attention heads (eq. 38)", "vocab": "vocabulary size",

@@ -9,6 +9,7 @@ needs, from the precedence of their operands; ``Paren`` keeps a grouping the cod
 
 from __future__ import annotations
 
+import ast
 import operator
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -176,7 +177,6 @@ class Sym(Expr):
         return (t for field, t in self.parts if field)
 
     def value(self, env: Env) -> int | float:
-        from .names import evaluate  # a checked constant expression, read as Python
         return evaluate(self.render(CFG), env)
 
 
@@ -200,3 +200,34 @@ def parse_sym(text: str) -> Expr:
     if len(parts) == 1 and parts[0][0]:
         return CfgField(parts[0][1])
     return Sym(tuple(parts))
+
+
+def evaluate(text: str, env: dict[str, int | float], owner: str = "cfg") -> int | float:
+    """The value of a size expression the generator wrote (numbers, ``cfg.NAME`` or another
+    ``owner``'s fields, + - * / // and parentheses), for checking ``Config.tiny()``; anything
+    else is refused."""
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv}
+
+    def go(node):
+        if isinstance(node, ast.Expression):
+            return go(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == owner:
+            return env[node.attr]
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            spine = []  # down the left side without recursion: `a + 1 + 1 + …` is flat
+            while isinstance(node, ast.BinOp) and type(node.op) in ops:
+                spine.append(node)
+                node = node.left
+            v = go(node)
+            for b in reversed(spine):
+                v = ops[type(b.op)](v, go(b.right))
+            return v
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -go(node.operand)
+        raise ValueError(f"not a size expression: {text}")
+
+    return go(ast.parse(text, mode="eval"))

@@ -7,7 +7,6 @@ import ast
 import builtins
 import io
 import keyword
-import operator
 import re
 import tokenize
 from dataclasses import dataclass
@@ -132,37 +131,6 @@ def dim_of(value: int | None, sym: str | None) -> Dim:
         e = parse_sym(sym)
         return Dim(0, (e if isinstance(e, CfgField) else Paren(e),))
     return Dim(int(value or 0))
-
-
-def evaluate(text: str, env: dict[str, int | float], owner: str = "cfg") -> int | float:
-    """The value of a size expression the generator wrote (numbers, ``cfg.NAME`` or another
-    ``owner``'s fields, + - * / // and parentheses), for checking ``Config.tiny()``; anything
-    else is refused."""
-    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv}
-
-    def go(node):
-        if isinstance(node, ast.Expression):
-            return go(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id == owner:
-            return env[node.attr]
-        if isinstance(node, ast.BinOp) and type(node.op) in ops:
-            spine = []  # down the left side without recursion: `a + 1 + 1 + …` is flat
-            while isinstance(node, ast.BinOp) and type(node.op) in ops:
-                spine.append(node)
-                node = node.left
-            v = go(node)
-            for b in reversed(spine):
-                v = ops[type(b.op)](v, go(b.right))
-            return v
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -go(node.operand)
-        raise ValueError(f"not a size expression: {text}")
-
-    return go(ast.parse(text, mode="eval"))
 
 
 class Names:
