@@ -213,15 +213,3 @@ def atom(code: str) -> str:
     """Parenthesise an expression before calling a method on it or using it as an operand
     (anything that is not an atom: an operator, a sign, a conditional, a tuple)."""
     return code if is_atom(code) else f"({code})"
-
-
-def moved_from(code: str) -> str | None:
-    """``X`` when ``code`` is ``X.movedim(1, -1)`` (a grid op's channels-last result), read
-    off its syntax tree; else None."""
-    call = ast.parse(code, mode="eval").body
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "movedim" and not call.keywords and len(call.args) == 2
-            and all(isinstance(a, (ast.Constant, ast.UnaryOp)) for a in call.args)
-            and [ast.literal_eval(a) for a in call.args] == [1, -1]):
-        return None
-    return code[: call.func.end_col_offset - len(".movedim")]
