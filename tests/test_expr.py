@@ -50,6 +50,11 @@ def test_a_long_sum_renders_and_evaluates_without_recursion():
     assert e.render().count("+") == 5000 and e.value({"d": 1}) == 5001
 
 
+def test_a_size_is_built_of_expressions_not_text():
+    with pytest.raises(TypeError):
+        Dim(0, ("cfg.d",))
+
+
 def test_a_spec_s_constant_expression_keeps_its_text_and_owns_its_names():
     assert parse_sym("d_model") == CfgField("d_model")
     s = parse_sym("2e3 * d + x_1")

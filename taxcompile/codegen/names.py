@@ -60,6 +60,10 @@ class Dim:
     const: int = 0
     terms: tuple[Expr, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not all(isinstance(t, Expr) for t in self.terms):  # text is rendered once, at the end
+            raise TypeError(f"a size's terms are expr.Expr values: {self.terms!r}")
+
     def __add__(self, o: "Dim") -> "Dim":
         return Dim(self.const + o.const, self.terms + o.terms)
 
