@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 CFG, SELF, BARE = "cfg", "self", ""
 
-ATOM = 4  # the precedence of names, calls, parenthesised and non-negative numbers
+ATOM = 4  # the precedence of names, groupings and non-negative numbers
 UNARY = 3
 PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2, "%": 2}
 ASSOCIATIVE = ("+", "*")  # a op (b op c) reads a op b op c
@@ -51,19 +51,19 @@ class Expr:
 class Const(Expr):
     """A number (``None``: an axis whose length is not known, written as Python's None)."""
 
-    value_: int | float | None
+    number: int | float | None
 
     @property
     def prec(self) -> int:  # type: ignore[override]
-        return UNARY if isinstance(self.value_, (int, float)) and self.value_ < 0 else ATOM
+        return UNARY if isinstance(self.number, (int, float)) and self.number < 0 else ATOM
 
     def render(self, owner: str = CFG) -> str:
-        return repr(self.value_)
+        return repr(self.number)
 
     def value(self, env: Env) -> int | float:
-        if self.value_ is None:
+        if self.number is None:
             raise ValueError("an unknown length has no value")
-        return self.value_
+        return self.number
 
 
 @dataclass(frozen=True)
@@ -203,9 +203,9 @@ def parse_sym(text: str) -> Expr:
 
 
 def evaluate(text: str, env: dict[str, int | float], owner: str = "cfg") -> int | float:
-    """The value of a size expression the generator wrote (numbers, ``cfg.NAME`` or another
-    ``owner``'s fields, + - * / // and parentheses), for checking ``Config.tiny()``; anything
-    else is refused."""
+    """The value of size code over ``owner``'s fields (numbers, ``cfg.NAME``, + - * / // and
+    parentheses; anything else is refused), for checking ``Config.tiny()``: a ``Sym``, and
+    the heads the attention planner passes as code (``Planner.sym``)."""
     ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv}
 
