@@ -24,14 +24,24 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def build(commands: dict[str, Callable[[argparse.Namespace], int]],
-          version: str) -> argparse.ArgumentParser:
+Commands = dict[str, Callable[[argparse.Namespace], int]]
+
+
+def build(commands: Commands, version: str) -> argparse.ArgumentParser:
     """The parser of ``taxcompile``; ``commands``: each subcommand's function (cli.py)."""
     p = _Parser(prog="taxcompile", description="Build and classify attention models with the "
                 "taxonomy of Brauwers & Frasincar.")
     p.add_argument("--version", action="version", version=f"taxcompile {version}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+    _reading_commands(sub, commands)
+    _writing_commands(sub, commands)
+    _training_commands(sub, commands)
+    return p
+
+
+def _reading_commands(sub, commands: Commands) -> None:
+    """The front end's commands: they read specs and print what they find."""
     s = sub.add_parser("check", help="parse and check specs",
                        description="Parse and check .attn specs; print every error.")
     s.add_argument("files", nargs="+", metavar="FILE")
@@ -77,6 +87,10 @@ def build(commands: dict[str, Callable[[argparse.Namespace], int]],
                    help="OUT.svg, OUT.png, OUT.pdf or OUT.dot (default: FILE's name as .svg)")
     s.set_defaults(func=commands["diagram"])
 
+
+def _writing_commands(sub, commands: Commands) -> None:
+    """The commands that write files: the report, generated code, formatted and new specs,
+    a JSON Schema."""
     s = sub.add_parser("report", help="write a static HTML report",
                        description="Write a static HTML site: Table III with every cell "
                        "linked to its rationale, and one page per paper with its diagram, "
@@ -126,6 +140,10 @@ def build(commands: dict[str, Callable[[argparse.Namespace], int]],
     s.add_argument("name", metavar="NAME", help="classify or study")
     s.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead")
     s.set_defaults(func=commands["schema"])
+
+
+def _training_commands(sub, commands: Commands) -> None:
+    """``train``, and ``study`` listed in --help."""
     s = sub.add_parser("train", help="train a model of a spec into a checkpoint",
                        description="Build a model of the spec (Config.tiny() unless --full) "
                        "and train it with AdamW, warm-up and cosine decay on its synthetic "
@@ -140,7 +158,6 @@ def build(commands: dict[str, Callable[[argparse.Namespace], int]],
     # the word, so this entry only lists it in --help
     sub.add_parser("study", help="train every mechanism on tasks with gold, report effects "
                    "per dimension (`taxcompile study run|report --help`)", add_help=False)
-    return p
 
 
 def expand(paths: list[str]) -> list[tuple[Path, bool]]:

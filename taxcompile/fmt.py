@@ -1,4 +1,5 @@
-"""``taxcompile fmt`` and ``taxcompile new``: print a spec in one canonical style.
+"""``taxcompile fmt``: print a spec in one canonical style (``starter.py`` writes the spec
+``taxcompile new`` starts from, in this style).
 
 The spec is parsed (syntax errors propagate as ``SpecError``) and its syntax tree is
 printed back; comments are scanned with the grammar's own lexer and re-attached.
@@ -48,6 +49,7 @@ from lark import v_args
 
 from . import ast, parser
 from .astbuilder import AstBuilder
+from .starter import starter  # noqa: F401  (``fmt.starter``: the CLI's and tests' name)
 
 WIDTH = 100
 INDENT = "    "
@@ -462,55 +464,3 @@ def format_text(text: str, file: str = "<string>") -> str:
     units = [printer.unit(item, 0) for item in module.items]
     tail = printer.attach(units, list(lark.lex(src, dont_ignore=True)))
     return printer.render(tail, units)
-
-
-_STARTER = '''\
-# {name}: a starter spec (edit me). The language is described in docs/language.md;
-# its words (feature model, query, attention module, score, alignment) are those of
-# the survey by Brauwers & Frasincar. Check it with `taxcompile check {name}.attn`,
-# keep it tidy with `taxcompile fmt {name}.attn`.
-
-# The paper. `cite` is the label a Table III row uses (required); add `ref = N` (the
-# survey's reference number) and `row = N` (its row in Table III) if it has them.
-paper {name} {{
-    cite  = "Author et al."
-    title = "Title of the paper"
-    year  = 2024
-}}
-
-# Constants: numbers, with + - * / and parentheses.
-let vocab   = 30000  # vocabulary size
-let d       = 256    # embedding and hidden size
-let classes = 2      # output classes
-
-# A model variant: a dataflow graph from the inputs through feature models, query
-# models and attention modules to the output model (the survey's Fig. 1-2). More
-# variants can follow, e.g. `model other : base {{ … }}` to replace statements by name.
-model base {{
-    # An input: the token ids of a sequence of S words.
-    input src: tokens[S] (vocab = vocab)
-
-    # A feature model: embeddings read by a bidirectional LSTM (feature size 2 d).
-    feature h = bilstm(embed(src, d), d)
-
-    # A query model: a learned query vector (a self-attentive query, eq. 34).
-    query u = learned(d)
-
-    # An attention module over the feature vectors h (keys = values = h): an additive
-    # score (eq. 6) and global, softmax alignment (eq. 25). Its name is its context vector.
-    attention att {{
-        query    = u
-        features = h
-        score    = additive(d_w = d, act = tanh)
-        align    = global
-    }}
-
-    # The output model: a classifier over the context vector.
-    output label = classify(att, classes)
-}}
-'''
-
-
-def starter(name: str) -> str:
-    """A small, commented, valid spec named ``name`` in canonical format."""
-    return _STARTER.format(name=name)

@@ -188,29 +188,8 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
                          cells={d: [(val, v.cells[d].values[val]) for val in v.cells[d].labels(d)]
                                 for d in DIMENSIONS})
                     for v in row.variants]
-        code = []
-        for cm in page.checked.models:
-            name = codegen.output_name(page.checked, cm)
-            src = codegen.generate(page.checked, cm, codegen.source_name(page.file))
-            png, why, trained = None, "", None
-            try:
-                from . import heatmap
-
-                maps, trained = heatmap.weights(src, name[:-3], cm, steps, cache or None)
-                failed = trained.heldout is not None and not trained.learned
-                png = heatmap.png(maps, f"{row.paper.cite}: model {cm.model.name}"
-                                  + (" (did not learn its task)" if failed else ""))
-            except Exception as e:  # the report still shows the code; say why there is no map
-                why = f"no heatmap: {type(e).__name__}: {e}"
-                if why not in notes:
-                    notes.append(why)
-            clock.tick(f"{row.paper.id} {cm.model.name}", trained)
-            if png is not None:
-                files_out[f"papers/{row.paper.id}/{cm.model.name}.png"] = png
-            code.append(dict(model=cm.model.name, file=name, why=why,
-                             png=f"{row.paper.id}/{cm.model.name}.png" if png else None,
-                             trained=None if trained is None else _trained(trained),
-                             html=highlight(src, PythonLexer(), fmt)))
+        code = [_model_code(page, cm, row, steps, cache, fmt, notes, clock, files_out)
+                for cm in page.checked.models]
         home = in_table.get(row.paper.ref) if row.paper.row is None else None
         files_out[f"papers/{row.paper.id}.html"] = env.get_template("paper.html.j2").render(
             p=row.paper, file=visible(page.file), variants=variants, row=row.row(), dims=DIMENSIONS,
@@ -223,6 +202,35 @@ def _build(specs, out: Path, spec_paths: list[Path], spec_dirs: list[Path], trai
     old = check_site_dir(out, spec_paths, list(spec_dirs))  # as it is now, after rendering
     write_site(out, files_out, old)
     return [out / name for name in files_out], notes
+
+
+
+def _model_code(page, cm, row, steps, cache, fmt, notes: list[str], clock,
+                files_out: dict) -> dict:
+    """One model's entry on its paper's page: its generated code, highlighted, and the
+    heatmap of a trained instance's weights (its PNG added to ``files_out``; why there is
+    none added to ``notes``)."""
+    name = codegen.output_name(page.checked, cm)
+    src = codegen.generate(page.checked, cm, codegen.source_name(page.file))
+    png, why, trained = None, "", None
+    try:
+        from . import heatmap
+
+        maps, trained = heatmap.weights(src, name[:-3], cm, steps, cache or None)
+        failed = trained.heldout is not None and not trained.learned
+        png = heatmap.png(maps, f"{row.paper.cite}: model {cm.model.name}"
+                          + (" (did not learn its task)" if failed else ""))
+    except Exception as e:  # the report still shows the code; say why there is no map
+        why = f"no heatmap: {type(e).__name__}: {e}"
+        if why not in notes:
+            notes.append(why)
+    clock.tick(f"{row.paper.id} {cm.model.name}", trained)
+    if png is not None:
+        files_out[f"papers/{row.paper.id}/{cm.model.name}.png"] = png
+    return dict(model=cm.model.name, file=name, why=why,
+                png=f"{row.paper.id}/{cm.model.name}.png" if png else None,
+                trained=None if trained is None else _trained(trained),
+                html=highlight(src, PythonLexer(), fmt))
 
 
 def _trained(t) -> dict:

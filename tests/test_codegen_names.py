@@ -4,7 +4,9 @@ names a line reads or binds, are read off tokens and syntax trees (no text rewri
 
 from __future__ import annotations
 
-from taxcompile.codegen.names import (Dim, Size, assigned, atom, cfg_expr, dim_of, moved_from,
+from taxcompile.codegen.features import channels_first, channels_last
+from taxcompile.codegen.frame import Var
+from taxcompile.codegen.names import (Dim, assigned, atom, cfg_expr, dim_of,
                                       names_in, sym_names)
 
 
@@ -16,7 +18,7 @@ def test_a_size_renders_its_fields_with_the_owner_asked_for():
     both = dim_of(None, "d_model") + Dim(3)
     assert str(both.floordiv(dim_of(None, "heads"))) == "(cfg.d_model + 3) // cfg.heads"
     assert str(Dim(12).floordiv(Dim(4))) == "3" and str(Dim(5).times(Dim(2))) == "10"
-    assert Size.of("(", Size.field("H"), " * 2)").render("self.cfg") == "(self.cfg.H * 2)"
+    assert dim_of(None, "H").times(2).render("self.cfg") == "2 * self.cfg.H"
 
 
 def test_a_sym_s_names_are_its_identifiers_not_a_number_s_exponent():
@@ -39,8 +41,12 @@ def test_names_read_and_bound_ignore_strings_and_attributes():
     assert assigned("x[0] = 1") == [] and assigned("if a == b:") == []
 
 
-def test_a_trailing_channels_last_move_is_undone_only_at_the_top():
-    assert moved_from("F.max_pool2d(h, 2).movedim(1, -1)") == "F.max_pool2d(h, 2)"
-    assert moved_from("(a + b).movedim(1, -1)") == "(a + b)"
-    assert moved_from("x.movedim(1, -1) + y") is None
-    assert moved_from("x.movedim(-1, 1)") is None
+def test_a_grid_op_s_channels_last_result_is_read_channels_first_without_a_move_back():
+    from taxcompile import checks
+    grid = checks.Shape(("H", "W"), 4)
+    pooled = channels_last(Var("F.max_pool2d(h, 2)", grid))
+    assert pooled.name == "F.max_pool2d(h, 2).movedim(1, -1)"
+    assert channels_first(pooled) == "F.max_pool2d(h, 2)"
+    # bound to a local, or any other tensor: its channels are moved first
+    assert channels_first(Var("y", grid)) == "y.movedim(-1, 1)"
+    assert channels_first(Var("a + b", grid)) == "(a + b).movedim(-1, 1)"

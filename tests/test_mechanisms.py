@@ -186,7 +186,8 @@ CHECK_MODULES = sorted(str(p.relative_to(PKG)) for p in (PKG / "check").glob("*.
 @pytest.mark.parametrize("module", ["classification.py", "feature_dimensions.py", "diagrams.py", "fmt.py",
                                     "codegen/classes.py", "codegen/layer.py",
                                     "codegen/attention.py", "codegen/decoder.py", "train.py",
-                                    "combinations.py", "checks.py", "module_checks.py",
+                                    "combinations.py", "combination_space.py", "checks.py",
+                                    "module_checks.py",
                                     "codegen/generate.py", "study/models.py",
                                     "study/evaluate.py", *CHECK_MODULES, *LOWERING])
 def test_front_end_modules_test_no_mechanism_name(module):

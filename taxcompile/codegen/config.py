@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from .names import NAME, cfg_expr, evaluate, sym_names
+from .expr import evaluate, parse_sym
+from .names import NAME, Dim, sym_names
 from .plan import ConfigField, ConfigPlan, ConfigProperty
 
 ROLE_COMMENT = {"heads": "attention heads (eq. 38)", "vocab": "vocabulary size",
@@ -35,7 +36,7 @@ def plan_config(p) -> ConfigPlan:
             continue
         typ = "int" if isinstance(v, int) else "float"
         if syms.get(name):
-            props.append(ConfigProperty(name, typ, cfg_expr(syms[name], "self")))
+            props.append(ConfigProperty(name, typ, parse_sym(syms[name])))
             continue
         role = roles.get(name, "dim")
         fields.append(ConfigField(name, typ, repr(v), ROLE_COMMENT.get(role, "")))
@@ -161,10 +162,10 @@ def consistent_tiny(p, fields, props, tiny: dict[str, int], roles) -> dict[str, 
         env = dict(values)
         try:
             for prop in props:  # derived constants, in definition order
-                env[prop.name] = evaluate(prop.expr, env, "self")
-            return all(evaluate(str(a), env) == evaluate(str(b), env) for a, b in p.equal) \
-                and all(evaluate(str(d), env) % evaluate(h, env) == 0 for d, h in p.divides
-                        if str(d) and h)
+                env[prop.name] = prop.expr.value(env)
+            return all(a.expr().value(env) == b.expr().value(env) for a, b in p.equal) \
+                and all(d.expr().value(env) % size_value(h, env) == 0 for d, h in p.divides
+                        if h)
         except (ValueError, KeyError, ZeroDivisionError):
             return False
 
@@ -175,6 +176,14 @@ def consistent_tiny(p, fields, props, tiny: dict[str, int], roles) -> dict[str, 
         if ok(default | prop):
             return prop
     return {}
+
+
+def size_value(x: "Dim | int | str", env: dict) -> int | float:
+    """A divisor's value: a size, a literal, or the heads as code over ``cfg`` (the
+    attention planner passes ``p.sym``'s text)."""
+    if isinstance(x, Dim):
+        return x.expr().value(env)
+    return x if isinstance(x, int) else evaluate(x, env)
 
 
 def constant_roles(m: ir.Model) -> dict[str, str]:

@@ -60,6 +60,35 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
     carried = list(dict.fromkeys(
         [r for y in order for r, how in checks.links(p.m.node(y)) if how == "prev"] + late +
         ([] if now else [fed_id])))
+    _initial_values(p, n, op, order, carried, want)
+    if own:
+        recurrence.start(p, n, op, mask)
+    generate.loop_resume(p, n, [p.step.prev[c] for c in carried] + list(p.step.cov.values()))
+    steps = f.locals.new("steps")
+    f.emit(f"{steps} = {{}}", "node -> its value at every step")
+    p.step.loop_at = len(f.body)  # where statements that run once, before the loop, go
+    f.emit(f"for t in range({seq}.shape[{pos}]):", f"one decoder step per position of {axis}")
+    f.indent += 1
+    for node_id in order:
+        nd = p.m.node(node_id)
+        if isinstance(nd, ir.Attention):
+            recurrence.keys(p, node_id)
+            plan_attention(p, nd)
+            recurrence.cells(p, node_id)
+        else:
+            p.node(nd)
+            recurrence.remember(p, node_id, p.step.state)
+    kept = _record_step(p, steps, order, late, carried)
+    f.indent -= 1
+    _gather_steps(p, n, steps, kept, late)
+    return order
+
+
+def _initial_values(p, n: ir.Node, op: ir.Op, order: list[str], carried: list[str],
+                    want: str) -> None:
+    """Before the loop: the decoder's state, what each step reads of the one before
+    (``prev``, the fed node), the coverage of modules that keep one."""
+    f, own, dims, seq = p.frame, bool(op.param("state")), p.step.dims, p.step.seq
     state = p.step.state = f.locals.new(want + "_state")
     init, top = initial_state(p, n, op)
     if not own:  # (with `state` each step starts from the attention's context)
@@ -79,23 +108,13 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
             covs[node_id] = f.locals.new(p.want(p.m.node(node_id)) + "_cov")
             f.emit(f"{covs[node_id]} = None", f"`{p.m.node(node_id).name}`'s coverage c^0 = 0 "
                    "(See et al. eq. 10)")
-    if own:
-        recurrence.start(p, n, op, mask)
-    generate.loop_resume(p, n, [p.step.prev[c] for c in carried] + list(covs.values()))
-    steps = f.locals.new("steps")
-    f.emit(f"{steps} = {{}}", "node -> its value at every step")
-    p.step.loop_at = len(f.body)  # where statements that run once, before the loop, go
-    f.emit(f"for t in range({seq}.shape[{pos}]):", f"one decoder step per position of {axis}")
-    f.indent += 1
-    for node_id in order:
-        nd = p.m.node(node_id)
-        if isinstance(nd, ir.Attention):
-            recurrence.keys(p, node_id)
-            plan_attention(p, nd)
-            recurrence.cells(p, node_id)
-        else:
-            p.node(nd)
-            recurrence.remember(p, node_id, p.step.state)
+
+
+def _record_step(p, steps: str, order: list[str], late: list[str],
+                 carried: list[str]) -> list[str]:
+    """At the end of a step: keep what the next step reads and what is read after the loop
+    (returned: the nodes whose every step is kept)."""
+    f, pos, region = p.frame, p.step.pos, p.step.region
     for c in late:
         f.emit(f"{steps}.setdefault({step_key('prev', repr(c))}, []).append("
                f"{p.step.prev[c]}.unsqueeze({pos}))")
@@ -113,7 +132,13 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
     for nd, a, _ in p.step.penalty:  # every step's weights (heads), for a penalty
         f.emit(f"{steps}.setdefault({step_key('penalty', p.key_code(nd))}, []).append({a})")
-    f.indent -= 1
+    return kept
+
+
+def _gather_steps(p, n: ir.Node, steps: str, kept: list[str], late: list[str]) -> None:
+    """After the loop: every step's values joined along the axis, the attention weights,
+    log-probabilities and penalties over all steps; planning leaves the step."""
+    f, pos, dims, x = p.frame, p.step.pos, p.step.dims, p.step.x
     for node_id in kept:
         v = f.vars[node_id]
         name = f.locals.new(ident(node_id))
@@ -142,7 +167,6 @@ def decoder_loop(p, n: ir.Node, op: ir.Op, fed_id: str) -> list[str]:
         d = nd.disagreement  # the values V^h are the same at every step: the last step's
         w = f"{w}[-1]" if d is not None and d.on == "subspace" else f"torch.cat({w}, -2)"
         emit_penalty(p, nd, w, p.mask_arg(x), kmask)
-    return order
 
 
 def initial_state(p, n: ir.Node, op: ir.Op) -> tuple[str, str | None]:

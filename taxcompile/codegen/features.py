@@ -9,7 +9,7 @@ from ..ops import plan_rule
 from .acts import act_call, widened
 from . import kv_width
 from .frame import Var
-from .names import Dim, atom, is_name, moved_from
+from .names import Dim, atom, is_name
 
 
 def same(x: Var, code: str) -> Var:
@@ -204,7 +204,7 @@ def activation(p, e, a, n):
 def maxout(p, e, a, n):
     """The max over each run of k consecutive features: d -> d / k (Goodfellow et al.)."""
     x, k = a[0], int(e.param("k"))
-    p.divides.append((x.dim, str(k)))
+    p.divides.append((x.dim, k))
     size = x.shape.dim // k
     dim = x.dim.floordiv(k)
     return resized(x, act_call(ir.Act(fn="maxout", params=e.params), x.name), size, dim)
@@ -284,16 +284,21 @@ def resize(p, e, a, n):
     x, like = a
     if not like.shape.axes:
         return x
-    code = (f"F.interpolate({atom(x.name)}.movedim(-1, 1), size={atom(like.name)}.shape[1:-1], "
-            f"mode=\"nearest\").movedim(1, -1)")
-    return Var(code, checks.Shape(like.shape.axes, x.shape.dim), like.mask, x.dim, like.mask_code)
+    first = (f"F.interpolate({atom(x.name)}.movedim(-1, 1), size={atom(like.name)}.shape[1:-1], "
+             f"mode=\"nearest\")")
+    return channels_last(Var(first, checks.Shape(like.shape.axes, x.shape.dim), like.mask, x.dim,
+                             like.mask_code))
 
 
-def channels_first(code: str) -> str:
-    """A grid (B, H, W, C) as torch's images (B, C, H, W); undoes a trailing
-    ``.movedim(1, -1)`` (the previous grid op's) rather than adding a second move."""
-    moved = moved_from(code)
-    return moved if moved is not None else f"{atom(code)}.movedim(-1, 1)"
+def channels_first(x: Var) -> str:
+    """A grid (B, H, W, C) as torch's images (B, C, H, W): the previous grid op's result
+    before it moved the channels last, else x with its channels moved first."""
+    return x.first if x.first is not None else f"{atom(x.name)}.movedim(-1, 1)"
+
+
+def channels_last(v: Var) -> Var:
+    """v, a grid op's result (B, C, H, W), with the channels last; ``first`` keeps v."""
+    return Var(f"{v.name}.movedim(1, -1)", v.shape, v.mask, v.dim, v.mask_code, first=v.name)
 
 
 def grid_shape(p, x: Var, up: int, down: int, d: int | None) -> checks.Shape:
@@ -312,7 +317,7 @@ def conv2d(p, e, a, n):
     mod = p.module(n, p.suffix(n, "conv", e),
                    f"nn.Conv2d({x.dim}, {d}, kernel_size={k}, padding={pad})")
     shape = grid_shape(p, x, 1, s, e.param("d"))
-    y = p.tmp(f"{mod}({channels_first(x.name)}).movedim(1, -1)", "y",
+    y = p.tmp(f"{mod}({channels_first(x)}).movedim(1, -1)", "y",
               p.shape(shape, dim=d) + ": convolve over " + ", ".join(x.shape.axes))
     return Var(act_call(e.param("act"), y), shape, None, d)
 
@@ -320,17 +325,17 @@ def conv2d(p, e, a, n):
 @plan_rule("maxpool")
 def maxpool(p, e, a, n):
     x, f = a[0], int(e.param("factor"))
-    return Var(f"F.max_pool2d({channels_first(x.name)}, {f}).movedim(1, -1)",
-               grid_shape(p, x, 1, f, x.shape.dim), None, x.dim)
+    return channels_last(Var(f"F.max_pool2d({channels_first(x)}, {f})",
+                             grid_shape(p, x, 1, f, x.shape.dim), None, x.dim))
 
 
 @plan_rule("upsample")
 def upsample(p, e, a, n):
     x, f = a[0], int(e.param("factor"))
     mode = e.param("mode", "bilinear")
-    return Var(f"F.interpolate({channels_first(x.name)}, scale_factor={f}, "
-               f"mode=\"{mode}\").movedim(1, -1)",
-               grid_shape(p, x, f, 1, x.shape.dim), None, x.dim)
+    return channels_last(Var(f"F.interpolate({channels_first(x)}, scale_factor={f}, "
+                             f"mode=\"{mode}\")", grid_shape(p, x, f, 1, x.shape.dim), None,
+                             x.dim))
 
 
 @plan_rule("learned")

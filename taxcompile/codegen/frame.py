@@ -23,6 +23,9 @@ class Var:
     mask: str | None = None  # input id whose mask covers this tensor's positions
     dim: Dim = field(default_factory=Dim)
     mask_code: tuple[str, str] | None = None  # (mask argument, transform) when not plain
+    # a grid op's channels-last result ``X.movedim(1, -1)``: X, channels first (the next grid
+    # op reads X instead of moving the channels back)
+    first: str | None = None
 
 
 class Owner:

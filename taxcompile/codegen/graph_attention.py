@@ -67,7 +67,7 @@ def plan_graph_attention(p, n: ir.Attention) -> None:
     q = p.expr(n.query, n) if n.query != n.keys else k
     heads = p.sym(n, "heads", n.heads)
     if n.heads > 1:
-        p.divides.extend((d.dim, heads) for d in (q, k, v))
+        p.divides.extend((d.dim, p.size(n, "heads", n.heads)) for d in (q, k, v))
     cls = graph_class(p, n)
     ctor = [f"d_q={q.dim}", f"d_k={k.dim}", f"d_v={v.dim}", f"heads={heads}"]
     if n.self_loops:

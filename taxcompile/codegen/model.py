@@ -11,7 +11,8 @@ from .config import MASK_KINDS, data_inputs, fixed  # noqa: F401  (read here and
 from .loss import plan_loss
 from .contexts import describe
 from .frame import MASKABLE
-from .names import Dim, Size, mentions, safe_text
+from .expr import BinOp, CfgField, Const
+from .names import Dim, mentions, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
 
 
@@ -43,7 +44,7 @@ def input_dim(p, inp: ir.Input, axis: str) -> Dim:
     if dict(inp.sym).get("size:" + axis):
         return p.size(inp, "size:" + axis, size)
     p.axis_fields.setdefault(axis, size)
-    return Dim(0, (Size.field(axis),))
+    return Dim(0, (CfgField(axis),))
 
 
 def axis_size(p, axis: str) -> Dim:
@@ -54,13 +55,14 @@ def axis_size(p, axis: str) -> Dim:
             return input_dim(p, inp, axis)
     if "*" in axis:
         a, b = axis.split("*", 1)
-        return Dim(0, (Size.of(axis_size(p, a), " * ", axis_size(p, b)),))
+        return Dim(0, (BinOp("*", axis_size(p, a).expr(), axis_size(p, b).expr()),))
     if axis in p.cm.scaled:  # resampled by a grid operator: H/2 -> cfg.H // 2
         base, num, den = p.cm.scaled[axis]
-        return Dim(0, (Size.of(axis_size(p, base), f" * {num}" if num > 1 else "",
-                               f" // {den}" if den > 1 else ""),))
+        size = axis_size(p, base).expr()
+        size = BinOp("*", size, Const(num)) if num > 1 else size
+        return Dim(0, (BinOp("//", size, Const(den)) if den > 1 else size,))
     size = p.cm.sizes[axis]
-    return Dim(size) if isinstance(size, int) else Dim(0, (Size.of(repr(size)),))
+    return Dim(size) if isinstance(size, int) else Dim(0, (Const(size),))
 
 
 def axis_length(m: ir.Model, axis: str) -> str:

@@ -7,12 +7,12 @@ import ast
 import builtins
 import io
 import keyword
-import operator
 import re
 import tokenize
 from dataclasses import dataclass
 
 from .. import reserved
+from .expr import BARE, CFG, BinOp, CfgField, Const, Expr, Paren, Sym, parse_sym
 
 # Local names the generated forward() uses for itself (inputs may not take them either): the
 # file's helpers, classes and imports, the builtins it calls, forward()'s and generate()'s
@@ -42,88 +42,41 @@ def safe_text(text: str) -> str:
     return out.replace("'''", "")[:200]
 
 
-def sym_parts(text: str) -> list[tuple[bool, str]]:
-    """A ``lower.sym`` expression (checked identifiers, numbers, operators and parentheses)
-    as (is a Config field, text) runs: the fields are prefixed when the size is rendered."""
-    parts: list[tuple[bool, str]] = []
-    i = 0
-    while i < len(text):
-        j = i + 1
-        if text[i].isalpha() or text[i] == "_":
-            while j < len(text) and (text[j].isalnum() or text[j] == "_"):
-                j += 1
-            parts.append((True, text[i:j]))
-        else:  # a number's digits stay with it: `2e3`, `1_000` are not names
-            while j < len(text) and not ((text[j].isalpha() or text[j] == "_")
-                                         and not text[j - 1].isalnum()
-                                         and text[j - 1] not in "._"):
-                j += 1
-            parts.append((False, text[i:j]))
-        i = j
-    return parts
-
-
 def cfg_expr(text: str, owner: str = "cfg") -> str:
     """``d_model // heads`` -> ``cfg.d_model // cfg.heads`` (``self.d_model // self.heads`` in
     a Config property: the owner is chosen where the size is rendered)."""
-    return "".join(f"{owner}.{t}" if field else t for field, t in sym_parts(text))
+    return parse_sym(text).render(owner)
 
 
 def sym_names(text: str) -> list[str]:
     """The constants a ``lower.sym`` expression names."""
-    return [t for field, t in sym_parts(text) if field]
-
-
-@dataclass(frozen=True)
-class Size:
-    """A size expression over Config fields: runs of (is a field, text). Which object holds
-    the fields is chosen when it is rendered: ``cfg.d_model`` in forward(), ``self.d_model``
-    in a Config property, ``d_model`` in a shape comment."""
-
-    parts: tuple[tuple[bool, str], ...]
-
-    @staticmethod
-    def of(*pieces: "str | Size | Dim") -> "Size":
-        """Pieces joined: text (numbers, operators, parentheses) and sizes."""
-        parts: list[tuple[bool, str]] = []
-        for x in pieces:
-            parts += [(False, x)] if isinstance(x, str) else x.size().parts
-        return Size(tuple(parts))
-
-    @staticmethod
-    def field(name: str) -> "Size":
-        return Size(((True, name),))
-
-    def size(self) -> "Size":
-        return self
-
-    def render(self, owner: str = "cfg") -> str:
-        return "".join(f"{owner}.{t}" if is_field and owner else t for is_field, t in self.parts)
-
-    def __str__(self) -> str:
-        return self.render()
+    return list(parse_sym(text).fields())
 
 
 @dataclass(frozen=True)
 class Dim:
-    """A feature size: a literal plus symbolic terms over Config fields."""
+    """A feature size: a literal plus symbolic terms over Config fields (``expr.Expr``)."""
 
     const: int = 0
-    terms: tuple[Size, ...] = ()
+    terms: tuple[Expr, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not all(isinstance(t, Expr) for t in self.terms):  # text is rendered once, at the end
+            raise TypeError(f"a size's terms are expr.Expr values: {self.terms!r}")
 
     def __add__(self, o: "Dim") -> "Dim":
         return Dim(self.const + o.const, self.terms + o.terms)
 
-    def size(self) -> Size:
+    def expr(self) -> Expr:
         """The sum as one expression."""
-        pieces: list = []
-        for t in self.terms + ((Size.of(str(self.const)),) if self.const or not self.terms
-                               else ()):
-            pieces += [" + ", t] if pieces else [t]
-        return Size.of(*pieces)
+        out: Expr | None = None
+        for t in self.terms + ((Const(self.const),) if self.const or not self.terms else ()):
+            out = t if out is None else BinOp("+", out, t)
+        assert out is not None
+        return out
 
-    def render(self, owner: str = "cfg") -> str:
-        return self.size().render(owner)
+    def render(self, owner: str = CFG) -> str:
+        return self.expr().render(owner)
 
     def __str__(self) -> str:
         return self.render()
@@ -137,8 +90,8 @@ class Dim:
             n = n.const
         if not self.terms and isinstance(n, int):
             return Dim(self.const * n)
-        return Dim(0, (Size.of(str(n) if isinstance(n, int) else n,
-                               *((" * (", self, ")") if self.compound() else (" * ", self))),))
+        me = Paren(self.expr()) if self.compound() else self.expr()
+        return Dim(0, (BinOp("*", Const(n) if isinstance(n, int) else n.expr(), me),))
 
     def floordiv(self, k: "int | Dim") -> "Dim":
         """self // k (k a literal or a Config expression)."""
@@ -146,50 +99,42 @@ class Dim:
             k = k.const
         if not self.terms and isinstance(k, int):
             return Dim(self.const // k)
-        return Dim(0, (Size.of("(", self, ") // ", str(k) if isinstance(k, int) else k),))
+        return Dim(0, (BinOp("//", Paren(self.expr()),
+                             Const(k) if isinstance(k, int) else k.expr()),))
+
+    def divided(self, n: int) -> "Dim":
+        """self / n where n divides it: ``3 * cfg.d`` / 3 is ``cfg.d``, else ``self // n``."""
+        if not self.terms:
+            return Dim(self.const // n)
+        e = self.expr()
+        f = _times_field(e.inner if isinstance(e, Paren) else e, n)
+        if f is not None:
+            return Dim(0, (f,))
+        return Dim(0, (BinOp("//", e if len(self.terms) == 1 and not self.const else Paren(e),
+                             Const(n)),))
 
     def shown(self) -> str:
         """The size in a shape comment: ``cfg.d_model`` reads ``d_model``."""
-        return self.render("")
+        return self.render(BARE)
+
+
+def _times_field(e: Expr, n: int) -> CfgField | None:
+    """F when ``e`` is ``n * F`` for a Config field F (built by ``times`` or written so in
+    the spec), else None."""
+    if isinstance(e, BinOp) and e.op == "*" and e.left == Const(n) and \
+            isinstance(e.right, CfgField):
+        return e.right
+    if isinstance(e, Sym) and len(e.parts) == 2 and e.parts[0] == (False, f"{n} * ") and \
+            e.parts[1][0]:
+        return CfgField(e.parts[1][1])
+    return None
 
 
 def dim_of(value: int | None, sym: str | None) -> Dim:
     if sym:
-        parts = sym_parts(sym)
-        size = Size(tuple(parts))
-        return Dim(0, (size if len(parts) == 1 and parts[0][0] else Size.of("(", size, ")"),))
+        e = parse_sym(sym)
+        return Dim(0, (e if isinstance(e, CfgField) else Paren(e),))
     return Dim(int(value or 0))
-
-
-def evaluate(text: str, env: dict[str, int | float], owner: str = "cfg") -> int | float:
-    """The value of a size expression the generator wrote (numbers, ``cfg.NAME`` or another
-    ``owner``'s fields, + - * / // and parentheses), for checking ``Config.tiny()``; anything
-    else is refused."""
-    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv}
-
-    def go(node):
-        if isinstance(node, ast.Expression):
-            return go(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id == owner:
-            return env[node.attr]
-        if isinstance(node, ast.BinOp) and type(node.op) in ops:
-            spine = []  # down the left side without recursion: `a + 1 + 1 + …` is flat
-            while isinstance(node, ast.BinOp) and type(node.op) in ops:
-                spine.append(node)
-                node = node.left
-            v = go(node)
-            for b in reversed(spine):
-                v = ops[type(b.op)](v, go(b.right))
-            return v
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -go(node.operand)
-        raise ValueError(f"not a size expression: {text}")
-
-    return go(ast.parse(text, mode="eval"))
 
 
 class Names:
@@ -272,15 +217,3 @@ def atom(code: str) -> str:
     """Parenthesise an expression before calling a method on it or using it as an operand
     (anything that is not an atom: an operator, a sign, a conditional, a tuple)."""
     return code if is_atom(code) else f"({code})"
-
-
-def moved_from(code: str) -> str | None:
-    """``X`` when ``code`` is ``X.movedim(1, -1)`` (a grid op's channels-last result), read
-    off its syntax tree; else None."""
-    call = ast.parse(code, mode="eval").body
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "movedim" and not call.keywords and len(call.args) == 2
-            and all(isinstance(a, (ast.Constant, ast.UnaryOp)) for a in call.args)
-            and [ast.literal_eval(a) for a in call.args] == [1, -1]):
-        return None
-    return code[: call.func.end_col_offset - len(".movedim")]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .expr import Expr
+
 
 @dataclass(frozen=True)
 class ConfigField:
@@ -23,7 +25,7 @@ class ConfigProperty:
 
     name: str
     type: str
-    expr: str  # over ``self.FIELD``
+    expr: Expr  # rendered over ``self.FIELD``
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class LossPlan:
     kind: str = "classes"  # classes | positions (a pointer: one score per position) | binary
     others: tuple = ()  # the other logits outputs (LossPlan), summed: `target` is a dict
     sampled: bool = False  # hard / reinforced alignment: REINFORCE on Output.log_probs
+    positions: str = ""  # a crf output: the shape of its tag sequences, ``(B, L)``
 
 
 @dataclass(frozen=True)

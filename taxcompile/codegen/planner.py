@@ -17,6 +17,7 @@ import networkx as nx
 from .. import checks, graph, ir, ops, reserved
 from . import (attention, decoder, features, generate, kit, model, positions,  # noqa: F401
                repeat, ties, values)
+from .expr import Expr
 from .frame import MASKABLE, Frame, Owner, Step, Var
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
@@ -47,7 +48,7 @@ class Planner:
         # what the Config needs
         self.used_cfg: set[str] = set()
         self.equal: list[tuple[Dim, Dim]] = []  # sizes the code needs equal (Config.tiny())
-        self.divides: list[tuple[Dim, str]] = []  # (size, heads): heads must divide the size
+        self.divides: list[tuple[Dim, Dim | int | str]] = []  # (size, k): k must divide the size
         self.axis_fields: dict[str, int] = {}  # fixed axes that are Config fields -> size
         self.need_max_len = False
         self.max_len_axes: set[str] = set()  # axes read by a learned position table
@@ -66,7 +67,7 @@ class Planner:
         self.frame = Frame(Owner("Model"), self.reserved)
         self.prev_seqs: dict[str, Var] = {}  # x -> prev(x) at every step, after its loop
         self.tie_ops: dict[int, ir.Op] = {}
-        self.input_ties: dict[str, str] = {}  # input -> the axis length its features are
+        self.input_ties: dict[str, Expr] = {}  # input -> the axis length its features are
         self.ties = ties.literal_ties(self)  # sizes written as an axis's Config field
 
     # ---- symbols ------------------------------------------------------------------
@@ -86,8 +87,7 @@ class Planner:
         """A value the spec may give as a Config expression, as code over ``owner``'s
         fields (``cfg.vocab``; ``self.cfg.vocab`` in a method of Model), else its literal."""
         if key == "dim" and isinstance(obj, ir.Input) and obj.id in self.input_ties:
-            code = self.input_ties[obj.id]  # features tied to an axis length (ties.py)
-            return code.replace("cfg.", owner + ".")
+            return self.input_ties[obj.id].render(owner)  # tied to an axis length (ties.py)
         s = dict(getattr(obj, "sym", ())).get(key)
         if s:
             self.use_sym(s)

@@ -180,28 +180,8 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     p.frame = inner  # (no decoder step here: loop_plan refuses hops with `feed`)
     plan_scope(p, hops[1], depth + 1)
     p.frame, p.read_outside = outer, enclosing
-    body = list(inner.body)
-    codes = [s.code for s in body]
-    uses = lambda word: mentions(codes, word)  # noqa: E731
-    head = []
-    if uses("B"):
-        tensor = params[0] if params else next(iter(inner.free.values()))
-        head.append(Stmt(f"B = {tensor}.shape[0]"))
-    if uses("cfg"):
-        head.append(Stmt("cfg = self.cfg"))
-    ret = [inner.vars[x].name for x in outs]
-    body = head + body + [Stmt(f"return {', '.join(ret)}" if ret else "return None")]
-    sig = params + list(inner.free.values())
-    sig += [f"{r}: {RECORD_TYPES.get(r, 'dict')}" for r in sorted(inner.records)]
-    if inner.records:
-        sig.append("at: str = \"\"")
-    if uses("return_attention"):
-        sig.append("return_attention: bool = False")
-    doc = (f"One hop of `{path}` (eq. 41-42): "
-           f"{', '.join(sorted({p.m.node(x).name for x in hops[1]}))}.",)
-    p.blocks.append(ModuleClass(cls, doc, tuple(inner.owner.subs), tuple(sig),
-                                "tuple" if len(ret) > 1 else "torch.Tensor", tuple(body),
-                                keeps_cfg=uses("cfg")))
+    _block_class(p, inner, cls, params, outs, path, hops[1])
+    uses = lambda word: mentions([s.code for s in inner.body], word)  # noqa: E731
     # the caller: one instance per hop, or one shared by every hop
     count = str(N)
     lists = {rel(p, x, depth) for k, ids in hops.items() if k < N for x in ids if x in read}
@@ -245,7 +225,43 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     for r, lst in hop_lists.items():
         p.frame.emit(f"{lst}.append({results[outs.index(first[r])]})")
     p.frame.indent -= 1
-    # after the loop: the last hop's values are the loop's results
+    _last_hop(p, hops, depth, inner, outs, results, hop_lists)
+    p.emitted.update(members)
+
+
+def _block_class(p, inner: Frame, cls: str, params: list[str], outs: list[str], path: str,
+                 first_hop: list[str]) -> None:
+    """The Block class of a repeat's body: its forward() planned in ``inner``, returning
+    ``outs``."""
+    body = list(inner.body)
+    codes = [s.code for s in body]
+    uses = lambda word: mentions(codes, word)  # noqa: E731
+    head = []
+    if uses("B"):
+        tensor = params[0] if params else next(iter(inner.free.values()))
+        head.append(Stmt(f"B = {tensor}.shape[0]"))
+    if uses("cfg"):
+        head.append(Stmt("cfg = self.cfg"))
+    ret = [inner.vars[x].name for x in outs]
+    body = head + body + [Stmt(f"return {', '.join(ret)}" if ret else "return None")]
+    sig = params + list(inner.free.values())
+    sig += [f"{r}: {RECORD_TYPES.get(r, 'dict')}" for r in sorted(inner.records)]
+    if inner.records:
+        sig.append("at: str = \"\"")
+    if uses("return_attention"):
+        sig.append("return_attention: bool = False")
+    doc = (f"One hop of `{path}` (eq. 41-42): "
+           f"{', '.join(sorted({p.m.node(x).name for x in first_hop}))}.",)
+    p.blocks.append(ModuleClass(cls, doc, tuple(inner.owner.subs), tuple(sig),
+                                "tuple" if len(ret) > 1 else "torch.Tensor", tuple(body),
+                                keeps_cfg=uses("cfg")))
+
+
+def _last_hop(p, hops: dict[int, list[str]], depth: int, inner: Frame, outs: list[str],
+              results: list[str], hop_lists: dict) -> None:
+    """After the loop: the last hop's values are the loop's results; an earlier hop's value
+    read after the loop is its item of the list the loop filled."""
+    outer, N = p.frame, len(hops)
     last = {rel(p, x, depth): x for x in hops[N]}
     for x, res in zip(outs, results):
         r = rel(p, x, depth)
@@ -256,4 +272,3 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
                 xk = {rel(p, y, depth): y for y in hops[k]}[r]
                 outer.vars[xk] = Var(f"{hop_lists[r]}[{k - 1}]", v.shape, v.mask, v.dim,
                                      v.mask_code)
-    p.emitted.update(members)

@@ -64,10 +64,10 @@ def plan_loss(p, outputs: list, penalty: bool):
     pick = crfs[0]
     read = ".output" if len(outputs) == 1 else f".output[{pick.id!r}]"
     v = p.frame.vars[pick.id]
-    shape = p.shape(p.cm.shapes[pick.id], dim=v.dim).replace("cfg.", "")
+    shape = p.cm.shapes[pick.id]
     module = p.frame.owner.by_key[p.share_key(pick) + (SUFFIX,)]
-    return p.kit.LossPlan(name=pick.id, read=read, shape=shape, target=None, penalty=penalty,
-                          crf=module)
+    return p.kit.LossPlan(name=pick.id, read=read, shape=p.shape(shape, dim=v.dim), target=None,
+                          penalty=penalty, crf=module, positions=p.shape(Shape(shape.axes, None)))
 
 
 OPS = {o.name: o for o in (

@@ -7,7 +7,6 @@ blocks, Lite Transformer's convolution branch)."""
 from __future__ import annotations
 
 import math
-import re
 
 from ..shapes import Shape, expr_name
 from .record import ACTS, SHARE, P, act, node, op, pint
@@ -51,21 +50,9 @@ def plan_split(p, e, a, n):
     """Part i of n equal parts of the features: (…, n·d) -> (…, d) (Daniluk et al.)."""
     k = p.kit
     x, parts, i = a[0], int(e.param("parts")), int(e.param("index"))
-    p.divides.append((x.dim, str(parts)))
+    p.divides.append((x.dim, parts))
     return k.resized(x, f"{k.atom(x.name)}.chunk({parts}, -1)[{i}]", x.shape.dim // parts,
-                     divided(x.dim, parts))
-
-
-def divided(dim, n: int):
-    """dim / n as a size (a codegen ``Dim``, as ``dim``): ``(3 * cfg.d)`` / 3 reads ``cfg.d``."""
-    Dim = type(dim)
-    if not dim.terms:
-        return Dim(dim.const // n)
-    text = str(dim)
-    m = re.fullmatch(rf"\(?{n} \* (cfg\.\w+)\)?", text)
-    if m:
-        return Dim(0, (m.group(1),))
-    return Dim(0, (f"{text if len(dim.terms) == 1 and not dim.const else f'({text})'} // {n}",))
+                     x.dim.divided(parts))
 
 
 def conv_module(p, e, n, x, d, act_) -> str:
@@ -85,7 +72,7 @@ def conv_module(p, e, n, x, d, act_) -> str:
     groups = ""
     if int(e.param("groups", 1)) > 1:
         g = p.p(e, "groups")
-        p.divides.extend([(x.dim, str(g)), (out, str(g))])
+        p.divides.extend([(x.dim, g), (out, g)])
         groups = f", groups={g}"
     return k.op_module(p, e, n, "conv", f"nn.Conv1d({x.dim}, {out}, kernel_size={size}, "
                        f"padding={pad}{groups}{bias})")

@@ -1,0 +1,233 @@
+"""Typed size expressions of generated code, written out once.
+
+Codegen builds a size (a feature width, an axis length, a divisor) as a tree of these values
+and renders it only where a line or a comment is written; nothing edits the text afterwards.
+``render(owner)`` chooses who holds the Config's fields: ``cfg.d_model`` in forward()
+(``CFG``), ``self.d_model`` in a Config property (``SELF``), ``self.cfg.d_model`` in a method
+of Model, ``d_model`` in a shape comment (``BARE``). Operators get the parentheses Python
+needs, from the precedence of their operands; ``Paren`` keeps a grouping the code asks for."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+CFG, SELF, BARE = "cfg", "self", ""
+
+ATOM = 4  # the precedence of names, groupings and non-negative numbers
+UNARY = 3
+PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2, "%": 2}
+ASSOCIATIVE = ("+", "*")  # a op (b op c) reads a op b op c
+OPS: dict[str, Callable] = {"+": operator.add, "-": operator.sub, "*": operator.mul,
+                            "/": operator.truediv, "//": operator.floordiv,
+                            "%": operator.mod}
+
+Env = dict  # Config field -> its value, for ``value``
+
+
+class Expr:
+    """A size expression. ``str()`` is its text in forward() (fields read off ``cfg``)."""
+
+    prec = ATOM
+
+    def render(self, owner: str = CFG) -> str:
+        raise NotImplementedError
+
+    def fields(self) -> Iterator[str]:
+        """The Config fields it reads, in order."""
+        return iter(())
+
+    def value(self, env: Env) -> int | float:
+        """Its value for the fields' values in ``env`` (Config.tiny()'s consistency check)."""
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.render(CFG)
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    """A number (``None``: an axis whose length is not known, written as Python's None)."""
+
+    number: int | float | None
+
+    @property
+    def prec(self) -> int:  # type: ignore[override]
+        return UNARY if isinstance(self.number, (int, float)) and self.number < 0 else ATOM
+
+    def render(self, owner: str = CFG) -> str:
+        return repr(self.number)
+
+    def value(self, env: Env) -> int | float:
+        if self.number is None:
+            raise ValueError("an unknown length has no value")
+        return self.number
+
+
+@dataclass(frozen=True)
+class CfgField(Expr):
+    """A field of the generated Config, read off ``owner``."""
+
+    name: str
+
+    def render(self, owner: str = CFG) -> str:
+        return f"{owner}.{self.name}" if owner else self.name
+
+    def fields(self) -> Iterator[str]:
+        yield self.name
+
+    def value(self, env: Env) -> int | float:
+        return env[self.name]
+
+
+@dataclass(frozen=True)
+class Ref(Expr):
+    """A name of the generated code (a local, a loop variable), the same for every owner."""
+
+    name: str
+
+    def render(self, owner: str = CFG) -> str:
+        return self.name
+
+    def value(self, env: Env) -> int | float:
+        return env[self.name]
+
+
+@dataclass(frozen=True)
+class BinOp(Expr):
+    """``left op right``; an operand that binds less tightly is parenthesised."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+    @property
+    def prec(self) -> int:  # type: ignore[override]
+        return PREC[self.op]
+
+    def render(self, owner: str = CFG) -> str:
+        # down the left spine without recursion: a long sum `a + b + c + …` stays shallow
+        spine: list[BinOp] = []
+        node: Expr = self
+        while isinstance(node, BinOp) and node.op in PREC:
+            spine.append(node)
+            node = node.left
+        text = node.render(owner)
+        below = node.prec
+        for b in reversed(spine):
+            p = b.prec
+            left = text if below >= p else f"({text})"
+            r = b.right
+            same = r.prec == p and b.op in ASSOCIATIVE and isinstance(r, BinOp) and r.op == b.op
+            right = r.render(owner)
+            right = right if r.prec > p or same else f"({right})"
+            text, below = f"{left} {b.op} {right}", p
+        return text
+
+    def fields(self) -> Iterator[str]:
+        yield from self.left.fields()
+        yield from self.right.fields()
+
+    def value(self, env: Env) -> int | float:
+        spine: list[BinOp] = []
+        node: Expr = self
+        while isinstance(node, BinOp):
+            spine.append(node)
+            node = node.left
+        v = node.value(env)
+        for b in reversed(spine):
+            v = OPS[b.op](v, b.right.value(env))
+        return v
+
+
+@dataclass(frozen=True)
+class Paren(Expr):
+    """``(inner)``: a grouping the generated code keeps even where Python needs none."""
+
+    inner: Expr
+
+    def render(self, owner: str = CFG) -> str:
+        return f"({self.inner.render(owner)})"
+
+    def fields(self) -> Iterator[str]:
+        return self.inner.fields()
+
+    def value(self, env: Env) -> int | float:
+        return self.inner.value(env)
+
+
+@dataclass(frozen=True)
+class Sym(Expr):
+    """A constant expression the spec wrote (``lower.sym``'s text: checked identifiers,
+    numbers, + - * / // and parentheses), split once into runs of (is a Config field, text);
+    its fields take the owner when it is rendered. ``parse_sym`` makes one."""
+
+    parts: tuple[tuple[bool, str], ...]
+
+    @property
+    def prec(self) -> int:  # type: ignore[override]
+        return ATOM if len(self.parts) == 1 else 0  # 0: parenthesised as any operand
+
+    def render(self, owner: str = CFG) -> str:
+        return "".join(f"{owner}.{t}" if field and owner else t for field, t in self.parts)
+
+    def fields(self) -> Iterator[str]:
+        return (t for field, t in self.parts if field)
+
+    def value(self, env: Env) -> int | float:
+        return evaluate(self.render(CFG), env)
+
+
+def parse_sym(text: str) -> Expr:
+    """``lower.sym``'s text as an expression: a lone name is a ``CfgField``."""
+    parts: list[tuple[bool, str]] = []
+    i = 0
+    while i < len(text):
+        j = i + 1
+        if text[i].isalpha() or text[i] == "_":
+            while j < len(text) and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            parts.append((True, text[i:j]))
+        else:  # a number's digits stay with it: `2e3`, `1_000` are not names
+            while j < len(text) and not ((text[j].isalpha() or text[j] == "_")
+                                         and not text[j - 1].isalnum()
+                                         and text[j - 1] not in "._"):
+                j += 1
+            parts.append((False, text[i:j]))
+        i = j
+    if len(parts) == 1 and parts[0][0]:
+        return CfgField(parts[0][1])
+    return Sym(tuple(parts))
+
+
+def evaluate(text: str, env: dict[str, int | float], owner: str = "cfg") -> int | float:
+    """The value of size code over ``owner``'s fields (numbers, ``cfg.NAME``, + - * / // and
+    parentheses; anything else is refused), for checking ``Config.tiny()``: a ``Sym``, and
+    the heads the attention planner passes as code (``Planner.sym``)."""
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv}
+
+    def go(node):
+        if isinstance(node, ast.Expression):
+            return go(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == owner:
+            return env[node.attr]
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            spine = []  # down the left side without recursion: `a + 1 + 1 + …` is flat
+            while isinstance(node, ast.BinOp) and type(node.op) in ops:
+                spine.append(node)
+                node = node.left
+            v = go(node)
+            for b in reversed(spine):
+                v = ops[type(b.op)](v, go(b.right))
+            return v
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -go(node.operand)
+        raise ValueError(f"not a size expression: {text}")
+
+    return go(ast.parse(text, mode="eval"))
