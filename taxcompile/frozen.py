@@ -211,10 +211,8 @@ def fits(tp) -> Callable[[Any], bool]:
         if len(args) == 2 and args[1] is Ellipsis:
             each = fits(args[0])
             return lambda v: type(v) is tuple and (not v or all(map(each, v)))
-        if all(a is str for a in args):  # (name, expression) pairs: the commonest
-            n = len(args)
-            return lambda v: type(v) is tuple and len(v) == n and \
-                all(type(x) is str for x in v)
+        if len(args) == 2:  # (name, value) pairs: the commonest, tested without a loop
+            return _pair(*args)
         tests = [fits(a) for a in args]
         return lambda v: type(v) is tuple and len(v) == len(tests) and \
             all(t(x) for t, x in zip(tests, v))
@@ -223,3 +221,16 @@ def fits(tp) -> Callable[[Any], bool]:
     if origin is not None:
         tp = origin
     return lambda v: isinstance(v, tp)
+
+
+def _pair(first, second) -> Callable[[Any], bool]:
+    """``fits(tuple[first, second])``: an operation's parameters are such pairs, and a
+    loop over the two would cost more than the tests (a table of specs/ builds thousands)."""
+    if first is str and second is str:
+        return lambda v: type(v) is tuple and len(v) == 2 and type(v[0]) is str \
+            and type(v[1]) is str
+    if first is str:
+        test = fits(second)
+        return lambda v: type(v) is tuple and len(v) == 2 and type(v[0]) is str and test(v[1])
+    t0, t1 = fits(first), fits(second)
+    return lambda v: type(v) is tuple and len(v) == 2 and t0(v[0]) and t1(v[1])
