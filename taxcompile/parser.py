@@ -158,6 +158,12 @@ def _building_parser() -> tuple[Lark, AstBuilder]:
     return _lark("ast", transformer=builder), builder
 
 
+def prepare() -> None:
+    """Import lark and load the parser's tables now (the command line does, with the
+    garbage collector paused, before it reads a spec); a first parse does otherwise."""
+    _building_parser()
+
+
 _BUILDING = threading.Lock()  # one parse at a time uses the builder's side tables
 
 

@@ -63,6 +63,15 @@ def links(n: ir.AnyNode) -> list[tuple[str, str]]:
     previous step's value when it depends on the decoder, else this step's), ``init``
     (a decoder's initial state) and ``state`` (the attention whose context replaces an
     RNN's previous state, computed first in the step)."""
+    # Kept in the record's own __dict__, as functools.cached_property keeps ``Model.by_id``:
+    # a record is frozen, and the checker asks some six times per node.
+    memo = n.__dict__.get("_links")
+    if memo is None:
+        memo = n.__dict__["_links"] = tuple(_links(n))
+    return list(memo)
+
+
+def _links(n: ir.AnyNode) -> list[tuple[str, str]]:
     exprs: list[ir.Expr] = []
     if isinstance(n, ir.Node):
         exprs = [n.expr]
@@ -79,19 +88,29 @@ def links(n: ir.AnyNode) -> list[tuple[str, str]]:
 
 
 def expr_links(*exprs: ir.Expr) -> list[tuple[str, str]]:
-    """``links`` of expressions."""
+    """``links`` of expressions, breadth first."""
     out: list[tuple[str, str]] = []
-    stack = [(e, "read") for e in exprs]
-    while stack:
-        e, how = stack.pop(0)
+    queue = [(e, "read") for e in exprs]
+    i = 0
+    while i < len(queue):  # (an index, not pop(0): the checker asks some 4,000 times)
+        e, how = queue[i]
+        i += 1
         if isinstance(e, ir.Ref):
             out.append((e.node, how))
-        else:
-            for key in ("feed", "init", "init_c", "state"):
-                if e.param(key):
-                    out.append((str(e.param(key)), key if key in ("feed", "state") else "init"))
-            stack.extend((a, "prev" if e.fn == "prev" else how) for a in e.args)
+            continue
+        if e.params:  # one dict per operation, not a scan of its parameters per key
+            params = dict(e.params)
+            if not _LINK_PARAMS.keys().isdisjoint(params):
+                out.extend((str(params[key]), how_) for key, how_ in _LINK_PARAMS.items()
+                           if params.get(key))
+        if e.args:
+            inner = "prev" if e.fn == "prev" else how
+            queue.extend((a, inner) for a in e.args)
     return out
+
+
+# parameters of an operation that read a node -> how (``links``), in this order
+_LINK_PARAMS = {"feed": "feed", "init": "init", "init_c": "init", "state": "state"}
 
 
 def deps(n: ir.AnyNode, delayed: bool = False) -> list[str]:
@@ -108,6 +127,13 @@ def feeds(n: ir.AnyNode) -> list[str]:
 
 def ops_with(n: ir.AnyNode, param: str) -> list[ir.Op]:
     """The ops in ``n``'s expression that set ``param`` (``feed``, ``state``)."""
+    memo = n.__dict__.setdefault("_ops_with", {})  # (as ``links`` keeps its own)
+    if param not in memo:
+        memo[param] = tuple(_ops_with(n, param))
+    return list(memo[param])
+
+
+def _ops_with(n: ir.AnyNode, param: str) -> list[ir.Op]:
     out, stack = [], [n.expr] if isinstance(n, ir.Node) else []
     while stack:
         e = stack.pop()
