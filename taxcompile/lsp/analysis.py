@@ -56,11 +56,18 @@ class Analysis:
         for i, line in enumerate(self.text.split("\n")):
             code = blank(line)
             for m in IDENT.finditer(code):
-                if m.group() != target.name:
-                    continue
+                if m.group() != target.name or _is_key(code, m.end()) and (
+                        (i, m.start()) != (target.line, target.col)):
+                    continue  # a keyword argument's or a field's name: `d_w = d_w`
                 if self.lookup(target.name, i) is target:
                     out.append((i, m.start(), m.end()))
         return out
+
+
+def _is_key(code: str, end: int) -> bool:
+    """Whether the word ending at ``end`` is followed by `=` (not `==`): a key, not a use."""
+    rest = code[end:].lstrip(" \t")
+    return rest.startswith("=") and not rest.startswith("==")
 
 
 def blank(line: str) -> str:

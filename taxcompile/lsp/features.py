@@ -112,6 +112,8 @@ def completion(a: Analysis, last: Analysis | None, line: int, col: int) -> t.Com
         for name in registry.mechanism_names(kind):
             items.append(_item(name, t.CompletionItemKind.EnumMember, f"{kind} mechanism"))
         return t.CompletionList(is_incomplete=False, items=items)
+    if fn is None and re.fullmatch(r"[ \t]*\w*", prefix) and _in_attention(lines, line):
+        return t.CompletionList(is_incomplete=False, items=_fields())
     if fn is not None:
         for p in registry.params_of(fn):
             items.append(_item(p.name, t.CompletionItemKind.Property,
@@ -123,6 +125,33 @@ def completion(a: Analysis, last: Analysis | None, line: int, col: int) -> t.Com
     items += [_item(op, t.CompletionItemKind.Operator, "operator") for op in _OPERATORS]
     items += [_item(k, t.CompletionItemKind.Keyword, "keyword") for k in _KEYWORDS]
     return t.CompletionList(is_incomplete=False, items=items)
+
+
+def _in_attention(lines: list[str], line: int) -> bool:
+    """Whether ``line`` is inside an `attention … {` block (its `}` not reached yet)."""
+    for i in range(line - 1, -1, -1):
+        code = blank(lines[i]).strip()
+        if code.startswith("}") or code.startswith(("model", "paper")):
+            return False
+        if code.startswith("attention"):
+            return "}" not in code
+    return False
+
+
+def _fields() -> list[t.CompletionItem]:
+    """The attention block's fields (the lowering's list), with the record a field names."""
+    from ..lowering.attention import ATTENTION_FIELDS
+
+    records = registry.spellings()
+    out = []
+    for name in ATTENTION_FIELDS:
+        detail = "attention field"
+        if name in registry.FIELD_KINDS:
+            detail += f": a {name} mechanism"
+        elif name in records:
+            detail += f": {records[name][0].kind} `{name}`"
+        out.append(_item(name, t.CompletionItemKind.Field, detail, f"{name} = "))
+    return out
 
 
 def _names(a: Analysis, line: int) -> list[t.CompletionItem]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lsprotocol import types as t
 
-from .analysis import Analysis, word_at
+from .analysis import Analysis, _is_key, blank, word_at
 
 _SYMBOL = {"paper": t.SymbolKind.Namespace, "model": t.SymbolKind.Class,
            "let": t.SymbolKind.Constant, "attention": t.SymbolKind.Function,
@@ -17,7 +17,13 @@ def _range(line: int, start: int, end: int) -> t.Range:
 
 def target(a: Analysis, line: int, col: int):
     found = word_at(a.text, line, col)
-    return None if found is None else a.lookup(found[0], line)
+    if found is None:
+        return None
+    d = a.lookup(found[0], line)
+    code = blank(a.text.split("\n")[line])
+    if d is not None and _is_key(code, found[2]) and (d.line, d.col) != (line, found[1]):
+        return None  # `d_w = …` inside a call names the parameter, not the let
+    return d
 
 
 def definition(a: Analysis, uri: str, line: int, col: int) -> t.Location | None:

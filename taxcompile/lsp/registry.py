@@ -4,7 +4,8 @@ editor and docs/mechanisms.md say the same."""
 
 from __future__ import annotations
 
-from .. import docs_table, mechanism_names, mechanisms
+from .. import docs_table, mechanisms
+from ..mechanism_names import names
 from ..ops import CALLS
 
 # The attention fields whose value names a mechanism of the kind (`score = additive`).
@@ -48,7 +49,7 @@ def operator_hover(name: str) -> str:
 
 
 def mechanism_names(kind: str) -> tuple[str, ...]:
-    return mechanism_names.names(kind)
+    return names(kind)
 
 
 def params_of(fn: str) -> list:
