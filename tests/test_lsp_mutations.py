@@ -31,10 +31,13 @@ def client():
 
 
 def test_mutants_replayed_as_edits_never_crash_and_match_check(client):
+    texts: set[str] = set()
+
     @settings(max_examples=EXAMPLES, **COMMON)
     @given(mutants())
     def replay(case):
         name, text = case
+        texts.add(text)
         got = served(client.change(URI, text))
         assert got == check_errors(text, "mutant.attn"), name
         lines = text.split("\n")
@@ -48,5 +51,7 @@ def test_mutants_replayed_as_edits_never_crash_and_match_check(client):
         assert client.alive()
 
     replay()
+    print(f"{len(texts)} distinct mutants replayed")
+    assert len(texts) >= EXAMPLES // 2
     assert client.alive()
     assert client.logs == [], client.logs[:1]  # no handler raised

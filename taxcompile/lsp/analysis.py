@@ -32,9 +32,25 @@ class Analysis:
     text: str
     diagnostics: list[Diagnostic]
     checked: object | None = None  # CheckedSpec when the spec checks
-    rows: dict[str, object] = field(default_factory=dict)  # model -> Classification
     defs: list[Name] = field(default_factory=list)
     blocks: list[tuple[str, str, int, int]] = field(default_factory=list)  # kind, name, first, last
+
+    _rows: dict | None = None
+
+    @property
+    def rows(self) -> dict:
+        """Model name -> its Classification, computed on first use (a hover or a lens
+        asks; diagnostics do not wait for it)."""
+        if self._rows is None:
+            from ..classification import classify_model
+
+            self._rows = {}
+            for cm in getattr(self.checked, "models", ()):
+                try:
+                    self._rows[cm.model.name] = classify_model(cm)
+                except SpecError:
+                    pass
+        return self._rows
 
     def model_at(self, line: int) -> str | None:
         for kind, name, first, last in self.blocks:
@@ -112,13 +128,5 @@ def analyse(text: str, file: str = "<editor>") -> Analysis:
     try:
         cs = pipeline.load_text(text, file)
     except SpecError as e:
-        return Analysis(text, list(e.diagnostics), None, {}, defs, blocks)
-    from .. import classification
-
-    rows = {}
-    for cm in cs.models:
-        try:
-            rows[cm.model.name] = classification.classify_model(cm)
-        except SpecError:
-            pass
-    return Analysis(text, [], cs, rows, defs, blocks)
+        return Analysis(text, list(e.diagnostics), None, defs, blocks)
+    return Analysis(text, [], cs, defs, blocks)
