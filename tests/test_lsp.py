@@ -105,6 +105,12 @@ def test_hover_on_a_mechanism_gives_its_record(client, doc):
     assert "`act = tanh`" in text and "`d_w` (int, optional)" in text
 
 
+def test_hover_on_a_keyword_argument_gives_the_parameter(client, doc):
+    line = line_of("additive(d_w = d_w")
+    h = client.at("textDocument/hover", doc, line, LINES[line].index("act") + 1)
+    assert h["contents"]["value"] == "parameter of `additive`: `act = tanh`"
+
+
 def test_hover_on_a_name_gives_its_shape_and_definition(client, doc):
     line = line_of("query    = s_prev")
     text = client.at("textDocument/hover", doc, line, col_of(line, "s_prev"))["contents"]["value"]

@@ -54,8 +54,15 @@ def hover(a: Analysis, line: int, col: int) -> t.Hover | None:
     word, start, end = found
     rng = t.Range(t.Position(line, start), t.Position(line, end))
     d = a.lookup(word, line)
+    code = blank(a.text.split("\n")[line])
+    fn = _open_call(code[:start])
+    param = next((p for p in registry.params_of(fn) if p.name == word), None) if fn else None
     text = None
-    if d is not None and d.kind == "model" and d.line == line:
+    if param is not None and code[end:].lstrip(" \t").startswith("="):
+        from ..docs_table import param as spelled
+
+        text = f"parameter of `{fn}`: {spelled(param)}"
+    elif d is not None and d.kind == "model" and d.line == line:
         text = model_row(a, word) or f"model `{word}` does not check yet: no Table III row"
     elif d is not None and (d.line, d.col) != (line, start) or d is not None and d.kind != "model":
         where = f"line {d.line + 1}" + (f", model `{d.model}`" if d.model else "")
