@@ -257,3 +257,19 @@ def test_the_server_does_not_import_torch():
     code = ("import sys, taxcompile.lsp.server; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_edits_in_a_burst_are_checked_once_after_the_last(client, doc):
+    import queue
+
+    for i in range(5):  # typing `additiv`, one letter at a time, then the fix
+        client.change(doc, BAHDANAU.replace("additive(", "additive"[:3 + i] + "("), wait=False)
+    client.change(doc, BAHDANAU, wait=False)
+    published = [client.wait_diagnostics(doc)]
+    while True:
+        try:
+            published.append(client.diagnostics.get(timeout=0.5)["diagnostics"])
+        except queue.Empty:
+            break
+    assert published[-1] == []  # the last version's
+    assert len(published) < 6  # the burst was coalesced (one, unless the machine stalls)
