@@ -455,7 +455,17 @@ def make_parser() -> argparse.ArgumentParser:
     return cli_parser.build({
         "check": cmd_check, "classify": cmd_classify, "table": cmd_table, "graph": cmd_graph,
         "diagram": cmd_diagram, "report": cmd_report, "compile": cmd_compile, "fmt": cmd_fmt,
-        "new": cmd_new, "schema": cmd_schema, "train": _cmd_train}, __version__)
+        "new": cmd_new, "schema": cmd_schema, "train": _cmd_train, "lsp": _cmd_lsp}, __version__)
+
+
+def _cmd_lsp(args) -> int:
+    try:
+        from .lsp.server import main
+    except ImportError:
+        print("taxcompile: error: the language server needs pygls: "
+              "pip install 'taxcompile[lsp]'", file=sys.stderr)
+        return EXIT_USAGE
+    return main()
 
 
 def _cmd_train(args) -> int:

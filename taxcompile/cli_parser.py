@@ -127,6 +127,11 @@ def _writing_commands(sub, commands: Commands) -> None:
     s.add_argument("--check", action="store_true")
     s.set_defaults(func=commands["fmt"])
 
+    s = sub.add_parser("lsp", help="run the language server for editors over stdio",
+                       description="Serve the Language Server Protocol on stdin/stdout: "
+                       "diagnostics, hover, completion, navigation, formatting (docs/editor.md).")
+    s.set_defaults(func=commands["lsp"])
+
     s = sub.add_parser("new", help="write a commented starter spec",
                        description="Write NAME.attn: a small, commented, valid spec to edit.")
     s.add_argument("name", metavar="NAME")
