@@ -134,6 +134,10 @@ EXPECTED = {
     "dai2019_transformer_xl": dict(scoring="Scaled Multiplicative", alignment="Global",
                                    query_type="Self-Attentive",
                                    query_multiplicity="Multi-Head"),
+    # A LLaMA-style decoder: RMSNorm, RoPE, grouped-query attention, qk-norm, SwiGLU and
+    # tied embeddings change no cell: the Transformer decoder's self-attention row.
+    "modern_lm": dict(scoring="Scaled Multiplicative", alignment="Global",
+                      query_type="Self-Attentive", query_multiplicity="Multi-Head"),
     # A cosine score with a temperature (NTM's key strength): still Table II's similarity.
     "cosine_temperature": dict(scoring="Similarity", alignment="Global", query_type="Basic"),
 }

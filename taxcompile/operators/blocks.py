@@ -7,7 +7,7 @@ padding mask extended so that they are never masked."""
 from __future__ import annotations
 
 from ..shapes import Shape, expr_name
-from .record import ACTS, GATED_ACTS, SHARE, act, enum, node, op, pint
+from .record import ACTS, GATED_ACTS, SHARE, P, act, enum, node, op, pint
 
 
 def shape_same(self, e, a, nid):
@@ -43,10 +43,12 @@ def prepended(axis: str, n: int) -> str:
 
 def plan_norm(p, e, a, n):
     k = p.kit
+    eps = e.param("eps")  # a checked positive float; none: torch's default
+    tail = "" if eps is None else f", eps={float(eps)!r}"
     if e.param("kind", "layer") == "rms":  # x / sqrt(mean(x^2) + eps) * g (Zhang & Sennrich)
-        mod = k.op_module(p, e, n, "norm", f"nn.RMSNorm({a[0].dim})")
+        mod = k.op_module(p, e, n, "norm", f"nn.RMSNorm({a[0].dim}{tail})")
     else:
-        mod = k.op_module(p, e, n, "norm", f"nn.LayerNorm({a[0].dim})")
+        mod = k.op_module(p, e, n, "norm", f"nn.LayerNorm({a[0].dim}{tail})")
     return k.same(a[0], f"{mod}({a[0].name})")
 
 
@@ -87,7 +89,8 @@ def plan_prepend(p, e, a, n):
 
 OPS = {o.name: o for o in (
     # layer norm (Ba et al.) or RMSNorm (Zhang & Sennrich 2019: x / RMS(x) * g, no centring)
-    op("norm", node(), enum("kind", ("layer", "rms"), "layer"), SHARE,
+    # eps: added to the mean square (variance); torch's default when not given
+    op("norm", node(), enum("kind", ("layer", "rms"), "layer"), P("eps", "float", False), SHARE,
        shape=shape_same, plan=plan_norm),
     op("ffn", node(), pint("d_ff"), act("relu", ACTS + GATED_ACTS), SHARE,
        shape=shape_same, plan=plan_ffn),
