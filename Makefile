@@ -3,7 +3,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp-install
 
-.PHONY: venv install graphviz test fuzz demo bench gpu-check docs clean
+.PHONY: venv install graphviz test fuzz demo bench gpu-check docs vscode clean
 
 venv: $(BIN)/python
 
@@ -112,6 +112,14 @@ docs: $(STAMP)
 	$(BIN)/python -m taxcompile.combinations > docs/combinations.md
 	$(BIN)/taxcompile schema classify -o docs/schema/classify.json
 	$(BIN)/taxcompile schema study -o docs/schema/study.json
+
+# The VS Code extension (editors/vscode/): its node modules from the committed lock file,
+# then a .vsix by the pinned vsce. Needs node and npm (https://nodejs.org, or the
+# distribution's `nodejs npm` packages).
+vscode:
+	@command -v npm >/dev/null || { echo "make vscode needs node and npm: install Node.js 18 or later (https://nodejs.org/ or apt-get install nodejs npm)"; exit 2; }
+	cd editors/vscode && npm ci --no-audit --no-fund && npx vsce package --allow-missing-repository --skip-license
+	@ls -l editors/vscode/*.vsix
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info

@@ -2,9 +2,10 @@
 
 Registered as the ``attn`` lexer through the ``pygments.lexers`` entry point in
 pyproject.toml, so ``pygmentize -l attn spec.attn`` and ``get_lexer_for_filename``
-find it once the package is installed. Its words come from the registries: the feature
-models from the operators' (``ops.CALLS``), the mechanisms and their options from
-``taxcompile/mechanisms`` (``mechanism_names``), so a new one is highlighted unedited.
+find it once the package is installed. Its words come from ``vocabulary.py``, which the
+VS Code extension's TextMate grammar is generated from too: the keywords from the grammar,
+the feature models from the operators' registry (``ops.CALLS``), the mechanisms and their
+options from ``taxcompile/mechanisms``, so a new one is highlighted unedited.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from pygments.token import (
     Whitespace,
 )
 
-from .mechanism_names import names, param_choices
-from .ops import ACTIVATIONS, CALLS
+from .vocabulary import vocabulary
 
 __all__ = ["AttnLexer"]
 
@@ -33,35 +33,28 @@ NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 #: The end of a word: no identifier character follows.
 _END = r"(?![A-Za-z0-9_])"
 
+# The word lists, shared with the VS Code extension's TextMate grammar (vocabulary.py).
+_V = vocabulary()
 #: Statement keywords whose next word is a declared name.
-_DECLS = ("feature", "query", "output", "update", "affinity", "attention", "repeat", "let")
-#: All block/statement keywords.
-_KEYWORDS = ("paper", "model", "input") + _DECLS
-
+_DECLS = _V.declaring
+#: All block/statement keywords (the grammar's).
+_KEYWORDS = _V.keywords
 #: Feature models of the library (docs/language.md, "Feature models"): the operator registry.
-FEATURE_MODELS = tuple(CALLS)
+FEATURE_MODELS = _V.feature_models
 #: Score functions (Table II) and alignment functions, as the mechanism registry spells them.
-SCORES = names("score")
-ALIGNMENTS = names("align")
+SCORES = _V.scores
+ALIGNMENTS = _V.alignments
 #: The other mechanisms a field names (`position = rotary`, `bias = alibi`, `mask = causal`,
 #: `heads_out = project`, `penalty = coverage(…)`).
-MECHANISMS = tuple(n for kind in ("position", "bias", "mask", "heads_out", "penalty")
-                   for n in names(kind))
+MECHANISMS = _V.mechanisms
 #: Input kinds (``input x: KIND[...]``).
-INPUT_KINDS = ("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
-               "mask", "graph")
-#: Option words used as values of keyword arguments and fields: the mechanisms above, the
-#: choices of the mechanisms' and operators' parameters, the activations, and the values
-#: of the fields no record lists (`dimensionality`, `talking_heads`).
-OPTIONS = tuple(dict.fromkeys(
-    MECHANISMS + param_choices() + tuple(ACTIVATIONS)
-    + tuple(c for params in CALLS.values() for p in params for c in p.choices or ())
-    + ("single", "multi", "pre", "post")))
+INPUT_KINDS = _V.input_kinds
+#: Option words used as values of keyword arguments and fields.
+OPTIONS = _V.options
 #: Fields and keyword arguments whose value is a library word (a score, an alignment,
 #: an option): the word after ``=`` is highlighted as a builtin there only, so that a
 #: user's name such as ``hard`` or ``max`` elsewhere stays a plain name.
-_OPTION_FIELDS = ("score", "align", "dimensionality", "act", "kind", "position", "form", "mode",
-                  "mask", "heads_out", "talking_heads", "bias", "penalty", "on", "loss")
+_OPTION_FIELDS = _V.option_fields
 
 _BUILTIN_VALUES = tuple(sorted(set(SCORES + ALIGNMENTS + OPTIONS)))
 _CALLABLES = tuple(sorted(set(FEATURE_MODELS + SCORES + ALIGNMENTS)))
@@ -122,13 +115,13 @@ class AttnLexer(RegexLexer):
             # (before the keywords: `affinity(A, B)` is a call).
             (_word_list(_CALLABLES) + r"(?=\s*\()", Name.Builtin),
             (_word_list(_KEYWORDS) + _END, Keyword.Declaration),
-            (words(("true", "false"), suffix=_END), Keyword.Constant),
-            (words(("shared", "autoregressive"), suffix=_END), Keyword.Pseudo),
+            (words(_V.constants, suffix=_END), Keyword.Constant),
+            (words(_V.modifiers, suffix=_END), Keyword.Pseudo),
             # `tokens[S]`, `grid[H, W, C]` outside an input statement's usual layout.
             (_word_list(INPUT_KINDS) + r"(?=\s*\[)", Keyword.Type),
             (NAME, Name),
-            (r"[+\-*/=:]", Operator),
-            (r"[{}()\[\],.]", Punctuation),
+            ("[" + re.escape(_V.operators) + "]", Operator),
+            ("[" + re.escape(_V.punctuation) + "]", Punctuation),
         ],
         "option-value": [
             (_word_list(_BUILTIN_VALUES) + _END, Name.Builtin, "#pop"),

@@ -1,0 +1,167 @@
+"""The ``.attn`` language's word lists, in one place, for the highlighters: the Pygments
+lexer (``lexer.py``) and the VS Code extension's TextMate grammar
+(``editors/vscode/syntaxes/attn.tmLanguage.json``, written by ``--textmate``).
+
+The statement keywords are read from the grammar (``grammar/attn.lark``), the mechanisms
+and their options from the registry (``mechanism_names``), the feature models from the
+operator registry (``ops.CALLS``), so a word added to either shows up in both highlighters.
+No torch import: the front end's modules only.
+
+    python -m taxcompile.vocabulary --textmate > editors/vscode/syntaxes/attn.tmLanguage.json
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from functools import lru_cache
+from typing import NamedTuple
+
+from . import parser
+from .mechanism_names import names, param_choices
+from .ops import ACTIVATIONS, CALLS
+
+__all__ = ["Vocabulary", "vocabulary", "textmate"]
+
+#: The statements whose next word is the name they declare (`feature x = …`).
+_DECLARING = ("feature", "query", "output", "update", "affinity", "attention", "repeat", "let")
+#: The other mechanism kinds a field names (`position = rotary`, `mask = causal`, …).
+_OTHER_KINDS = ("position", "bias", "mask", "heads_out", "penalty")
+
+
+class Vocabulary(NamedTuple):
+    keywords: tuple[str, ...]  # statement and block keywords, from the grammar
+    declaring: tuple[str, ...]  # the keywords followed by the name they declare
+    feature_models: tuple[str, ...]  # operators: `embed`, `linear`, … (ops.CALLS)
+    scores: tuple[str, ...]  # score functions (Table II), with aliases
+    alignments: tuple[str, ...]  # alignment functions, with aliases
+    mechanisms: tuple[str, ...]  # the other mechanisms (position, bias, mask, …)
+    options: tuple[str, ...]  # option words: mechanisms, parameter choices, activations
+    option_fields: tuple[str, ...]  # fields whose value is a library word
+    input_kinds: tuple[str, ...]  # `input x: KIND[...]`
+    constants: tuple[str, ...]
+    modifiers: tuple[str, ...]  # `shared`, `autoregressive`
+    operators: str  # the operator characters
+    punctuation: str
+
+    def registry_names(self) -> tuple[str, ...]:
+        """Every mechanism name the registry lists, each kind's aliases included."""
+        return tuple(dict.fromkeys(self.scores + self.alignments + self.mechanisms))
+
+
+def grammar_keywords() -> tuple[str, ...]:
+    """The grammar's quoted words (`"paper"`, `"model"`, …), in order of appearance."""
+    text = parser._grammar()
+    text = re.sub(r"//[^\n]*", "", text)
+    return tuple(dict.fromkeys(re.findall(r'"([A-Za-z_][A-Za-z0-9_]*)"', text)))
+
+
+@lru_cache(maxsize=1)
+def vocabulary() -> Vocabulary:
+    """The word classes of the language, from the grammar and the registries."""
+    keywords = grammar_keywords()
+    mechanisms = tuple(n for kind in _OTHER_KINDS for n in names(kind))
+    options = tuple(dict.fromkeys(
+        mechanisms + param_choices() + tuple(ACTIVATIONS)
+        + tuple(c for params in CALLS.values() for p in params for c in p.choices or ())
+        # values of the fields no record lists (`dimensionality`, `talking_heads`)
+        + ("single", "multi", "pre", "post")))
+    return Vocabulary(
+        keywords=keywords,
+        declaring=tuple(k for k in _DECLARING if k in keywords),
+        feature_models=tuple(CALLS),
+        scores=names("score"),
+        alignments=names("align"),
+        mechanisms=mechanisms,
+        options=options,
+        option_fields=("score", "align", "dimensionality", "act", "kind", "position", "form",
+                       "mode", "mask", "heads_out", "talking_heads", "bias", "penalty", "on",
+                       "loss"),
+        input_kinds=("tokens", "sequence", "grid", "set", "vector", "alignment", "pointers",
+                     "mask", "graph"),
+        constants=("true", "false"),
+        modifiers=("shared", "autoregressive"),
+        operators="+-*/=:",
+        punctuation="{}()[],.",
+    )
+
+
+def word_list(items) -> str:
+    """An alternation of the words, longest first (`max_pool` before `max`); a pattern in
+    the subset Python's ``re`` and Oniguruma read alike."""
+    return "(?:" + "|".join(sorted(map(re.escape, set(items)), key=lambda w: (-len(w), w))) + ")"
+
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_END = r"(?![A-Za-z0-9_])"
+_START = r"(?<![A-Za-z0-9_])"
+
+
+def textmate() -> dict:
+    """The TextMate grammar (VS Code's ``tmLanguage.json``), patterns as the lexer's."""
+    v = vocabulary()
+    callables = v.feature_models + v.scores + v.alignments
+    builtin_values = v.scores + v.alignments + v.options
+    word = lambda items: _START + word_list(items) + _END  # noqa: E731
+    return {
+        "$schema": "https://raw.githubusercontent.com/martinring/tmlanguage/master/tmlanguage.json",
+        "name": "attn",
+        "scopeName": "source.attn",
+        "fileTypes": ["attn"],
+        "comment": "@generated by taxcompile from the grammar and the mechanism registry "
+                   "(python -m taxcompile.vocabulary --textmate); do not edit",
+        "patterns": [
+            {"name": "comment.line.number-sign.attn", "match": "#.*$"},
+            {"name": "string.quoted.double.attn", "begin": '"', "end": '"|$',
+             "patterns": [{"name": "constant.character.escape.attn", "match": r"\\."}]},
+            {"name": "constant.numeric.attn",
+             "match": _START + r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?" + _END},
+            {"match": _START + r"(paper|model)\s+(" + _NAME + ")" + _END,
+             "captures": {"1": {"name": "keyword.other.declaration.attn"},
+                          "2": {"name": "entity.name.type.attn"}}},
+            {"match": _START + r"(input)\s+(" + _NAME + r")\s*(:)\s*(" + _NAME + ")" + _END,
+             "captures": {"1": {"name": "keyword.other.declaration.attn"},
+                          "2": {"name": "variable.other.declaration.attn"},
+                          "3": {"name": "keyword.operator.attn"},
+                          "4": {"name": "storage.type.attn"}}},
+            {"match": _START + "(" + word_list(("input",) + v.declaring) + r")\s+("
+                      + _NAME + ")" + _END,
+             "captures": {"1": {"name": "keyword.other.declaration.attn"},
+                          "2": {"name": "variable.other.declaration.attn"}}},
+            {"match": _START + "(" + word_list(v.option_fields) + r")\s*(=)\s*("
+                      + word_list(builtin_values) + ")" + _END,
+             "captures": {"1": {"name": "variable.parameter.attn"},
+                          "2": {"name": "keyword.operator.attn"},
+                          "3": {"name": "support.function.mechanism.attn"}}},
+            {"match": _START + "(" + _NAME + r")\s*(=)(?!=)",
+             "captures": {"1": {"name": "variable.parameter.attn"},
+                          "2": {"name": "keyword.operator.attn"}}},
+            {"name": "support.function.attn",
+             "match": _START + word_list(callables) + r"(?=\s*\()"},
+            {"name": "keyword.other.attn", "match": word(v.keywords)},
+            {"name": "constant.language.attn", "match": word(v.constants)},
+            {"name": "storage.modifier.attn", "match": word(v.modifiers)},
+            {"name": "storage.type.attn", "match": _START + word_list(v.input_kinds)
+             + r"(?=\s*\[)"},
+            {"name": "keyword.operator.attn",
+             "match": "[" + re.escape(v.operators).replace("/", "/") + "]"},
+            {"name": "punctuation.attn", "match": "[" + re.escape(v.punctuation) + "]"},
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--textmate"]:
+        sys.stdout.write(json.dumps(textmate(), indent=2) + "\n")
+        return 0
+    if not args:
+        sys.stdout.write(json.dumps(vocabulary()._asdict(), indent=2) + "\n")
+        return 0
+    sys.stderr.write("usage: python -m taxcompile.vocabulary [--textmate]\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
