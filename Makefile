@@ -112,6 +112,7 @@ docs: $(STAMP)
 	$(BIN)/python -m taxcompile.combinations > docs/combinations.md
 	$(BIN)/taxcompile schema classify -o docs/schema/classify.json
 	$(BIN)/taxcompile schema study -o docs/schema/study.json
+	$(BIN)/python -m taxcompile.vocabulary --textmate > editors/vscode/syntaxes/attn.tmLanguage.json
 
 # The VS Code extension (editors/vscode/): its node modules from the committed lock file,
 # then a .vsix by the pinned vsce. Needs node and npm (https://nodejs.org, or the
