@@ -51,9 +51,11 @@ graphviz:
 # the time on CI's 2 cores (12.5 -> 6.8 min on this 2-core machine).
 # --durations: CI's log names the slowest tests (the suite must stay under 10 minutes idle);
 # worksteal: an idle worker takes tests queued for the other (a minute-long report fixture
-# near the end no longer leaves one core idle).
+# near the end no longer leaves one core idle). One torch thread per worker (unless the
+# environment sets one): two threads in each of two workers fight over two cores.
 test: install
-	$(BIN)/python -m pytest -n auto --dist worksteal --durations=30
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -n auto --dist worksteal \
+	  --durations=30
 
 # The spec property's long profile (issue 23), for a nightly run: FUZZ_EXAMPLES generated
 # and mutated specs (tests/specgen.py) must each be refused with a located error or compile
@@ -84,9 +86,9 @@ demo: $(DEMO_STAMP) graphviz
 	@$(BIN)/python -m taxcompile.run generated/*.py
 	@echo
 	@echo "Writing the HTML report of specs/ (its attention heatmaps train each model"
-	@echo "briefly, one process per core, at most 8; add examples/ for the other models):"
-	@n=$$(nproc 2>/dev/null || echo 2); \
-	  $(BIN)/taxcompile report specs/ -o site --jobs $$(( n < 8 ? n : 8 ))
+	@echo "briefly, one process per core the machine's load leaves free, at most 8; add"
+	@echo "examples/ for the other models):"
+	@$(BIN)/taxcompile report specs/ -o site --jobs auto
 	@echo
 	@echo "Where to look:"
 	@echo "  generated/*.py   a standalone PyTorch module per model variant"

@@ -6,6 +6,12 @@ from __future__ import annotations
 import argparse
 
 
+def jobs(text: str) -> int | str:
+    """A whole number of at least 1, or ``auto``: the cores the machine's load leaves free
+    (``threads.free``), decided when the command runs."""
+    return "auto" if text.strip() == "auto" else positive_int(text)
+
+
 def positive_int(text: str) -> int:
     """A whole number of at least 1."""
     try:

@@ -347,11 +347,13 @@ def cmd_report(args) -> int:
         study = read_document(args.study)
         if isinstance(study, int):
             return study
+    from .threads import free
+    jobs = min(8, free()) if args.jobs == "auto" else args.jobs  # at most 8: memory
     try:
         files, notes = report.build([(path, cs) for path, _, cs in results], Path(args.output),
                                     spec_dirs, train_steps=args.train_steps,
                                     progress=lambda line: print(line, file=sys.stderr, flush=True),
-                                    jobs=max(1, args.jobs), study=study)
+                                    jobs=jobs, study=study)
     except OutputError as e:
         print(f"taxcompile: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from . import argtypes
+
 EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
 READING_HELP = ("where the survey's text and its Table III disagree (a stack of "
                 "self-attention layers is multi-hop in §3.3.2, not in Table III): follow "
@@ -102,8 +104,9 @@ def _writing_commands(sub, commands: Commands) -> None:
                    help="train each heatmap's model at most N steps on its synthetic task "
                    "(default 200; 0: untrained); trained weights are cached under "
                    "$XDG_CACHE_HOME/taxcompile")
-    s.add_argument("--jobs", metavar="N", type=int, default=1,
-                   help="train the heatmaps' models in N processes (default 1)")
+    s.add_argument("--jobs", metavar="N", type=argtypes.jobs, default=1,
+                   help="train the heatmaps' models in N processes, or `auto`: as many as "
+                   "the cores the machine's load leaves free (default 1)")
     s.add_argument("--study", metavar="DB", default=None,
                    help="add a page of this study file's results (`taxcompile study run`)")
     s.set_defaults(func=commands["report"])
