@@ -85,6 +85,10 @@ def cmd_classify(args) -> int:
     from . import pipeline
     from .classification import DIMENSIONS
 
+    if args.torch:
+        from .torchread.cli import classify_torch
+        return classify_torch(args.torch, bool(args.files))
+
     results, failed = _load_all(args.files)
     docs = []
     for path, _, cs in results:
