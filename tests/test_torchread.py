@@ -21,6 +21,7 @@ REAL = {
                             "4 heads"),
     "xt_encoder": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head", "4 heads"),
     "xt_gqa": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head", "repeats"),
+    "xt_rotary": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head", "4 heads"),
     "xt_alibi": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head",
                  "position or bias term"),
     "xt_topk": ("Scaled Multiplicative", "Sparse", "Self-Attentive", "Multi-Head", "topk"),
@@ -80,3 +81,10 @@ def test_cli_classifies_a_factory():
     p = _cli("--torch", "tests.torchread_models:mha_cross")
     assert p.returncode == 0, p.stderr
     assert "query_type: Basic" in p.stdout and "captured with torch.export" in p.stdout
+
+
+def test_docs_show_the_rows_the_code_gives():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "classify-code.md").read_text()
+    assert tm.doc_table() in doc, "regenerate: python tests/torchread_models.py"

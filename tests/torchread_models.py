@@ -65,3 +65,36 @@ class L1Attention(nn.Module):
 
 def l1_attention():
     return L1Attention(), tuple(torch.randn(2, 4, 8) for _ in range(3))
+
+
+DOC = {  # the rows docs/classify-code.md shows: factory -> what it is
+    "mha": "nn.MultiheadAttention(16, 4), self-attention",
+    "mha_cross": "nn.MultiheadAttention(16, 4), queries from another input",
+    "transformer_encoder": "nn.TransformerEncoder, 2 layers, 4 heads",
+    "xt_encoder": "x-transformers Encoder(heads=4)",
+    "xt_gqa": "x-transformers Encoder(heads=4, attn_kv_heads=2)",
+    "xt_rotary": "x-transformers Encoder(rotary_pos_emb=True)",
+    "xt_alibi": "x-transformers Encoder(alibi_pos_bias=True)",
+    "xt_topk": "x-transformers Encoder(attn_sparse_topk=3)",
+}
+
+
+def doc_table() -> str:
+    """The Markdown table of docs/classify-code.md (`python tests/torchread_models.py`)."""
+    from taxcompile.torchread.report import READ, classify_module
+
+    lines = ["| Model | " + " | ".join(d.replace("_", " ").capitalize() for d in READ)
+             + " | Reasons (first attention) |", "|---" * (len(READ) + 2) + "|"]
+    for name, what in DOC.items():
+        res = classify_module(*globals()[name]())
+        row, first = res.row(), res.recognised[0]
+        why = "; ".join(f"{d}: {first.values[d][1]}" for d in ("scoring", "alignment",
+                                                                 "query_type",
+                                                                 "query_multiplicity"))
+        lines.append(f"| {what} | " + " | ".join(row[d] for d in READ)
+                     + f" | {why.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(doc_table(), end="")

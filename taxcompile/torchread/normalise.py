@@ -56,7 +56,14 @@ def is_bool(node) -> bool:
 
 
 def tensor_args(node) -> list:
-    return [a for a in node.args if hasattr(a, "op")]
+    """The node's tensor arguments, lists (cat, stack) flattened."""
+    out = []
+    for a in node.args:
+        if isinstance(a, (list, tuple)):
+            out.extend(x for x in a if hasattr(x, "op"))
+        elif hasattr(a, "op"):
+            out.append(a)
+    return out
 
 
 def source_line(node) -> str | None:

@@ -33,11 +33,16 @@ def strip(node, scales=None):
         if o in TRANSPARENT and args:
             node = args[0]
         elif o in ("mul", "div") and len(args) == 1:
-            if scales is not None:
+            if scales is not None and not _unit(node):
                 scales.append(node)
             node = args[0]
         else:
             return node
+
+
+def _unit(node) -> bool:
+    """A scaling by 1 (SDPA's decomposition with scale=1.0) scales nothing."""
+    return any(isinstance(a, (int, float)) and a == 1 for a in node.args)
 
 
 def weight(node, r) -> bool:
@@ -92,7 +97,8 @@ def score_path(r, norm):
         if o in TRANSPARENT and args:
             x = args[0]
         elif o in ("mul", "div") and len(args) == 1:
-            scales.append(x)
+            if not _unit(x):
+                scales.append(x)
             x = args[0]
         elif o == "where" and len(args) >= 2:
             masks.append(args[0])
@@ -274,8 +280,11 @@ def query_type(r, q, k):
     if q is None:
         return "Self-Attentive", "there is no query: the keys are scored alone (eq. 33)"
     qr = r.roots(q)
-    if not qr:
+    if not qr and any(r.is_param(a) for a in [q, *ancestors(q, 30)]):
         return "Self-Attentive", f"the query `{q.name}` is a learned parameter (eq. 34)"
+    if not qr:
+        return "Basic", (f"the query `{q.name}` reads no input: a recurrent state's start, "
+                         "computed apart from the keys")
     if qr <= kr:
         return "Self-Attentive", (f"the query `{q.name}` and the keys `{k.name}` come from the "
                                   f"same input ({', '.join(sorted(kr))})")

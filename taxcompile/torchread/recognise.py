@@ -53,8 +53,8 @@ class Reader:
                 stack.pop()
                 continue
             args = tensor_args(n)
-            if op(n) == "where" and args:
-                args = args[1:]
+            if op(n) == "where" and n.args and hasattr(n.args[0], "op"):
+                args = [a for a in n.args[1:] if hasattr(a, "op")]  # the condition is no data
             todo = [a for a in args if a not in memo]
             if todo:
                 stack.extend(todo)
@@ -66,7 +66,10 @@ class Reader:
     def applied(self, norm):
         """The node that weighs values with the alignment's output, and the values operand."""
         seen, frontier = set(), [norm]
-        for _ in range(10):
+        # a sigmoid weighs values directly (a gate inside a recurrent cell does not reach a
+        # matmul through moves alone)
+        through = TRANSPARENT | {"where"} if op(norm) == "sigmoid" else FORWARD_THROUGH
+        for _ in range(6):
             nxt = []
             for n in frontier:
                 for u in n.users:
@@ -79,7 +82,7 @@ class Reader:
                         return u, args[1]
                     if o == "mul" and len(args) == 2 and _sums(u):
                         return u, args[1] if args[0] in seen | {n, norm} else args[0]
-                    if o in FORWARD_THROUGH:
+                    if o in through:
                         nxt.append(u)
             frontier = nxt
         return None, None
