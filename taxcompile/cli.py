@@ -87,7 +87,7 @@ def cmd_classify(args) -> int:
 
     if args.torch:
         from .torchread.cli import classify_torch
-        return classify_torch(args.torch, bool(args.files))
+        return classify_torch(args.torch, bool(args.files), args.format)
 
     results, failed = _load_all(args.files)
     docs = []

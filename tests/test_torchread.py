@@ -70,6 +70,8 @@ def _cli(*args):
     (["--torch", "nocolon"], "MODULE:FACTORY"),
     (["--torch", "no_such_module_x:f"], "cannot import"),
     (["--torch", "tests.torchread_models:missing"], "has no 'missing'"),
+    (["--torch", "tests.torchread_models:mha", "specs/luong2015.attn"], "no spec files"),
+    (["--torch", "tests.torchread_models:mha", "--format", "json"], "text only"),
 ])
 def test_cli_errors_are_one_line_exit_2(args, says):
     p = _cli(*args)

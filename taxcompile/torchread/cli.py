@@ -10,7 +10,9 @@ def _fail(msg: str) -> int:
     return 2
 
 
-def classify_torch(target: str, with_files: bool) -> int:
+def classify_torch(target: str, with_files: bool, fmt: str = "text") -> int:
+    if fmt != "text":
+        return _fail("--torch writes text only (--format json is not supported with it yet)")
     if with_files:
         return _fail("--torch classifies one model: give no spec files with it")
     mod_name, _, fn_name = target.partition(":")
