@@ -103,14 +103,27 @@ def build(spec, /, model: str | None = None, *, tiny: bool = False, **config_fie
     return mod.Model(config(mod, tiny, **config_fields))
 
 
-def classify(spec, model: str | None = None, reading: str = "table"):
+def _is_module(obj) -> bool:
+    """An ``nn.Module``, told without importing torch (the front end must not)."""
+    return any(c.__module__ == "torch.nn.modules.module" and c.__name__ == "Module"
+               for c in type(obj).__mro__)
+
+
+def classify(spec, model=None, reading: str = "table"):
     """The Table III row of ``spec``, every value with its reasons: a ``PaperRow`` (the
     paper's variants merged: ``.row()``, ``.variants``), or with ``model`` that variant's
     ``Classification`` (``.row()``, ``.cells[dim].values``: value -> reasons). Both
     display as a Markdown table in Jupyter. ``reading``: "table" or "text" (see the
-    README's --reading)."""
+    README's --reading). Given an ``nn.Module`` and its example inputs instead,
+    ``classify(module, example_inputs)`` reads its attentions from the captured graph
+    (docs/classify-code.md) and returns a ``CodeClassification``."""
     from . import classification
 
+    if type(spec).__module__.startswith("torch") or _is_module(spec):
+        from .torchread.report import classify_module
+
+        # ``model`` is then the example inputs: classify(module, example_inputs)
+        return classify_module(spec, model)
     if reading not in classification.READINGS:
         raise ValueError(f"reading must be one of {', '.join(classification.READINGS)}, "
                          f"got {reading!r}")

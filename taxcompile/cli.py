@@ -102,6 +102,10 @@ def cmd_classify(args) -> int:
     from . import pipeline
     from .classification import DIMENSIONS
 
+    if args.torch:
+        from .torchread.cli import classify_torch
+        return classify_torch(args.torch, bool(args.files), args.format)
+
     results, failed = _load_all(args.files)
     docs = []
     for path, _, cs in results:
@@ -427,7 +431,11 @@ def _main(argv: list[str] | None) -> int:
         from .study.cli import main as study
 
         return study(argv[1:])
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.func is cmd_classify and not args.files and not args.torch:
+        parser.error("classify: the following arguments are required: FILE "
+                     "(or --torch MODULE:FACTORY)")
     try:
         return args.func(args)
     except BrokenPipeError:  # `taxcompile table specs/ | head`

@@ -52,9 +52,13 @@ def _reading_commands(sub, commands: Commands) -> None:
     s = sub.add_parser("classify", help="classify each model into Table III's eight dimensions",
                        description="Classify each model variant; each value comes with the "
                        "nodes that justify it.")
-    s.add_argument("files", nargs="+", metavar="FILE")
+    s.add_argument("files", nargs="*", metavar="FILE")
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.add_argument("--reading", choices=("table", "text"), default="table", help=READING_HELP)
+    s.add_argument("--torch", metavar="MODULE:FACTORY",
+                   help="classify a PyTorch model instead: FACTORY() returns (model, example "
+                   "inputs); its attentions are read from the captured graph "
+                   "(docs/classify-code.md)")
     s.set_defaults(func=commands["classify"])
 
     s = sub.add_parser("table", help="render Table III for specs",

@@ -1,0 +1,91 @@
+"""Capture a model's graph: torch.export at ATen level (decomposed), else torch.fx's
+symbolic trace. The answer says which was used."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+
+def _tensors(x) -> list:
+    """The tensors of a model's output, in order (dataclasses, dicts, tuples): export needs
+    outputs it knows how to flatten."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if dataclasses.is_dataclass(x):
+        x = [getattr(x, f.name) for f in dataclasses.fields(x)]
+    elif isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+class _Flat(torch.nn.Module):
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args, **kwargs):
+        return tuple(_tensors(self.inner(*args, **kwargs)))
+
+
+@dataclass
+class Captured:
+    graph: torch.fx.Graph
+    method: str  # "torch.export" or "torch.fx"
+    params: dict  # placeholder or get_attr target -> parameter/buffer name
+    note: str = ""
+
+
+def _split(example_inputs) -> tuple[tuple, dict]:
+    if isinstance(example_inputs, dict):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,), {}
+    return tuple(example_inputs), {}
+
+
+def capture(module: torch.nn.Module, example_inputs) -> Captured:
+    args, kwargs = _split(example_inputs)
+    flat = _Flat(module).eval()
+    try:
+        ep = torch.export.export(flat, args, kwargs, strict=False).run_decompositions()
+    except Exception as e:  # export refuses data-dependent control flow and more: try fx
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+        got = _make_fx(flat, args, kwargs)
+        if got is not None:
+            return Captured(got.graph, "make_fx", {}, note=f"torch.export failed ({why}); "
+                            "traced with real inputs, so data-dependent sizes are fixed")
+        try:
+            gm = torch.fx.symbolic_trace(module)
+        except Exception as e2:
+            raise CaptureError(f"neither torch.export ({why}) nor torch.fx "
+                               f"({type(e2).__name__}) could capture the model") from None
+        return Captured(gm.graph, "torch.fx", {}, note=f"torch.export failed ({why})")
+    sig = ep.graph_signature
+    params = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+    return Captured(ep.graph, "torch.export", params)
+
+
+def _make_fx(flat, args, kwargs):
+    """An ATen graph traced by running the model on its example inputs (parameters become
+    get_attr nodes): it follows Python control flow for these inputs only."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    try:
+        params = dict(flat.named_parameters())
+        params.update(flat.named_buffers())
+
+        def run(p, a, k):
+            return torch.func.functional_call(flat, p, a, k)
+
+        gm = make_fx(run, tracing_mode="real", pre_dispatch=False)(params, args, kwargs)
+    except Exception:
+        return None
+    return gm
+
+
+class CaptureError(Exception):
+    pass

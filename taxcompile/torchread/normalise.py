@@ -1,0 +1,82 @@
+"""A captured graph seen through one vocabulary: every node's operator under a canonical name
+(ATen overloads, torch functions and tensor methods alike), so the recognisers match
+`bmm`/`matmul`/`einsum`, `_softmax`/`softmax` and `masked_fill`/`where` the same way."""
+from __future__ import annotations
+
+import operator
+
+CANON = {
+    "_softmax": "softmax", "softmax": "softmax", "_log_softmax": "log_softmax",
+    "log_softmax": "log_softmax", "sigmoid": "sigmoid",
+    "bmm": "matmul", "mm": "matmul", "matmul": "matmul", "einsum": "matmul", "baddbmm": "matmul",
+    "addmm": "linear", "linear": "linear",
+    "div": "div", "truediv": "div", "mul": "mul", "add": "add", "sub": "sub",
+    "masked_fill": "where", "where": "where",
+    "_unsafe_view": "view", "reshape": "view", "view": "view", "flatten": "view",
+    "unflatten": "view",
+    "scaled_dot_product_attention": "sdpa",
+    "_scaled_dot_product_flash_attention_for_cpu": "sdpa",
+    "_scaled_dot_product_efficient_attention": "sdpa",
+}
+# Ops that move or copy a tensor without computing anything the taxonomy reads.
+TRANSPARENT = {"view", "clone", "expand", "permute", "transpose", "t", "unsqueeze", "squeeze",
+               "contiguous", "alias", "_to_copy", "to", "detach", "getitem", "dropout",
+               "native_dropout", "lift_fresh_copy", "type_as", "float", "slice",
+               "split", "split_with_sizes", "chunk", "unbind"}
+
+
+def op(node) -> str:
+    """The canonical name of a node's operator ('' for placeholders and outputs)."""
+    if node.op == "call_method":
+        name = node.target
+    elif node.op == "call_function":
+        t = node.target
+        if t is operator.getitem:
+            return "getitem"
+        name = getattr(t, "__name__", str(t))
+        if hasattr(t, "_opname"):  # an ATen OpOverload: aten.bmm.default -> bmm
+            name = t._opname
+        name = name.split(".")[0]
+    elif node.op == "call_module":
+        name = type(node.graph.owning_module.get_submodule(node.target)).__name__.lower()
+    else:
+        return ""
+    name = name.rstrip("_") if name.endswith("_") and not name.startswith("_") else name
+    return CANON.get(name, name)
+
+
+def shape(node):
+    v = node.meta.get("val") if hasattr(node, "meta") else None
+    return tuple(v.shape) if v is not None and hasattr(v, "shape") else None
+
+
+def is_bool(node) -> bool:
+    v = node.meta.get("val")
+    return v is not None and getattr(v, "dtype", None) is not None and str(v.dtype) == "torch.bool"
+
+
+def tensor_args(node) -> list:
+    """The node's tensor arguments, lists (cat, stack) flattened."""
+    out = []
+    for a in node.args:
+        if isinstance(a, (list, tuple)):
+            out.extend(x for x in a if hasattr(x, "op"))
+        elif hasattr(a, "op"):
+            out.append(a)
+    return out
+
+
+def source_line(node) -> str | None:
+    """`file:line: code` of the innermost user frame of the node's stack trace."""
+    st = node.meta.get("stack_trace")
+    if not st:
+        return None
+    lines = st.strip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        s = lines[i].strip()
+        if s.startswith("File ") and "/torch/" not in s:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            where = s.split('"')[1].rsplit("/", 1)[-1] if '"' in s else s
+            num = s.split("line ")[1].split(",")[0] if "line " in s else "?"
+            return f"{where}:{num}: {code}"
+    return None

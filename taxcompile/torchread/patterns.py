@@ -1,0 +1,342 @@
+"""The recognisers, keyed by the mechanism registry's names (taxcompile/mechanisms): each says
+how to find its mechanism in a normalised graph, as the record says how to emit it. What no
+recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test_torchread.py
+can hold the two tables to the registry."""
+from __future__ import annotations
+
+from .normalise import TRANSPARENT, op, shape, tensor_args
+
+ACTS = {"tanh", "relu", "gelu", "sigmoid", "elu", "leaky_relu", "silu"}
+COMPARE = {"le", "lt", "ge", "gt"}
+NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
+
+# Registry names (score and align records) no recogniser reads yet, with why.
+NOT_RECOGNISED = {
+    ("score", "location"): "the score is computed from the query alone; its graph (a linear "
+                           "map to the key length) is not told apart from other linears yet",
+    ("score", "affinity"): "an affinity matrix read along rows or columns (co-attention) is not "
+                           "matched yet",
+    ("score", "max_pool"): "a max-pooled affinity (co-attention) is not matched yet",
+    ("align", "hard"): "sampling or argmax weights (one-hot) are not matched yet",
+    ("align", "reinforced"): "a policy-sampled alignment is not matched yet",
+    ("align", "sparsemax"): "the sort-and-threshold pattern is not matched yet",
+    ("align", "entmax"): "the sort-and-threshold pattern is not matched yet",
+    ("align", "crf"): "a CRF's marginals (forward-backward) are not matched yet",
+    ("align", "lsh"): "LSH buckets (hash by random rotation, sort, chunk) are not matched yet",
+}
+
+
+def strip(node, scales=None):
+    """Follow a tensor back through moves and scalar scalings; collect the scalings."""
+    while True:
+        o, args = op(node), tensor_args(node)
+        if o in TRANSPARENT and args:
+            node = args[0]
+        elif o in ("mul", "div") and len(args) == 1:
+            if scales is not None and not _unit(node):
+                scales.append(node)
+            node = args[0]
+        else:
+            return node
+
+
+def _unit(node) -> bool:
+    """A scaling by 1 (SDPA's decomposition with scale=1.0) scales nothing."""
+    return any(isinstance(a, (int, float)) and a == 1 for a in node.args)
+
+
+def weight(node, r) -> bool:
+    n = strip(node)
+    return r.is_param(n)
+
+
+def projection(node, r):
+    """(kind, node) where ``node`` is a learned projection: 'plain' x W, 'biased' x W + b,
+    'activated' act(x W [+ b]); None where it is not."""
+    n = strip(node)
+    o, args = op(n), tensor_args(n)
+    if o in ACTS and args:
+        inner = projection(args[0], r)
+        return ("activated", n) if inner else None
+    if o == "linear":  # addmm(bias, x, W^T) / linear(x, W, b)
+        return ("biased", n)
+    if o == "matmul" and len(args) >= 2 and (weight(args[1], r) or weight(args[0], r)):
+        return ("plain", n)
+    if o == "add" and len(args) == 2:
+        for a, b in (args, args[::-1]):
+            if weight(b, r) and projection(a, r) and projection(a, r)[0] == "plain":
+                return ("biased", n)
+    return None
+
+
+def ancestors(node, depth: int):
+    seen, frontier = [], [node]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
+        seen.extend(frontier)
+    return seen
+
+
+def normalised(node) -> object | None:
+    """A div whose divisor is a vector norm (cosine similarity's operands), if any."""
+    n = strip(node)
+    if op(n) in ("div", "mul") and len(tensor_args(n)) == 2:
+        for a in ancestors(tensor_args(n)[1], 5):
+            if op(a) in NORM_OPS:
+                return n
+    return None
+
+
+def score_path(r, norm):
+    """Back from the alignment's input to the score's producer, through masks, biases and
+    scalings: (producer, scales, masks, biases)."""
+    x = tensor_args(norm)[0]
+    scales, masks, biases = [], [], []
+    for _ in range(40):
+        o, args = op(x), tensor_args(x)
+        if o in TRANSPARENT and args:
+            x = args[0]
+        elif o in ("mul", "div") and len(args) == 1:
+            if not _unit(x):
+                scales.append(x)
+            x = args[0]
+        elif o == "where" and len(args) >= 2:
+            masks.append(args[0])
+            data = [a for a in args[1:] if r.roots(a)]
+            if not data:
+                break
+            x = data[0]
+        elif o in ("add", "sub", "mul", "div") and len(args) == 2:
+            a, b = args
+            if not r.roots(b) or (r.roots(a) and op(strip(a)) in ("matmul", "linear", "sum")):
+                (masks if _is_mask(b) else biases if o in ("add", "sub") else scales).append(b)
+                x = a
+            elif not r.roots(a):
+                (masks if _is_mask(a) else biases).append(a)
+                x = b
+            else:
+                break
+        else:
+            break
+    return x, scales, masks, biases
+
+
+def _is_mask(node) -> bool:
+    return any(op(a) == "where" for a in [node, *ancestors(node, 3)]) or any(
+        "inf" in str(a) for a in getattr(node, "args", ()))
+
+
+# --- scores: each returns (registry name, reason, query operand, key operand) or None ---
+
+def _matmul_score(r, prod, scales):
+    args = tensor_args(prod)
+    if op(prod) != "matmul" or len(args) < 2 or weight(args[1], r) or weight(args[0], r):
+        return None
+    qs, ks = strip(args[0], scales), strip(args[1], scales)
+    nq, nk = normalised(qs), normalised(ks)
+    if nq is not None and nk is not None:
+        return ("similarity", f"`{prod.name}` multiplies two streams each divided by its norm "
+                f"(`{nq.name}`, `{nk.name}`): cosine similarity", args[0], args[1])
+    pq, pk = projection(qs, r), projection(ks, r)
+    if (pq is None) != (pk is None):
+        kind, p = pq or pk
+        name = {"plain": "general", "biased": "biased_general",
+                "activated": "activated_general"}[kind]
+        return (name, f"`{prod.name}` multiplies one stream by a learned map of the other "
+                f"(`{p.name}`: q^T W k)", args[0], args[1])
+    if scales:
+        vals = ", ".join(f"`{s.name}`" for s in scales)
+        return ("scaled_multiplicative", f"`{prod.name}` multiplies queries and keys, scaled "
+                f"by a constant ({vals})", args[0], args[1])
+    return ("multiplicative", f"`{prod.name}` multiplies queries and keys (q^T k)",
+            args[0], args[1])
+
+
+def _additive_score(r, prod, scales):
+    """w^T act(W1 q + W2 k [+ b]) or w^T act(W [q; k]): a learned vector over an activation."""
+    o, args = op(prod), tensor_args(prod)
+    if o == "sum" and args and op(strip(args[0])) == "mul":
+        args = tensor_args(strip(args[0]))
+    elif o not in ("matmul", "linear"):
+        return None
+    acts = [strip(a) for a in args if op(strip(a)) in ACTS]
+    if not acts or not any(weight(a, r) for a in args):
+        return None
+    act = acts[0]
+    inner = strip(tensor_args(act)[0])
+    while op(inner) == "add" and any(weight(a, r) for a in tensor_args(inner)):
+        inner = strip(next(a for a in tensor_args(inner) if not weight(a, r)))
+    if op(inner) == "linear" and op(strip(tensor_args(inner)[1])) == "cat":
+        inner = strip(tensor_args(inner)[1])
+    if op(inner) == "matmul":
+        ins = [a for a in tensor_args(inner) if not weight(a, r)]
+        if ins and op(strip(ins[0])) == "cat":
+            inner = strip(ins[0])
+    if op(inner) == "cat":
+        streams = [s for s in inner.args[0] if hasattr(s, "op")]
+        return ("concat", f"`{prod.name}` applies a learned vector to `{act.target}` of a "
+                f"learned map of the concatenation `{inner.name}` (w^T act(W[q; k]))",
+                streams[0], streams[-1])
+    if op(inner) == "add" and len(tensor_args(inner)) == 2:
+        q, k = tensor_args(inner)
+        return ("additive", f"`{prod.name}` applies a learned vector to `{op(act)}` of the sum "
+                f"`{inner.name}` of two learned maps (w^T act(W1 q + W2 k))", q, k)
+    return ("additive", f"`{prod.name}` applies a learned vector to `{op(act)}` of a learned "
+            "map of the keys alone (w^T act(W k))", None, inner)
+
+
+SCORE_RECOGNISERS = {
+    "multiplicative": _matmul_score, "scaled_multiplicative": _matmul_score,
+    "general": _matmul_score, "biased_general": _matmul_score,
+    "activated_general": _matmul_score, "similarity": _matmul_score,
+    "additive": _additive_score, "concat": _additive_score, "activated_concat": _additive_score,
+}
+
+
+def read_score(r, prod, scales):
+    for fn in dict.fromkeys(SCORE_RECOGNISERS.values()):
+        got = fn(r, prod, scales)
+        if got:
+            return got
+    return None
+
+
+# --- alignments: from the normalisation and the masks on its input ---
+
+def _cond_ops(masks) -> set:
+    return {op(a) for m in masks for a in [m, *ancestors(m, 8)]}
+
+
+def read_align(r, norm, masks):
+    """(registry name, reason)."""
+    ops = _cond_ops(masks)
+    names = ", ".join(f"`{m.name}`" for m in masks)
+    if "topk" in ops:
+        return "topk", f"keeps the top-k scores: the mask {names} is built from a `topk`"
+    cmps = [a for m in masks for a in [m, *ancestors(m, 8)] if op(a) in COMPARE]
+    if "arange" in ops and ("abs" in ops or len(set(cmps)) >= 2):
+        return "local", f"a banded mask {names} (built from position indices) keeps a window"
+    base = {"softmax": "softmax", "log_softmax": "log-softmax",
+            "sigmoid": "sigmoid"}[op(norm)]
+    name = "sigmoid" if op(norm) == "sigmoid" else "global"
+    what = f"`{norm.name}` is a {base} over every key"
+    if masks:
+        what += f" (the mask {names} leaves out padding or future keys)"
+    return name, what
+
+
+def heads(r, norm, keys):
+    """(label, reason) of query multiplicity from the weights' shape and the keys' heads."""
+    s = shape(norm)
+    split = _split_heads(keys) if keys is not None and s and len(s) == 3 else None
+    if split:
+        h, node = split
+        why = f"`{node.name}` splits the keys' features into {h} heads merged with the batch"
+    elif not s or len(s) < 4 or s[-3] in (1, None):
+        return "Singular", f"`{norm.name}` has one head (weights of shape {list(s or [])})"
+    else:
+        h = s[-3]
+        why = f"`{norm.name}` weighs {h} heads (weights of shape {list(s)})"
+    rep = _repeated(keys) if keys is not None else None
+    if rep is not None:
+        why += f"; the keys' heads are shared between query heads (`{rep.name}` repeats them)"
+    return "Multi-Head", why
+
+
+def _split_heads(node):
+    """(H, view) where a view folds H heads of the features into the batch (nn.MHA)."""
+    n = node
+    for _ in range(12):
+        args = tensor_args(n)
+        if op(n) not in TRANSPARENT or not args:
+            return None
+        a, b = shape(args[0]), shape(n)
+        if op(n) == "view" and a and b and len(b) == len(a) and b[-1] and a[-1] % b[-1] == 0 \
+                and a[-1] // b[-1] > 1:
+            return a[-1] // b[-1], n
+        n = args[0]
+    return None
+
+
+def _repeated(node):
+    n = node
+    for _ in range(12):
+        o, args = op(n), tensor_args(n)
+        if o in ("repeat_interleave", "repeat"):
+            return n
+        if o == "expand" and args and len(shape(args[0]) or ()) >= 5:
+            src, dst = shape(args[0]), shape(n)
+            if any(a == 1 and b > 1 for a, b in zip(src, dst)):
+                return n
+        if not args or (o not in TRANSPARENT and o not in ("mul", "div", "add", "cat", "sub")):
+            return None
+        n = args[0]
+    return None
+
+
+def query_type(r, q, k):
+    """(label, reason): where the query comes from, against the keys."""
+    kr = r.roots(k) if k is not None else frozenset()
+    if q is None:
+        return "Self-Attentive", "there is no query: the keys are scored alone (eq. 33)"
+    qr = r.roots(q)
+    if not qr and any(r.is_param(a) for a in [q, *ancestors(q, 30)]):
+        return "Self-Attentive", f"the query `{q.name}` is a learned parameter (eq. 34)"
+    if not qr:
+        return "Basic", (f"the query `{q.name}` reads no input: a recurrent state's start, "
+                         "computed apart from the keys")
+    if qr <= kr:
+        return "Self-Attentive", (f"the query `{q.name}` and the keys `{k.name}` come from the "
+                                  f"same input ({', '.join(sorted(kr))})")
+    return "Basic", (f"the query `{q.name}` reads {', '.join(sorted(qr - kr))}, "
+                     f"which the keys `{k.name}` do not")
+
+
+def read(r, norm, app, values, a) -> None:
+    """Fill ``a`` (a recognise.Attention) with its values and reasons, or say why not."""
+    from .. import mechanisms
+
+    prod, scales, masks, biases = score_path(r, norm)
+    a.nodes = [norm.name, prod.name, app.name, *(m.name for m in masks)]
+    got = read_score(r, prod, scales)
+    if got is None:
+        a.recognised = False
+        a.why_not = (f"the score `{prod.name}` ({op(prod)}) before `{norm.name}` matches no "
+                     "score pattern")
+        return
+    name, why, q, k = got
+    dim = tensor_args(norm)[1:] and norm.args[1]
+    rank = len(shape(norm) or ()) or 2
+    if op(prod) == "matmul" and isinstance(dim, int) and dim % rank == rank - 2:
+        q, k = k, q  # weights normalised over the first operand's rows: it holds the keys
+    if biases:
+        why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
+    al, al_why = read_align(r, norm, masks)
+    v = a.values
+    v["scoring"] = (mechanisms.SCORES[name].reading, why)
+    v["alignment"] = (mechanisms.ALIGNS[al].reading, al_why)
+    v["query_type"] = query_type(r, q, k)
+    v["query_multiplicity"] = heads(r, norm, k)
+    if op(app) == "mul" and (shape(norm) or (1,))[-1] not in (1,) and rank >= 3 \
+            and shape(values) and shape(norm)[-1] == shape(values)[-1]:
+        v["dimensionality"] = ("Multi-Dimensional", f"`{app.name}` weighs every feature of "
+                               "each value (eq. 30-32)")
+    else:
+        v["dimensionality"] = ("Single-Dimensional", f"`{app.name}` gives one weight per value")
+
+
+def read_sdpa(r, node):
+    """An undecomposed scaled_dot_product_attention (torch.fx capture): scaled dot product,
+    softmax."""
+    from .recognise import Attention
+
+    q, k = tensor_args(node)[:2]
+    a = Attention(node.name, node.name, nodes=[node.name])
+    a.values["scoring"] = ("Scaled Multiplicative", f"`{node.name}` is scaled_dot_product_"
+                           "attention: q^T k / sqrt(d)")
+    a.values["alignment"] = ("Global", f"`{node.name}` takes a softmax over every key")
+    a.values["query_type"] = query_type(r, q, k)
+    a.values["query_multiplicity"] = heads(r, node, k) if shape(node) else (
+        "Singular", "shape unknown")
+    a.values["dimensionality"] = ("Single-Dimensional", "one weight per value")
+    return a

@@ -1,0 +1,118 @@
+"""Find every attention in a captured graph and place it in Table III.
+
+An attention is a normalisation over a key axis (softmax, log-softmax, sigmoid) whose input
+is a score and whose output weighs values through a matmul, or an elementwise product summed
+over the key axis. Each one's score, alignment, heads and query source are read by the
+recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import patterns
+from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
+
+NORMS = {"softmax", "log_softmax", "sigmoid"}
+APPLY = {"matmul", "mul"}
+# Ops between an alignment and the values it weighs: masks, dropout, zeroing fully-masked
+# rows (SDPA's decomposition), a renormalisation.
+FORWARD_THROUGH = TRANSPARENT | {"where", "mul", "div", "full_like"}
+
+
+@dataclass
+class Attention:
+    norm: str  # the alignment node
+    applied_by: str  # the node that weighs the values
+    values: dict = field(default_factory=dict)  # dimension -> (label, reason)
+    nodes: list = field(default_factory=list)  # the graph nodes read
+    source: list = field(default_factory=list)  # source lines from stack traces
+    recognised: bool = True
+    why_not: str = ""
+
+
+class Reader:
+    def __init__(self, graph, params: dict):
+        self.graph = graph
+        self.params = params
+        self._roots: dict = {}
+
+    def is_param(self, node) -> bool:
+        return node.op == "get_attr" or (node.op == "placeholder" and node.name in self.params)
+
+    def roots(self, node) -> frozenset:
+        """The user inputs (placeholders, not parameters nor boolean masks) a node reads as
+        data: a mask's condition is no data."""
+        memo = self._roots
+        stack = [node]
+        while stack:
+            n = stack[-1]
+            if n in memo:
+                stack.pop()
+                continue
+            if n.op == "placeholder":
+                memo[n] = frozenset() if self.is_param(n) or is_bool(n) else frozenset([n.name])
+                stack.pop()
+                continue
+            args = tensor_args(n)
+            if op(n) == "where" and n.args and hasattr(n.args[0], "op"):
+                args = [a for a in n.args[1:] if hasattr(a, "op")]  # the condition is no data
+            todo = [a for a in args if a not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            memo[n] = frozenset().union(*(memo[a] for a in args)) if args else frozenset()
+            stack.pop()
+        return memo[node]
+
+    def applied(self, norm):
+        """The node that weighs values with the alignment's output, and the values operand."""
+        seen, frontier = set(), [norm]
+        # a sigmoid weighs values directly (a gate inside a recurrent cell does not reach a
+        # matmul through moves alone)
+        through = TRANSPARENT | {"where"} if op(norm) == "sigmoid" else FORWARD_THROUGH
+        for _ in range(6):
+            nxt = []
+            for n in frontier:
+                for u in n.users:
+                    if u in seen:
+                        continue
+                    seen.add(u)
+                    o = op(u)
+                    args = tensor_args(u)
+                    if o == "matmul" and len(args) >= 2 and args[0] in seen | {n, norm}:
+                        return u, args[1]
+                    if o == "mul" and len(args) == 2 and _sums(u):
+                        return u, args[1] if args[0] in seen | {n, norm} else args[0]
+                    if o in through:
+                        nxt.append(u)
+            frontier = nxt
+        return None, None
+
+
+def _sums(node) -> bool:
+    return any(op(u) == "sum" for u in node.users)
+
+
+def find(graph, params: dict) -> list[Attention]:
+    r = Reader(graph, params)
+    out = []
+    for n in graph.nodes:
+        o = op(n)
+        if o == "sdpa":
+            out.append(patterns.read_sdpa(r, n))
+            continue
+        if o not in NORMS:
+            continue
+        app, values = r.applied(n)
+        if app is None:
+            continue  # a normalisation that weighs no values: an output layer, a gate
+        a = Attention(n.name, app.name)
+        patterns.read(r, n, app, values, a)
+        a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
+                    if s]
+        out.append(a)
+    return out
+
+
+def _by_name(graph, names):
+    want = set(names)
+    return [n for n in graph.nodes if n.name in want]

@@ -1,0 +1,92 @@
+"""Reading attention out of PyTorch code (taxcompile/torchread): real implementations no one
+here wrote, a model without attention, an attention no pattern covers, the CLI's errors, the
+registry's coverage and the round trip through generated code."""
+import subprocess
+import sys
+
+import pytest
+
+import taxcompile
+from taxcompile import mechanisms
+from taxcompile.torchread import patterns
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import torchread_models as tm  # noqa: E402
+
+# name -> (scoring, alignment, query_type, query_multiplicity), and a word of each reason
+REAL = {
+    "mha": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head", "splits"),
+    "mha_cross": ("Scaled Multiplicative", "Global", "Basic", "Multi-Head", "args_0"),
+    "transformer_encoder": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head",
+                            "4 heads"),
+    "xt_encoder": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head", "4 heads"),
+    "xt_gqa": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head", "repeats"),
+    "xt_rotary": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head", "4 heads"),
+    "xt_alibi": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head",
+                 "position or bias term"),
+    "xt_topk": ("Scaled Multiplicative", "Sparse", "Self-Attentive", "Multi-Head", "topk"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_implementations(name):
+    res = taxcompile.classify(*getattr(tm, name)())
+    assert res.method == "torch.export"
+    row = res.row()
+    want = REAL[name]
+    assert (row["scoring"], row["alignment"], row["query_type"],
+            row["query_multiplicity"]) == want[:4]
+    assert want[4] in res.text()
+
+
+def test_no_attention_invents_no_row():
+    res = taxcompile.classify(*tm.no_attention())
+    assert res.attentions == [] and res.row() == {}
+    assert "no attention found" in res.text()
+
+
+def test_unknown_score_is_not_recognised_with_its_nodes():
+    res = taxcompile.classify(*tm.l1_attention())
+    assert len(res.attentions) == 1 and not res.attentions[0].recognised
+    assert res.row() == {}
+    assert "attention not recognised" in res.text() and "_softmax" in res.text()
+
+
+def test_every_registry_score_and_alignment_is_recognised_or_says_why_not():
+    covered = {("score", n) for n in patterns.SCORE_RECOGNISERS} | {
+        ("align", n) for n in ("global", "sigmoid", "topk", "local")}
+    for table in (mechanisms.SCORES, mechanisms.ALIGNS):
+        for rec in table.values():
+            key = (rec.kind, rec.name)
+            assert (key in covered) != (key in patterns.NOT_RECOGNISED), key
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "taxcompile", "classify", *args],
+                          capture_output=True, text=True, cwd=str(tm.__file__).rsplit("/", 2)[0])
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--torch", "nocolon"], "MODULE:FACTORY"),
+    (["--torch", "no_such_module_x:f"], "cannot import"),
+    (["--torch", "tests.torchread_models:missing"], "has no 'missing'"),
+    (["--torch", "tests.torchread_models:mha", "specs/luong2015.attn"], "no spec files"),
+    (["--torch", "tests.torchread_models:mha", "--format", "json"], "text only"),
+])
+def test_cli_errors_are_one_line_exit_2(args, says):
+    p = _cli(*args)
+    assert p.returncode == 2 and says in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and p.stdout == ""
+
+
+def test_cli_classifies_a_factory():
+    p = _cli("--torch", "tests.torchread_models:mha_cross")
+    assert p.returncode == 0, p.stderr
+    assert "query_type: Basic" in p.stdout and "captured with torch.export" in p.stdout
+
+
+def test_docs_show_the_rows_the_code_gives():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "classify-code.md").read_text()
+    assert tm.doc_table() in doc, "regenerate: python tests/torchread_models.py"
