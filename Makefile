@@ -62,12 +62,15 @@ test: install
 # and run forward and backward, and pass the oracles of tests/spec_oracles.py (a position
 # term's one query, generate() with and without its cache); FUZZ_SEED=N draws other specs
 # than CI's derandomized ones. A failure found goes to tests/data/regressions/ (see
-# tests/test_spec_property.py); specgen.KNOWN_DEFECTS lists those not fixed yet.
+# tests/test_spec_property.py); specgen.KNOWN_DEFECTS lists those not fixed yet. Then the
+# torch round trip's expected failures (tests/test_torchread_roundtrip.py), minutes of capture.
 FUZZ_EXAMPLES ?= 10000
 fuzz: install
 	TAXCOMPILE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(if $(FUZZ_SEED),TAXCOMPILE_FUZZ_SEED=$(FUZZ_SEED)) \
 	  $(BIN)/python -m pytest tests/test_spec_property.py -p no:xdist -q \
 	  -k "check_then_run" --hypothesis-show-statistics
+	TAXCOMPILE_TORCHREAD_ALL=1 $(BIN)/python -m pytest tests/test_torchread_roundtrip.py \
+	  -p no:xdist -q
 
 demo: $(DEMO_STAMP) graphviz
 	$(BIN)/taxcompile check specs/

@@ -2,7 +2,10 @@
 generated, captured and classified from its graph, gives the values `taxcompile table` gives
 from its spec, on the dimensions read from code (scoring, alignment, dimensionality, query
 type, and whether query multiplicity is Multi-Head). What cannot be read yet is listed in
-EXPECTED_FAILURES with the reason: a strict xfail, so a regression and a fix both show."""
+EXPECTED_FAILURES with the reason: a strict xfail, so a regression and a fix both show.
+Those cost minutes of capture (decoders unrolled over time), so the suite skips them and
+the nightly run (`make fuzz`, TAXCOMPILE_TORCHREAD_ALL=1) runs them."""
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from taxcompile.classification import ORDER
 
 ROOT = Path(__file__).parents[1]
 READ = ("scoring", "alignment", "dimensionality", "query_type")
+ALL = os.environ.get("TAXCOMPILE_TORCHREAD_ALL") == "1"
 
 EXPECTED_FAILURES = {  # "file:model" -> why
     'examples/alternating_coattention.attn:alternating':
@@ -95,6 +99,9 @@ def _cases():
             key = f"{path.parent.name}/{path.name}:{m.model.name}"
             marks = [pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[key])] \
                 if key in EXPECTED_FAILURES else []
+            if key in EXPECTED_FAILURES and not ALL:
+                marks = [pytest.mark.skip(reason="an expected failure: the nightly run checks "
+                                          "it (TAXCOMPILE_TORCHREAD_ALL=1)")]
             out.append(pytest.param(str(path), m.model.name, id=key, marks=marks))
     return out
 
