@@ -4,6 +4,7 @@ recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test
 can hold the two tables to the registry."""
 from __future__ import annotations
 
+from .found import Attention
 from .normalise import TRANSPARENT, op, shape, tensor_args
 
 ACTS = {"tanh", "relu", "gelu", "sigmoid", "elu", "leaky_relu", "silu"}
@@ -293,7 +294,7 @@ def query_type(r, q, k):
 
 
 def read(r, norm, app, values, a) -> None:
-    """Fill ``a`` (a recognise.Attention) with its values and reasons, or say why not."""
+    """Fill ``a`` (a found.Attention) with its values and reasons, or say why not."""
     from .. import mechanisms
 
     prod, scales, masks, biases = score_path(r, norm)
@@ -328,8 +329,6 @@ def read(r, norm, app, values, a) -> None:
 def read_sdpa(r, node):
     """An undecomposed scaled_dot_product_attention (torch.fx capture): scaled dot product,
     softmax."""
-    from .recognise import Attention
-
     q, k = tensor_args(node)[:2]
     a = Attention(node.name, node.name, nodes=[node.name])
     a.values["scoring"] = ("Scaled Multiplicative", f"`{node.name}` is scaled_dot_product_"

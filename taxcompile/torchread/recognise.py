@@ -6,9 +6,8 @@ over the key axis. Each one's score, alignment, heads and query source are read 
 recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from . import patterns
+from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
 
 NORMS = {"softmax", "log_softmax", "sigmoid"}
@@ -18,15 +17,6 @@ APPLY = {"matmul", "mul"}
 FORWARD_THROUGH = TRANSPARENT | {"where", "mul", "div", "full_like"}
 
 
-@dataclass
-class Attention:
-    norm: str  # the alignment node
-    applied_by: str  # the node that weighs the values
-    values: dict = field(default_factory=dict)  # dimension -> (label, reason)
-    nodes: list = field(default_factory=list)  # the graph nodes read
-    source: list = field(default_factory=list)  # source lines from stack traces
-    recognised: bool = True
-    why_not: str = ""
 
 
 class Reader:

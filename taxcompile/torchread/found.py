@@ -1,0 +1,16 @@
+"""One attention found in a captured graph: what ``recognise`` and ``patterns`` fill in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Attention:
+    norm: str  # the alignment node
+    applied_by: str  # the node that weighs the values
+    values: dict = field(default_factory=dict)  # dimension -> (label, reason)
+    nodes: list = field(default_factory=list)  # the graph nodes read
+    source: list = field(default_factory=list)  # source lines from stack traces
+    recognised: bool = True
+    why_not: str = ""
