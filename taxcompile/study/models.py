@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import combinations as C
+from ..combination_space import _block as block
 from ..mechanisms import ALIGNS, SCORES
 from . import tasks as T
 
@@ -277,12 +278,12 @@ def spec_text(m: Model, supervised: bool = False) -> str:
     if c.multiplicity == "multi_hop":
         lines.append(f"    feature r = {query or 'learned(d)'}")
         lines.append(f"    repeat hop {HOPS} {{")
-        lines += C._block("att", _fields(c, "r", supervised), "        ")
+        lines += block("att", _fields(c, "r", supervised), "        ")
         lines.append("        update r = r + att")
         lines.append("    }")
         out = "hop.att"
     else:
-        lines += C._block("att", _fields(c, query, supervised))
+        lines += block("att", _fields(c, query, supervised))
     lines.append(f"    output out = classify({out}, V)")
     lines.append("}")
     return "\n".join(lines) + "\n"
