@@ -157,6 +157,10 @@ class Features(Constants):
                      f"`affinity {self.defining.name if self.defining.feature else 'NAME'} = affinity(…)` "
                      "and name it in an attention module's `affinity` field")
             return None
+        if e.fn == "learned" and len(e.args) > 1:  # learned(K, d): the count comes first
+            sig = (sig[1], sig[0]) + sig[2:]
+        if e.fn == "prepend" and len(e.args) > 1 and not self.is_const(e.args[1], scope):
+            sig = (sig[0], sig[2])  # prepend(x, learned(K, d)): the vectors, not a count n
         args: list[ir.Expr] = []
         params: dict[str, ir.Scalar] = {}
         syms: dict[str, str] = {}
