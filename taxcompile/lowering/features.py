@@ -133,6 +133,13 @@ class Features(Constants):
         self.err(e.pos, "expected a feature, found a string")
         return None
 
+    def is_feature(self, e: ast.Expr, scope: Scope) -> bool:
+        """Whether ``e`` is a call or a name bound to a node (not a constant, nor unknown)."""
+        if isinstance(e, ast.Call):
+            return True
+        found = scope.lookup(e.name) if scope and isinstance(e, ast.Ref) else None
+        return found is not None and found[0] != "const"
+
     def is_const(self, e: ast.Expr, scope: Scope) -> bool:
         """Whether ``e`` is constant arithmetic (a number or a `let`), not a feature."""
         if isinstance(e, (ast.Number, ast.Neg)):
@@ -161,6 +168,16 @@ class Features(Constants):
             sig = (sig[1], sig[0]) + sig[2:]
         if e.fn == "prepend" and len(e.args) > 1 and not self.is_const(e.args[1], scope):
             sig = (sig[0], sig[2])  # prepend(x, learned(K, d)): the vectors, not a count n
+            if (kw := next((k for k in e.kwargs if k.name == "n"), None)) is not None:
+                self.err(kw.pos, "`prepend` is given its vectors here, so `n` (a count of "
+                         "vectors of its own) has no place", "drop `n`: `prepend(x, "
+                         "learned(K, d))` adds K vectors; `prepend(x, n)` adds n of its own")
+                return None
+        if e.fn == "learned" and len(e.args) > 1 and self.is_feature(e.args[0], scope):
+            self.err(e.args[0].pos, "the count K of `learned(K, d)` is a size, a number or a "
+                     "`let`, not a feature", "write e.g. `learned(16, d)` for 16 learned "
+                     "vectors; a query computed from a feature is `project(x)`")
+            return None
         args: list[ir.Expr] = []
         params: dict[str, ir.Scalar] = {}
         syms: dict[str, str] = {}
@@ -200,7 +217,9 @@ class Features(Constants):
                 if x is not None:
                     args.append(x)
             else:
-                v = self.as_param(p, a, scope, f"`{p.name}` of `{e.fn}`")
+                v = self.as_param(p, a, scope, "the count K of `learned(K, d)`"
+                                  if (e.fn, p.name) == ("learned", "n") else
+                                  f"`{p.name}` of `{e.fn}`")
                 ok &= v is not None
                 if v is not None:
                     params[p.name] = v

@@ -44,14 +44,20 @@ def prepended_set(self, e, a) -> int | None:
     axis of fixed length that no mask reaches (``learned(K, d)``, or what is computed from
     it position by position); its count, or None after a located error."""
     x, v = a
+    xn, vn = expr_name(e.args[0]), expr_name(e.args[1])
     origin = self.cm.model.by_id.get(self.cm.axis_origin.get(v.axes[0])) if v.axes else None
-    if v.dim != x.dim or len(v.axes) > 1 or v.axes and (
-            self.cm.sizes.get(v.axes[0]) is None or origin is None or origin.kind_ == "input"):
-        what = f"{v}" if v.dim is not None else f"token ids {v}"
-        self.err(e.args[1].loc, f"`prepend` puts learned vectors of `{expr_name(e.args[0])}`'s "
-                 f"size {x.dim} before its first position, but `{expr_name(e.args[1])}` is "
-                 f"{what}", f"write `prepend({expr_name(e.args[0])}, learned(K, {x.dim}))` "
-                 f"(K vectors), or `prepend({expr_name(e.args[0])}, K)`")
+    hint = f"write `prepend({xn}, learned(K, {x.dim}))` (K learned vectors) or `prepend({xn}, K)`"
+    if v.dim != x.dim:
+        self.err(e.args[1].loc, f"`prepend` puts `{vn}` before the first position of `{xn}` "
+                 f"{x}, but `{vn}` {'holds token ids' if v.dim is None else 'has'} {v}",
+                 f"the vectors need `{xn}`'s size {x.dim}: {hint}")
+        return None
+    if len(v.axes) > 1 or v.axes and (self.cm.sizes.get(v.axes[0]) is None or origin is None
+                                      or origin.kind_ == "input"):
+        self.err(e.args[1].loc, f"`prepend` puts learned vectors before the first position, "
+                 f"but `{vn}` {v} runs over {', '.join(f'`{ax}`' for ax in v.axes)}, "
+                 "positions of an input's data", f"{hint}: a fixed number of vectors, the "
+                 "same for every example and never masked")
         return None
     return self.cm.sizes[v.axes[0]] if v.axes else 1
 
