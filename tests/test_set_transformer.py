@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 import taxcompile  # noqa: E402
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, cell_of, classify_text  # noqa: E402
 from torch_support import one_thread  # noqa: E402, F401
 
 SPEC = ROOT / "examples" / "lee2019_set_transformer.attn"
@@ -104,6 +104,17 @@ def test_padded_members_change_nothing_and_the_order_of_members_neither():
                                    atol=1e-12, rtol=0)
         perm = torch.randperm(7)
         torch.testing.assert_close(m(x[:, perm]).output, want, atol=1e-12, rtol=0)
+
+
+def test_it_reads_as_self_attention_through_learned_inducing_points():
+    """The set attends over H = MAB(I, X), a summary of itself: its own features (Singular,
+    Self-Attentive), not a second input (co-attention) nor a query from another input."""
+    text = SPEC.read_text(encoding="utf-8")
+    row = classify_text(text)
+    assert (row["feature_multiplicity"], row["query_type"]) == ("Singular", "Self-Attentive")
+    reasons = cell_of(text, "query_type")["Self-Attentive"]
+    assert "the query of `isab.induce` is a learned query set of 32 vectors (eq. 34)" in reasons
+    assert "the query of `pool` is a learned query set of 1 vector (eq. 34)" in reasons
 
 
 def _max_batches(n: int, size: int, seed: int) -> list:
