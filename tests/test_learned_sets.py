@@ -95,3 +95,14 @@ def test_one_learned_vector_prepended_is_a_cls_token():
         c = _softmax_attend(q, x, torch.ones(2, 6, dtype=torch.bool))
         want = c[:, 0] @ p["y_head.weight"].T + p["y_head.bias"]
         torch.testing.assert_close(m(src).output, want, atol=1e-12, rtol=0)
+
+
+def test_a_layer_of_a_statement_whose_query_is_a_learned_set_is_refused_with_the_reason():
+    """The drop-in layer holds at most one learned query vector; a set would be built as
+    one (a layer of the wrong shape), so it is refused, naming the way out."""
+    from taxcompile import pipeline
+    from taxcompile.codegen import layer
+
+    cs = pipeline.load_text(SLOTS, "t.attn")
+    with pytest.raises(layer.LayerError, match=r"a learned set `learned\(K, d\)`"):
+        layer.generate(cs, cs.models[0], "a", SLOTS)
