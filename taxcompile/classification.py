@@ -140,7 +140,11 @@ class Classifier:
             return self._node_roots(e.node)
         args = list(e.args)
         if e.fn == "add":
-            args = [a for a in args if not self._is_context(a)] or args
+            stream = [a for a in args if not self._is_context(a)]
+            # a stream of learned vectors (latents, inducing points: no input's features)
+            # with a context added carries what the context summarises
+            if stream and (roots := set().union(*map(self.feature_roots, stream))):
+                return roots
         out: set[str] = set()
         for a in args:
             out |= self.feature_roots(a)
@@ -191,8 +195,11 @@ class Classifier:
 
         def visit(e: ir.Expr) -> None:
             if isinstance(e, ir.Op):
-                if e.fn == "learned":
-                    add("Self-Attentive", f"the query of {name} is a learned vector (eq. 34)")
+                if e.fn == "learned":  # a parameter, not an input: Self-Attentive (eq. 34)
+                    k = e.param("n")
+                    add("Self-Attentive", f"the query of {name} is " + (
+                        "a learned vector" if k is None else
+                        f"a learned query set of {k} vector{'s' if k > 1 else ''}") + " (eq. 34)")
                     return
                 if e.fn == "pointed":  # a pointer network's decoder reads its own outputs
                     add("Basic", f"the query of {name} comes from a decoder that reads its "

@@ -81,7 +81,9 @@ OPS: dict[str, OpInfo] = {o.name: o for o in (
         act("relu")),
     _op("maxpool", node(), pint("factor")),
     _op("upsample", node(), pint("factor"), enum("mode", ("bilinear", "nearest"), "bilinear")),
-    _op("learned", pint("d")),
+    # learned(d): one learned vector (eq. 34); learned(K, d): K of them, an axis of K
+    # positions the same for every example (a query set, latents, CLS / register tokens)
+    _op("learned", pint("d"), pint("n", False)),
     blocks.OPS["prepend"],
     # tie: the output layer's weight is the embedding matrix of statement NODE's embed
     _op("classify", node(), pint("classes"), SHARE, TIE),

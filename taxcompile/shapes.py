@@ -29,3 +29,12 @@ def expr_name(e: ir.Expr | None) -> str:
     if e.fn == "weights":
         return f"{expr_name(e.args[0])}.weights"
     return f"{e.fn}(…)"
+
+
+def learned_axis(node, e: ir.Op) -> str:
+    """The axis of ``learned(K, d)``'s K vectors in statement ``node``: ``NODE.K``, the
+    statement without hop indexes and K as the spec writes it (a `let` name or a number),
+    for the checker's shape rule and the planner's alike. An axis of its own, so no input's
+    axis (nor its mask) is taken for it."""
+    hop = getattr(node, "hop", None)
+    return f"{hop.template if hop else node.id}.{dict(e.sym).get('n') or e.param('n')}"

@@ -149,6 +149,10 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "cheng2016_lstmn": "tests/test_lstmn.py",
     # issue 25: Transformer-XL's relative positions and segment memory
     "dai2019_transformer_xl": "tests/test_transformer_xl.py",
+    "touvron2023_modern_lm": "tests/test_modern_lm.py",
+    # learned query sets, `learned(K, d)`
+    "lee2019_set_transformer": "tests/test_set_transformer.py",
+    "jaegle2021_perceiver": "tests/test_perceiver.py",
 }
 
 

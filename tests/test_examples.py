@@ -138,6 +138,16 @@ EXPECTED = {
     # tied embeddings change no cell: the Transformer decoder's self-attention row.
     "modern_lm": dict(scoring="Scaled Multiplicative", alignment="Global",
                       query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Learned query sets (`learned(K, d)`: inducing points, seeds, latents) are learned
+    # queries (eq. 34), as Yang et al.'s context vector; the set (or the input) attending
+    # over a learned set's summary of it attends over its own features: Singular.
+    "lee2019_set_transformer": dict(feature_multiplicity="Singular", scoring="Scaled Multiplicative",
+                                    alignment="Global", query_type="Self-Attentive",
+                                    query_multiplicity="Multi-Head"),
+    # The latents re-read the input block after block with refined queries: Multi-Hop.
+    "jaegle2021_perceiver": dict(feature_multiplicity="Singular", scoring="Scaled Multiplicative",
+                                 alignment="Global", query_type="Self-Attentive",
+                                 query_multiplicity="Multi-Head + Multi-Hop"),
     # A cosine score with a temperature (NTM's key strength): still Table II's similarity.
     "cosine_temperature": dict(scoring="Similarity", alignment="Global", query_type="Basic"),
 }

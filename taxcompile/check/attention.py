@@ -17,7 +17,8 @@ from ..lower import SCORES_WITHOUT_QUERY
 from .grouped import grouped_fit, qk_norm_fits
 from .lsh import lsh_fits
 from .segment import segment_fits
-from .core import AttentionInfo, Shape, _base_ref, _name, context_dim, learned_capsules
+from .core import (AttentionInfo, Shape, _base_ref, _name, context_dim, learned_capsules,
+                   learned_set)
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,13 @@ class AttentionChecks:
                 return False
         if n.capsules:
             cax = f.cax
+            if learned_set(n.query):
+                self.err(n.query.loc, f"{where}: capsule-based attention has one learned query "
+                         f"per class (eq. 43), from one vector `learned(d)`; this query is a "
+                         f"learned set of {learned_set(n.query)} vectors",
+                         f"write `query = learned({f.q.dim})`: `capsules = {n.capsules}` makes "
+                         "one query per class of it")
+                return False
             if not learned_capsules(n) and cax is None:
                 self.err(n.loc, f"{where}: capsule-based attention learns one query per class "
                          "(eq. 43)", "write `query = learned(d)`, or over several hops the "

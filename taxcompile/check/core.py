@@ -202,8 +202,15 @@ def learned_capsules(n: ir.Attention) -> bool:
     """Capsules with their own learned queries, q_c (eq. 43): the module's `query =
     learned(d)` stands for one learned vector per class. Otherwise a capsule module's query
     is an earlier capsule module's output, one row per class (eq. 41-43)."""
-    return bool(n.capsules) and isinstance(n.query, ir.Op) and n.query.fn == "learned"
+    return bool(n.capsules) and learned_set(n.query) == 0
 
+
+
+def learned_set(e: ir.Expr | None) -> int | None:
+    """K when ``e`` is ``learned(K, d)``, 0 when it is ``learned(d)`` (one vector), else None."""
+    if isinstance(e, ir.Op) and e.fn == "learned":
+        return int(e.param("n") or 0)
+    return None
 
 
 def operations(e: ir.Expr | None):

@@ -9,6 +9,7 @@ from .. import ir, ops
 from ..operators import crf_output
 from .. import mechanisms as mech
 from ..diagnostics import article
+from ..shapes import learned_axis
 from .core import Shape, _name
 
 
@@ -108,7 +109,14 @@ class ValueShapes:
 
     @ops.shape_rule("learned")
     def shape_learned(self, e, a, nid):
-        return Shape((), int(e.param("d")))
+        """learned(d): one vector (d); learned(K, d): K of them over an axis of their own,
+        ``NODE.K``, K long and never masked: (K, d)."""
+        if e.param("n") is None:
+            return Shape((), int(e.param("d")))
+        axis = learned_axis(self.cm.model.by_id[nid], e)
+        self.cm.sizes[axis] = int(e.param("n"))
+        self.cm.axis_origin[axis] = nid
+        return Shape((axis,), int(e.param("d")))
 
     @ops.shape_rule("classify")
     def shape_classify(self, e, a, nid):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .. import checks, ir
 from ..ops import plan_rule
+from ..shapes import learned_axis
 from .acts import act_call, widened
 from . import kv_width
 from .frame import Var
@@ -341,9 +342,17 @@ def upsample(p, e, a, n):
 @plan_rule("learned")
 def learned(p, e, a, n):
     d = p.p(e, "d")
-    mod = p.module(n, p.suffix(n, "q", e), f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
-                   "a learned query (eq. 34)")
-    return Var(f"{mod}.expand(B, -1)", checks.Shape((), e.param("d")), None, d)
+    if e.param("n") is None:
+        mod = p.module(n, p.suffix(n, "q", e), f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
+                       "a learned query (eq. 34)")
+        return Var(f"{mod}.expand(B, -1)", checks.Shape((), e.param("d")), None, d)
+    # learned(K, d): K vectors, initialised as one (eq. 34), the same for every example
+    k = p.p(e, "n")
+    mod = p.module(n, p.suffix(n, "learned", e),
+                   f"nn.Parameter(torch.randn({k}, {d}) * ({d}) ** -0.5)",
+                   "K learned vectors (a query set, latents, seeds)")
+    shape = checks.Shape((learned_axis(n, e),), e.param("d"))
+    return Var(f"{mod}.expand(B, -1, -1)", shape, None, d)
 
 
 @plan_rule("classify")

@@ -85,8 +85,14 @@ def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) ->
         d_in = cm.shapes[e.args[0].node].dim
         d = e.param("d") if e.param("d") is not None else d_in
         return Role(r, "project", d_in, int(d))
-    if isinstance(e, ir.Op) and e.fn == "learned" and r == "q":
+    if isinstance(e, ir.Op) and e.fn == "learned" and r == "q" and e.param("n") is None:
         return Role(r, "learned", 0, int(e.param("d")))
+    if isinstance(e, ir.Op) and e.fn == "learned":  # the layer has one learned query at most
+        raise LayerError(f"the {what} of attention `{n.hop.template if n.hop else n.id}` "
+                         f"{'is' if r == 'q' else 'are'} a learned set `learned(K, d)`: a "
+                         "drop-in layer takes query, keys and values as tensors; pass the "
+                         "set as one, or take the layer of a statement that projects it "
+                         "(`query = project(z)` with `feature z = learned(K, d)`)")
     shown = e.fn + "(…)" if isinstance(e, ir.Op) else e.kind
     raise LayerError(f"the {what} of attention `{n.hop.template if n.hop else n.id}` "
                      f"{'is' if r == 'q' else 'are'} "

@@ -34,6 +34,9 @@ NAMED_HINT = {
             "e.g. `output y = classify(h, vocab, tie = src_emb)`"),
 }
 
+# how an error names a parameter, where `P of FN` would not say it
+WHAT = {("learned", "n"): "the count K of `learned(K, d)`"}
+
 
 class Features(Constants):
     """Feature statements and expressions (a part of ``lower.Lowerer``)."""
@@ -133,6 +136,13 @@ class Features(Constants):
         self.err(e.pos, "expected a feature, found a string")
         return None
 
+    def is_feature(self, e: ast.Expr, scope: Scope) -> bool:
+        """Whether ``e`` is a call or a name bound to a node (not a constant, nor unknown)."""
+        if isinstance(e, ast.Call):
+            return True
+        found = scope.lookup(e.name) if scope and isinstance(e, ast.Ref) else None
+        return found is not None and found[0] != "const"
+
     def is_const(self, e: ast.Expr, scope: Scope) -> bool:
         """Whether ``e`` is constant arithmetic (a number or a `let`), not a feature."""
         if isinstance(e, (ast.Number, ast.Neg)):
@@ -147,6 +157,26 @@ class Features(Constants):
             return found is not None and found[0] == "const"
         return False
 
+    def signature(self, e: ast.Call, sig: tuple, scope: Scope) -> tuple | None:
+        """The parameters the call's arguments bind to, in order: ``learned(K, d)`` gives its
+        count first, ``prepend(x, learned(K, d))`` its vectors in n's place (None after a
+        located error)."""
+        if e.fn == "learned" and len(e.args) > 1:  # learned(K, d): the count comes first
+            if self.is_feature(e.args[0], scope):
+                self.err(e.args[0].pos, "the count K of `learned(K, d)` is a size, a number "
+                         "or a `let`, not a feature", "write e.g. `learned(16, d)` for 16 "
+                         "learned vectors; a query computed from a feature is `project(x)`")
+                return None
+            return (sig[1], sig[0]) + sig[2:]
+        if e.fn == "prepend" and len(e.args) > 1 and not self.is_const(e.args[1], scope):
+            if (kw := next((k for k in e.kwargs if k.name == "n"), None)) is not None:
+                self.err(kw.pos, "`prepend` is given its vectors here, so `n` (a count of "
+                         "vectors of its own) has no place", "drop `n`: `prepend(x, "
+                         "learned(K, d))` adds K vectors; `prepend(x, n)` adds n of its own")
+                return None
+            return (sig[0], sig[2])  # the vectors, not a count n
+        return sig
+
     def call(self, e: ast.Call, scope: Scope, top: bool = False) -> ir.Expr | None:
         sig = OPS.get(e.fn)
         if sig is None:
@@ -156,6 +186,8 @@ class Features(Constants):
             self.err(e.pos, "`affinity(…)` is not a feature: declare the matrix with "
                      f"`affinity {self.defining.name if self.defining.feature else 'NAME'} = affinity(…)` "
                      "and name it in an attention module's `affinity` field")
+            return None
+        if (sig := self.signature(e, sig, scope)) is None:
             return None
         args: list[ir.Expr] = []
         params: dict[str, ir.Scalar] = {}
@@ -196,7 +228,8 @@ class Features(Constants):
                 if x is not None:
                     args.append(x)
             else:
-                v = self.as_param(p, a, scope, f"`{p.name}` of `{e.fn}`")
+                what = WHAT.get((e.fn, p.name), f"`{p.name}` of `{e.fn}`")
+                v = self.as_param(p, a, scope, what)
                 ok &= v is not None
                 if v is not None:
                     params[p.name] = v
