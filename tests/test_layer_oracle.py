@@ -94,7 +94,7 @@ def test_the_refused_statements_are_refused_for_their_reason():
         cs = load(f)
         cm = next(m for m in cs.models if m.model.name == model)
         if key not in REFUSED:
-            layer.generate(cs, cm, name, f.name)  # taken
+            layer.generate(cs, cm, name, f.name)  # taken, and test_the_layer_is_the_statement
             continue
         with pytest.raises(layer.LayerError) as err:
             layer.generate(cs, cm, name, f.name)
@@ -124,18 +124,19 @@ class Recorder:
         cls.__init__ = wrapped
 
 
-@functools.lru_cache(maxsize=None)
-def full_model(f: Path, model: str):
+_MODELS: dict = {}
+
+
+def full_model(cs, cm, tag: str):
     """The model's generated module, its float64 instance (seeded, tiny, eval) and the
-    constructor arguments of its attention modules."""
-    cs = load(f)
-    cm = next(m for m in cs.models if m.model.name == model)
-    mod = load_module(codegen.generate(cs, cm, f.name), f"oracle_{f.stem}_{model}")
-    rec = Recorder(mod)
-    cfg = mod.Config.tiny()
-    torch.manual_seed(0)
-    net = mod.Model(cfg).to(DT).eval()
-    return mod, cfg, net, rec
+    constructor arguments of its attention modules, built once per model."""
+    if tag not in _MODELS:
+        mod = load_module(codegen.generate(cs, cm, "t.attn"), f"oracle_{tag}")
+        rec = Recorder(mod)
+        cfg = mod.Config.tiny()
+        torch.manual_seed(0)
+        _MODELS[tag] = (mod, cfg, mod.Model(cfg).to(DT).eval(), rec)
+    return _MODELS[tag]
 
 
 def statement_module(net, n):
@@ -183,9 +184,9 @@ def doubled(inputs: dict) -> dict:
 
 
 def learned_query(net, path: str, name: str):
-    """The model's parameter NAME_q (the statement's learned(…), codegen/features.py)."""
+    """The model's parameter of the statement's learned(…) (codegen/features.py)."""
     for p, prm in net.named_parameters():
-        if p.rsplit(".", 1)[-1] == f"{name}_q":
+        if p.rsplit(".", 1)[-1] in (f"{name}_q", f"{name}_learned"):  # learned(d), (K, d)
             return prm
     raise AssertionError(f"no learned query `{name}_q` in the model")
 
@@ -245,15 +246,19 @@ TAKEN = [pytest.param(*v, id=k) for k, v in STATEMENTS.items() if k not in REFUS
 
 @pytest.mark.parametrize("f, model, name", TAKEN)
 def test_the_layer_is_the_statement(f, model, name):
-    key = f"{f.stem}:{model}:{name}"
     cs = load(f)
     cm = next(m for m in cs.models if m.model.name == model)
+    assert_layer_is_statement(cs, cm, name, f"{f.stem}:{model}:{name}")
+
+
+def assert_layer_is_statement(cs, cm, name: str, key: str) -> None:
+    """The oracle (the module docstring) for statement ``name`` of model ``cm``."""
     n = layer.find(cm, name)
     roles = {r: layer.role(cm, n, r, e) for r, e in (("q", n.query), ("k", n.keys),
                                                      ("v", n.values))}
-    lmod = load_module(layer.generate(cs, cm, name, f.name),
-                       f"oracle_layer_{f.stem}_{model}_{name.replace('.', '_')}")
-    full, cfg, net, rec = full_model(f, model)
+    tag = re.sub(r"\W", "_", key)
+    lmod = load_module(layer.generate(cs, cm, name, "t.attn"), f"oracle_layer_{tag}")
+    full, cfg, net, rec = full_model(cs, cm, re.sub(r"\W", "_", key.rsplit(":", 1)[0]))
     path, module = statement_module(net, n)
     capture = Capture(net, path, module, n.name)
     with torch.no_grad():
@@ -283,3 +288,32 @@ def test_the_layer_is_the_statement(f, model, name):
         assert set(extras) == set(want_extras), key
         for name_, x in want_extras.items():
             close(extras[name_], x, f"extras[{name_!r}]", key)
+
+
+PMA = """paper t { cite = "T" }
+model pma {
+    input x: sequence[L, 16]
+    attention pool { query = project(learned(16), 8)  keys = project(x, 8)
+                     values = project(x, 8)  score = scaled_multiplicative  heads = 2 }
+    output y = classify(pool, 3)
+}
+"""
+
+
+def test_a_projected_learned_query_is_the_layers_own():
+    """PMA's pooling (Lee et al. 2019, Set Transformer): the query is W_Q s, s a learned
+    vector. The layer owns s (`query`) and W_Q, takes q=None, and is the statement."""
+    cs = pipeline.load_text(PMA, "pma.attn")
+    assert_layer_is_statement(cs, cs.models[0], "pool", "pma:pma:pool")
+    mod = load_module(layer.generate(cs, cs.models[0], "pool", "pma.attn"), "oracle_pma_api")
+    lay = mod.Layer(mod.Config())
+    assert dict(lay.named_parameters())["query"].shape == (16,)
+    assert lay.q_proj.weight.shape == (8, 16)
+    x = torch.randn(2, 5, 16)
+    assert lay(None, x, x).shape == (2, 1, 8)
+    with pytest.raises(ValueError, match=r"`q`: this layer's query is its own learned "
+                                         r"parameter `query` .*: pass q=None"):
+        lay(x, x, x)
+    with pytest.raises(ValueError, match="`is_causal`: this attention takes no causal mask per "
+                                         "call, as its queries are learned, at no position"):
+        lay(None, x, x, is_causal=True)

@@ -187,7 +187,7 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     own = "its queries are learned, at no position" if q.own else why
     refusal = raise_lines("`is_causal`: this attention takes no causal mask per call, as "
                           f"{own}" + ("; Config(mask='causal') gives its own"
-                                      if n.mask != "none" else ""), 16 if n.mask != "none" else 12)
+                                      if n.mask != "none" else ""), 12 if n.mask != "none" else 8)
     more = (["pair_mask=pair"] if view.pair else []) + \
         (["offset=positions"] if view.offset else []) + (["start=start"] if view.start else []) + \
         ([f"need_weights=need_weights{' or pair is not None' if fast == 'flex' else ''}"]

@@ -109,11 +109,11 @@ def _lines(n: ir.Attention, q, k, v, fields: list[Field], derived: dict[str, str
     late = {f: e for f, e in derived.items() if "kv_heads" in e}
     for name, expr in derived.items():
         if name != "d_w" and name not in late:
-            lines += wrap(f'w["{name}"] = {expr} if self.{name} is None else self.{name}', 8)
+            lines += [f"if self.{name} is None:", f'    w["{name}"] = {expr}']
     if "q" in read:
         lines.append(f'w["q"] = w["{read["q"]}"]')
     for name, expr in late.items():
-        lines += wrap(f'w["{name}"] = {expr} if self.{name} is None else self.{name}', 8)
+        lines += [f"if self.{name} is None:", f'    w["{name}"] = {expr}']
     lines += [f'w["{r}"] = w["{read[r]}"]' for r in ("k", "v") if r in read]
     who = []
     for r, field in read.items():
@@ -123,7 +123,7 @@ def _lines(n: ir.Attention, q, k, v, fields: list[Field], derived: dict[str, str
     lines += wrap("name = {" + ", ".join(who) + "}", 8, 100)
     lines += _rules(n, read, derived)
     if "d_w" in derived:
-        lines += wrap(f'w["d_w"] = {derived["d_w"]} if self.d_w is None else self.d_w', 8)
+        lines.append(f'w["d_w"] = {derived["d_w"]} if self.d_w is None else self.d_w')
     elif "d_w" in names:
         lines.append('w["d_w"] = self.d_w')
     lines.append("return w")
