@@ -151,6 +151,9 @@ def _rules(n: ir.Attention, read: dict[str, str], derived: dict[str, str]) -> li
     def refuse(test: str, message: str) -> None:
         lines.extend([f"if {test}:", *raise_lines("Config: " + message)])
 
+    if n.heads == 1:  # the class is planned with one head (classes.class_key)
+        refuse("self.heads != 1", "heads = {self.heads}: this attention's class has one head "
+               "(the spec's heads = 1): set heads = 1, or export a statement with heads > 1")
     if kv:
         refuse("self.heads % self.kv_heads", "kv_heads = {self.kv_heads} must divide heads = "
                "{self.heads} (each key/value head serves heads / kv_heads query heads): "
