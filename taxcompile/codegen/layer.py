@@ -198,7 +198,9 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
                    (f", {why!r})" if why else ")"), 8, 100)
     ctx = dict(
         checked=checked, why_doc=textwrap.wrap(f"A mask per query is refused: {why}.", 80),
-        causal_doc=textwrap.wrap(f"is_causal: {'only with Config.mask = causal (already causal)' if n.mask != 'none' else 'refused'}: {own}.", 84),
+        causal_doc=textwrap.wrap("is_causal: " + ("only with Config.mask = causal (already "
+                                                  "causal)" if n.mask != "none" else "refused")
+                                 + f": {own}.", 84),
         about=about(view, bool(q.own)), causal_refusal=refusal, call=forward_call,
         source=safe_source(source), shown=shown, model=cm.model.name, cite=safe(label),
         cls=cls, view=view, q=q, k=k, v=v, config=config, helpers=helpers, klass=klass,

@@ -192,7 +192,7 @@ def _rules(n: ir.Attention, read: dict[str, str], derived: dict[str, str]) -> li
         refuse(f"({wide}) % self.out_capsules", f"out_capsules = {{self.out_capsules}} must "
                f"divide the context's {{{wide}}} features (the output capsules side by side "
                f"are the context): change out_capsules")
-    if n.align.fn == "lsh":
+    if any(a.name == "buckets" for a in mech.align(n.align.fn).ctor):  # LSH (Kitaev et al.)
         refuse("self.buckets % 2", "buckets = {self.buckets} must be even (LSH hashes "
                "argmax([xR; -xR]) into buckets): change buckets")
     return lines
