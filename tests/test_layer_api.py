@@ -347,3 +347,45 @@ model m {
     with pytest.raises(ValueError, match=re.escape("Config.dropout = 1.0: a probability in "
                                                    "[0, 1)")):
         mod.Config(dropout=1.0)
+
+
+def test_a_learned_query_set_is_the_layers_own(monkeypatch):
+    """learned(K, d), K learned queries (PMA's seeds, Perceiver latents): the layer reads
+    the IR's learned node (its `n` parameter, the count), owns a (K, d) `query`, takes
+    q=None and gives K rows. The statement is PMA's pooling with its learned(16) node given
+    a count of 3, as the lowering of learned(3, 16) gives it."""
+    from taxcompile import ir
+    from test_layer_oracle import PMA
+
+    cs = pipeline.load_text(PMA, "pma.attn")
+    cm = cs.models[0]
+    n = layer.find(cm, "pool")
+    seeds = n.query.args[0]
+    assert seeds.fn == "learned" and seeds.param("n") is None
+    many = ir.Op(**{**dict(seeds), "params": seeds.params + (("n", 3),)})
+    n3 = ir.Attention(**{**dict(list(n)), "query": ir.Op(**{**dict(n.query), "args": (many,)})})
+    monkeypatch.setattr(layer, "find", lambda cm, name: n3)
+    mod = load_module(layer.generate(cs, cm, "pool", "pma.attn"), "layer_api_seeds")
+    assert mod.Config().n_queries == 3
+    torch.manual_seed(0)
+    lay = mod.Layer(mod.Config()).to(DT).eval()
+    assert lay.query.shape == (3, 16)
+    x = torch.randn(2, 5, 16, dtype=DT)
+    pad = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    with torch.no_grad():
+        c, a = lay(None, x, x, mask=pad, need_weights=True)
+        # K queries: W_Q s_k for each seed, the same for every example
+        q = (lay.query @ lay.q_proj.weight.T).expand(2, 3, 8)
+        H, dh = 2, 4
+        qh = q.view(2, 3, H, dh).transpose(1, 2)
+        kh, vh = ((x @ w.weight.T).view(2, 5, H, dh).transpose(1, 2)
+                  for w in (lay.k_proj, lay.v_proj))
+        e = (qh @ kh.transpose(-1, -2) / math.sqrt(dh)).masked_fill(~pad[:, None, None],
+                                                                   -math.inf)
+        want_a = e.softmax(-1)
+        want = (want_a @ vh).transpose(1, 2).reshape(2, 3, 8) @ lay.attn.out.weight.T \
+            + lay.attn.out.bias
+    close(a, want_a)
+    close(c, want)
+    per_seed = torch.ones(3, 5, dtype=torch.bool).tril(0)  # a mask per query: (K, Lk)
+    assert lay(None, x, x, mask=per_seed, need_weights=True)[1][:, :, 0, 1:].abs().max() == 0
