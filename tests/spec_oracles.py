@@ -115,7 +115,7 @@ def position_rows(cs, cm, file: str) -> int:
             continue
         roles = [layer.role(cm, n, r, e).kind
                  for r, e in (("q", n.query), ("k", n.keys), ("v", n.values))]
-        if roles[0] in ("none", "learned"):
+        if roles[0] == "none" or layer.role(cm, n, "q", n.query).own:
             continue
         mod = load_module(text, "specgen_layer")
         _last_row_is_one_query(mod, roles, f"model `{cm.model.name}`, attention `{name}`")
@@ -136,8 +136,8 @@ def _last_row_is_one_query(mod, roles, where: str) -> None:
     v = None if roles[2] == "keys" else torch.randn(B, lk, cfg.d_v, generator=g,
                                                     dtype=torch.float64)
     with torch.no_grad():
-        full = lay(q, k, v, return_attention=True)
-        one = lay(q[:, -1:], k, v, return_attention=True)
+        full = lay(q, k, v, need_weights=True)
+        one = lay(q[:, -1:], k, v, need_weights=True)
     (c_full, a_full), (c_one, a_one) = full[:2], one[:2]
     torch.testing.assert_close(c_one, c_full[:, -1:], rtol=1e-9, atol=1e-9,
                                msg=lambda m: f"{where}: the call with the last query alone "

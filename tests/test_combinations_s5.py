@@ -447,7 +447,7 @@ def test_capsule_hop_as_a_drop_in_layer():
             p.normal_(0.0, 0.5)
     x, q = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 3, 8, dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
-    c, a, ex = lay(q, x, mask=mask, return_attention=True)
+    c, a, ex = lay(q, x, mask=mask, need_weights=True, need_extras=True)
     P = {f"L.{k}": v for k, v in lay.attn.named_parameters()}
     cr, ar, p, r = capsules_ref(torch, P, "L.", "biased_general", q, x, mask, 2)
     torch.testing.assert_close(c, cr)

@@ -68,7 +68,7 @@ def test_multi_head_layer_against_the_equations():
     mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4])  # Hugging Face style
     want_c, want_a = reference_mha(x, lay.q_proj.weight, lay.k_proj.weight, lay.v_proj.weight,
                                    lay.attn.out.weight, lay.attn.out.bias, 4, mask.bool())
-    c, a = lay(x, x, x, mask=mask, return_attention=True)
+    c, a = lay(x, x, x, mask=mask, need_weights=True)
     torch.testing.assert_close(c, want_c, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(a, want_a, rtol=1e-5, atol=1e-6)
     # the fast path (no weights asked for) and a bool mask give the same context
@@ -115,10 +115,12 @@ def test_learned_query_additive_layer_against_the_equations_and_the_model():
     u = torch.tanh(lay.query @ at.W1[0] + h @ at.W2[0] + at.b[0])  # (B, L, d_w)
     e = (u @ at.w[0]).masked_fill(~mask, float("-inf"))
     a = e.softmax(-1)
-    c, got_a = lay(None, h, mask=mask, return_attention=True)
+    c, got_a = lay(None, h, mask=mask, need_weights=True)
     torch.testing.assert_close(c[:, 0], (a.unsqueeze(-1) * h).sum(1), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got_a[:, 0, 0], a, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="its own learned query: pass q=None"):
+    with pytest.raises(ValueError, match=re.escape("`q`: this layer's query is its own learned "
+                                                   "parameter `query` (the spec's learned(…), "
+                                                   "eq. 34): pass q=None")):
         lay(h, h)
 
 
@@ -126,10 +128,11 @@ def test_layer_masks_follow_the_convention():
     mod, _ = make("vaswani2017", "transformer", "encoder.self", "_3")
     lay = mod.Layer(mod.Config(16, 16, 16, 16, 16, 16, 4))
     x = torch.randn(2, 4, 16)
-    with pytest.raises(ValueError, match=re.escape("True/1 = keep, False/0 = pad; PyTorch's "
-                                                   "key_padding_mask is the inverse")):
+    with pytest.raises(ValueError, match=re.escape("True/1 = attend, False/0 = masked: the "
+                                                   "inverse of nn.MultiheadAttention's "
+                                                   "key_padding_mask and attn_mask")):
         lay(x, x, x, mask=torch.ones(2, 4))
-    with pytest.warns(UserWarning, match="`mask` keeps no position of example 1: is it inverted"):
+    with pytest.warns(UserWarning, match="`mask` keeps no key of example 1: is it inverted"):
         lay(x, x, x, mask=torch.tensor([[0, 0, 1, 1], [0, 0, 0, 0]]))
     with pytest.raises(ValueError, match=r"`k`: expected a tensor of shape \(B, Lk, d_k\) with "
                                          r"16 features, got \(2, 4, 8\)"):

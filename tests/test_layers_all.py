@@ -1,7 +1,7 @@
 """Every attention statement of specs/ and examples/ that a drop-in layer accepts
 (`taxcompile compile SPEC --layer NAME`): the layer constructs its attention class with the
-arguments the full model gives the same statement's module, the two compute the same
-output from the same input with the same weights, and the layer runs forward and backward.
+arguments the full model gives the same statement's module, and runs forward and backward
+(test_layer_oracle.py: it computes what the statement computes inside its model).
 One constructor list (mechanisms.constructor) builds both calls; before it, Shaw et al.'s
 relative term lost its `clip` in the layer (TypeError) and the attention dropout its value.
 
@@ -11,7 +11,6 @@ models are built on the meta device, the layers at their spec's sizes)."""
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 from pathlib import Path
 
@@ -127,7 +126,8 @@ def inputs(lay, n, roles, B: int = 2):
     Lk = getattr(cfg, "n_keys", 5)
     Lq = getattr(cfg, "capsules", Lk) if n.capsules else Lk
     g = torch.Generator().manual_seed(0)
-    q = None if roles[0].kind in ("none", "learned") else torch.randn(B, Lq, cfg.d_q, generator=g)
+    q = None if roles[0].kind == "none" or roles[0].own else \
+        torch.randn(B, Lq, cfg.d_q, generator=g)
     k = torch.randn(B, Lk, cfg.d_k, generator=g)
     v = None if roles[2].kind == "keys" else torch.randn(B, Lk, cfg.d_v, generator=g)
     mask = torch.ones(B, Lk, dtype=torch.bool)
@@ -148,6 +148,9 @@ def test_the_layer_takes_most_statements():
 
 @pytest.mark.parametrize("f, model, name", STATEMENTS)
 def test_every_layer_is_the_models_module(f, model, name):
+    """The same class, built with the same constructor arguments, and it trains (forward and
+    backward with dropout on); that it computes what the statement computes inside its
+    model is test_layer_oracle.py's."""
     text = layer_text(f, model, name)
     if text is None:  # refused, for one of the reasons it states
         return
@@ -165,36 +168,13 @@ def test_every_layer_is_the_models_module(f, model, name):
     assert lrec.calls[id(lay.attn)] == frec.calls[id(theirs)]
     assert getattr(lay.attn, "dropout", None) == getattr(theirs, "dropout", None)
 
-    # the same output from the same input, with the model module's weights
-    torch.manual_seed(1)
-    ref = getattr(full, cls_name)(**frec.calls[id(theirs)]).eval()
-    lay.eval()
-    lay.attn.load_state_dict(ref.state_dict())
+    # forward and backward in training (dropout on)
     roles = [layer.role(cm, n, r, e) for r, e in (("q", n.query), ("k", n.keys),
                                                   ("v", n.values))]
     q, k, v, mask = inputs(lay, n, roles)
-    aq = None if q is None else (lay.q_proj(q) if roles[0].kind == "project" else q)
-    if roles[0].kind == "learned":
-        aq = lay.query.expand(k.shape[0], 1, -1)
-    ak = lay.k_proj(k) if roles[1].kind == "project" else k
-    av = ak if roles[2].kind == "keys" else (lay.v_proj(v) if roles[2].kind == "project" else v)
-    extra = {"need_weights": True} if "need_weights" in inspect.signature(ref.forward).parameters \
-        else {}
-    with torch.no_grad():
-        torch.manual_seed(2)
-        want = ref(aq, ak, av, mask, **extra)
-        torch.manual_seed(2)
-        got = lay.attn(aq, ak, av, mask, **extra)
-        torch.manual_seed(2)
-        out = lay(q, k, v, mask=mask, return_attention=True)  # (no torch.compile)
-    torch.testing.assert_close(got[0], want[0])
-    torch.testing.assert_close(got[1], want[1])
-    torch.testing.assert_close(out[0], want[0])
-
-    # forward and backward in training (dropout on)
     lay.train()
     given = [x.requires_grad_() for x in (q, k, v) if x is not None]
-    c = lay(q, k, v, mask=mask, return_attention=True)[0]
+    c = lay(q, k, v, mask=mask)
     assert torch.isfinite(c).all()
     c.square().sum().backward()
     grads = [p.grad for p in (*lay.parameters(), *given) if p.grad is not None]
@@ -236,5 +216,4 @@ def test_a_decoder_query_prev_is_taken_as_given():
     s = torch.randn(2, 3, cfg.d_q)
     feats = torch.randn(2, 7, cfg.d_k)
     c = lay(s, feats, None)  # the values are the keys
-    c = c[0] if isinstance(c, tuple) else c
-    assert c.shape[:2] == (2, 3)
+    assert isinstance(c, torch.Tensor) and c.shape[:2] == (2, 3)

@@ -97,12 +97,18 @@ def test_one_learned_vector_prepended_is_a_cls_token():
         torch.testing.assert_close(m(src).output, want, atol=1e-12, rtol=0)
 
 
-def test_a_layer_of_a_statement_whose_query_is_a_learned_set_is_refused_with_the_reason():
-    """The drop-in layer holds at most one learned query vector; a set would be built as
-    one (a layer of the wrong shape), so it is refused, naming the way out."""
+def test_a_layer_of_a_statement_whose_query_is_a_learned_set_owns_the_set():
+    """The drop-in layer of a statement whose query is `learned(K, d)` holds the K vectors
+    as its own query (tests/test_layer_oracle.py checks its values against the statement
+    inside its model: the Set Transformer's inducing points and seeds)."""
     from taxcompile import pipeline
     from taxcompile.codegen import layer
 
     cs = pipeline.load_text(SLOTS, "t.attn")
-    with pytest.raises(layer.LayerError, match=r"a learned set `learned\(K, d\)`"):
-        layer.generate(cs, cs.models[0], "a", SLOTS)
+    src = layer.generate(cs, cs.models[0], "a", SLOTS)
+    ns: dict = {}
+    exec(compile(src, "layer.py", "exec"), ns)  # our generated code, not spec text
+    lay = ns["Layer"](ns["Config"]())
+    assert tuple(lay.query.shape) == (2, lay.cfg.d_q)  # K = 2 vectors, not one
+    out = lay(None, torch.randn(3, 5, lay.cfg.d_q), torch.randn(3, 5, lay.cfg.d_q))
+    assert out.shape[:2] == (3, 2)  # a row per learned query

@@ -5,8 +5,8 @@ given (the last Lq positions, where the causal mask and a KV cache put them).
 1. the drop-in layer (`--layer`): layer(x[:, -n:], x, x) is the last n rows of
    layer(x, x, x), with and without a causal mask, and both equal a float64 reference of the
    equations written here with query i at Lk - Lq + i (before, the position terms numbered
-   the queries from 0: rotary was 0.1 off, ALiBi 0.3, Shaw's 0.9); `offset=` places them
-   elsewhere; more queries than keys without an offset is an error, not a guess;
+   the queries from 0: rotary was 0.1 off, ALiBi 0.3, Shaw's 0.9); `positions=` places them
+   elsewhere; more queries than keys without positions is an error, not a guess;
 2. generate() steps on the new token alone (a KV cache) for every term that counts the
    cached keys, and writes the tokens of a greedy loop over full runs of the prefix; the
    cached step's logits are the full run's;
@@ -170,13 +170,13 @@ def test_query_suffix_gives_the_full_calls_last_rows(term, mask):
 @pytest.mark.parametrize("mask", ["none", "causal"])
 @pytest.mark.parametrize("term", OFFSET_TERMS)
 def test_offset_places_the_queries(term, mask):
-    """offset=2: queries 2..4 of the sequence, the full call's rows 2..4 (the causal mask
+    """positions=2: queries 2..4 of the sequence, the full call's rows 2..4 (the causal mask
     follows: query i sees keys j <= 2 + i); the rotary, relative and ALiBi terms read the
     distance only, so shifting every position alike changes nothing."""
     lay, x = make_layer(term, mask), features()
     with torch.no_grad():
         full = lay(x, x, x)
-        mid = lay(x[:, 2:5], x, x, offset=2)
+        mid = lay(x[:, 2:5], x, x, positions=2)
     torch.testing.assert_close(mid, full[:, 2:5], atol=1e-10, rtol=1e-9)
     torch.testing.assert_close(mid, reference(lay, term, mask, x[:, 2:5], x, torch.arange(2, 5)),
                                atol=1e-10, rtol=1e-9)
@@ -185,14 +185,14 @@ def test_offset_places_the_queries(term, mask):
 @pytest.mark.parametrize("term", OFFSET_TERMS)
 def test_more_queries_than_keys_need_an_offset(term):
     """7 queries over 3 keys cannot be the keys' last positions: an error that says what to
-    pass; offset=0 puts query i at i (each sequence from 0), as the reference does."""
+    pass; positions=0 puts query i at i (each sequence from 0), as the reference does."""
     lay, x = make_layer(term, "causal"), features()
-    with pytest.raises(ValueError, match=r"7 queries and 3 keys.*pass `offset`"):
+    with pytest.raises(ValueError, match=r"7 queries and 3 keys.*pass `positions`"):
         lay(x, x[:, :3], x[:, :3])
     with pytest.raises(ValueError, match="at least 0"):
-        lay(x, x, x, offset=-1)
+        lay(x, x, x, positions=-1)
     with torch.no_grad():
-        got = lay(x, x[:, :3], x[:, :3], offset=0)
+        got = lay(x, x[:, :3], x[:, :3], positions=0)
     torch.testing.assert_close(got, reference(lay, term, "causal", x, x[:, :3], torch.arange(7)),
                                atol=1e-10, rtol=1e-9)
 
@@ -213,9 +213,9 @@ def test_flex_path_places_the_queries_too(term, monkeypatch):
     compiled, graphs = compiled_recording(lay)
     try:
         with torch.no_grad():
-            full = lay(x, x, x, return_attention=True)[0]  # the explicit path
+            full = lay(x, x, x, need_weights=True)[0]  # the explicit path
             suffix = compiled(x[:, -4:], x, x, validate=False)
-            mid = compiled(x[:, 3:6], x, x, validate=False, offset=3)
+            mid = compiled(x[:, 3:6], x, x, validate=False, positions=3)
         torch.testing.assert_close(suffix, full[:, -4:], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(mid, full[:, 3:6], atol=1e-5, rtol=1e-5)
         assert graphs and all("flex_attention" in g for g in graphs)
@@ -247,12 +247,12 @@ def test_local_monotonic_layer_places_its_window():
     with torch.no_grad():
         full = lay(x, x, x)
         torch.testing.assert_close(lay(x[:, -3:], x, x), full[:, -3:], atol=1e-10, rtol=1e-9)
-        torch.testing.assert_close(lay(x[:, -3:], x, x, start=6), full[:, -3:], atol=1e-10,
+        torch.testing.assert_close(lay(x[:, -3:], x, x, positions=6), full[:, -3:], atol=1e-10,
                                    rtol=1e-9)
     cs = pipeline.load(ROOT / "specs" / "luong2015.attn")
     cm = next(m for m in cs.models if m.model.name == "local_m")
     text = layer.generate(cs, cm, "att", "l.attn")
-    assert "start = 0" in text and "start = k.shape[1] - q.shape[1]" not in text
+    assert "start = 0 if positions is None" in text and "start = Lk - Lq" not in text
 
 
 def test_lsh_layer_refuses_a_shorter_query_set():

@@ -2,23 +2,32 @@
 
 ``taxcompile compile SPEC --layer NAME -o out.py`` writes a file with the attention class the
 full model uses for that statement (planned by ``classes.attention_class`` and rendered by
-``attention.py.j2``: the same text, not a second implementation), its helpers, a ``Config``
-with the statement's sizes and a thin ``Layer`` wrapper (``templates/codegen/layer.py.j2``)
-that owns the query, key and value projections and takes ``forward(q, k, v, mask=None)``.
+``attention.py.j2``: the same text, not a second implementation, rendered with the per-query
+mask and query-position arguments the model's variants use), its helpers, a ``Config`` with
+the statement's sizes (``layer_config.py``: every width checked against the others) and a
+thin ``Layer`` wrapper (``templates/codegen/layer.py.j2``) that owns the query, key and value
+projections and the statement's learned query, and is called as ``nn.MultiheadAttention`` and
+``F.scaled_dot_product_attention`` are: ``forward(q, k, v, *, mask=None, is_causal=False,
+positions=None, need_weights=False)``, the output alone or (output, weights).
 
 A drop-in layer takes queries, keys and values that are features or projections of
-features (``project(F)``, eq. 1 and 35); a learned query (eq. 34) or no query (eq. 33) is
-the layer's own. Keys built by other operators (an RNN, a concatenation, …) or an affinity
-matrix (co-attention) belong to their model and are refused with a ``LayerError``."""
+features (``project(F)``, eq. 1 and 35); a learned query (``learned(d)``, ``learned(K, d)``
+or a projection of one, eq. 34) or no query (eq. 33) is the layer's own. Keys built by other
+operators (an RNN, a concatenation, …) or an affinity matrix (co-attention) belong to their
+model and are refused with a ``LayerError``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import textwrap
+
+from dataclasses import dataclass, field, replace
 
 from .. import checks, ir
 from .. import mechanisms as mech
+from . import kv_width
 from .classes import attention_class, dot_form, fast_path
 from .emit import env, names
+from .layer_config import fields_and_checks, is_learned, learned_shape, raise_lines, reads
 from .plan import AttentionClass
 from .pretty import wrap
 
@@ -43,9 +52,13 @@ class Role:
     """How the layer gets one of q, k, v from what forward() is given."""
 
     name: str  # "q" | "k" | "v"
-    kind: str  # "input" (as given) | "project" (W x, eq. 1 / 35) | "learned" | "none" | "keys"
-    d_in: int = 0  # the width forward() is given
+    kind: str  # "input" (as given) | "project" (W x, eq. 1 / 35) | "none" | "keys"
+    d_in: int = 0  # the width forward() is given (or of the learned vectors)
     d: int = 0  # the width the attention class reads
+    # the shape of the learned parameter it is built from, (d,) or (K, d) (eq. 34): the
+    # layer's own, and forward() is given nothing; () for a tensor forward() is given
+    own: tuple[int, ...] = ()
+    sized: bool = False  # project(x, d): the spec gives the projection's width
 
 
 def find(cm: checks.CheckedModel, name: str) -> ir.Attention:
@@ -78,26 +91,46 @@ def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) ->
         # a decoder's query s_(t-1) (Bahdanau et al.): the layer takes the query tensor
         # as given, one row per query position, and has no step loop of its own
         e = e.args[0]
-    if isinstance(e, ir.Ref):
-        d = cm.shapes[e.node].dim
-        return Role(r, "input", d, d)
-    if isinstance(e, ir.Op) and e.fn == "project" and isinstance(e.args[0], ir.Ref):
-        d_in = cm.shapes[e.args[0].node].dim
-        d = e.param("d") if e.param("d") is not None else d_in
-        return Role(r, "project", d_in, int(d))
-    if isinstance(e, ir.Op) and e.fn == "learned" and r == "q" and e.param("n") is None:
-        return Role(r, "learned", 0, int(e.param("d")))
-    if isinstance(e, ir.Op) and e.fn == "learned":  # the layer has one learned query at most
+    projected = isinstance(e, ir.Op) and e.fn == "project"
+    src = e.args[0] if projected else e
+    if is_learned(src) and r == "q":
+        own = learned_shape(src)
+        d_in = own[-1]
+    elif isinstance(src, ir.Ref):
+        own, d_in = (), cm.shapes[src.node].dim
+    else:
+        shown = e.fn + "(…)" if isinstance(e, ir.Op) else e.kind
+        how = ("learned vectors as keys or values belong to their model" if is_learned(src)
+               else "a drop-in layer takes a feature or project(feature) as query, keys and "
+               "values (or a learned query, or none)")
         raise LayerError(f"the {what} of attention `{n.hop.template if n.hop else n.id}` "
-                         f"{'is' if r == 'q' else 'are'} a learned set `learned(K, d)`: a "
-                         "drop-in layer takes query, keys and values as tensors; pass the "
-                         "set as one, or take the layer of a statement that projects it "
-                         "(`query = project(z)` with `feature z = learned(K, d)`)")
-    shown = e.fn + "(…)" if isinstance(e, ir.Op) else e.kind
-    raise LayerError(f"the {what} of attention `{n.hop.template if n.hop else n.id}` "
-                     f"{'is' if r == 'q' else 'are'} "
-                     f"`{shown}`: a drop-in layer takes a feature or project(feature) as "
-                     "query, keys and values (or a learned query, or none)")
+                         f"{'is' if r == 'q' else 'are'} `{shown}`: {how}")
+    if not projected:
+        return Role(r, "input", d_in, d_in, own)
+    d = e.param("d")
+    if d is None and kv_width.inferred(n, e):  # kv_heads heads of the query heads' width
+        d = n.kv_heads * (cm.attention[n.id].d_q // n.heads)
+    return Role(r, "project", d_in, int(d if d is not None else d_in), own,
+                sized=e.param("d") is not None)
+
+
+def per_query_mask(n: ir.Attention) -> str:
+    """Why statement ``n`` cannot take a mask per query (an (Lq, Lk) or (B, Lq, Lk) mask,
+    is_causal), as the reasons check/fits.py gives for a mask input; '' where it can."""
+    al = mech.align(n.align.fn)
+    if n.query is None:
+        return "it has no query (eq. 33): one row of weights per head, no query positions"
+    if n.capsules:
+        return "its queries are its capsules' (eq. 41-43), one per class, not positions"
+    if al.centred:
+        return "its local alignment takes each query's window of keys itself (eq. 27-29)"
+    if al.gate:
+        return "its sigmoid gate weighs each key position on its own, over no keys"
+    if n.coverage:
+        return "coverage scores the queries one at a time over all the keys (See et al.)"
+    if "pair_mask" in al.excludes:
+        return f"{al.conflict[0]}: {al.conflict[1]}"
+    return ""
 
 
 def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source: str) -> str:
@@ -124,31 +157,57 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     q, k, v = (role(cm, n, r, e) for r, e in (("q", n.query), ("k", n.keys), ("v", n.values)))
     reg = _Classes(cm.model)
     cls = attention_class(reg, n)
-    reg.helpers.add("check_mask")
-    view = reg.classes[cls].view
-    assert isinstance(reg.classes[cls], AttentionClass)
+    planned = reg.classes[cls]
+    assert isinstance(planned, AttentionClass)
+    why = per_query_mask(n)
+    # the model's class, with the arguments its variants take: a mask per query (a mask
+    # input's pair_mask) and query 0's position for its structural mask (a position term's
+    # offset), which forward()'s mask, is_causal and positions reach
+    shared_qk = mech.align(n.align.fn).shared_qk  # LSH: Lq = Lk, and its own causal mask
+    view = replace(planned.view, pair=not why, offset=planned.view.offset or (
+        n.mask != "none" and not shared_qk))
+    reg.helpers.update({"key_keep"} | ({"query_offset"} if view.offset else set()))
     e = env()
     helpers = [e.get_template(f"helpers/{h}.py.j2").render().rstrip()
                for h in sorted(reg.helpers)]
     klass = e.get_template("attention.py.j2").render(a=view).rstrip()
     args = [a for a in mech.constructor(n, n.dropout is not None, None,
                                           q.kind != "none" or bool(n.capsules)) if a.passed(n)]
-    fields = config_fields(cm, n, q, k, v, args)
-    vk = v if v.kind != "keys" else k
-    widths = {"d_q": width(k, "k") if checks.learned_capsules(n) else width(q, "q"),
-              "d_k": width(k, "k"), "d_v": width(vk, "v" if v.kind != "keys" else "k")}
-    # the model's call (codegen/attention.py) is built from the same list of arguments
-    ctor = [f"{a.name}={widths.get(a.name, f'cfg.{a.name}')}" for a in args]
+    config = fields_and_checks(cm, n, q, k, v, args)
+    read = reads(n, q, k, v)
+    # the model's call (codegen/attention.py) is built from the same list of arguments; the
+    # widths are Config.widths()'s: q, k, v as the class reads them
+    widths = {"d_q": "q", "d_k": "k", "d_v": "v", "d_w": "d_w"}
+    ctor = [f"{a.name}=w[{widths[a.name]!r}]" if a.name in widths else f"{a.name}=cfg.{a.name}"
+            for a in args]
     shown = n.hop.template if n.hop else n.id
     label = cs.spec.paper.cite or cs.spec.paper.id
     call = wrap(f"self.attn = {cls}({', '.join(ctor)})", 8, 100)
+    fast = fast_path(n, dot_form(n))
+    own = "its queries are learned, at no position" if q.own else why
+    refusal = raise_lines("`is_causal`: this attention takes no causal mask per call, as "
+                          f"{own}" + ("; Config(mask='causal') gives its own"
+                                      if n.mask != "none" else ""), 12 if n.mask != "none" else 8)
+    more = (["pair_mask=pair"] if view.pair else []) + \
+        (["offset=positions"] if view.offset else []) + (["start=start"] if view.start else []) + \
+        ([f"need_weights=need_weights{' or pair is not None' if fast == 'flex' else ''}"]
+         if fast else [])
+    forward_call = wrap(f"c, a, extras = self.attn({', '.join(['q, k, v, key_mask'] + more)})",
+                        8, 100)
+    checked = wrap("key_mask, pair = layer_mask(mask, B, Lq, Lk, validate" +
+                   (f", {why!r})" if why else ")"), 8, 100)
     ctx = dict(
+        checked=checked, why_doc=textwrap.wrap(f"A mask per query is refused: {why}.", 80),
+        causal_doc=textwrap.wrap("is_causal: " + ("only with Config.mask = causal (already "
+                                                  "causal)" if n.mask != "none" else "refused")
+                                 + f": {own}.", 84),
+        about=about(view, bool(q.own)), causal_refusal=refusal, call=forward_call,
         source=safe_source(source), shown=shown, model=cm.model.name, cite=safe(label),
-        cls=cls, view=view, q=q, k=k, v=v, fields=fields, helpers=helpers, klass=klass,
-        ctor=call, fast=bool(fast_path(n, dot_form(n))),
-        extras=bool(mech.align(n.align.fn).extras) or n.penalty is not None or bool(n.capsules),
-        structural=n.mask, start=start_default(cm, n) if view.start else "",
-        shared_qk=mech.align(n.align.fn).shared_qk)
+        cls=cls, view=view, q=q, k=k, v=v, config=config, helpers=helpers, klass=klass,
+        ctor=call, fast=bool(fast), flex=fast == "flex", why=why,
+        structural="mask" in {f.name for f in config.fields}, mask=n.mask,
+        start=start_default(cm, n) if view.start else "",
+        shared_qk=shared_qk, width=read["v"])
     text = e.get_template("layer.py.j2").render(**ctx, imports=False)
     used = names(text)
     # sealed: the header carries the hash of the rest, so that `compile` replaces only a
@@ -156,7 +215,19 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     return seal(e.get_template("layer.py.j2").render(**ctx, imports=True, math="math" in used,
                                                      functional="F" in used,
                                                      warnings="warnings" in used,
-                                                     flex="flex_attention" in used))
+                                                     flex_import="flex_attention" in used))
+
+
+def about(view, own: bool) -> str:
+    """The module docstring's paragraph on what the file holds."""
+    variants = [x for x, on in (("a mask per query", view.pair),
+                                ("the position of the first query", view.offset)) if on]
+    return textwrap.fill(
+        "The class below is the one the full model uses for this statement" +
+        (f" (with the arguments its variants take: {' and '.join(variants)})" if variants
+         else "") + ". `Layer` adds the spec's query, key and value projections" +
+        (" and its learned query" if own else "") + " and is called as nn.MultiheadAttention "
+        "and F.scaled_dot_product_attention are.", 92)
 
 
 def start_default(cm: checks.CheckedModel, n: ir.Attention) -> str:
@@ -174,32 +245,3 @@ def safe(text: str) -> str:
     from .names import safe_text
 
     return safe_text(text)
-
-
-def width(r: Role, which: str) -> str:
-    return f"cfg.d_{which}_proj" if r.kind == "project" else \
-        f"cfg.d_{which}" if r.kind in ("input", "learned") else "0"
-
-
-def config_fields(cm, n: ir.Attention, q: Role, k: Role, v: Role,
-                  args: list[mech.CtorArg]) -> list[tuple[str, ...]]:
-    """(field, type, value, comment) of the layer's Config, in order: the widths of what
-    forward() is given, then one field per constructor argument the statement sets."""
-    out = []
-    for r, what in ((q, "queries"), (k, "keys"), (v, "values")):
-        if r.kind in ("input", "project"):
-            out.append((f"d_{r.name}", "int", str(r.d_in), f"width of the {what} forward() is given"))
-        if r.kind == "project":
-            out.append((f"d_{r.name}_proj", "int", str(r.d), f"width of W_{r.name.upper()} "
-                        f"{r.name} (eq. {'35' if r.name == 'q' else '1'})"))
-        if r.kind == "learned":
-            out.append(("d_q", "int", str(r.d), "width of the learned query (eq. 34)"))
-    out.append(("heads", "int", str(n.heads), "attention heads (eq. 38)"))
-    d_w = getattr(n.score, "d_w", None) or (q.d if q.kind != "none" and not checks.learned_capsules(n) else k.d)
-    computed = {"d_w": d_w, "n_keys": cm.sizes[cm.attention[n.id].attended]}
-    for a in args:
-        if a.name in ("d_q", "d_k", "d_v", "heads"):
-            continue
-        value = computed[a.name] if a.name in computed else a.value(n)
-        out.append((a.name, a.type, mech.literal(value), a.comment))
-    return out
