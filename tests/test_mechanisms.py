@@ -213,9 +213,12 @@ def jinja_names(path: Path) -> list[tuple[int, str]]:
 
 
 def test_the_attention_template_composes_mechanisms_without_naming_them():
-    """attention.py.j2 imports the templates the statement's records name and calls their
-    slots (macros): no test of a mechanism's name, no ``part`` switch in any of them."""
+    """attention.py.j2 and its stage templates (attention/) import the templates the
+    statement's records name and call their slots (macros): no test of a mechanism's name,
+    no ``part`` switch in any of them."""
     assert not jinja_names(TEMPLATES / "attention.py.j2")
+    for path in sorted((TEMPLATES / "attention").glob("*.py.j2")):
+        assert not jinja_names(path), path.name
     for m in mech.REGISTRY.values():
         if m.template and m.kind != "score" or m.template and "/" in m.template:
             text = (TEMPLATES / m.template).read_text(encoding="utf-8")
@@ -261,3 +264,32 @@ def test_the_registry_adds_no_import():
     out = subprocess.run([sys.executable, "-c", "import taxcompile.ops\n" + code],
                          capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def macros_of(path: Path) -> set[str]:
+    import re
+
+    return set(re.findall(r"{%-?\s*macro\s+(\w+)", path.read_text(encoding="utf-8")))
+
+
+def test_every_slot_a_mechanism_template_defines_is_a_step_of_a_stage():
+    """The order of an attention class's lines is data (codegen/stages.py): a macro of a
+    mechanism's template that no stage calls would never be rendered (a slot misspelt,
+    or one the stages do not have yet), and a stage's own step names a macro of its
+    template."""
+    from taxcompile.codegen import stages
+
+    slots = stages.slots()
+    for m in mech.REGISTRY.values():
+        if m.template and "/" in m.template:
+            extra = macros_of(TEMPLATES / m.template) - slots
+            assert not extra, (m.template, extra)
+    for stage in stages.STAGES + stages.PARTS:
+        own = macros_of(TEMPLATES / "attention" / f"{stage.name}.py.j2")
+        for step in stage.steps:
+            if not step.of:
+                assert step.slot in own, (stage.name, step.slot)
+            assert set(step.of) <= set(stages.GROUPS), step
+            if step.default:
+                assert step.default in own or step.default in {
+                    s.name for s in stages.PARTS}, (stage.name, step.default)

@@ -24,8 +24,8 @@ __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "
            "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POLICY_REASON", "POSITIONS", "REGISTRY",
            "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
-           "constructor", "literal", "modifiers", "penalties", "score", "align", "align_reads",
-           "signature", "spellings"]
+           "constructor", "literal", "modifiers", "ordered", "penalties", "score", "align",
+           "align_reads", "signature", "spellings"]
 
 # Every record, by (kind, name).
 REGISTRY: dict[tuple[str, str], Mechanism] = {
@@ -117,7 +117,12 @@ def literal(value) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
+def ordered(args: list[CtorArg]) -> list[CtorArg]:
+    """The ``__init__`` arguments in the signature's order: the required ones first, each
+    group in call order."""
+    return [*(a for a in args if a.required), *(a for a in args if not a.required)]
+
+
 def signature(args: list[CtorArg]) -> tuple[str, ...]:
-    """The ``__init__`` arguments: the required ones first, each group in call order."""
-    return tuple(a.signature() for a in [*(a for a in args if a.required),
-                                         *(a for a in args if not a.required)])
+    """The ``__init__`` arguments as the signature writes them (``ordered``)."""
+    return tuple(a.signature() for a in ordered(args))
