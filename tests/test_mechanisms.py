@@ -114,6 +114,24 @@ def test_the_constructor_list_orders_required_arguments_first_in_the_signature()
         ["d_k", "d_v", "heads", "d_w"]
 
 
+def test_an_unset_optional_argument_of_an_alignment_is_in_the_signature(monkeypatch):
+    """An alignment's optional constructor argument with a default (sigmoid attention's
+    bias, None: -log n) is in the class's signature whether or not the spec sets it: its
+    template reads it in __init__. Only a required one computed from a node the statement
+    may not have (reinforced's d_p) is left out when it has none."""
+    rec = mech.ALIGNS["local"]
+    probe = mech.CtorArg("sigma", "float | None", "None", owner="align", field="sigma")
+    monkeypatch.setitem(mech.ALIGNS, "local", rec._replace(ctor=rec.ctor + (probe,)))
+    n = _statement("query = project(x)  keys = x  values = x  score = scaled_multiplicative  "
+                   "align = local(D = 2)")
+    args = mech.constructor(n)
+    assert "sigma: float | None = None" in mech.signature(args)
+    assert [a.name for a in args if a.passed(n)] == ["d_q", "d_k", "d_v", "heads", "window"]
+    plain = _statement("query = project(x)  keys = x  values = x  score = multiplicative  "
+                       "align = reinforced")
+    assert "d_p" not in [a.name for a in mech.constructor(plain)]
+
+
 def _statement(fields: str) -> ir.Attention:
     from taxcompile import pipeline
 

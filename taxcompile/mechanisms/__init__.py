@@ -88,9 +88,11 @@ def constructor(n, dropout: bool = False, share: str | None = None,
     "swap" (eq. 14-15); ``query``: the class reads a query (given, learned or a capsule's)."""
     out = [D_Q] if query else []
     out += BASE
-    # an alignment's argument for an optional node it reads (`policy = s`) only where it has one
+    # an alignment's argument for an optional node it reads (`policy = s`) only where it has
+    # one; an optional argument (with its default) always: the class reads it
     out += [*SCORES[n.score.fn].ctor] + [a for a in ALIGNS[n.align.fn].ctor
-                                        if a.owner != "align" or a.value(n) is not None]
+                                        if a.owner != "align" or not a.required
+                                        or a.value(n) is not None]
     if n.capsules:
         out += TRAITS["capsules"].ctor
     if n.heads > 1:  # routing's output capsules and iterations (the others have none)
