@@ -1,7 +1,8 @@
 """The space of one attention module's mechanisms, and the survey's §5 pairs.
 
 Score × alignment × dimensionality × query type × query multiplicity (Table III's
-per-module dimensions): 9 × 9 × 2 × 3 × 4 = 1944 combinations. ``spec_text`` writes
+per-module dimensions): every score and alignment of the registry (docs/combinations.md
+gives the count). ``spec_text`` writes
 the ``.attn`` spec of one combination, ``enumerate`` yields them all. ``pairs`` adds
 the mechanisms the survey's §5 proposes to combine in one model (capsules with heads
 or hops, parallel co-attention with heads or multi-dimensional weights, eq. 9's shared
