@@ -154,7 +154,7 @@ def test_counts():
     verdicts = checked()
     refused = [c for c in COMBOS if isinstance(verdicts[c], SpecError)]
     assert len(refused) == sum(bool(expected(c)) for c in COMBOS)
-    assert (len(COMBOS) - len(refused), len(refused)) == (718, 1226)
+    assert (len(COMBOS) - len(refused), len(refused)) == (808, 1352)
 
 
 # ---- every valid combination runs and classifies back -----------------------------------
@@ -226,7 +226,7 @@ def classification_problems(c: C.Combo, cs) -> list[str]:
 # every score makes with the same shape: they run with the additive score (every
 # dimensionality, query type and multiplicity) and a dot-product one (the fast paths), and
 # classify back with all of them; this keeps the test's time about what it was.
-NEW_ALIGNS, RUN_WITH = ("topk", "crf"), ("additive", "scaled_multiplicative")
+NEW_ALIGNS, RUN_WITH = ("topk", "crf", "sigmoid_attn"), ("additive", "scaled_multiplicative")
 
 
 def runs(c: C.Combo) -> bool:

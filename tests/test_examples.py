@@ -87,6 +87,11 @@ EXPECTED = {
     # Top-k (Zhao et al. 2019): a softmax over each query's k largest scores reads Sparse.
     "zhao2019_topk": dict(scoring="Scaled Multiplicative", alignment="Sparse",
                           query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Sigmoid attention (Ramapuram et al. 2024): each weight sigmoid(e + b) on its own, no
+    # normalisation over the keys; the survey's closest alignment is Global.
+    "ramapuram2024_sigmoid_attention": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                            query_type="Self-Attentive",
+                                            query_multiplicity="Multi-Head"),
     # Talking heads (Shazeer et al. 2020) mix the heads: still Multi-Head, Global.
     "shazeer2020_talking_heads": dict(scoring="Scaled Multiplicative", alignment="Global",
                                       query_type="Self-Attentive",

@@ -47,6 +47,22 @@ LSH_REASON = ("LSH attention (Kitaev et al. 2020, Reformer; seed 002's efficient
               "window around a position (local), nothing is sampled (hard: the rotations only "
               "place the buckets) and no policy picks it (reinforced)")
 
+# Ramapuram et al. 2024's sigmoid attention: each weight sigmoid(e_ij + b) on its own, with
+# b = -log n (n keys) by default, so that the weights start summing to about 1. Not Oktay et
+# al.'s gate (`sigmoid`, one gate per key position, c_l = a_l v_l): a query still mixes the
+# values of all its keys. The survey has no value for an unnormalised weighting of every key;
+# its closest is global (docs/fidelity.md).
+SIGMOID_ATTN_REASON = ("sigmoid attention (Ramapuram et al. 2024): each weight sigmoid(e_ij + b) "
+                       "on its own, b = {b}, not normalised over the keys; the survey has no "
+                       "value for it and its closest is global: every key the query may see is "
+                       "weighted, none is sampled (hard), no window is cut (local) and no "
+                       "subset is picked (reinforced, sparse)")
+
+
+def _sigmoid_b(al) -> str:
+    return "-log n (n keys)" if al.bias is None else f"{al.bias:g}"
+
+
 ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("align", "global", aliases=("soft",), reading="Global",
               reason="softmax over all keys (eq. 25)", label="global", class_part="",
@@ -117,6 +133,16 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                             comment="k: the scores each query keeps (Zhao et al. 2019)"),),
               template="align/topk.py.j2", helpers=("masked_softmax",), normalised=True,
               caps=("score_terms",)),
+    Mechanism("align", "sigmoid_attn", (P("bias", "float", False, sign="any"),),
+              reading="Global", reason=lambda al: SIGMOID_ATTN_REASON.format(b=_sigmoid_b(al)),
+              label=lambda al: f"sigmoid attention, b = {_sigmoid_b(al)}",
+              class_part="SigmoidWeighted",
+              doc=lambda al: "sigmoid attention: a_ij = sigmoid(e_ij + b) per key, not "
+                             f"normalised, b = {_sigmoid_b(al)} (Ramapuram et al. 2024)",
+              ctor=(CtorArg("sigmoid_bias", "float | None", "None", owner="align", field="bias",
+                            sym="bias", comment="b: added to every score before the sigmoid "
+                            "(None: -log n, n keys)"),),
+              template="align/sigmoid_attn.py.j2", caps=("score_terms",)),
     Mechanism("align", "lsh", (pint("buckets", lo=2), pint("rounds", False, 1),
                                pint("chunk", False, 64)),
               reading="Sparse", reason=LSH_REASON,
