@@ -47,7 +47,8 @@ TAGS: dict[str, Tag] = {
     "adds_keys": Tag("memory key/values (`{fn}`)", field="{fn}"),
     "mixes_heads": Tag("talking heads (`{fn}`)", field="{fn}"),
     "score_terms": Tag("`{fn}` alignment, which takes terms added to its scores",
-                       field="align"),
+                       "the `{fn}` alignment, whose weights take no terms added to its scores",
+                       "use `align = global` (or sparsemax, entmax, topk)", "align"),
 }
 
 
@@ -93,7 +94,9 @@ def refusal(n) -> tuple[object, str, str] | None:
         for t in rec.requires:
             if t not in has:
                 tag = TAGS[t]
-                return (m, f"{where} has {tag.absent.format(fn=n.score.fn)}, which {subject} "
+                # {fn}: the mechanism of the field that would give the tag (dot: the score)
+                fn = n.align.fn if tag.field == "align" else n.score.fn
+                return (m, f"{where} has {tag.absent.format(fn=fn)}, which {subject} "
                         f"cannot go with: {why}", f"{tag.fix}, or drop `{own}`")
         for t in rec.excludes:
             if t in has:
