@@ -92,6 +92,10 @@ EXPECTED = {
     "ramapuram2024_sigmoid_attention": dict(scoring="Scaled Multiplicative", alignment="Global",
                                             query_type="Self-Attentive",
                                             query_multiplicity="Multi-Head"),
+    # Differential attention (Ye et al. 2024): two softmax maps per head, one context per
+    # head: still Multi-Head, each map Global.
+    "ye2024_differential": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                query_type="Self-Attentive", query_multiplicity="Multi-Head"),
     # Talking heads (Shazeer et al. 2020) mix the heads: still Multi-Head, Global.
     "shazeer2020_talking_heads": dict(scoring="Scaled Multiplicative", alignment="Global",
                                       query_type="Self-Attentive",
