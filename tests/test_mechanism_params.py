@@ -110,3 +110,15 @@ def test_a_required_capability_of_the_alignment_is_worded_by_the_alignment(monke
     assert "has the `hard` alignment, whose weights take no terms added to its scores, " \
            "which head gates cannot go with" in d.message, d.message
     assert d.hint.startswith("use `align = global`"), d.hint
+
+
+def test_no_score_needs_an_alignment_whose_weights_are_its_own():
+    """`score = none` computes nothing: beside an alignment that weighs the keys by their
+    scores it is refused, worded from the records' tags."""
+    with pytest.raises(SpecError) as info:
+        load_text(spec("global").replace("score = scaled_multiplicative", "score = none"),
+                  "t.attn")
+    d = info.value.diagnostics[0]
+    assert "has the `global` alignment, which weighs the keys by their scores, which " \
+           "`score = none` cannot go with: it computes no scores" in d.message, d.message
+    assert d.hint == "use an alignment whose weights are its own, or drop `score = none`"

@@ -46,6 +46,11 @@ TAGS: dict[str, Tag] = {
     "window": Tag("`{fn}` alignment, a window over the keys' positions", field="align"),
     "adds_keys": Tag("memory key/values (`{fn}`)", field="{fn}"),
     "mixes_heads": Tag("talking heads (`{fn}`)", field="{fn}"),
+    "no_score": Tag("no score (`score = none`)", "the `{fn}` score", "set `score = none`",
+                    "score"),
+    "own_weights": Tag("`{fn}` alignment, which makes its weights without scores",
+                       "the `{fn}` alignment, which weighs the keys by their scores",
+                       "use an alignment whose weights are its own", "align"),
     "score_terms": Tag("`{fn}` alignment, which takes terms added to its scores",
                        "the `{fn}` alignment, whose weights take no terms added to its scores",
                        "use `align = global` (or sparsemax, entmax, topk)", "align"),
@@ -85,7 +90,7 @@ def refusal(n) -> tuple[object, str, str] | None:
     record requires a tag ``n`` lacks or excludes one it has; None if every one fits."""
     has = tags(n)
     where = f"attention `{n.name}`"
-    for m in (*n.head_mechanisms, n.align):
+    for m in (*n.head_mechanisms, n.align, n.score):
         rec = m.record
         if not (rec.requires or rec.excludes):
             continue
