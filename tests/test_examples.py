@@ -79,9 +79,10 @@ EXPECTED = {
     # Local.
     "daniluk2017_key_value": dict(scoring="Additive", alignment="Local",
                                   query_type="Self-Attentive", query_multiplicity="Singular"),
-    # LSRA: the convolution branch is a feature model; the attention branch is the
-    # Transformer's multi-head scaled dot-product self-attention.
-    "wu2020_lite_transformer": dict(scoring="Scaled Multiplicative", alignment="Global",
+    # LSRA: the attention branch is the Transformer's multi-head scaled dot-product
+    # self-attention; the convolution branch's LightConv (no score, a kernel over a window
+    # around each position) reads Local.
+    "wu2020_lite_transformer": dict(scoring="Scaled Multiplicative", alignment="Global + Local",
                                     query_type="Self-Attentive",
                                     query_multiplicity="Multi-Head"),
     # Top-k (Zhao et al. 2019): a softmax over each query's k largest scores reads Sparse.

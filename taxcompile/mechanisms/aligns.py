@@ -59,6 +59,20 @@ SIGMOID_ATTN_REASON = ("sigmoid attention (Ramapuram et al. 2024): each weight s
                        "subset is picked (reinforced, sparse)")
 
 
+# Wu et al. 2019's LightConv: a depthwise convolution whose kernel of width k is softmax-
+# normalised and shared by the d / H channels of each of H heads, as attention: a_ij =
+# softmax(W_h)[j - i + P] inside the kernel's window around position i (P = (k - 1) // 2, or
+# k - 1 under a causal mask), zero outside it, no renormalisation at the sequence's edges.
+# Its weights are its own (`score = none`), a window around the query's position: Local,
+# the survey's closest value (a window of keys, normalised over the kernel's positions).
+LIGHTCONV_REASON = ("LightConv (Wu et al. 2019): each head's softmax-normalised kernel of width "
+                    "k = {kernel} over the keys around the query's own position (p = t), a "
+                    "depthwise convolution shared by the head's channels, which reads as local "
+                    "(the survey's closest value: a window of D = (k - 1) / 2 keys around a "
+                    "monotonic position, its weights a learned function of the distance "
+                    "alone, normalised over the kernel, not the scores)")
+
+
 def _sigmoid_b(al) -> str:
     return "-log n (n keys)" if al.bias is None else f"{al.bias:g}"
 
@@ -143,6 +157,25 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                             sym="bias", comment="b: added to every score before the sigmoid "
                             "(None: -log n, n keys)"),),
               template="align/sigmoid_attn.py.j2", caps=("score_terms",)),
+    Mechanism("align", "lightconv", (pint("kernel", hi=1024), P("weight_dropout", "prob", False, 0.0)),
+              reading="Local", reason=LIGHTCONV_REASON,
+              label=lambda al: f"lightconv, k = {al.kernel}" + (
+                  f", DropConnect {al.weight_dropout:g}" if al.weight_dropout else ""),
+              class_part="LightConv",
+              doc="LightConv (Wu et al. 2019): a_ij = softmax(W_h)[j - i + P], each head's "
+                  "kernel of width k softmax-normalised and shared by its channels",
+              ctor=(CtorArg("kernel", "int", owner="align", field="kernel", sym="kernel",
+                            comment="k: the LightConv kernel's width (Wu et al. 2019)"),
+                    CtorArg("weight_dropout", "float", "0.0", owner="align",
+                            field="weight_dropout", sym="weight_dropout",
+                            comment="DropConnect on the normalised kernel in training")),
+              template="align/lightconv.py.j2", by_query_index=True, caps=("own_weights",
+                                                                          "window"),
+              requires=("no_score", "query"),
+              excludes=("multi_dimensional", "affinity", "capsules", "coverage", "position",
+                        "bias", "adds_keys", "mixes_heads"),
+              conflict=("LightConv", "its weights are a kernel over the keys' positions "
+                        "around each query's, shared by a head's channels")),
     Mechanism("align", "lsh", (pint("buckets", lo=2), pint("rounds", False, 1),
                                pint("chunk", False, 64)),
               reading="Sparse", reason=LSH_REASON,
