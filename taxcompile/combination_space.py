@@ -1,7 +1,8 @@
 """The space of one attention module's mechanisms, and the survey's §5 pairs.
 
 Score × alignment × dimensionality × query type × query multiplicity (Table III's
-per-module dimensions): 9 × 9 × 2 × 3 × 4 = 1944 combinations. ``spec_text`` writes
+per-module dimensions): every score and alignment of the registry (docs/combinations.md
+gives the count). ``spec_text`` writes
 the ``.attn`` spec of one combination, ``enumerate`` yields them all. ``pairs`` adds
 the mechanisms the survey's §5 proposes to combine in one model (capsules with heads
 or hops, parallel co-attention with heads or multi-dimensional weights, eq. 9's shared
@@ -25,6 +26,7 @@ OUTSIDE = {
     "affinity": AFFINITY_ONLY,
     "activated_concat": "scores the edges of a graph only (`mask = adj`, GAT)",
     "lsh": "hashes the queries and the keys alike: the query must be the keys",
+    "none": "computes no scores: only beside an alignment whose weights are its own",
 }
 SCORES = tuple(s for s in names("score", aliases=False) if s not in OUTSIDE)
 ALIGNMENTS = tuple(a for a in names("align", aliases=False) if a not in OUTSIDE)

@@ -1,7 +1,8 @@
 """The cross product of one attention module's mechanisms.
 
 Score × alignment × dimensionality × query type × query multiplicity (Table III's
-per-module dimensions): 9 × 9 × 2 × 3 × 4 = 1944 combinations. ``spec_text`` writes
+per-module dimensions): every score and alignment of the registry (docs/combinations.md
+gives the count). ``spec_text`` writes
 the ``.attn`` spec of one combination, ``enumerate`` yields them all (both in
 ``combination_space.py``, re-exported here). ``pairs`` adds
 the mechanisms the survey's §5 proposes to combine in one model (capsules with heads
@@ -129,7 +130,8 @@ def _intro(total: int, refused: dict) -> list[str]:
         f"{len(DIMENSIONALITIES)} × {len(QUERY_TYPES)} × {len(MULTIPLICITIES)} = {total}.",
         "`taxcompile.combinations.spec_text` writes the spec of each; this matrix records",
         "what `taxcompile check` says about it. Every accepted combination compiles, runs",
-        "forward and backward (below for topk, crf), and classifies back to its values",
+        "forward and backward (the alignments added after it first ran with two scores),",
+        "and classifies back to its values",
         "(`tests/test_combinations.py`).",
         "",
         f"- **valid**: {total - len(refused)}",

@@ -131,6 +131,8 @@ ADDED_AFTER_FREEZE: dict[str, str] = {
     "sukhbaatar2019_sukhbaatar2019_persistent_memory": "tests/test_xt_attention.py",
     "xtransformers_xtransformers_heads": "tests/test_xt_attention.py",
     "kitaev2020_kitaev2020_reformer": "tests/test_lsh_attention.py",
+    "ramapuram2024_sigmoid_lm": "tests/test_sigmoid_attention.py",
+    "ye2024_diff_lm": "tests/test_differential_attention.py",
     "crf_tagger_tagger": "tests/test_crf_tagger.py",
     # issue 25's feature operators: broadcasting, split, grouped and separable convolutions
     "seo2017_bidaf": "tests/test_feature_ops.py",

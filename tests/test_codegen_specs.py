@@ -639,7 +639,9 @@ def _check_graph_weights(v, cfg, att, w, inputs, padding: bool) -> None:
         keep = kv.reshape(-1)[src]
         src, dst = src[keep], dst[keep]
     assert w.shape == (src.numel(), cfg_value(cfg, att, "heads", att.heads)), att.id
-    assert torch.isfinite(w).all() and (w >= 0).all(), att.id
+    assert torch.isfinite(w).all(), att.id
+    # differential attention (Ye et al. 2024) subtracts a second map: its weights are signed
+    assert (w >= 0).all() or att.head("differential") is not None, att.id
     sums = torch.zeros(n, w.shape[1], dtype=w.dtype).index_add_(0, dst, w)
     has = torch.zeros(n, dtype=torch.bool)
     has[dst] = True
@@ -665,7 +667,9 @@ def _check_weights(v, cfg, att, w, inputs, padding: bool) -> None:
     kv = key_validity(v, att, inputs)
     if kv is not None:
         assert w.shape[1: 1 + G] == kv.shape[1:-1] and w.shape[3 + G] == kv.shape[-1], att.id
-    assert torch.isfinite(w).all() and (w >= 0).all(), att.id
+    assert torch.isfinite(w).all(), att.id
+    # differential attention (Ye et al. 2024) subtracts a second map: its weights are signed
+    assert (w >= 0).all() or att.head("differential") is not None, att.id
 
     keep = allowed_keys(v, att, w, inputs, padding)
     key_axis = -2 if multi else -1
@@ -674,7 +678,10 @@ def _check_weights(v, cfg, att, w, inputs, padding: bool) -> None:
     # structurally excluded keys (causal, forward, backward masks) never get weight
     hidden = ~allowed_keys(v, att, w, inputs, False)
     assert (w.masked_fill(~hidden.expand_as(w), 0) == 0).all(), f"{att.id}: weight on masked keys"
-    if att.head("mem_kv"):  # the learned memory keys take the rest of each row's mass
+    if att.head("differential") is not None:  # A1 - lambda A2: a row sums to 1 - lambda
+        assert (s.masked_fill(rows, 0) == 0).all(), att.id  # nothing where no key is seen
+        torch.testing.assert_close(s[rows], s[rows].flatten()[0].expand(int(rows.sum())))
+    elif att.head("mem_kv"):  # the learned memory keys take the rest of each row's mass
         assert ((s > 0) & (s < 1 + 1e-5)).all(), att.id  # (Output.extras["memory"])
     elif att.align.fn in NORMALISED:
         torch.testing.assert_close(s, rows.to(s.dtype), msg=lambda m: f"{att.id}: {m}")

@@ -79,14 +79,24 @@ EXPECTED = {
     # Local.
     "daniluk2017_key_value": dict(scoring="Additive", alignment="Local",
                                   query_type="Self-Attentive", query_multiplicity="Singular"),
-    # LSRA: the convolution branch is a feature model; the attention branch is the
-    # Transformer's multi-head scaled dot-product self-attention.
-    "wu2020_lite_transformer": dict(scoring="Scaled Multiplicative", alignment="Global",
+    # LSRA: the attention branch is the Transformer's multi-head scaled dot-product
+    # self-attention; the convolution branch's LightConv (no score, a kernel over a window
+    # around each position) reads Local.
+    "wu2020_lite_transformer": dict(scoring="Scaled Multiplicative", alignment="Global + Local",
                                     query_type="Self-Attentive",
                                     query_multiplicity="Multi-Head"),
     # Top-k (Zhao et al. 2019): a softmax over each query's k largest scores reads Sparse.
     "zhao2019_topk": dict(scoring="Scaled Multiplicative", alignment="Sparse",
                           query_type="Self-Attentive", query_multiplicity="Multi-Head"),
+    # Sigmoid attention (Ramapuram et al. 2024): each weight sigmoid(e + b) on its own, no
+    # normalisation over the keys; the survey's closest alignment is Global.
+    "ramapuram2024_sigmoid_attention": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                            query_type="Self-Attentive",
+                                            query_multiplicity="Multi-Head"),
+    # Differential attention (Ye et al. 2024): two softmax maps per head, one context per
+    # head: still Multi-Head, each map Global.
+    "ye2024_differential": dict(scoring="Scaled Multiplicative", alignment="Global",
+                                query_type="Self-Attentive", query_multiplicity="Multi-Head"),
     # Talking heads (Shazeer et al. 2020) mix the heads: still Multi-Head, Global.
     "shazeer2020_talking_heads": dict(scoring="Scaled Multiplicative", alignment="Global",
                                       query_type="Self-Attentive",

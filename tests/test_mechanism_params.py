@@ -94,3 +94,31 @@ def test_a_parameter_named_as_a_field_reads_with_param():
     rec = n.score.record
     assert rec.text("class_part", n.score) == "SimilarityL2"
     assert rec.text("doc", n.score).startswith("similarity score (l2")
+
+
+def test_a_required_capability_of_the_alignment_is_worded_by_the_alignment(monkeypatch):
+    """A record that requires `score_terms` (an alignment that takes terms added to its
+    scores) refuses another alignment by name and says what to use, as `dot` does for a
+    score; the tag's absent wording is formatted with the mechanism of its own field."""
+    rec = mech.HEAD_MECHANISMS["head_gates"]._replace(requires=("query", "score_terms"))
+    monkeypatch.setitem(mech.HEAD_MECHANISMS, "head_gates", rec)
+    monkeypatch.setitem(mech.REGISTRY, ("trait", "head_gates"), rec)
+    text = spec("hard").replace("align = hard", "align = hard  heads = 2  head_gates = true")
+    with pytest.raises(SpecError) as info:
+        load_text(text, "t.attn")
+    d = info.value.diagnostics[0]
+    assert "has the `hard` alignment, whose weights take no terms added to its scores, " \
+           "which head gates cannot go with" in d.message, d.message
+    assert d.hint.startswith("use `align = global`"), d.hint
+
+
+def test_no_score_needs_an_alignment_whose_weights_are_its_own():
+    """`score = none` computes nothing: beside an alignment that weighs the keys by their
+    scores it is refused, worded from the records' tags."""
+    with pytest.raises(SpecError) as info:
+        load_text(spec("global").replace("score = scaled_multiplicative", "score = none"),
+                  "t.attn")
+    d = info.value.diagnostics[0]
+    assert "has the `global` alignment, which weighs the keys by their scores, which " \
+           "`score = none` cannot go with: it computes no scores" in d.message, d.message
+    assert d.hint == "use an alignment whose weights are its own, or drop `score = none`"

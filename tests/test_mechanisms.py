@@ -65,8 +65,9 @@ def test_every_template_and_helper_exists_and_has_a_record():
 def test_every_score_and_alignment_reads_as_a_table_iii_value_with_a_reason():
     for table, dim in ((mech.SCORES, "scoring"), (mech.ALIGNS, "alignment")):
         for m in table.values():
-            assert m.reading and m.reason and m.label and m.doc, m.name
-            if isinstance(m.reading, str):
+            # `score = none` (no score: its alignment's weights are its own) sets no value
+            assert (m.reading or "no_score" in m.caps) and m.reason and m.label and m.doc, m.name
+            if isinstance(m.reading, str) and m.reading:
                 assert m.reading in classification.ORDER[dim], (m.name, m.reading)
     for form in mech.scores.AFFINITY_READING:
         for act in ("none", "tanh"):
@@ -112,6 +113,24 @@ def test_the_constructor_list_orders_required_arguments_first_in_the_signature()
     plain = _statement("features = x  score = additive")
     assert [a.name for a in mech.constructor(plain, query=False) if a.passed(plain)] == \
         ["d_k", "d_v", "heads", "d_w"]
+
+
+def test_an_unset_optional_argument_of_an_alignment_is_in_the_signature(monkeypatch):
+    """An alignment's optional constructor argument with a default (sigmoid attention's
+    bias, None: -log n) is in the class's signature whether or not the spec sets it: its
+    template reads it in __init__. Only a required one computed from a node the statement
+    may not have (reinforced's d_p) is left out when it has none."""
+    rec = mech.ALIGNS["local"]
+    probe = mech.CtorArg("sigma", "float | None", "None", owner="align", field="sigma")
+    monkeypatch.setitem(mech.ALIGNS, "local", rec._replace(ctor=rec.ctor + (probe,)))
+    n = _statement("query = project(x)  keys = x  values = x  score = scaled_multiplicative  "
+                   "align = local(D = 2)")
+    args = mech.constructor(n)
+    assert "sigma: float | None = None" in mech.signature(args)
+    assert [a.name for a in args if a.passed(n)] == ["d_q", "d_k", "d_v", "heads", "window"]
+    plain = _statement("query = project(x)  keys = x  values = x  score = multiplicative  "
+                       "align = reinforced")
+    assert "d_p" not in [a.name for a in mech.constructor(plain)]
 
 
 def _statement(fields: str) -> ir.Attention:
@@ -214,9 +233,12 @@ def jinja_names(path: Path) -> list[tuple[int, str]]:
 
 
 def test_the_attention_template_composes_mechanisms_without_naming_them():
-    """attention.py.j2 imports the templates the statement's records name and calls their
-    slots (macros): no test of a mechanism's name, no ``part`` switch in any of them."""
+    """attention.py.j2 and its stage templates (attention/) import the templates the
+    statement's records name and call their slots (macros): no test of a mechanism's name,
+    no ``part`` switch in any of them."""
     assert not jinja_names(TEMPLATES / "attention.py.j2")
+    for path in sorted((TEMPLATES / "attention").glob("*.py.j2")):
+        assert not jinja_names(path), path.name
     for m in mech.REGISTRY.values():
         if m.template and m.kind != "score" or m.template and "/" in m.template:
             text = (TEMPLATES / m.template).read_text(encoding="utf-8")
@@ -262,3 +284,32 @@ def test_the_registry_adds_no_import():
     out = subprocess.run([sys.executable, "-c", "import taxcompile.ops\n" + code],
                          capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def macros_of(path: Path) -> set[str]:
+    import re
+
+    return set(re.findall(r"{%-?\s*macro\s+(\w+)", path.read_text(encoding="utf-8")))
+
+
+def test_every_slot_a_mechanism_template_defines_is_a_step_of_a_stage():
+    """The order of an attention class's lines is data (codegen/stages.py): a macro of a
+    mechanism's template that no stage calls would never be rendered (a slot misspelt,
+    or one the stages do not have yet), and a stage's own step names a macro of its
+    template."""
+    from taxcompile.codegen import stages
+
+    slots = stages.slots()
+    for m in mech.REGISTRY.values():
+        if m.template and "/" in m.template:
+            extra = macros_of(TEMPLATES / m.template) - slots
+            assert not extra, (m.template, extra)
+    for stage in stages.STAGES + stages.PARTS:
+        own = macros_of(TEMPLATES / "attention" / f"{stage.name}.py.j2")
+        for step in stage.steps:
+            if not step.of:
+                assert step.slot in own, (stage.name, step.slot)
+            assert set(step.of) <= set(stages.GROUPS), step
+            if step.default:
+                assert step.default in own or step.default in {
+                    s.name for s in stages.PARTS}, (stage.name, step.default)

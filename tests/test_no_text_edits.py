@@ -33,7 +33,6 @@ ALLOWED_J2 = {
     # the width comes as text from the attention view (codegen/classes.py); typed there, the
     # layer would render it with its own name for d_v
     ("layer.py.j2", 'view.c_width | replace("d_v", dv)'): "the context width's name (view)",
-    ("attention.py.j2", 'arg.split(":")'): "the class's argument list (view, classes.py)",
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 from .. import ir
@@ -15,6 +16,7 @@ from ..checks import learned_capsules, share_kind
 from .acts import act_call, act_fn
 from .pretty import wrap
 from .plan import AttentionClass
+from .stages import STAGES, steps
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class AttentionView:
     align: ir.Mech
     lq: str
     init_args: tuple[str, ...]
+    init_names: tuple[str, ...]  # the names of init_args, in their order
     dot: str | None  # a dot-product score: what it computes (its template sets the scale)
     fast: str | None
     act: Callable[[str], str]
@@ -76,6 +79,26 @@ class AttentionView:
     scaled: bool = False  # the score divides by sqrt(d_k) (its record's `scaled`)
     kv_heads: bool = False  # grouped-query attention: self.kv_heads key/value heads
     policy: bool = False  # the alignment reads a node beside each key (forward's policy_in)
+
+    @property
+    def late(self) -> bool:
+        """The key/value heads are repeated on the explicit path only, after the scores'
+        transforms (a fused kernel or none), not before them (the other fast paths)."""
+        return self.fast in (None, "sdpa")
+
+    @property
+    def early(self) -> bool:
+        return not self.late
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The stages the class is rendered in, in order (codegen/stages.py)."""
+        return tuple(s.name for s in STAGES)
+
+    @cached_property
+    def steps(self) -> dict:
+        """Each stage's steps whose condition holds for this class, by stage name."""
+        return steps(self)
 
 
 def fit(text: str, indent: int = 8) -> str:
@@ -219,7 +242,8 @@ def attention_class(p, n: ir.Attention) -> str:
         query_note="no query: self-attentive (eq. 33)", split=split, heads=n.heads,
         multi=n.dimensionality == "multi", capsules=n.capsules, penalty=n.penalty,
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
-        init_args=mech.signature(args), dot=dot, fast=fast,
+        init_args=mech.signature(args), init_names=tuple(x.name for x in mech.ordered(args)),
+        dot=dot, fast=fast,
         act=lambda x, act=getattr(n.score, "act", None): act_call(act, x),
         act_fn=act_fn(getattr(n.score, "act", None)),
         heads_out=heads_out, c_width=context_width(n),

@@ -24,8 +24,8 @@ __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "
            "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POLICY_REASON", "POSITIONS", "REGISTRY",
            "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
-           "constructor", "literal", "modifiers", "penalties", "score", "align", "align_reads",
-           "signature", "spellings"]
+           "constructor", "literal", "modifiers", "ordered", "penalties", "score", "align",
+           "align_reads", "signature", "spellings"]
 
 # Every record, by (kind, name).
 REGISTRY: dict[tuple[str, str], Mechanism] = {
@@ -88,9 +88,11 @@ def constructor(n, dropout: bool = False, share: str | None = None,
     "swap" (eq. 14-15); ``query``: the class reads a query (given, learned or a capsule's)."""
     out = [D_Q] if query else []
     out += BASE
-    # an alignment's argument for an optional node it reads (`policy = s`) only where it has one
+    # an alignment's argument for an optional node it reads (`policy = s`) only where it has
+    # one; an optional argument (with its default) always: the class reads it
     out += [*SCORES[n.score.fn].ctor] + [a for a in ALIGNS[n.align.fn].ctor
-                                        if a.owner != "align" or a.value(n) is not None]
+                                        if a.owner != "align" or not a.required
+                                        or a.value(n) is not None]
     if n.capsules:
         out += TRAITS["capsules"].ctor
     if n.heads > 1:  # routing's output capsules and iterations (the others have none)
@@ -117,7 +119,12 @@ def literal(value) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
+def ordered(args: list[CtorArg]) -> list[CtorArg]:
+    """The ``__init__`` arguments in the signature's order: the required ones first, each
+    group in call order."""
+    return [*(a for a in args if a.required), *(a for a in args if not a.required)]
+
+
 def signature(args: list[CtorArg]) -> tuple[str, ...]:
-    """The ``__init__`` arguments: the required ones first, each group in call order."""
-    return tuple(a.signature() for a in [*(a for a in args if a.required),
-                                         *(a for a in args if not a.required)])
+    """The ``__init__`` arguments as the signature writes them (``ordered``)."""
+    return tuple(a.signature() for a in ordered(args))

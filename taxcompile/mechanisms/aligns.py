@@ -47,6 +47,36 @@ LSH_REASON = ("LSH attention (Kitaev et al. 2020, Reformer; seed 002's efficient
               "window around a position (local), nothing is sampled (hard: the rotations only "
               "place the buckets) and no policy picks it (reinforced)")
 
+# Ramapuram et al. 2024's sigmoid attention: each weight sigmoid(e_ij + b) on its own, with
+# b = -log n (n keys) by default, so that the weights start summing to about 1. Not Oktay et
+# al.'s gate (`sigmoid`, one gate per key position, c_l = a_l v_l): a query still mixes the
+# values of all its keys. The survey has no value for an unnormalised weighting of every key;
+# its closest is global (docs/fidelity.md).
+SIGMOID_ATTN_REASON = ("sigmoid attention (Ramapuram et al. 2024): each weight sigmoid(e_ij + b) "
+                       "on its own, b = {b}, not normalised over the keys; the survey has no "
+                       "value for it and its closest is global: every key the query may see is "
+                       "weighted, none is sampled (hard), no window is cut (local) and no "
+                       "subset is picked (reinforced, sparse)")
+
+
+# Wu et al. 2019's LightConv: a depthwise convolution whose kernel of width k is softmax-
+# normalised and shared by the d / H channels of each of H heads, as attention: a_ij =
+# softmax(W_h)[j - i + P] inside the kernel's window around position i (P = (k - 1) // 2, or
+# k - 1 under a causal mask), zero outside it, no renormalisation at the sequence's edges.
+# Its weights are its own (`score = none`), a window around the query's position: Local,
+# the survey's closest value (a window of keys, normalised over the kernel's positions).
+LIGHTCONV_REASON = ("LightConv (Wu et al. 2019): each head's softmax-normalised kernel of width "
+                    "k = {kernel} over the keys around the query's own position (p = t), a "
+                    "depthwise convolution shared by the head's channels, which reads as local "
+                    "(the survey's closest value: a window of D = (k - 1) / 2 keys around a "
+                    "monotonic position, its weights a learned function of the distance "
+                    "alone, normalised over the kernel, not the scores)")
+
+
+def _sigmoid_b(al) -> str:
+    return "-log n (n keys)" if al.bias is None else f"{al.bias:g}"
+
+
 ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("align", "global", aliases=("soft",), reading="Global",
               reason="softmax over all keys (eq. 25)", label="global", class_part="",
@@ -117,6 +147,35 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                             comment="k: the scores each query keeps (Zhao et al. 2019)"),),
               template="align/topk.py.j2", helpers=("masked_softmax",), normalised=True,
               caps=("score_terms",)),
+    Mechanism("align", "sigmoid_attn", (P("bias", "float", False, sign="any"),),
+              reading="Global", reason=lambda al: SIGMOID_ATTN_REASON.format(b=_sigmoid_b(al)),
+              label=lambda al: f"sigmoid attention, b = {_sigmoid_b(al)}",
+              class_part="SigmoidWeighted",
+              doc=lambda al: "sigmoid attention: a_ij = sigmoid(e_ij + b) per key, not "
+                             f"normalised, b = {_sigmoid_b(al)} (Ramapuram et al. 2024)",
+              ctor=(CtorArg("sigmoid_bias", "float | None", "None", owner="align", field="bias",
+                            sym="bias", comment="b: added to every score before the sigmoid "
+                            "(None: -log n, n keys)"),),
+              template="align/sigmoid_attn.py.j2", caps=("score_terms",)),
+    Mechanism("align", "lightconv", (pint("kernel", hi=1024), P("weight_dropout", "prob", False, 0.0)),
+              reading="Local", reason=LIGHTCONV_REASON,
+              label=lambda al: f"lightconv, k = {al.kernel}" + (
+                  f", DropConnect {al.weight_dropout:g}" if al.weight_dropout else ""),
+              class_part="LightConv",
+              doc="LightConv (Wu et al. 2019): a_ij = softmax(W_h)[j - i + P], each head's "
+                  "kernel of width k softmax-normalised and shared by its channels",
+              ctor=(CtorArg("kernel", "int", owner="align", field="kernel", sym="kernel",
+                            comment="k: the LightConv kernel's width (Wu et al. 2019)"),
+                    CtorArg("weight_dropout", "float", "0.0", owner="align",
+                            field="weight_dropout", sym="weight_dropout",
+                            comment="DropConnect on the normalised kernel in training")),
+              template="align/lightconv.py.j2", by_query_index=True, caps=("own_weights",
+                                                                          "window"),
+              requires=("no_score", "query"),
+              excludes=("multi_dimensional", "affinity", "capsules", "coverage", "position",
+                        "bias", "adds_keys", "mixes_heads"),
+              conflict=("LightConv", "its weights are a kernel over the keys' positions "
+                        "around each query's, shared by a head's channels")),
     Mechanism("align", "lsh", (pint("buckets", lo=2), pint("rounds", False, 1),
                                pint("chunk", False, 64)),
               reading="Sparse", reason=LSH_REASON,

@@ -9,7 +9,7 @@ classifier adds each one's reason (``heads_reading``)."""
 
 from __future__ import annotations
 
-from ..params import enum, pint
+from ..params import P, enum, pint
 from .others import HEADS_OUT
 from .record import CtorArg, Mechanism
 
@@ -17,7 +17,33 @@ TALKING_REASON = ("talking heads (Shazeer et al. 2020) mix the heads' {which} wi
                   "H x H matrix; each head still scores its own projections of q and k, so "
                   "the module stays multi-head (eq. 38-40)")
 
+# Ye et al. 2024's differential attention: each head's q and k in two halves, two softmax
+# maps, the second subtracted with a learned weight lambda, and each head's context RMS-
+# normalised and scaled by (1 - lambda_init). Still one context per head: Multi-Head.
+DIFFERENTIAL_REASON = ("differential attention (Ye et al. 2024): each head's q and k split in "
+                       "two, two softmax maps, softmax(Q1 K1^T / sqrt(d)) - lambda softmax(Q2 "
+                       "K2^T / sqrt(d)) with a learned lambda (lambda_init = {lambda_init:g}); "
+                       "each head still scores its own projections and gives one context, so "
+                       "the module stays multi-head (eq. 38-40)")
+
 HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
+    # before the others: its norm of each head's context comes before a head gate scales it
+    Mechanism("trait", "differential", (P("lambda_init", "float", False, 0.8, below=1.0),),
+              reason=DIFFERENTIAL_REASON, label="differential, lambda_init = {lambda_init:g}",
+              class_part="Differential",
+              doc="Differential attention (Ye et al. 2024): each head's q and k in two halves, "
+                  "a = softmax(Q1 K1^T / sqrt(d)) - lambda softmax(Q2 K2^T / sqrt(d)), lambda = "
+                  "exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init; each head's context RMS-"
+                  "normalised, times (1 - lambda_init).",
+              ctor=(CtorArg("lambda_init", "float", "0.8", owner="heads", field="lambda_init",
+                            sym="lambda_init", mechanism="differential",
+                            comment="lambda_init: lambda's constant part (Ye et al.: 0.8 - "
+                                    "0.6 exp(-0.3 (l - 1)) at layer l)"),),
+              template="heads/differential.py.j2", requires=("dot", "score_terms"),
+              excludes=("multi_dimensional", "coverage", "affinity", "capsules", "position",
+                        "bias", "qk_norm", "kv_heads", "adds_keys", "mixes_heads"),
+              conflict=("differential attention", "it splits each head's q and k of a "
+                        "dot-product score into two softmax maps over one sequence's keys")),
     # mix: the heads' scores before the alignment ("pre"), their weights after it ("post")
     Mechanism("trait", "talking_heads", (enum("mix", ("pre", "post", "both"), "both"),),
         reading="Multi-Head", reason=lambda m: TALKING_REASON.format(

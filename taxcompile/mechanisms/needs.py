@@ -46,8 +46,14 @@ TAGS: dict[str, Tag] = {
     "window": Tag("`{fn}` alignment, a window over the keys' positions", field="align"),
     "adds_keys": Tag("memory key/values (`{fn}`)", field="{fn}"),
     "mixes_heads": Tag("talking heads (`{fn}`)", field="{fn}"),
+    "no_score": Tag("no score (`score = none`)", "the `{fn}` score", "set `score = none`",
+                    "score"),
+    "own_weights": Tag("`{fn}` alignment, which makes its weights without scores",
+                       "the `{fn}` alignment, which weighs the keys by their scores",
+                       "use an alignment whose weights are its own", "align"),
     "score_terms": Tag("`{fn}` alignment, which takes terms added to its scores",
-                       field="align"),
+                       "the `{fn}` alignment, whose weights take no terms added to its scores",
+                       "use `align = global` (or sparsemax, entmax, topk)", "align"),
 }
 
 
@@ -84,7 +90,7 @@ def refusal(n) -> tuple[object, str, str] | None:
     record requires a tag ``n`` lacks or excludes one it has; None if every one fits."""
     has = tags(n)
     where = f"attention `{n.name}`"
-    for m in (*n.head_mechanisms, n.align):
+    for m in (*n.head_mechanisms, n.align, n.score):
         rec = m.record
         if not (rec.requires or rec.excludes):
             continue
@@ -93,7 +99,9 @@ def refusal(n) -> tuple[object, str, str] | None:
         for t in rec.requires:
             if t not in has:
                 tag = TAGS[t]
-                return (m, f"{where} has {tag.absent.format(fn=n.score.fn)}, which {subject} "
+                # {fn}: the mechanism of the field that would give the tag (dot: the score)
+                fn = n.align.fn if tag.field == "align" else n.score.fn
+                return (m, f"{where} has {tag.absent.format(fn=fn)}, which {subject} "
                         f"cannot go with: {why}", f"{tag.fix}, or drop `{own}`")
         for t in rec.excludes:
             if t in has:

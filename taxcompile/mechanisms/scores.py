@@ -121,6 +121,16 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
               doc="activated concat score act(a^T [W h_i; W h_j]) (Velickovic et al. eq. 1)",
               template="graph_attention.py.j2", helpers=("masked_softmax", "edge_sum"), graph=True,
            caps=("edges",)),
+    # No score at all, for an alignment whose weights are its own (a learned kernel over
+    # relative positions): nothing is computed, and Table III's scoring cell gets no value
+    # from it (its template defines no slot).
+    Mechanism("score", "none", reading="",
+              reason="computes no score: its alignment's weights are its own", label="no score",
+              class_part="", doc="alignment's own weights (no score)",
+              template="score/none.py.j2", caps=("no_score",),
+              requires=("own_weights",),
+              conflict=("`score = none`", "it computes no scores, and the alignment weighs "
+                        "the keys by them")),
 )}
 
 # Scores that score the keys alone when a module has no query (eq. 33).
