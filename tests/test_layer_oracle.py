@@ -41,6 +41,7 @@ REFUSED = {
     "cosine_temperature:cosine_temperature:learned_beta": "is `embed(…)`: " + BUILT,
     "cosine_temperature:cosine_temperature:fixed_beta": "is `embed(…)`: " + BUILT,
     "gat:gat:layer1": "reads its graph input `adj`",
+    "ramapuram2024_sigmoid_attention:sigmoid_lm:decoder.self": "is `project(…)`: " + BUILT,
     "jaegle2021_perceiver:perceiver:block.cross": "is `project(…)`: " + BUILT,  # of norm(z)
     "gat:gat:layer2": "reads its graph input `adj`",
     "interactive_coattention:ian:c_ctx": "is `mean(…)`: " + BUILT,

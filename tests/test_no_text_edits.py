@@ -26,13 +26,14 @@ ALLOWED_PY = {
     ("codegen/repeat.py", "plan_block"): "a repeat path made a class name",
     ("codegen/model.py", "file_doc"): "a Table III dimension's name as docstring words",
     ("codegen/contexts.py", "describe"): "a score's name as docstring words",
+    ("codegen/layer_config.py", "_rules"): "a score's name as message words",
 }
 # (template under templates/codegen/, text) -> why
 ALLOWED_J2 = {
     ("layer.py.j2", 'view.title | replace("\\n    ", "\\n")'): "re-indents docstring prose",
     # the width comes as text from the attention view (codegen/classes.py); typed there, the
     # layer would render it with its own name for d_v
-    ("layer.py.j2", 'view.c_width | replace("d_v", dv)'): "the context width's name (view)",
+    ("layer.py.j2", 'view.c_width | replace("d_v", width)'): "the context width's name (view)",
 }
 
 

@@ -13,6 +13,10 @@ NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
 
 # Registry names (score and align records) no recogniser reads yet, with why.
 NOT_RECOGNISED = {
+    ("score", "none"): "no score: weights of its own (LightConv's kernel) are not matched yet",
+    ("align", "sigmoid_attn"): "a sigmoid over every pair with a bias, not normalised over the "
+                               "keys, is not told apart from the sigmoid gate yet",
+    ("align", "lightconv"): "a softmax-normalised convolution kernel is not matched yet",
     ("score", "location"): "the score is computed from the query alone; its graph (a linear "
                            "map to the key length) is not told apart from other linears yet",
     ("score", "affinity"): "an affinity matrix read along rows or columns (co-attention) is not "
