@@ -324,46 +324,20 @@ def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
     return keep.view(-1, 1, Lq, Lk)  # (N | 1, 1, Lq, Lk)
 
 
-class KeySlabs(torch.autograd.Function):
-    """Overlapping slabs of key blocks for local_band: the keys k (N, H, Lk, d) at positions
-    lo, ..., lo + (nb + m - 1) Bq - 1 (zero where there is none), as blocks of Bq rows; slab j
-    holds the m blocks j, ..., j + m - 1: (N H, nb, m Bq, d). The backward adds each slab's
-    gradient back onto its blocks."""
-
-    @staticmethod
-    def forward(ctx, k: torch.Tensor, lo: int, Bq: int, nb: int, m: int) -> torch.Tensor:
-        N, H, Lk, d = k.shape
-        P = (nb + m - 1) * Bq
-        i0 = max(lo, 0)
-        i1 = max(min(lo + P, Lk), i0)  # keys i0, ..., i1 - 1 exist (none when i0 = i1)
-        ctx.dims = (N, H, Lk, Bq, nb, m, lo, i0, i1)
-        kb = F.pad(k[:, :, i0:i1], (0, 0, i0 - lo, lo + P - i1)).reshape(N * H, nb + m - 1, Bq, d)
-        return torch.cat([kb[:, t: t + nb] for t in range(m)], -2)  # (N H, nb, m Bq, d)
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor):
-        N, H, Lk, Bq, nb, m, lo, i0, i1 = ctx.dims
-        g = g.reshape(N * H, nb, m, Bq, -1)
-        db = g.new_zeros(N * H, nb + m - 1, Bq, g.shape[-1])  # per block of the padded keys
-        for t in range(m):
-            db[:, t: t + nb] += g[:, :, t]
-        dk = db.view(N, H, (nb + m - 1) * Bq, -1)[:, :, i0 - lo: i1 - lo]  # keys i0, ..., i1 - 1
-        if (i0, i1) != (0, Lk):
-            i0, i1 = min(i0, Lk), min(i1, Lk)  # i0 = i1 = Lk: past the last key, no gradient
-            dk = torch.cat([dk.new_zeros(N, H, i0, dk.shape[-1]), dk,
-                            dk.new_zeros(N, H, Lk - i1, dk.shape[-1])], 2)
-        return dk, None, None, None, None
-
-
 def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
-               start: int, window: int, scale: float, sigma: float | None) -> torch.Tensor:
+               start: int | torch.Tensor, window: int, scale: float,
+               sigma: float | None) -> torch.Tensor:
     """Local alignment (eq. 27, 29) without the (Lq, Lk) score matrix. Query i sits at
     p = start + i and attends to the keys [p - D, p + D]. Queries go in blocks of Bq; block j
-    reads one slab of W = m Bq keys (m blocks of the zero-padded keys, enough to cover every
-    window of the block), so time and memory grow as O(Lq W d), not O(Lq Lk d). Without the
-    Gaussian factor a fused kernel (scaled_dot_product_attention) does the softmax in the slabs
-    (query blocks x key slabs, one batched call); with it the weights are formed explicitly.
-    Same numbers as the explicit path.
+    reads one slab of W = m Bq keys (from p - D of its first query on, enough to cover every
+    window of the block), so time and memory grow as O(Lq W d), not O(Lq Lk d); when a slab
+    would hold Lk keys or more, one block reads all the keys instead. Without the Gaussian a
+    fused kernel (scaled_dot_product_attention) does the softmax in the slabs (query blocks x
+    key slabs, one batched call); with it the weights are formed explicitly. Same numbers as
+    the explicit path.
+
+    Every size here comes from the shapes and D alone and the positions are tensors, so under
+    torch.compile a decoder's step t (start = t) is no new graph.
 
     q: (N, H, Lq, d); k: (N, H, Lk, d); v: (N, H, Lk, d_v); key_mask: (N, Lk) bool, True = attend.
     Returns c: (N, H, Lq, d_v).
@@ -372,28 +346,26 @@ def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
         return local_flex(q, k, v, key_mask, lambda b, i: start + i, window, scale)
     N, H, Lq, _ = q.shape
     Lk = k.shape[2]
-    D = min(window, max(Lk - 1 - start, start + Lq - 1, 0))  # a wider window reaches no more keys
-    Bq = min(Lq, max(D, 32))  # queries per block
+    Bq = min(Lq, max(window, 32))  # queries per block
     nb = -(-Lq // Bq)  # query blocks
-    m = 1 + -(-2 * D // Bq)  # key blocks per slab
-    W = m * Bq  # keys per slab
-    lo, hi = start - D, start - D + (nb + m - 1) * Bq  # the key positions the blocks cover
-    i0 = max(lo, 0)
-    i1 = max(min(hi, Lk), i0)  # keys i0, ..., i1 - 1 exist (none when i0 = i1)
-    pos = torch.arange(lo, hi, device=q.device)  # (P,): the key position of each block row
-    ok = (pos >= 0) & (pos < Lk)  # (P,): rows past either end hold no key
+    W = (1 + -(-2 * window // Bq)) * Bq  # keys per slab: m blocks of Bq
+    qpos = start + torch.arange(nb * Bq, device=q.device).view(nb, Bq)  # (nb, Bq): p
+    if W < Lk:  # (nb, W): slab j holds the keys p - D, ... of its first query p
+        lpos = qpos[:, :1] - window + torch.arange(W, device=q.device)
+    else:  # a slab would hold every key: one block over all of them
+        Bq, nb, W = nb * Bq, 1, Lk
+        qpos, lpos = qpos.view(1, Bq), torch.arange(Lk, device=q.device).view(1, Lk)
+    ok = (lpos >= 0) & (lpos < Lk)  # (nb, W): rows past either end hold no key
+    lpos = lpos.clamp(0, Lk - 1).flatten()  # (nb W,): a key for every row (masked if not ok)
     if key_mask is not None:
-        ok = ok & F.pad(key_mask[:, i0:i1], (i0 - lo, hi - i1))  # (N, P)
-    # (Bq, W): l - p, for query i of a block and row w of its slab
-    dist = torch.arange(W, device=q.device) - D - torch.arange(Bq, device=q.device).unsqueeze(1)
-    keep = (dist.abs() <= D) & ok.unfold(-1, W, Bq).unsqueeze(-2)  # (nb, Bq, W) or (N, nb, Bq, W)
-    # a query with no key in its window gets c = 0: (N | 1, 1, Lq, 1), or None if none can
-    empty = None
-    if key_mask is not None or start + Lq - 1 > Lk - 1 + D:
-        empty = ~keep.any(-1).view(-1, 1, nb * Bq, 1)[:, :, :Lq]
+        ok = ok & key_mask.gather(1, lpos.expand(N, -1)).view(N, nb, W)  # (N, nb, W)
+    dist = lpos.view(nb, 1, W) - qpos.unsqueeze(-1)  # (nb, Bq, W): l - p
+    keep = (dist.abs() <= window) & ok.unsqueeze(-2)  # (nb, Bq, W) or (N, nb, Bq, W)
+    # a query with no key in its window gets c = 0: (N | 1, 1, Lq, 1)
+    empty = ~keep.any(-1).view(-1, 1, nb * Bq, 1)[:, :, :Lq]
     q = F.pad(q, (0, 0, 0, nb * Bq - Lq)).reshape(N * H, nb, Bq, -1)  # (N H, nb, Bq, d)
-    k = KeySlabs.apply(k, lo, Bq, nb, m)  # (N H, nb, W, d)
-    v = KeySlabs.apply(v, lo, Bq, nb, m)  # (N H, nb, W, d_v)
+    k = k.index_select(2, lpos).view(N * H, nb, W, -1)  # (N H, nb, W, d)
+    v = v.index_select(2, lpos).view(N * H, nb, W, -1)  # (N H, nb, W, d_v)
     if key_mask is None:  # (N H | 1, nb, Bq, W): one mask for all, or one per (example, head)
         keep = keep.unsqueeze(0)
     else:
@@ -406,7 +378,7 @@ def local_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
         # favour positions near p (eq. 29)
         c = (a * torch.exp(-dist.to(a.dtype) ** 2 / (2 * sigma ** 2))) @ v
     c = c.view(N, H, nb * Bq, -1)[:, :, :Lq]  # (N, H, Lq, d_v)
-    return c if empty is None else c.masked_fill(empty, 0.0)
+    return c.masked_fill(empty, 0.0)
 
 
 def local_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
@@ -430,8 +402,10 @@ def local_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
 
 
 def flex_applies(q: torch.Tensor, sigma: float | None) -> bool:
-    """Whether local_flex may take over: compiled, no Gaussian, and CUDA or no gradient."""
-    return torch.compiler.is_compiling() and sigma is None and (
+    """Whether local_flex may take over: compiled, no Gaussian, CUDA or no gradient, and more
+    than one query (a decoder step reads its 2D + 1 keys directly: a block mask would skip
+    nothing, and tracing one per step costs seconds)."""
+    return torch.compiler.is_compiling() and sigma is None and q.shape[-2] > 1 and (
         q.is_cuda or not torch.is_grad_enabled()
     )
 

@@ -345,8 +345,10 @@ def local_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torc
 
 
 def flex_applies(q: torch.Tensor, sigma: float | None) -> bool:
-    """Whether local_flex may take over: compiled, no Gaussian, and CUDA or no gradient."""
-    return torch.compiler.is_compiling() and sigma is None and (
+    """Whether local_flex may take over: compiled, no Gaussian, CUDA or no gradient, and more
+    than one query (a decoder step reads its 2D + 1 keys directly: a block mask would skip
+    nothing, and tracing one per step costs seconds)."""
+    return torch.compiler.is_compiling() and sigma is None and q.shape[-2] > 1 and (
         q.is_cuda or not torch.is_grad_enabled()
     )
 

@@ -4,7 +4,7 @@ reads them here; tests/test_reserved_store.py checks them against the templates)
 
 NAMES = {
     "module_names": frozenset({
-        "Config", "EdgeSum", "Entmax15Function", "F", "GatedFFN", "KeySlabs", "Layer",
+        "Config", "EdgeSum", "Entmax15Function", "F", "GatedFFN", "Layer",
         "LinearChainCRF", "Maxout", "Model", "Output", "QueryBlocks", "ScaledTanh",
         "SparsemaxFunction", "additive_block", "additive_context", "additive_score",
         "alibi_slopes", "annotations", "beam_search", "broadcast", "cell_step",

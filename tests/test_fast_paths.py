@@ -370,10 +370,12 @@ def dense_local(q, k, v, key_mask, start: int, D: int, scale: float, sigma=None)
 @pytest.mark.parametrize("sigma", [None, 1.5])
 def test_local_band_against_a_dense_reference(gen, sigma):
     """local_band on its own: blocks that do not divide Lq (70 = 33 + 33 + 4), a window of 33
-    (slabs of 3 blocks), keys beyond both ends, a decoder offset, padding masks (one example
-    with no key), forward and gradients of q, k, v in float64."""
+    (slabs of 3 blocks), keys beyond both ends, a decoder offset, slabs as wide as the keys
+    (one block over all of them), padding masks (one example with no key), forward and
+    gradients of q, k, v in float64."""
     mod = gen(local_spec("scaled_multiplicative", "monotonic"))
-    for Lq, Lk, D, start in [(70, 90, 33, 0), (70, 50, 33, 5), (5, 40, 3, 36), (9, 9, 40, 0)]:
+    for Lq, Lk, D, start in [(70, 200, 33, 0), (70, 120, 33, 60), (70, 90, 33, 0),
+                             (70, 50, 33, 5), (5, 40, 3, 36), (9, 9, 40, 0)]:
         q, k, v = (randn(3, 2, L, 8, seed=i + L, dtype=torch.float64)
                    for i, L in enumerate((Lq, Lk, Lk)))
         for key_mask in key_masks(3, Lk):
