@@ -388,28 +388,10 @@ def reorder_cache(x, rows: torch.Tensor):
 def example_loss(kind: str, logits: torch.Tensor, target: torch.Tensor,
                  mask: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
     """The loss of each example (B,), without gradient (REINFORCE's reward): the mean of
-    its cross-entropies over what counts, read as `output_loss` reads `kind`."""
+    its terms that count (`loss_terms`)."""
     with torch.no_grad():
-        B = logits.shape[0]
-        if kind == "positions":
-            s = logits.squeeze(-1).flatten(1)  # (B, P)
-            if mask is not None:
-                s = s.masked_fill(~mask.bool().flatten(1), torch.finfo(s.dtype).min)
-            return F.cross_entropy(s, target.reshape(-1), ignore_index=ignore_index,
-                                   reduction="none")  # (B,)
-        if kind == "binary":
-            y = target.reshape(-1)
-            w = (y != ignore_index).to(logits.dtype)
-            if mask is not None:
-                w = w * mask.reshape(-1).to(logits.dtype)
-            return w * F.binary_cross_entropy_with_logits(
-                logits.reshape(-1), (y * (w > 0)).to(logits.dtype), reduction="none")  # (B,)
-        if mask is not None:
-            target = target.masked_fill(~mask.bool(), ignore_index)
-        each = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                               ignore_index=ignore_index, reduction="none").view(B, -1)
-        keep = (target.reshape(B, -1) != ignore_index).to(each.dtype)  # (B, P)
-        return (each * keep).sum(1) / keep.sum(1).clamp_min(1)  # (B,)
+        each, w = loss_terms(kind, logits, target, mask, ignore_index)
+        return (each * w).sum(1) / w.sum(1).clamp_min(1)  # (B,)
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
@@ -437,6 +419,50 @@ def masked_softmax(e: torch.Tensor, keep: torch.Tensor | None, dim: int) -> torc
         return e.softmax(dim)
     e = e.masked_fill(~keep, torch.finfo(e.dtype).min)
     return e.softmax(dim).masked_fill(~keep, 0.0)
+
+
+def loss_terms(kind: str, logits: torch.Tensor, target: torch.Tensor,
+               mask: torch.Tensor | None, ignore_index: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each target's cross-entropy and whether it counts (1.0 or 0.0), both (B, P).
+
+    classes: logits (B, *P, C), target (B, *P) class ids, mask (B, *P) True where a target
+      counts (as does a target that is not `ignore_index`).
+    positions: logits (B, *P, 1), one score per position (a pointer); target (B,) the gold
+      position's index in the flattened P; mask (B, *P) True where a position may be
+      pointed at (the input's padding mask). One term per example (P = 1).
+    binary: logits (B, 1), target (B,) 0 or 1 (the sigmoid's cross-entropy); mask (B,) True
+      where it counts."""
+    B = logits.shape[0]
+    if kind == "positions":
+        s = logits.squeeze(-1).flatten(1)  # (B, P)
+        if mask is not None:  # a padded position is never the answer
+            s = s.masked_fill(~mask.bool().flatten(1), torch.finfo(s.dtype).min)
+        t = target.reshape(-1)
+        each = F.cross_entropy(s, t, ignore_index=ignore_index, reduction="none")
+        return each.view(B, 1), (t != ignore_index).to(s.dtype).view(B, 1)
+    if kind == "binary":
+        y = target.reshape(-1)
+        w = (y != ignore_index).to(logits.dtype)
+        if mask is not None:
+            w = w * mask.reshape(-1).to(logits.dtype)
+        each = F.binary_cross_entropy_with_logits(logits.reshape(-1), (y * (w > 0)).to(
+            logits.dtype), reduction="none")
+        return each.view(B, 1), w.view(B, 1)
+    if mask is not None:
+        target = target.masked_fill(~mask.bool(), ignore_index)
+    t = target.reshape(B, -1)  # (B, P)
+    each = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1),
+                           ignore_index=ignore_index, reduction="none").view(B, -1)
+    return each, (t != ignore_index).to(each.dtype)
+
+
+def output_loss(kind: str, logits: torch.Tensor, target: torch.Tensor,
+                mask: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
+    """The cross-entropy of one logits output against `target`, the mean over what counts
+    (`loss_terms` says how each kind is read)."""
+    each, w = loss_terms(kind, logits, target, mask, ignore_index)
+    return (each * w).sum() / w.sum().clamp_min(1)
 
 
 def reinforce(log_probs: dict[str, torch.Tensor], each: torch.Tensor) -> torch.Tensor:

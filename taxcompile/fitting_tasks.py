@@ -7,7 +7,6 @@ output, REINFORCE for hard attention) with the attention penalties added."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 

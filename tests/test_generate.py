@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import fast_cpu  # noqa: E402
+from torch_support import assert_generate_is_greedy, fast_cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = torch.float64
@@ -314,10 +314,12 @@ model lm {
     assert torch.equal(m.generate(max_len=6, bos=1, eos=29, batch_size=3), want)
 
 
-@pytest.mark.parametrize("example", ["alibi", "rotary"])
+@pytest.mark.parametrize("example", ["alibi", "rotary", "ramapuram2024_sigmoid_attention",
+                                     "ye2024_differential"])
 def test_position_terms_decode_as_the_full_run(tmp_path, example):
     """A position term in the scores (ALiBi, rotary) places the step's query after the
-    cached keys: generate() writes the tokens of a greedy loop over full runs."""
+    cached keys, and sigmoid attention's b = -log n and differential attention's two maps
+    read the cache's keys: generate() writes the tokens of a greedy loop over full runs."""
     subprocess.run([sys.executable, "-m", "taxcompile", "compile",
                     str(ROOT / "examples" / f"{example}.attn"), "-o", str(tmp_path)],
                    check=True, capture_output=True)
@@ -325,13 +327,7 @@ def test_position_terms_decode_as_the_full_run(tmp_path, example):
     mod = load_module(path.read_text(encoding="utf-8"), f"_taxcompile_generate_{example}")
     torch.manual_seed(0)
     m = mod.Model(mod.Config.tiny()).double().eval()
-    prefix = torch.ones(2, 1, dtype=torch.long)
-    for _ in range(6):
-        with torch.no_grad():
-            nxt = m(tokens=prefix).output[:, -1].argmax(-1, keepdim=True)
-        prefix = torch.cat([prefix, nxt], 1)
-    got = m.generate(batch_size=2, max_len=6, bos=1, eos=m.cfg.vocab - 1)
-    assert torch.equal(got, prefix[:, 1:])
+    assert_generate_is_greedy(m)
 
 
 GAUSSIAN = """

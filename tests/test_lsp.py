@@ -273,3 +273,17 @@ def test_edits_in_a_burst_are_checked_once_after_the_last(client, doc):
             break
     assert published[-1] == []  # the last version's
     assert len(published) < 6  # the burst was coalesced (one, unless the machine stalls)
+
+
+def test_a_model_the_classifier_refuses_says_so_on_its_lens():
+    """A classification that raises a located error is shown, not left out of the lens."""
+    from taxcompile.diagnostics import Diagnostic, Location
+    from taxcompile.lsp.analysis import Analysis
+    from taxcompile.lsp.features import model_row, row_summary
+
+    a = Analysis("model m {\n}\n", [])
+    a._rows = {"m": SpecError([Diagnostic(Location(file="t.attn", line=1, column=1),
+                                          "no attention to classify")])}
+    assert row_summary(a, "m").startswith("Table III: not classified: ")
+    assert "no attention to classify" in row_summary(a, "m")
+    assert "not classified" in model_row(a, "m")

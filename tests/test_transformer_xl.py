@@ -31,7 +31,8 @@ torch = pytest.importorskip("torch")
 
 from taxcompile import codegen  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import compiled_recording, inline_fixture, one_thread  # noqa: E402, F401
+from torch_support import (  # noqa: E402, F401
+    assert_generate_is_greedy, compiled_recording, inline_fixture, one_thread)
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = torch.float64
@@ -342,13 +343,7 @@ def test_generate_decodes_from_a_kv_cache_as_the_full_run(tmp_path):
     assert "cache" in mod.Model.forward.__code__.co_varnames
     torch.manual_seed(0)
     m = mod.Model(mod.Config.tiny()).double().eval()
-    prefix = torch.ones(2, 1, dtype=torch.long)
-    for _ in range(6):
-        with torch.no_grad():
-            nxt = m(tokens=prefix).output[:, -1].argmax(-1, keepdim=True)
-        prefix = torch.cat([prefix, nxt], 1)
-    got = m.generate(batch_size=2, max_len=6, bos=1, eos=m.cfg.vocab - 1)
-    assert torch.equal(got, prefix[:, 1:])
+    prefix = assert_generate_is_greedy(m)
     cache = {}
     with torch.no_grad():  # the cached step's logits are the full run's last position's
         m(tokens=prefix[:, :-1], cache=cache)

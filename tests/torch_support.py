@@ -94,3 +94,20 @@ def compiled_recording(module):
 
     torch._dynamo.reset()
     return torch.compile(module, backend=record, fullgraph=True), graphs
+
+
+def assert_generate_is_greedy(m, steps: int = 6, batch: int = 2, bos: int = 1):
+    """``m.generate()`` (a KV cache, one step per token) writes the tokens of a greedy loop
+    over full runs of the growing prefix; the end token is one the loop never writes, so
+    the comparison covers every step. Returns the prefix (B, 1 + steps)."""
+    import torch
+
+    prefix = torch.full((batch, 1), bos, dtype=torch.long)
+    for _ in range(steps):
+        with torch.no_grad():
+            nxt = m(tokens=prefix).output[:, -1].argmax(-1, keepdim=True)
+        prefix = torch.cat([prefix, nxt], 1)
+    eos = next(t for t in range(m.cfg.vocab) if t not in prefix)
+    got = m.generate(batch_size=batch, max_len=steps, bos=bos, eos=eos)
+    assert torch.equal(got, prefix[:, 1:])
+    return prefix

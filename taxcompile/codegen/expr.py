@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -27,21 +28,22 @@ OPS: dict[str, Callable] = {"+": operator.add, "-": operator.sub, "*": operator.
 Env = dict  # Config field -> its value, for ``value``
 
 
-class Expr:
+class Expr(ABC):
     """A size expression. ``str()`` is its text in forward() (fields read off ``cfg``)."""
 
     prec = ATOM
 
+    @abstractmethod
     def render(self, owner: str = CFG) -> str:
-        raise NotImplementedError
+        """Its text, the Config's fields read off ``owner``."""
 
     def fields(self) -> Iterator[str]:
         """The Config fields it reads, in order."""
         return iter(())
 
+    @abstractmethod
     def value(self, env: Env) -> int | float:
         """Its value for the fields' values in ``env`` (Config.tiny()'s consistency check)."""
-        raise NotImplementedError
 
     def __str__(self) -> str:
         return self.render(CFG)

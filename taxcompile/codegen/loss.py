@@ -49,7 +49,7 @@ def plan_loss(p, outputs: list, penalty: bool, sampled: bool = False) -> LossPla
         return crf
     plan = _plan(p, outputs, penalty)
     if plan is not None and sampled:
-        p.helpers.update(("example_loss", "reinforce"))
+        p.helpers.update(("example_loss", "output_loss", "reinforce"))  # (loss_terms)
         plan = dataclasses.replace(plan, sampled=True)
     return plan
 

@@ -39,8 +39,8 @@ class Analysis:
 
     @property
     def rows(self) -> dict:
-        """Model name -> its Classification, computed on first use (a hover or a lens
-        asks; diagnostics do not wait for it)."""
+        """Model name -> its Classification (or the SpecError that refused one), computed on
+        first use (a hover or a lens asks; diagnostics do not wait for it)."""
         if self._rows is None:
             from ..classification import classify_model
 
@@ -48,8 +48,8 @@ class Analysis:
             for cm in getattr(self.checked, "models", ()):
                 try:
                     self._rows[cm.model.name] = classify_model(cm)
-                except SpecError:
-                    pass
+                except SpecError as e:  # said on its lens, never a silent gap
+                    self._rows[cm.model.name] = e
         return self._rows
 
     def model_at(self, line: int) -> str | None:

@@ -6,6 +6,7 @@ import re
 
 from lsprotocol import types as t
 
+from ..diagnostics import SpecError
 from ..lexer import _KEYWORDS, INPUT_KINDS
 from ..ops import CALLS
 from . import registry
@@ -15,11 +16,17 @@ _FIELD_VALUE = re.compile(r"\b([A-Za-z_]\w*)[ \t]*=[ \t]*([A-Za-z_]\w*)?$")
 _OPERATORS = ("+", "-", "*", "/")
 
 
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines() or [""])[0]
+
+
 def model_row(a: Analysis, model: str) -> str | None:
     """A model's Table III row with the reasons, as Markdown (None: it does not check)."""
     c = a.rows.get(model)
     if c is None:
         return None
+    if isinstance(c, SpecError):
+        return f"**Table III row of model `{model}`**: not classified: {_first_line(c)}"
     from ..classification import DIMENSIONS
 
     lines = [f"**Table III row of model `{model}`**", "", "| Dimension | Value | Reasons |",
@@ -35,6 +42,8 @@ def row_summary(a: Analysis, model: str) -> str | None:
     c = a.rows.get(model)
     if c is None:
         return None
+    if isinstance(c, SpecError):
+        return "Table III: not classified: " + _first_line(c)
     return "Table III: " + " · ".join(v or "—" for v in c.row().values())
 
 
