@@ -27,6 +27,8 @@ OUTSIDE = {
     "activated_concat": "scores the edges of a graph only (`mask = adj`, GAT)",
     "lsh": "hashes the queries and the keys alike: the query must be the keys",
     "none": "computes no scores: only beside an alignment whose weights are its own",
+    "lightconv": "makes its weights without scores (`score = none`), from each query's "
+                 "position: a sequence's own self-attention only",
 }
 SCORES = tuple(s for s in names("score", aliases=False) if s not in OUTSIDE)
 ALIGNMENTS = tuple(a for a in names("align", aliases=False) if a not in OUTSIDE)

@@ -21,6 +21,8 @@ HINTS: tuple[tuple[str, str], ...] = (
      "use a value inside that range (a `let` constant is checked the same way)"),
     (r"must be a positive number, got",
      "write a number above zero, e.g. `0.1`"),
+    (r"must be a number, got",
+     "write a number, e.g. `-10` or `0.5` (a `let` constant is checked the same way)"),
     (r"must be `true` or `false`", "write `true` or `false`, without quotes"),
     (r"^division by zero$", "divide by a constant that is not 0"),
     (r"^number out of range$",

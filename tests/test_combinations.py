@@ -87,10 +87,9 @@ RULES = [
          and c.multiplicity == "multi_hop",
          "shapes differ", "eq. 37, 41", "update q"),
 ]
-# LightConv (Wu et al. 2019) weighs the keys with its own kernel, `score = none` beside it:
-# every score of the matrix computes scores it would not read.
-RULES.append(Rule("lightconv has no score", lambda c: c.align == "lightconv",
-                  "which LightConv cannot go with", "Wu et al. 2019", "align"))
+# LightConv (Wu et al. 2019) weighs the keys with its own kernel, `score = none` beside it,
+# so it stands outside the matrix (every score of it computes scores LightConv would not
+# read): test_lightconv_is_outside_the_matrix_and_refuses_every_score checks that.
 # Location with heads is valid: eq. 38-40 give each head its own projected query,
 # e^(j) = W_a^(j) q^(j), over the same fixed-length keys.
 
@@ -122,6 +121,20 @@ def test_every_score_and_alignment_combines():
     assert len(COMBOS) == len(set(COMBOS)) == total
     assert len({c.model for c in COMBOS}) == total
     assert [c for c, _ in C.enumerate()] == COMBOS
+
+
+@pytest.mark.parametrize("score", ["additive", "scaled_multiplicative", "location"])
+def test_lightconv_is_outside_the_matrix_and_refuses_every_score(score):
+    """LightConv makes its weights without scores: beside any of the matrix's scores
+    `check` refuses it and says to write `score = none`."""
+    assert "lightconv" in C.OUTSIDE and "lightconv" not in C.ALIGNMENTS
+    text = C.spec_text(C.Combo(score, "global", "single", "basic", "singular"))
+    text = text.replace(f"score    = {score}",
+                        f"score    = {score}\n        align    = lightconv(kernel = 3)")
+    with pytest.raises(SpecError) as e:
+        load_text(text, "combo.attn")
+    assert any("LightConv cannot go with" in d.message and "score = none" in (d.hint or "")
+               for d in e.value.diagnostics), [d.message for d in e.value.diagnostics]
 
 
 def test_specs_are_formatted():
@@ -158,7 +171,7 @@ def test_counts():
     verdicts = checked()
     refused = [c for c in COMBOS if isinstance(verdicts[c], SpecError)]
     assert len(refused) == sum(bool(expected(c)) for c in COMBOS)
-    assert (len(COMBOS) - len(refused), len(refused)) == (808, 1568)
+    assert (len(COMBOS) - len(refused), len(refused)) == (808, 1352)
 
 
 # ---- every valid combination runs and classifies back -----------------------------------
