@@ -82,6 +82,9 @@ SAMPLING = {"xu2015_hard", "wang2019_rban"}
 FULLGRAPH = [s for s in STEMS if s not in NO_FULLGRAPH]
 MASKS = [pytest.param(True, id="masks"), pytest.param(False, id="nomasks")]
 RETURN_ATTENTION = [pytest.param(False, id="noattn"), pytest.param(True, id="attn")]
+# (masks, return_attention) pairs: each mask state and each output mode once, to keep the
+# sweeps fast (a trace costs ~0.2-0.9 s per model and combination)
+PAIRS = [pytest.param(True, True, id="masks-attn"), pytest.param(False, False, id="nomasks-noattn")]
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,8 +214,10 @@ def test_no_fullgraph_list_names_exactly_the_recurrent_models():
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("return_attention", RETURN_ATTENTION)
-@pytest.mark.parametrize("masks", MASKS)
+# (masks, return_attention): each mask state and each output mode once per model (the four
+# combinations of every model, ~360 traces, cost a minute and a half of the suite; train
+# mode below traces every model with masks again)
+@pytest.mark.parametrize("masks,return_attention", PAIRS)
 @pytest.mark.parametrize("stem", FULLGRAPH)
 def test_fullgraph_eval_matches_eager(stem, masks, return_attention):
     model, inputs = build(stem, masks=masks)
@@ -236,9 +241,6 @@ def test_listed_models_raise_with_fullgraph(stem, masks, return_attention):
                      return_attention)
 
 
-# (masks, return_attention) pairs: each mask state and each output mode once, to keep the
-# sweep fast (a graph-breaking trace costs ~0.2-0.9 s per model and combination)
-PAIRS = [pytest.param(True, True, id="masks-attn"), pytest.param(False, False, id="nomasks-noattn")]
 
 
 @pytest.mark.parametrize("masks,return_attention", PAIRS)

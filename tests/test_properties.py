@@ -255,7 +255,7 @@ def mutants(draw, ops=tuple(MUTATIONS), min_ops=1, max_ops=4):
 # ---------------------------------------------------------------------------------------
 
 
-@settings(max_examples=250, **COMMON)  # `make fuzz` runs the spec property's long profile
+@settings(max_examples=150, **COMMON)  # `make fuzz` runs the spec property's long profile
 @given(mutants())
 def test_composed_mutations_never_crash(case):
     name, text = case
@@ -264,7 +264,7 @@ def test_composed_mutations_never_crash(case):
 
 # One property per mutation kind, so a failure names the kind and each gets examples.
 @pytest.mark.parametrize("op", sorted(MUTATIONS))
-@settings(max_examples=40, **COMMON)  # per operation: the composed test mixes them
+@settings(max_examples=25, **COMMON)  # per operation: the composed test mixes them
 @given(data=st.data())
 def test_single_mutation_never_crashes(op, data):
     name, text = data.draw(mutants(ops=(op,), min_ops=1, max_ops=2))
@@ -303,11 +303,15 @@ def test_a_glued_statement_keyword_in_each_spec_is_refused_where_it_stands():
 
 
 # Targeted reproducers (examples, not properties) for the odd characters.
+# Each character goes into every spec at one of three places (start, middle, end), the
+# place turning with the spec and the character, so every character meets every place in
+# several specs (all three places in every spec took a minute and a half of the suite).
 @pytest.mark.parametrize("ch", ODD_CHARS + ["\x00\x00", "\ud7ff", "\ue000"])
 def test_odd_character_inserted_into_each_spec(ch):
-    for name, text in SPECS:
-        for i in (0, len(text) // 2, len(text)):
-            assert_front_end_ok(text[:i] + ch + text[i:], name)
+    turn = sum(map(ord, ch))
+    for k, (name, text) in enumerate(SPECS):
+        i = (0, len(text) // 2, len(text))[(k + turn) % 3]
+        assert_front_end_ok(text[:i] + ch + text[i:], name)
 
 
 # ---------------------------------------------------------------------------------------
