@@ -87,6 +87,20 @@ def test_faster_slower_and_does_not_learn_follow_the_base_steps_times_four():
     assert long[("Multiplicative", 60)]["solved_fraction"] == 0.0
 
 
+def test_a_value_some_seeds_solve_is_seed_dependent_not_failing():
+    """Two of five seeds reach the threshold: under half, so the value does not solve, but
+    it learns the task sometimes; "does not learn" would be false at any budget."""
+    base = {"task": "t", "width": 16, "budget": 600, "dimension": "scoring", "value": "base",
+            "verdict": "base", "solved_fraction": 1.0, "steps_to_threshold_mean": 90}
+    some = dict(base, value="Multiplicative", verdict="no difference shown",
+                solved_fraction=0.4, steps_to_threshold_mean=175)
+    none = dict(some, value="Location", solved_fraction=0.0, steps_to_threshold_mean=None)
+    budget.learning([base, some, none])
+    assert some["learning"] == "seed-dependent"
+    assert "40% of its seeds reached the threshold by step 600" in some["learning_why"]
+    assert none["learning"] == "does not learn"
+
+
 def test_no_verdict_where_the_base_never_reaches_the_threshold():
     e = {"task": "t", "width": 16, "budget": 600, "dimension": "scoring", "value": "v",
          "verdict": "no difference shown", "solved_fraction": 0.0,

@@ -13,10 +13,13 @@ threshold of the base and of the value:
   none there is no verdict (``learning`` None): nothing to be slower than;
 - a value that solves is ``faster``, ``as fast`` or ``slower`` by its steps against B
   (the early stop makes the steps the effect among solved models);
-- a value that solves at no tested budget **does not learn** only where the largest
-  budget tested is at least ``FACTOR`` × B (it had four times what the base needed);
-  otherwise it is ``slower``: not solved by the largest budget, which was too short to
-  call it failing.
+- a value that solves at no tested budget but whose seeds reached the threshold some of
+  the time (fewer than half, at some budget) is **seed-dependent**: it can learn the task,
+  and whether it does depends on the seed; neither "slower" nor "does not learn" says that;
+- a value no seed of which reached the threshold at any budget **does not learn** only
+  where the largest budget tested is at least ``FACTOR`` × B (it had four times what the
+  base needed); otherwise it is ``slower``: not solved by the largest budget, which was
+  too short to call it failing.
 
 Pure Python, no torch."""
 
@@ -49,6 +52,11 @@ def _verdict(base: dict | None, cells: list[dict]) -> tuple[str | None, str]:
         s = mine["steps_to_threshold_mean"]
         word = "faster" if s < b else "slower" if s > b else "as fast"
         return word, f"solved in {s:g} steps (budget {mine['budget']}); the base in {b:g}"
+    some = max(cells, key=lambda e: (e["solved_fraction"] or 0, -(e["budget"] or 0)))
+    if some["solved_fraction"]:
+        return "seed-dependent", (
+            f"{some['solved_fraction']:.0%} of its seeds reached the threshold by step "
+            f"{some['budget']} (fewer than half); the base in {b:g} steps")
     if largest >= FACTOR * b:
         return "does not learn", (f"not solved by step {largest}, {largest / b:.3g}× the "
                                   f"base's {b:g} steps (at least {FACTOR}×)")

@@ -422,7 +422,8 @@ def to_md(doc: dict) -> str:
         f"steps: their mean steps to it; Δ steps: the mean difference in steps from the "
         f"base's, over the seeds both solved (described, not tested). Learning, across the "
         f"step budgets trained: faster, as fast or slower than the base to the threshold; "
-        f"'does not learn' only where no tested budget solved it and the largest was at "
+        f"'seed-dependent' where some seeds reached it but fewer than half; 'does not "
+        f"learn' only where no seed reached it at any tested budget and the largest was at "
         f"least {B.FACTOR}× the base's steps to the threshold, else 'slower' (not solved by "
         f"that budget).", ""]
     for task, base in doc["base"].items():
