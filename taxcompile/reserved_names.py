@@ -14,13 +14,13 @@ NAMES = {
         "decode_one", "disagreement_penalty", "doubly_stochastic_penalty", "entmax15",
         "example_inputs", "example_loss", "extend_cache", "field", "flex_applies",
         "flex_attention", "flex_context", "flex_ready", "key_keep", "layer_mask",
-        "local_band", "local_flex", "local_gather", "location", "loss_terms",
-        "lsh_buckets", "lsh_context", "lsh_near", "masked_softmax", "math", "nn",
-        "output_loss", "pointed", "pool", "query_offset", "reinforce", "rel_distance",
-        "rel_sinusoids", "reorder_cache", "rnn", "rnn_final", "rnn_init", "rotary",
-        "sample_probs", "scaled_embedding", "score_grid", "score_table", "segment_keep",
-        "segment_memory", "sinusoid", "sparsemax", "start_tokens", "supervised_penalty",
-        "tied_embedding", "torch", "warnings"
+        "lightconv_context", "local_band", "local_flex", "local_gather", "location",
+        "loss_terms", "lsh_buckets", "lsh_context", "lsh_near", "masked_softmax", "math",
+        "nn", "output_loss", "pointed", "pool", "query_offset", "reinforce",
+        "rel_distance", "rel_sinusoids", "reorder_cache", "rnn", "rnn_final", "rnn_init",
+        "rotary", "sample_probs", "scaled_embedding", "score_grid", "score_table",
+        "segment_keep", "segment_memory", "sinusoid", "sparsemax", "start_tokens",
+        "supervised_penalty", "tied_embedding", "torch", "warnings"
     }),
     "builtins_used": frozenset({
         "UserWarning", "ValueError", "any", "bool", "classmethod", "dict", "enumerate",

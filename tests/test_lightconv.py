@@ -38,7 +38,8 @@ def spec(kernel: int = 3, heads: int = 2, extra: str = "", dropout: str = "") ->
     """
 
 
-def lightconv_ref(x, key_mask, W, heads: int, causal: bool):
+def lightconv_ref(x, key_mask, W, heads: int, causal: bool, allowed=lambda off: True,
+                  queries: int | None = None):
     """eq. 2-3: O[i, c] = sum_t softmax(W_h)[t] X[i + t - P, c], h the head of channel c
     (channels in H equal consecutive groups), X zero outside the sequence and at padding."""
     x = x.to(DT).clone()
@@ -55,9 +56,9 @@ def lightconv_ref(x, key_mask, W, heads: int, causal: bool):
                 h = c // (d // heads)
                 for t in range(k):
                     j = i + t - P
-                    if 0 <= j < L:
+                    if 0 <= j < L and allowed(j - i):
                         out[n, i, c] += w[h, t] * x[n, j, c]
-    return out
+    return out if queries is None else out[:, L - queries:]  # the last positions' rows
 
 
 @pytest.mark.parametrize("kernel,causal", [(3, False), (4, False), (4, True), (7, True)],
@@ -71,6 +72,39 @@ def test_lightconv_is_the_papers_convolution(gen, kernel, causal):
     close(c * rows[..., None], want * rows[..., None])
     # no renormalisation at the edges: a row of weights sums to at most 1
     assert D(a).sum(-1).max() <= 1 + 1e-6
+
+
+MASKS = {"none": lambda off: True, "causal": lambda off: off <= 0,
+         "forward": lambda off: off < 0, "backward": lambda off: off > 0}
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+@pytest.mark.parametrize("kernel,Lq", [(3, 7), (4, 7), (5, 2), (9, 1)],
+                         ids=["k3", "k4_even", "k5_last_two", "k9_one_query_wider_than_L"])
+def test_lightconv_fast_path_is_the_convolution_without_the_weights(gen, mask, kernel, Lq):
+    """need_weights=False takes the convolution (O(L k), no (Lq, Lk) weights): the paper's
+    sums, with padding, each structural mask, and fewer queries than keys (a decoder's
+    cached step: the queries are the last positions); equal to the explicit path."""
+    extra = "" if mask == "none" else f"mask = {mask}"
+    _, model = make(gen, spec(kernel, extra=extra))
+    x, _, _, pad = qkv_inputs(dq=6, dk=6, dv=6, Lq=7, Lk=7, pad={1: 3})
+    c, a, _ = model.conv(x[:, 7 - Lq:], x, x, pad, need_weights=False)
+    assert a is None
+    want = lightconv_ref(x, pad, D(model.conv.lightconv), 2, mask == "causal", MASKS[mask], Lq)
+    close(c, want)
+    c_explicit, _, _ = model.conv(x[:, 7 - Lq:], x, x, pad, need_weights=True)
+    close(c, D(c_explicit))
+
+
+def test_lightconv_fast_path_drops_the_same_taps_in_training(gen):
+    _, model = make(gen, spec(3, dropout=", weight_dropout = 0.5"))
+    x, _, _, pad = qkv_inputs(dq=6, dk=6, dv=6, Lq=5, Lk=5)
+    model.train()
+    torch.manual_seed(7)
+    fast, _, _ = model.conv(x, x, x, pad, need_weights=False)
+    torch.manual_seed(7)
+    explicit, _, _ = model.conv(x, x, x, pad, need_weights=True)
+    close(fast, D(explicit))
 
 
 def test_lightconv_weight_dropout(gen):

@@ -127,7 +127,8 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
     """Which fast path the module takes when nobody asks for its weights: "sdpa" (a fused
     kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
     additive attention over blocks of queries), "flex" (a term in the scores as
-    FlexAttention's score_mod), "chunks" (LSH: sorted by bucket, O(L chunk)), or None."""
+    FlexAttention's score_mod), "chunks" (the alignment's own kernel: LSH sorted by bucket,
+    O(L chunk); LightConv's convolution, O(L k)), or None."""
     if n.penalty is not None or n.coverage or n.head_mechanisms:
         return None
     al = n.align.record
@@ -141,7 +142,13 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
         rows = mech.score(n.score.fn).rows_fast
         multi_rows = n.dimensionality == "multi" and (n.query is not None or n.capsules) \
             and not n.affinity
-        return rows if rows and multi_rows and al.plain else None
+        if rows and multi_rows and al.plain:
+            return rows
+        # weights of the alignment's own (LightConv's kernel): its own kernel for the context,
+        # which reads the padding and the structural mask only (not a mask input's pairs, nor
+        # values in fewer heads than the queries')
+        own = "own_weights" in al.caps and n.mask_input is None and not n.kv_heads
+        return (al.text("fast", n.align) or None) if own else None
     return al.text("fast", n.align) or None
 
 
@@ -219,8 +226,6 @@ def attention_class(p, n: ir.Attention) -> str:
         p.helpers.add("additive_context")
     elif fast == "flex":
         p.helpers.add("flex_context")
-    elif fast == "chunks":  # sorted into chunks (LSH)
-        p.helpers.add("lsh_context")
     gate = align.gate
     if query != "none" and not n.affinity and not gate:
         p.helpers.update(score.query_helpers)

@@ -171,6 +171,7 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                             comment="DropConnect on the normalised kernel in training")),
               template="align/lightconv.py.j2", by_query_index=True, caps=("own_weights",
                                                                           "window"),
+              fast="chunks", helpers=("lightconv_context",),
               requires=("no_score", "query"),
               excludes=("multi_dimensional", "affinity", "capsules", "coverage", "position",
                         "bias", "adds_keys", "mixes_heads"),
@@ -188,7 +189,8 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                             comment="rounds: hash rounds, their outputs combined"),
                     CtorArg("chunk", "int", owner="align", field="chunk", sym="chunk",
                             comment="chunk: sorted positions per chunk (each sees 2 chunks)")),
-              template="align/lsh.py.j2", helpers=("masked_softmax", "lsh_buckets"),
+              template="align/lsh.py.j2", helpers=("masked_softmax", "lsh_buckets",
+                                                   "lsh_context"),
               needs=("H",), fast="chunks", normalised=True, by_query_index=True,
               shared_qk=True, caps=("score_terms",),
               # what the sort-and-chunk path does not compute (and the explicit path must
