@@ -6,10 +6,10 @@ al.'s disagreement, supervised attention) and what each needs of the module's we
 from __future__ import annotations
 
 from .. import ir
-from ..operators import crf_output
 from .. import mechanisms as mech
 from ..diagnostics import article
 from .attention import Fit
+from .values import not_distribution
 
 
 class PenaltyChecks:
@@ -106,14 +106,13 @@ class PenaltyChecks:
             return False
         why = ("its weights are per feature (eq. 30-32)" if n.dimensionality == "multi" else
                "its weights are per class (eq. 43-45)" if n.capsules else
-               "a sigmoid gate is not a distribution over the keys"
-               if mech.ALIGNS[n.align.fn].gate else
-               crf_output.UNNORMALISED if crf_output.unnormalised(n) else
-               f"it attends once per group of {', '.join(groups)}" if groups else None)
+               not_distribution(n) or
+               (f"it attends once per group of {', '.join(groups)}" if groups else None))
         if why:
             self.err(sup.loc, f"{where}: `supervised` compares one distribution over the keys "
                      f"per query position with the target alignment, but {why}",
-                     "supervise a single-dimensional module without groups")
+                     "supervise a single-dimensional module without groups whose weights are "
+                     "a distribution over its keys (a softmax, sparsemax, entmax, top-k, …)")
             return False
         want = f.ctx_axes + (f.attended,)
         if gold.axes != want:

@@ -6,11 +6,17 @@ decoder input (``pointed``), learned vectors, the output layer and affinity matr
 from __future__ import annotations
 
 from .. import ir, ops
-from ..operators import crf_output
 from .. import mechanisms as mech
 from ..diagnostics import article
 from ..shapes import learned_axis
 from .core import Shape, _name
+
+
+def not_distribution(n: ir.Attention) -> str:
+    """Why the weights of ``n`` are no distribution over the keys, from its alignment's and
+    head mechanisms' records ("" where they are one)."""
+    recs = [(mech.ALIGNS[n.align.fn], n.align)] + [(m.record, m) for m in n.head_mechanisms]
+    return next((why for rec, obj in recs if (why := rec.text("not_distribution", obj))), "")
 
 
 class ValueShapes:
@@ -31,12 +37,10 @@ class ValueShapes:
         why = ("a multi-dimensional module has a weight per feature (eq. 30-32), not one per "
                "key" if n.dimensionality == "multi" else
                "a capsule module's weights are per class (eq. 43-45)" if n.capsules else
-               "a sigmoid gate's weights are not normalised over the keys" if
-               mech.ALIGNS[n.align.fn].gate else
-               crf_output.UNNORMALISED if crf_output.unnormalised(n) else
-               "graph attention's weights are one per edge and head, (E, H), not a dense "
-               "(N, N) matrix (its sparse path never builds one)" if n.mask_input is not None
-               and self.cm.model.node(n.mask_input).kind == "graph" else None)
+               not_distribution(n) or
+               ("graph attention's weights are one per edge and head, (E, H), not a dense "
+                "(N, N) matrix (its sparse path never builds one)" if n.mask_input is not None
+                and self.cm.model.node(n.mask_input).kind == "graph" else None))
         if why:
             self.err(e.loc, f"`{n.name}.weights`: {why}, so they are not a distribution "
                      "over the keys' positions", "read the weights of a single-dimensional "

@@ -131,13 +131,17 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               doc="a sigmoid gate per key position, c_l = a_l v_l (Oktay et al.)",
               note="Per position: a_l = sigmoid(e_l + b_psi) from key l and the query at l (or "
                    "one query for all), c_l = a_l v_l: the values keep their positions.",
-              template="align/sigmoid.py.j2", gate=True, caps=("per_key",)),
+              template="align/sigmoid.py.j2", gate=True, caps=("per_key",),
+              not_distribution="a sigmoid gate's weights are not normalised over the keys"),
     # Kim et al.'s structured attention: a linear-chain CRF over the attended positions
     Mechanism("align", "crf", (P("normalize", "bool", False, False),), reading="Global",
               reason=lambda al: CRF_REASON + (", normalised by lambda = sum_l a_l (Kim et al.'s "
                                               "NMT variant)" if al.normalize else ""),
               label=lambda al: "crf" + (", normalised" if al.normalize else ""),
               class_part="CRF",
+              not_distribution=lambda al: "" if al.normalize else (
+                  "a CRF's marginals p(z_l = 1) are not normalised over the keys "
+                  "(`crf(normalize = true)` divides them by their sum)"),
               doc="structured attention: a linear-chain CRF's marginals p(z_l = 1) (Kim et al.)",
               template="align/crf.py.j2", helpers=("crf_marginals",)),
     Mechanism("align", "topk", (pint("k"),), reading="Sparse", reason=TOPK_REASON,
@@ -156,7 +160,9 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               ctor=(CtorArg("sigmoid_bias", "float | None", "None", owner="align", field="bias",
                             sym="bias", comment="b: added to every score before the sigmoid "
                             "(None: -log n, n keys)"),),
-              template="align/sigmoid_attn.py.j2", caps=("score_terms",)),
+              template="align/sigmoid_attn.py.j2", caps=("score_terms",),
+              not_distribution="sigmoid attention weighs each key by its own sigmoid(e + b): "
+                               "the weights are not normalised over the keys"),
     Mechanism("align", "lightconv", (pint("kernel", hi=1024), P("weight_dropout", "prob", False, 0.0)),
               reading="Local", reason=LIGHTCONV_REASON,
               label=lambda al: f"lightconv, k = {al.kernel}" + (
@@ -176,7 +182,10 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               excludes=("multi_dimensional", "affinity", "capsules", "coverage", "position",
                         "bias", "adds_keys", "mixes_heads"),
               conflict=("LightConv", "its weights are a kernel over the keys' positions "
-                        "around each query's, shared by a head's channels")),
+                        "around each query's, shared by a head's channels"),
+              not_distribution="LightConv's weights are its kernel's taps around each query, "
+                               "not renormalised at the sequence's edges nor where a mask "
+                               "hides a key"),
     Mechanism("align", "lsh", (pint("buckets", lo=2), pint("rounds", False, 1),
                                pint("chunk", False, 64)),
               reading="Sparse", reason=LSH_REASON,

@@ -43,7 +43,10 @@ HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
               excludes=("multi_dimensional", "coverage", "affinity", "capsules", "position",
                         "bias", "qk_norm", "kv_heads", "adds_keys", "mixes_heads"),
               conflict=("differential attention", "it splits each head's q and k of a "
-                        "dot-product score into two softmax maps over one sequence's keys")),
+                        "dot-product score into two softmax maps over one sequence's keys"),
+              not_distribution="differential attention's weights are a difference of two "
+                               "softmax maps, a1 - lambda a2: some are negative, and they are "
+                               "not normalised over the keys"),
     # mix: the heads' scores before the alignment ("pre"), their weights after it ("post")
     Mechanism("trait", "talking_heads", (enum("mix", ("pre", "post", "both"), "both"),),
         reading="Multi-Head", reason=lambda m: TALKING_REASON.format(

@@ -164,6 +164,9 @@ class Mechanism(NamedTuple):
     requires: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
     conflict: tuple[str, str] = ("", "")
+    # why its weights are no distribution over the keys ("" where they are one): what
+    # `.weights` and `supervised`, which need one, say when they refuse the module
+    not_distribution: Text = ""
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)

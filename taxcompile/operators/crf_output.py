@@ -6,9 +6,7 @@ axis, scored with tag transitions. The generated model returns the emissions;
 ``Model.loss`` is the CRF's negative log-likelihood (the forward algorithm) and
 ``Model.decode`` the Viterbi path: they call the layer's ``nll`` and ``decode``
 (``helpers/crf_tagger.py.j2``, ``crf_loss.py.j2``; ``plan_loss`` plans them).
-
-Structured attention (``align = crf``): where its weights are not a distribution over the
-keys (the checker and the study ask ``unnormalised``)."""
+"""
 
 from __future__ import annotations
 
@@ -16,17 +14,7 @@ from .. import ir
 from ..shapes import Shape, expr_name
 from .record import node, op, pint
 
-# Structured attention (`align = crf`, Kim et al.): its marginals p(z_l = 1) each lie in
-# (0, 1) but do not sum to 1 over the keys unless divided by their sum.
-UNNORMALISED = ("a CRF's marginals p(z_l = 1) are not normalised over the keys "
-                "(`crf(normalize = true)` divides them by their sum)")
 SUFFIX = "crf"  # the layer's module: `<statement>_crf`
-
-
-def unnormalised(n: ir.Attention) -> bool:
-    """Whether ``n``'s weights are a structured attention's raw marginals (checks reads it
-    where a distribution over the keys is needed: `.weights`, `supervised`)."""
-    return n.align.fn == "crf" and not n.align.normalize
 
 
 def shape_crf(self, e: ir.Op, a, nid):

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ..operators import crf_output
+from ..check.values import not_distribution
 from ..mechanisms import ALIGNS
 from . import measures
 
@@ -88,9 +88,9 @@ def _measures(b, model, ev: dict, bins: tuple[float, ...], seed: int) -> dict:
     atts = [a for a in b.cm.model.nodes if a.kind_ == "attention"]
     aligns = [ALIGNS[a.align.fn] for a in atts]
     # gold mass is the weight on the gold links of a distribution over the keys: a CRF's raw
-    # marginals (each in (0, 1), summing to more or less than 1) have none (their arg-max
-    # links still give an alignment error rate)
-    mass = not any(crf_output.unnormalised(a) for a in atts)
+    # marginals (each in (0, 1), summing to more or less than 1), a gate's or sigmoid
+    # attention's weights have none (their arg-max links still give an alignment error rate)
+    mass = not any(not_distribution(a) for a in atts)
     with torch.no_grad():
         full = model(**kw, return_attention=True)
         from .runner import logits_of
