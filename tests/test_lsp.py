@@ -287,3 +287,31 @@ def test_a_model_the_classifier_refuses_says_so_on_its_lens():
     assert row_summary(a, "m").startswith("Table III: not classified: ")
     assert "no attention to classify" in row_summary(a, "m")
     assert "not classified" in model_row(a, "m")
+
+
+ASTRAL = '''paper t { cite = "😀😀" title = nowhere }
+model m {
+    input x: sequence[L, 8]
+    input s: sequence[T, 8]
+    attention att { query = s  features = x  score = additive }  # 😀 ok
+    output y = classify(att, 3)
+}
+'''
+
+
+def test_columns_are_utf16_code_units_after_an_astral_character(client):
+    """An LSP client counts a position's `character` in UTF-16 code units: each 😀 is two.
+    The error after two of them starts two units after its character index; requests are
+    turned back into characters the same way (`units.to_chars`)."""
+    from taxcompile.lsp import units
+
+    uri = "file:///astral.attn"
+    diags = client.open(uri, ASTRAL)
+    first = next(d for d in diags if "`title`" in d["message"])
+    line = ASTRAL.split("\n")[0]
+    start = line.index("nowhere")
+    assert first["range"]["start"] == {"line": 0, "character": start + 2}
+    assert first["range"]["end"] == {"line": 0, "character": start + 2 + len("nowhere")}
+    assert units.to_chars(line, start + 2, "utf-16") == start
+    assert units.to_units(line, start, "utf-8") == start + 6  # 4 bytes each
+    client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})

@@ -12,7 +12,7 @@ from lsprotocol import types as t
 from pygls.server import LanguageServer
 
 from .. import __version__
-from . import edits, features, navigation
+from . import edits, features, navigation, units
 from .analysis import Analysis, analyse
 
 DEBOUNCE_S = 0.03  # edits closer than this are checked once, after the last
@@ -36,7 +36,22 @@ class AttnServer(LanguageServer):
 
     def publish(self, uri: str) -> None:
         a = self.analysis(uri)
-        self.publish_diagnostics(uri, edits.diagnostics(a))
+        self.publish_diagnostics(uri, self.out(a, edits.diagnostics(a)))
+
+    @property
+    def encoding(self) -> str:
+        return self.workspace.position_encoding or t.PositionEncodingKind.Utf16
+
+    def at(self, uri: str, pos: t.Position) -> tuple[Analysis, int, int]:
+        """The document's analysis and ``pos`` as (line, character index)."""
+        a = self.analysis(uri)
+        lines = a.text.split("\n")
+        line = lines[pos.line] if 0 <= pos.line < len(lines) else ""
+        return a, pos.line, units.to_chars(line, pos.character, self.encoding)
+
+    def out(self, a: Analysis, answer):
+        """``answer``'s positions in the client's units (they are characters until here)."""
+        return units.outgoing(answer, a.text.split("\n"), self.encoding)
 
 
 server = AttnServer()
@@ -96,43 +111,47 @@ def did_close(ls: AttnServer, params: t.DidCloseTextDocumentParams) -> None:
 @server.feature(t.TEXT_DOCUMENT_HOVER)
 @guarded
 def hover(ls: AttnServer, p: t.HoverParams):
-    return features.hover(ls.analysis(p.text_document.uri), p.position.line, p.position.character)
+    a, line, col = ls.at(p.text_document.uri, p.position)
+    return ls.out(a, features.hover(a, line, col))
 
 
 @server.feature(t.TEXT_DOCUMENT_COMPLETION, t.CompletionOptions(trigger_characters=["=", "(", " "]))
 @guarded
 def completion(ls: AttnServer, p: t.CompletionParams):
     uri = p.text_document.uri
-    return features.completion(ls.analysis(uri), ls.good.get(uri), p.position.line,
-                               p.position.character)
+    a, line, col = ls.at(uri, p.position)
+    return ls.out(a, features.completion(a, ls.good.get(uri), line, col))
 
 
 @server.feature(t.TEXT_DOCUMENT_DEFINITION)
 @guarded
 def definition(ls: AttnServer, p: t.DefinitionParams):
     uri = p.text_document.uri
-    return navigation.definition(ls.analysis(uri), uri, p.position.line, p.position.character)
+    a, line, col = ls.at(uri, p.position)
+    return ls.out(a, navigation.definition(a, uri, line, col))
 
 
 @server.feature(t.TEXT_DOCUMENT_REFERENCES)
 @guarded
 def references(ls: AttnServer, p: t.ReferenceParams):
     uri = p.text_document.uri
-    return navigation.references(ls.analysis(uri), uri, p.position.line, p.position.character)
+    a, line, col = ls.at(uri, p.position)
+    return ls.out(a, navigation.references(a, uri, line, col))
 
 
 @server.feature(t.TEXT_DOCUMENT_RENAME)
 @guarded
 def rename(ls: AttnServer, p: t.RenameParams):
     uri = p.text_document.uri
-    return navigation.rename(ls.analysis(uri), uri, p.position.line, p.position.character,
-                             p.new_name)
+    a, line, col = ls.at(uri, p.position)
+    return ls.out(a, navigation.rename(a, uri, line, col, p.new_name))
 
 
 @server.feature(t.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
 @guarded
 def symbols(ls: AttnServer, p: t.DocumentSymbolParams):
-    return navigation.symbols(ls.analysis(p.text_document.uri))
+    a = ls.analysis(p.text_document.uri)
+    return ls.out(a, navigation.symbols(a))
 
 
 @server.feature(t.TEXT_DOCUMENT_FORMATTING)
@@ -144,13 +163,15 @@ def formatting(ls: AttnServer, p: t.DocumentFormattingParams):
 @server.feature(t.TEXT_DOCUMENT_CODE_ACTION)
 @guarded
 def code_action(ls: AttnServer, p: t.CodeActionParams):
+    # the diagnostics' ranges came from publish() in the client's units already
     return edits.code_actions(p.text_document.uri, p.context.diagnostics)
 
 
 @server.feature(t.TEXT_DOCUMENT_CODE_LENS)
 @guarded
 def code_lens(ls: AttnServer, p: t.CodeLensParams):
-    return edits.lenses(ls.analysis(p.text_document.uri))
+    a = ls.analysis(p.text_document.uri)
+    return ls.out(a, edits.lenses(a))
 
 
 def main() -> int:
