@@ -209,6 +209,39 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     return k, v
 
 
+def keeps_table(p, n: ir.Attention) -> bool:
+    """A causal attention over the target whose position term keeps rows per distance
+    (``step_table``: Transformer-XL's W_R R_r): generate() carries them from step to step."""
+    if not is_target_side(p, n.id) or p.step is not None:
+        return False
+    keys = {r for r, _ in checks.expr_links(n.keys, n.values)}
+    return bool(keys & p.gen.target_side) and any(rec.step_table for rec, _ in mech.modifiers(n))
+
+
+def _table_key(p, n: ir.Attention) -> str:
+    """Where generate() keeps the rows: "@table:<module>". A key from "@" is not per
+    hypothesis, so beam search leaves it as it is (the rows are the same for every row)."""
+    key = p.key_code(n)
+    return f'f"@table:{key[2:]}' if key.startswith('f"') else repr(f"@table:{n.id}")
+
+
+def table_arg(p, n: ir.Attention) -> list[str]:
+    """The module's ``table=`` argument: the earlier steps' rows, so that a step computes the
+    rows of its new distances only (none where ``keeps_table`` does not hold)."""
+    if not keeps_table(p, n):
+        return []
+    p.frame.records.add("cache")
+    return [f"table=None if cache is None else cache.get({_table_key(p, n)})"]
+
+
+def save_table(p, n: ir.Attention, extras: str) -> None:
+    """After the module's call: its rows per distance, for the next step."""
+    if keeps_table(p, n):
+        p.frame.emit("if cache is not None:", "generate(): the rows per distance, for the next "
+                     "step")
+        p.frame.emit(f"    cache[{_table_key(p, n)}] = {extras}[\"table\"]")
+
+
 def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
     """In a decoder's step, an additive module over keys from outside the step: W2 k + b
     (``project_keys``, eq. 6) is computed once before the loop, not at every step; in
