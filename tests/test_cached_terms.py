@@ -172,3 +172,29 @@ def test_beam_search_with_the_cache_equals_the_reruns(gen, term):
     m = lm(gen, term)
     kw = dict(batch_size=3, max_len=6, bos=1, eos=29, strategy="beam", beams=3)
     assert torch.equal(m.generate(**kw), m.generate(**kw, incremental=False))
+
+
+# ---- 4. LSH attention has no cached step -----------------------------------------------------
+
+
+def test_lsh_refuses_a_cached_step_with_its_reason():
+    """Reformer's LSH attention sorts all the target's positions by bucket into chunks: a
+    new token shifts the later buckets' positions, so the keys an earlier position sees
+    (and its output, which the next layer's cached keys would hold) change as the target
+    grows; no cached step can equal the re-run. incremental=True is refused saying so,
+    with where the spec asks for LSH; the default re-runs the prefix."""
+    from conftest import ROOT
+
+    import taxcompile
+
+    path = ROOT / "examples" / "kitaev2020_reformer.attn"
+    m = taxcompile.build(path, d_model=32, d_ff=64, heads=2, buckets=4, chunk=4).to(DT).eval()
+    tokens = torch.randint(0, 256, (4, 21), generator=torch.Generator().manual_seed(20))
+    with torch.no_grad():  # one token more moves the earlier positions' outputs
+        moved = m(tokens=tokens[:, :20]).output - m(tokens=tokens).output[:, :20]
+    assert moved.abs().max() > 1e-2
+    line = next(i for i, s in enumerate(path.read_text().splitlines(), 1) if "lsh(" in s)
+    with pytest.raises(ValueError, match=r"attention `decoder\[1\]\.self` hashes the whole "
+                       r"target's positions.*\(kitaev2020_reformer\.attn:%d:\d+\)" % line):
+        m.generate(batch_size=2, max_len=3, bos=1, eos=2, incremental=True)
+    assert m.generate(batch_size=2, max_len=3, bos=1, eos=2).shape == (2, 3)

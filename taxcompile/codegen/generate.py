@@ -20,6 +20,7 @@ whole model on the prefix at every step (the same tokens, slower)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
 import networkx as nx
 
@@ -99,7 +100,8 @@ def setup(p) -> None:
             if isinstance(e, ir.Op):
                 reads = {r for r, _ in checks.expr_links(e)} & tgt
                 if e.fn in MIXING and reads and not (e.param("feed") and nd.id in loops):
-                    why.append(f"`{e.fn}` in `{nd.id}` mixes the target's positions")
+                    why.append(f"`{e.fn}` in `{nd.id}` mixes the target's positions"
+                               f"{_where(e.loc)}")
                 stack.extend(e.args)
     incremental = not why
     p.helpers.add("decode")
@@ -110,19 +112,32 @@ def setup(p) -> None:
         p.gen.memory = p.frame.locals.new("memory")
 
 
+def _where(loc) -> str:
+    """Where the spec writes it, for generate()'s refusal: " (file.attn:line:col)" (the
+    file's name alone: the same code whatever the folder it is compiled from)."""
+    return f" ({PurePath(loc.file).name}:{loc.line}:{loc.column})"
+
+
 def _attention_mixes(nd: ir.Attention, tgt: set, loops: set) -> list[str]:
     """Why attention ``nd`` on the target side cannot run a step on the new token alone."""
     why = []
     keys = {r for r, _ in checks.expr_links(nd.keys, nd.values)}
     if (keys & tgt) and not mech.MASKS[nd.mask].hides_later:
-        why.append(f"attention `{nd.id}` reads later target positions (no causal mask)")
-    if mech.align(nd.align.fn).by_query_index and nd.id not in loops:
+        why.append(f"attention `{nd.id}` reads later target positions (no causal mask)"
+                   f"{_where(nd.loc)}")
+    align = mech.align(nd.align.fn)
+    if align.shared_qk and keys & tgt:  # LSH: the sorted chunks of every position
+        why.append(f"attention `{nd.id}` hashes the whole target's positions and sorts them "
+                   "into chunks (LSH): the keys an earlier position sees change as the "
+                   "target grows, so its cached values are not a re-run's"
+                   f"{_where(nd.align.loc)}")
+    elif align.by_query_index and nd.id not in loops:
         why.append(f"attention `{nd.id}` places its windows by the query's index in the "
-                   "whole target")
+                   f"whole target{_where(nd.align.loc)}")
     if keys & tgt:
         why.extend(f"attention `{nd.id}`'s {rec.name} term reads the whole target (it does "
-                   "not place a query after the cached keys)"
-                   for rec, _ in mech.modifiers(nd) if not rec.counts_past)
+                   f"not place a query after the cached keys){_where(m.loc)}"
+                   for rec, m in mech.modifiers(nd) if not rec.counts_past)
     return why
 
 
