@@ -7,13 +7,16 @@ generate() runs the model one new token at a time through ``forward(..., cache=.
 * a target-side attention whose keys read the target (causal self-attention) appends this
   step's keys and values to those of the earlier steps (a KV cache, ``extend_cache``);
   one whose keys are the source's computes them once (``cache[<module>]``);
+* Transformer-XL's term keeps its rows W_R R_r per distance in ``cache["@table:<module>"]``
+  (a step projects its new distance only; keys from "@" are not reordered by beam search);
 * a recurrent decoder loop (``feed =``) starts from the state the earlier steps left in
   ``cache[<decoder>]`` and stores its state after the new steps;
 * positions on the target axis start at ``past`` (the tokens already decoded).
 
 A model whose target side mixes positions in another way (a recurrent model over the target
-without ``feed``, attention over the target without a causal mask, or with the Gaussian
-bias in its scores; not relative, rotary, ALiBi or Transformer-XL's terms, which place
+without ``feed``, attention over the target without a causal mask, LSH attention, which
+sorts the whole target's positions into chunks, or the Gaussian bias in the scores; not
+relative, rotary, ALiBi or Transformer-XL's terms, which place
 the step's query after the cached keys: ``counts_past``) gets a generate() that re-runs the
 whole model on the prefix at every step (the same tokens, slower)."""
 
