@@ -644,9 +644,10 @@ class Model(nn.Module):
 
         def reorder(rows: torch.Tensor) -> None:
             """The decoder's state follows the hypotheses kept (rows stay within an example,
-            so the source side's "@memory" is the same for all of them)."""
+            so the source side's "@memory" is the same for all of them; nor is a key from
+            "@" per hypothesis: the length, a position term's rows per distance)."""
             if cache is not None:
-                cache.update(reorder_cache({k: x for k, x in cache.items() if k != "@memory"},
+                cache.update(reorder_cache({k: x for k, x in cache.items() if k[0] != "@"},
                                            rows))
 
         if strategy == "beam":

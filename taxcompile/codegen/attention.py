@@ -100,8 +100,10 @@ def plan_attention(p, n: ir.Attention) -> None:
     elif n.coverage and generate.is_target_side(p, n.id):  # generate(): the earlier calls' c
         p.frame.records.add("cache")
         args.append(f"coverage=None if cache is None else cache.get({cov_key})")
+    args += generate.table_arg(p, n)  # generate(): the earlier steps' rows per distance
     call = f"{mod}({', '.join(args)})"
     a, ex = record(p, n, info, q, k, v, G, call, name, capsule)
+    generate.save_table(p, n, ex)
     if n.coverage and p.step is not None:
         p.frame.emit(f"{p.step.cov[n.id]} = {ex}[\"coverage\"]",
                      "c^(t+1) = c^t + a^t (See et al. eq. 10)")
@@ -276,7 +278,8 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     single = single and not gate
     direct = G == 0 and not single and not capsule
     needs_ex = bool(align.log_prob) or n.penalty is not None or capsule or \
-        n.coverage or n.disagreement is not None and n.disagreement.on != "position"
+        n.coverage or n.disagreement is not None and n.disagreement.on != "position" or \
+        generate.keeps_table(p, n)
     locs = p.frame.locals
     if direct and step:
         c = p.step.names.setdefault(n.id, locs.new(name + "_t"))

@@ -73,6 +73,9 @@ class AttentionView:
     # forward() takes `offset`, query 0's position among the keys' (a position term; default
     # Lk - Lq, the last positions)
     offset: bool = False
+    # forward() takes `table`, a position term's rows per distance from an earlier call
+    # (generate() keeps them), and returns its own in extras["table"]
+    table: bool = False
     needs: frozenset[str] = frozenset()  # locals of forward() the templates read ("H")
     score_terms: bool = False  # position terms in the scores: one score_mod for every path
     attention: ir.Attention | None = None  # the statement (the heads/ templates read it)
@@ -259,6 +262,7 @@ def attention_class(p, n: ir.Attention) -> str:
                             tuple(m.template for m in mods), tuple(m.template for m in extra)),
         start=align.holds("step_start", n.align),
         offset=any(m.counts_past for m in mods),
+        table=any(m.step_table for m in mods),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
         score_terms=any(m.in_scores for m in mods), attention=n, scaled=score.scaled,
         kv_heads=bool(n.kv_heads), policy=bool(mech.align_reads(n.align)))

@@ -7,19 +7,23 @@ generate() runs the model one new token at a time through ``forward(..., cache=.
 * a target-side attention whose keys read the target (causal self-attention) appends this
   step's keys and values to those of the earlier steps (a KV cache, ``extend_cache``);
   one whose keys are the source's computes them once (``cache[<module>]``);
+* Transformer-XL's term keeps its rows W_R R_r per distance in ``cache["@table:<module>"]``
+  (a step projects its new distance only; keys from "@" are not reordered by beam search);
 * a recurrent decoder loop (``feed =``) starts from the state the earlier steps left in
   ``cache[<decoder>]`` and stores its state after the new steps;
 * positions on the target axis start at ``past`` (the tokens already decoded).
 
 A model whose target side mixes positions in another way (a recurrent model over the target
-without ``feed``, attention over the target without a causal mask, or with the Gaussian
-bias in its scores; not relative, rotary, ALiBi or Transformer-XL's terms, which place
+without ``feed``, attention over the target without a causal mask, LSH attention, which
+sorts the whole target's positions into chunks, or the Gaussian bias in the scores; not
+relative, rotary, ALiBi or Transformer-XL's terms, which place
 the step's query after the cached keys: ``counts_past``) gets a generate() that re-runs the
 whole model on the prefix at every step (the same tokens, slower)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
 import networkx as nx
 
@@ -99,7 +103,8 @@ def setup(p) -> None:
             if isinstance(e, ir.Op):
                 reads = {r for r, _ in checks.expr_links(e)} & tgt
                 if e.fn in MIXING and reads and not (e.param("feed") and nd.id in loops):
-                    why.append(f"`{e.fn}` in `{nd.id}` mixes the target's positions")
+                    why.append(f"`{e.fn}` in `{nd.id}` mixes the target's positions"
+                               f"{_where(e.loc)}")
                 stack.extend(e.args)
     incremental = not why
     p.helpers.add("decode")
@@ -110,19 +115,32 @@ def setup(p) -> None:
         p.gen.memory = p.frame.locals.new("memory")
 
 
+def _where(loc) -> str:
+    """Where the spec writes it, for generate()'s refusal: " (file.attn:line:col)" (the
+    file's name alone: the same code whatever the folder it is compiled from)."""
+    return f" ({PurePath(loc.file).name}:{loc.line}:{loc.column})"
+
+
 def _attention_mixes(nd: ir.Attention, tgt: set, loops: set) -> list[str]:
     """Why attention ``nd`` on the target side cannot run a step on the new token alone."""
     why = []
     keys = {r for r, _ in checks.expr_links(nd.keys, nd.values)}
     if (keys & tgt) and not mech.MASKS[nd.mask].hides_later:
-        why.append(f"attention `{nd.id}` reads later target positions (no causal mask)")
-    if mech.align(nd.align.fn).by_query_index and nd.id not in loops:
+        why.append(f"attention `{nd.id}` reads later target positions (no causal mask)"
+                   f"{_where(nd.loc)}")
+    align = mech.align(nd.align.fn)
+    if align.shared_qk and keys & tgt:  # LSH: the sorted chunks of every position
+        why.append(f"attention `{nd.id}` hashes the whole target's positions and sorts them "
+                   "into chunks (LSH): the keys an earlier position sees change as the "
+                   "target grows, so its cached values are not a re-run's"
+                   f"{_where(nd.align.loc)}")
+    elif align.by_query_index and nd.id not in loops:
         why.append(f"attention `{nd.id}` places its windows by the query's index in the "
-                   "whole target")
+                   f"whole target{_where(nd.align.loc)}")
     if keys & tgt:
         why.extend(f"attention `{nd.id}`'s {rec.name} term reads the whole target (it does "
-                   "not place a query after the cached keys)"
-                   for rec, _ in mech.modifiers(nd) if not rec.counts_past)
+                   f"not place a query after the cached keys){_where(m.loc)}"
+                   for rec, m in mech.modifiers(nd) if not rec.counts_past)
     return why
 
 
@@ -207,6 +225,39 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     f.emit(f"        cache[{key}] = {names}")
     f.body.extend(later)
     return k, v
+
+
+def keeps_table(p, n: ir.Attention) -> bool:
+    """A causal attention over the target whose position term keeps rows per distance
+    (``step_table``: Transformer-XL's W_R R_r): generate() carries them from step to step."""
+    if not is_target_side(p, n.id) or p.step is not None:
+        return False
+    keys = {r for r, _ in checks.expr_links(n.keys, n.values)}
+    return bool(keys & p.gen.target_side) and any(rec.step_table for rec, _ in mech.modifiers(n))
+
+
+def _table_key(p, n: ir.Attention) -> str:
+    """Where generate() keeps the rows: "@table:<module>". A key from "@" is not per
+    hypothesis, so beam search leaves it as it is (the rows are the same for every row)."""
+    key = p.key_code(n)
+    return f'f"@table:{key[2:]}' if key.startswith('f"') else repr(f"@table:{n.id}")
+
+
+def table_arg(p, n: ir.Attention) -> list[str]:
+    """The module's ``table=`` argument: the earlier steps' rows, so that a step computes the
+    rows of its new distances only (none where ``keeps_table`` does not hold)."""
+    if not keeps_table(p, n):
+        return []
+    p.frame.records.add("cache")
+    return [f"table=None if cache is None else cache.get({_table_key(p, n)})"]
+
+
+def save_table(p, n: ir.Attention, extras: str) -> None:
+    """After the module's call: its rows per distance, for the next step."""
+    if keeps_table(p, n):
+        p.frame.emit("if cache is not None:", "generate(): the rows per distance, for the next "
+                     "step")
+        p.frame.emit(f"    cache[{_table_key(p, n)}] = {extras}[\"table\"]")
 
 
 def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:

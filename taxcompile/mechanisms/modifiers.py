@@ -58,7 +58,8 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
                   "counted), W_R, u and v learned per head.",
               template="position/transformer_xl.py.j2",
               helpers=("rel_sinusoids", "score_table", "score_grid", "query_offset"),
-              in_scores=True, qk=True, counts_past=True),
+              in_scores=True, qk=True, counts_past=True,
+              step_table=True),
 )}
 
 BIASES: dict[str, Mechanism] = {m.name: m for m in (

@@ -154,6 +154,10 @@ class Mechanism(NamedTuple):
     # segment memory come first; the class's forward() takes `offset` to place it elsewhere),
     # so generate() can run a step on the new token alone
     counts_past: bool = False
+    # a position term with a table over the distances a query sees (Transformer-XL's
+    # W_R R_r): forward() takes an earlier call's rows (`table`), so that a generate()
+    # step projects its new distances only
+    step_table: bool = False
     # What it gives a module, needs of it and cannot go with, as tags (mechanisms/needs.py
     # words them): read by one checker rule (check/needs.py), whose refusal says
     # "<module> has <tag>, which <conflict[0]> cannot go with: <conflict[1]>". Tags it gives:
