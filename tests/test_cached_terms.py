@@ -198,3 +198,41 @@ def test_lsh_refuses_a_cached_step_with_its_reason():
                        r"target's positions.*\(kitaev2020_reformer\.attn:%d:\d+\)" % line):
         m.generate(batch_size=2, max_len=3, bos=1, eos=2, incremental=True)
     assert m.generate(batch_size=2, max_len=3, bos=1, eos=2).shape == (2, 3)
+
+
+SEQ2SEQ_COVERAGE = """
+model s2s {
+    input src: tokens[S] (vocab = 20)
+    input tgt: tokens[T] (vocab = 20, autoregressive)
+    feature x = embed(src, 8)
+    feature y = embed(tgt, 8)
+    repeat decoder 2 {
+        attention self { query = project(y)  keys = project(y)  values = project(y)
+                         score = scaled_multiplicative  mask = causal }
+        update y = norm(y + self)
+        attention cross { query = y  features = x  score = additive  coverage = true }
+        update y = norm(y + cross)
+    }
+    output logits = classify(y, 20)
+}
+"""
+
+
+def test_coverage_in_a_repeat_keeps_each_layers_own_in_the_cache(gen):
+    """See et al.'s coverage c^t in each decoder layer of a `repeat`: generate()'s cache
+    holds one c per layer. Its key was the literal text "{at}cross" for every layer, so the
+    second layer read the first's coverage and a cached step's logits differed from the
+    full run's (by 1e-3 here)."""
+    mod = gen(SEQ2SEQ_COVERAGE)
+    torch.manual_seed(0)
+    m = mod.Model(mod.Config()).to(DT).eval()
+    src = torch.randint(0, 20, (2, 6), generator=torch.Generator().manual_seed(2))
+    tgt = torch.randint(0, 20, (2, 5), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = m(src=src, tgt=tgt).output
+        cache = {}
+        m(src=src, tgt=tgt[:, :4], cache=cache)
+        step = m(src=src, tgt=tgt[:, 4:], cache=cache).output
+    assert sorted(k for k in cache if k.startswith("coverage:")) == \
+        ["coverage:decoder[1].cross", "coverage:decoder[2].cross"]
+    torch.testing.assert_close(step[:, 0], full[:, 4], atol=1e-10, rtol=0)

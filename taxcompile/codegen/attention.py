@@ -94,7 +94,10 @@ def plan_attention(p, n: ir.Attention) -> None:
         own = p.step is not None and p.step.own == n.id  # its weights sum the cells too
         args.append("need_weights=True" if weights_penalty(n) or read or own
                     else "need_weights=return_attention")
-    cov_key = repr(f"coverage:{p.key_code(n)[1:-1]}")  # where generate() keeps c
+    # where generate() keeps c: a key per module, per hop in a block (key_code is then an
+    # f-string on the hop's prefix `at`)
+    key = p.key_code(n)
+    cov_key = 'f"coverage:' + key[2:] if key.startswith('f"') else repr(f"coverage:{n.id}")
     if n.coverage and p.step is not None:  # c^t carried from step to step (See et al. eq. 10)
         args.append(f"coverage={p.step.cov[n.id]}")
     elif n.coverage and generate.is_target_side(p, n.id):  # generate(): the earlier calls' c
