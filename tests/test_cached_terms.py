@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch_support import inline_fixture, one_thread  # noqa: E402, F401
+from torch_support import inline_fixture, one_thread, peaked  # noqa: E402, F401
 
 DT = torch.float64
 HEADER = """\
@@ -47,14 +47,7 @@ gen = inline_fixture("cached_terms", HEADER)
 
 
 def lm(gen, term):
-    mod = gen(LM.format(term=TERMS[term]))
-    torch.manual_seed(0)
-    m = mod.Model(mod.Config())
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # large random weights: peaked, distinct next tokens
-        for p in m.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return m.to(DT).eval()
+    return peaked(gen(LM.format(term=TERMS[term])))
 
 
 # ---- the reference: the equations, float64, query i at position i --------------------------

@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 from taxcompile import pipeline  # noqa: E402
 from taxcompile.codegen import layer  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import compiled_recording, inline_fixture, one_thread  # noqa: E402, F401
+from torch_support import compiled_recording, inline_fixture, one_thread, peaked  # noqa: E402, F401
 
 DT = torch.float64
 HEADER = """\
@@ -289,13 +289,7 @@ gen = inline_fixture("qpos", HEADER)
 
 def lm(gen, term):
     mod = gen(LM.format(mods=TERMS[term]))
-    torch.manual_seed(0)
-    m = mod.Model(mod.Config())
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # random and large: peaked, distinct next tokens
-        for p in m.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    return mod, m.to(DT).eval()
+    return mod, peaked(mod)
 
 
 @pytest.mark.parametrize("term", sorted(REFERENCED))

@@ -82,6 +82,19 @@ def inline_builder(root, header: str, prefix: str):
     return build
 
 
+def peaked(mod, seed: int = 1, scale: float = 0.5):
+    """A float64 ``mod.Model`` in eval mode whose parameters are drawn large (N(0, scale²)
+    from ``seed``): its next-token distributions are peaked and differ from step to step,
+    so a decoding check compares distinct tokens."""
+    torch.manual_seed(0)
+    m = mod.Model(mod.Config())
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return m.to(torch.float64).eval()
+
+
 def compiled_recording(module):
     """``torch.compile(module, fullgraph=True)`` with a backend that keeps each traced
     graph's text (dynamo reset first): (the compiled module, the list of graphs)."""
