@@ -298,6 +298,9 @@ class Attention(_Frozen):
     qk_norm: QKNorm | None = None  # query-key normalisation (cosine scores with a scale)
     routing: Routing | None = None  # heads_out = routing(…): its output capsules, iterations
     memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
+    # a penalty that its record and template define whole (`penalty = NAME(…)` of a record
+    # without an ``ir_field``): its class computes it from the weights, extras["penalty"]
+    loss_term: Mech | None = None
 
     def head(self, name: str) -> Mech | None:
         """Its head mechanism ``name`` (None: the statement has none)."""
@@ -328,7 +331,7 @@ class Attention(_Frozen):
             out.append("no output bias")
         # each penalty's label, by its record's name (a coefficient's pattern reads `lam`)
         pen = {rec.name: rec.text("label", v, lam=getattr(v, "lam", v))
-               for rec, v in mech.penalties(self)}
+               for rec, v in mech.penalties(self) if rec.ir_field}
         out += [pen.get("frobenius"), pen.get("doubly_stochastic")]
         if self.coverage:
             out.append(traits["coverage"].text("label"))
@@ -339,6 +342,8 @@ class Attention(_Frozen):
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
         out.append(pen.get("supervised"))
+        if self.loss_term is not None:
+            out.append(str(self.loss_term))
         out += [m.record.text("label", m) for m in self.head_mechanisms]
         if self.memory is not None:
             out.append(traits["segment_memory"].text("label", self.memory))

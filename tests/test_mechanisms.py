@@ -165,7 +165,7 @@ def test_every_penalty_says_where_it_lowers_to():
     assert {m.ir_field for m in records} <= set(ir.Attention.fields)
     assert len({m.ir_field for m in records}) == len(records)
     assert set(penalties.ARGUMENTS) == {m.ir_field for m in records if not m.bare}
-    every = SimpleNamespace(**{m.ir_field: m.name for m in records})
+    every = SimpleNamespace(**{m.ir_field: m.name for m in records}, loss_term=None)
     assert [(m.name, v) for m, v in mech.penalties(every)] == [(m.name, m.name) for m in records]
     spec = _statement("query = project(x)  keys = x  score = additive  "
                       "penalty = doubly_stochastic(0.5)")

@@ -275,7 +275,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     gate = align.gate  # the gated values, at the keys' positions
     single = single and not gate
     direct = G == 0 and not single and not capsule
-    needs_ex = bool(align.log_prob) or n.penalty is not None or capsule or \
+    needs_ex = bool(align.log_prob) or mech.class_penalty(n) or capsule or \
         n.coverage or n.disagreement is not None and n.disagreement.on != "position"
     locs = p.frame.locals
     if direct and step:
@@ -321,7 +321,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
             p.frame.emit(f"log_probs[{key}] = {ex}[\"log_prob\"]")
         else:
             p.step.logp.append((key, ex, n))
-    if n.penalty is not None:
+    if mech.class_penalty(n):
         rec.add("penalties")
         p.frame.emit(f"penalties.append({ex}[\"penalty\"])")
     if capsule:

@@ -128,7 +128,7 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
     kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
     additive attention over blocks of queries), "flex" (a term in the scores as
     FlexAttention's score_mod), "chunks" (LSH: sorted by bucket, O(L chunk)), or None."""
-    if n.penalty is not None or n.coverage or n.head_mechanisms:
+    if mech.class_penalty(n) or n.coverage or n.head_mechanisms:
         return None
     al = n.align.record
     if any(rec.in_scores for rec, _ in mech.modifiers(n)):
@@ -165,7 +165,8 @@ def class_key(p, n: ir.Attention) -> str:
                  n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
         + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "") \
-        + repr([a.name for a in n.align.record.ctor if a.value(n) is not None])
+        + repr([a.name for a in n.align.record.ctor if a.value(n) is not None]) \
+        + (repr(_unpassed(n.loss_term)) if n.loss_term is not None else "")
 
 
 def _unpassed(m: ir.Mech) -> tuple:
@@ -227,6 +228,8 @@ def attention_class(p, n: ir.Attention) -> str:
     doc = class_doc(n, dropout, share)
     cut = doc.index("")
     extra = [rec for rec, _ in mech.penalties(n) if rec.template]
+    if n.loss_term is not None:
+        p.helpers.update(n.loss_term.record.helpers)
     if n.coverage:
         extra.insert(0, mech.TRAITS["coverage"])
     if n.qk_norm is not None:
@@ -330,6 +333,8 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     if n.disagreement is not None:  # the heads' tensors the penalty reads, if not a
         lines += [x for x in [mech.PENALTIES["disagreement"].text("doc", n.disagreement)] if x]
     lines += [m.record.text("doc", m) for m in n.head_mechanisms]
+    if n.loss_term is not None and n.loss_term.record.doc:
+        lines.append(n.loss_term.record.text("doc", n.loss_term))
     if dropout:
         lines.append(t["dropout"].doc)
     if share in ("keys", "swap"):

@@ -134,7 +134,7 @@ class Attentions(Features, Penalties, Mechanisms):
         if "mask" in f:
             mask, mask_input = self.mask_field(f["mask"].value, scope)
         self_loops = self.flag(f, "self_loops", scope)
-        penalties = self.penalty(f["penalty"].value, scope) if "penalty" in f else {}
+        penalties = self.penalty(f["penalty"], scope) if "penalty" in f else {}
         coverage = self.flag(f, "coverage", scope)  # See et al.'s coverage vector
         heads_out = (self.as_param(HEADS_OUT, f["heads_out"].value, scope, "`heads_out`")
                      if "heads_out" in f and not routed(f["heads_out"].value)

@@ -1,7 +1,10 @@
 """The ``penalty`` field of an attention statement: a term of the training loss. The
 penalties' records (``mechanisms.PENALTIES``) say how a spec writes each (a call
 ``penalty = NAME(…)``, or Lin et al.'s bare coefficient ``penalty = λ``) and which field of
-``ir.Attention`` its value fills; the functions here read each call's arguments. Errors of
+``ir.Attention`` its value fills; the functions here read each call's arguments. A record
+without a field of its own (``ir_field``) is lowered as every other mechanism is
+(``lowering/mechanisms.py``: its parameters checked against its record) into
+``ir.Attention.loss_term``, which its template computes. Errors of
 this kind: a wrong number or kind of arguments, a coefficient out of range. Whether a
 supervised penalty's target is an alignment input of the right axes is checked in
 checks.py."""
@@ -14,25 +17,36 @@ from ..ops import P
 from .constants import Constants
 from .names import Scope
 
-# The penalties written as a call, by name, and the one written as a bare coefficient.
-CALLED = {m.name: m for m in mech.PENALTIES.values() if not m.bare}
+
+
+def called() -> dict[str, mech.Mechanism]:
+    """The penalties written as a call, by name (read at each use: a registry extension
+    may add one)."""
+    return {m.name: m for m in mech.PENALTIES.values() if not m.bare}
+
+
+# The one written as a bare coefficient (Lin et al.'s `penalty = λ`).
 BARE = next(m for m in mech.PENALTIES.values() if m.bare)
 
 
 class Penalties(Constants):
     """The ``penalty`` field (a part of ``lower.Lowerer``)."""
 
-    def penalty(self, v: ast.Expr, scope: Scope) -> dict[str, object]:
+    def penalty(self, fld: ast.Field, scope: Scope) -> dict[str, object]:
         """``penalty = …`` -> {the ``ir.Attention`` field it fills: its value, None when it
         does not lower (the error is recorded)}."""
-        if isinstance(v, ast.Ref) and len(v.parts) == 1 and v.name in CALLED and not (
+        v, table = fld.value, called()
+        if isinstance(v, ast.Ref) and len(v.parts) == 1 and v.name in table and not (
                 (scope.lookup(v.name) if scope else None) or v.name in self.consts):
             # a penalty's bare name (`penalty = coverage`) is its call with no arguments; a
             # `let` of that name stays Lin et al.'s coefficient
             v = ast.Call(pos=v.pos, fn=v.name, args=(), kwargs=())
-        m = CALLED.get(v.fn) if isinstance(v, ast.Call) else None
+        m = table.get(v.fn) if isinstance(v, ast.Call) else None
         if m is None:
             return {BARE.ir_field: self.as_param(param(BARE, "lambda"), v, scope, "`penalty`")}
+        if not m.ir_field:  # a record and its template: a mechanism as any other
+            return {"loss_term": self.mechanism("penalty", ast.Field(pos=fld.pos, name=fld.name,
+                                                value=v), {m.name: m}, "penalty", scope)}
         return {m.ir_field: ARGUMENTS[m.ir_field](self, m, v, scope)}
 
     def doubly_stochastic_penalty(self, m: mech.Mechanism, v: ast.Call,

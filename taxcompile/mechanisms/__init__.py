@@ -24,7 +24,7 @@ __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "
            "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POLICY_REASON", "POSITIONS", "REGISTRY",
            "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
-           "constructor", "literal", "modifiers", "ordered", "penalties", "score", "align",
+           "TEMPLATE_PATHS", "class_penalty", "constructor", "literal", "modifiers", "ordered", "penalties", "score", "align",
            "align_reads", "signature", "spellings"]
 
 # Every record, by (kind, name).
@@ -64,14 +64,26 @@ def modifiers(n) -> list[tuple[Mechanism, object]]:
 
 
 def penalties(n) -> list[tuple[Mechanism, object]]:
-    """(record, its IR value) of each penalty of a statement."""
-    out = []
-    for name, value in (("frobenius", n.penalty), ("doubly_stochastic", n.doubly_stochastic),
-                        ("coverage", n.coverage_loss), ("disagreement", n.disagreement),
-                        ("supervised", n.supervised)):
-        if value is not None:
-            out.append((PENALTIES[name], value))
+    """(record, its IR value) of each penalty of a statement: those lowered to a field of
+    their own (the record's ``ir_field``), in the registry's order, then the one its record
+    and template define whole (``ir.Attention.loss_term``, an ``ir.Mech``)."""
+    out = [(m, v) for m in PENALTIES.values()
+           if m.ir_field and (v := getattr(n, m.ir_field)) is not None]
+    if n.loss_term is not None:
+        out.append((n.loss_term.record, n.loss_term))
     return out
+
+
+def class_penalty(n) -> bool:
+    """Whether a penalty of ``n`` is computed by its attention class from the weights and
+    returned as ``extras["penalty"]`` (its record's ``extras``): the class then takes its
+    explicit path, and the model adds the term to its penalties."""
+    return any("penalty" in rec.extras for rec, _ in penalties(n))
+
+
+# Folders of the templates of mechanisms registered from outside taxcompile (a record's
+# ``template`` is looked up in templates/codegen/, then in these, in order).
+TEMPLATE_PATHS: list[str] = []
 
 
 # The arguments every attention class takes: the widths of q, k and v and the heads.
