@@ -53,9 +53,21 @@ def tie_groups(m: ir.Model, cm) -> Ties:
             k = parent[k]
         return k
 
+    joined: set[tuple] = set()  # the lists joined already (many operations read one node)
+
     def union(keys):
-        for k in keys[1:]:
-            parent[find(k)] = find(keys[0])
+        """Join the groups of ``keys``: each key once (``a + b`` repeats the sources the two
+        sides share: a QANet block's lists held 40 keys for each distinct one), each list
+        once, one lookup of the first key's group."""
+        group = tuple(dict.fromkeys(keys))
+        if len(group) < 2 or group in joined:
+            return
+        joined.add(group)
+        root = find(group[0])
+        for k in group[1:]:
+            r = find(k)
+            if r != root:
+                parent[r] = root
 
     def sources(e: ir.Expr, seen: frozenset = frozenset()) -> list[tuple]:
         """What gives ``e`` its feature size: ("param", op id, name), ("input", id),
