@@ -231,8 +231,11 @@ def fits(tp) -> Callable[[Any], bool]:
         return lambda v: (type(v), v) in allowed
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            each = _each(args[0])
-            return lambda v: type(v) is tuple and (not v or each(v))
+            # a short tuple (most: an operation's one or two parameters) item by item, a
+            # long one (a model's nodes, a stack's parts) in bulk
+            item, bulk = fits(args[0]), _each(args[0])
+            return lambda v: type(v) is tuple and (
+                all(map(item, v)) if len(v) < _BULK else bulk(v))
         if len(args) == 2:  # (name, value) pairs: the commonest, tested without a loop
             return _pair(*args)
         tests = [fits(a) for a in args]
@@ -246,10 +249,11 @@ def fits(tp) -> Callable[[Any], bool]:
 
 
 _EXACT = (bool, int, float, str, type(None))
+_BULK = 8  # the length from which a tuple's items are tested in bulk (``_each``)
 
 
 def _each(tp) -> Callable[[tuple], bool]:
-    """``fits`` of every item of a non-empty tuple, ``tuple[tp, ...]``. The items' types are
+    """``fits`` of every item of a long tuple, ``tuple[tp, ...]``. The items' types are
     gathered in one pass in C (``set(map(type, items))``) and each distinct type is tested
     once; rows of a fixed length (a record's (name, value) pairs) are tested column by
     column (``zip(*items)``). A test of its own per item is left for the rest (Literal)."""
