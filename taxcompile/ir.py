@@ -16,7 +16,7 @@ from .frozen import FieldError, Frozen
 from .params import Act
 
 __all__ = ["Act", "Attention", "Disagreement", "Expr", "FieldError", "Hop", "Input", "Mech",
-           "Model", "Node", "Op", "Paper", "QKNorm", "Ref", "Routing",
+           "Model", "Node", "Op", "Paper", "QKNorm", "Ref",
            "SegmentMemory", "Spec", "Supervision", "refs"]
 
 Scalar = Union[bool, int, float, str]
@@ -229,16 +229,6 @@ class QKNorm(_Frozen):
     rms: bool = False  # `qk_norm = rms`: RMS norms with learned gains, no l2 norm and scale
 
 
-class Routing(_Frozen):
-    """Routing by agreement between the heads and output capsules (Li et al. 2019, after
-    Sabour et al. 2017): `heads_out = routing(capsules = N, iters = r)`."""
-
-    capsules: int  # N output capsules, each d_v / N wide, concatenated
-    iters: int = 3  # r routing iterations
-    sym: tuple[tuple[str, str], ...] = ()  # capsules / iters -> its constant expression
-    loc: Location
-
-
 class SegmentMemory(_Frozen):
     """`mem_len = M`: Transformer-XL's segment memory (Dai et al. 2019, §3.2): the keys and
     values are computed from [SG(m); h], m the last M positions of the feature they read
@@ -296,7 +286,9 @@ class Attention(_Frozen):
     # by heads / kv_heads query heads (1: multi-query, Shazeer 2019); 0: one per query head
     kv_heads: int = 0
     qk_norm: QKNorm | None = None  # query-key normalisation (cosine scores with a scale)
-    routing: Routing | None = None  # heads_out = routing(…): its output capsules, iterations
+    # how the heads join when the way has parameters (`heads_out = routing(capsules = N,
+    # iters = r)`, Li et al. 2019): its record's mechanism, ``heads_out`` its name
+    join: Mech | None = None
     memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
     # a penalty that its record and template define whole (`penalty = NAME(…)` of a record
     # without an ``ir_field``): its class computes it from the weights, extras["penalty"]
@@ -312,7 +304,7 @@ class Attention(_Frozen):
         if self.heads > 1:
             out.append(traits["heads"].text("label", self))
             if self.heads_out != "project":
-                out.append(mech.HEADS_OUT[self.heads_out].text("label", self.routing))
+                out.append(mech.HEADS_OUT[self.heads_out].text("label", self.join))
             if self.kv_heads:
                 out.append(traits["kv_heads"].text("label", self))
         if self.qk_norm is not None:

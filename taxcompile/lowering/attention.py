@@ -87,7 +87,7 @@ class Attentions(Features, Penalties, Mechanisms):
         align = self.align(f.get("align"), s, scope)
         traits = self.attention_traits(f, s, scope)
         traits.update(head_fields(self, f, scope))
-        traits.update(routing_field(self, f, s, traits, score))
+        traits.update(routing_field(self, f, traits))
         links = self.attention_links(f, scope)
         position = self.modifier(f.get("position"), "position", "position term")
         bf = f.get("bias")  # `bias = true | false`: graph attention's output bias

@@ -40,7 +40,7 @@ HEADS_OUT: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("heads_out", "routing", (P("capsules", "int"), P("iters", "int", False, 3)),
               reading="Multi-Head",
               reason=lambda n: f"routing by agreement (Li et al. 2019) aggregates its {n.heads} "
-                     f"heads' contexts, the input capsules, into {n.routing.capsules} output "
+                     f"heads' contexts, the input capsules, into {n.join.capsules} output "
                      "capsules in place of W_O concat: each head still has its own projections "
                      "of q, k and v, its scores and its context (eq. 38-40), so the module "
                      "stays multi-head",
@@ -50,12 +50,19 @@ HEADS_OUT: dict[str, Mechanism] = {m.name: m for m in (
                   "side by side: votes u_hn = W_hn c_h, b_hn = 0; routing_iters times: "
                   "C_hn = softmax_n(b_hn), s_n = sum_h C_hn u_hn, o_n = squash(s_n), "
                   "b_hn += u_hn^T o_n",
-              ctor=(CtorArg("out_capsules", "int", owner="routing", field="capsules",
+              ctor=(CtorArg("out_capsules", "int", owner="join", field="capsules",
                             sym="capsules",
                             comment="output capsules the heads are routed into (Li et al. 2019)"),
-                    CtorArg("routing_iters", "int", owner="routing", field="iters", sym="iters",
+                    CtorArg("routing_iters", "int", owner="join", field="iters", sym="iters",
                             comment="iterations of routing by agreement")),
-              template="heads_out/routing.py.j2", full_width=True),
+              template="heads_out/routing.py.j2", full_width=True,
+              parts=("capsules", "out_capsules",
+                     "the output capsules side by side are the context"),
+              excludes=("capsules", "edges"),
+              conflict=("routing by agreement", "it routes the heads' own contexts into "
+                        "output capsules in place of W_O; capsule-based attention has a "
+                        "learned query per class (eq. 43-45), graph attention joins its heads "
+                        "in its own kernel (eq. 5-6)")),
 )}
 
 # Terms of the training loss. None changes a module's score, alignment, wiring or heads,

@@ -28,7 +28,8 @@ class CtorArg(NamedTuple):
     type: str  # its annotation in the generated signature
     default: str | None = None  # its default, as code; None: required
     # the IR object that holds the value: attention | score | align | position | qk_norm |
-    # heads (the statement's head mechanism named by ``mechanism``)
+    # join (the way heads join, when it has parameters) | heads (the statement's head
+    # mechanism named by ``mechanism``)
     owner: str = "attention"
     field: str = ""  # the value's attribute on ``owner`` ('' for values the caller computes)
     sym: str = ""  # its key in the owner's ``sym`` (a Config expression), '' as ``field``
@@ -164,6 +165,10 @@ class Mechanism(NamedTuple):
     requires: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
     conflict: tuple[str, str] = ("", "")
+    # a way of joining heads whose parameter splits the context's features into equal parts
+    # (routing's output capsules): (the parameter, its constructor argument, what the parts
+    # are), so the checker and the drop-in layer refuse a number that does not divide them
+    parts: tuple[str, str, str] = ("", "", "")
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
