@@ -1,10 +1,11 @@
 """`heads_out = NAME(…)`: a way of joining heads that has parameters (routing by agreement,
 `routing(capsules = N, iters = r)`: Li et al. 2019, after Sabour et al. 2017), lowered as
 every mechanism is (``lowering/mechanisms.py``: its parameters checked against its record
-in ``mechanisms.HEADS_OUT``) into ``ir.Attention.join``. One head is refused where every
+in ``mechanisms.HEADS_OUT``) into ``ir.Attention.join``. Errors of this kind: an unknown,
+missing or out-of-range parameter (located at the call). One head is refused where every
 `heads_out` is (``lowering/attention.py``); what it cannot go with is its record's
-``excludes`` (check/needs.py), and a part count that does not divide the context's width
-needs the values' shape (``check/attention.py``)."""
+``excludes``, and a part count that does not divide the context's width needs the values'
+shape: both are checked in checks.py (``check/needs.py``, ``check/attention.py``)."""
 
 from __future__ import annotations
 
