@@ -16,7 +16,7 @@ from .frozen import FieldError, Frozen
 from .params import Act
 
 __all__ = ["Act", "Attention", "Disagreement", "Expr", "FieldError", "Hop", "Input", "Mech",
-           "Model", "Node", "Op", "Paper", "QKNorm", "Ref",
+           "Model", "Node", "Op", "Paper", "Ref",
            "SegmentMemory", "Spec", "Supervision", "refs"]
 
 Scalar = Union[bool, int, float, str]
@@ -132,13 +132,17 @@ class Mech(_Frozen):
         for key, value in self.__dict__.get("params", ()):
             if key == name:
                 return value
+        rec = mech.REGISTRY.get((self.__dict__.get("kind"), self.__dict__.get("fn")))
+        for key, value in rec.fixed if rec is not None else ():  # its form's fixed values
+            if key == name:
+                return value
         raise FieldError(f"{self.kind} `{self.__dict__.get('fn')}` has no field or parameter "
                          f"{name!r} (fields: {', '.join(self._defaults)}; parameters: "
                          f"{', '.join(k for k, _ in self.__dict__.get('params', ())) or 'none'})")
 
     def data(self) -> dict[str, Any]:
         """Its name and parameters by name: the fields its record's text patterns read."""
-        return {"fn": self.fn, **dict(self.params)}
+        return {"fn": self.fn, **dict(self.record.fixed), **dict(self.params)}
 
     def __str__(self) -> str:
         """Its label (diagrams, summaries): ``relative positions (k = 16)``."""
@@ -213,22 +217,6 @@ class Disagreement(_Frozen):
     on: Literal["subspace", "position", "output"]
 
 
-class QKNorm(_Frozen):
-    """Query-key normalisation (`qk_norm = l2(…)`, as x-transformers' `attn_qk_norm`): q and
-    k l2-normalised per head (in `groups` equal parts), then e = scale * q^T k, or with
-    `dim_scale` a learned gain per head and feature on each, and scale = 1 / sqrt(d_head);
-    `qk_norm = rms` (x-transformers' `qk_rmsnorm`): q and k each RMS-normalised per head with
-    a learned gain per head and feature, then the score as written."""
-
-    fn: Literal["l2", "rms"] = "l2"
-    scale: float = 10.0
-    groups: int = 1
-    dim_scale: bool = False
-    sym: tuple[tuple[str, str], ...] = ()
-    loc: Location
-    rms: bool = False  # `qk_norm = rms`: RMS norms with learned gains, no l2 norm and scale
-
-
 class SegmentMemory(_Frozen):
     """`mem_len = M`: Transformer-XL's segment memory (Dai et al. 2019, §3.2): the keys and
     values are computed from [SG(m); h], m the last M positions of the feature they read
@@ -285,7 +273,9 @@ class Attention(_Frozen):
     # grouped-query attention (Ainslie et al. 2023): the keys' and values' heads, each shared
     # by heads / kv_heads query heads (1: multi-query, Shazeer 2019); 0: one per query head
     kv_heads: int = 0
-    qk_norm: QKNorm | None = None  # query-key normalisation (cosine scores with a scale)
+    # query-key normalisation (`qk_norm = l2(…)` | `rms`: cosine scores with a scale, or RMS
+    # norms), its record's mechanism (taxcompile/mechanisms/others.py: QK_NORMS)
+    qk_norm: Mech | None = None
     # how the heads join when the way has parameters (`heads_out = routing(capsules = N,
     # iters = r)`, Li et al. 2019): its record's mechanism, ``heads_out`` its name
     join: Mech | None = None
@@ -308,7 +298,7 @@ class Attention(_Frozen):
             if self.kv_heads:
                 out.append(traits["kv_heads"].text("label", self))
         if self.qk_norm is not None:
-            out.append(traits["qk_norm"].text("label", self.qk_norm))
+            out.append(self.qk_norm.record.text("label", self.qk_norm))
         if self.dimensionality == "multi":
             out.append(traits["multi_dimensional"].text("label"))
         if self.capsules:

@@ -233,7 +233,7 @@ def attention_class(p, n: ir.Attention) -> str:
     if n.coverage:
         extra.insert(0, mech.TRAITS["coverage"])
     if n.qk_norm is not None:
-        extra.insert(0, mech.TRAITS["qk_norm"])
+        extra.insert(0, n.qk_norm.record)
     if n.kv_heads:
         extra.insert(0, mech.TRAITS["kv_heads"])
     mods = [rec for rec, _ in mech.modifiers(n)]
@@ -288,9 +288,10 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
     t = mech.TRAITS
     has = {"queryless": n.query is None, "heads": n.heads > 1, "capsules": bool(n.capsules),
            "multi_dimensional": n.dimensionality == "multi", "coattention": bool(n.affinity),
-           "shared_keys": share == "keys", "coverage": n.coverage, "kv_heads": bool(n.kv_heads),
-           "qk_norm": n.qk_norm is not None}
+           "shared_keys": share == "keys", "coverage": n.coverage, "kv_heads": bool(n.kv_heads)}
     parts = [t[name].class_part for name, on in has.items() if on]
+    if n.qk_norm is not None:
+        parts.append(n.qk_norm.record.text("class_part", n.qk_norm))
     parts += [rec.text("class_part", m) for rec, m in mech.modifiers(n)]
     parts += [m.record.text("class_part", m) for m in n.head_mechanisms]
     if n.heads > 1:  # routing by agreement ("Routed"); W_O, concat and mean add nothing
@@ -315,7 +316,7 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     if n.kv_heads:
         lines.append(t["kv_heads"].doc)
     if n.qk_norm is not None:
-        lines.append(t["qk_norm"].doc)
+        lines.append(n.qk_norm.record.text("doc", n.qk_norm))
     if n.dimensionality == "multi":
         lines.append(t["multi_dimensional"].doc)
     if n.capsules:

@@ -16,12 +16,13 @@ from . import heads
 from .aligns import ALIGNS, GRAPH_REASON, POLICY_REASON
 from .heads import HEAD_MECHANISMS
 from .modifiers import BIASES, MODIFIERS, POSITIONS
-from .others import HEADS_OUT, MASK_ARG, MASKS, PENALTIES, TRAITS
+from .others import HEADS_OUT, MASK_ARG, MASKS, PENALTIES, QK_NORMS, TRAITS
 from .record import KINDS, CtorArg, Mechanism
 from .scores import SCORES, WITHOUT_QUERY, affinity_reading
 
 __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "KINDS", "heads",
-           "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POLICY_REASON", "POSITIONS", "REGISTRY",
+           "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POLICY_REASON", "POSITIONS", "QK_NORMS",
+           "REGISTRY",
            "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
            "TEMPLATE_PATHS", "class_penalty", "constructor", "literal", "modifiers", "ordered", "penalties", "score", "align",
@@ -30,7 +31,7 @@ __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "
 # Every record, by (kind, name).
 REGISTRY: dict[tuple[str, str], Mechanism] = {
     (m.kind, m.name): m for table in (SCORES, ALIGNS, POSITIONS, BIASES, MASKS, HEADS_OUT,
-                                      PENALTIES, TRAITS, HEAD_MECHANISMS)
+                                      PENALTIES, TRAITS, QK_NORMS, HEAD_MECHANISMS)
     for m in table.values()}
 
 
@@ -118,7 +119,7 @@ def constructor(n, dropout: bool = False, share: str | None = None,
     if getattr(n, "kv_heads", 0):
         out += TRAITS["kv_heads"].ctor
     if getattr(n, "qk_norm", None) is not None:
-        out += TRAITS["qk_norm"].ctor
+        out += n.qk_norm.record.ctor
     if share == "keys":
         out += TRAITS["shared_keys"].ctor
     elif share == "swap":

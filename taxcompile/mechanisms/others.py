@@ -173,39 +173,6 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
                             comment="key/value heads, each shared by heads / kv_heads query "
                                     "heads (0: heads)"),),
               template="heads/kv_heads.py.j2"),
-    # x-transformers' `attn_qk_norm` (Henry et al. 2020; Dehghani et al. 2023): q and k
-    # l2-normalised per head, the scale s replacing 1 / sqrt(d_k); the score stays its family
-    Mechanism("trait", "qk_norm",
-              (P("scale", "float", False, 10.0), P("groups", "int", False, 1),
-               P("dim_scale", "bool", False, False)),
-              class_part="QKNorm",
-              label=lambda qk, **_: "qk-norm " + ("(RMS)" if qk.rms else "(learned gains)"
-                                                  if qk.dim_scale else f"(scale {qk.scale:g})"),
-              reason=lambda qk, **_: "; q and k are " + (
-                  "RMS-normalised per head with a learned gain per feature before the dot "
-                  "product (query-key RMS normalisation), the score's own scale kept" if qk.rms
-                  else "l2-normalised per head before the dot product (query-key "
-                  "normalisation), " + (
-                      "with a learned gain per feature, scaled by 1/sqrt(d_k)" if
-                      qk.dim_scale else f"the scale {qk.scale:g} replacing 1/sqrt(d_k)")) +
-                     ": a dot product of transformed q and k, Table II's family as written "
-                     "(a cosine similarity times a scale)",
-              doc="Query-key normalisation (x-transformers' qk_norm): q and k l2-normalised per "
-                  "head in qk_groups parts, then e = qk_scale * q^T k; qk_dim_scale: a learned "
-                  "gain per head and feature on each (initialised to d_head^(1/4)), and "
-                  "qk_scale = 1 / sqrt(d_head); qk_rms: q and k RMS-normalised per head, times "
-                  "learned gains (1 at the start), then the score as written (x-transformers' "
-                  "qk_rmsnorm).",
-              ctor=(CtorArg("qk_scale", "float", "10.0", owner="qk_norm", field="scale",
-                            unset=10.0, comment="the scale of the normalised q^T k"),
-                    CtorArg("qk_groups", "int", "1", owner="qk_norm", field="groups", unset=1,
-                            comment="q and k normalised in this many parts per head"),
-                    CtorArg("qk_dim_scale", "bool", "False", owner="qk_norm",
-                            field="dim_scale", unset=False,
-                            comment="learned gains on q and k, scale 1 / sqrt(d_head)"),
-                    CtorArg("qk_rms", "bool", "False", owner="qk_norm", field="rms",
-                            unset=False, comment="RMS norms with learned gains on q and k")),
-              template="heads/qk_norm.py.j2"),
     Mechanism("trait", "pair_mask", label="mask `{mask_input}`",
               doc="pair_mask: (N, Lq, Lk) bool, True = the query may see the key, a mask "
                   "given with the data (a mask input), combined with both."),
@@ -216,3 +183,42 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
                      "section 3.2): earlier positions of the same sequence as more keys, the "
                      "queries still the segment's own positions"),
 )}
+
+# x-transformers' `attn_qk_norm` (Henry et al. 2020; Dehghani et al. 2023): q and k
+# l2-normalised per head, the scale s replacing 1 / sqrt(d_k); the score stays its family
+_L2 = Mechanism("qk_norm", "l2",
+                (P("scale", "float", False, 10.0), P("groups", "int", False, 1),
+                 P("dim_scale", "bool", False, False)),
+                class_part="QKNorm",
+                label=lambda qk, **_: "qk-norm " + ("(RMS)" if qk.rms else "(learned gains)"
+                                                    if qk.dim_scale else f"(scale {qk.scale:g})"),
+                reason=lambda qk, **_: "; q and k are " + (
+                    "RMS-normalised per head with a learned gain per feature before the dot "
+                    "product (query-key RMS normalisation), the score's own scale kept" if qk.rms
+                    else "l2-normalised per head before the dot product (query-key "
+                    "normalisation), " + (
+                        "with a learned gain per feature, scaled by 1/sqrt(d_k)" if
+                        qk.dim_scale else f"the scale {qk.scale:g} replacing 1/sqrt(d_k)")) +
+                       ": a dot product of transformed q and k, Table II's family as written "
+                       "(a cosine similarity times a scale)",
+                doc="Query-key normalisation (x-transformers' qk_norm): q and k l2-normalised per "
+                    "head in qk_groups parts, then e = qk_scale * q^T k; qk_dim_scale: a learned "
+                    "gain per head and feature on each (initialised to d_head^(1/4)), and "
+                    "qk_scale = 1 / sqrt(d_head); qk_rms: q and k RMS-normalised per head, times "
+                    "learned gains (1 at the start), then the score as written (x-transformers' "
+                    "qk_rmsnorm).",
+                ctor=(CtorArg("qk_scale", "float", "10.0", owner="qk_norm", field="scale",
+                              unset=10.0, comment="the scale of the normalised q^T k"),
+                      CtorArg("qk_groups", "int", "1", owner="qk_norm", field="groups", unset=1,
+                              comment="q and k normalised in this many parts per head"),
+                      CtorArg("qk_dim_scale", "bool", "False", owner="qk_norm",
+                              field="dim_scale", unset=False,
+                              comment="learned gains on q and k, scale 1 / sqrt(d_head)"),
+                      CtorArg("qk_rms", "bool", "False", owner="qk_norm", field="rms",
+                              unset=False, comment="RMS norms with learned gains on q and k")),
+                template="heads/qk_norm.py.j2", fixed=(("rms", False),))
+# `qk_norm = rms` (x-transformers' `qk_rmsnorm`): the same class (its constructor's qk_rms),
+# no parameters; the fields the l2 form's are read as its defaults
+QK_NORMS: dict[str, Mechanism] = {m.name: m for m in (
+    _L2, _L2._replace(name="rms", params=(), fixed=(
+        ("scale", 10.0), ("groups", 1), ("dim_scale", False), ("rms", True))))}

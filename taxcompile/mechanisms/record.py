@@ -17,8 +17,8 @@ Text = Union[str, Callable[..., str], None]
 
 # The kinds of mechanism, in the order a statement lists them (its class name, its
 # constructor and its docstring follow this order).
-KINDS = ("query", "trait", "score", "align", "position", "bias", "mask", "heads_out",
-         "penalty")
+KINDS = ("query", "trait", "qk_norm", "score", "align", "position", "bias", "mask",
+         "heads_out", "penalty")
 
 
 class CtorArg(NamedTuple):
@@ -169,6 +169,10 @@ class Mechanism(NamedTuple):
     # (routing's output capsules): (the parameter, its constructor argument, what the parts
     # are), so the checker and the drop-in layer refuse a number that does not divide them
     parts: tuple[str, str, str] = ("", "", "")
+    # values the IR object reads as parameters that a spec does not write: what sets one
+    # form of a mechanism apart from another that shares its class (`qk_norm = rms`'s
+    # rms = true, and the l2 form's scale and groups it has no use for)
+    fixed: tuple[tuple[str, object], ...] = ()
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
