@@ -247,12 +247,9 @@ class Attention(_Frozen):
     mask_input: str | None = None
     self_loops: bool = False  # graph attention: every node also attends to itself (GATConv)
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
-    # Xu et al. eq. 14: lambda sum_i (1 - sum_t a_ti)^2, every key attended once in all
-    doubly_stochastic: float | None = None
     # See et al. 2017 eq. 10-11: the coverage c^t = sum_{t'<t} a^{t'} enters the additive
-    # score as w_c c_i^t; eq. 12-13: lambda sum_t sum_i min(a_i^t, c_i^t)
+    # score as w_c c_i^t
     coverage: bool = False
-    coverage_loss: float | None = None
     # Li et al. 2018 eq. 5-7: -lambda D, D the heads' disagreement on values, weights or outputs
     disagreement: Disagreement | None = None
     dropout: float | None = None  # dropout on the attention weights, in training
@@ -280,8 +277,10 @@ class Attention(_Frozen):
     # iters = r)`, Li et al. 2019): its record's mechanism, ``heads_out`` its name
     join: Mech | None = None
     memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
-    # a penalty that its record and template define whole (`penalty = NAME(…)` of a record
-    # without an ``ir_field``): its class computes it from the weights, extras["penalty"]
+    # a penalty that its record defines whole (`penalty = NAME(…)` of a record without an
+    # ``ir_field``): Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage
+    # loss (eq. 12-13), computed by the model from the weights (its record's ``call``) or by
+    # its class (its template's extras["penalty"])
     loss_term: Mech | None = None
 
     def head(self, name: str) -> Mech | None:
@@ -314,18 +313,18 @@ class Attention(_Frozen):
         # each penalty's label, by its record's name (a coefficient's pattern reads `lam`)
         pen = {rec.name: rec.text("label", v, lam=getattr(v, "lam", v))
                for rec, v in mech.penalties(self) if rec.ir_field}
-        out += [pen.get("frobenius"), pen.get("doubly_stochastic")]
+        out.append(pen.get("frobenius"))
         if self.coverage:
             out.append(traits["coverage"].text("label"))
-        out += [pen.get("coverage"), pen.get("disagreement")]
+        if self.loss_term is not None:
+            out.append(str(self.loss_term))
+        out.append(pen.get("disagreement"))
         if self.dropout:
             out.append(traits["dropout"].text("label", self))
         if self.share is not None:
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
         out.append(pen.get("supervised"))
-        if self.loss_term is not None:
-            out.append(str(self.loss_term))
         out += [m.record.text("label", m) for m in self.head_mechanisms]
         if self.memory is not None:
             out.append(traits["segment_memory"].text("label", self.memory))

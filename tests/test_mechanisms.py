@@ -163,16 +163,19 @@ def test_every_penalty_says_where_it_lowers_to():
 
     from taxcompile.lowering import penalties
 
-    records = list(mech.PENALTIES.values())
+    records = [m for m in mech.PENALTIES.values() if m.ir_field]  # the rest: loss_term
     assert [m.name for m in records if m.bare] == ["frobenius"]
     assert {m.ir_field for m in records} <= set(ir.Attention.fields)
     assert len({m.ir_field for m in records}) == len(records)
     assert set(penalties.ARGUMENTS) == {m.ir_field for m in records if not m.bare}
     every = SimpleNamespace(**{m.ir_field: m.name for m in records}, loss_term=None)
     assert [(m.name, v) for m, v in mech.penalties(every)] == [(m.name, m.name) for m in records]
+    for m in mech.PENALTIES.values():  # a record of its own: its template or its call
+        assert m.ir_field or m.template or m.call, m.name
     spec = _statement("query = project(x)  keys = x  score = additive  "
                       "penalty = doubly_stochastic(0.5)")
-    assert (spec.doubly_stochastic, spec.penalty, spec.coverage_loss) == (0.5, None, None)
+    assert (spec.loss_term.fn, spec.loss_term.param("lambda"), spec.penalty) == (
+        "doubly_stochastic", 0.5, None)
     assert _statement("features = x  score = additive  heads = 2  heads_out = concat  "
                       "penalty = 0.25").penalty == 0.25
 

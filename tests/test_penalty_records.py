@@ -67,7 +67,7 @@ def test_a_registered_penalty_lowers_from_its_record(l2w):
 @pytest.mark.parametrize("written, message", [
     ("l2w(-1.0)", "`lambda` of `l2w` must be a positive number, got -1"),
     ("l2w(scale = 2.0)", "`l2w` has no parameter `scale`"),
-    ("l2w(1.0, 2.0)", "`l2w` takes 1 argument(s)"),
+    ("l2w(1.0, 2.0)", "`l2w` takes 1 argument(s): `lambda`"),
 ])
 def test_a_registered_penalty_checks_its_parameters(l2w, written, message):
     with pytest.raises(SpecError) as info:

@@ -182,8 +182,12 @@ def weights_penalty(n: ir.Attention) -> bool:
     """Whether a penalty in the loss reads the module's weights (the fast path must then
     compute them)."""
     d = n.disagreement
-    return n.doubly_stochastic is not None or n.coverage_loss is not None or \
-        n.supervised is not None or d is not None and d.on == "position"
+    return called(n) or n.supervised is not None or d is not None and d.on == "position"
+
+
+def called(n: ir.Attention) -> bool:
+    """Whether the module's penalty is its record's call over the weights (``call``)."""
+    return n.loss_term is not None and bool(n.loss_term.record.call)
 
 
 def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask: str,
@@ -193,8 +197,7 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
     heads: at once, or in a decoder loop from the tensors of every step once the loop is done
     (``penalty_call``)."""
     d = n.disagreement
-    if n.doubly_stochastic is None and n.coverage_loss is None and d is None \
-            and n.supervised is None:
+    if not called(n) and d is None and n.supervised is None:
         return
     p.frame.records.add("penalties")
     x = f"{ex}[\"heads\"]" if d is not None and d.on != "position" else a
@@ -230,14 +233,11 @@ def penalty_call(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> tuple[st
         p.helpers.add("supervised_penalty")
         return (f"supervised_penalty({x}, {p.frame.use(sup.gold)}, {qmask}, {kmask}, "
                 f"{sup.lam!r}, \"{sup.loss}\")", rec["supervised"].text("doc", sup))
-    if n.doubly_stochastic is not None:
-        p.helpers.add("doubly_stochastic_penalty")
-        return (f"doubly_stochastic_penalty({x}, {qmask}, {kmask}, "
-                f"{float(n.doubly_stochastic)!r})", rec["doubly_stochastic"].doc)
-    if n.coverage_loss is not None:
-        p.helpers.add("coverage_loss")
-        return (f"coverage_loss({x}, {qmask}, {kmask}, {float(n.coverage_loss)!r})",
-                rec["coverage"].doc)
+    if called(n):  # its record's helper call (Xu et al.'s, See et al.'s)
+        m = n.loss_term
+        p.helpers.update(m.record.helpers)
+        return (m.record.text("call", m, a=x, qmask=qmask, kmask=kmask),
+                m.record.text("doc", m))
     p.helpers.add("disagreement_penalty")
     keep = kmask if d.on == "subspace" else qmask
     eq = mech.others.PENALTY_EQUATIONS[d.on]

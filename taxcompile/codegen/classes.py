@@ -166,7 +166,8 @@ def class_key(p, n: ir.Attention) -> str:
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
         + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "") \
         + repr([a.name for a in n.align.record.ctor if a.value(n) is not None]) \
-        + (repr(_unpassed(n.loss_term)) if n.loss_term is not None else "")
+        + (repr(_unpassed(n.loss_term)) if n.loss_term is not None and mech.class_penalty(n)
+           else "")
 
 
 def _unpassed(m: ir.Mech) -> tuple:
@@ -228,7 +229,7 @@ def attention_class(p, n: ir.Attention) -> str:
     doc = class_doc(n, dropout, share)
     cut = doc.index("")
     extra = [rec for rec, _ in mech.penalties(n) if rec.template]
-    if n.loss_term is not None:
+    if n.loss_term is not None and mech.class_penalty(n):  # (a call's: in the model)
         p.helpers.update(n.loss_term.record.helpers)
     if n.coverage:
         extra.insert(0, mech.TRAITS["coverage"])
@@ -334,7 +335,7 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     if n.disagreement is not None:  # the heads' tensors the penalty reads, if not a
         lines += [x for x in [mech.PENALTIES["disagreement"].text("doc", n.disagreement)] if x]
     lines += [m.record.text("doc", m) for m in n.head_mechanisms]
-    if n.loss_term is not None and n.loss_term.record.doc:
+    if n.loss_term is not None and mech.class_penalty(n) and n.loss_term.record.doc:
         lines.append(n.loss_term.record.text("doc", n.loss_term))
     if dropout:
         lines.append(t["dropout"].doc)

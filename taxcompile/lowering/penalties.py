@@ -49,27 +49,6 @@ class Penalties(Constants):
                                                 value=v), {m.name: m}, "penalty", scope)}
         return {m.ir_field: ARGUMENTS[m.ir_field](self, m, v, scope)}
 
-    def doubly_stochastic_penalty(self, m: mech.Mechanism, v: ast.Call,
-                                  scope: Scope) -> float | None:
-        """``penalty = doubly_stochastic(lambda)``: Xu et al. eq. 14, lambda sum_i (1 -
-        sum_t a_ti)^2; the coefficient, 1 when not given."""
-        if v.kwargs or len(v.args) > 1:
-            self.err(v.pos, "`doubly_stochastic` takes one argument, its coefficient "
-                     "lambda", "e.g. `penalty = doubly_stochastic(1.0)`")
-            return None
-        return (self.as_param(param(m, "lambda"), v.args[0], scope,
-                              "`lambda` of `doubly_stochastic`") if v.args else 1.0)
-
-    def coverage_penalty(self, m: mech.Mechanism, v: ast.Call, scope: Scope) -> float | None:
-        """``penalty = coverage(lambda)``: See et al.'s lambda sum_t sum_i min(a_i^t, c_i^t)
-        (eq. 12-13); the coefficient, 1 when not given."""
-        if v.kwargs or len(v.args) > 1:
-            self.err(v.pos, "`coverage` takes one argument, its coefficient lambda "
-                     "(See et al. eq. 13)", "e.g. `penalty = coverage(1.0)`")
-            return None
-        return (self.as_param(param(m, "lambda"), v.args[0], scope, "`lambda` of `coverage`")
-                if v.args else 1.0)
-
     def disagreement_penalty(self, m: mech.Mechanism, v: ast.Call,
                              scope: Scope) -> ir.Disagreement | None:
         """``penalty = disagreement(lambda, on = subspace | position | output)``: Li et al.'s
@@ -124,8 +103,6 @@ def param(m: mech.Mechanism, name: str) -> P:
 # How each call's arguments lower, by the ``ir.Attention`` field its record names
 # (tests/test_mechanisms.py: one for every penalty written as a call).
 ARGUMENTS = {
-    "doubly_stochastic": Penalties.doubly_stochastic_penalty,
-    "coverage_loss": Penalties.coverage_penalty,
     "disagreement": Penalties.disagreement_penalty,
     "supervised": Penalties.supervised,
 }

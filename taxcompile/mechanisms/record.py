@@ -173,6 +173,12 @@ class Mechanism(NamedTuple):
     # form of a mechanism apart from another that shares its class (`qk_norm = rms`'s
     # rms = true, and the l2 form's scale and groups it has no use for)
     fixed: tuple[tuple[str, object], ...] = ()
+    # a penalty the model computes from a module's weights once the call returns: the call
+    # of its helper, a pattern over its parameters, `{a}` (the weights, each step's in a
+    # decoder loop), `{qmask}` and `{kmask}` (the padding masks of queries and keys); and
+    # where it needs one weight per key and query position, why (a checker's message)
+    call: Text = ""
+    rows: str = ""
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
