@@ -1,5 +1,6 @@
 """The other attention-level mechanisms: structural masks, how heads join, penalties (terms
-of the training loss) and the traits of a module (its heads, dimensionality, capsules, …)."""
+of the training loss), the traits of a module (its heads, dimensionality, capsules, …) and
+the forms of query-key normalisation."""
 
 from __future__ import annotations
 
