@@ -318,7 +318,8 @@ CASES = [mha_train, mha_infer, dot_vs_gemm, additive, local, frontend]
 CASE_MODULES = ("benchmarks.peers", "benchmarks.generate", "benchmarks.generate_terms",
                 "benchmarks.decoder_keys",
                 "benchmarks.positions", "benchmarks.lsh",
-                "benchmarks.study", "benchmarks.spec_budget", "benchmarks.parse")
+                "benchmarks.study", "benchmarks.spec_budget", "benchmarks.parse",
+                "benchmarks.cold_start")
 
 
 def all_cases() -> list:

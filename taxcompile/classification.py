@@ -329,7 +329,7 @@ class Classifier:
                         affinity=self.q(a.affinity))
         self.cells["scoring"].add(rec.text("reading", s, **more), f"attention {self.q(a.id)} "
                                   + rec.text("reason", s, **more) + modifier_reading(a)
-                                  + (mechanisms.TRAITS["qk_norm"].text("reason", a.qk_norm)
+                                  + (a.qk_norm.record.text("reason", a.qk_norm)
                                      if a.qk_norm is not None else ""))
 
     def query_type_and_multiplicity(self) -> None:

@@ -22,6 +22,7 @@ SECTIONS = {
     "bias": "Score biases (`bias = …`)",
     "mask": "Masks (`mask = …`)",
     "heads_out": "Joining the heads (`heads_out = …`)",
+    "qk_norm": "Query-key normalisation (`qk_norm = …`)",
     "penalty": "Penalties (`penalty = …`)",
     "query": "Queries",
     "trait": "Other traits of a module",

@@ -231,8 +231,11 @@ def fits(tp) -> Callable[[Any], bool]:
         return lambda v: (type(v), v) in allowed
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            each = fits(args[0])
-            return lambda v: type(v) is tuple and (not v or all(map(each, v)))
+            # a short tuple (most: an operation's one or two parameters) item by item, a
+            # long one (a model's nodes, a stack's parts) in bulk
+            item, bulk = fits(args[0]), _each(args[0])
+            return lambda v: type(v) is tuple and (
+                all(map(item, v)) if len(v) < _BULK else bulk(v))
         if len(args) == 2:  # (name, value) pairs: the commonest, tested without a loop
             return _pair(*args)
         tests = [fits(a) for a in args]
@@ -243,6 +246,37 @@ def fits(tp) -> Callable[[Any], bool]:
     if origin is not None:
         tp = origin
     return lambda v: isinstance(v, tp)
+
+
+_EXACT = (bool, int, float, str, type(None))
+_BULK = 8  # the length from which a tuple's items are tested in bulk (``_each``)
+
+
+def _each(tp) -> Callable[[tuple], bool]:
+    """``fits`` of every item of a long tuple, ``tuple[tp, ...]``. The items' types are
+    gathered in one pass in C (``set(map(type, items))``) and each distinct type is tested
+    once; rows of a fixed length (a record's (name, value) pairs) are tested column by
+    column (``zip(*items)``). A test of its own per item is left for the rest (Literal)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return lambda items: True
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        columns, width = [_each(a) for a in args], len(args)
+
+        def rows(items: tuple) -> bool:
+            if set(map(type, items)) != {tuple} or set(map(len, items)) != {width}:
+                return False
+            return all(test(column) for test, column in zip(columns, zip(*items)))
+        return rows
+    union = origin is typing.Union or (origin is not None and origin.__name__ == "UnionType")
+    members = args if union else (tp,)
+    exact = frozenset(a for a in members if a in _EXACT)
+    classes = tuple(a for a in members if isinstance(a, type) and a not in exact)
+    if len(exact) + len(classes) == len(members):
+        return lambda items: all(t in exact or issubclass(t, classes)
+                                 for t in set(map(type, items)))
+    test = fits(tp)
+    return lambda items: all(map(test, items))
 
 
 def _pair(first, second) -> Callable[[Any], bool]:

@@ -16,7 +16,7 @@ from .frozen import FieldError, Frozen
 from .params import Act
 
 __all__ = ["Act", "Attention", "Disagreement", "Expr", "FieldError", "Hop", "Input", "Mech",
-           "Model", "Node", "Op", "Paper", "QKNorm", "Ref", "Routing",
+           "Model", "Node", "Op", "Paper", "Ref",
            "SegmentMemory", "Spec", "Supervision", "refs"]
 
 Scalar = Union[bool, int, float, str]
@@ -132,13 +132,17 @@ class Mech(_Frozen):
         for key, value in self.__dict__.get("params", ()):
             if key == name:
                 return value
+        rec = mech.REGISTRY.get((self.__dict__.get("kind"), self.__dict__.get("fn")))
+        for key, value in rec.fixed if rec is not None else ():  # its form's fixed values
+            if key == name:
+                return value
         raise FieldError(f"{self.kind} `{self.__dict__.get('fn')}` has no field or parameter "
                          f"{name!r} (fields: {', '.join(self._defaults)}; parameters: "
                          f"{', '.join(k for k, _ in self.__dict__.get('params', ())) or 'none'})")
 
     def data(self) -> dict[str, Any]:
         """Its name and parameters by name: the fields its record's text patterns read."""
-        return {"fn": self.fn, **dict(self.params)}
+        return {"fn": self.fn, **dict(self.record.fixed), **dict(self.params)}
 
     def __str__(self) -> str:
         """Its label (diagrams, summaries): ``relative positions (k = 16)``."""
@@ -213,32 +217,6 @@ class Disagreement(_Frozen):
     on: Literal["subspace", "position", "output"]
 
 
-class QKNorm(_Frozen):
-    """Query-key normalisation (`qk_norm = l2(…)`, as x-transformers' `attn_qk_norm`): q and
-    k l2-normalised per head (in `groups` equal parts), then e = scale * q^T k, or with
-    `dim_scale` a learned gain per head and feature on each, and scale = 1 / sqrt(d_head);
-    `qk_norm = rms` (x-transformers' `qk_rmsnorm`): q and k each RMS-normalised per head with
-    a learned gain per head and feature, then the score as written."""
-
-    fn: Literal["l2", "rms"] = "l2"
-    scale: float = 10.0
-    groups: int = 1
-    dim_scale: bool = False
-    sym: tuple[tuple[str, str], ...] = ()
-    loc: Location
-    rms: bool = False  # `qk_norm = rms`: RMS norms with learned gains, no l2 norm and scale
-
-
-class Routing(_Frozen):
-    """Routing by agreement between the heads and output capsules (Li et al. 2019, after
-    Sabour et al. 2017): `heads_out = routing(capsules = N, iters = r)`."""
-
-    capsules: int  # N output capsules, each d_v / N wide, concatenated
-    iters: int = 3  # r routing iterations
-    sym: tuple[tuple[str, str], ...] = ()  # capsules / iters -> its constant expression
-    loc: Location
-
-
 class SegmentMemory(_Frozen):
     """`mem_len = M`: Transformer-XL's segment memory (Dai et al. 2019, §3.2): the keys and
     values are computed from [SG(m); h], m the last M positions of the feature they read
@@ -269,12 +247,9 @@ class Attention(_Frozen):
     mask_input: str | None = None
     self_loops: bool = False  # graph attention: every node also attends to itself (GATConv)
     penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
-    # Xu et al. eq. 14: lambda sum_i (1 - sum_t a_ti)^2, every key attended once in all
-    doubly_stochastic: float | None = None
     # See et al. 2017 eq. 10-11: the coverage c^t = sum_{t'<t} a^{t'} enters the additive
-    # score as w_c c_i^t; eq. 12-13: lambda sum_t sum_i min(a_i^t, c_i^t)
+    # score as w_c c_i^t
     coverage: bool = False
-    coverage_loss: float | None = None
     # Li et al. 2018 eq. 5-7: -lambda D, D the heads' disagreement on values, weights or outputs
     disagreement: Disagreement | None = None
     dropout: float | None = None  # dropout on the attention weights, in training
@@ -295,9 +270,18 @@ class Attention(_Frozen):
     # grouped-query attention (Ainslie et al. 2023): the keys' and values' heads, each shared
     # by heads / kv_heads query heads (1: multi-query, Shazeer 2019); 0: one per query head
     kv_heads: int = 0
-    qk_norm: QKNorm | None = None  # query-key normalisation (cosine scores with a scale)
-    routing: Routing | None = None  # heads_out = routing(…): its output capsules, iterations
+    # query-key normalisation (`qk_norm = l2(…)` | `rms`: cosine scores with a scale, or RMS
+    # norms), its record's mechanism (taxcompile/mechanisms/others.py: QK_NORMS)
+    qk_norm: Mech | None = None
+    # how the heads join when the way has parameters (`heads_out = routing(capsules = N,
+    # iters = r)`, Li et al. 2019): its record's mechanism, ``heads_out`` its name
+    join: Mech | None = None
     memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
+    # a penalty that its record defines whole (`penalty = NAME(…)` of a record without an
+    # ``ir_field``): Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage
+    # loss (eq. 12-13), computed by the model from the weights (its record's ``call``) or by
+    # its class (its template's extras["penalty"])
+    loss_term: Mech | None = None
 
     def head(self, name: str) -> Mech | None:
         """Its head mechanism ``name`` (None: the statement has none)."""
@@ -309,11 +293,11 @@ class Attention(_Frozen):
         if self.heads > 1:
             out.append(traits["heads"].text("label", self))
             if self.heads_out != "project":
-                out.append(mech.HEADS_OUT[self.heads_out].text("label", self.routing))
+                out.append(mech.HEADS_OUT[self.heads_out].text("label", self.join))
             if self.kv_heads:
                 out.append(traits["kv_heads"].text("label", self))
         if self.qk_norm is not None:
-            out.append(traits["qk_norm"].text("label", self.qk_norm))
+            out.append(self.qk_norm.record.text("label", self.qk_norm))
         if self.dimensionality == "multi":
             out.append(traits["multi_dimensional"].text("label"))
         if self.capsules:
@@ -328,11 +312,13 @@ class Attention(_Frozen):
             out.append("no output bias")
         # each penalty's label, by its record's name (a coefficient's pattern reads `lam`)
         pen = {rec.name: rec.text("label", v, lam=getattr(v, "lam", v))
-               for rec, v in mech.penalties(self)}
-        out += [pen.get("frobenius"), pen.get("doubly_stochastic")]
+               for rec, v in mech.penalties(self) if rec.ir_field}
+        out.append(pen.get("frobenius"))
         if self.coverage:
             out.append(traits["coverage"].text("label"))
-        out += [pen.get("coverage"), pen.get("disagreement")]
+        if self.loss_term is not None:
+            out.append(str(self.loss_term))
+        out.append(pen.get("disagreement"))
         if self.dropout:
             out.append(traits["dropout"].text("label", self))
         if self.share is not None:

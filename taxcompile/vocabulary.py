@@ -27,7 +27,7 @@ __all__ = ["Vocabulary", "vocabulary", "textmate"]
 #: The statements whose next word is the name they declare (`feature x = …`).
 _DECLARING = ("feature", "query", "output", "update", "affinity", "attention", "repeat", "let")
 #: The other mechanism kinds a field names (`position = rotary`, `mask = causal`, …).
-_OTHER_KINDS = ("position", "bias", "mask", "heads_out", "penalty")
+_OTHER_KINDS = ("position", "bias", "mask", "heads_out", "qk_norm", "penalty")
 
 
 class Vocabulary(NamedTuple):

@@ -335,7 +335,7 @@ def test_error_snapshot(name):
     ("query = x  keys = x  score = additive  coverage = maybe",
      "`coverage` must be `true` or `false`"),
     ("query = x  keys = x  score = additive  penalty = coverage(1.0, 2.0)",
-     "`coverage` takes one argument, its coefficient lambda"),
+     "`coverage` takes 1 argument(s): `lambda`"),
     ("keys = x  score = additive  penalty = coverage(1.0)",
      "the coverage loss compares each step's weights"),
     ("query = x  keys = x  score = additive  heads = 2  penalty = disagreement(1.0, on = heads)",

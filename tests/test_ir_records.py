@@ -76,8 +76,8 @@ def test_every_record_has_its_annotated_types(path):
 def test_the_type_check_can_fail():
     """The test above can fail, and a record is checked the same way when it is built."""
     loc = Location(file="f", line=1, column=2)
-    bad = [dict(cls=ir.QKNorm, fn="cosine", loc=loc),  # not a value of the Literal
-           dict(cls=ir.QKNorm, groups=True, loc=loc),  # a bool for an int
+    bad = [dict(cls=ir.Ref, kind="op", node="x", loc=loc),  # not a value of the Literal
+           dict(cls=ir.SegmentMemory, length=True, loc=loc),  # a bool for an int
            dict(cls=ir.Supervision, gold="g", lam=1, loc=loc),  # an int for a float
            dict(cls=ir.Op, fn="f", args=[ir.Ref(node="x", loc=loc)], loc=loc),  # a list
            dict(cls=ir.Op, fn="f", params=(("k", None),), loc=loc)]  # None is no Scalar
@@ -88,9 +88,9 @@ def test_the_type_check_can_fail():
         unchecked = object.__new__(cls)  # as a record built before the check was
         object.__setattr__(unchecked, "__dict__", {**cls.fields, **fields})
         assert wrong_fields(unchecked), fields
-    assert wrong_fields(ir.QKNorm(groups=3, loc=loc)) == []
+    assert wrong_fields(ir.SegmentMemory(length=3, loc=loc)) == []
     with pytest.raises(TypeError, match="is not of its field's type"):
-        ir.QKNorm(groups=3, loc=loc).replace(groups="3")
+        ir.SegmentMemory(length=3, loc=loc).replace(length="3")
 
 
 def test_a_mechanism_record_is_checked_against_the_registry():
@@ -128,8 +128,9 @@ def test_a_missing_field_names_the_record_and_its_fields():
     with pytest.raises(ir.FieldError, match="has no parameter 'policy'"):
         al.param("policy")
     assert getattr(al, "policy", None) is None
-    with pytest.raises(ir.FieldError, match="QKNorm has no field 'window' \\(its fields: fn, "):
-        ir.QKNorm(loc=loc).window
+    with pytest.raises(ir.FieldError, match="SegmentMemory has no field 'window' \\(its fields: "
+                       "length, "):
+        ir.SegmentMemory(length=3, loc=loc).window
 
 
 def test_record_api():

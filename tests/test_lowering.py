@@ -70,8 +70,8 @@ def test_an_unknown_parameter_lists_the_operators_parameters_in_their_order():
 
 
 @pytest.mark.parametrize("written,field", [("doubly_stochastic", "doubly_stochastic"),
-                                           ("coverage", "coverage_loss"),
-                                           ("coverage()", "coverage_loss")])
+                                           ("coverage", "coverage"),
+                                           ("coverage()", "coverage")])
 def test_a_penalty_named_alone_is_its_call_with_lambda_one(written, field):
     """`penalty = coverage` is `coverage()`, λ = 1 as the docs say (it once read as an
     unknown `let` constant); a `let` of that name is still Lin et al.'s coefficient."""
@@ -89,9 +89,10 @@ def test_a_penalty_named_alone_is_its_call_with_lambda_one(written, field):
 """
     (att,) = [n for n in pipeline.load_text(body.format(let="", p=written), "t.attn")
               .models[0].model.nodes if n.kind_ == "attention"]
-    assert getattr(att, field) == 1.0 and att.penalty is None
+    assert (att.loss_term.fn, att.loss_term.param("lambda")) == (field, 1.0)
+    assert att.penalty is None
     if "(" not in written:
         (att,) = [n for n in pipeline.load_text(
             body.format(let=f"let {written} = 0.5\n", p=written), "t.attn").models[0].model.nodes
             if n.kind_ == "attention"]
-        assert att.penalty == 0.5 and getattr(att, field) is None
+        assert att.penalty == 0.5 and att.loss_term is None

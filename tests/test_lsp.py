@@ -165,7 +165,8 @@ def test_every_registry_mechanism_has_hover_text_and_a_completion_entry(client, 
     indent = LINES[line][:LINES[line].index("score")]
     fields = set()
     for (kind, name), m in mechanisms.REGISTRY.items():
-        if kind in ("score", "align", "position", "bias", "mask", "heads_out", "penalty"):
+        if kind in ("score", "align", "position", "bias", "mask", "heads_out", "qk_norm",
+                    "penalty"):
             prefix = f"{indent}{kind} = "
             text = BAHDANAU.replace(LINES[line], prefix + name)
             client.change(doc, text)
@@ -179,8 +180,9 @@ def test_every_registry_mechanism_has_hover_text_and_a_completion_entry(client, 
             fields.update(got)
         assert h is not None and f"**{name}** — {kind} mechanism" in h["contents"]["value"], name
     traits = {n for (k, n) in mechanisms.REGISTRY if k == "trait"}
-    assert {"heads", "capsules", "coverage", "dropout", "kv_heads", "qk_norm",
+    assert {"heads", "capsules", "coverage", "dropout", "kv_heads",
             "talking_heads", "mem_kv", "head_gates"} <= traits & fields
+    assert "qk_norm" in fields  # a field naming its forms (`qk_norm = l2(…)` | `rms`)
     client.change(doc, BAHDANAU)
 
 

@@ -57,9 +57,10 @@ def test_every_template_and_helper_exists_and_has_a_record():
     for folder in ("score", "align", "position", "bias", "penalty", "heads_out", "heads"):
         for f in (TEMPLATES / folder).glob("*.py.j2"):
             assert f"{folder}/{f.name}" in recorded, f
-    for m in mech.REGISTRY.values():
-        if m.template and "/" in m.template:
-            assert m.template == f"{m.template.split('/')[0]}/{m.name}.py.j2", m
+    for m in mech.REGISTRY.values():  # the forms of one kind that share a class (qk_norm's
+        if m.template and "/" in m.template:  # l2 and rms) share a template named after it
+            folder = m.template.split("/")[0]
+            assert m.template in (f"{folder}/{m.name}.py.j2", f"{folder}/{m.kind}.py.j2"), m
 
 
 def test_every_score_and_alignment_reads_as_a_table_iii_value_with_a_reason():
@@ -85,16 +86,18 @@ def test_class_name_parts_are_unique():
 
 
 def test_constructor_arguments_name_fields_of_the_ir():
-    owners = {"attention": ir.Attention, "qk_norm": ir.QKNorm, "routing": ir.Routing}
+    owners = {"attention": ir.Attention}
     names = []
     for m in mech.REGISTRY.values():
         for a in m.ctor:
-            assert a.owner in (*owners, "score", "align", "position", "heads"), (m.name, a)
+            assert a.owner in (*owners, "score", "align", "position", "heads", "join",
+                               "qk_norm"), (m.name, a)
             if a.field and a.owner in owners:
                 assert a.field in owners[a.owner].fields, (m.name, a.field)
             elif a.field:  # a parameter of a generic mechanism record (ir.Mech)
                 rec = m if a.owner != "heads" else mech.HEAD_MECHANISMS[a.mechanism]
-                assert a.field in [p.name for p in rec.params], (m.name, a.field)
+                assert a.field in [p.name for p in rec.params] + [k for k, _ in rec.fixed], \
+                    (m.name, a.field)
             assert a.required or a.default is not None
             names.append(a.name)
     assert "clip" in names and "dropout" in names
@@ -160,16 +163,19 @@ def test_every_penalty_says_where_it_lowers_to():
 
     from taxcompile.lowering import penalties
 
-    records = list(mech.PENALTIES.values())
+    records = [m for m in mech.PENALTIES.values() if m.ir_field]  # the rest: loss_term
     assert [m.name for m in records if m.bare] == ["frobenius"]
     assert {m.ir_field for m in records} <= set(ir.Attention.fields)
     assert len({m.ir_field for m in records}) == len(records)
     assert set(penalties.ARGUMENTS) == {m.ir_field for m in records if not m.bare}
-    every = SimpleNamespace(**{m.ir_field: m.name for m in records})
+    every = SimpleNamespace(**{m.ir_field: m.name for m in records}, loss_term=None)
     assert [(m.name, v) for m, v in mech.penalties(every)] == [(m.name, m.name) for m in records]
+    for m in mech.PENALTIES.values():  # a record of its own: its template or its call
+        assert m.ir_field or m.template or m.call, m.name
     spec = _statement("query = project(x)  keys = x  score = additive  "
                       "penalty = doubly_stochastic(0.5)")
-    assert (spec.doubly_stochastic, spec.penalty, spec.coverage_loss) == (0.5, None, None)
+    assert (spec.loss_term.fn, spec.loss_term.param("lambda"), spec.penalty) == (
+        "doubly_stochastic", 0.5, None)
     assert _statement("features = x  score = additive  heads = 2  heads_out = concat  "
                       "penalty = 0.25").penalty == 0.25
 

@@ -198,8 +198,8 @@ class AttentionChecks:
                "mask": "a mask relates pairs of positions of one sequence",
                "penalty": "the penalty compares rows of weights that sum to 1"}
         given = {"affinity": n.affinity, "capsules": n.capsules, "mask": n.mask != "none",
-                 "penalty": n.penalty is not None or n.doubly_stochastic is not None
-                 or n.coverage_loss is not None or n.disagreement is not None or n.coverage}
+                 "penalty": n.penalty is not None or n.disagreement is not None or n.coverage
+                 or any(rec.rows for rec, _ in mech.penalties(n))}
         for name, reason in why.items():
             if given[name]:
                 self.err(n.loc, f"{where}: a sigmoid gate weighs each position on its own, so "
@@ -276,13 +276,13 @@ class AttentionChecks:
                     self.err(n.loc, f"{where}: {what} = {d} is not divisible by heads = {n.heads}",
                              "each head gets an equal slice (eq. 38)")
                     return False
-            # routing's output capsules side by side are the context: as wide as W_O's
+            # a join's equal parts side by side are the context (routing's output capsules)
             wide = v.dim and v.dim // (n.kv_heads or n.heads) * n.heads
-            if n.routing is not None and wide and wide % n.routing.capsules:
-                self.err(n.routing.loc, f"{where}: {n.routing.capsules} output capsules cannot "
-                         f"split the context's {wide} features evenly (Li et al. 2019: the "
-                         "capsules side by side are the output)",
-                         f"choose `capsules` dividing {wide}")
+            name, _, what = n.join.record.parts if n.join is not None else ("", "", "")
+            if name and wide and wide % n.join.param(name):
+                self.err(n.join.loc, f"{where}: `{name} = {n.join.param(name)}` of "
+                         f"`{n.join.fn}` cannot split the context's {wide} features evenly "
+                         f"({what})", f"choose `{name}` dividing {wide}")
                 return False
         if n.dimensionality == "multi":
             if not mech.SCORES[sc.fn].hidden:

@@ -168,10 +168,9 @@ def decoder_ops(n: ir.AnyNode) -> list[ir.Op]:
 
 def penalised(n: ir.Attention) -> bool:
     """Whether attention ``n`` adds a term to the loss: Lin et al.'s penalty, Xu et al.'s
-    doubly stochastic one, See et al.'s coverage loss, Li et al.'s disagreement or
-    supervised attention."""
-    return n.penalty is not None or n.doubly_stochastic is not None or \
-        n.coverage_loss is not None or n.disagreement is not None or n.supervised is not None
+    doubly stochastic one, See et al.'s coverage loss, Li et al.'s disagreement, supervised
+    attention, or another penalty of the registry."""
+    return bool(mech.penalties(n))
 
 
 

@@ -22,12 +22,12 @@ class PenaltyChecks:
             self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares several rows of "
                      "attention", "set `heads = r` (Lin et al.: r rows)")
             return False
-        if n.doubly_stochastic is not None and (mode != "sequence" or n.dimensionality == "multi"
-                                       or n.capsules or n.affinity is not None or groups):
-            self.err(n.loc, f"{where}: the doubly stochastic penalty sums each key's weights "
-                     "over the query positions (Xu et al. eq. 14), one weight per key and "
-                     "query", "give the module a query sequence (a decoder's states) and "
-                     "single-dimensional weights")
+        rows = [rec.rows for rec, _ in mech.penalties(n) if rec.rows]
+        if rows and (mode != "sequence" or n.dimensionality == "multi" or n.capsules
+                     or n.affinity is not None or groups):
+            self.err(n.loc, f"{where}: {rows[0]}, one weight per key and query", "give the "
+                     "module a query sequence (a decoder's states) and single-dimensional "
+                     "weights")
             return False
         if not self.coverage_fits(f):
             return False
@@ -63,12 +63,6 @@ class PenaltyChecks:
                      f"the keys (See et al. eq. 10-11); {what} is not combined with it",
                      "use `align = global` (or `sparsemax`, `entmax`) without `share`, "
                      "`position` or `bias`")
-            return False
-        if n.coverage_loss is not None and one_row:
-            self.err(n.loc, f"{where}: the coverage loss compares each step's weights with "
-                     "the sum of the earlier steps' (See et al. eq. 12-13), one weight per "
-                     "key and query", "give the module a query sequence (a decoder's states) "
-                     "and single-dimensional weights")
             return False
         d = n.disagreement
         if d is not None and n.heads < 2:

@@ -40,22 +40,42 @@ class Ties:
     fixed: list[tuple[object, str, object, int]] = field(default_factory=list)
 
 
-def tie_groups(m: ir.Model, cm) -> Ties:
-    """Union the sizes the checker makes equal; report those that end at a fixed axis."""
-    parent: dict = {}
-    out = Ties()
-    derived: dict[int, tuple[ir.Op, list]] = {}  # a concat (or other op) -> its own sizes
-    memo: dict[str, list[tuple]] = {}  # a node's id -> what gives it its size
+class _Groups:
+    """The sizes made equal, as a union-find: ``find`` halves the path it walks, ``union``
+    joins each key of a list once (``a + b`` repeats the sources its sides share: a QANet
+    block's lists held 40 keys for each distinct one) and each list once, with one lookup
+    of its first key's group."""
 
-    def find(k):
+    def __init__(self) -> None:
+        self.parent: dict = {}
+        self.joined: set[tuple] = set()
+
+    def find(self, k):
+        parent = self.parent
         while parent.setdefault(k, k) != k:
             parent[k] = parent[parent[k]]
             k = parent[k]
         return k
 
-    def union(keys):
-        for k in keys[1:]:
-            parent[find(k)] = find(keys[0])
+    def union(self, keys) -> None:
+        group = tuple(dict.fromkeys(keys))
+        if len(group) < 2 or group in self.joined:
+            return
+        self.joined.add(group)
+        root = self.find(group[0])
+        for k in group[1:]:
+            r = self.find(k)
+            if r != root:
+                self.parent[r] = root
+
+
+def tie_groups(m: ir.Model, cm) -> Ties:
+    """Union the sizes the checker makes equal; report those that end at a fixed axis."""
+    groups = _Groups()
+    parent, find, union = groups.parent, groups.find, groups.union
+    out = Ties()
+    derived: dict[int, tuple[ir.Op, list]] = {}  # a concat (or other op) -> its own sizes
+    memo: dict[str, list[tuple]] = {}  # a node's id -> what gives it its size
 
     def sources(e: ir.Expr, seen: frozenset = frozenset()) -> list[tuple]:
         """What gives ``e`` its feature size: ("param", op id, name), ("input", id),

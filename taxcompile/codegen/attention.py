@@ -187,8 +187,12 @@ def weights_penalty(n: ir.Attention) -> bool:
     """Whether a penalty in the loss reads the module's weights (the fast path must then
     compute them)."""
     d = n.disagreement
-    return n.doubly_stochastic is not None or n.coverage_loss is not None or \
-        n.supervised is not None or d is not None and d.on == "position"
+    return called(n) or n.supervised is not None or d is not None and d.on == "position"
+
+
+def called(n: ir.Attention) -> bool:
+    """Whether the module's penalty is its record's call over the weights (``call``)."""
+    return n.loss_term is not None and bool(n.loss_term.record.call)
 
 
 def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask: str,
@@ -198,8 +202,7 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
     heads: at once, or in a decoder loop from the tensors of every step once the loop is done
     (``penalty_call``)."""
     d = n.disagreement
-    if n.doubly_stochastic is None and n.coverage_loss is None and d is None \
-            and n.supervised is None:
+    if not called(n) and d is None and n.supervised is None:
         return
     p.frame.records.add("penalties")
     x = f"{ex}[\"heads\"]" if d is not None and d.on != "position" else a
@@ -235,14 +238,11 @@ def penalty_call(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> tuple[st
         p.helpers.add("supervised_penalty")
         return (f"supervised_penalty({x}, {p.frame.use(sup.gold)}, {qmask}, {kmask}, "
                 f"{sup.lam!r}, \"{sup.loss}\")", rec["supervised"].text("doc", sup))
-    if n.doubly_stochastic is not None:
-        p.helpers.add("doubly_stochastic_penalty")
-        return (f"doubly_stochastic_penalty({x}, {qmask}, {kmask}, "
-                f"{float(n.doubly_stochastic)!r})", rec["doubly_stochastic"].doc)
-    if n.coverage_loss is not None:
-        p.helpers.add("coverage_loss")
-        return (f"coverage_loss({x}, {qmask}, {kmask}, {float(n.coverage_loss)!r})",
-                rec["coverage"].doc)
+    if called(n):  # its record's helper call (Xu et al.'s, See et al.'s)
+        m = n.loss_term
+        p.helpers.update(m.record.helpers)
+        return (m.record.text("call", m, a=x, qmask=qmask, kmask=kmask),
+                m.record.text("doc", m))
     p.helpers.add("disagreement_penalty")
     keep = kmask if d.on == "subspace" else qmask
     eq = mech.others.PENALTY_EQUATIONS[d.on]
@@ -280,7 +280,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     gate = align.gate  # the gated values, at the keys' positions
     single = single and not gate
     direct = G == 0 and not single and not capsule
-    needs_ex = bool(align.log_prob) or n.penalty is not None or capsule or \
+    needs_ex = bool(align.log_prob) or mech.class_penalty(n) or capsule or \
         n.coverage or n.disagreement is not None and n.disagreement.on != "position" or \
         generate.keeps_table(p, n)
     locs = p.frame.locals
@@ -327,7 +327,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
             p.frame.emit(f"log_probs[{key}] = {ex}[\"log_prob\"]")
         else:
             p.step.logp.append((key, ex, n))
-    if n.penalty is not None:
+    if mech.class_penalty(n):
         rec.add("penalties")
         p.frame.emit(f"penalties.append({ex}[\"penalty\"])")
     if capsule:

@@ -132,7 +132,7 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
     additive attention over blocks of queries), "flex" (a term in the scores as
     FlexAttention's score_mod), "chunks" (the alignment's own kernel: LSH sorted by bucket,
     O(L chunk); LightConv's convolution, O(L k)), or None."""
-    if n.penalty is not None or n.coverage or n.head_mechanisms:
+    if mech.class_penalty(n) or n.coverage or n.head_mechanisms:
         return None
     al = n.align.record
     if any(rec.in_scores for rec, _ in mech.modifiers(n)):
@@ -175,7 +175,9 @@ def class_key(p, n: ir.Attention) -> str:
                  n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
         + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "") \
-        + repr([a.name for a in n.align.record.ctor if a.value(n) is not None])
+        + repr([a.name for a in n.align.record.ctor if a.value(n) is not None]) \
+        + (repr(_unpassed(n.loss_term)) if n.loss_term is not None and mech.class_penalty(n)
+           else "")
 
 
 def _unpassed(m: ir.Mech) -> tuple:
@@ -235,10 +237,12 @@ def attention_class(p, n: ir.Attention) -> str:
     doc = class_doc(n, dropout, share)
     cut = doc.index("")
     extra = [rec for rec, _ in mech.penalties(n) if rec.template]
+    if n.loss_term is not None and mech.class_penalty(n):  # (a call's: in the model)
+        p.helpers.update(n.loss_term.record.helpers)
     if n.coverage:
         extra.insert(0, mech.TRAITS["coverage"])
     if n.qk_norm is not None:
-        extra.insert(0, mech.TRAITS["qk_norm"])
+        extra.insert(0, n.qk_norm.record)
     if n.kv_heads:
         extra.insert(0, mech.TRAITS["kv_heads"])
     mods = [rec for rec, _ in mech.modifiers(n)]
@@ -294,9 +298,10 @@ def class_name(n: ir.Attention, share: str | None = None) -> str:
     t = mech.TRAITS
     has = {"queryless": n.query is None, "heads": n.heads > 1, "capsules": bool(n.capsules),
            "multi_dimensional": n.dimensionality == "multi", "coattention": bool(n.affinity),
-           "shared_keys": share == "keys", "coverage": n.coverage, "kv_heads": bool(n.kv_heads),
-           "qk_norm": n.qk_norm is not None}
+           "shared_keys": share == "keys", "coverage": n.coverage, "kv_heads": bool(n.kv_heads)}
     parts = [t[name].class_part for name, on in has.items() if on]
+    if n.qk_norm is not None:
+        parts.append(n.qk_norm.record.text("class_part", n.qk_norm))
     parts += [rec.text("class_part", m) for rec, m in mech.modifiers(n)]
     parts += [m.record.text("class_part", m) for m in n.head_mechanisms]
     if n.heads > 1:  # routing by agreement ("Routed"); W_O, concat and mean add nothing
@@ -321,7 +326,7 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     if n.kv_heads:
         lines.append(t["kv_heads"].doc)
     if n.qk_norm is not None:
-        lines.append(t["qk_norm"].doc)
+        lines.append(n.qk_norm.record.text("doc", n.qk_norm))
     if n.dimensionality == "multi":
         lines.append(t["multi_dimensional"].doc)
     if n.capsules:
@@ -339,6 +344,8 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     if n.disagreement is not None:  # the heads' tensors the penalty reads, if not a
         lines += [x for x in [mech.PENALTIES["disagreement"].text("doc", n.disagreement)] if x]
     lines += [m.record.text("doc", m) for m in n.head_mechanisms]
+    if n.loss_term is not None and mech.class_penalty(n) and n.loss_term.record.doc:
+        lines.append(n.loss_term.record.text("doc", n.loss_term))
     if dropout:
         lines.append(t["dropout"].doc)
     if share in ("keys", "swap"):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jinja2
 
+from .. import mechanisms as mech
 from .plan import FilePlan, ModuleClass
 from .layout import layout
 
@@ -22,10 +23,16 @@ TEMPLATES = Path(__file__).parent.parent / "templates" / "codegen"
 WIDTH = 100
 
 
-@functools.lru_cache(maxsize=None)
 def env() -> jinja2.Environment:
-    """One environment per process: each template is compiled once, however many models."""
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
+    """One environment per process (and per set of extension folders, the registry's
+    ``TEMPLATE_PATHS``): each template is compiled once, however many models."""
+    return _env(tuple(mech.TEMPLATE_PATHS))
+
+
+@functools.lru_cache(maxsize=None)
+def _env(extensions: tuple[str, ...]) -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader([str(TEMPLATES), *extensions]),
+                              trim_blocks=True,
                               lstrip_blocks=True, keep_trailing_newline=True,
                               undefined=jinja2.StrictUndefined, autoescape=False)
 

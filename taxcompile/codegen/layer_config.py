@@ -187,11 +187,11 @@ def _rules(n: ir.Attention, read: dict[str, str], derived: dict[str, str]) -> li
         refuse('w["q"] // self.heads % self.qk_groups', 'qk_groups = {self.qk_groups} must '
                'divide {name["q"]} / heads = {w["q"] // self.heads} (q and k of each head are '
                "normalised in equal parts): change qk_groups")
-    if n.heads > 1 and n.routing is not None:
+    _, arg, what = n.join.record.parts if n.heads > 1 and n.join is not None else ("",) * 3
+    if arg:  # a join's equal parts side by side are the context (routing's capsules)
         wide = 'w["v"] // self.kv_heads * self.heads' if kv else 'w["v"]'
-        refuse(f"({wide}) % self.out_capsules", f"out_capsules = {{self.out_capsules}} must "
-               f"divide the context's {{{wide}}} features (the output capsules side by side "
-               f"are the context): change out_capsules")
+        refuse(f"({wide}) % self.{arg}", f"{arg} = {{self.{arg}}} must divide the context's "
+               f"{{{wide}}} features ({what}): change {arg}")
     if any(a.name == "buckets" for a in mech.align(n.align.fn).ctor):  # LSH (Kitaev et al.)
         refuse("self.buckets % 2", "buckets = {self.buckets} must be even (LSH hashes "
                "argmax([xR; -xR]) into buckets): change buckets")

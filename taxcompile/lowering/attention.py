@@ -49,8 +49,6 @@ ATTENTION_FIELDS = ("query", "keys", "values", "features", "score", "align", "di
 POSITIONS: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.POSITIONS.items()}
 BIASES: dict[str, tuple[P, ...]] = {k: m.params for k, m in mech.BIASES.items()}
 # Query-key normalisation: `qk_norm = l2(…)` (or `true`), its record's parameters.
-# `rms` (x-transformers' qk_rmsnorm) takes no parameters: its gains are learned
-QK_NORMS: dict[str, tuple[P, ...]] = {"l2": mech.TRAITS["qk_norm"].params, "rms": ()}
 # How a multi-head module joins its heads' contexts (the records of mechanisms.HEADS_OUT).
 # a way of joining heads that has required parameters is listed as the call it needs
 # (`routing(capsules = …)`); lowering/routing.py reads that call before this enum is tried
@@ -87,7 +85,7 @@ class Attentions(Features, Penalties, Mechanisms):
         align = self.align(f.get("align"), s, scope)
         traits = self.attention_traits(f, s, scope)
         traits.update(head_fields(self, f, scope))
-        traits.update(routing_field(self, f, s, traits, score))
+        traits.update(routing_field(self, f, traits))
         links = self.attention_links(f, scope)
         position = self.modifier(f.get("position"), "position", "position term")
         bf = f.get("bias")  # `bias = true | false`: graph attention's output bias
@@ -134,7 +132,7 @@ class Attentions(Features, Penalties, Mechanisms):
         if "mask" in f:
             mask, mask_input = self.mask_field(f["mask"].value, scope)
         self_loops = self.flag(f, "self_loops", scope)
-        penalties = self.penalty(f["penalty"].value, scope) if "penalty" in f else {}
+        penalties = self.penalty(f["penalty"], scope) if "penalty" in f else {}
         coverage = self.flag(f, "coverage", scope)  # See et al.'s coverage vector
         heads_out = (self.as_param(HEADS_OUT, f["heads_out"].value, scope, "`heads_out`")
                      if "heads_out" in f and not routed(f["heads_out"].value)
@@ -251,25 +249,21 @@ class Attentions(Features, Penalties, Mechanisms):
         return self.mechanism(kind, fld, mech.POSITIONS if kind == "position" else mech.BIASES,
                               what)
 
-    def qk_norm(self, fld: ast.Field | None) -> ir.QKNorm | None:
-        """`qk_norm = true | false | l2 | l2(scale = 10, groups = 1, dim_scale = false) | rms`: query-
-        key normalisation (its record's parameters; an error is recorded when it does not
-        lower)."""
+    def qk_norm(self, fld: ast.Field | None) -> ir.Mech | None:
+        """`qk_norm = true | false | l2(scale = 10, groups = 1, dim_scale = false) | rms`:
+        query-key normalisation, a form of ``mechanisms.QK_NORMS`` (`true`: the first with
+        its defaults; an error is recorded when it does not lower)."""
         if fld is None:
             return None
         v = fld.value
         if isinstance(v, ast.Ref) and len(v.parts) == 1 and v.name in ("true", "false"):
             if v.name == "false":
                 return None
-            return ir.QKNorm(loc=self.loc(v.pos))
-        name, p, syms = self._mechanism(fld, QK_NORMS, "query-key normalisation")
-        if not name:
-            return None
-        return ir.QKNorm(fn=name, scale=float(p.get("scale", 10.0)),
-                         groups=int(p.get("groups", 1)),
-                         dim_scale=bool(p.get("dim_scale", False)), rms=name == "rms",
-                         sym=tuple(sorted(syms.items())),
-                         loc=self.loc(v.pos))
+            first = next(iter(mech.QK_NORMS.values()))
+            return ir.Mech(kind="qk_norm", fn=first.name, params=tuple(
+                (p.name, p.default) for p in first.params), loc=self.loc(v.pos))
+        return self.mechanism("qk_norm", fld, spellings(mech.QK_NORMS),
+                              "query-key normalisation")
 
     def align(self, fld: ast.Field | None, s: ast.Attention, scope: Scope) -> ir.Mech | None:
         if fld is None:

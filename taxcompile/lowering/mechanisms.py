@@ -96,7 +96,9 @@ class Mechanisms:
 
         for i, a in enumerate(pos_args):
             if i >= len(sig):
-                self.err(a.pos, f"`{name}` takes {len(sig)} argument(s)")
+                params = ", ".join(f"`{p.name}`" for p in sig)
+                self.err(a.pos, f"`{name}` takes {len(sig)} argument(s): "
+                         f"{params or 'none'}")
                 return False, {}, {}
             if not take(sig[i], a):
                 return False, {}, {}

@@ -1,7 +1,10 @@
 """The ``penalty`` field of an attention statement: a term of the training loss. The
 penalties' records (``mechanisms.PENALTIES``) say how a spec writes each (a call
 ``penalty = NAME(…)``, or Lin et al.'s bare coefficient ``penalty = λ``) and which field of
-``ir.Attention`` its value fills; the functions here read each call's arguments. Errors of
+``ir.Attention`` its value fills; the functions here read each call's arguments. A record
+without a field of its own (``ir_field``) is lowered as every other mechanism is
+(``lowering/mechanisms.py``: its parameters checked against its record) into
+``ir.Attention.loss_term``, which its template computes. Errors of
 this kind: a wrong number or kind of arguments, a coefficient out of range. Whether a
 supervised penalty's target is an alignment input of the right axes is checked in
 checks.py."""
@@ -14,47 +17,37 @@ from ..ops import P
 from .constants import Constants
 from .names import Scope
 
-# The penalties written as a call, by name, and the one written as a bare coefficient.
-CALLED = {m.name: m for m in mech.PENALTIES.values() if not m.bare}
+
+
+def called() -> dict[str, mech.Mechanism]:
+    """The penalties written as a call, by name (read at each use: a registry extension
+    may add one)."""
+    return {m.name: m for m in mech.PENALTIES.values() if not m.bare}
+
+
+# The one written as a bare coefficient (Lin et al.'s `penalty = λ`).
 BARE = next(m for m in mech.PENALTIES.values() if m.bare)
 
 
 class Penalties(Constants):
     """The ``penalty`` field (a part of ``lower.Lowerer``)."""
 
-    def penalty(self, v: ast.Expr, scope: Scope) -> dict[str, object]:
+    def penalty(self, fld: ast.Field, scope: Scope) -> dict[str, object]:
         """``penalty = …`` -> {the ``ir.Attention`` field it fills: its value, None when it
         does not lower (the error is recorded)}."""
-        if isinstance(v, ast.Ref) and len(v.parts) == 1 and v.name in CALLED and not (
+        v, table = fld.value, called()
+        if isinstance(v, ast.Ref) and len(v.parts) == 1 and v.name in table and not (
                 (scope.lookup(v.name) if scope else None) or v.name in self.consts):
             # a penalty's bare name (`penalty = coverage`) is its call with no arguments; a
             # `let` of that name stays Lin et al.'s coefficient
             v = ast.Call(pos=v.pos, fn=v.name, args=(), kwargs=())
-        m = CALLED.get(v.fn) if isinstance(v, ast.Call) else None
+        m = table.get(v.fn) if isinstance(v, ast.Call) else None
         if m is None:
             return {BARE.ir_field: self.as_param(param(BARE, "lambda"), v, scope, "`penalty`")}
+        if not m.ir_field:  # a record and its template: a mechanism as any other
+            return {"loss_term": self.mechanism("penalty", ast.Field(pos=fld.pos, name=fld.name,
+                                                value=v), {m.name: m}, "penalty", scope)}
         return {m.ir_field: ARGUMENTS[m.ir_field](self, m, v, scope)}
-
-    def doubly_stochastic_penalty(self, m: mech.Mechanism, v: ast.Call,
-                                  scope: Scope) -> float | None:
-        """``penalty = doubly_stochastic(lambda)``: Xu et al. eq. 14, lambda sum_i (1 -
-        sum_t a_ti)^2; the coefficient, 1 when not given."""
-        if v.kwargs or len(v.args) > 1:
-            self.err(v.pos, "`doubly_stochastic` takes one argument, its coefficient "
-                     "lambda", "e.g. `penalty = doubly_stochastic(1.0)`")
-            return None
-        return (self.as_param(param(m, "lambda"), v.args[0], scope,
-                              "`lambda` of `doubly_stochastic`") if v.args else 1.0)
-
-    def coverage_penalty(self, m: mech.Mechanism, v: ast.Call, scope: Scope) -> float | None:
-        """``penalty = coverage(lambda)``: See et al.'s lambda sum_t sum_i min(a_i^t, c_i^t)
-        (eq. 12-13); the coefficient, 1 when not given."""
-        if v.kwargs or len(v.args) > 1:
-            self.err(v.pos, "`coverage` takes one argument, its coefficient lambda "
-                     "(See et al. eq. 13)", "e.g. `penalty = coverage(1.0)`")
-            return None
-        return (self.as_param(param(m, "lambda"), v.args[0], scope, "`lambda` of `coverage`")
-                if v.args else 1.0)
 
     def disagreement_penalty(self, m: mech.Mechanism, v: ast.Call,
                              scope: Scope) -> ir.Disagreement | None:
@@ -110,8 +103,6 @@ def param(m: mech.Mechanism, name: str) -> P:
 # How each call's arguments lower, by the ``ir.Attention`` field its record names
 # (tests/test_mechanisms.py: one for every penalty written as a call).
 ARGUMENTS = {
-    "doubly_stochastic": Penalties.doubly_stochastic_penalty,
-    "coverage_loss": Penalties.coverage_penalty,
     "disagreement": Penalties.disagreement_penalty,
     "supervised": Penalties.supervised,
 }

@@ -10,7 +10,7 @@ from ..ops import CALLS
 
 # The attention fields whose value names a mechanism of the kind (`score = additive`).
 FIELD_KINDS = {k: k for k in ("score", "align", "position", "bias", "mask", "heads_out",
-                              "penalty")}
+                              "qk_norm", "penalty")}
 
 
 def spellings() -> dict[str, list]:

@@ -16,21 +16,22 @@ from . import heads
 from .aligns import ALIGNS, GRAPH_REASON, POLICY_REASON
 from .heads import HEAD_MECHANISMS
 from .modifiers import BIASES, MODIFIERS, POSITIONS
-from .others import HEADS_OUT, MASK_ARG, MASKS, PENALTIES, TRAITS
+from .others import HEADS_OUT, MASK_ARG, MASKS, PENALTIES, QK_NORMS, TRAITS
 from .record import KINDS, CtorArg, Mechanism
 from .scores import SCORES, WITHOUT_QUERY, affinity_reading
 
 __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "KINDS", "heads",
-           "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POLICY_REASON", "POSITIONS", "REGISTRY",
+           "MASKS", "MASK_ARG", "MODIFIERS", "PENALTIES", "POLICY_REASON", "POSITIONS", "QK_NORMS",
+           "REGISTRY",
            "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
-           "constructor", "literal", "modifiers", "ordered", "penalties", "score", "align",
+           "TEMPLATE_PATHS", "class_penalty", "constructor", "literal", "modifiers", "ordered", "penalties", "score", "align",
            "align_reads", "signature", "spellings"]
 
 # Every record, by (kind, name).
 REGISTRY: dict[tuple[str, str], Mechanism] = {
     (m.kind, m.name): m for table in (SCORES, ALIGNS, POSITIONS, BIASES, MASKS, HEADS_OUT,
-                                      PENALTIES, TRAITS, HEAD_MECHANISMS)
+                                      PENALTIES, TRAITS, QK_NORMS, HEAD_MECHANISMS)
     for m in table.values()}
 
 
@@ -64,14 +65,26 @@ def modifiers(n) -> list[tuple[Mechanism, object]]:
 
 
 def penalties(n) -> list[tuple[Mechanism, object]]:
-    """(record, its IR value) of each penalty of a statement."""
-    out = []
-    for name, value in (("frobenius", n.penalty), ("doubly_stochastic", n.doubly_stochastic),
-                        ("coverage", n.coverage_loss), ("disagreement", n.disagreement),
-                        ("supervised", n.supervised)):
-        if value is not None:
-            out.append((PENALTIES[name], value))
+    """(record, its IR value) of each penalty of a statement: those lowered to a field of
+    their own (the record's ``ir_field``), in the registry's order, then the one its record
+    and template define whole (``ir.Attention.loss_term``, an ``ir.Mech``)."""
+    out = [(m, v) for m in PENALTIES.values()
+           if m.ir_field and (v := getattr(n, m.ir_field)) is not None]
+    if n.loss_term is not None:
+        out.append((n.loss_term.record, n.loss_term))
     return out
+
+
+def class_penalty(n) -> bool:
+    """Whether a penalty of ``n`` is computed by its attention class from the weights and
+    returned as ``extras["penalty"]`` (its record's ``extras``): the class then takes its
+    explicit path, and the model adds the term to its penalties."""
+    return any("penalty" in rec.extras for rec, _ in penalties(n))
+
+
+# Folders of the templates of mechanisms registered from outside taxcompile (a record's
+# ``template`` is looked up in templates/codegen/, then in these, in order).
+TEMPLATE_PATHS: list[str] = []
 
 
 # The arguments every attention class takes: the widths of q, k and v and the heads.
@@ -106,7 +119,7 @@ def constructor(n, dropout: bool = False, share: str | None = None,
     if getattr(n, "kv_heads", 0):
         out += TRAITS["kv_heads"].ctor
     if getattr(n, "qk_norm", None) is not None:
-        out += TRAITS["qk_norm"].ctor
+        out += n.qk_norm.record.ctor
     if share == "keys":
         out += TRAITS["shared_keys"].ctor
     elif share == "swap":

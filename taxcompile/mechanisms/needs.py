@@ -90,7 +90,8 @@ def refusal(n) -> tuple[object, str, str] | None:
     record requires a tag ``n`` lacks or excludes one it has; None if every one fits."""
     has = tags(n)
     where = f"attention `{n.name}`"
-    for m in (*n.head_mechanisms, n.align, n.score):
+    join = (n.join,) if n.join is not None else ()
+    for m in (*join, *n.head_mechanisms, n.align, n.score):
         rec = m.record
         if not (rec.requires or rec.excludes):
             continue

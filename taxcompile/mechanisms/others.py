@@ -1,5 +1,6 @@
 """The other attention-level mechanisms: structural masks, how heads join, penalties (terms
-of the training loss) and the traits of a module (its heads, dimensionality, capsules, …)."""
+of the training loss), the traits of a module (its heads, dimensionality, capsules, …) and
+the forms of query-key normalisation."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ HEADS_OUT: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("heads_out", "routing", (P("capsules", "int"), P("iters", "int", False, 3)),
               reading="Multi-Head",
               reason=lambda n: f"routing by agreement (Li et al. 2019) aggregates its {n.heads} "
-                     f"heads' contexts, the input capsules, into {n.routing.capsules} output "
+                     f"heads' contexts, the input capsules, into {n.join.capsules} output "
                      "capsules in place of W_O concat: each head still has its own projections "
                      "of q, k and v, its scores and its context (eq. 38-40), so the module "
                      "stays multi-head",
@@ -50,12 +51,19 @@ HEADS_OUT: dict[str, Mechanism] = {m.name: m for m in (
                   "side by side: votes u_hn = W_hn c_h, b_hn = 0; routing_iters times: "
                   "C_hn = softmax_n(b_hn), s_n = sum_h C_hn u_hn, o_n = squash(s_n), "
                   "b_hn += u_hn^T o_n",
-              ctor=(CtorArg("out_capsules", "int", owner="routing", field="capsules",
+              ctor=(CtorArg("out_capsules", "int", owner="join", field="capsules",
                             sym="capsules",
                             comment="output capsules the heads are routed into (Li et al. 2019)"),
-                    CtorArg("routing_iters", "int", owner="routing", field="iters", sym="iters",
+                    CtorArg("routing_iters", "int", owner="join", field="iters", sym="iters",
                             comment="iterations of routing by agreement")),
-              template="heads_out/routing.py.j2", full_width=True),
+              template="heads_out/routing.py.j2", full_width=True,
+              parts=("capsules", "out_capsules",
+                     "the output capsules side by side are the context"),
+              excludes=("capsules", "edges"),
+              conflict=("routing by agreement", "it routes the heads' own contexts into "
+                        "output capsules in place of W_O; capsule-based attention has a "
+                        "learned query per class (eq. 43-45), graph attention joins its heads "
+                        "in its own kernel (eq. 5-6)")),
 )}
 
 # Terms of the training loss. None changes a module's score, alignment, wiring or heads,
@@ -81,13 +89,18 @@ PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
               needs=("H",), ir_field="penalty", bare=True),
     Mechanism("penalty", "doubly_stochastic", (P("lambda", "float", False, 1.0),),
               reason=LOSS_REASON,
-              label="doubly stochastic penalty {lam:g}",
+              label="doubly stochastic penalty {lambda:g}",
               doc="lambda sum_i (1 - sum_t a_ti)^2 (Xu et al. eq. 14)",
-              helpers=("doubly_stochastic_penalty",), ir_field="doubly_stochastic"),
+              helpers=("doubly_stochastic_penalty",),
+              call="doubly_stochastic_penalty({a}, {qmask}, {kmask}, {lambda!r})",
+              rows="the doubly stochastic penalty sums each key's weights over the query "
+                   "positions (Xu et al. eq. 14)"),
     Mechanism("penalty", "coverage", (P("lambda", "float", False, 1.0),), reason=LOSS_REASON,
-              label="coverage loss {lam:g}",
+              label="coverage loss {lambda:g}",
               doc="lambda sum_t sum_i min(a_i^t, c_i^t) (See et al. eq. 12-13)",
-              helpers=("coverage_loss",), ir_field="coverage_loss"),
+              helpers=("coverage_loss",), call="coverage_loss({a}, {qmask}, {kmask}, {lambda!r})",
+              rows="the coverage loss compares each step's weights with the sum of the "
+                   "earlier steps' (See et al. eq. 12-13)"),
     Mechanism("penalty", "disagreement",
               (P("lambda", "float", False, 1.0),
                P("on", "enum", True, None, ("subspace", "position", "output"))),
@@ -166,39 +179,6 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
                             comment="key/value heads, each shared by heads / kv_heads query "
                                     "heads (0: heads)"),),
               template="heads/kv_heads.py.j2"),
-    # x-transformers' `attn_qk_norm` (Henry et al. 2020; Dehghani et al. 2023): q and k
-    # l2-normalised per head, the scale s replacing 1 / sqrt(d_k); the score stays its family
-    Mechanism("trait", "qk_norm",
-              (P("scale", "float", False, 10.0), P("groups", "int", False, 1),
-               P("dim_scale", "bool", False, False)),
-              class_part="QKNorm",
-              label=lambda qk, **_: "qk-norm " + ("(RMS)" if qk.rms else "(learned gains)"
-                                                  if qk.dim_scale else f"(scale {qk.scale:g})"),
-              reason=lambda qk, **_: "; q and k are " + (
-                  "RMS-normalised per head with a learned gain per feature before the dot "
-                  "product (query-key RMS normalisation), the score's own scale kept" if qk.rms
-                  else "l2-normalised per head before the dot product (query-key "
-                  "normalisation), " + (
-                      "with a learned gain per feature, scaled by 1/sqrt(d_k)" if
-                      qk.dim_scale else f"the scale {qk.scale:g} replacing 1/sqrt(d_k)")) +
-                     ": a dot product of transformed q and k, Table II's family as written "
-                     "(a cosine similarity times a scale)",
-              doc="Query-key normalisation (x-transformers' qk_norm): q and k l2-normalised per "
-                  "head in qk_groups parts, then e = qk_scale * q^T k; qk_dim_scale: a learned "
-                  "gain per head and feature on each (initialised to d_head^(1/4)), and "
-                  "qk_scale = 1 / sqrt(d_head); qk_rms: q and k RMS-normalised per head, times "
-                  "learned gains (1 at the start), then the score as written (x-transformers' "
-                  "qk_rmsnorm).",
-              ctor=(CtorArg("qk_scale", "float", "10.0", owner="qk_norm", field="scale",
-                            unset=10.0, comment="the scale of the normalised q^T k"),
-                    CtorArg("qk_groups", "int", "1", owner="qk_norm", field="groups", unset=1,
-                            comment="q and k normalised in this many parts per head"),
-                    CtorArg("qk_dim_scale", "bool", "False", owner="qk_norm",
-                            field="dim_scale", unset=False,
-                            comment="learned gains on q and k, scale 1 / sqrt(d_head)"),
-                    CtorArg("qk_rms", "bool", "False", owner="qk_norm", field="rms",
-                            unset=False, comment="RMS norms with learned gains on q and k")),
-              template="heads/qk_norm.py.j2"),
     Mechanism("trait", "pair_mask", label="mask `{mask_input}`",
               doc="pair_mask: (N, Lq, Lk) bool, True = the query may see the key, a mask "
                   "given with the data (a mask input), combined with both."),
@@ -209,3 +189,42 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
                      "section 3.2): earlier positions of the same sequence as more keys, the "
                      "queries still the segment's own positions"),
 )}
+
+# x-transformers' `attn_qk_norm` (Henry et al. 2020; Dehghani et al. 2023): q and k
+# l2-normalised per head, the scale s replacing 1 / sqrt(d_k); the score stays its family
+_L2 = Mechanism("qk_norm", "l2",
+                (P("scale", "float", False, 10.0), P("groups", "int", False, 1),
+                 P("dim_scale", "bool", False, False)),
+                class_part="QKNorm",
+                label=lambda qk, **_: "qk-norm " + ("(RMS)" if qk.rms else "(learned gains)"
+                                                    if qk.dim_scale else f"(scale {qk.scale:g})"),
+                reason=lambda qk, **_: "; q and k are " + (
+                    "RMS-normalised per head with a learned gain per feature before the dot "
+                    "product (query-key RMS normalisation), the score's own scale kept" if qk.rms
+                    else "l2-normalised per head before the dot product (query-key "
+                    "normalisation), " + (
+                        "with a learned gain per feature, scaled by 1/sqrt(d_k)" if
+                        qk.dim_scale else f"the scale {qk.scale:g} replacing 1/sqrt(d_k)")) +
+                       ": a dot product of transformed q and k, Table II's family as written "
+                       "(a cosine similarity times a scale)",
+                doc="Query-key normalisation (x-transformers' qk_norm): q and k l2-normalised per "
+                    "head in qk_groups parts, then e = qk_scale * q^T k; qk_dim_scale: a learned "
+                    "gain per head and feature on each (initialised to d_head^(1/4)), and "
+                    "qk_scale = 1 / sqrt(d_head); qk_rms: q and k RMS-normalised per head, times "
+                    "learned gains (1 at the start), then the score as written (x-transformers' "
+                    "qk_rmsnorm).",
+                ctor=(CtorArg("qk_scale", "float", "10.0", owner="qk_norm", field="scale",
+                              unset=10.0, comment="the scale of the normalised q^T k"),
+                      CtorArg("qk_groups", "int", "1", owner="qk_norm", field="groups", unset=1,
+                              comment="q and k normalised in this many parts per head"),
+                      CtorArg("qk_dim_scale", "bool", "False", owner="qk_norm",
+                              field="dim_scale", unset=False,
+                              comment="learned gains on q and k, scale 1 / sqrt(d_head)"),
+                      CtorArg("qk_rms", "bool", "False", owner="qk_norm", field="rms",
+                              unset=False, comment="RMS norms with learned gains on q and k")),
+                template="heads/qk_norm.py.j2", fixed=(("rms", False),))
+# `qk_norm = rms` (x-transformers' `qk_rmsnorm`): the same class (its constructor's qk_rms),
+# no parameters; the fields the l2 form's are read as its defaults
+QK_NORMS: dict[str, Mechanism] = {m.name: m for m in (
+    _L2, _L2._replace(name="rms", params=(), fixed=(
+        ("scale", 10.0), ("groups", 1), ("dim_scale", False), ("rms", True))))}

@@ -17,8 +17,8 @@ Text = Union[str, Callable[..., str], None]
 
 # The kinds of mechanism, in the order a statement lists them (its class name, its
 # constructor and its docstring follow this order).
-KINDS = ("query", "trait", "score", "align", "position", "bias", "mask", "heads_out",
-         "penalty")
+KINDS = ("query", "trait", "qk_norm", "score", "align", "position", "bias", "mask",
+         "heads_out", "penalty")
 
 
 class CtorArg(NamedTuple):
@@ -28,7 +28,8 @@ class CtorArg(NamedTuple):
     type: str  # its annotation in the generated signature
     default: str | None = None  # its default, as code; None: required
     # the IR object that holds the value: attention | score | align | position | qk_norm |
-    # heads (the statement's head mechanism named by ``mechanism``)
+    # join (the way heads join, when it has parameters) | heads (the statement's head
+    # mechanism named by ``mechanism``)
     owner: str = "attention"
     field: str = ""  # the value's attribute on ``owner`` ('' for values the caller computes)
     sym: str = ""  # its key in the owner's ``sym`` (a Config expression), '' as ``field``
@@ -168,6 +169,20 @@ class Mechanism(NamedTuple):
     requires: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
     conflict: tuple[str, str] = ("", "")
+    # a way of joining heads whose parameter splits the context's features into equal parts
+    # (routing's output capsules): (the parameter, its constructor argument, what the parts
+    # are), so the checker and the drop-in layer refuse a number that does not divide them
+    parts: tuple[str, str, str] = ("", "", "")
+    # values the IR object reads as parameters that a spec does not write: what sets one
+    # form of a mechanism apart from another that shares its class (`qk_norm = rms`'s
+    # rms = true, and the l2 form's scale and groups it has no use for)
+    fixed: tuple[tuple[str, object], ...] = ()
+    # a penalty the model computes from a module's weights once the call returns: the call
+    # of its helper, a pattern over its parameters, `{a}` (the weights, each step's in a
+    # decoder loop), `{qmask}` and `{kmask}` (the padding masks of queries and keys); and
+    # where it needs one weight per key and query position, why (a checker's message)
+    call: Text = ""
+    rows: str = ""
     # why its weights are no distribution over the keys ("" where they are one): what
     # `.weights` and `supervised`, which need one, say when they refuse the module
     not_distribution: Text = ""
