@@ -6,13 +6,14 @@ full model uses for that statement (planned by ``classes.attention_class`` and r
 mask and query-position arguments the model's variants use), its helpers, a ``Config`` with
 the statement's sizes (``layer_config.py``: every width checked against the others) and a
 thin ``Layer`` wrapper (``templates/codegen/layer.py.j2``) that owns the query, key and value
-projections and the statement's learned query, and is called as ``nn.MultiheadAttention`` and
+projections and the statement's learned query, keys, values and memory slots, and is called as ``nn.MultiheadAttention`` and
 ``F.scaled_dot_product_attention`` are: ``forward(q, k, v, *, mask=None, is_causal=False,
 positions=None, need_weights=False)``, the output alone or (output, weights).
 
 A drop-in layer takes queries, keys and values that are features or projections of
 features (``project(F)``, eq. 1 and 35); a learned query (``learned(d)``, ``learned(K, d)``
-or a projection of one, eq. 34) or no query (eq. 33) is the layer's own. Keys built by other
+or a projection of one, eq. 34) or no query (eq. 33) is the layer's own, and so are learned
+keys and values and the memory slots put before them (``layer_kv.py``). Keys built by other
 operators (an RNN, a concatenation, …) or an affinity matrix (co-attention) belong to their
 model and are refused with a ``LayerError``."""
 
@@ -181,10 +182,8 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
         raise LayerError(f"attention `{name}` uses the weights of `{n.share}` (`share =`): it "
                          "belongs to its model; take the layer of the statement it shares")
     q, k, v = (role(cm, n, r, e) for r, e in (("q", n.query), ("k", n.keys), ("v", n.values)))
-    try:
-        layer_kv.check(q, k, v)
-    except layer_kv.LayerKVError as err:
-        raise LayerError(f"attention `{name}`: {err}; it belongs to its model") from None
+    if why_not := layer_kv.refusal(q, k, v):
+        raise LayerError(f"attention `{name}`: {why_not}; it belongs to its model")
     reg = _Classes(cm.model)
     cls = attention_class(reg, n)
     planned = reg.classes[cls]

@@ -14,20 +14,17 @@ from __future__ import annotations
 import textwrap
 
 
-class LayerKVError(Exception):
-    """Keys and values the layer cannot take (``layer.LayerError`` carries the message)."""
-
-
-def check(q, k, v) -> None:
-    """Refuse what the layer cannot be given: keys and values learned in one way and not in
-    the other (the checker keeps their positions equal), or nothing that gives the batch."""
+def refusal(q, k, v) -> str:
+    """Why the layer cannot take these keys and values ('' where it can): keys and values
+    learned in one way and not in the other (the checker keeps their positions equal), or
+    nothing that gives the batch."""
     if v.kind != "keys" and (bool(k.own), bool(k.slots)) != (bool(v.own), bool(v.slots)):
-        raise LayerKVError("its keys and values are not both learned, or both a feature "
-                           "after learned memory slots, so they are not one sequence the "
-                           "layer can take")
+        return ("its keys and values are not both learned, or both a feature after learned "
+                "memory slots, so they are not one sequence the layer can take")
     if k.own and (q.kind == "none" or q.own):
-        raise LayerKVError("its query, keys and values are all learned: no input gives the "
-                           "batch, and the output is the same for every example")
+        return ("its query, keys and values are all learned: no input gives the batch, and "
+                "the output is the same for every example")
+    return ""
 
 
 def expand(r) -> str:
