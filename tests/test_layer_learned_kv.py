@@ -197,3 +197,27 @@ def test_the_command_line_refuses_in_one_line(tmp_path):
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "its query, keys and values are all learned" in run.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("spec, name", [(None, "lookup"), (None, "mem"),
+                                        ("specs/yang2016.attn", "word"),
+                                        ("specs/lin2017.attn", "M")])
+def test_the_usage_in_the_docstring_is_a_valid_call(spec, name):
+    """The file's Usage passes None where the layer owns the query, keys or values."""
+    if spec is None:
+        mod = layer_module(name)
+    else:
+        cs = pipeline.load(ROOT / spec)
+        mod = load_module(layer.generate(cs, cs.models[0], name, spec), f"usage_{name}")
+    usage = mod.__doc__.split("Usage:\n", 1)[1]
+    calls = [line.split("#")[0].strip() for line in usage.splitlines() if "layer(" in line]
+    assert len(calls) == 2, usage
+    cfg = mod.Config()
+    d = {r: getattr(cfg, f"d_{r}", None) for r in "qkv"}
+    keys = getattr(cfg, "n_kv", 4)  # the layer's own keys, or the 4 given
+    env = {"layer": mod.Layer(cfg), "keep": torch.ones(2, keys, dtype=torch.bool)}
+    env.update({r: torch.randn(2, 4, w) for r, w in d.items() if w is not None})
+    with torch.no_grad():
+        exec(calls[0], env)  # out = layer(…)
+        exec(calls[1], env)  # out, weights = layer(…, need_weights=True)
+    assert env["out"].shape[0] == 2 and env["weights"].shape[0] == 2

@@ -234,7 +234,10 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
         about=about(view, bool(q.own), k),
         kv_params=layer_kv.params(k, v), kv_prepend=layer_kv.prepend_lines(k, v, view),
         kv_count=layer_kv.count(k) if k.own else "", kv_k=layer_kv.expand(k) if k.own else "",
-        kv_v=layer_kv.expand(v) if v.own else "", kv_doc=layer_kv.doc(k, v), causal_refusal=refusal, call=forward_call,
+        kv_v=layer_kv.expand(v) if v.own else "", kv_doc=layer_kv.doc(k, v),
+        usage=", ".join(["None" if q.kind == "none" or q.own else "q",
+                         "None" if k.own else "k"] + ([] if v.kind == "keys" else
+                                                      ["None" if v.own else "v"])), causal_refusal=refusal, call=forward_call,
         source=safe_source(source), shown=shown, model=cm.model.name, cite=safe(label),
         cls=cls, view=view, q=q, k=k, v=v, config=config, helpers=helpers, klass=klass,
         ctor=call, fast=bool(fast), flex=fast == "flex", why=why,
