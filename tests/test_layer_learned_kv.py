@@ -51,7 +51,7 @@ model m {
 REFUSED = {
     # nothing gives the batch, and the output is the same for every example
     "all_learned": ("query = learned(2, d)  keys = learned(5, d)  values = learned(5, d)",
-                    "its query, keys and values are all learned"),
+                    "its keys and values are learned and so is its query"),
     # the vectors before e are a feature the model may read elsewhere
     "named_vectors": ("query = project(e)  features = project(prepend(e, z))",
                       "the keys of attention `a` are `project(…)`: a drop-in layer takes"),
@@ -195,7 +195,7 @@ def test_the_command_line_refuses_in_one_line(tmp_path):
                           "a", "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 2, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert "its query, keys and values are all learned" in run.stderr
+    assert "its keys and values are learned and so is its query" in run.stderr
     assert not out.exists()
 
 

@@ -22,8 +22,8 @@ def refusal(q, k, v) -> str:
         return ("its keys and values are not both learned, or both a feature after learned "
                 "memory slots, so they are not one sequence the layer can take")
     if k.own and (q.kind == "none" or q.own):
-        return ("its query, keys and values are all learned: no input gives the batch, and "
-                "the output is the same for every example")
+        return ("its keys and values are learned and so is its query (or it has none): no "
+                "input gives the batch, and the output is the same for every example")
     return ""
 
 
@@ -86,5 +86,6 @@ def doc(k, v) -> list[str]:
     return textwrap.wrap(
         f"The layer puts {'its Config.n_slots' if many else 'its one'} learned memory "
         f"slot{'s' if many else ''} ({names}) before the keys"
-        f"{' and values' if v.slots else ''} it is given (M + Lk keys), never masked: mask, "
-        "is_causal and positions count the keys given, the slots before key 0.", 84)
+        f"{' and values' if v.slots else ''} it is given ({'M' if many else '1'} + Lk keys), "
+        "never masked: mask, is_causal and positions count the keys given, the "
+        f"{'slots' if many else 'slot'} before key 0.", 84)
