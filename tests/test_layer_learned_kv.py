@@ -149,6 +149,12 @@ def test_the_slots_are_never_masked(causal):
     torch.testing.assert_close(c, want_c, rtol=0, atol=1e-10)
     assert a.shape == (B, 2, L, M + L)
     assert a[2, :, :, :M].sum(-1).sub(1).abs().max() < 1e-12  # all on the slots
+    if causal:  # positions place the queries among the keys given, not among the slots
+        with torch.no_grad():
+            part = lay(x[:1, 1:3], x[:1], x[:1], is_causal=True, positions=1)
+            last = lay(x[:1, -2:], x[:1], x[:1], is_causal=True)  # None: the last Lq
+        torch.testing.assert_close(part, c[:1, 1:3], rtol=0, atol=1e-10)
+        torch.testing.assert_close(last, c[:1, -2:], rtol=0, atol=1e-10)
 
 
 def test_learned_keys_take_no_k_and_v():
