@@ -6,9 +6,10 @@ full model uses for that statement (planned by ``classes.attention_class`` and r
 mask and query-position arguments the model's variants use), its helpers, a ``Config`` with
 the statement's sizes (``layer_config.py``: every width checked against the others) and a
 thin ``Layer`` wrapper (``templates/codegen/layer.py.j2``) that owns the query, key and value
-projections and the statement's learned query, keys, values and memory slots, and is called as ``nn.MultiheadAttention`` and
-``F.scaled_dot_product_attention`` are: ``forward(q, k, v, *, mask=None, is_causal=False,
-positions=None, need_weights=False)``, the output alone or (output, weights).
+projections and the statement's learned query, keys, values and memory slots, and is called
+as ``nn.MultiheadAttention`` and ``F.scaled_dot_product_attention`` are: ``forward(q, k, v,
+*, mask=None, is_causal=False, positions=None, need_weights=False)``, the output alone or
+(output, weights).
 
 A drop-in layer takes queries, keys and values that are features or projections of
 features (``project(F)``, eq. 1 and 35); a learned query (``learned(d)``, ``learned(K, d)``
@@ -102,8 +103,8 @@ def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) ->
     own: tuple[int, ...] = ()
     slots: tuple[int, ...] = ()
     param = scale = ""
-    if r != "q" and isinstance(src, ir.Op) and src.fn == "prepend" \
-            and isinstance(src.args[0], ir.Ref) and (len(src.args) == 1 or is_learned(src.args[1])):
+    if r != "q" and isinstance(src, ir.Op) and src.fn == "prepend" and isinstance(
+            src.args[0], ir.Ref) and (len(src.args) == 1 or is_learned(src.args[1])):
         # memory slots: the layer puts them before the keys (values) it is given
         d_in = cm.shapes[src.args[0].node].dim
         if len(src.args) == 1:  # prepend(x, n): the op's own vectors (operators/blocks.py)
@@ -232,12 +233,7 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
                                                   "causal)" if n.mask != "none" else "refused")
                                  + f": {own}.", 84),
         about=about(view, bool(q.own), k),
-        kv_params=layer_kv.params(k, v), kv_prepend=layer_kv.prepend_lines(k, v, view),
-        kv_count=layer_kv.count(k) if k.own else "", kv_k=layer_kv.expand(k) if k.own else "",
-        kv_v=layer_kv.expand(v) if v.own else "", kv_doc=layer_kv.doc(k, v),
-        usage=", ".join(["None" if q.kind == "none" or q.own else "q",
-                         "None" if k.own else "k"] + ([] if v.kind == "keys" else
-                                                      ["None" if v.own else "v"])), causal_refusal=refusal, call=forward_call,
+        **layer_kv.context(q, k, v, view), causal_refusal=refusal, call=forward_call,
         source=safe_source(source), shown=shown, model=cm.model.name, cite=safe(label),
         cls=cls, view=view, q=q, k=k, v=v, config=config, helpers=helpers, klass=klass,
         ctor=call, fast=bool(fast), flex=fast == "flex", why=why,
@@ -264,8 +260,8 @@ def about(view, own: bool, k: Role) -> str:
          else "") + ". `Layer` adds the spec's query, key and value projections" +
         (" and its learned query" if own else "") +
         (" and its learned keys and values" if k.own else "") +
-        (" and its memory slots (put before the keys it is given)" if k.slots else "") + " and is called as nn.MultiheadAttention "
-        "and F.scaled_dot_product_attention are.", 92)
+        (" and its memory slots (put before the keys it is given)" if k.slots else "") +
+        " and is called as nn.MultiheadAttention and F.scaled_dot_product_attention are.", 92)
 
 
 def start_default(cm: checks.CheckedModel, n: ir.Attention) -> str:

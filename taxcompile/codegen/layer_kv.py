@@ -89,3 +89,13 @@ def doc(k, v) -> list[str]:
         f"{' and values' if v.slots else ''} it is given ({'M' if many else '1'} + Lk keys), "
         "never masked: mask, is_causal and positions count the keys given, the "
         f"{'slots' if many else 'slot'} before key 0.", 84)
+
+
+def context(q, k, v, view) -> dict:
+    """What layer.py.j2 reads of the learned keys, values and slots, and its Usage's call."""
+    usage = ["None" if q.kind == "none" or q.own else "q", "None" if k.own else "k"]
+    if v.kind != "keys":  # the values are the keys: v defaults to None
+        usage.append("None" if v.own else "v")
+    return dict(kv_params=params(k, v), kv_prepend=prepend_lines(k, v, view),
+                kv_count=count(k) if k.own else "", kv_k=expand(k) if k.own else "",
+                kv_v=expand(v) if v.own else "", kv_doc=doc(k, v), usage=", ".join(usage))
