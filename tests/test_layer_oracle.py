@@ -4,9 +4,11 @@ float64 with a seed (Config.tiny()) and run on its example inputs, a forward hoo
 statement's attention module recording what it is given and gives; the layer is built with
 the widths and constructor arguments that module was built with, the statement's weights
 are copied into it by name (the attention module's own, the projections `NAME_q_proj` /
-`NAME_qkv_proj` / …, the learned query `NAME_q`), and it is fed the queries, keys and values
-the statement reads (the features before the spec's projections: the projections' inputs,
-recorded by hooks too) with the same padding mask and query positions. Its output, weights
+`NAME_qkv_proj` / …, the learned query `NAME_q`, learned keys, values and memory slots
+`NAME_k_learned` / …), and it is fed the queries, keys and values the statement reads (the
+features before the spec's projections: the projections' inputs, recorded by hooks too,
+less the memory slots the layer puts in front itself) with the same padding mask and query
+positions (both counting the keys without the slots, which must be kept). Its output, weights
 and extras must equal the module's to 1e-10. The statements the layer refuses are listed in
 REFUSED with the reason each must be refused for.
 
@@ -193,6 +195,18 @@ def learned_query(net, path: str, name: str):
     raise AssertionError(f"no learned query `{name}_q` in the model")
 
 
+def learned_params(net, name: str, roles) -> dict:
+    """The model's parameters of the learned keys, values and memory slots of statement
+    ``name``, by the layer's name for each (the model's less the statement's prefix)."""
+    want = {f"{name}_{r.param}": r.param for r in roles.values() if r.param}
+    got: dict = {}
+    for p, prm in net.named_parameters():  # a repeat's first hop
+        if p.rsplit(".", 1)[-1] in want:
+            got.setdefault(want[p.rsplit(".", 1)[-1]], prm)
+    assert set(got) == set(want.values()), (want, list(got))
+    return got
+
+
 def layer_config(mod, roles, call, ctor, learned):
     """The layer's Config: the widths the module was given and built with, the rest its
     constructor's arguments (the Config fields are named after them)."""
@@ -203,12 +217,15 @@ def layer_config(mod, roles, call, ctor, learned):
         r = field[2] if field.startswith("d_") and len(field) >= 3 else ""
         if field in ("d_q", "d_k", "d_v"):
             role = roles[r]
-            kw[field] = learned.shape[-1] if role.own else \
-                raw_input(role, call).shape[-1]
+            kw[field] = learned.shape[-1] if role.own and r == "q" else role.own[-1] \
+                if role.own else raw_input(role, call).shape[-1]
         elif field in ("d_q_proj", "d_k_proj", "d_v_proj"):
             kw[field] = given[r].shape[-1]
         elif field == "n_queries":
             kw[field] = learned.shape[0]
+        elif field in ("n_kv", "n_slots"):
+            kw[field] = next((r.own or r.slots)[0] for r in roles.values()
+                             if r.name != "q" and (r.own or r.slots))
         else:
             kw[field] = ctor[field]
     return mod.Config(**kw)
@@ -216,18 +233,23 @@ def layer_config(mod, roles, call, ctor, learned):
 
 def raw_input(role, call):
     """What forward() of the layer is given for ``role``: the tensor the module got, or
-    the input of the projection that made it (with the module's (N, L) leading axes)."""
+    the input of the projection that made it (with the module's (N, L) leading axes), less
+    the memory slots in front (the layer's own)."""
     got = call["args"]["qkv".index(role.name)]
-    if role.kind != "project":
-        return got
-    x = next(x for roles, x in call["proj_in"].items() if role.name in roles)
-    return x.reshape(-1, *got.shape[1:-1], x.shape[-1])
+    if role.kind == "project":
+        x = next(x for roles, x in call["proj_in"].items() if role.name in roles)
+        got = x.reshape(-1, *got.shape[1:-1], x.shape[-1])
+    return got[:, slot_count(role):]
 
 
-def copy_weights(lay, net, module, capture, roles, learned):
+def slot_count(role) -> int:
+    return role.slots[0] if len(role.slots) == 2 else len(role.slots)  # (M, d), (d,) or ()
+
+
+def copy_weights(lay, net, module, capture, roles, learned, name: str):
     """The statement's weights into the layer, by name: NAME_attn (or NAME) -> attn,
     NAME_<roles>_proj -> <role>_proj (split by rows where several roles share one matmul),
-    NAME_q -> query."""
+    NAME_q -> query, NAME_k_learned (…) -> k_learned (…)."""
     lay.attn.load_state_dict(module.state_dict())
     with torch.no_grad():
         for roles_of, proj in capture.projections.items():
@@ -236,6 +258,8 @@ def copy_weights(lay, net, module, capture, roles, learned):
                 getattr(lay, f"{r}_proj").weight.copy_(w)
         if learned is not None:
             lay.query.copy_(learned)
+        for param, prm in learned_params(net, name, roles).items():
+            lay.get_parameter(param).copy_(prm)
 
 
 def close(got, want, what: str, key: str) -> None:
@@ -271,14 +295,18 @@ def assert_layer_is_statement(cs, cm, name: str, key: str) -> None:
     learned = learned_query(net, path, n.name) if roles["q"].own else None
     lay = lmod.Layer(layer_config(lmod, roles, calls[0], rec.calls[id(module)], learned))
     lay = lay.to(DT).eval()
-    copy_weights(lay, net, module, capture, roles, learned)
+    copy_weights(lay, net, module, capture, roles, learned, n.name)
+    slots = slot_count(roles["k"])
     for call in calls:
         args, kw = call["args"], call["kwargs"]
         q, k, v = (None if roles[r].own or roles[r].kind in ("none", "keys") else
                    raw_input(roles[r], call) for r in "qkv")
         mask = args[3] if len(args) > 3 else kw.get("key_mask")
+        if slots and mask is not None:  # the model keeps its slots: the layer keeps its own
+            assert bool(mask[..., :slots].all()), key
+            mask = mask[..., slots:]
         at = kw.get("start", kw.get("offset"))
-        positions = None if at is None else int(at)
+        positions = None if at is None else int(at) - slots
         torch.set_rng_state(call["rng"])  # hard attention samples
         with torch.no_grad():
             c, a, extras = lay(q, k, v, mask=mask, positions=positions, need_weights=True,

@@ -6,13 +6,15 @@ full model uses for that statement (planned by ``classes.attention_class`` and r
 mask and query-position arguments the model's variants use), its helpers, a ``Config`` with
 the statement's sizes (``layer_config.py``: every width checked against the others) and a
 thin ``Layer`` wrapper (``templates/codegen/layer.py.j2``) that owns the query, key and value
-projections and the statement's learned query, and is called as ``nn.MultiheadAttention`` and
-``F.scaled_dot_product_attention`` are: ``forward(q, k, v, *, mask=None, is_causal=False,
-positions=None, need_weights=False)``, the output alone or (output, weights).
+projections and the statement's learned query, keys, values and memory slots, and is called
+as ``nn.MultiheadAttention`` and ``F.scaled_dot_product_attention`` are: ``forward(q, k, v,
+*, mask=None, is_causal=False, positions=None, need_weights=False)``, the output alone or
+(output, weights).
 
 A drop-in layer takes queries, keys and values that are features or projections of
 features (``project(F)``, eq. 1 and 35); a learned query (``learned(d)``, ``learned(K, d)``
-or a projection of one, eq. 34) or no query (eq. 33) is the layer's own. Keys built by other
+or a projection of one, eq. 34) or no query (eq. 33) is the layer's own, and so are learned
+keys and values and the memory slots put before them (``layer_kv.py``). Keys built by other
 operators (an RNN, a concatenation, …) or an affinity matrix (co-attention) belong to their
 model and are refused with a ``LayerError``."""
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from .. import checks, ir
 from .. import mechanisms as mech
-from . import kv_width
+from . import kv_width, layer_kv
 from .classes import attention_class, dot_form, fast_path
 from .emit import env, names
 from .layer_config import fields_and_checks, is_learned, learned_shape, raise_lines, reads
@@ -59,6 +61,11 @@ class Role:
     # layer's own, and forward() is given nothing; () for a tensor forward() is given
     own: tuple[int, ...] = ()
     sized: bool = False  # project(x, d): the spec gives the projection's width
+    # prepend(x, learned(M, d)) / prepend(x, M): the shape of the memory slots the layer puts
+    # before the keys (values) forward() is given, (M, d) or (d,); () for none
+    slots: tuple[int, ...] = ()
+    param: str = ""  # the name of the learned keys' (values', slots') parameter: the model's
+    scale: str = ""  # the scale of its N(0, 1) initialisation, as the model's
 
 
 def find(cm: checks.CheckedModel, name: str) -> ir.Attention:
@@ -93,25 +100,46 @@ def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) ->
         e = e.args[0]
     projected = isinstance(e, ir.Op) and e.fn == "project"
     src = e.args[0] if projected else e
-    if is_learned(src) and r == "q":
+    own: tuple[int, ...] = ()
+    slots: tuple[int, ...] = ()
+    param = scale = ""
+    if r != "q" and isinstance(src, ir.Op) and src.fn == "prepend" and isinstance(
+            src.args[0], ir.Ref) and (len(src.args) == 1 or is_learned(src.args[1])):
+        # memory slots: the layer puts them before the keys (values) it is given
+        d_in = cm.shapes[src.args[0].node].dim
+        if len(src.args) == 1:  # prepend(x, n): the op's own vectors (operators/blocks.py)
+            slots, param, scale = (int(src.param("n", 1)), d_in), f"{r}_prepend", "0.02"
+        else:
+            slots, param = learned_shape(src.args[1]), learned_name(r, src.args[1])
+        src = src.args[0]
+    if is_learned(src):
         own = learned_shape(src)
         d_in = own[-1]
+        if r != "q":
+            param = learned_name(r, src)
     elif isinstance(src, ir.Ref):
-        own, d_in = (), cm.shapes[src.node].dim
+        d_in = cm.shapes[src.node].dim
     else:
         shown = e.fn + "(…)" if isinstance(e, ir.Op) else e.kind
-        how = ("learned vectors as keys or values belong to their model" if is_learned(src)
-               else "a drop-in layer takes a feature or project(feature) as query, keys and "
-               "values (or a learned query, or none)")
         raise LayerError(f"the {what} of attention `{n.hop.template if n.hop else n.id}` "
-                         f"{'is' if r == 'q' else 'are'} `{shown}`: {how}")
+                         f"{'is' if r == 'q' else 'are'} `{shown}`: a drop-in layer takes a "
+                         "feature or project(feature) as query, keys and values, learned "
+                         "ones (learned(K, d)), or a feature after learned memory slots "
+                         "(prepend(x, learned(M, d))), or no query")
+    scale = scale or f"cfg.d_{r} ** -0.5"  # learned(…): N(0, 1) / sqrt(d), as the model's
     if not projected:
-        return Role(r, "input", d_in, d_in, own)
+        return Role(r, "input", d_in, d_in, own, slots=slots, param=param, scale=scale)
     d = e.param("d")
     if d is None and kv_width.inferred(n, e):  # kv_heads heads of the query heads' width
         d = n.kv_heads * (cm.attention[n.id].d_q // n.heads)
     return Role(r, "project", d_in, int(d if d is not None else d_in), own,
-                sized=e.param("d") is not None)
+                sized=e.param("d") is not None, slots=slots, param=param, scale=scale)
+
+
+def learned_name(r: str, e: ir.Op) -> str:
+    """The layer's name of the parameter of ``learned(…)`` in the keys (r = "k") or values:
+    the model's (codegen/features.py), less the statement's prefix, as ``k_proj`` is."""
+    return f"{r}_learned" if len(learned_shape(e)) == 2 else f"{r}_q"
 
 
 def per_query_mask(n: ir.Attention) -> str:
@@ -155,6 +183,8 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
         raise LayerError(f"attention `{name}` uses the weights of `{n.share}` (`share =`): it "
                          "belongs to its model; take the layer of the statement it shares")
     q, k, v = (role(cm, n, r, e) for r, e in (("q", n.query), ("k", n.keys), ("v", n.values)))
+    if why_not := layer_kv.refusal(q, k, v):
+        raise LayerError(f"attention `{name}`: {why_not}; it belongs to its model")
     reg = _Classes(cm.model)
     cls = attention_class(reg, n)
     planned = reg.classes[cls]
@@ -184,7 +214,8 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     label = cs.spec.paper.cite or cs.spec.paper.id
     call = wrap(f"self.attn = {cls}({', '.join(ctor)})", 8, 100)
     fast = fast_path(n, dot_form(n))
-    own = "its queries are learned, at no position" if q.own else why
+    own = "its queries are learned, at no position" if q.own else \
+        "its keys are learned, at no position" if k.own else why
     refusal = raise_lines("`is_causal`: this attention takes no causal mask per call, as "
                           f"{own}" + ("; Config(mask='causal') gives its own"
                                       if n.mask != "none" else ""), 12 if n.mask != "none" else 8)
@@ -201,7 +232,8 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
         causal_doc=textwrap.wrap("is_causal: " + ("only with Config.mask = causal (already "
                                                   "causal)" if n.mask != "none" else "refused")
                                  + f": {own}.", 84),
-        about=about(view, bool(q.own)), causal_refusal=refusal, call=forward_call,
+        about=about(view, bool(q.own), k),
+        **layer_kv.context(q, k, v, view), causal_refusal=refusal, call=forward_call,
         source=safe_source(source), shown=shown, model=cm.model.name, cite=safe(label),
         cls=cls, view=view, q=q, k=k, v=v, config=config, helpers=helpers, klass=klass,
         ctor=call, fast=bool(fast), flex=fast == "flex", why=why,
@@ -218,7 +250,7 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
                                                      flex_import="flex_attention" in used))
 
 
-def about(view, own: bool) -> str:
+def about(view, own: bool, k: Role) -> str:
     """The module docstring's paragraph on what the file holds."""
     variants = [x for x, on in (("a mask per query", view.pair),
                                 ("the position of the first query", view.offset)) if on]
@@ -226,8 +258,10 @@ def about(view, own: bool) -> str:
         "The class below is the one the full model uses for this statement" +
         (f" (with the arguments its variants take: {' and '.join(variants)})" if variants
          else "") + ". `Layer` adds the spec's query, key and value projections" +
-        (" and its learned query" if own else "") + " and is called as nn.MultiheadAttention "
-        "and F.scaled_dot_product_attention are.", 92)
+        (" and its learned query" if own else "") +
+        (" and its learned keys and values" if k.own else "") +
+        (" and its memory slots (put before the keys it is given)" if k.slots else "") +
+        " and is called as nn.MultiheadAttention and F.scaled_dot_product_attention are.", 92)
 
 
 def start_default(cm: checks.CheckedModel, n: ir.Attention) -> str:

@@ -47,13 +47,21 @@ def fields_and_checks(cm, n: ir.Attention, q, k, v, args: list[mech.CtorArg]) ->
     for r, what in ((q, "queries"), (k, "keys"), (v, "values")):
         if r.kind in ("none", "keys"):
             continue
-        if r.own:
+        if r.own and r.name == "q":
             if len(r.own) == 2:
                 out.append(Field("n_queries", "int", str(r.own[0]),
                                  "K: the learned queries (learned(K, d), eq. 34)"))
             out.append(Field(f"d_{r.name}", "int", str(r.d_in),
                              "width of the learned query (eq. 34)"))
+        elif r.own:  # the keys and values run over the same positions (check/attention)
+            if len(r.own) == 2 and "n_kv" not in {f.name for f in out}:
+                out.append(Field("n_kv", "int", str(r.own[0]),
+                                 "K: the learned keys and values (learned(K, d))"))
+            out.append(Field(f"d_{r.name}", "int", str(r.d_in), f"width of the learned {what}"))
         else:
+            if len(r.slots) == 2 and "n_slots" not in {f.name for f in out}:
+                out.append(Field("n_slots", "int", str(r.slots[0]), "M: the learned memory "
+                                 "slots before the keys and values (prepend)"))
             out.append(Field(f"d_{r.name}", "int", str(r.d_in),
                              f"width of the {what} forward() is given"))
         if r.kind != "project":
