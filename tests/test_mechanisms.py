@@ -210,7 +210,7 @@ CHECK_MODULES = sorted(str(p.relative_to(PKG)) for p in (PKG / "check").glob("*.
 
 @pytest.mark.parametrize("module", ["classification.py", "feature_dimensions.py", "diagrams.py", "fmt.py",
                                     "codegen/classes.py", "codegen/layer.py",
-                                    "codegen/layer_config.py",
+                                    "codegen/layer_config.py", "codegen/layer_kv.py",
                                     "codegen/attention.py", "codegen/decoder.py", "train.py",
                                     "combinations.py", "combination_space.py", "checks.py",
                                     "module_checks.py",
