@@ -53,8 +53,8 @@ def test_unknown_score_is_not_recognised_with_its_nodes():
 
 
 def test_every_registry_score_and_alignment_is_recognised_or_says_why_not():
-    covered = {("score", n) for n in patterns.SCORE_RECOGNISERS} | {
-        ("align", n) for n in ("global", "sigmoid", "topk", "local")}
+    covered = {("score", n) for n in [*patterns.SCORE_RECOGNISERS, "none"]} | {
+        ("align", n) for n in patterns.ALIGN_RECOGNISERS}
     for table in (mechanisms.SCORES, mechanisms.ALIGNS):
         for rec in table.values():
             key = (rec.kind, rec.name)

@@ -14,3 +14,8 @@ class Attention:
     source: list = field(default_factory=list)  # source lines from stack traces
     recognised: bool = True
     why_not: str = ""
+    names: dict = field(default_factory=dict)  # "score"/"align" -> the registry's name
+    # graph nodes for the passes over every attention (queries): not part of the answer
+    query: object = field(default=None, repr=False, compare=False)
+    keys: object = field(default=None, repr=False, compare=False)
+    app: object = field(default=None, repr=False, compare=False)
