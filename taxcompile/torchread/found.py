@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(eq=False)  # one attention is one graph place: compared by identity
 class Attention:
     norm: str  # the alignment node
     applied_by: str  # the node that weighs the values
@@ -19,3 +19,4 @@ class Attention:
     query: object = field(default=None, repr=False, compare=False)
     keys: object = field(default=None, repr=False, compare=False)
     app: object = field(default=None, repr=False, compare=False)
+    masks: list = field(default_factory=list, repr=False, compare=False)

@@ -345,7 +345,7 @@ def read(r, norm, app, values, a, start=None, align=None) -> None:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
     al, al_why = align or read_align(r, norm, masks, name, app)
     a.names = {"score": name, "align": al}
-    a.query, a.keys, a.app = q, k, app
+    a.query, a.keys, a.app, a.masks = q, k, app, masks
     v = a.values
     v["scoring"] = (mechanisms.SCORES[name].reading, why)
     v["alignment"] = (mechanisms.ALIGNS[al].reading, al_why)

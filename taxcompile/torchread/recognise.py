@@ -6,7 +6,7 @@ over the key axis. Each one's score, alignment, heads and query source are read 
 recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
 from __future__ import annotations
 
-from . import alignments, patterns
+from . import alignments, patterns, queries
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
 
@@ -61,7 +61,7 @@ class Reader:
         # a sigmoid weighs values directly (a gate inside a recurrent cell does not reach a
         # matmul through moves alone)
         through = TRANSPARENT | {"where"} if op(norm) == "sigmoid" else FORWARD_THROUGH
-        for _ in range(8):
+        for _ in range(12):  # a LightConv kernel passes index, mask and moves
             nxt = []
             for n in frontier:
                 for u in n.users:
@@ -130,6 +130,7 @@ def find(graph, params: dict) -> list[Attention]:
         a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
                     if s]
         out.append(a)
+    queries.refine(r, out)
     return out
 
 
