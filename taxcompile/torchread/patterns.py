@@ -29,8 +29,11 @@ def strip(node, scales=None):
     """Follow a tensor back through moves and scalar scalings; collect the scalings."""
     while True:
         o, args = op(node), tensor_args(node)
+        full = [a for a in args if 0 not in (shape(a) or (1,))] if o == "cat" else []
         if o in TRANSPARENT and args:
             node = args[0]
+        elif o == "cat" and len(full) == 1:
+            node = full[0]  # new keys after an empty cache (Hugging Face's DynamicCache)
         elif o in ("mul", "div") and len(args) == 1:
             if scales is not None and not _unit(node):
                 scales.append(node)
@@ -237,7 +240,8 @@ def read_align(r, norm, masks, score="", app=None):
     if "topk" in ops:
         return "topk", f"keeps the top-k scores: the mask {names} is built from a `topk`"
     cmps = [a for m in masks for a in [m, *ancestors(m, 8)] if op(a) in COMPARE]
-    if "arange" in ops and ("abs" in ops or len(set(cmps)) >= 2):
+    # a term read from a learned table by relative position (T5's buckets) is a bias, no window
+    if "arange" in ops and ("abs" in ops or len(set(cmps)) >= 2) and "embedding" not in ops:
         return "local", f"a banded mask {names} (built from position indices) keeps a window"
     base = {"softmax": "softmax", "log_softmax": "log-softmax",
             "sigmoid": "sigmoid"}[op(norm)]
@@ -372,7 +376,12 @@ def read_sdpa(r, node):
                            "attention: q^T k / sqrt(d)")
     a.values["alignment"] = ("Global", f"`{node.name}` takes a softmax over every key")
     a.values["query_type"] = query_type(r, q, k)
-    a.values["query_multiplicity"] = heads(r, node, k) if shape(node) else (
-        "Singular", "shape unknown")
+    sq = shape(q) or ()
+    if len(sq) == 4 and (sq[1] or 1) > 1:
+        a.values["query_multiplicity"] = ("Multi-Head", f"the queries `{q.name}` of "
+                                          f"`{node.name}` hold {sq[1]} heads (shape {list(sq)})")
+    else:
+        a.values["query_multiplicity"] = ("Singular", f"the queries `{q.name}` of "
+                                          f"`{node.name}` hold one head (shape {list(sq)})")
     a.values["dimensionality"] = ("Single-Dimensional", "one weight per value")
     return a

@@ -71,22 +71,31 @@ def _as_last(a, last) -> None:
 
 
 def _is_causal(a) -> bool:
+    """A mask from triu/tril, or from one comparison of two position tensors (j <= i); a
+    window compares twice, a relative-position bucket compares positions with constants."""
     from .patterns import ancestors
 
-    ops = [op(x) for m in a.masks for x in [m, *ancestors(m, 8)]]
-    return bool({"triu", "tril"} & set(ops)) or (
-        "arange" in ops and sum(o in ("le", "lt", "ge", "gt") for o in ops) == 1)
+    nodes = {x for m in a.masks for x in [m, *ancestors(m, 10)]}
+    if {"triu", "tril"} & {op(x) for x in nodes}:
+        return True
+    pairs = {x for x in nodes if op(x) in ("le", "lt", "ge", "gt") and len(tensor_args(x)) == 2
+             and all(any(op(y) == "arange" for y in [t, *ancestors(t, 4)])
+                     for t in tensor_args(x))}
+    return len(pairs) == 1
 
 
 def _is_context(r, node, apps) -> bool:
-    n = node
-    for _ in range(12):
+    n, maps = node, 0
+    for _ in range(40):  # moves between a context and the residual sum, and a few maps
         if n in apps:
             return True
         o, args = op(n), tensor_args(n)
         if o in TRANSPARENT and args:
             n = args[0]
             continue
+        maps += 1
+        if maps > 4:
+            return False
         data = [x for x in args if r.roots(x)] if o in LINEAR else []
         if len(data) != 1:
             return False
