@@ -103,21 +103,20 @@ def test_memory_network_is_multi_hop():
 
 
 class RNNDecoder(nn.Module):
-    """A decoder unrolled over time: its state starts from the mean of the keys, then reads the
-    target token and the previous context at each step (Bahdanau et al., input feeding)."""
+    """A decoder unrolled over time: its state starts from the mean of the keys and then reads
+    the target token and the context at each step (Bahdanau et al.)."""
 
     def __init__(self):
         super().__init__()
         self.cell = nn.GRUCell(2 * D, D)
 
     def forward(self, y, x):
-        s = x.mean(1)
-        c = torch.zeros_like(s)
+        s = x.mean(1)  # the first query reads the keys' input alone
         out = []
         for t in range(y.shape[1]):
+            c = attend(s.unsqueeze(1), x).squeeze(1)  # s_(t-1) queries (eq. 5-6)
             s = self.cell(torch.cat([y[:, t], c], -1), s)
-            c = attend(s.unsqueeze(1), x).squeeze(1)
-            out.append(c)
+            out.append(s)
         return torch.stack(out, 1)
 
 

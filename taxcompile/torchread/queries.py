@@ -71,12 +71,14 @@ def _as_last(a, last) -> None:
 
 
 def _is_causal(a) -> bool:
-    """A mask from triu/tril, or from one comparison of two position tensors (j <= i); a
-    window compares twice, a relative-position bucket compares positions with constants."""
+    """A mask from triu/tril or from one comparison of positions (j - i <= 0, j <= i), also
+    among a relative-position bucket's comparisons with constants; a window compares twice."""
     from .patterns import ancestors
 
     nodes = {x for m in a.masks for x in [m, *ancestors(m, 10)]}
-    if {"triu", "tril"} & {op(x) for x in nodes}:
+    ops = [op(x) for x in nodes]
+    if {"triu", "tril"} & set(ops) or ("arange" in ops and sum(
+            o in ("le", "lt", "ge", "gt") for o in ops) == 1):
         return True
     pairs = {x for x in nodes if op(x) in ("le", "lt", "ge", "gt") and len(tensor_args(x)) == 2
              and all(any(op(y) == "arange" for y in [t, *ancestors(t, 4)])
