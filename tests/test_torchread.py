@@ -71,7 +71,6 @@ def _cli(*args):
     (["--torch", "no_such_module_x:f"], "cannot import"),
     (["--torch", "tests.torchread_models:missing"], "has no 'missing'"),
     (["--torch", "tests.torchread_models:mha", "specs/luong2015.attn"], "no spec files"),
-    (["--torch", "tests.torchread_models:mha", "--format", "json"], "text only"),
 ])
 def test_cli_errors_are_one_line_exit_2(args, says):
     p = _cli(*args)
@@ -83,6 +82,21 @@ def test_cli_classifies_a_factory():
     p = _cli("--torch", "tests.torchread_models:mha_cross")
     assert p.returncode == 0, p.stderr
     assert "query_type: Basic" in p.stdout and "captured with torch.export" in p.stdout
+
+
+def test_cli_writes_json_that_its_schema_validates():
+    import json
+
+    from taxcompile.torchread.schema import TorchClassification
+
+    p = _cli("--torch", "tests.torchread_models:mha_cross", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    out = TorchClassification.model_validate_json(p.stdout)
+    assert out.captured_with == "torch.export" and out.row["query_type"] == "Basic"
+    (a,) = out.attentions
+    assert a.registry == {"score": "scaled_multiplicative", "align": "global"}
+    assert a.values["query_multiplicity"].value == "Multi-Head"
+    assert json.loads(p.stdout)["row"]["scoring"] == "Scaled Multiplicative"
 
 
 def test_docs_show_the_rows_the_code_gives():
