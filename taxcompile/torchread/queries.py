@@ -86,9 +86,12 @@ def _is_causal(a) -> bool:
     return len(pairs) == 1
 
 
-def _is_context(r, node, apps) -> bool:
-    n, maps = node, 0
-    for _ in range(40):  # moves between a context and the residual sum, and a few maps
+def _is_context(r, node, apps, maps: int = 0) -> bool:
+    """Whether ``node`` is an attention's context through moves and at most four maps (an
+    output projection, a bias); a concatenation is one where each part is (Lite
+    Transformer's two branches)."""
+    n = node
+    for _ in range(40):
         if n in apps:
             return True
         o, args = op(n), tensor_args(n)
@@ -96,10 +99,12 @@ def _is_context(r, node, apps) -> bool:
             n = args[0]
             continue
         maps += 1
-        if maps > 4:
+        data = [x for x in args if r.roots(x)]
+        if maps > 4 or not data:
             return False
-        data = [x for x in args if r.roots(x)] if o in LINEAR else []
-        if len(data) != 1:
+        if o == "cat":
+            return all(_is_context(r, x, apps, maps) for x in data)
+        if o not in LINEAR or len(data) != 1:
             return False
         n = data[0]
     return False
