@@ -84,19 +84,23 @@ def test_cli_classifies_a_factory():
     assert "query_type: Basic" in p.stdout and "captured with torch.export" in p.stdout
 
 
-def test_cli_writes_json_that_its_schema_validates():
+def test_cli_writes_json_that_its_schema_validates(capsys, monkeypatch):
+    """In process (the CLI's own start is tested above): --format json."""
     import json
+    from pathlib import Path
 
+    from taxcompile.torchread.cli import classify_torch
     from taxcompile.torchread.schema import TorchClassification
 
-    p = _cli("--torch", "tests.torchread_models:mha_cross", "--format", "json")
-    assert p.returncode == 0, p.stderr
-    out = TorchClassification.model_validate_json(p.stdout)
+    monkeypatch.chdir(Path(tm.__file__).parents[1])
+    assert classify_torch("tests.torchread_models:mha_cross", False, "json") == 0
+    stdout = capsys.readouterr().out
+    out = TorchClassification.model_validate_json(stdout)
     assert out.captured_with == "torch.export" and out.row["query_type"] == "Basic"
     (a,) = out.attentions
     assert a.registry == {"score": "scaled_multiplicative", "align": "global"}
     assert a.values["query_multiplicity"].value == "Multi-Head"
-    assert json.loads(p.stdout)["row"]["scoring"] == "Scaled Multiplicative"
+    assert json.loads(stdout)["row"]["scoring"] == "Scaled Multiplicative"
 
 
 def test_docs_show_the_rows_the_code_gives():
