@@ -188,3 +188,29 @@ def test_a_softmax_over_a_mixing_parameter_is_not_lightconv():
     res = taxcompile.classify(Mix(), (_x(2, L, D),))
     assert all(a.names.get("align") != "lightconv" for a in res.attentions)
     assert res.row() == {}
+
+
+class Differential(nn.Module):
+    """Ye et al. (2024): (softmax(q1 k1^T / sqrt d) - lambda softmax(q2 k2^T / sqrt d)) v."""
+
+    def forward(self, x):
+        x1, x2 = x.chunk(2, -1)
+        a1 = (x1 @ x1.transpose(1, 2) / math.sqrt(D // 2)).softmax(-1)
+        a2 = (x2 @ x2.transpose(1, 2) / math.sqrt(D // 2)).softmax(-1)
+        return (a1 - 0.8 * a2) @ x
+
+
+def test_differential_attention_is_two_read_attentions():
+    res = taxcompile.classify(Differential(), (_x(2, L, D),))
+    assert len(res.recognised) == 2, res.text()
+    assert all(a.names == {"score": "scaled_multiplicative", "align": "global"}
+               for a in res.recognised)
+    assert res.row()["scoring"] == "Scaled Multiplicative"
+
+
+def test_one_minus_the_weights_is_no_difference_of_attentions():
+    class Complement(nn.Module):
+        def forward(self, x):
+            return (1 - (x @ x.transpose(1, 2)).softmax(-1)) @ x
+
+    assert taxcompile.classify(Complement(), (_x(2, L, D),)).attentions == []

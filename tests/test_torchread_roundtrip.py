@@ -61,8 +61,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
     'examples/wang2016_input_attention.attn:att_input_cnn':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/ye2024_differential.attn:diff_lm':
-        'no attention recognised: A1 - lambda A2, a difference of two softmaxes, weighs the values, and a softmax is followed to its values through moves, masks and scalings only',
     'examples/xtransformers_heads.attn:xtransformers_heads':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'specs/luong2015.attn:local_p':

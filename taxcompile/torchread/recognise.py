@@ -81,13 +81,21 @@ class Reader:
                         return u, args[0], picks  # the weights are the kernel (LightConv)
                     if o == "gather" and picks and len(args) >= 2 and args[-1] in mine:
                         return u, args[0], picks  # the picked index selects values
-                    if alignments.is_pick(u):
+                    if o == "sub" and len(args) == 2 and op(norm) == "softmax" \
+                            and all(_weights(x) for x in args):
+                        nxt.append(u)  # A1 - lambda A2 (differential attention)
+                    elif alignments.is_pick(u):
                         picks.append(u)
                         nxt.append(u)
                     elif o in through or (picks and o in alignments.AFTER_PICK):
                         nxt.append(u)
             frontier = nxt
         return None, None, []
+
+
+def _weights(node) -> bool:
+    """Whether ``node`` is (a scaling of, a slice of) a softmax's output."""
+    return any(op(x) == "softmax" for x in [node, *patterns.ancestors(node, 6)])
 
 
 def _sums(node) -> bool:
