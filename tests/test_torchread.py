@@ -53,8 +53,8 @@ def test_unknown_score_is_not_recognised_with_its_nodes():
 
 
 def test_every_registry_score_and_alignment_is_recognised_or_says_why_not():
-    covered = {("score", n) for n in patterns.SCORE_RECOGNISERS} | {
-        ("align", n) for n in ("global", "sigmoid", "topk", "local")}
+    covered = {("score", n) for n in [*patterns.SCORE_RECOGNISERS, "none"]} | {
+        ("align", n) for n in patterns.ALIGN_RECOGNISERS}
     for table in (mechanisms.SCORES, mechanisms.ALIGNS):
         for rec in table.values():
             key = (rec.kind, rec.name)
@@ -71,7 +71,6 @@ def _cli(*args):
     (["--torch", "no_such_module_x:f"], "cannot import"),
     (["--torch", "tests.torchread_models:missing"], "has no 'missing'"),
     (["--torch", "tests.torchread_models:mha", "specs/luong2015.attn"], "no spec files"),
-    (["--torch", "tests.torchread_models:mha", "--format", "json"], "text only"),
 ])
 def test_cli_errors_are_one_line_exit_2(args, says):
     p = _cli(*args)
@@ -83,6 +82,25 @@ def test_cli_classifies_a_factory():
     p = _cli("--torch", "tests.torchread_models:mha_cross")
     assert p.returncode == 0, p.stderr
     assert "query_type: Basic" in p.stdout and "captured with torch.export" in p.stdout
+
+
+def test_cli_writes_json_that_its_schema_validates(capsys, monkeypatch):
+    """In process (the CLI's own start is tested above): --format json."""
+    import json
+    from pathlib import Path
+
+    from taxcompile.torchread.cli import classify_torch
+    from taxcompile.torchread.schema import TorchClassification
+
+    monkeypatch.chdir(Path(tm.__file__).parents[1])
+    assert classify_torch("tests.torchread_models:mha_cross", False, "json") == 0
+    stdout = capsys.readouterr().out
+    out = TorchClassification.model_validate_json(stdout)
+    assert out.captured_with == "torch.export" and out.row["query_type"] == "Basic"
+    (a,) = out.attentions
+    assert a.registry == {"score": "scaled_multiplicative", "align": "global"}
+    assert a.values["query_multiplicity"].value == "Multi-Head"
+    assert json.loads(stdout)["row"]["scoring"] == "Scaled Multiplicative"
 
 
 def test_docs_show_the_rows_the_code_gives():

@@ -25,14 +25,8 @@ SUITE = {  # one per family of what is read: scores, alignments, heads, query ty
     "examples/jaegle2021_perceiver.attn:perceiver"}
 
 EXPECTED_FAILURES = {  # "file:model" -> why
-    'examples/alternating_coattention.attn:alternating':
-        'Specialized queries are not told apart from Basic ones yet',
     'examples/attention_over_attention.attn:aoa_reader':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/attention_via_attention.attn:ava':
-        'Specialized queries are not told apart from Basic ones yet',
-    'examples/cheng2016_lstmn.attn:lstmn':
-        "query type read 'Self-Attentive + Basic', the spec gives 'Self-Attentive': a query computed from the keys' input alone (a decoder's first step, a recurrent state) is read by its inputs",
     'examples/cosine_temperature.attn:cosine_temperature':
         "scoring read 'Multiplicative + Similarity', the spec gives 'Similarity'",
     'examples/gat.attn:gat':
@@ -46,7 +40,7 @@ EXPECTED_FAILURES = {  # "file:model" -> why
     'examples/li2019_routing.attn:encoder':
         "scoring read 'Scaled Multiplicative + General', the spec gives 'Scaled Multiplicative'",
     'examples/multi_grained_coattention.attn:mgan':
-        "scoring read 'General', the spec gives 'Multiplicative + General'; Specialized queries are not told apart from Basic ones yet",
+        "scoring read 'General', the spec gives 'Multiplicative + General': the fine-grained attentions over a max-pooled affinity are not recognised",
     'examples/pointer_network.attn:ptr_net':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/see2017_coverage.attn:coverage':
@@ -69,12 +63,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/xtransformers_heads.attn:xtransformers_heads':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'specs/bahdanau2015.attn:rnnsearch':
-        "query type read 'Self-Attentive + Basic', the spec gives 'Basic': a query computed from the keys' input alone (a decoder's first step, a recurrent state) is read by its inputs",
-    'specs/li2019.attn:psac':
-        'Specialized queries are not told apart from Basic ones yet',
-    'specs/lu2016.attn:parallel':
-        'Specialized queries are not told apart from Basic ones yet',
     'specs/luong2015.attn:local_p':
         "query type read 'Self-Attentive', the spec gives 'Basic': a query computed from the keys' input alone (a decoder's first step, a recurrent state) is read by its inputs",
     'specs/luong2015.attn:global_location':
@@ -88,13 +76,9 @@ EXPECTED_FAILURES = {  # "file:model" -> why
     'specs/wang2018.attn:rnn_capsule':
         'attention not recognised: the score bmm_1 (matmul) before _softmax matches no score pattern',
     'specs/wang2019.attn:rban':
-        'alignment Reinforced is read as Global; Specialized queries are not told apart from Basic ones yet',
-    'specs/xu2015.attn:soft':
-        "query type read 'Self-Attentive + Basic', the spec gives 'Basic': a query computed from the keys' input alone (a decoder's first step, a recurrent state) is read by its inputs",
-    'specs/xu2015.attn:hard':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
+        'alignment Reinforced is read as Global (a policy-sampled alignment is not matched yet)',
     'specs/yu2018.attn:qanet':
-        'Specialized queries are not told apart from Basic ones yet',
+        "query type read 'Self-Attentive', the spec gives 'Self-Attentive + Specialized': the affinity attentions (c2q, q2c, c2q2c), whose queries are Specialized, are not recognised (affinity scores)",
 }
 
 

@@ -56,7 +56,10 @@ def capture(module: torch.nn.Module, example_inputs) -> Captured:
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
         got = _make_fx(flat, args, kwargs)
         if got is not None:
-            return Captured(got.graph, "make_fx", {}, note=f"torch.export failed ({why}); "
+            gm, n_params = got
+            # the traced function's first inputs are the parameters and buffers
+            ph = [n.name for n in gm.graph.nodes if n.op == "placeholder"][:n_params]
+            return Captured(gm.graph, "make_fx", dict.fromkeys(ph, ""), note=f"torch.export failed ({why}); "
                             "traced with real inputs, so data-dependent sizes are fixed")
         try:
             gm = torch.fx.symbolic_trace(module)
@@ -65,7 +68,9 @@ def capture(module: torch.nn.Module, example_inputs) -> Captured:
                                f"({type(e2).__name__}) could capture the model") from None
         return Captured(gm.graph, "torch.fx", {}, note=f"torch.export failed ({why})")
     sig = ep.graph_signature
-    params = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+    # lifted tensor constants (a module's torch.tensor(...) attributes) are no user input
+    params = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
+              **getattr(sig, "inputs_to_lifted_tensor_constants", {})}
     return Captured(ep.graph, "torch.export", params)
 
 
@@ -84,7 +89,7 @@ def _make_fx(flat, args, kwargs):
         gm = make_fx(run, tracing_mode="real", pre_dispatch=False)(params, args, kwargs)
     except Exception:
         return None
-    return gm
+    return gm, len(params)
 
 
 class CaptureError(Exception):

@@ -1,4 +1,5 @@
-"""`taxcompile classify --torch MODULE:FACTORY`: errors are one line, exit 2."""
+"""`taxcompile classify --torch MODULE:FACTORY [--format json]`: errors are one line,
+exit 2."""
 from __future__ import annotations
 
 import importlib
@@ -11,8 +12,6 @@ def _fail(msg: str) -> int:
 
 
 def classify_torch(target: str, with_files: bool, fmt: str = "text") -> int:
-    if fmt != "text":
-        return _fail("--torch writes text only (--format json is not supported with it yet)")
     if with_files:
         return _fail("--torch classifies one model: give no spec files with it")
     mod_name, _, fn_name = target.partition(":")
@@ -38,5 +37,10 @@ def classify_torch(target: str, with_files: bool, fmt: str = "text") -> int:
         res = classify_module(model, inputs)
     except CaptureError as e:
         return _fail(str(e))
-    print(res.text())
+    if fmt == "json":
+        from .schema import dump
+
+        print(dump(res))
+    else:
+        print(res.text())
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(eq=False)  # one attention is one graph place: compared by identity
 class Attention:
     norm: str  # the alignment node
     applied_by: str  # the node that weighs the values
@@ -14,3 +14,9 @@ class Attention:
     source: list = field(default_factory=list)  # source lines from stack traces
     recognised: bool = True
     why_not: str = ""
+    names: dict = field(default_factory=dict)  # "score"/"align" -> the registry's name
+    # graph nodes for the passes over every attention (queries): not part of the answer
+    query: object = field(default=None, repr=False, compare=False)
+    keys: object = field(default=None, repr=False, compare=False)
+    app: object = field(default=None, repr=False, compare=False)
+    masks: list = field(default_factory=list, repr=False, compare=False)

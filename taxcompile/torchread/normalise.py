@@ -22,7 +22,7 @@ CANON = {
 TRANSPARENT = {"view", "clone", "expand", "permute", "transpose", "t", "unsqueeze", "squeeze",
                "contiguous", "alias", "_to_copy", "to", "detach", "getitem", "dropout",
                "native_dropout", "lift_fresh_copy", "type_as", "float", "slice",
-               "split", "split_with_sizes", "chunk", "unbind"}
+               "split", "split_with_sizes", "chunk", "unbind", "select"}
 
 
 def op(node) -> str:

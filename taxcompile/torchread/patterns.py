@@ -4,6 +4,7 @@ recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test
 can hold the two tables to the registry."""
 from __future__ import annotations
 
+from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, op, shape, tensor_args
 
@@ -13,19 +14,12 @@ NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
 
 # Registry names (score and align records) no recogniser reads yet, with why.
 NOT_RECOGNISED = {
-    ("score", "none"): "no score: weights of its own (LightConv's kernel) are not matched yet",
-    ("align", "sigmoid_attn"): "a sigmoid over every pair with a bias, not normalised over the "
-                               "keys, is not told apart from the sigmoid gate yet",
-    ("align", "lightconv"): "a softmax-normalised convolution kernel is not matched yet",
     ("score", "location"): "the score is computed from the query alone; its graph (a linear "
                            "map to the key length) is not told apart from other linears yet",
     ("score", "affinity"): "an affinity matrix read along rows or columns (co-attention) is not "
                            "matched yet",
     ("score", "max_pool"): "a max-pooled affinity (co-attention) is not matched yet",
-    ("align", "hard"): "sampling or argmax weights (one-hot) are not matched yet",
     ("align", "reinforced"): "a policy-sampled alignment is not matched yet",
-    ("align", "sparsemax"): "the sort-and-threshold pattern is not matched yet",
-    ("align", "entmax"): "the sort-and-threshold pattern is not matched yet",
     ("align", "crf"): "a CRF's marginals (forward-backward) are not matched yet",
     ("align", "lsh"): "LSH buckets (hash by random rotation, sort, chunk) are not matched yet",
 }
@@ -35,8 +29,11 @@ def strip(node, scales=None):
     """Follow a tensor back through moves and scalar scalings; collect the scalings."""
     while True:
         o, args = op(node), tensor_args(node)
+        full = [a for a in args if 0 not in (shape(a) or (1,))] if o == "cat" else []
         if o in TRANSPARENT and args:
             node = args[0]
+        elif o == "cat" and len(full) == 1:
+            node = full[0]  # new keys after an empty cache (Hugging Face's DynamicCache)
         elif o in ("mul", "div") and len(args) == 1:
             if scales is not None and not _unit(node):
                 scales.append(node)
@@ -92,15 +89,24 @@ def normalised(node) -> object | None:
     return None
 
 
-def score_path(r, norm):
-    """Back from the alignment's input to the score's producer, through masks, biases and
-    scalings: (producer, scales, masks, biases)."""
-    x = tensor_args(norm)[0]
+def score_path(r, norm, start=None):
+    """Back from the alignment's input (or ``start``) to the score's producer, through masks,
+    biases and scalings: (producer, scales, masks, biases). A `topk` on the way is kept with
+    the masks: it is the alignment."""
+    x = start if start is not None else tensor_args(norm)[0]
     scales, masks, biases = [], [], []
     for _ in range(40):
         o, args = op(x), tensor_args(x)
         if o in TRANSPARENT and args:
             x = args[0]
+        elif o == "topk" and args:
+            masks.append(x)
+            x = args[0]
+        elif o in ("add", "sub") and len(args) == 1:
+            biases.append(x)  # a constant bias (sigmoid attention's b = -log n)
+            x = args[0]
+        elif o == "sub" and len(args) == 2 and op(strip(args[1])) in ("max", "amax"):
+            x = args[0]  # z - max(z): a shift for stability, no bias
         elif o in ("mul", "div") and len(args) == 1:
             if not _unit(x):
                 scales.append(x)
@@ -190,11 +196,22 @@ def _additive_score(r, prod, scales):
             "map of the keys alone (w^T act(W k))", None, inner)
 
 
+MATMUL_SCORES = {"multiplicative", "scaled_multiplicative", "general", "biased_general",
+                 "activated_general", "similarity"}
 SCORE_RECOGNISERS = {
     "multiplicative": _matmul_score, "scaled_multiplicative": _matmul_score,
     "general": _matmul_score, "biased_general": _matmul_score,
     "activated_general": _matmul_score, "similarity": _matmul_score,
     "additive": _additive_score, "concat": _additive_score, "activated_concat": _additive_score,
+}
+
+
+# Alignment registry names read, and where.
+ALIGN_RECOGNISERS = {
+    "global": "read_align", "sigmoid": "read_align", "sigmoid_attn": "read_align",
+    "topk": "read_align", "local": "read_align",
+    "sparsemax": "alignments.sparse_norm", "entmax": "alignments.sparse_norm",
+    "hard": "recognise.Reader.applied (a pick)", "lightconv": "read (a kernel parameter)",
 }
 
 
@@ -212,19 +229,28 @@ def _cond_ops(masks) -> set:
     return {op(a) for m in masks for a in [m, *ancestors(m, 8)]}
 
 
-def read_align(r, norm, masks):
+def read_align(r, norm, masks, score="", app=None):
     """(registry name, reason)."""
     ops = _cond_ops(masks)
     names = ", ".join(f"`{m.name}`" for m in masks)
+    kept = [m for m in masks if op(m) == "topk"]
+    if kept:
+        return "topk", (f"`{kept[0].name}` keeps the k largest scores and `{norm.name}` runs "
+                        "over them alone")
     if "topk" in ops:
         return "topk", f"keeps the top-k scores: the mask {names} is built from a `topk`"
     cmps = [a for m in masks for a in [m, *ancestors(m, 8)] if op(a) in COMPARE]
-    if "arange" in ops and ("abs" in ops or len(set(cmps)) >= 2):
+    # a term read from a learned table by relative position (T5's buckets) is a bias, no window
+    if "arange" in ops and ("abs" in ops or len(set(cmps)) >= 2) and "embedding" not in ops:
         return "local", f"a banded mask {names} (built from position indices) keeps a window"
     base = {"softmax": "softmax", "log_softmax": "log-softmax",
             "sigmoid": "sigmoid"}[op(norm)]
     name = "sigmoid" if op(norm) == "sigmoid" else "global"
     what = f"`{norm.name}` is a {base} over every key"
+    if name == "sigmoid" and score in MATMUL_SCORES and app is not None and op(app) == "matmul":
+        name = "sigmoid_attn"
+        what = (f"`{norm.name}` is a sigmoid of every query-key score, not normalised over the "
+                f"keys, and its weights multiply the values (`{app.name}`): sigmoid attention")
     if masks:
         what += f" (the mask {names} leaves out padding or future keys)"
     return name, what
@@ -297,13 +323,18 @@ def query_type(r, q, k):
                      f"which the keys `{k.name}` do not")
 
 
-def read(r, norm, app, values, a) -> None:
-    """Fill ``a`` (a found.Attention) with its values and reasons, or say why not."""
+def read(r, norm, app, values, a, start=None, align=None) -> None:
+    """Fill ``a`` (a found.Attention) with its values and reasons, or say why not. ``start``:
+    the score's node where it is not the normalisation's input (sparsemax); ``align``: (name,
+    reason) where the alignment was read on the way (sparse, hard)."""
     from .. import mechanisms
 
-    prod, scales, masks, biases = score_path(r, norm)
+    prod, scales, masks, biases = score_path(r, norm, start)
     a.nodes = [norm.name, prod.name, app.name, *(m.name for m in masks)]
     got = read_score(r, prod, scales)
+    if got is None and r.is_param(prod) and op(norm) == "softmax" and banded(app):
+        why, al_why = lightconv_reason(norm, prod, app)
+        got, align = ("none", why, None, None), ("lightconv", al_why)
     if got is None:
         a.recognised = False
         a.why_not = (f"the score `{prod.name}` ({op(prod)}) before `{norm.name}` matches no "
@@ -316,12 +347,18 @@ def read(r, norm, app, values, a) -> None:
         q, k = k, q  # weights normalised over the first operand's rows: it holds the keys
     if biases:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
-    al, al_why = read_align(r, norm, masks)
+    al, al_why = align or read_align(r, norm, masks, name, app)
+    a.names = {"score": name, "align": al}
+    a.query, a.keys, a.app, a.masks = q, k, app, masks
     v = a.values
     v["scoring"] = (mechanisms.SCORES[name].reading, why)
     v["alignment"] = (mechanisms.ALIGNS[al].reading, al_why)
     v["query_type"] = query_type(r, q, k)
     v["query_multiplicity"] = heads(r, norm, k)
+    s = shape(norm) or ()
+    if name == "none" and len(s) >= 2 and (s[0] or 1) > 1 and all(d == 1 for d in s[1:-1]):
+        v["query_multiplicity"] = ("Multi-Head", f"`{norm.name}` normalises {s[0]} kernels, "
+                                   "one per head")
     if op(app) == "mul" and (shape(norm) or (1,))[-1] not in (1,) and rank >= 3 \
             and shape(values) and shape(norm)[-1] == shape(values)[-1]:
         v["dimensionality"] = ("Multi-Dimensional", f"`{app.name}` weighs every feature of "
@@ -339,7 +376,12 @@ def read_sdpa(r, node):
                            "attention: q^T k / sqrt(d)")
     a.values["alignment"] = ("Global", f"`{node.name}` takes a softmax over every key")
     a.values["query_type"] = query_type(r, q, k)
-    a.values["query_multiplicity"] = heads(r, node, k) if shape(node) else (
-        "Singular", "shape unknown")
+    sq = shape(q) or ()
+    if len(sq) == 4 and (sq[1] or 1) > 1:
+        a.values["query_multiplicity"] = ("Multi-Head", f"the queries `{q.name}` of "
+                                          f"`{node.name}` hold {sq[1]} heads (shape {list(sq)})")
+    else:
+        a.values["query_multiplicity"] = ("Singular", f"the queries `{q.name}` of "
+                                          f"`{node.name}` hold one head (shape {list(sq)})")
     a.values["dimensionality"] = ("Single-Dimensional", "one weight per value")
     return a

@@ -1,12 +1,14 @@
 """Find every attention in a captured graph and place it in Table III.
 
-An attention is a normalisation over a key axis (softmax, log-softmax, sigmoid) whose input
-is a score and whose output weighs values through a matmul, or an elementwise product summed
-over the key axis. Each one's score, alignment, heads and query source are read by the
+An attention is a normalisation over a key axis (softmax, log-softmax, sigmoid, sparsemax,
+1.5-entmax) whose input is a score and whose output weighs values through a matmul, an
+elementwise product summed over the key axis or a convolution's kernel, possibly after a
+pick of one key (argmax, sampling: hard attention). Once each is read, ``queries`` reads
+query types and hops over all of them. Each one's score, alignment, heads and query source are read by the
 recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
 from __future__ import annotations
 
-from . import patterns
+from . import alignments, patterns, queries
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
 
@@ -14,7 +16,8 @@ NORMS = {"softmax", "log_softmax", "sigmoid"}
 APPLY = {"matmul", "mul"}
 # Ops between an alignment and the values it weighs: masks, dropout, zeroing fully-masked
 # rows (SDPA's decomposition), a renormalisation.
-FORWARD_THROUGH = TRANSPARENT | {"where", "mul", "div", "full_like"}
+# `index` spreads a kernel's weights over positions (LightConv).
+FORWARD_THROUGH = TRANSPARENT | {"where", "mul", "div", "full_like", "index"}
 
 
 
@@ -54,12 +57,13 @@ class Reader:
         return memo[node]
 
     def applied(self, norm):
-        """The node that weighs values with the alignment's output, and the values operand."""
-        seen, frontier = set(), [norm]
+        """(the node that weighs values with the alignment's output, the values operand, the
+        picks on the way: argmax or sampling, for hard attention)."""
+        seen, frontier, picks = set(), [norm], []
         # a sigmoid weighs values directly (a gate inside a recurrent cell does not reach a
         # matmul through moves alone)
         through = TRANSPARENT | {"where"} if op(norm) == "sigmoid" else FORWARD_THROUGH
-        for _ in range(6):
+        for _ in range(12):  # a LightConv kernel passes index, mask and moves
             nxt = []
             for n in frontier:
                 for u in n.users:
@@ -68,38 +72,75 @@ class Reader:
                     seen.add(u)
                     o = op(u)
                     args = tensor_args(u)
-                    if o == "matmul" and len(args) >= 2 and args[0] in seen | {n, norm}:
-                        return u, args[1]
+                    mine = seen | {n, norm}
+                    if o == "matmul" and len(args) >= 2 and args[0] in mine:
+                        return u, args[1], picks
                     if o == "mul" and len(args) == 2 and _sums(u):
-                        return u, args[1] if args[0] in seen | {n, norm} else args[0]
-                    if o in through:
+                        return u, (args[1] if args[0] in mine else args[0]), picks
+                    if o == "convolution" and len(args) >= 2 and args[1] in mine:
+                        return u, args[0], picks  # the weights are the kernel (LightConv)
+                    if o == "gather" and picks and len(args) >= 2 and args[-1] in mine:
+                        return u, args[0], picks  # the picked index selects values
+                    if o == "sub" and len(args) == 2 and op(norm) == "softmax" \
+                            and all(_weights(x) for x in args):
+                        nxt.append(u)  # A1 - lambda A2 (differential attention)
+                    elif alignments.is_pick(u):
+                        picks.append(u)
+                        nxt.append(u)
+                    elif o in through or (picks and o in alignments.AFTER_PICK):
                         nxt.append(u)
             frontier = nxt
-        return None, None
+        return None, None, []
+
+
+def _weights(node) -> bool:
+    """Whether ``node`` is (a scaling of, a slice of) a softmax's output."""
+    return any(op(x) == "softmax" for x in [node, *patterns.ancestors(node, 6)])
 
 
 def _sums(node) -> bool:
     return any(op(u) == "sum" for u in node.users)
 
 
+def _norm_kind(n):
+    """(start, align) for a node that may be an alignment: start is the score's node where it is
+    not the node's input, align the (name, reason) read from the node itself; None where the
+    node is no alignment."""
+    o = op(n)
+    if o in NORMS:
+        return None, None
+    if o in alignments.CLAMPS or o == "pow":
+        sparse = alignments.sparse_norm(n)
+        if sparse:
+            return sparse[1], (sparse[0], alignments.sparse_reason(sparse[0], n))
+    if alignments.is_pick(n) and not alignments.picked_by_norm(n, NORMS):
+        return None, None  # argmax over the scores themselves
+    return False
+
+
 def find(graph, params: dict) -> list[Attention]:
     r = Reader(graph, params)
     out = []
     for n in graph.nodes:
-        o = op(n)
-        if o == "sdpa":
+        if op(n) == "sdpa":
             out.append(patterns.read_sdpa(r, n))
             continue
-        if o not in NORMS:
+        kind = _norm_kind(n)
+        if kind is False:
             continue
-        app, values = r.applied(n)
+        app, values, picks = r.applied(n)
         if app is None:
             continue  # a normalisation that weighs no values: an output layer, a gate
+        start, align = kind
+        if picks and align is None:
+            align = ("hard", f"`{picks[0].name}` picks one key ({op(picks[0])}) and "
+                     f"`{app.name}` takes its value alone (eq. 26)")
         a = Attention(n.name, app.name)
-        patterns.read(r, n, app, values, a)
+        patterns.read(r, n, app, values, a, start, align)
         a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
                     if s]
         out.append(a)
+    queries.refine(r, out)
     return out
 
 

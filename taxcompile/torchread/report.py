@@ -31,7 +31,7 @@ class CodeClassification:
             if d not in READ:
                 out[d] = NOT_READ
                 continue
-            seen = {a.values[d][0] for a in self.recognised}
+            seen = {v for a in self.recognised for v in a.values[d][0].split(" + ")}
             out[d] = " + ".join(v for v in ORDER[d] if v in seen)
         return out
 
@@ -49,7 +49,7 @@ class CodeClassification:
                 continue
             lines.append(head)
             for d, (label, why) in a.values.items():
-                lines.append(f"  {d}: {label}: {why}")
+                lines.append(f"  {d}: {label or '(none)'}: {why}")
             for s in a.source:
                 lines.append(f"  source: {s}")
         row = self.row()

@@ -1,0 +1,77 @@
+"""Alignments that are not a softmax over scores, found by their graph: sparsemax and 1.5-entmax
+(sort the scores, find a threshold by a cumulative sum, clamp), hard (argmax or sampling, then a
+one-hot or a gather of the values) and LightConv (a softmax over a kernel parameter, spread
+over a band of positions)."""
+from __future__ import annotations
+
+from .normalise import op, tensor_args
+
+CLAMPS = {"clamp", "clamp_min", "relu"}
+# A pick of one key by its weights or scores: hard attention (eq. 26).
+PICKS = {"argmax", "multinomial"}
+# Ops between a pick and the values it selects: a one-hot built against positions.
+AFTER_PICK = {"eq", "one_hot", "scatter", "arange"}
+
+
+def _ancestor_ops(node, depth: int) -> set:
+    seen, frontier = set(), [node]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
+        seen.update(frontier)
+    return {op(a) for a in seen}
+
+
+def sparse_norm(node):
+    """(registry name, score input) where ``node`` is sparsemax's output, clamp(z - tau, 0),
+    or 1.5-entmax's, clamp(z / 2 - tau, 0)^2, with tau found by sorting z and a cumulative
+    sum (Martins & Astudillo 2016; Peters et al. 2019); None otherwise."""
+    n, name = node, "sparsemax"
+    if op(n) == "pow" and len(n.args) > 1 and n.args[1] == 2 and tensor_args(n):
+        n, name = tensor_args(n)[0], "entmax"
+    elif any(op(u) == "pow" for u in n.users):
+        return None  # the clamp inside 1.5-entmax: the pow after it is the output
+    args = tensor_args(n)
+    if op(n) not in CLAMPS or not args:
+        return None
+    if op(n) != "relu" and not (len(n.args) > 1 and n.args[1] == 0):
+        return None
+    d = args[0]
+    if op(d) != "sub" or len(tensor_args(d)) != 2:
+        return None
+    z, tau = tensor_args(d)
+    if not {"sort", "cumsum"} <= _ancestor_ops(tau, 12):
+        return None
+    return name, z
+
+
+def sparse_reason(name: str, node) -> str:
+    what = {"sparsemax": "sparsemax: the sorted scores' cumulative sum sets a threshold, "
+                         "clamp(z - tau, 0)",
+            "entmax": "1.5-entmax: the sorted scores' cumulative sums set a threshold, "
+                      "clamp(z / 2 - tau, 0)^2"}[name]
+    return f"`{node.name}` is {what}; keys below it weigh exactly zero"
+
+
+def is_pick(node) -> bool:
+    return op(node) in PICKS
+
+
+def picked_by_norm(node, norms) -> bool:
+    """A pick whose input is a normalisation's output: that normalisation is the attention."""
+    from .patterns import strip
+
+    args = tensor_args(node)
+    return bool(args) and op(strip(args[0])) in norms
+
+
+def banded(app) -> bool:
+    """Weights applied as a convolution's kernel, or spread over positions by an index."""
+    return op(app) == "convolution" or "index" in _ancestor_ops(app, 8)
+
+
+def lightconv_reason(norm, prod, app) -> tuple[str, str]:
+    """(score reason, alignment reason) of a softmax over a learned kernel."""
+    return (f"`{norm.name}` normalises the learned kernel `{prod.name}`: the weights are its "
+            "own, no query meets a key",
+            f"the kernel's weights are spread over a band of positions around each query "
+            f"(`{app.name}` applies them): LightConv, local by construction")
