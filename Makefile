@@ -69,8 +69,9 @@ fuzz: install
 	TAXCOMPILE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(if $(FUZZ_SEED),TAXCOMPILE_FUZZ_SEED=$(FUZZ_SEED)) \
 	  $(BIN)/python -m pytest tests/test_spec_property.py -p no:xdist -q \
 	  -k "check_then_run" --hypothesis-show-statistics
-	TAXCOMPILE_TORCHREAD_ALL=1 LSP_MUTANTS=1000 $(BIN)/python -m pytest \
-	  tests/test_torchread_roundtrip.py tests/test_lsp_mutations.py -p no:xdist -q
+	TAXCOMPILE_TORCHREAD_ALL=1 LSP_MUTANTS=1000 TAXCOMPILE_COMBOS_ALL=1 $(BIN)/python -m pytest \
+	  tests/test_torchread_roundtrip.py tests/test_lsp_mutations.py -p no:xdist -q \
+	  tests/test_combinations.py
 
 demo: $(DEMO_STAMP) graphviz
 	$(BIN)/taxcompile check specs/

@@ -4,7 +4,7 @@ one-hot or a gather of the values) and LightConv (a softmax over a kernel parame
 over a band of positions)."""
 from __future__ import annotations
 
-from .normalise import op, tensor_args
+from .normalise import op, strip, tensor_args
 
 CLAMPS = {"clamp", "clamp_min", "relu"}
 # A pick of one key by its weights or scores: hard attention (eq. 26).
@@ -58,8 +58,6 @@ def is_pick(node) -> bool:
 
 def picked_by_norm(node, norms) -> bool:
     """A pick whose input is a normalisation's output: that normalisation is the attention."""
-    from .patterns import strip
-
     args = tensor_args(node)
     return bool(args) and op(strip(args[0])) in norms
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .alignments import banded, lightconv_reason
 from .found import Attention
-from .normalise import TRANSPARENT, op, shape, tensor_args
+from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
 
 ACTS = {"tanh", "relu", "gelu", "sigmoid", "elu", "leaky_relu", "silu"}
 COMPARE = {"le", "lt", "ge", "gt"}
@@ -23,28 +23,6 @@ NOT_RECOGNISED = {
     ("align", "crf"): "a CRF's marginals (forward-backward) are not matched yet",
     ("align", "lsh"): "LSH buckets (hash by random rotation, sort, chunk) are not matched yet",
 }
-
-
-def strip(node, scales=None):
-    """Follow a tensor back through moves and scalar scalings; collect the scalings."""
-    while True:
-        o, args = op(node), tensor_args(node)
-        full = [a for a in args if 0 not in (shape(a) or (1,))] if o == "cat" else []
-        if o in TRANSPARENT and args:
-            node = args[0]
-        elif o == "cat" and len(full) == 1:
-            node = full[0]  # new keys after an empty cache (Hugging Face's DynamicCache)
-        elif o in ("mul", "div") and len(args) == 1:
-            if scales is not None and not _unit(node):
-                scales.append(node)
-            node = args[0]
-        else:
-            return node
-
-
-def _unit(node) -> bool:
-    """A scaling by 1 (SDPA's decomposition with scale=1.0) scales nothing."""
-    return any(isinstance(a, (int, float)) and a == 1 for a in node.args)
 
 
 def weight(node, r) -> bool:
