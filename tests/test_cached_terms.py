@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch_support import inline_fixture, one_thread, peaked  # noqa: E402, F401
+from torch_support import LM, inline_fixture, one_thread, peaked  # noqa: E402, F401
 
 DT = torch.float64
 HEADER = """\
@@ -27,18 +27,6 @@ paper p {
 }
 """
 
-LM = """
-model lm {{
-    input tokens: tokens[T] (vocab = 30, autoregressive)
-    feature x = embed(tokens, 16)
-    repeat decoder 2 {{
-        attention self {{ query = project(x)  keys = project(x)  values = project(x)
-                         score = scaled_multiplicative  heads = 2  mask = causal  {term} }}
-        update x = norm(x + self)
-    }}
-    output logits = classify(x, 30)
-}}
-"""
 
 TERMS = {"transformer_xl": "position = transformer_xl",
          "relative": "position = relative(k = 2, values = true)"}
@@ -47,7 +35,7 @@ gen = inline_fixture("cached_terms", HEADER)
 
 
 def lm(gen, term):
-    return peaked(gen(LM.format(term=TERMS[term])))
+    return peaked(gen(LM.format(mods=TERMS[term])))
 
 
 # ---- the reference: the equations, float64, query i at position i --------------------------

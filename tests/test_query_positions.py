@@ -26,7 +26,8 @@ torch = pytest.importorskip("torch")
 from taxcompile import pipeline  # noqa: E402
 from taxcompile.codegen import layer  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
-from torch_support import compiled_recording, inline_fixture, one_thread, peaked  # noqa: E402, F401
+from torch_support import (  # noqa: E402, F401
+    LM, compiled_recording, inline_fixture, one_thread, peaked)
 
 DT = torch.float64
 HEADER = """\
@@ -270,19 +271,6 @@ def test_lsh_layer_refuses_a_shorter_query_set():
 
 
 # ---- 2. generate() ----------------------------------------------------------------------------
-
-LM = """
-model lm {{
-    input tokens: tokens[T] (vocab = 30, autoregressive)
-    feature x = embed(tokens, 16)
-    repeat decoder 2 {{
-        attention self {{ query = project(x)  keys = project(x)  values = project(x)
-                         score = scaled_multiplicative  heads = 2  mask = causal  {mods} }}
-        update x = norm(x + self)
-    }}
-    output logits = classify(x, 30)
-}}
-"""
 
 gen = inline_fixture("qpos", HEADER)
 

@@ -82,6 +82,21 @@ def inline_builder(root, header: str, prefix: str):
     return build
 
 
+# a two-layer causal decoder LM, its attention's position term or other fields as {mods}
+LM = """
+model lm {{
+    input tokens: tokens[T] (vocab = 30, autoregressive)
+    feature x = embed(tokens, 16)
+    repeat decoder 2 {{
+        attention self {{ query = project(x)  keys = project(x)  values = project(x)
+                         score = scaled_multiplicative  heads = 2  mask = causal  {mods} }}
+        update x = norm(x + self)
+    }}
+    output logits = classify(x, 30)
+}}
+"""
+
+
 def peaked(mod, seed: int = 1, scale: float = 0.5):
     """A float64 ``mod.Model`` in eval mode whose parameters are drawn large (N(0, scale²)
     from ``seed``): its next-token distributions are peaked and differ from step to step,
