@@ -258,6 +258,15 @@ def runs(c: C.Combo) -> bool:
     return ALL or zlib.crc32(c.name.encode()) % 3 == 0
 
 
+def test_the_suites_third_covers_every_value_and_every_score_with_every_alignment():
+    valid = [c for c in COMBOS if not expected(c)]
+    ran = [c for c in valid if runs(c)]
+    for field in ("score", "align", "dimensionality", "query_type", "multiplicity"):
+        assert {getattr(c, field) for c in ran} == {getattr(c, field) for c in valid}, field
+    pairs = {(c.score, c.align) for c in valid if c.align not in NEW_ALIGNS or c.score in RUN_WITH}
+    assert {(c.score, c.align) for c in ran} == pairs
+
+
 @pytest.mark.parametrize("score", C.SCORES)
 def test_valid_combinations_run_and_classify_back(score, tmp_path):
     pytest.importorskip("torch")

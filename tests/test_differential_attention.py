@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import cell_of, error_snapshot  # noqa: E402
 from test_codegen_mechanisms import (  # noqa: E402
-    D, close, gen, gradcheck_module, make, qkv_inputs)
+    D, close, gen, gradcheck_module, make, qkv_inputs, qkv_spec)
 
 __all__ = ["gen"]  # the fixture, imported for the tests below
 
@@ -24,23 +24,8 @@ DT = torch.float64
 
 def spec(extra: str = "differential = true", heads: int = 2, score: str = "scaled_multiplicative",
          align: str = "global") -> str:
-    return f"""
-    model m {{
-        input x: sequence[L, 8]
-        input y: sequence[T, 8]
-        input z: sequence[L, 6]
-        attention att {{
-            query  = y
-            keys   = x
-            values = z
-            score  = {score}
-            align  = {align}
-            heads  = {heads}
-            {extra}
-        }}
-        output out = identity(att)
-    }}
-    """
+    """query y (T, 8), keys x (L, 8), values z (L, 6), `heads` heads."""
+    return qkv_spec(score, dq=8, align=align, dv=6, extra=f"heads  = {heads}\n            {extra}")
 
 
 def softmax_rows(e, keep):

@@ -21,6 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import ROOT  # noqa: E402
+from test_layers_all import DROPOUT_SPEC  # noqa: E402
 from taxcompile import pipeline  # noqa: E402
 from taxcompile.codegen import layer  # noqa: E402
 from taxcompile.run import load_module  # noqa: E402
@@ -334,14 +335,7 @@ def test_config_names_the_field_to_change(path, name, model, kw, message):
 
 
 def test_the_attention_dropout_is_a_probability():
-    text = """paper t { cite = "T" }
-model m {
-    input x: sequence[L, 16]
-    attention att { query = project(x)  keys = project(x)  values = project(x)
-                    score = scaled_multiplicative  heads = 2  dropout = 0.1 }
-    output y = classify(mean(att), 3)
-}
-"""
+    text = DROPOUT_SPEC
     cs = pipeline.load_text(text, "t.attn")
     mod = load_module(layer.generate(cs, cs.models[0], "att", "t.attn"), "layer_api_dropout")
     with pytest.raises(ValueError, match=re.escape("Config.dropout = 1.0: a probability in "

@@ -182,10 +182,8 @@ def test_every_layer_is_the_models_module(f, model, name):
     assert any(g.abs().sum() > 0 for g in grads)
 
 
-def test_layer_keeps_the_attention_dropout(tmp_path):
-    """Issue 24: `--layer` dropped the statement's attention dropout (the layer's attention
-    had dropout 0 and its Config no field for it)."""
-    text = """paper t { cite = "T" }
+# a layer-able statement with attention dropout 0.1
+DROPOUT_SPEC = """paper t { cite = "T" }
 model m {
     input x: sequence[L, 16]
     attention att { query = project(x)  keys = project(x)  values = project(x)
@@ -193,6 +191,12 @@ model m {
     output y = classify(mean(att), 3)
 }
 """
+
+
+def test_layer_keeps_the_attention_dropout(tmp_path):
+    """Issue 24: `--layer` dropped the statement's attention dropout (the layer's attention
+    had dropout 0 and its Config no field for it)."""
+    text = DROPOUT_SPEC
     cs = pipeline.load_text(text, "t.attn")
     cm = cs.models[0]
     mod = load_module(layer.generate(cs, cm, "att", "t.attn"), "layer_dropout")

@@ -317,3 +317,15 @@ def test_columns_are_utf16_code_units_after_an_astral_character(client):
     assert units.to_chars(line, start + 2, "utf-16") == start
     assert units.to_units(line, start, "utf-8") == start + 6  # 4 bytes each
     client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def test_a_range_shared_by_two_answers_is_turned_into_units_once():
+    from lsprotocol import types as t
+
+    from taxcompile.lsp import units
+
+    line = '"😀😀" x'
+    rng = t.Range(t.Position(0, 5), t.Position(0, 6))  # the character `x`
+    edits = [t.TextEdit(rng, "y"), t.TextEdit(rng, "z")]
+    units.outgoing(edits, [line], "utf-16")
+    assert [(e.range.start.character, e.range.end.character) for e in edits] == [(7, 8)] * 2

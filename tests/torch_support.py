@@ -110,6 +110,15 @@ def peaked(mod, seed: int = 1, scale: float = 0.5):
     return m.to(torch.float64).eval()
 
 
+def moved(m, scale: float = 0.2):
+    """``m`` with every parameter moved by N(0, scale²) from its start value, in place: norms'
+    gains and biases away from 1 and 0, where a wrong formula would not show."""
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(scale * torch.randn_like(p))
+    return m
+
+
 def compiled_recording(module):
     """``torch.compile(module, fullgraph=True)`` with a backend that keeps each traced
     graph's text (dynamo reset first): (the compiled module, the list of graphs)."""

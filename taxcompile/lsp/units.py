@@ -47,7 +47,12 @@ def outgoing(obj, lines: list[str], encoding: str):
         line = lines[p.line] if 0 <= p.line < len(lines) else ""
         return t.Position(p.line, to_units(line, p.character, encoding))
 
+    seen: set[int] = set()  # an object reached twice (one Range in two items) turns once
+
     def walk(x):
+        if id(x) in seen:
+            return x
+        seen.add(id(x))
         if isinstance(x, list):
             for i, v in enumerate(x):
                 x[i] = conv(v) if isinstance(v, t.Position) else walk(v)
