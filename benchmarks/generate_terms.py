@@ -6,7 +6,8 @@ examples/modern_lm.attn (LLaMA-style: RMSNorm, rotary, grouped-query attention, 
 SwiGLU, tied embeddings) at its own sizes with a 1,000-token vocabulary. Both
 sides write the same tokens (checked). Yang et al.'s Gaussian bias has no cached step (its
 length I is the whole target's: see docs/codegen.md): a skipped row says so, and asking
-for the cache is an error there."""
+for the cache is an error there. A last row times the cache's buffers (a step writes its own
+rows) against concatenating the whole cache at every step, at a 1,024-token prompt."""
 
 from __future__ import annotations
 
@@ -112,4 +113,41 @@ def terms(s) -> list[dict]:
     return rows
 
 
-CASES = [terms]
+def _concatenated(cache, key, k, v):
+    """The cache as it was: the earlier steps' keys and values copied at every step."""
+    if cache is None:
+        return k, v
+    if key in cache:
+        k = torch.cat([cache[key][0], k], 1)
+        v = torch.cat([cache[key][1], v], 1)
+    cache[key] = (k, v)
+    return k, v
+
+
+def buffers(s) -> list[dict]:
+    from .cases import row
+
+    model, _ = _model("position = rotary")
+    glob = type(model).forward.__globals__  # the generated module's namespace
+    own = glob["extend_cache"]
+    prompt = torch.randint(1, 999, (B, 1024), generator=torch.Generator().manual_seed(1))
+
+    def with_(fn):
+        def go():
+            glob["extend_cache"] = fn
+            try:
+                return model.generate(max_len=16, bos=0, eos=999, prompt=prompt,
+                                       incremental=True)
+            finally:
+                glob["extend_cache"] = own
+        return go
+
+    out = with_(own)()
+    assert torch.equal(out, with_(_concatenated)()), "buffers and concatenation differ"
+    c, b = alternate(with_(own), with_(_concatenated), 3, warmup=0)
+    return [row("generate_kv_buffers", "generate() after a 1,024-token prompt, KV buffers",
+                "the same cache concatenated at every step", c, b, c / b, "< 1", c / b < 1,
+                speedup=b / c, equivalence="the same tokens")]
+
+
+CASES = [terms, buffers]

@@ -297,15 +297,31 @@ def reorder_cache(x, rows: torch.Tensor):
 
 def extend_cache(cache: dict, key: str, k: torch.Tensor, v: torch.Tensor) -> tuple:
     """generate()'s KV cache: this step's keys and values (N, L_new, d) after those of the
-    earlier steps, kept in cache[key]; returns all of them, (N, L_past + L_new, d) each.
-    Without a cache (a plain forward()), k and v themselves."""
+    earlier steps; returns all of them, (N, L_past + L_new, d) each. Without a cache (a plain
+    forward()), k and v themselves.
+
+    cache[key] holds (k_buf, v_buf, length): buffers (N, capacity, d) filled up to length,
+    their capacity doubled when full, so a step writes only its own rows (concatenating
+    copied the whole cache at every step). Under autograd the rows are concatenated instead:
+    writing into a buffer an earlier step's graph reads would break its backward."""
     if cache is None:
         return k, v
-    if key in cache:
-        k = torch.cat([cache[key][0], k], 1)
-        v = torch.cat([cache[key][1], v], 1)
-    cache[key] = (k, v)
-    return k, v
+    kb, vb, n = cache.get(key, (None, None, 0))
+    m = n + k.shape[1]
+    if torch.is_grad_enabled():
+        kb = k if kb is None else torch.cat([kb[:, :n], k], 1)
+        vb = v if vb is None else torch.cat([vb[:, :n], v], 1)
+    else:
+        if kb is None or kb.shape[1] < m:
+            cap = 2 * m  # room for as many new rows as are held
+            kb2 = k.new_empty((k.shape[0], cap) + k.shape[2:])  # (N, capacity, d)
+            vb2 = v.new_empty((v.shape[0], cap) + v.shape[2:])  # (N, capacity, d_v)
+            if n:
+                kb2[:, :n], vb2[:, :n] = kb[:, :n], vb[:, :n]
+            kb, vb = kb2, vb2
+        kb[:, n:m], vb[:, n:m] = k, v
+    cache[key] = (kb, vb, m)
+    return kb[:, :m], vb[:, :m]
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,
