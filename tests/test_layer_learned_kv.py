@@ -44,7 +44,13 @@ model m {
     # one learned vector before the keys
     attention one { query = project(e)  features = project(prepend(e, learned(d)))
                     score = scaled_multiplicative }
-    output y = classify(mean(mem) + mean(lookup) + mean(regs) + mean(one), 3)
+    # learned sets by name: four queries (PMA's seeds) and slots before the keys; the layer
+    # owns copies of the features' parameters
+    feature seeds = learned(4, d)
+    feature z = learned(slots, d)
+    attention named { query = project(seeds)  features = project(prepend(e, z))
+                      score = scaled_multiplicative  heads = 2 }
+    output y = classify(mean(mem) + mean(lookup) + mean(regs) + mean(one) + mean(named), 3)
 }
 """
 
@@ -52,9 +58,9 @@ REFUSED = {
     # nothing gives the batch, and the output is the same for every example
     "all_learned": ("query = learned(2, d)  keys = learned(5, d)  values = learned(5, d)",
                     "its keys and values are learned and so is its query"),
-    # the vectors before e are a feature the model may read elsewhere
-    "named_vectors": ("query = project(e)  features = project(prepend(e, z))",
-                      "the keys of attention `a` are `project(…)`: a drop-in layer takes"),
+    # a learned set turned by the model first (Perceiver's norm(z)): the layer takes no op
+    "turned_set": ("query = project(norm(z))  features = project(e)",
+                    "the query of attention `a` is `project(…)`: a drop-in layer takes"),
 }
 
 
@@ -69,7 +75,7 @@ def layer_module(name: str):
     return load_module(layer.generate(cs, cs.models[0], name, "kv.attn"), f"learned_kv_{name}")
 
 
-@pytest.mark.parametrize("name", ["mem", "lookup", "regs", "one"])
+@pytest.mark.parametrize("name", ["mem", "lookup", "regs", "one", "named"])
 def test_the_layer_is_the_statement_in_its_model(name):
     """The model's example inputs pad the last positions of all but the first example: the
     padding reaches the layer without the model's slot columns, which are all kept."""
@@ -227,3 +233,15 @@ def test_the_usage_in_the_docstring_is_a_valid_call(spec, name):
         exec(calls[0], env)  # out = layer(…)
         exec(calls[1], env)  # out, weights = layer(…, need_weights=True)
     assert env["out"].shape[0] == 2 and env["weights"].shape[0] == 2
+
+
+def test_a_learned_set_by_name_is_the_layers_own():
+    """`feature seeds = learned(4, d)` read as `project(seeds)` is PMA's query set as
+    `project(learned(4, d))` is: the layer owns the (4, d) queries and takes q=None; the
+    slots `z` before the keys are its own too (the model's `seeds_learned`, `z_learned`)."""
+    lay = layer_module("named").Layer()
+    assert lay.query.shape == (4, 8) and lay.k_learned.shape == (3, 8)
+    x = torch.randn(2, 5, 8)
+    assert lay(None, x, None).shape == (2, 4, 8)
+    with pytest.raises(ValueError, match=r"`q`: this layer's query is its own learned"):
+        lay(x, x, None)

@@ -198,7 +198,9 @@ def learned_query(net, path: str, name: str):
 def learned_params(net, name: str, roles) -> dict:
     """The model's parameters of the learned keys, values and memory slots of statement
     ``name``, by the layer's name for each (the model's less the statement's prefix)."""
-    want = {f"{name}_{r.param}": r.param for r in roles.values() if r.param}
+    # a learned array named as a feature (`feature s = learned(K, d)`) is the feature's
+    want = {(f"{r.origin}_{r.param.split('_', 1)[1]}" if r.origin else f"{name}_{r.param}"):
+            r.param for r in roles.values() if r.param}
     got: dict = {}
     for p, prm in net.named_parameters():  # a repeat's first hop
         if p.rsplit(".", 1)[-1] in want:
@@ -292,7 +294,7 @@ def assert_layer_is_statement(cs, cm, name: str, key: str) -> None:
     # a decoder's step carries coverage the layer is not given: its first call has none
     calls = [c for c in capture.calls if c["kwargs"].get("coverage") is None][:2]
     assert calls, f"{key}: the statement's module was never called"
-    learned = learned_query(net, path, n.name) if roles["q"].own else None
+    learned = learned_query(net, path, roles["q"].origin or n.name) if roles["q"].own else None
     lay = lmod.Layer(layer_config(lmod, roles, calls[0], rec.calls[id(module)], learned))
     lay = lay.to(DT).eval()
     copy_weights(lay, net, module, capture, roles, learned, n.name)

@@ -66,6 +66,9 @@ class Role:
     slots: tuple[int, ...] = ()
     param: str = ""  # the name of the learned keys' (values', slots') parameter: the model's
     scale: str = ""  # the scale of its N(0, 1) initialisation, as the model's
+    # the feature a learned array was named as (`feature s = learned(K, d)`, read as `s`):
+    # the model's parameter is that feature's, not the statement's; "" when written inline
+    origin: str = ""
 
 
 def find(cm: checks.CheckedModel, name: str) -> ir.Attention:
@@ -100,17 +103,24 @@ def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) ->
         e = e.args[0]
     projected = isinstance(e, ir.Op) and e.fn == "project"
     src = e.args[0] if projected else e
+    origin = ""
+    if (named := learned_feature(cm, src)) is not None:  # s, s = learned(K, d)
+        origin, src = named.name, named.expr
     own: tuple[int, ...] = ()
     slots: tuple[int, ...] = ()
     param = scale = ""
+    mem = src.args[1] if isinstance(src, ir.Op) and src.fn == "prepend" and len(
+        src.args) > 1 else None
+    if (named := learned_feature(cm, mem)) is not None:  # prepend(x, s), s = learned(M, d)
+        origin, mem = named.name, named.expr
     if r != "q" and isinstance(src, ir.Op) and src.fn == "prepend" and isinstance(
-            src.args[0], ir.Ref) and (len(src.args) == 1 or is_learned(src.args[1])):
+            src.args[0], ir.Ref) and (len(src.args) == 1 or is_learned(mem)):
         # memory slots: the layer puts them before the keys (values) it is given
         d_in = cm.shapes[src.args[0].node].dim
         if len(src.args) == 1:  # prepend(x, n): the op's own vectors (operators/blocks.py)
             slots, param, scale = (int(src.param("n", 1)), d_in), f"{r}_prepend", "0.02"
         else:
-            slots, param = learned_shape(src.args[1]), learned_name(r, src.args[1])
+            slots, param = learned_shape(mem), learned_name(r, mem)
         src = src.args[0]
     if is_learned(src):
         own = learned_shape(src)
@@ -128,12 +138,25 @@ def role(cm: checks.CheckedModel, n: ir.Attention, r: str, e: ir.Expr | None) ->
                          "(prepend(x, learned(M, d))), or no query")
     scale = scale or f"cfg.d_{r} ** -0.5"  # learned(…): N(0, 1) / sqrt(d), as the model's
     if not projected:
-        return Role(r, "input", d_in, d_in, own, slots=slots, param=param, scale=scale)
+        return Role(r, "input", d_in, d_in, own, slots=slots, param=param, scale=scale,
+                    origin=origin)
     d = e.param("d")
     if d is None and kv_width.inferred(n, e):  # kv_heads heads of the query heads' width
         d = n.kv_heads * (cm.attention[n.id].d_q // n.heads)
     return Role(r, "project", d_in, int(d if d is not None else d_in), own,
-                sized=e.param("d") is not None, slots=slots, param=param, scale=scale)
+                sized=e.param("d") is not None, slots=slots, param=param, scale=scale,
+                origin=origin)
+
+
+def learned_feature(cm: checks.CheckedModel, e: ir.Expr) -> ir.Node | None:
+    """The feature ``e`` reads when it is a learned array by name (``feature s = learned(K,
+    d)``, not updated since): the layer owns it as it owns ``learned(K, d)`` written inline."""
+    if not isinstance(e, ir.Ref):
+        return None
+    node = cm.model.by_id.get(e.node)
+    if isinstance(node, ir.Node) and node.kind_ == "feature" and is_learned(node.expr):
+        return node
+    return None
 
 
 def learned_name(r: str, e: ir.Op) -> str:
