@@ -6,11 +6,13 @@ examples/modern_lm.attn (LLaMA-style: RMSNorm, rotary, grouped-query attention, 
 SwiGLU, tied embeddings) at its own sizes with a 1,000-token vocabulary. Both
 sides write the same tokens (checked). Yang et al.'s Gaussian bias has no cached step (its
 length I is the whole target's: see docs/codegen.md): a skipped row says so, and asking
-for the cache is an error there. A last row times the cache's buffers (a step writes its own
-rows) against concatenating the whole cache at every step, at a 1,024-token prompt."""
+for the cache is an error there. Two more rows, after a 1,024-token prompt: the cache's buffers (a step writes its own rows)
+against concatenating the whole cache at every step, and a rotary module that keeps its
+keys after RoPE against the cache of keys before it (every key turned again each step)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -113,41 +115,79 @@ def terms(s) -> list[dict]:
     return rows
 
 
-def _concatenated(cache, key, k, v):
+def _concatenated(cache, key, k, v, dim=1):
     """The cache as it was: the earlier steps' keys and values copied at every step."""
     if cache is None:
         return k, v
     if key in cache:
-        k = torch.cat([cache[key][0], k], 1)
-        v = torch.cat([cache[key][1], v], 1)
+        k = torch.cat([cache[key][0], k], dim)
+        v = torch.cat([cache[key][1], v], dim)
     cache[key] = (k, v)
     return k, v
+
+
+STEPS = 16  # single-token steps timed after the prompt
+
+
+def _steps(model, prompt, patch=None):
+    """Run the prompt into a fresh cache (not timed), then STEPS single-token forward() calls;
+    returns (seconds of the steps, their logits), the generated module's extend_cache
+    replaced by `patch` throughout (None: as generated)."""
+    glob = type(model).forward.__globals__  # the generated module's namespace
+    own = glob["extend_cache"]
+    glob["extend_cache"] = patch or own
+    try:
+        with torch.no_grad():
+            cache = {}
+            model(tokens=prompt[:, :-STEPS], cache=cache)
+            start = time.perf_counter()
+            out = [model(tokens=prompt[:, t:t + 1], cache=cache, validate=False).output
+                   for t in range(prompt.shape[1] - STEPS, prompt.shape[1])]
+            return time.perf_counter() - start, torch.cat(out, 1)
+    finally:
+        glob["extend_cache"] = own
+
+
+def _compare(a, b, repeats: int = 3) -> tuple[float, float]:
+    """Median step seconds of the two sides, alternated; their logits must agree."""
+    ta, tb = [], []
+    for _ in range(repeats):
+        (x, la), (y, lb) = a(), b()
+        torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
+        ta.append(x), tb.append(y)
+    return sorted(ta)[len(ta) // 2], sorted(tb)[len(tb) // 2]
+
+
+def _unturned(term: str):
+    """The model as the generator wrote it before a module kept its turned keys: the KV
+    cache holds the keys before RoPE, so that every step turns all of them again."""
+    import taxcompile.mechanisms as mech
+
+    own = mech.turns_keys
+    mech.turns_keys = lambda n: False
+    try:
+        return _model(term)[0]
+    finally:
+        mech.turns_keys = own
 
 
 def buffers(s) -> list[dict]:
     from .cases import row
 
-    model, _ = _model("position = rotary")
-    glob = type(model).forward.__globals__  # the generated module's namespace
-    own = glob["extend_cache"]
-    prompt = torch.randint(1, 999, (B, 1024), generator=torch.Generator().manual_seed(1))
-
-    def with_(fn):
-        def go():
-            glob["extend_cache"] = fn
-            try:
-                return model.generate(max_len=16, bos=0, eos=999, prompt=prompt,
-                                       incremental=True)
-            finally:
-                glob["extend_cache"] = own
-        return go
-
-    out = with_(own)()
-    assert torch.equal(out, with_(_concatenated)()), "buffers and concatenation differ"
-    c, b = alternate(with_(own), with_(_concatenated), 3, warmup=0)
-    return [row("generate_kv_buffers", "generate() after a 1,024-token prompt, KV buffers",
-                "the same cache concatenated at every step", c, b, c / b, "< 1", c / b < 1,
-                speedup=b / c, equivalence="the same tokens")]
+    prompt = torch.randint(1, 999, (B, 1024 + STEPS), generator=torch.Generator().manual_seed(1))
+    model = _model("bias = alibi")[0]  # no turn: the model itself keeps the keys
+    c, b = _compare(lambda: _steps(model, prompt), lambda: _steps(model, prompt, _concatenated))
+    rows = [row("generate_kv_buffers", f"{STEPS} decoding steps at a 1,024-token KV cache, "
+                "buffers (ALiBi LM)", "the same cache concatenated at every step", c, b, c / b,
+                "< 1", c / b < 1, speedup=b / c, equivalence="the same logits")]
+    turned, plain = _model("position = rotary")[0], _unturned("position = rotary")
+    plain.load_state_dict(turned.state_dict())
+    c, b = _compare(lambda: _steps(turned, prompt), lambda: _steps(plain, prompt))
+    rows.append(row("generate_turned_keys", f"{STEPS} decoding steps at a 1,024-token cache, "
+                    "the module keeping its keys after RoPE", "the cache of keys before RoPE, "
+                    "every key turned again at each step", c, b, c / b, "<= 0.5", c / b <= 0.5,
+                    speedup=b / c, equivalence="the same logits"))
+    return rows
 
 
 CASES = [terms, buffers]

@@ -295,33 +295,41 @@ def reorder_cache(x, rows: torch.Tensor):
     return x  # a count (the tokens decoded)
 
 
-def extend_cache(cache: dict, key: str, k: torch.Tensor, v: torch.Tensor) -> tuple:
-    """generate()'s KV cache: this step's keys and values (N, L_new, d) after those of the
-    earlier steps; returns all of them, (N, L_past + L_new, d) each. Without a cache (a plain
+def extend_cache(cache: dict, key: str, k: torch.Tensor, v: torch.Tensor, dim: int = 1) -> tuple:
+    """generate()'s KV cache: this step's keys and values (L_new positions along `dim`: (N,
+    L_new, d), or (N, H, L_new, d) kept per head inside a module) after those of the earlier
+    steps; returns all of them, L_past + L_new along `dim`. Without a cache (a plain
     forward()), k and v themselves.
 
-    cache[key] holds (k_buf, v_buf, length): buffers (N, capacity, d) filled up to length,
-    their capacity doubled when full, so a step writes only its own rows (concatenating
-    copied the whole cache at every step). Under autograd the rows are concatenated instead:
+    cache[key] holds (k_buf, v_buf, length): buffers filled up to length along `dim`, their
+    capacity doubled when full, so a step writes only its own rows (concatenating copied
+    the whole cache at every step). Under autograd the rows are concatenated instead:
     writing into a buffer an earlier step's graph reads would break its backward."""
     if cache is None:
         return k, v
     kb, vb, n = cache.get(key, (None, None, 0))
-    m = n + k.shape[1]
+    m = n + k.shape[dim]
     if torch.is_grad_enabled():
-        kb = k if kb is None else torch.cat([kb[:, :n], k], 1)
-        vb = v if vb is None else torch.cat([vb[:, :n], v], 1)
+        kb = k if kb is None else torch.cat([kb.narrow(dim, 0, n), k], dim)
+        vb = v if vb is None else torch.cat([vb.narrow(dim, 0, n), v], dim)
     else:
-        if kb is None or kb.shape[1] < m:
-            cap = 2 * m  # room for as many new rows as are held
-            kb2 = k.new_empty((k.shape[0], cap) + k.shape[2:])  # (N, capacity, d)
-            vb2 = v.new_empty((v.shape[0], cap) + v.shape[2:])  # (N, capacity, d_v)
-            if n:
-                kb2[:, :n], vb2[:, :n] = kb[:, :n], vb[:, :n]
-            kb, vb = kb2, vb2
-        kb[:, n:m], vb[:, n:m] = k, v
+        if kb is None or kb.shape[dim] < m:
+            grown = []
+            for x, old in ((k, kb), (v, vb)):  # room for as many new rows as are held
+                buf = x.new_empty(x.shape[:dim] + (2 * m,) + x.shape[dim + 1:])
+                if n:
+                    buf.narrow(dim, 0, n).copy_(old.narrow(dim, 0, n))
+                grown.append(buf)
+            kb, vb = grown
+        kb.narrow(dim, n, m - n).copy_(k)
+        vb.narrow(dim, n, m - n).copy_(v)
     cache[key] = (kb, vb, m)
-    return kb[:, :m], vb[:, :m]
+    return kb.narrow(dim, 0, m), vb.narrow(dim, 0, m)
+
+
+def cached_length(cache: dict, key: str) -> int:
+    """The positions generate()'s KV cache holds for `key` (0 before the first step)."""
+    return cache[key][2] if key in cache else 0
 
 
 def key_keep(key_mask: torch.Tensor | None, mask: str, Lq: int, Lk: int,

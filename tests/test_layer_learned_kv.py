@@ -243,5 +243,6 @@ def test_a_learned_set_by_name_is_the_layers_own():
     assert lay.query.shape == (4, 8) and lay.k_learned.shape == (3, 8)
     x = torch.randn(2, 5, 8)
     assert lay(None, x, None).shape == (2, 4, 8)
-    with pytest.raises(ValueError, match=r"`q`: this layer's query is its own learned"):
+    with pytest.raises(ValueError, match=r"`q`: this layer's queries are its own learned "
+                       r"parameter `query`"):
         lay(x, x, None)

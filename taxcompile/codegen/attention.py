@@ -104,6 +104,7 @@ def plan_attention(p, n: ir.Attention) -> None:
         p.frame.records.add("cache")
         args.append(f"coverage=None if cache is None else cache.get({cov_key})")
     args += generate.table_arg(p, n)  # generate(): the earlier steps' rows per distance
+    args += generate.kv_arg(p, n)  # generate(): the keys kept inside the module
     call = f"{mod}({', '.join(args)})"
     a, ex = record(p, n, info, q, k, v, G, call, name, capsule)
     generate.save_table(p, n, ex)

@@ -82,6 +82,9 @@ class AttentionView:
     scaled: bool = False  # the score divides by sqrt(d_k) (its record's `scaled`)
     kv_heads: bool = False  # grouped-query attention: self.kv_heads key/value heads
     policy: bool = False  # the alignment reads a node beside each key (forward's policy_in)
+    # forward() takes `kv_cache`, generate()'s (cache, key): k and v are then the new
+    # positions only, and the keys are kept after their turn (RoPE, qk-norm), per head
+    held: bool = False
 
     @property
     def late(self) -> bool:
@@ -223,6 +226,8 @@ def attention_class(p, n: ir.Attention) -> str:
     lq = "C" if n.capsules else ("1" if query == "none" or one_per_input(n) else "Lq")
     p.helpers.update(mech.MASKS[n.mask].helpers + align.helpers)
     p.helpers.update(h for rec, _ in mech.modifiers(n) for h in rec.helpers)
+    if mech.turns_keys(n):  # forward()'s kv_cache
+        p.helpers.add("extend_cache")
     dot = dot_form(n)
     fast = fast_path(n, dot)
     if fast in ("band", "gather"):
@@ -269,7 +274,8 @@ def attention_class(p, n: ir.Attention) -> str:
         table=any(m.step_table for m in mods),
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
         score_terms=any(m.in_scores for m in mods), attention=n, scaled=score.scaled,
-        kv_heads=bool(n.kv_heads), policy=bool(mech.align_reads(n.align)))
+        kv_heads=bool(n.kv_heads), policy=bool(mech.align_reads(n.align)),
+        held=mech.turns_keys(n))
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name

@@ -196,6 +196,8 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     same = v.name == k.name
     taken = {x.name for x in f.vars.values()}  # the nodes' own names: never reassigned
     if keys & p.gen.target_side:
+        if mech.turns_keys(n):  # the module keeps its turned keys (kv_arg)
+            return k, v
         kn = k.name if k.name not in taken else f.locals.new(f"{p.want(n)}_k")
         vn = v.name if v.name not in taken and not same else f.locals.new(f"{p.want(n)}_v")
         p.helpers.add("extend_cache")
@@ -225,6 +227,19 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     f.emit(f"        cache[{key}] = {names}")
     f.body.extend(later)
     return k, v
+
+
+def kv_arg(p, n: ir.Attention) -> list[str]:
+    """The module's ``kv_cache=`` argument: a causal attention over the target whose module
+    turns each key by itself (RoPE, qk-norm) keeps its KV cache inside, after the turn, so
+    that a step turns its new keys only (``cache_keys`` leaves its keys as they are)."""
+    if not is_target_side(p, n.id) or p.step is not None or not mech.turns_keys(n):
+        return []
+    keys = {r for r, _ in checks.expr_links(n.keys, n.values)}
+    if not keys & p.gen.target_side:
+        return []
+    p.frame.records.add("cache")
+    return [f"kv_cache=None if cache is None else (cache, {p.key_code(n)})"]
 
 
 def keeps_table(p, n: ir.Attention) -> bool:

@@ -62,6 +62,7 @@ STAGES: tuple[Stage, ...] = (
         Step("turn", (EXTRA,)),
         Step("terms", (MODS,)),
         Step("turn", (MODS,)),
+        own("hold", when="held"),  # generate(): the turned keys after the earlier steps'
     )),
     Stage("scores", (
         # the memory joins the keys before grouped key/value heads are repeated

@@ -64,6 +64,14 @@ def modifiers(n) -> list[tuple[Mechanism, object]]:
     return [(MODIFIERS[m.fn], m) for m in (n.position, n.bias) if m is not None]
 
 
+def turns_keys(n) -> bool:
+    """Whether a statement's module turns each key by itself (RoPE, qk-norm: the records'
+    ``turns_keys``): generate()'s KV cache then lives in the module, after the turn."""
+    qk = getattr(n, "qk_norm", None)
+    return any(rec.turns_keys for rec, _ in modifiers(n)) or (
+        qk is not None and qk.record.turns_keys)
+
+
 def penalties(n) -> list[tuple[Mechanism, object]]:
     """(record, its IR value) of each penalty of a statement: those lowered to a field of
     their own (the record's ``ir_field``), in the registry's order, then the one its record

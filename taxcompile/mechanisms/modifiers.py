@@ -45,7 +45,7 @@ POSITIONS: dict[str, Mechanism] = {m.name: m for m in (
                             unset=10000.0,
                             comment="theta_i = base^(-2i/d) (RoPE)"),),
               template="position/rotary.py.j2", helpers=("rotary", "query_offset"), qk=True,
-              pairs=True, detail=" (base {base:g})", counts_past=True),
+              pairs=True, detail=" (base {base:g})", counts_past=True, turns_keys=True),
     Mechanism("position", "transformer_xl",
               reason="Transformer-XL's relative terms q_i^T W_R R_(i-j) + u^T k_j + v^T W_R "
                      "R_(i-j) added to q_i^T k_j (Dai et al. 2019, section 3.3): still the same "

@@ -222,7 +222,7 @@ _L2 = Mechanism("qk_norm", "l2",
                               comment="learned gains on q and k, scale 1 / sqrt(d_head)"),
                       CtorArg("qk_rms", "bool", "False", owner="qk_norm", field="rms",
                               unset=False, comment="RMS norms with learned gains on q and k")),
-                template="heads/qk_norm.py.j2", fixed=(("rms", False),))
+                template="heads/qk_norm.py.j2", fixed=(("rms", False),), turns_keys=True)
 # `qk_norm = rms` (x-transformers' `qk_rmsnorm`): the same class (its constructor's qk_rms),
 # no parameters; the fields the l2 form's are read as its defaults
 QK_NORMS: dict[str, Mechanism] = {m.name: m for m in (

@@ -159,6 +159,10 @@ class Mechanism(NamedTuple):
     # W_R R_r): forward() takes an earlier call's rows (`table`), so that a generate()
     # step projects its new distances only
     step_table: bool = False
+    # a position term or trait that turns each key by itself, by its own position alone
+    # (RoPE, qk-norm): generate()'s KV cache keeps the keys after the turn, inside the
+    # module (forward()'s `kv_cache`), so a step turns its new keys only
+    turns_keys: bool = False
     # What it gives a module, needs of it and cannot go with, as tags (mechanisms/needs.py
     # words them): read by one checker rule (check/needs.py), whose refusal says
     # "<module> has <tag>, which <conflict[0]> cannot go with: <conflict[1]>". Tags it gives:
