@@ -141,8 +141,11 @@ class Mech(_Frozen):
                          f"{', '.join(k for k, _ in self.__dict__.get('params', ())) or 'none'})")
 
     def data(self) -> dict[str, Any]:
-        """Its name and parameters by name: the fields its record's text patterns read."""
-        return {"fn": self.fn, **dict(self.record.fixed), **dict(self.params)}
+        """Its name and parameters by name: the fields its record's text patterns read (a
+        parameter left to the layer's depth as its record's ``by_depth`` says it)."""
+        depth = {name: text for name, _, text in self.record.by_depth}
+        return {"fn": self.fn, **dict(self.record.fixed),
+                **{k: depth[k] if v is None and k in depth else v for k, v in self.params}}
 
     def __str__(self) -> str:
         """Its label (diagrams, summaries): ``relative positions (k = 16)``."""

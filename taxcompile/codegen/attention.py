@@ -16,6 +16,7 @@ from .frame import Var
 from .contexts import context_dim, describe
 from .graph_attention import is_graph, plan_graph_attention
 from .names import atom, dim_of
+from .depth import depth_code
 
 
 def plan_attention(p, n: ir.Attention) -> None:
@@ -139,6 +140,9 @@ def constructor_call(p, n: ir.Attention, info, q: Var | None, k: Var, v: Var, ki
                             q is not None or n.capsules > 0)
     out = []
     for arg in args:
+        if code := depth_code(p, n, arg):  # a parameter by the layer's depth
+            out.append(f"{arg.name}={code}")
+            continue
         if not arg.passed(n):
             continue
         value = arg.value(n)

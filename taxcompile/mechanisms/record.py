@@ -186,6 +186,17 @@ class Mechanism(NamedTuple):
     # why its weights are no distribution over the keys ("" where they are one): what
     # `.weights` and `supervised`, which need one, say when they refuse the module
     not_distribution: Text = ""
+    # parameters that a statement in a `repeat` whose hops have weights of their own takes
+    # from its layer l (the innermost repeat's hop, 1-based) where the spec leaves them unset
+    # (a constant that a paper schedules by depth): (parameter, its value as code, a pattern
+    # over `{l}`, the hop number or the generated block's `depth`, and as the text patterns
+    # read it). The IR holds None for such a parameter; the generated constructor call
+    # computes it (codegen/depth.py).
+    by_depth: tuple[tuple[str, str, str], ...] = ()
+
+    def depth_code(self, param: str) -> str:
+        """Parameter ``param``'s value at layer ``{l}`` as code ('' when it has none)."""
+        return next((code for name, code, _ in self.by_depth if name == param), "")
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
