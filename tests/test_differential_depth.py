@@ -96,3 +96,24 @@ def test_the_classifier_says_lambda_init_is_by_depth():
     text = 'paper t { cite = "T" }\n' + stack()
     reason = cell_of(text, "query_multiplicity")["Multi-Head"][0]
     assert "lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)) at layer l" in reason
+
+
+def test_a_repeat_written_out_hop_by_hop_writes_each_hops_number():
+    """Where a repeat's hops are not one block class, each hop's call computes its own
+    value from its number (codegen/depth.py), here evaluated against the paper's."""
+    from types import SimpleNamespace
+
+    from taxcompile import mechanisms as mech
+    from taxcompile.codegen.depth import depth_code
+    from taxcompile.pipeline import load_text
+
+    model = load_text('paper t { cite = "T" }\n' + stack(), "t.attn").models[0].model
+    atts = [n for n in model.nodes if n.kind_ == "attention"]
+    assert [n.hop.index for n in atts] == [1, 2, 3, 4]
+    arg = next(a for a in mech.HEAD_MECHANISMS["differential"].ctor if a.name == "lambda_init")
+    top = SimpleNamespace(frame=SimpleNamespace(depth=0, takes_depth=False))
+    for n in atts:
+        assert n.head("differential").lambda_init is None  # left to the layer
+        code = depth_code(top, n, arg)
+        assert eval(code, {"math": math}) == pytest.approx(paper_lambda_init(n.hop.index))
+    assert not top.frame.takes_depth
