@@ -249,7 +249,6 @@ class Attention(_Frozen):
     # each query may see, from the data; a graph makes it graph attention (GAT)
     mask_input: str | None = None
     self_loops: bool = False  # graph attention: every node also attends to itself (GATConv)
-    penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
     # See et al. 2017 eq. 10-11: the coverage c^t = sum_{t'<t} a^{t'} enters the additive
     # score as w_c c_i^t
     coverage: bool = False
@@ -281,9 +280,10 @@ class Attention(_Frozen):
     join: Mech | None = None
     memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
     # a penalty that its record defines whole (`penalty = NAME(…)` of a record without an
-    # ``ir_field``): Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage
-    # loss (eq. 12-13), computed by the model from the weights (its record's ``call``) or by
-    # its class (its template's extras["penalty"])
+    # ``ir_field``, or Lin et al.'s bare coefficient `penalty = λ`): Lin et al.'s ||A A^T -
+    # I||_F^2, Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage loss
+    # (eq. 12-13), computed by the model from the weights (its record's ``call``) or by its
+    # class (its template's extras["penalty"])
     loss_term: Mech | None = None
 
     def head(self, name: str) -> Mech | None:
@@ -316,7 +316,6 @@ class Attention(_Frozen):
         # each penalty's label, by its record's name (a coefficient's pattern reads `lam`)
         pen = {rec.name: rec.text("label", v, lam=getattr(v, "lam", v))
                for rec, v in mech.penalties(self) if rec.ir_field}
-        out.append(pen.get("frobenius"))
         if self.coverage:
             out.append(traits["coverage"].text("label"))
         if self.loss_term is not None:

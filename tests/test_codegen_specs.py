@@ -87,7 +87,7 @@ class Variant:
 
 def _penalised(a) -> bool:
     """Whether attention ``a`` adds a term to Output.penalty."""
-    return a.penalty is not None or a.loss_term is not None or a.disagreement is not None
+    return a.loss_term is not None or a.disagreement is not None
 
 def _variants() -> list[Variant]:
     out = []

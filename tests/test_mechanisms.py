@@ -157,27 +157,29 @@ def test_lower_reads_the_registry():
 
 def test_every_penalty_says_where_it_lowers_to():
     """Lowering reads a penalty's spelling and its IR field from its record: one written as
-    a bare coefficient (`penalty = λ`), the others as calls, each lowered by a function of
-    lowering/penalties.py into a field of ir.Attention that mechanisms.penalties reads."""
+    a bare coefficient (`penalty = λ`), the others as calls; those with a field of their own
+    each lowered by a function of lowering/penalties.py into that field of ir.Attention, the
+    rest (the bare one too) into ``loss_term``, all read by mechanisms.penalties."""
     from types import SimpleNamespace
 
     from taxcompile.lowering import penalties
 
     records = [m for m in mech.PENALTIES.values() if m.ir_field]  # the rest: loss_term
-    assert [m.name for m in records if m.bare] == ["frobenius"]
+    assert [m.name for m in mech.PENALTIES.values() if m.bare] == ["frobenius"]
+    assert not any(m.bare for m in records)  # the bare coefficient is a loss_term
     assert {m.ir_field for m in records} <= set(ir.Attention.fields)
     assert len({m.ir_field for m in records}) == len(records)
-    assert set(penalties.ARGUMENTS) == {m.ir_field for m in records if not m.bare}
+    assert set(penalties.ARGUMENTS) == {m.ir_field for m in records}
     every = SimpleNamespace(**{m.ir_field: m.name for m in records}, loss_term=None)
     assert [(m.name, v) for m, v in mech.penalties(every)] == [(m.name, m.name) for m in records]
     for m in mech.PENALTIES.values():  # a record of its own: its template or its call
         assert m.ir_field or m.template or m.call, m.name
     spec = _statement("query = project(x)  keys = x  score = additive  "
                       "penalty = doubly_stochastic(0.5)")
-    assert (spec.loss_term.fn, spec.loss_term.param("lambda"), spec.penalty) == (
-        "doubly_stochastic", 0.5, None)
-    assert _statement("features = x  score = additive  heads = 2  heads_out = concat  "
-                      "penalty = 0.25").penalty == 0.25
+    assert (spec.loss_term.fn, spec.loss_term.param("lambda")) == ("doubly_stochastic", 0.5)
+    lin = _statement("features = x  score = additive  heads = 2  heads_out = concat  "
+                     "penalty = 0.25").loss_term
+    assert (lin.fn, lin.params) == ("frobenius", (("lambda", 0.25),))
 
 
 # ---- no mechanism's name tested as a string in the modules that read the registry ----------

@@ -18,9 +18,9 @@ class PenaltyChecks:
     def penalties_fit(self, f: Fit) -> bool:
         """The penalties and coverage of a module, in turn."""
         n, mode, groups, where = f.n, f.mode, f.groups, f.where
-        if n.penalty is not None and n.heads < 2:
-            self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares several rows of "
-                     "attention", "set `heads = r` (Lin et al.: r rows)")
+        heads = [rec.several_heads for rec, _ in mech.penalties(n) if rec.several_heads[0]]
+        if heads and n.heads < 2:
+            self.err(n.loc, f"{where}: {heads[0][0]}", heads[0][1])
             return False
         rows = [rec.rows for rec, _ in mech.penalties(n) if rec.rows]
         if rows and (mode != "sequence" or n.dimensionality == "multi" or n.capsules

@@ -45,7 +45,6 @@ class AttentionView:
     heads: int
     multi: bool
     capsules: int
-    penalty: float | None
     affinity: bool
     score: ir.Mech
     align: ir.Mech
@@ -171,7 +170,7 @@ def class_key(p, n: ir.Attention) -> str:
     query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
     return repr((_unpassed(n.score), _unpassed(n.align), n.heads > 1,
                  n.heads > 1 and query != "none",
-                 n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity),
+                 n.dimensionality, bool(n.capsules), query, bool(n.affinity),
                  n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
         + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "") \
@@ -252,7 +251,7 @@ def attention_class(p, n: ir.Attention) -> str:
         cls=name, title="\n    ".join(doc[:cut]), doc=tuple(doc[cut + 1:]),
         query="capsules" if learned_capsules(n) else query,
         query_note="no query: self-attentive (eq. 33)", split=split, heads=n.heads,
-        multi=n.dimensionality == "multi", capsules=n.capsules, penalty=n.penalty,
+        multi=n.dimensionality == "multi", capsules=n.capsules,
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
         init_args=mech.signature(args), init_names=tuple(x.name for x in mech.ordered(args)),
         dot=dot, fast=fast,

@@ -42,8 +42,11 @@ class Penalties(Constants):
             # `let` of that name stays Lin et al.'s coefficient
             v = ast.Call(pos=v.pos, fn=v.name, args=(), kwargs=())
         m = table.get(v.fn) if isinstance(v, ast.Call) else None
-        if m is None:
-            return {BARE.ir_field: self.as_param(param(BARE, "lambda"), v, scope, "`penalty`")}
+        if m is None:  # the bare coefficient: its record's one parameter
+            first = BARE.params[0]
+            lam = self.as_param(first, v, scope, "`penalty`")
+            return {"loss_term": None if lam is None else ir.Mech(
+                kind="penalty", fn=BARE.name, params=((first.name, lam),), loc=self.loc(v.pos))}
         if not m.ir_field:  # a record and its template: a mechanism as any other
             return {"loss_term": self.mechanism("penalty", ast.Field(pos=fld.pos, name=fld.name,
                                                 value=v), {m.name: m}, "penalty", scope)}

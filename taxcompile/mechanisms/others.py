@@ -85,8 +85,13 @@ def _disagreement_doc(d) -> str:
 PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
     # Lin et al.: ||A A^T - I||_F^2, `penalty = λ`
     Mechanism("penalty", "frobenius", (P("lambda", "float"),), reason=LOSS_REASON,
-              label="penalty {lam:g}", extras=("penalty",), template="penalty/frobenius.py.j2",
-              needs=("H",), ir_field="penalty", bare=True),
+              label="penalty {lambda:g}", extras=("penalty",), template="penalty/frobenius.py.j2",
+              needs=("H",), bare=True,
+              several_heads=("the penalty ||AAᵀ − I||²_F compares several rows of attention",
+                             "set `heads = r` (Lin et al.: r rows)"),
+              single="the penalty ||AAᵀ − I||²_F compares rows of one weight per key (Lin "
+                     "et al.); multi-dimensional weights (eq. 30-32) have one per key and "
+                     "feature"),
     Mechanism("penalty", "doubly_stochastic", (P("lambda", "float", False, 1.0),),
               reason=LOSS_REASON,
               label="doubly stochastic penalty {lambda:g}",

@@ -142,8 +142,9 @@ class Mechanism(NamedTuple):
     # index in the whole sequence, so a step needs the whole prefix (local)
     hides_later: bool = False
     by_query_index: bool = False
-    # a penalty: the field of ir.Attention its lowered value fills (lowering/penalties.py),
-    # and whether a spec writes it as a bare coefficient (`penalty = λ`), not a call
+    # a penalty: the field of ir.Attention its lowered value fills (lowering/penalties.py;
+    # '' for ``loss_term``), and whether a spec writes it as a bare coefficient (`penalty =
+    # λ`, its one parameter), not a call
     ir_field: str = ""
     bare: bool = False
     # a way of joining heads whose context is as wide as the values (d_v), as W_O's (eq. 40)
@@ -193,6 +194,11 @@ class Mechanism(NamedTuple):
     # read it). The IR holds None for such a parameter; the generated constructor call
     # computes it (codegen/depth.py).
     by_depth: tuple[tuple[str, str, str], ...] = ()
+    # a penalty over several rows of weights (the heads'): why a module with one head is
+    # refused and the hint (a checker's message); why multi-dimensional weights are (the
+    # hint: `dimensionality = single`)
+    several_heads: tuple[str, str] = ("", "")
+    single: str = ""
 
     def depth_code(self, param: str) -> str:
         """Parameter ``param``'s value at layer ``{l}`` as code ('' when it has none)."""
