@@ -15,7 +15,7 @@ from .diagnostics import Location
 from .frozen import FieldError, Frozen
 from .params import Act
 
-__all__ = ["Act", "Attention", "Disagreement", "Expr", "FieldError", "Hop", "Input", "Mech",
+__all__ = ["Act", "Attention", "Expr", "FieldError", "Hop", "Input", "Mech",
            "Model", "Node", "Op", "Paper", "Ref",
            "SegmentMemory", "Spec", "Supervision", "refs"]
 
@@ -212,14 +212,6 @@ class Node(_Frozen):
     loc: Location
 
 
-class Disagreement(_Frozen):
-    """Li et al. 2018: the loss adds -lam D, D = -(1/H^2) sum_i sum_j sim of heads i and j
-    on their values (eq. 5), weights (eq. 6) or outputs (eq. 7)."""
-
-    lam: float
-    on: Literal["subspace", "position", "output"]
-
-
 class SegmentMemory(_Frozen):
     """`mem_len = M`: Transformer-XL's segment memory (Dai et al. 2019, §3.2): the keys and
     values are computed from [SG(m); h], m the last M positions of the feature they read
@@ -252,8 +244,6 @@ class Attention(_Frozen):
     # See et al. 2017 eq. 10-11: the coverage c^t = sum_{t'<t} a^{t'} enters the additive
     # score as w_c c_i^t
     coverage: bool = False
-    # Li et al. 2018 eq. 5-7: -lambda D, D the heads' disagreement on values, weights or outputs
-    disagreement: Disagreement | None = None
     dropout: float | None = None  # dropout on the attention weights, in training
     share: str | None = None  # the attention module whose weights this one uses
     # score modifiers (kinds "position" and "bias"): relative (Shaw et al.) or rotary
@@ -282,8 +272,9 @@ class Attention(_Frozen):
     # a penalty that its record defines whole (`penalty = NAME(…)` of a record without an
     # ``ir_field``, or Lin et al.'s bare coefficient `penalty = λ`): Lin et al.'s ||A A^T -
     # I||_F^2, Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage loss
-    # (eq. 12-13), computed by the model from the weights (its record's ``call``) or by its
-    # class (its template's extras["penalty"])
+    # (eq. 12-13), Li et al.'s disagreement of the heads (2018, eq. 5-7), computed by the
+    # model from the weights or the heads' tensors (its record's ``call``) or by its class
+    # (its template's extras["penalty"])
     loss_term: Mech | None = None
 
     def head(self, name: str) -> Mech | None:
@@ -320,7 +311,6 @@ class Attention(_Frozen):
             out.append(traits["coverage"].text("label"))
         if self.loss_term is not None:
             out.append(str(self.loss_term))
-        out.append(pen.get("disagreement"))
         if self.dropout:
             out.append(traits["dropout"].text("label", self))
         if self.share is not None:

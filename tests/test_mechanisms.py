@@ -28,8 +28,6 @@ def literal_values(model, field: str) -> set[str]:
 def test_every_mechanism_the_ir_admits_has_a_record():
     assert set(mech.MASKS) == literal_values(ir.Attention, "mask")
     assert set(mech.HEADS_OUT) == literal_values(ir.Attention, "heads_out")
-    on = next(p for p in mech.PENALTIES["disagreement"].params if p.name == "on")
-    assert set(on.choices) == literal_values(ir.Disagreement, "on")
     loss = next(p for p in mech.PENALTIES["supervised"].params if p.name == "loss")
     assert set(loss.choices) == literal_values(ir.Supervision, "loss")
 
@@ -159,7 +157,8 @@ def test_every_penalty_says_where_it_lowers_to():
     """Lowering reads a penalty's spelling and its IR field from its record: one written as
     a bare coefficient (`penalty = λ`), the others as calls; those with a field of their own
     each lowered by a function of lowering/penalties.py into that field of ir.Attention, the
-    rest (the bare one too) into ``loss_term``, all read by mechanisms.penalties."""
+    rest (the bare one too) into ``loss_term`` (Li et al.'s arguments read by a function of
+    their own too), all read by mechanisms.penalties."""
     from types import SimpleNamespace
 
     from taxcompile.lowering import penalties
@@ -169,7 +168,11 @@ def test_every_penalty_says_where_it_lowers_to():
     assert not any(m.bare for m in records)  # the bare coefficient is a loss_term
     assert {m.ir_field for m in records} <= set(ir.Attention.fields)
     assert len({m.ir_field for m in records}) == len(records)
-    assert set(penalties.ARGUMENTS) == {m.ir_field for m in records}
+    assert {m.name for m in records} <= set(penalties.ARGUMENTS) <= set(mech.PENALTIES)
+    disagreement = _statement("query = project(x)  keys = x  score = additive  heads = 2  "
+                              "penalty = disagreement(0.5, on = output)").loss_term
+    assert (disagreement.fn, disagreement.params) == (
+        "disagreement", (("lambda", 0.5), ("on", "output")))
     every = SimpleNamespace(**{m.ir_field: m.name for m in records}, loss_term=None)
     assert [(m.name, v) for m, v in mech.penalties(every)] == [(m.name, m.name) for m in records]
     for m in mech.PENALTIES.values():  # a record of its own: its template or its call

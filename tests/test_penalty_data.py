@@ -29,6 +29,27 @@ def refusal(text: str):
     return info.value.diagnostics[0]
 
 
+def test_disagreement_is_a_loss_term_of_its_record():
+    """Li et al. 2018: lowered into loss_term; what the class returns for it (each head's
+    values or outputs) and what its call reads are its record's."""
+    def lowered(on):
+        text = statement(f"heads = 2  penalty = disagreement(0.5, on = {on})")
+        return load_text(text, "t.attn").models[0].model.attentions[0]
+
+    n = lowered("subspace")
+    assert (n.loss_term.fn, n.loss_term.params) == (
+        "disagreement", (("lambda", 0.5), ("on", "subspace")))
+    assert "disagreement on subspace 0.5" in n.traits()
+    assert [mech.heads_extra(lowered(on)) for on in ("subspace", "position", "output")] == [
+        "values", "", "output"]
+    rec = n.loss_term.record
+    assert rec.text("call", n.loss_term, a="h", qmask="qm", kmask="km") == \
+        "disagreement_penalty(h, km, 0.5, True)"
+    p = lowered("position").loss_term
+    assert rec.text("call", p, a="w", qmask="qm", kmask="km") == \
+        "disagreement_penalty(w, qm, 0.5, False)"
+
+
 def test_lins_penalty_is_a_loss_term_of_its_record():
     n = load_text(statement("heads = 2  penalty = 0.5"), "t.attn").models[0].model.attentions[0]
     assert (n.loss_term.kind, n.loss_term.fn, n.loss_term.params) == (
@@ -44,7 +65,9 @@ RECORD = mech.Mechanism(
     reason="a term of the training loss: no cell of the row changes", label="rowsum {lambda:g}",
     extras=("penalty",), template="penalty/rowsum.py.j2",
     several_heads=("the rowsum penalty compares the heads' rows", "set `heads = 2` or more"),
-    single="the rowsum penalty compares rows of one weight per key")
+    single="the rowsum penalty compares rows of one weight per key",
+    no_query=lambda m: "the rowsum penalty reads each head's own values" if m.param(
+        "lambda") > 0.5 else "", no_query_hint="give the module a query")
 
 
 @pytest.fixture
@@ -75,3 +98,13 @@ def test_modules_of_one_class_keep_one_coefficient_of_its_penalty():
            "penalty = 0.25  share = a }\n"
     d = refusal(statement("heads = 2  penalty = 0.5", twin))
     assert "`a` has penalty = 0.5 and this one 0.25" in d.message, d.message
+
+
+def test_a_registered_penalty_that_needs_a_query_is_refused_in_its_own_words(rowsum):
+    text = (HEADER + "model m {\n    input x: sequence[L, 8]\n"
+            "    attention s { keys = x  score = additive  heads = 2  penalty = rowsum(1.0) }\n"
+            "    output u = s\n}\n")
+    d = refusal(text)
+    assert (d.message, d.hint) == ("attention `s`: the rowsum penalty reads each head's own "
+                                   "values", "give the module a query")
+    load_text(text.replace("rowsum(1.0)", "rowsum(0.5)"), "t.attn")  # its record: not at 0.5

@@ -198,7 +198,7 @@ class AttentionChecks:
                "mask": "a mask relates pairs of positions of one sequence",
                "penalty": "the penalty compares rows of weights that sum to 1"}
         given = {"affinity": n.affinity, "capsules": n.capsules, "mask": n.mask != "none",
-                 "penalty": n.disagreement is not None or n.coverage
+                 "penalty": n.coverage
                  or any(rec.rows or rec.several_heads[0] for rec, _ in mech.penalties(n))}
         for name, reason in why.items():
             if given[name]:

@@ -20,7 +20,7 @@ class PenaltyChecks:
         n, mode, groups, where = f.n, f.mode, f.groups, f.where
         heads = [rec.several_heads for rec, _ in mech.penalties(n) if rec.several_heads[0]]
         if heads and n.heads < 2:
-            self.err(n.loc, f"{where}: {heads[0][0]}", heads[0][1])
+            self.err(n.loc, f"{where}: {heads[0][0].format(heads=n.heads)}", heads[0][1])
             return False
         rows = [rec.rows for rec, _ in mech.penalties(n) if rec.rows]
         if rows and (mode != "sequence" or n.dimensionality == "multi" or n.capsules
@@ -37,7 +37,8 @@ class PenaltyChecks:
 
     def coverage_fits(self, f: Fit) -> bool:
         """``coverage = true`` (See et al. eq. 10-11), ``penalty = coverage(λ)`` (eq. 12-13)
-        and ``penalty = disagreement(λ, on = …)`` (Li et al. 2018, eq. 5-7)."""
+        and a penalty that needs a query (its record's ``no_query``: Li et al.'s
+        disagreement on the values)."""
         n, mode, groups, where = f.n, f.mode, f.groups, f.where
         one_row = (mode != "sequence" or n.dimensionality == "multi" or n.capsules
                    or n.affinity is not None or bool(groups))
@@ -64,23 +65,10 @@ class PenaltyChecks:
                      "use `align = global` (or `sparsemax`, `entmax`) without `share`, "
                      "`position` or `bias`")
             return False
-        d = n.disagreement
-        if d is not None and n.heads < 2:
-            self.err(n.loc, f"{where}: the disagreement penalty compares pairs of heads "
-                     f"(Li et al. eq. 5-7), but the module has {n.heads}", "set `heads = H`, "
-                     "H ≥ 2")
-            return False
-        if d is not None and n.dimensionality == "multi":
-            self.err(n.loc, f"{where}: the disagreement penalty compares the heads' weight "
-                     "matrices (Li et al. eq. 5-7); multi-dimensional weights (eq. 30-32) "
-                     "are not combined with it", "use `dimensionality = single`")
-            return False
-        if d is not None and d.on == "subspace" and n.query is None:
-            self.err(n.loc, f"{where}: without a query every head reads the same values, "
-                     "so cos(V^i, V^j) = 1 for every pair (Li et al. eq. 5)",
-                     "use `on = position` or `on = output`, or give the module a query "
-                     "(heads then split the values, eq. 38)")
-            return False
+        for rec, v in mech.penalties(n):  # one that reads each head's own values, say
+            if n.query is None and (why := rec.text("no_query", v)):
+                self.err(n.loc, f"{where}: {why}", rec.no_query_hint)
+                return False
         return True
 
     def supervision_fits(self, f: Fit) -> bool:

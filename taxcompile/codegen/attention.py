@@ -190,12 +190,12 @@ def weights_value(p, n: ir.Attention, a: str, info) -> None:
 def weights_penalty(n: ir.Attention) -> bool:
     """Whether a penalty in the loss reads the module's weights (the fast path must then
     compute them)."""
-    d = n.disagreement
-    return called(n) or n.supervised is not None or d is not None and d.on == "position"
+    return called(n) and not mech.heads_extra(n) or n.supervised is not None
 
 
 def called(n: ir.Attention) -> bool:
-    """Whether the module's penalty is its record's call over the weights (``call``)."""
+    """Whether the module's penalty is its record's call over the weights or the heads'
+    tensors (``call``)."""
     return n.loss_term is not None and bool(n.loss_term.record.call)
 
 
@@ -205,11 +205,10 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
     Li et al.'s disagreement (eq. 5-7) and supervised attention over the module's weights or
     heads: at once, or in a decoder loop from the tensors of every step once the loop is done
     (``penalty_call``)."""
-    d = n.disagreement
-    if not called(n) and d is None and n.supervised is None:
+    if not called(n) and n.supervised is None:
         return
     p.frame.records.add("penalties")
-    x = f"{ex}[\"heads\"]" if d is not None and d.on != "position" else a
+    x = f"{ex}[\"heads\"]" if mech.heads_extra(n) else a
     if p.step is not None:
         p.step.penalty.append((n, x, kmask))
         return
@@ -236,22 +235,16 @@ def emit_penalty(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> None:
 def penalty_call(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> tuple[str, str]:
     """The call that computes a module's penalty from its weights (or heads) x, with the
     padding masks of its queries and keys, and its comment."""
-    d, rec = n.disagreement, mech.PENALTIES
+    rec = mech.PENALTIES
     if n.supervised is not None:  # Liu et al. 2016 (squared), Mi et al. 2016 (cross entropy)
         sup = n.supervised
         p.helpers.add("supervised_penalty")
         return (f"supervised_penalty({x}, {p.frame.use(sup.gold)}, {qmask}, {kmask}, "
                 f"{sup.lam!r}, \"{sup.loss}\")", rec["supervised"].text("doc", sup))
-    if called(n):  # its record's helper call (Xu et al.'s, See et al.'s)
-        m = n.loss_term
-        p.helpers.update(m.record.helpers)
-        return (m.record.text("call", m, a=x, qmask=qmask, kmask=kmask),
-                m.record.text("doc", m))
-    p.helpers.add("disagreement_penalty")
-    keep = kmask if d.on == "subspace" else qmask
-    eq = mech.others.PENALTY_EQUATIONS[d.on]
-    return (f"disagreement_penalty({x}, {keep}, {float(d.lam)!r}, {d.on != 'position'})",
-            f"-lambda D_{d.on}, D = -(1/H^2) sum_i sum_j of eq. {eq} (Li et al. 2018)")
+    m = n.loss_term  # its record's helper call (Xu et al.'s, See et al.'s, Li et al.'s)
+    p.helpers.update(m.record.helpers)
+    return (m.record.text("call", m, a=x, qmask=qmask, kmask=kmask),
+            m.record.text("call_note", m) or m.record.text("doc", m))
 
 
 def affinity_arg(p, n, info, q, G: int, name: str) -> str:
@@ -285,8 +278,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     single = single and not gate
     direct = G == 0 and not single and not capsule
     needs_ex = bool(align.log_prob) or mech.class_penalty(n) or capsule or \
-        n.coverage or n.disagreement is not None and n.disagreement.on != "position" or \
-        generate.keeps_table(p, n)
+        n.coverage or bool(mech.heads_extra(n)) or generate.keeps_table(p, n)
     locs = p.frame.locals
     if direct and step:
         c = p.step.names.setdefault(n.id, locs.new(name + "_t"))

@@ -257,7 +257,8 @@ def _block_class(p, inner: Frame, cls: str, params: list[str], outs: list[str], 
     doc = (f"One hop of `{path}` (eq. 41-42): "
            f"{', '.join(sorted({p.m.node(x).name for x in first_hop}))}.",)
     if inner.takes_depth:
-        doc += ("", "depth: the hop's number, 1 to the hop count (layer l of a parameter by depth).")
+        doc += ("", "depth: the hop's number, 1 to the hop count (layer l of a parameter by "
+                "depth).")
     p.blocks.append(ModuleClass(cls, doc, tuple(inner.owner.subs), tuple(sig),
                                 "tuple" if len(ret) > 1 else "torch.Tensor", tuple(body),
                                 keeps_cfg=uses("cfg"),

@@ -1,10 +1,11 @@
 """The ``penalty`` field of an attention statement: a term of the training loss. The
 penalties' records (``mechanisms.PENALTIES``) say how a spec writes each (a call
 ``penalty = NAME(…)``, or Lin et al.'s bare coefficient ``penalty = λ``) and which field of
-``ir.Attention`` its value fills; the functions here read each call's arguments. A record
-without a field of its own (``ir_field``) is lowered as every other mechanism is
-(``lowering/mechanisms.py``: its parameters checked against its record) into
-``ir.Attention.loss_term``, which its template computes. Errors of
+``ir.Attention`` its value fills. A record without a field of its own (``ir_field``) is
+lowered into ``ir.Attention.loss_term``, an ``ir.Mech`` that its record's call or template
+computes: as every other mechanism is (``lowering/mechanisms.py``: its parameters checked
+against its record), or where its mistakes have words of their own (Li et al.'s
+disagreement) by a function here, as supervised attention's arguments are. Errors of
 this kind: a wrong number or kind of arguments, a coefficient out of range. Whether a
 supervised penalty's target is an alignment input of the right axes is checked in
 checks.py."""
@@ -47,13 +48,15 @@ class Penalties(Constants):
             lam = self.as_param(first, v, scope, "`penalty`")
             return {"loss_term": None if lam is None else ir.Mech(
                 kind="penalty", fn=BARE.name, params=((first.name, lam),), loc=self.loc(v.pos))}
-        if not m.ir_field:  # a record and its template: a mechanism as any other
-            return {"loss_term": self.mechanism("penalty", ast.Field(pos=fld.pos, name=fld.name,
-                                                value=v), {m.name: m}, "penalty", scope)}
-        return {m.ir_field: ARGUMENTS[m.ir_field](self, m, v, scope)}
+        read = ARGUMENTS.get(m.name)  # arguments read by a function of their own, below
+        if read is not None:
+            return {m.ir_field or "loss_term": read(self, m, v, scope)}
+        # a record and its template: a mechanism as any other
+        return {"loss_term": self.mechanism("penalty", ast.Field(pos=fld.pos, name=fld.name,
+                                            value=v), {m.name: m}, "penalty", scope)}
 
     def disagreement_penalty(self, m: mech.Mechanism, v: ast.Call,
-                             scope: Scope) -> ir.Disagreement | None:
+                             scope: Scope) -> ir.Mech | None:
         """``penalty = disagreement(lambda, on = subspace | position | output)``: Li et al.'s
         -lambda D (2018, eq. 5-7)."""
         extra = [k for k in v.kwargs if k.name != "on"]
@@ -73,7 +76,8 @@ class Penalties(Constants):
         where = self.as_param(param(m, "on"), on.value, scope, "`on` of `disagreement`")
         if lam is None or where is None:
             return None
-        return ir.Disagreement(lam=lam, on=where)
+        return ir.Mech(kind="penalty", fn=m.name, params=(("lambda", float(lam)), ("on", where)),
+                       loc=self.loc(v.pos))
 
     def supervised(self, m: mech.Mechanism, v: ast.Call,
                    scope: Scope) -> ir.Supervision | None:
@@ -103,8 +107,9 @@ def param(m: mech.Mechanism, name: str) -> P:
     return next(p for p in m.params if p.name == name)
 
 
-# How each call's arguments lower, by the ``ir.Attention`` field its record names
-# (tests/test_mechanisms.py: one for every penalty written as a call).
+# The penalties whose call's arguments a function of their own reads (its words for a
+# mistake are its own), by record: into the ``ir.Attention`` field its record names, or
+# ``loss_term`` (tests/test_mechanisms.py: one for every penalty with a field).
 ARGUMENTS = {
     "disagreement": Penalties.disagreement_penalty,
     "supervised": Penalties.supervised,

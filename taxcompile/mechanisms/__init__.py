@@ -25,7 +25,8 @@ __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "
            "REGISTRY",
            "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
-           "TEMPLATE_PATHS", "class_penalty", "constructor", "literal", "modifiers", "ordered", "penalties", "score", "align",
+           "TEMPLATE_PATHS", "class_penalty", "heads_extra", "constructor", "literal",
+           "modifiers", "ordered", "penalties", "score", "align",
            "align_reads", "signature", "spellings"]
 
 # Every record, by (kind, name).
@@ -73,6 +74,12 @@ def penalties(n) -> list[tuple[Mechanism, object]]:
     if n.loss_term is not None:
         out.append((n.loss_term.record, n.loss_term))
     return out
+
+
+def heads_extra(n) -> str:
+    """What ``n``'s class returns as extras["heads"] for a penalty over the heads' own
+    tensors (its record's ``heads_extra``: "values", "output"), '' for none."""
+    return next((t for rec, v in penalties(n) if (t := rec.text("heads_extra", v))), "")
 
 
 def class_penalty(n) -> bool:

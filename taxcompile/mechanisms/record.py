@@ -199,6 +199,14 @@ class Mechanism(NamedTuple):
     # hint: `dimensionality = single`)
     several_heads: tuple[str, str] = ("", "")
     single: str = ""
+    # a penalty over the heads' own tensors (Li et al.'s disagreement on the values or the
+    # outputs): what its class returns as extras["heads"], "values" or "output" ('' for
+    # the weights; a function of the IR value); why a module without a query is refused
+    # ('' where it is not) and the hint; its call's comment ('' for its ``doc``)
+    heads_extra: Text = ""
+    no_query: Text = ""
+    no_query_hint: str = ""
+    call_note: Text = ""
 
     def depth_code(self, param: str) -> str:
         """Parameter ``param``'s value at layer ``{l}`` as code ('' when it has none)."""
