@@ -17,7 +17,7 @@ from .params import Act
 
 __all__ = ["Act", "Attention", "Expr", "FieldError", "Hop", "Input", "Mech",
            "Model", "Node", "Op", "Paper", "Ref",
-           "SegmentMemory", "Spec", "Supervision", "refs"]
+           "SegmentMemory", "Spec", "refs"]
 
 Scalar = Union[bool, int, float, str]
 
@@ -152,17 +152,6 @@ class Mech(_Frozen):
         return self.record.text("label", self) or self.fn
 
 
-class Supervision(_Frozen):
-    """``penalty = supervised(gold, lambda, loss = …)``: supervised attention (Liu et al.
-    2016, Mi et al. 2016), a loss term between the module's weights and a target alignment
-    input ``gold`` (B, Lq, Lk): lambda sum (a - gold)^2 or -lambda sum gold log a."""
-
-    gold: str  # the `alignment` input's id
-    lam: float
-    loss: Literal["squared", "cross_entropy"] = "squared"
-    loc: Location
-
-
 # ---- nodes ----------------------------------------------------------------------
 
 
@@ -250,7 +239,6 @@ class Attention(_Frozen):
     # positions in q, k; an additive bias on the scores, ALiBi or Yang's Gaussian
     position: Mech | None = None
     bias: Mech | None = None
-    supervised: Supervision | None = None  # a target alignment's loss term (Liu et al. 2016)
     hop: Hop | None = None
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
@@ -269,12 +257,13 @@ class Attention(_Frozen):
     # iters = r)`, Li et al. 2019): its record's mechanism, ``heads_out`` its name
     join: Mech | None = None
     memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
-    # a penalty that its record defines whole (`penalty = NAME(…)` of a record without an
-    # ``ir_field``, or Lin et al.'s bare coefficient `penalty = λ`): Lin et al.'s ||A A^T -
+    # the penalty, a term of the training loss that its record defines whole (`penalty =
+    # NAME(…)`, or Lin et al.'s bare coefficient `penalty = λ`): Lin et al.'s ||A A^T -
     # I||_F^2, Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage loss
-    # (eq. 12-13), Li et al.'s disagreement of the heads (2018, eq. 5-7), computed by the
-    # model from the weights or the heads' tensors (its record's ``call``) or by its class
-    # (its template's extras["penalty"])
+    # (eq. 12-13), Li et al.'s disagreement of the heads (2018, eq. 5-7), supervised
+    # attention (Liu et al. 2016, Mi et al. 2016), computed by the model from the weights or
+    # the heads' tensors (its record's ``call``) or by its class (its template's
+    # extras["penalty"])
     loss_term: Mech | None = None
 
     def head(self, name: str) -> Mech | None:
@@ -304,9 +293,6 @@ class Attention(_Frozen):
             out.append("self loops")
         if self.out_bias is False:
             out.append("no output bias")
-        # each penalty's label, by its record's name (a coefficient's pattern reads `lam`)
-        pen = {rec.name: rec.text("label", v, lam=getattr(v, "lam", v))
-               for rec, v in mech.penalties(self) if rec.ir_field}
         if self.coverage:
             out.append(traits["coverage"].text("label"))
         if self.loss_term is not None:
@@ -316,7 +302,6 @@ class Attention(_Frozen):
         if self.share is not None:
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
-        out.append(pen.get("supervised"))
         out += [m.record.text("label", m) for m in self.head_mechanisms]
         if self.memory is not None:
             out.append(traits["segment_memory"].text("label", self.memory))

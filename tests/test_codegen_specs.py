@@ -366,7 +366,7 @@ def test_generated_file_follows_the_contract(gen_dir, v):
     assert issubclass(mod.Model, torch.nn.Module)
     # Output: output and attention, and only the other fields this model fills
     fills = [["log_probs"] if any(a.align.fn in ("hard", "reinforced") for a in v.attentions)
-             else [], ["penalty"] if any(_penalised(a) or a.supervised is not None
+             else [], ["penalty"] if any(_penalised(a)
                                          for a in v.attentions) else [],
              ["capsules", "features"] if any(a.capsules for a in v.attentions) else [],
              ["mems"] if any(a.memory is not None for a in v.attentions) else []]

@@ -28,8 +28,6 @@ def literal_values(model, field: str) -> set[str]:
 def test_every_mechanism_the_ir_admits_has_a_record():
     assert set(mech.MASKS) == literal_values(ir.Attention, "mask")
     assert set(mech.HEADS_OUT) == literal_values(ir.Attention, "heads_out")
-    loss = next(p for p in mech.PENALTIES["supervised"].params if p.name == "loss")
-    assert set(loss.choices) == literal_values(ir.Supervision, "loss")
 
 
 def test_records_are_keyed_by_their_name_and_kind():
@@ -154,29 +152,25 @@ def test_lower_reads_the_registry():
 
 
 def test_every_penalty_says_where_it_lowers_to():
-    """Lowering reads a penalty's spelling and its IR field from its record: one written as
-    a bare coefficient (`penalty = λ`), the others as calls; those with a field of their own
-    each lowered by a function of lowering/penalties.py into that field of ir.Attention, the
-    rest (the bare one too) into ``loss_term`` (Li et al.'s arguments read by a function of
-    their own too), all read by mechanisms.penalties."""
+    """Lowering reads a penalty's spelling from its record: one written as a bare
+    coefficient (`penalty = λ`), the others as calls (Li et al.'s and supervised attention's
+    arguments read by functions of lowering/penalties.py, in their own words); every one
+    lowers into ``ir.Attention.loss_term``, its record's ir.Mech, which
+    mechanisms.penalties reads."""
     from types import SimpleNamespace
 
     from taxcompile.lowering import penalties
 
-    records = [m for m in mech.PENALTIES.values() if m.ir_field]  # the rest: loss_term
     assert [m.name for m in mech.PENALTIES.values() if m.bare] == ["frobenius"]
-    assert not any(m.bare for m in records)  # the bare coefficient is a loss_term
-    assert {m.ir_field for m in records} <= set(ir.Attention.fields)
-    assert len({m.ir_field for m in records}) == len(records)
-    assert {m.name for m in records} <= set(penalties.ARGUMENTS) <= set(mech.PENALTIES)
+    assert set(penalties.ARGUMENTS) <= set(mech.PENALTIES)
+    assert not {"penalty", "disagreement", "supervised"} & set(ir.Attention.fields)
+    assert mech.penalties(SimpleNamespace(loss_term=None)) == []
+    for m in mech.PENALTIES.values():  # a record of its own: its template or its call
+        assert m.template or m.call, m.name
     disagreement = _statement("query = project(x)  keys = x  score = additive  heads = 2  "
                               "penalty = disagreement(0.5, on = output)").loss_term
     assert (disagreement.fn, disagreement.params) == (
         "disagreement", (("lambda", 0.5), ("on", "output")))
-    every = SimpleNamespace(**{m.ir_field: m.name for m in records}, loss_term=None)
-    assert [(m.name, v) for m, v in mech.penalties(every)] == [(m.name, m.name) for m in records]
-    for m in mech.PENALTIES.values():  # a record of its own: its template or its call
-        assert m.ir_field or m.template or m.call, m.name
     spec = _statement("query = project(x)  keys = x  score = additive  "
                       "penalty = doubly_stochastic(0.5)")
     assert (spec.loss_term.fn, spec.loss_term.param("lambda")) == ("doubly_stochastic", 0.5)

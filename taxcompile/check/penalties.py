@@ -31,7 +31,8 @@ class PenaltyChecks:
             return False
         if not self.coverage_fits(f):
             return False
-        if n.supervised is not None and not self.supervision_fits(f):
+        target = [(rec, m) for rec, m in mech.penalties(n) if rec.target]
+        if target and not self.supervision_fits(f, *target[0]):
             return False
         return True
 
@@ -71,18 +72,19 @@ class PenaltyChecks:
                 return False
         return True
 
-    def supervision_fits(self, f: Fit) -> bool:
-        """``penalty = supervised(gold, …)`` (Liu et al. 2016): ``gold`` is an ``alignment``
-        input over the module's query positions and keys, (Lq, Lk), and the weights are one
-        distribution over the keys per query position."""
+    def supervision_fits(self, f: Fit, rec: mech.Mechanism, sup: ir.Mech) -> bool:
+        """A penalty with a target (its record's ``target``; ``penalty = supervised(gold,
+        …)``, Liu et al. 2016): the target is an ``alignment`` input over the module's query
+        positions and keys, (Lq, Lk), and the weights are one distribution over the keys per
+        query position."""
         n, groups, where = f.n, f.groups, f.where
-        sup = n.supervised
-        gold = self.cm.model.by_id.get(sup.gold)
+        target = sup.param(rec.target)
+        gold = self.cm.model.by_id.get(target)
         if not (isinstance(gold, ir.Input) and gold.kind == "alignment"):
             what = (f"{article(gold.kind)} `{gold.kind}` input" if isinstance(gold, ir.Input)
                     else f"{article(gold.kind_)} {gold.kind_}" if gold is not None else "unknown")
-            self.err(sup.loc, f"{where}: `supervised` compares the weights with a target "
-                     f"alignment, but `{sup.gold}` is {what}",
+            self.err(sup.loc, f"{where}: `{rec.name}` compares the weights with a target "
+                     f"alignment, but `{target}` is {what}",
                      "declare the target as `input gold: alignment[T, S]` (rows sum to 1, or "
                      "are all zero where a query position is aligned to nothing)")
             return False
@@ -91,7 +93,7 @@ class PenaltyChecks:
                not_distribution(n) or
                (f"it attends once per group of {', '.join(groups)}" if groups else None))
         if why:
-            self.err(sup.loc, f"{where}: `supervised` compares one distribution over the keys "
+            self.err(sup.loc, f"{where}: `{rec.name}` compares one distribution over the keys "
                      f"per query position with the target alignment, but {why}",
                      "supervise a single-dimensional module without groups whose weights are "
                      "a distribution over its keys (a softmax, sparsemax, entmax, top-k, …)")

@@ -190,7 +190,7 @@ def weights_value(p, n: ir.Attention, a: str, info) -> None:
 def weights_penalty(n: ir.Attention) -> bool:
     """Whether a penalty in the loss reads the module's weights (the fast path must then
     compute them)."""
-    return called(n) and not mech.heads_extra(n) or n.supervised is not None
+    return called(n) and not mech.heads_extra(n)
 
 
 def called(n: ir.Attention) -> bool:
@@ -205,7 +205,7 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
     Li et al.'s disagreement (eq. 5-7) and supervised attention over the module's weights or
     heads: at once, or in a decoder loop from the tensors of every step once the loop is done
     (``penalty_call``)."""
-    if not called(n) and n.supervised is None:
+    if not called(n):
         return
     p.frame.records.add("penalties")
     x = f"{ex}[\"heads\"]" if mech.heads_extra(n) else a
@@ -222,29 +222,27 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
 def emit_penalty(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> None:
     """``penalties.append(…)`` of ``penalty_call``; supervised attention's only when the
     target alignment is given (in training)."""
-    f = p.frame
-    if n.supervised is not None:
-        f.emit(f"if {f.use(n.supervised.gold)} is not None:", "in training")
+    f, m = p.frame, n.loss_term
+    target = m.param(m.record.target) if m.record.target else None
+    if target is not None:
+        f.emit(f"if {f.use(target)} is not None:", "in training")
         f.indent += 1
     code, comment = penalty_call(p, n, x, qmask, kmask)
     f.emit(f"penalties.append({code})", comment)
-    if n.supervised is not None:
+    if target is not None:
         f.indent -= 1
 
 
 def penalty_call(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> tuple[str, str]:
     """The call that computes a module's penalty from its weights (or heads) x, with the
     padding masks of its queries and keys, and its comment."""
-    rec = mech.PENALTIES
-    if n.supervised is not None:  # Liu et al. 2016 (squared), Mi et al. 2016 (cross entropy)
-        sup = n.supervised
-        p.helpers.add("supervised_penalty")
-        return (f"supervised_penalty({x}, {p.frame.use(sup.gold)}, {qmask}, {kmask}, "
-                f"{sup.lam!r}, \"{sup.loss}\")", rec["supervised"].text("doc", sup))
-    m = n.loss_term  # its record's helper call (Xu et al.'s, See et al.'s, Li et al.'s)
-    p.helpers.update(m.record.helpers)
-    return (m.record.text("call", m, a=x, qmask=qmask, kmask=kmask),
-            m.record.text("call_note", m) or m.record.text("doc", m))
+    m = n.loss_term  # its record's helper call (Xu et al.'s, See et al.'s, Li et al.'s, …)
+    rec = m.record
+    p.helpers.update(rec.helpers)
+    # a target alignment (supervised attention): the input's name in forward()
+    more = {"target": p.frame.use(m.param(rec.target))} if rec.target else {}
+    return (rec.text("call", m, a=x, qmask=qmask, kmask=kmask, **more),
+            rec.text("call_note", m) or rec.text("doc", m))
 
 
 def affinity_arg(p, n, info, q, G: int, name: str) -> str:

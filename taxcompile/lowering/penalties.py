@@ -1,12 +1,10 @@
 """The ``penalty`` field of an attention statement: a term of the training loss. The
 penalties' records (``mechanisms.PENALTIES``) say how a spec writes each (a call
-``penalty = NAME(…)``, or Lin et al.'s bare coefficient ``penalty = λ``) and which field of
-``ir.Attention`` its value fills. A record without a field of its own (``ir_field``) is
-lowered into ``ir.Attention.loss_term``, an ``ir.Mech`` that its record's call or template
+``penalty = NAME(…)``, or Lin et al.'s bare coefficient ``penalty = λ``); each is lowered
+into ``ir.Attention.loss_term``, an ``ir.Mech`` that its record's call or template
 computes: as every other mechanism is (``lowering/mechanisms.py``: its parameters checked
 against its record), or where its mistakes have words of their own (Li et al.'s
-disagreement) by a function here, as supervised attention's arguments are. Errors of
-this kind: a wrong number or kind of arguments, a coefficient out of range. Whether a
+disagreement, supervised attention) by a function here. Errors of this kind: a wrong number or kind of arguments, a coefficient out of range. Whether a
 supervised penalty's target is an alignment input of the right axes is checked in
 checks.py."""
 
@@ -50,7 +48,7 @@ class Penalties(Constants):
                 kind="penalty", fn=BARE.name, params=((first.name, lam),), loc=self.loc(v.pos))}
         read = ARGUMENTS.get(m.name)  # arguments read by a function of their own, below
         if read is not None:
-            return {m.ir_field or "loss_term": read(self, m, v, scope)}
+            return {"loss_term": read(self, m, v, scope)}
         # a record and its template: a mechanism as any other
         return {"loss_term": self.mechanism("penalty", ast.Field(pos=fld.pos, name=fld.name,
                                             value=v), {m.name: m}, "penalty", scope)}
@@ -80,7 +78,7 @@ class Penalties(Constants):
                        loc=self.loc(v.pos))
 
     def supervised(self, m: mech.Mechanism, v: ast.Call,
-                   scope: Scope) -> ir.Supervision | None:
+                   scope: Scope) -> ir.Mech | None:
         """``supervised(gold, lambda, loss = squared | cross_entropy)``: supervised
         attention (Liu et al. 2016, Mi et al. 2016); ``gold`` is checked in checks.py."""
         usage = "e.g. `penalty = supervised(gold, 1.0, loss = cross_entropy)`"
@@ -99,7 +97,8 @@ class Penalties(Constants):
         gold = self.resolve(v.args[0], scope, "input")
         if gold is None or lam is None or loss is None:
             return None
-        return ir.Supervision(gold=gold, lam=float(lam), loss=loss, loc=self.loc(v.args[0].pos))
+        return ir.Mech(kind="penalty", fn=m.name, params=(
+            ("gold", gold), ("lambda", float(lam)), ("loss", loss)), loc=self.loc(v.args[0].pos))
 
 
 def param(m: mech.Mechanism, name: str) -> P:
@@ -108,8 +107,7 @@ def param(m: mech.Mechanism, name: str) -> P:
 
 
 # The penalties whose call's arguments a function of their own reads (its words for a
-# mistake are its own), by record: into the ``ir.Attention`` field its record names, or
-# ``loss_term`` (tests/test_mechanisms.py: one for every penalty with a field).
+# mistake are its own), by record; the others' are read from their records' ``params``.
 ARGUMENTS = {
     "disagreement": Penalties.disagreement_penalty,
     "supervised": Penalties.supervised,

@@ -66,14 +66,9 @@ def modifiers(n) -> list[tuple[Mechanism, object]]:
 
 
 def penalties(n) -> list[tuple[Mechanism, object]]:
-    """(record, its IR value) of each penalty of a statement: those lowered to a field of
-    their own (the record's ``ir_field``), in the registry's order, then the one its record
-    and template define whole (``ir.Attention.loss_term``, an ``ir.Mech``)."""
-    out = [(m, v) for m in PENALTIES.values()
-           if m.ir_field and (v := getattr(n, m.ir_field)) is not None]
-    if n.loss_term is not None:
-        out.append((n.loss_term.record, n.loss_term))
-    return out
+    """(record, ir.Mech) of a statement's penalty (``ir.Attention.loss_term``), [] without
+    one: its record and template define it whole."""
+    return [] if n.loss_term is None else [(n.loss_term.record, n.loss_term)]
 
 
 def heads_extra(n) -> str:

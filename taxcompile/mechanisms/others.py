@@ -136,12 +136,13 @@ PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
               (P("gold", "node"), P("lambda", "float", False, 1.0),
                P("loss", "enum", False, "squared", ("squared", "cross_entropy"))),
               reason=LOSS_REASON,
-              label=lambda sup, **_: f"supervised by {sup.gold} ({sup.loss.replace('_', ' ')}, "
-                                f"{sup.lam:g})",
+              label=lambda sup: f"supervised by {sup.gold} ({sup.loss.replace('_', ' ')}, "
+                                f"{sup.param('lambda'):g})",
               doc=lambda sup: {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
                                "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}[
                   sup.loss],
-              helpers=("supervised_penalty",), ir_field="supervised"),
+              helpers=("supervised_penalty",), target="gold",
+              call="supervised_penalty({a}, {target}, {qmask}, {kmask}, {lambda!r}, \"{loss}\")"),
 )}
 
 # The traits of a module beyond its score and alignment, in the order its class name

@@ -142,10 +142,8 @@ class Mechanism(NamedTuple):
     # index in the whole sequence, so a step needs the whole prefix (local)
     hides_later: bool = False
     by_query_index: bool = False
-    # a penalty: the field of ir.Attention its lowered value fills (lowering/penalties.py;
-    # '' for ``loss_term``), and whether a spec writes it as a bare coefficient (`penalty =
-    # λ`, its one parameter), not a call
-    ir_field: str = ""
+    # a penalty that a spec writes as a bare coefficient (`penalty = λ`, its one parameter),
+    # not a call
     bare: bool = False
     # a way of joining heads whose context is as wide as the values (d_v), as W_O's (eq. 40)
     full_width: bool = False
@@ -207,6 +205,11 @@ class Mechanism(NamedTuple):
     no_query: Text = ""
     no_query_hint: str = ""
     call_note: Text = ""
+    # a penalty that compares the weights with a target alignment input (supervised
+    # attention): the parameter that names the input, an `alignment` over the module's
+    # query positions and keys (check/penalties.py); its call, `{target}` the input, runs
+    # in training, when the input is given
+    target: str = ""
 
     def depth_code(self, param: str) -> str:
         """Parameter ``param``'s value at layer ``{l}`` as code ('' when it has none)."""
