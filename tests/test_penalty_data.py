@@ -108,3 +108,34 @@ def test_a_registered_penalty_that_needs_a_query_is_refused_in_its_own_words(row
     assert (d.message, d.hint) == ("attention `s`: the rowsum penalty reads each head's own "
                                    "values", "give the module a query")
     load_text(text.replace("rowsum(1.0)", "rowsum(0.5)"), "t.attn")  # its record: not at 0.5
+
+
+def test_supervised_attention_is_a_loss_term_of_its_record():
+    text = (HEADER + "model m {\n    input x: sequence[L, 8]\n    input y: sequence[T, 8]\n"
+            "    input gold: alignment[T, L]\n"
+            "    attention s { query = y  keys = x  score = scaled_multiplicative\n"
+            "        penalty = supervised(gold, 0.5, loss = cross_entropy) }\n"
+            "    output u = s\n}\n")
+    n = load_text(text, "t.attn").models[0].model.attentions[0]
+    m = n.loss_term
+    assert (m.fn, m.params) == ("supervised", (("gold", "gold"), ("lambda", 0.5),
+                                               ("loss", "cross_entropy")))
+    assert (m.loc.line, m.loc.column) == (7, 30)  # the target's name, where errors point
+    assert m.record.target == "gold"
+    assert "supervised by gold (cross entropy, 0.5)" in n.traits()
+    assert m.record.text("call", m, a="a", qmask="qm", kmask="km", target="g") == \
+        'supervised_penalty(a, g, qm, km, 0.5, "cross_entropy")'
+
+
+def test_a_registered_penalty_with_a_target_is_checked_as_supervised_attentions(monkeypatch):
+    """A record with a `target` parameter: its target must be an alignment input."""
+    rec = mech.Mechanism("penalty", "aligned", (P("to", "node"),), reason="a loss term",
+                         label="aligned to {to}", call="aligned({a}, {target})", target="to")
+    monkeypatch.setitem(mech.PENALTIES, "aligned", rec)
+    monkeypatch.setitem(mech.REGISTRY, ("penalty", "aligned"), rec)
+    text = (HEADER + "model m {\n    input x: sequence[L, 8]\n    input y: sequence[T, 8]\n"
+            "    attention s { query = y  keys = x  score = scaled_multiplicative\n"
+            "        penalty = aligned(to = y) }\n    output u = s\n}\n")
+    d = refusal(text)
+    assert d.message == ("attention `s`: `aligned` compares the weights with a target "
+                         "alignment, but `y` is a `sequence` input")
