@@ -117,3 +117,20 @@ def test_a_repeat_written_out_hop_by_hop_writes_each_hops_number():
         code = depth_code(top, n, arg)
         assert eval(code, {"math": math}) == pytest.approx(paper_lambda_init(n.hop.index))
     assert not top.frame.takes_depth
+
+
+def test_a_drop_in_layer_takes_its_depth_from_its_config():
+    """The statement's drop-in layer: Config.depth is the layer l of a stack (the first
+    hop's by default), lambda_init the paper's at l."""
+    from taxcompile.codegen import layer
+    from taxcompile.pipeline import load_text
+    from taxcompile.run import load_module
+
+    cs = load_text('paper t { cite = "T" }\n' + stack(), "t.attn")
+    mod = load_module(layer.generate(cs, cs.models[0], "layer.att", "t.attn"), "diff_depth_layer")
+    assert mod.Config().depth == 1
+    for depth in (1, 3):
+        lay = mod.Layer(mod.Config(depth=depth))
+        assert lay.attn.lambda_init == pytest.approx(paper_lambda_init(depth), abs=1e-12)
+    with pytest.raises(ValueError, match="depth"):
+        mod.Config(depth=0)
