@@ -303,13 +303,14 @@ class Classifier:
                 self.cells["alignment"].add(
                     label, f"the weights of {self.q(a.id)} are read as values "
                     f"(`{a.name}.weights`), after its alignment: its row stays as it is")
-            if a.supervised is not None:
-                # a loss term on the weights in training (Liu et al. 2016): the weights are
-                # computed as before, so the row stays as it is
-                self.cells["alignment"].add(
-                    label, f"attention {self.q(a.id)} is supervised by the "
-                    f"target alignment {self.q(a.supervised.gold)} (a loss term on its weights "
-                    "in training): its row stays as it is")
+            for pen, m in mechanisms.penalties(a):
+                if pen.target:
+                    # a loss term on the weights in training (Liu et al. 2016): the weights
+                    # are computed as before, so the row stays as it is
+                    self.cells["alignment"].add(
+                        label, f"attention {self.q(a.id)} is supervised by the target "
+                        f"alignment {self.q(m.param(pen.target))} (a loss term on its weights "
+                        "in training): its row stays as it is")
             if a.dimensionality == "multi":
                 self.cells["dimensionality"].add(
                     "Multi-Dimensional", f"attention {self.q(a.id)} weighs every feature of each "

@@ -15,9 +15,9 @@ from .diagnostics import Location
 from .frozen import FieldError, Frozen
 from .params import Act
 
-__all__ = ["Act", "Attention", "Disagreement", "Expr", "FieldError", "Hop", "Input", "Mech",
+__all__ = ["Act", "Attention", "Expr", "FieldError", "Hop", "Input", "Mech",
            "Model", "Node", "Op", "Paper", "Ref",
-           "SegmentMemory", "Spec", "Supervision", "refs"]
+           "SegmentMemory", "Spec", "refs"]
 
 Scalar = Union[bool, int, float, str]
 
@@ -141,23 +141,15 @@ class Mech(_Frozen):
                          f"{', '.join(k for k, _ in self.__dict__.get('params', ())) or 'none'})")
 
     def data(self) -> dict[str, Any]:
-        """Its name and parameters by name: the fields its record's text patterns read."""
-        return {"fn": self.fn, **dict(self.record.fixed), **dict(self.params)}
+        """Its name and parameters by name: the fields its record's text patterns read (a
+        parameter left to the layer's depth as its record's ``by_depth`` says it)."""
+        depth = {name: text for name, _, text in self.record.by_depth}
+        return {"fn": self.fn, **dict(self.record.fixed),
+                **{k: depth[k] if v is None and k in depth else v for k, v in self.params}}
 
     def __str__(self) -> str:
         """Its label (diagrams, summaries): ``relative positions (k = 16)``."""
         return self.record.text("label", self) or self.fn
-
-
-class Supervision(_Frozen):
-    """``penalty = supervised(gold, lambda, loss = …)``: supervised attention (Liu et al.
-    2016, Mi et al. 2016), a loss term between the module's weights and a target alignment
-    input ``gold`` (B, Lq, Lk): lambda sum (a - gold)^2 or -lambda sum gold log a."""
-
-    gold: str  # the `alignment` input's id
-    lam: float
-    loss: Literal["squared", "cross_entropy"] = "squared"
-    loc: Location
 
 
 # ---- nodes ----------------------------------------------------------------------
@@ -209,14 +201,6 @@ class Node(_Frozen):
     loc: Location
 
 
-class Disagreement(_Frozen):
-    """Li et al. 2018: the loss adds -lam D, D = -(1/H^2) sum_i sum_j sim of heads i and j
-    on their values (eq. 5), weights (eq. 6) or outputs (eq. 7)."""
-
-    lam: float
-    on: Literal["subspace", "position", "output"]
-
-
 class SegmentMemory(_Frozen):
     """`mem_len = M`: Transformer-XL's segment memory (Dai et al. 2019, §3.2): the keys and
     values are computed from [SG(m); h], m the last M positions of the feature they read
@@ -246,19 +230,15 @@ class Attention(_Frozen):
     # each query may see, from the data; a graph makes it graph attention (GAT)
     mask_input: str | None = None
     self_loops: bool = False  # graph attention: every node also attends to itself (GATConv)
-    penalty: float | None = None  # Lin et al.: ||A A^T - I||_F^2 coefficient
     # See et al. 2017 eq. 10-11: the coverage c^t = sum_{t'<t} a^{t'} enters the additive
     # score as w_c c_i^t
     coverage: bool = False
-    # Li et al. 2018 eq. 5-7: -lambda D, D the heads' disagreement on values, weights or outputs
-    disagreement: Disagreement | None = None
     dropout: float | None = None  # dropout on the attention weights, in training
     share: str | None = None  # the attention module whose weights this one uses
     # score modifiers (kinds "position" and "bias"): relative (Shaw et al.) or rotary
     # positions in q, k; an additive bias on the scores, ALiBi or Yang's Gaussian
     position: Mech | None = None
     bias: Mech | None = None
-    supervised: Supervision | None = None  # a target alignment's loss term (Liu et al. 2016)
     hop: Hop | None = None
     sym: tuple[tuple[str, str], ...] = ()  # parameter -> its constant expression (Config)
     loc: Location
@@ -277,10 +257,13 @@ class Attention(_Frozen):
     # iters = r)`, Li et al. 2019): its record's mechanism, ``heads_out`` its name
     join: Mech | None = None
     memory: SegmentMemory | None = None  # `mem_len = M`: Transformer-XL's segment memory
-    # a penalty that its record defines whole (`penalty = NAME(…)` of a record without an
-    # ``ir_field``): Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage
-    # loss (eq. 12-13), computed by the model from the weights (its record's ``call``) or by
-    # its class (its template's extras["penalty"])
+    # the penalty, a term of the training loss that its record defines whole (`penalty =
+    # NAME(…)`, or Lin et al.'s bare coefficient `penalty = λ`): Lin et al.'s ||A A^T -
+    # I||_F^2, Xu et al.'s doubly stochastic penalty (eq. 14), See et al.'s coverage loss
+    # (eq. 12-13), Li et al.'s disagreement of the heads (2018, eq. 5-7), supervised
+    # attention (Liu et al. 2016, Mi et al. 2016), computed by the model from the weights or
+    # the heads' tensors (its record's ``call``) or by its class (its template's
+    # extras["penalty"])
     loss_term: Mech | None = None
 
     def head(self, name: str) -> Mech | None:
@@ -310,21 +293,15 @@ class Attention(_Frozen):
             out.append("self loops")
         if self.out_bias is False:
             out.append("no output bias")
-        # each penalty's label, by its record's name (a coefficient's pattern reads `lam`)
-        pen = {rec.name: rec.text("label", v, lam=getattr(v, "lam", v))
-               for rec, v in mech.penalties(self) if rec.ir_field}
-        out.append(pen.get("frobenius"))
         if self.coverage:
             out.append(traits["coverage"].text("label"))
         if self.loss_term is not None:
             out.append(str(self.loss_term))
-        out.append(pen.get("disagreement"))
         if self.dropout:
             out.append(traits["dropout"].text("label", self))
         if self.share is not None:
             out.append(f"weights of {self.share}")
         out += [str(m) for m in (self.position, self.bias) if m is not None]
-        out.append(pen.get("supervised"))
         out += [m.record.text("label", m) for m in self.head_mechanisms]
         if self.memory is not None:
             out.append(traits["segment_memory"].text("label", self.memory))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import ir
 from .diagnostics import Location
+from . import mechanisms as mech
 from .mechanisms import SCORES
 
 # The scores that read an affinity matrix (eq. 12-16): codegen has no other
@@ -24,8 +25,7 @@ def refusal(n: ir.Attention) -> tuple[Location, str, str] | None:
                 f"scores use; the `{n.score.fn}` score would ignore it",
                 "use one of those scores, or drop `affinity` to score the query and the "
                 "keys directly")
-    if n.penalty is not None and n.dimensionality == "multi":
-        return (n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares rows of one weight per "
-                "key (Lin et al.); multi-dimensional weights (eq. 30-32) have one per key and "
-                "feature", "use `dimensionality = single`")
+    single = [rec.single for rec, _ in mech.penalties(n) if rec.single]
+    if single and n.dimensionality == "multi":
+        return (n.loc, f"{where}: {single[0]}", "use `dimensionality = single`")
     return None

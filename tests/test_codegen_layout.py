@@ -74,8 +74,10 @@ def test_a_block_class_per_repeat(path):
         if shared:
             assert re.search(rf"self\.{name} = {block}\(cfg\)", init), init
         else:
-            assert re.search(rf"self\.{name} = nn\.ModuleList\(\s*{block}\(cfg\) for _ in range",
-                             init), init
+            # a body with a parameter by depth (differential attention's lambda_init) takes
+            # its hop's number
+            assert re.search(rf"self\.{name} = nn\.ModuleList\(\s*({block}\(cfg\) for _ in "
+                             rf"range|{block}\(cfg, depth\) for depth in range\(1, )", init), init
 
 
 def test_nested_repeats_nest_classes():

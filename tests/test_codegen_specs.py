@@ -87,7 +87,7 @@ class Variant:
 
 def _penalised(a) -> bool:
     """Whether attention ``a`` adds a term to Output.penalty."""
-    return a.penalty is not None or a.loss_term is not None or a.disagreement is not None
+    return a.loss_term is not None
 
 def _variants() -> list[Variant]:
     out = []
@@ -366,7 +366,7 @@ def test_generated_file_follows_the_contract(gen_dir, v):
     assert issubclass(mod.Model, torch.nn.Module)
     # Output: output and attention, and only the other fields this model fills
     fills = [["log_probs"] if any(a.align.fn in ("hard", "reinforced") for a in v.attentions)
-             else [], ["penalty"] if any(_penalised(a) or a.supervised is not None
+             else [], ["penalty"] if any(_penalised(a)
                                          for a in v.attentions) else [],
              ["capsules", "features"] if any(a.capsules for a in v.attentions) else [],
              ["mems"] if any(a.memory is not None for a in v.attentions) else []]
@@ -554,8 +554,9 @@ def test_thirty_adam_steps_reduce_the_loss(gen_dir, v):
     # T < L steps: L (1 - T / L)^2), See et al.'s coverage loss one once the steps outnumber
     # the keys, Li et al.'s disagreement one of lambda / H (cos(O^i, O^i) = 1): there the task
     # loss is what must fall
-    floor = any(a.loss_term is not None and a.loss_term.fn in ("doubly_stochastic", "coverage")
-                or a.disagreement is not None for a in v.attentions)
+    floor = any(a.loss_term is not None and a.loss_term.fn in ("doubly_stochastic", "coverage",
+                                                               "disagreement")
+                for a in v.attentions)
 
     def evaluate() -> float:  # deterministic: argmax / thresholded policies in eval mode
         with torch.no_grad():

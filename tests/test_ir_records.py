@@ -78,7 +78,8 @@ def test_the_type_check_can_fail():
     loc = Location(file="f", line=1, column=2)
     bad = [dict(cls=ir.Ref, kind="op", node="x", loc=loc),  # not a value of the Literal
            dict(cls=ir.SegmentMemory, length=True, loc=loc),  # a bool for an int
-           dict(cls=ir.Supervision, gold="g", lam=1, loc=loc),  # an int for a float
+           dict(cls=ir.Hop, block="b", index=1.0, count=2, shared=False,
+                template="b.x"),  # a float for an int
            dict(cls=ir.Op, fn="f", args=[ir.Ref(node="x", loc=loc)], loc=loc),  # a list
            dict(cls=ir.Op, fn="f", params=(("k", None),), loc=loc)]  # None is no Scalar
     for fields in bad:

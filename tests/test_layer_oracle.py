@@ -228,6 +228,8 @@ def layer_config(mod, roles, call, ctor, learned):
         elif field in ("n_kv", "n_slots"):
             kw[field] = next((r.own or r.slots)[0] for r in roles.values()
                              if r.name != "q" and (r.own or r.slots))
+        elif field == "depth":  # a parameter by the layer's depth: the first hop's, 1
+            kw[field] = 1
         else:
             kw[field] = ctor[field]
     return mod.Config(**kw)

@@ -28,10 +28,6 @@ def literal_values(model, field: str) -> set[str]:
 def test_every_mechanism_the_ir_admits_has_a_record():
     assert set(mech.MASKS) == literal_values(ir.Attention, "mask")
     assert set(mech.HEADS_OUT) == literal_values(ir.Attention, "heads_out")
-    on = next(p for p in mech.PENALTIES["disagreement"].params if p.name == "on")
-    assert set(on.choices) == literal_values(ir.Disagreement, "on")
-    loss = next(p for p in mech.PENALTIES["supervised"].params if p.name == "loss")
-    assert set(loss.choices) == literal_values(ir.Supervision, "loss")
 
 
 def test_records_are_keyed_by_their_name_and_kind():
@@ -156,28 +152,31 @@ def test_lower_reads_the_registry():
 
 
 def test_every_penalty_says_where_it_lowers_to():
-    """Lowering reads a penalty's spelling and its IR field from its record: one written as
-    a bare coefficient (`penalty = λ`), the others as calls, each lowered by a function of
-    lowering/penalties.py into a field of ir.Attention that mechanisms.penalties reads."""
+    """Lowering reads a penalty's spelling from its record: one written as a bare
+    coefficient (`penalty = λ`), the others as calls (Li et al.'s and supervised attention's
+    arguments read by functions of lowering/penalties.py, in their own words); every one
+    lowers into ``ir.Attention.loss_term``, its record's ir.Mech, which
+    mechanisms.penalties reads."""
     from types import SimpleNamespace
 
     from taxcompile.lowering import penalties
 
-    records = [m for m in mech.PENALTIES.values() if m.ir_field]  # the rest: loss_term
-    assert [m.name for m in records if m.bare] == ["frobenius"]
-    assert {m.ir_field for m in records} <= set(ir.Attention.fields)
-    assert len({m.ir_field for m in records}) == len(records)
-    assert set(penalties.ARGUMENTS) == {m.ir_field for m in records if not m.bare}
-    every = SimpleNamespace(**{m.ir_field: m.name for m in records}, loss_term=None)
-    assert [(m.name, v) for m, v in mech.penalties(every)] == [(m.name, m.name) for m in records]
+    assert [m.name for m in mech.PENALTIES.values() if m.bare] == ["frobenius"]
+    assert set(penalties.ARGUMENTS) <= set(mech.PENALTIES)
+    assert not {"penalty", "disagreement", "supervised"} & set(ir.Attention.fields)
+    assert mech.penalties(SimpleNamespace(loss_term=None)) == []
     for m in mech.PENALTIES.values():  # a record of its own: its template or its call
-        assert m.ir_field or m.template or m.call, m.name
+        assert m.template or m.call, m.name
+    disagreement = _statement("query = project(x)  keys = x  score = additive  heads = 2  "
+                              "penalty = disagreement(0.5, on = output)").loss_term
+    assert (disagreement.fn, disagreement.params) == (
+        "disagreement", (("lambda", 0.5), ("on", "output")))
     spec = _statement("query = project(x)  keys = x  score = additive  "
                       "penalty = doubly_stochastic(0.5)")
-    assert (spec.loss_term.fn, spec.loss_term.param("lambda"), spec.penalty) == (
-        "doubly_stochastic", 0.5, None)
-    assert _statement("features = x  score = additive  heads = 2  heads_out = concat  "
-                      "penalty = 0.25").penalty == 0.25
+    assert (spec.loss_term.fn, spec.loss_term.param("lambda")) == ("doubly_stochastic", 0.5)
+    lin = _statement("features = x  score = additive  heads = 2  heads_out = concat  "
+                     "penalty = 0.25").loss_term
+    assert (lin.fn, lin.params) == ("frobenius", (("lambda", 0.25),))
 
 
 # ---- no mechanism's name tested as a string in the modules that read the registry ----------

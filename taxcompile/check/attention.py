@@ -198,8 +198,8 @@ class AttentionChecks:
                "mask": "a mask relates pairs of positions of one sequence",
                "penalty": "the penalty compares rows of weights that sum to 1"}
         given = {"affinity": n.affinity, "capsules": n.capsules, "mask": n.mask != "none",
-                 "penalty": n.penalty is not None or n.disagreement is not None or n.coverage
-                 or any(rec.rows for rec, _ in mech.penalties(n))}
+                 "penalty": n.coverage
+                 or any(rec.rows or rec.several_heads[0] for rec, _ in mech.penalties(n))}
         for name, reason in why.items():
             if given[name]:
                 self.err(n.loc, f"{where}: a sigmoid gate weighs each position on its own, so "

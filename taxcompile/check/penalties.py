@@ -18,9 +18,9 @@ class PenaltyChecks:
     def penalties_fit(self, f: Fit) -> bool:
         """The penalties and coverage of a module, in turn."""
         n, mode, groups, where = f.n, f.mode, f.groups, f.where
-        if n.penalty is not None and n.heads < 2:
-            self.err(n.loc, f"{where}: the penalty ||AAᵀ − I||²_F compares several rows of "
-                     "attention", "set `heads = r` (Lin et al.: r rows)")
+        heads = [rec.several_heads for rec, _ in mech.penalties(n) if rec.several_heads[0]]
+        if heads and n.heads < 2:
+            self.err(n.loc, f"{where}: {heads[0][0].format(heads=n.heads)}", heads[0][1])
             return False
         rows = [rec.rows for rec, _ in mech.penalties(n) if rec.rows]
         if rows and (mode != "sequence" or n.dimensionality == "multi" or n.capsules
@@ -31,13 +31,15 @@ class PenaltyChecks:
             return False
         if not self.coverage_fits(f):
             return False
-        if n.supervised is not None and not self.supervision_fits(f):
+        target = [(rec, m) for rec, m in mech.penalties(n) if rec.target]
+        if target and not self.supervision_fits(f, *target[0]):
             return False
         return True
 
     def coverage_fits(self, f: Fit) -> bool:
         """``coverage = true`` (See et al. eq. 10-11), ``penalty = coverage(λ)`` (eq. 12-13)
-        and ``penalty = disagreement(λ, on = …)`` (Li et al. 2018, eq. 5-7)."""
+        and a penalty that needs a query (its record's ``no_query``: Li et al.'s
+        disagreement on the values)."""
         n, mode, groups, where = f.n, f.mode, f.groups, f.where
         one_row = (mode != "sequence" or n.dimensionality == "multi" or n.capsules
                    or n.affinity is not None or bool(groups))
@@ -64,37 +66,25 @@ class PenaltyChecks:
                      "use `align = global` (or `sparsemax`, `entmax`) without `share`, "
                      "`position` or `bias`")
             return False
-        d = n.disagreement
-        if d is not None and n.heads < 2:
-            self.err(n.loc, f"{where}: the disagreement penalty compares pairs of heads "
-                     f"(Li et al. eq. 5-7), but the module has {n.heads}", "set `heads = H`, "
-                     "H ≥ 2")
-            return False
-        if d is not None and n.dimensionality == "multi":
-            self.err(n.loc, f"{where}: the disagreement penalty compares the heads' weight "
-                     "matrices (Li et al. eq. 5-7); multi-dimensional weights (eq. 30-32) "
-                     "are not combined with it", "use `dimensionality = single`")
-            return False
-        if d is not None and d.on == "subspace" and n.query is None:
-            self.err(n.loc, f"{where}: without a query every head reads the same values, "
-                     "so cos(V^i, V^j) = 1 for every pair (Li et al. eq. 5)",
-                     "use `on = position` or `on = output`, or give the module a query "
-                     "(heads then split the values, eq. 38)")
-            return False
+        for rec, v in mech.penalties(n):  # one that reads each head's own values, say
+            if n.query is None and (why := rec.text("no_query", v)):
+                self.err(n.loc, f"{where}: {why}", rec.no_query_hint)
+                return False
         return True
 
-    def supervision_fits(self, f: Fit) -> bool:
-        """``penalty = supervised(gold, …)`` (Liu et al. 2016): ``gold`` is an ``alignment``
-        input over the module's query positions and keys, (Lq, Lk), and the weights are one
-        distribution over the keys per query position."""
+    def supervision_fits(self, f: Fit, rec: mech.Mechanism, sup: ir.Mech) -> bool:
+        """A penalty with a target (its record's ``target``; ``penalty = supervised(gold,
+        …)``, Liu et al. 2016): the target is an ``alignment`` input over the module's query
+        positions and keys, (Lq, Lk), and the weights are one distribution over the keys per
+        query position."""
         n, groups, where = f.n, f.groups, f.where
-        sup = n.supervised
-        gold = self.cm.model.by_id.get(sup.gold)
+        target = sup.param(rec.target)
+        gold = self.cm.model.by_id.get(target)
         if not (isinstance(gold, ir.Input) and gold.kind == "alignment"):
             what = (f"{article(gold.kind)} `{gold.kind}` input" if isinstance(gold, ir.Input)
                     else f"{article(gold.kind_)} {gold.kind_}" if gold is not None else "unknown")
-            self.err(sup.loc, f"{where}: `supervised` compares the weights with a target "
-                     f"alignment, but `{sup.gold}` is {what}",
+            self.err(sup.loc, f"{where}: `{rec.name}` compares the weights with a target "
+                     f"alignment, but `{target}` is {what}",
                      "declare the target as `input gold: alignment[T, S]` (rows sum to 1, or "
                      "are all zero where a query position is aligned to nothing)")
             return False
@@ -103,7 +93,7 @@ class PenaltyChecks:
                not_distribution(n) or
                (f"it attends once per group of {', '.join(groups)}" if groups else None))
         if why:
-            self.err(sup.loc, f"{where}: `supervised` compares one distribution over the keys "
+            self.err(sup.loc, f"{where}: `{rec.name}` compares one distribution over the keys "
                      f"per query position with the target alignment, but {why}",
                      "supervise a single-dimensional module without groups whose weights are "
                      "a distribution over its keys (a softmax, sparsemax, entmax, top-k, …)")

@@ -13,7 +13,7 @@ from .core import expr_links, state_ops
 # the fields of a `state` attention besides its query, keys (= values), score and alignment:
 # each changes what its weights mean or needs positions the loop does not have (dropout
 # too: the module returns its weights before dropout, and they sum the cells)
-_HOW = {"mask_input": "mask", "disagreement": "penalty", "supervised": "penalty",
+_HOW = {"mask_input": "mask",
         "loss_term": "penalty", "out_bias": "bias"}
 _KEPT = ("query", "keys", "values", "score", "align", "hop", "sym", "loc", "id", "name",
          "kind_")

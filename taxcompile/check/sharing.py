@@ -278,7 +278,7 @@ def _mechanisms(n: ir.Attention, info: AttentionInfo) -> dict:
     out.update((f"align {k}", v) for k, v in n.align.params)
     out.update(query="none" if n.query is None else "given", heads=n.heads,
                dimensionality=n.dimensionality, capsules=n.capsules, mask=n.mask,
-               penalty=n.penalty, dropout=n.dropout, affinity=n.affinity is not None,
+               penalty=_class_penalty(n), dropout=n.dropout, affinity=n.affinity is not None,
                d_q=info.d_q, d_k=info.d_k, d_v=info.d_v)
     for name in mech.HEAD_MECHANISMS:  # talking heads, memory, gates: with their parameters
         m = n.head(name)
@@ -288,6 +288,13 @@ def _mechanisms(n: ir.Attention, info: AttentionInfo) -> dict:
         if m is not None:
             out[what] = str(m) + mech.MODIFIERS[m.fn].text("detail", m)
     return out
+
+
+def _class_penalty(n: ir.Attention):
+    """The coefficient of a penalty the module's class computes (Lin et al.'s: the class's
+    own, so modules that share one have one), None without one."""
+    return next((m.params[0][1] for rec, m in mech.penalties(n)
+                 if "penalty" in rec.extras and isinstance(m, ir.Mech) and m.params), None)
 
 
 def _roles_sig(n: ir.Attention) -> tuple:

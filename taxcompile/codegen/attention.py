@@ -16,6 +16,7 @@ from .frame import Var
 from .contexts import context_dim, describe
 from .graph_attention import is_graph, plan_graph_attention
 from .names import atom, dim_of
+from .depth import depth_code
 
 
 def plan_attention(p, n: ir.Attention) -> None:
@@ -140,6 +141,9 @@ def constructor_call(p, n: ir.Attention, info, q: Var | None, k: Var, v: Var, ki
                             q is not None or n.capsules > 0)
     out = []
     for arg in args:
+        if code := depth_code(p, n, arg):  # a parameter by the layer's depth
+            out.append(f"{arg.name}={code}")
+            continue
         if not arg.passed(n):
             continue
         value = arg.value(n)
@@ -187,12 +191,12 @@ def weights_value(p, n: ir.Attention, a: str, info) -> None:
 def weights_penalty(n: ir.Attention) -> bool:
     """Whether a penalty in the loss reads the module's weights (the fast path must then
     compute them)."""
-    d = n.disagreement
-    return called(n) or n.supervised is not None or d is not None and d.on == "position"
+    return called(n) and not mech.heads_extra(n)
 
 
 def called(n: ir.Attention) -> bool:
-    """Whether the module's penalty is its record's call over the weights (``call``)."""
+    """Whether the module's penalty is its record's call over the weights or the heads'
+    tensors (``call``)."""
     return n.loss_term is not None and bool(n.loss_term.record.call)
 
 
@@ -202,11 +206,10 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
     Li et al.'s disagreement (eq. 5-7) and supervised attention over the module's weights or
     heads: at once, or in a decoder loop from the tensors of every step once the loop is done
     (``penalty_call``)."""
-    d = n.disagreement
-    if not called(n) and d is None and n.supervised is None:
+    if not called(n):
         return
     p.frame.records.add("penalties")
-    x = f"{ex}[\"heads\"]" if d is not None and d.on != "position" else a
+    x = f"{ex}[\"heads\"]" if mech.heads_extra(n) else a
     if p.step is not None:
         p.step.penalty.append((n, x, kmask))
         return
@@ -220,35 +223,27 @@ def penalty_of_weights(p, n: ir.Attention, a: str, ex: str, q: Var | None, kmask
 def emit_penalty(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> None:
     """``penalties.append(…)`` of ``penalty_call``; supervised attention's only when the
     target alignment is given (in training)."""
-    f = p.frame
-    if n.supervised is not None:
-        f.emit(f"if {f.use(n.supervised.gold)} is not None:", "in training")
+    f, m = p.frame, n.loss_term
+    target = m.param(m.record.target) if m.record.target else None
+    if target is not None:
+        f.emit(f"if {f.use(target)} is not None:", "in training")
         f.indent += 1
     code, comment = penalty_call(p, n, x, qmask, kmask)
     f.emit(f"penalties.append({code})", comment)
-    if n.supervised is not None:
+    if target is not None:
         f.indent -= 1
 
 
 def penalty_call(p, n: ir.Attention, x: str, qmask: str, kmask: str) -> tuple[str, str]:
     """The call that computes a module's penalty from its weights (or heads) x, with the
     padding masks of its queries and keys, and its comment."""
-    d, rec = n.disagreement, mech.PENALTIES
-    if n.supervised is not None:  # Liu et al. 2016 (squared), Mi et al. 2016 (cross entropy)
-        sup = n.supervised
-        p.helpers.add("supervised_penalty")
-        return (f"supervised_penalty({x}, {p.frame.use(sup.gold)}, {qmask}, {kmask}, "
-                f"{sup.lam!r}, \"{sup.loss}\")", rec["supervised"].text("doc", sup))
-    if called(n):  # its record's helper call (Xu et al.'s, See et al.'s)
-        m = n.loss_term
-        p.helpers.update(m.record.helpers)
-        return (m.record.text("call", m, a=x, qmask=qmask, kmask=kmask),
-                m.record.text("doc", m))
-    p.helpers.add("disagreement_penalty")
-    keep = kmask if d.on == "subspace" else qmask
-    eq = mech.others.PENALTY_EQUATIONS[d.on]
-    return (f"disagreement_penalty({x}, {keep}, {float(d.lam)!r}, {d.on != 'position'})",
-            f"-lambda D_{d.on}, D = -(1/H^2) sum_i sum_j of eq. {eq} (Li et al. 2018)")
+    m = n.loss_term  # its record's helper call (Xu et al.'s, See et al.'s, Li et al.'s, …)
+    rec = m.record
+    p.helpers.update(rec.helpers)
+    # a target alignment (supervised attention): the input's name in forward()
+    more = {"target": p.frame.use(m.param(rec.target))} if rec.target else {}
+    return (rec.text("call", m, a=x, qmask=qmask, kmask=kmask, **more),
+            rec.text("call_note", m) or rec.text("doc", m))
 
 
 def affinity_arg(p, n, info, q, G: int, name: str) -> str:
@@ -282,8 +277,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     single = single and not gate
     direct = G == 0 and not single and not capsule
     needs_ex = bool(align.log_prob) or mech.class_penalty(n) or capsule or \
-        n.coverage or n.disagreement is not None and n.disagreement.on != "position" or \
-        generate.keeps_table(p, n)
+        n.coverage or bool(mech.heads_extra(n)) or generate.keeps_table(p, n)
     locs = p.frame.locals
     if direct and step:
         c = p.step.names.setdefault(n.id, locs.new(name + "_t"))

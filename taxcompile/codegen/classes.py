@@ -45,7 +45,6 @@ class AttentionView:
     heads: int
     multi: bool
     capsules: int
-    penalty: float | None
     affinity: bool
     score: ir.Mech
     align: ir.Mech
@@ -65,7 +64,7 @@ class AttentionView:
     position: ir.Mech | None = None  # relative (Shaw et al.) or rotary positions
     bias: ir.Mech | None = None  # ALiBi or Yang et al.'s Gaussian bias on the scores
     coverage: bool = False  # See et al. eq. 10-11: w_c c_i^t in the score, a loop over queries
-    disagreement: str | None = None  # Li et al. eq. 5 / 7: return each head's V^h / O^h
+    heads_extra: str = ""  # a penalty's "values" / "output": return each head's V^h / O^h
     pair: bool = False  # a mask input (B, Lq, Lk) narrows the keys each query may see
     keys_once: bool = False  # project_keys(k): W2 k + b, computed once by a decoder (wk=)
     templates: Templates | None = None  # the mechanisms' templates attention.py.j2 composes
@@ -174,7 +173,7 @@ def class_key(p, n: ir.Attention) -> str:
     query = "none" if n.query is None else "capsules" if learned_capsules(n) else "given"
     return repr((_unpassed(n.score), _unpassed(n.align), n.heads > 1,
                  n.heads > 1 and query != "none",
-                 n.dimensionality, bool(n.capsules), n.penalty, query, bool(n.affinity),
+                 n.dimensionality, bool(n.capsules), query, bool(n.affinity),
                  n.heads_out, share_of(p, n) == "keys")) + modifier_key(n) + coverage_key(n) + \
         ("+pair_mask" if n.mask_input is not None else "") + mech.heads.class_key(n) \
         + ("+kv_heads" if n.kv_heads else "") + ("+qk_norm" if n.qk_norm is not None else "") \
@@ -193,8 +192,8 @@ def _unpassed(m: ir.Mech) -> tuple:
 def coverage_key(n: ir.Attention) -> str:
     """Coverage in the score (See et al.) and the heads' tensors a disagreement penalty
     reads (Li et al.): '' without them, so the other modules' keys stay as they were."""
-    on = n.disagreement.on if n.disagreement is not None else None
-    return repr((n.coverage, on)) if n.coverage or on in ("subspace", "output") else ""
+    heads = mech.heads_extra(n)
+    return repr((n.coverage, heads)) if n.coverage or heads else ""
 
 
 def modifier_key(n: ir.Attention) -> str:
@@ -257,7 +256,7 @@ def attention_class(p, n: ir.Attention) -> str:
         cls=name, title="\n    ".join(doc[:cut]), doc=tuple(doc[cut + 1:]),
         query="capsules" if learned_capsules(n) else query,
         query_note="no query: self-attentive (eq. 33)", split=split, heads=n.heads,
-        multi=n.dimensionality == "multi", capsules=n.capsules, penalty=n.penalty,
+        multi=n.dimensionality == "multi", capsules=n.capsules,
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
         init_args=mech.signature(args), init_names=tuple(x.name for x in mech.ordered(args)),
         dot=dot, fast=fast,
@@ -265,7 +264,7 @@ def attention_class(p, n: ir.Attention) -> str:
         act_fn=act_fn(getattr(n.score, "act", None)),
         heads_out=heads_out, c_width=context_width(n),
         gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,
-        coverage=n.coverage, disagreement=n.disagreement.on if n.disagreement else None,
+        coverage=n.coverage, heads_extra=mech.heads_extra(n),
         pair=n.mask_input is not None, keys_once=keys_once(p, n),
         templates=Templates(score.template, align.template, mech.HEADS_OUT[heads_out].template,
                             tuple(m.template for m in mods), tuple(m.template for m in extra)),
@@ -347,8 +346,8 @@ def class_doc(n: ir.Attention, dropout: bool = False, share: str | None = None) 
     lines += [rec.text("doc", m, scaled=scaled) for rec, m in mech.modifiers(n)]
     if n.coverage:
         lines.append(t["coverage"].doc)
-    if n.disagreement is not None:  # the heads' tensors the penalty reads, if not a
-        lines += [x for x in [mech.PENALTIES["disagreement"].text("doc", n.disagreement)] if x]
+    if mech.heads_extra(n):  # the heads' tensors a penalty reads (its record's doc)
+        lines.append(n.loss_term.record.text("doc", n.loss_term))
     lines += [m.record.text("doc", m) for m in n.head_mechanisms]
     if n.loss_term is not None and mech.class_penalty(n) and n.loss_term.record.doc:
         lines.append(n.loss_term.record.text("doc", n.loss_term))

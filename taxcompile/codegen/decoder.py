@@ -164,8 +164,8 @@ def _gather_steps(p, n: ir.Node, steps: str, kept: list[str], late: list[str]) -
     p.step = None
     for nd, a, kmask in covered:  # the penalty over every step's weights (the whole target)
         w = f"{steps}[{step_key('penalty', p.key_code(nd))}]"
-        d = nd.disagreement  # the values V^h are the same at every step: the last step's
-        w = f"{w}[-1]" if d is not None and d.on == "subspace" else f"torch.cat({w}, -2)"
+        # the values V^h are the same at every step: the last step's
+        w = f"{w}[-1]" if mech.heads_extra(nd) == "values" else f"torch.cat({w}, -2)"
         emit_penalty(p, nd, w, p.mask_arg(x), kmask)
 
 

@@ -48,6 +48,7 @@ class ClassView:
     signature: tuple[str, ...]
     forward: tuple[str, ...]
     keeps_cfg: bool
+    init_params: tuple[str, ...] = ()
 
 
 def commented(code: str, comment: str) -> str:
@@ -61,7 +62,7 @@ def class_view(c: ModuleClass) -> ClassView:
     init = tuple(commented(f"self.{sub.attr} = {sub.ctor}", sub.comment) for sub in c.submodules)
     forward = tuple("    " * s.depth + commented(s.code, s.comment) for s in c.body)
     signature = (f"def forward({', '.join(('self',) + c.params)}) -> {c.returns}:",)
-    return ClassView(c.name, c.doc, init, signature, forward, c.keeps_cfg)
+    return ClassView(c.name, c.doc, init, signature, forward, c.keeps_cfg, c.init_params)
 
 
 def names(code: str) -> set[str]:

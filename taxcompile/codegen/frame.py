@@ -58,6 +58,7 @@ class Frame:
         self.vars: dict[str, Var] = {}
         self.free: dict[str, str] = {}  # a name of the caller -> this frame's parameter
         self.records: set[str] = set()  # record containers the body writes to
+        self.takes_depth = False  # a block whose constructor takes its hop's number, `depth`
 
     def emit(self, code: str, comment: str = "") -> None:
         self.body.append(Stmt(code, comment, self.indent))

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from .. import checks, ir
 from .. import mechanisms as mech
-from . import kv_width, layer_kv
+from . import depth, kv_width, layer_kv
 from .classes import attention_class, dot_form, fast_path
 from .emit import env, names
 from .layer_config import fields_and_checks, is_learned, learned_shape, raise_lines, reads
@@ -225,14 +225,16 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
                for h in sorted(reg.helpers)]
     klass = e.get_template("attention.py.j2").render(a=view).rstrip()
     args = [a for a in mech.constructor(n, n.dropout is not None, None,
-                                          q.kind != "none" or bool(n.capsules)) if a.passed(n)]
+                                          q.kind != "none" or bool(n.capsules))
+            if a.passed(n) or depth.pattern(n, a)]  # (one by depth: from Config.depth)
     config = fields_and_checks(cm, n, q, k, v, args)
     read = reads(n, q, k, v)
     # the model's call (codegen/attention.py) is built from the same list of arguments; the
     # widths are Config.widths()'s: q, k, v as the class reads them
     widths = {"d_q": "q", "d_k": "k", "d_v": "v", "d_w": "d_w"}
-    ctor = [f"{a.name}=w[{widths[a.name]!r}]" if a.name in widths else f"{a.name}=cfg.{a.name}"
-            for a in args]
+    ctor = [f"{a.name}=w[{widths[a.name]!r}]" if a.name in widths else
+            f"{a.name}={depth.pattern(n, a).format(l='cfg.depth')}" if depth.pattern(n, a) else
+            f"{a.name}=cfg.{a.name}" for a in args]
     shown = n.hop.template if n.hop else n.id
     label = cs.spec.paper.cite or cs.spec.paper.id
     call = wrap(f"self.attn = {cls}({', '.join(ctor)})", 8, 100)

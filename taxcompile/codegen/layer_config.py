@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from .. import mechanisms as mech
+from . import depth
 from .pretty import wrap
 
 # the least value of each count a statement's Config may hold (the others: 1)
@@ -87,6 +88,10 @@ def fields_and_checks(cm, n: ir.Attention, q, k, v, args: list[mech.CtorArg]) ->
             derived["d_w"] = 'w["q"]' if q.kind != "none" else 'w["k"]'
             out.append(Field("d_w", "int | None", "None", "width of the score's hidden "
                              "layer; None: the query's width as the attention reads it"))
+            continue
+        if depth.pattern(n, a):  # a value by the layer's depth l: l is the field
+            out.append(Field("depth", "int", str(n.hop.index),
+                             f"the layer l (1 first) that {a.name} is computed from"))
             continue
         value = cm.sizes[cm.attention[n.id].attended] if a.name == "n_keys" else a.value(n)
         out.append(Field(a.name, a.type, mech.literal(value), a.comment))

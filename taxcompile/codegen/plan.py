@@ -77,6 +77,7 @@ class ModuleClass:
     returns: str  # the return annotation
     body: tuple[Stmt, ...]
     keeps_cfg: bool = False  # forward() reads self.cfg
+    init_params: tuple[str, ...] = ()  # __init__'s parameters after ``cfg`` (a block's depth)
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,10 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     shared = p.shared.get(path)
     if shared:
         mod = p.frame.owner.add(name, f"{cls}(cfg)", f"one `{name}` hop, shared by all {N}")
+    elif inner.takes_depth:  # a parameter by the layer's depth: each hop knows its number
+        stop = str(N + 1) if count == str(N) else f"{count} + 1"
+        mod = p.frame.owner.add(name, f"nn.ModuleList({cls}(cfg, depth) for depth in "
+                                f"range(1, {stop}))", "one per hop (eq. 41-42)")
     else:
         mod = p.frame.owner.add(name, f"nn.ModuleList({cls}(cfg) for _ in range({count}))",
                                 "one per hop (eq. 41-42)")
@@ -252,9 +256,13 @@ def _block_class(p, inner: Frame, cls: str, params: list[str], outs: list[str], 
         sig.append("return_attention: bool = False")
     doc = (f"One hop of `{path}` (eq. 41-42): "
            f"{', '.join(sorted({p.m.node(x).name for x in first_hop}))}.",)
+    if inner.takes_depth:
+        doc += ("", "depth: the hop's number, 1 to the hop count (layer l of a parameter by "
+                "depth).")
     p.blocks.append(ModuleClass(cls, doc, tuple(inner.owner.subs), tuple(sig),
                                 "tuple" if len(ret) > 1 else "torch.Tensor", tuple(body),
-                                keeps_cfg=uses("cfg")))
+                                keeps_cfg=uses("cfg"),
+                                init_params=("depth: int",) if inner.takes_depth else ()))
 
 
 def _last_hop(p, hops: dict[int, list[str]], depth: int, inner: Frame, outs: list[str],

@@ -3,7 +3,8 @@ name (`align = local(D = 4)`, `mem_kv = 4`) is looked up among its kind's record
 registry (``taxcompile/mechanisms``, aliases included), its arguments are checked against
 the record's ``params`` (positional or by name, each by its ``P``: a node's name resolved
 to its id, a number in its range and sign), every parameter it does not set takes its
-record's default, and each argument written as a constant expression keeps it as its
+record's default (None for one its record's ``by_depth`` computes from the layer, in a
+repeat's hop), and each argument written as a constant expression keeps it as its
 ``Config`` expression. The result is an ``ir.Mech``, which checks itself against the
 registry when it is built. Errors of this kind: an unknown mechanism (with the nearest
 name), an unknown, repeated or missing parameter, a value of the wrong type, range or sign;
@@ -16,6 +17,17 @@ from ..diagnostics import article
 from ..params import P
 from ..suggest import suggest
 from .names import Scope
+
+
+def by_depth(rec, scope: Scope | None) -> set[str]:
+    """The parameters of ``rec`` that a statement in ``scope`` takes from its layer where
+    the spec leaves them unset (the record's ``by_depth``): those of a statement in a
+    `repeat` whose hops have weights of their own (a shared repeat's one module has one
+    value, its default)."""
+    hop = scope.hop if scope is not None else None
+    if hop is None or hop.shared:
+        return set()
+    return {name for name, _, _ in rec.by_depth}
 
 
 class Mechanisms:
@@ -48,8 +60,10 @@ class Mechanisms:
                 self.err(v.pos, f"`{fld.name}` needs a value for `{missing[0]}`, not `true`",
                          f"e.g. `{fld.name} = 4`")
                 return False
+            unset = by_depth(rec, scope)
             return ir.Mech(kind=kind, fn=rec.name, params=tuple(
-                (p.name, p.default) for p in rec.params), loc=self.loc(fld.pos))
+                (p.name, None if p.name in unset else p.default) for p in rec.params),
+                loc=self.loc(fld.pos))
         if not rec.params:
             self.err(v.pos, f"`{fld.name}` is `true` or `false`")
             return False
@@ -58,8 +72,9 @@ class Mechanisms:
         if value is None:
             return False
         sym = self.sym(v, scope) if first.type in ("int", "float") else None
+        unset = by_depth(rec, scope)
         return ir.Mech(kind=kind, fn=rec.name, params=((first.name, value), *(
-            (p.name, p.default) for p in rec.params[1:])),
+            (p.name, None if p.name in unset else p.default) for p in rec.params[1:])),
             sym=((first.name, sym),) if sym else (), loc=self.loc(fld.pos))
 
     def _mechanism(self, fld: ast.Field | None, table: dict, what: str,

@@ -1,11 +1,10 @@
 """The ``penalty`` field of an attention statement: a term of the training loss. The
 penalties' records (``mechanisms.PENALTIES``) say how a spec writes each (a call
-``penalty = NAME(…)``, or Lin et al.'s bare coefficient ``penalty = λ``) and which field of
-``ir.Attention`` its value fills; the functions here read each call's arguments. A record
-without a field of its own (``ir_field``) is lowered as every other mechanism is
-(``lowering/mechanisms.py``: its parameters checked against its record) into
-``ir.Attention.loss_term``, which its template computes. Errors of
-this kind: a wrong number or kind of arguments, a coefficient out of range. Whether a
+``penalty = NAME(…)``, or Lin et al.'s bare coefficient ``penalty = λ``); each is lowered
+into ``ir.Attention.loss_term``, an ``ir.Mech`` that its record's call or template
+computes: as every other mechanism is (``lowering/mechanisms.py``: its parameters checked
+against its record), or where its mistakes have words of their own (Li et al.'s
+disagreement, supervised attention) by a function here. Errors of this kind: a wrong number or kind of arguments, a coefficient out of range. Whether a
 supervised penalty's target is an alignment input of the right axes is checked in
 checks.py."""
 
@@ -42,15 +41,20 @@ class Penalties(Constants):
             # `let` of that name stays Lin et al.'s coefficient
             v = ast.Call(pos=v.pos, fn=v.name, args=(), kwargs=())
         m = table.get(v.fn) if isinstance(v, ast.Call) else None
-        if m is None:
-            return {BARE.ir_field: self.as_param(param(BARE, "lambda"), v, scope, "`penalty`")}
-        if not m.ir_field:  # a record and its template: a mechanism as any other
-            return {"loss_term": self.mechanism("penalty", ast.Field(pos=fld.pos, name=fld.name,
-                                                value=v), {m.name: m}, "penalty", scope)}
-        return {m.ir_field: ARGUMENTS[m.ir_field](self, m, v, scope)}
+        if m is None:  # the bare coefficient: its record's one parameter
+            first = BARE.params[0]
+            lam = self.as_param(first, v, scope, "`penalty`")
+            return {"loss_term": None if lam is None else ir.Mech(
+                kind="penalty", fn=BARE.name, params=((first.name, lam),), loc=self.loc(v.pos))}
+        read = ARGUMENTS.get(m.name)  # arguments read by a function of their own, below
+        if read is not None:
+            return {"loss_term": read(self, m, v, scope)}
+        # a record and its template: a mechanism as any other
+        return {"loss_term": self.mechanism("penalty", ast.Field(pos=fld.pos, name=fld.name,
+                                            value=v), {m.name: m}, "penalty", scope)}
 
     def disagreement_penalty(self, m: mech.Mechanism, v: ast.Call,
-                             scope: Scope) -> ir.Disagreement | None:
+                             scope: Scope) -> ir.Mech | None:
         """``penalty = disagreement(lambda, on = subspace | position | output)``: Li et al.'s
         -lambda D (2018, eq. 5-7)."""
         extra = [k for k in v.kwargs if k.name != "on"]
@@ -70,10 +74,11 @@ class Penalties(Constants):
         where = self.as_param(param(m, "on"), on.value, scope, "`on` of `disagreement`")
         if lam is None or where is None:
             return None
-        return ir.Disagreement(lam=lam, on=where)
+        return ir.Mech(kind="penalty", fn=m.name, params=(("lambda", float(lam)), ("on", where)),
+                       loc=self.loc(v.pos))
 
     def supervised(self, m: mech.Mechanism, v: ast.Call,
-                   scope: Scope) -> ir.Supervision | None:
+                   scope: Scope) -> ir.Mech | None:
         """``supervised(gold, lambda, loss = squared | cross_entropy)``: supervised
         attention (Liu et al. 2016, Mi et al. 2016); ``gold`` is checked in checks.py."""
         usage = "e.g. `penalty = supervised(gold, 1.0, loss = cross_entropy)`"
@@ -92,7 +97,8 @@ class Penalties(Constants):
         gold = self.resolve(v.args[0], scope, "input")
         if gold is None or lam is None or loss is None:
             return None
-        return ir.Supervision(gold=gold, lam=float(lam), loss=loss, loc=self.loc(v.args[0].pos))
+        return ir.Mech(kind="penalty", fn=m.name, params=(
+            ("gold", gold), ("lambda", float(lam)), ("loss", loss)), loc=self.loc(v.args[0].pos))
 
 
 def param(m: mech.Mechanism, name: str) -> P:
@@ -100,8 +106,8 @@ def param(m: mech.Mechanism, name: str) -> P:
     return next(p for p in m.params if p.name == name)
 
 
-# How each call's arguments lower, by the ``ir.Attention`` field its record names
-# (tests/test_mechanisms.py: one for every penalty written as a call).
+# The penalties whose call's arguments a function of their own reads (its words for a
+# mistake are its own), by record; the others' are read from their records' ``params``.
 ARGUMENTS = {
     "disagreement": Penalties.disagreement_penalty,
     "supervised": Penalties.supervised,

@@ -25,7 +25,8 @@ __all__ = ["ALIGNS", "BIASES", "GRAPH_REASON", "HEAD_MECHANISMS", "HEADS_OUT", "
            "REGISTRY",
            "SCORES",
            "TRAITS", "WITHOUT_QUERY", "CtorArg", "Mechanism", "affinity_reading",
-           "TEMPLATE_PATHS", "class_penalty", "constructor", "literal", "modifiers", "ordered", "penalties", "score", "align",
+           "TEMPLATE_PATHS", "class_penalty", "heads_extra", "constructor", "literal",
+           "modifiers", "ordered", "penalties", "score", "align",
            "align_reads", "signature", "spellings"]
 
 # Every record, by (kind, name).
@@ -73,14 +74,15 @@ def turns_keys(n) -> bool:
 
 
 def penalties(n) -> list[tuple[Mechanism, object]]:
-    """(record, its IR value) of each penalty of a statement: those lowered to a field of
-    their own (the record's ``ir_field``), in the registry's order, then the one its record
-    and template define whole (``ir.Attention.loss_term``, an ``ir.Mech``)."""
-    out = [(m, v) for m in PENALTIES.values()
-           if m.ir_field and (v := getattr(n, m.ir_field)) is not None]
-    if n.loss_term is not None:
-        out.append((n.loss_term.record, n.loss_term))
-    return out
+    """(record, ir.Mech) of a statement's penalty (``ir.Attention.loss_term``), [] without
+    one: its record and template define it whole."""
+    return [] if n.loss_term is None else [(n.loss_term.record, n.loss_term)]
+
+
+def heads_extra(n) -> str:
+    """What ``n``'s class returns as extras["heads"] for a penalty over the heads' own
+    tensors (its record's ``heads_extra``: "values", "output"), '' for none."""
+    return next((t for rec, v in penalties(n) if (t := rec.text("heads_extra", v))), "")
 
 
 def class_penalty(n) -> bool:

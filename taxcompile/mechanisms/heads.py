@@ -22,14 +22,20 @@ TALKING_REASON = ("talking heads (Shazeer et al. 2020) mix the heads' {which} wi
 # normalised and scaled by (1 - lambda_init). Still one context per head: Multi-Head.
 DIFFERENTIAL_REASON = ("differential attention (Ye et al. 2024): each head's q and k split in "
                        "two, two softmax maps, softmax(Q1 K1^T / sqrt(d)) - lambda softmax(Q2 "
-                       "K2^T / sqrt(d)) with a learned lambda (lambda_init = {lambda_init:g}); "
+                       "K2^T / sqrt(d)) with a learned lambda (lambda_init = {lambda_init}); "
                        "each head still scores its own projections and gives one context, so "
                        "the module stays multi-head (eq. 38-40)")
+# lambda_init at layer l (1-based) where a repeat's hop leaves it unset (Ye et al. sec. 2.1):
+# as code, and as the reason says it
+LAMBDA_BY_DEPTH = ("lambda_init", "0.8 - 0.6 * math.exp(-0.3 * ({l} - 1))",
+                   "0.8 - 0.6 exp(-0.3 (l - 1)) at layer l")
 
 HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
     # before the others: its norm of each head's context comes before a head gate scales it
     Mechanism("trait", "differential", (P("lambda_init", "float", False, 0.8, below=1.0),),
-              reason=DIFFERENTIAL_REASON, label="differential, lambda_init = {lambda_init:g}",
+              reason=DIFFERENTIAL_REASON,
+              label=lambda m: "differential, lambda_init " + (
+                  "by depth" if m.lambda_init is None else f"= {m.lambda_init:g}"),
               class_part="Differential",
               doc="Differential attention (Ye et al. 2024): each head's q and k in two halves, "
                   "a = softmax(Q1 K1^T / sqrt(d)) - lambda softmax(Q2 K2^T / sqrt(d)), lambda = "
@@ -44,6 +50,7 @@ HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
                         "bias", "qk_norm", "kv_heads", "adds_keys", "mixes_heads"),
               conflict=("differential attention", "it splits each head's q and k of a "
                         "dot-product score into two softmax maps over one sequence's keys"),
+              by_depth=(LAMBDA_BY_DEPTH,),
               not_distribution="differential attention's weights are a difference of two "
                                "softmax maps, a1 - lambda a2: some are negative, and they are "
                                "not normalised over the keys"),

@@ -73,6 +73,13 @@ _DISAGREEMENT = {"subspace": "5: cos(V^i, V^j)", "position": "6: |A^i * A^j|",
                  "output": "7: cos(O^i, O^j)"}
 
 
+def _disagreement_call(d, a: str, qmask: str, kmask: str) -> str:
+    """The model's call of the helper over the heads' tensors (or weights) ``a``: the keys'
+    padding mask for the values (eq. 5), the queries' for the weights and outputs."""
+    keep = kmask if d.on == "subspace" else qmask
+    return f"disagreement_penalty({a}, {keep}, {float(d.param('lambda'))!r}, {d.on != 'position'})"
+
+
 def _disagreement_doc(d) -> str:
     """The docstring line of the heads' tensors the penalty reads ('' for the weights)."""
     if d.on == "position":
@@ -85,8 +92,13 @@ def _disagreement_doc(d) -> str:
 PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
     # Lin et al.: ||A A^T - I||_F^2, `penalty = λ`
     Mechanism("penalty", "frobenius", (P("lambda", "float"),), reason=LOSS_REASON,
-              label="penalty {lam:g}", extras=("penalty",), template="penalty/frobenius.py.j2",
-              needs=("H",), ir_field="penalty", bare=True),
+              label="penalty {lambda:g}", extras=("penalty",), template="penalty/frobenius.py.j2",
+              needs=("H",), bare=True,
+              several_heads=("the penalty ||AAᵀ − I||²_F compares several rows of attention",
+                             "set `heads = r` (Lin et al.: r rows)"),
+              single="the penalty ||AAᵀ − I||²_F compares rows of one weight per key (Lin "
+                     "et al.); multi-dimensional weights (eq. 30-32) have one per key and "
+                     "feature"),
     Mechanism("penalty", "doubly_stochastic", (P("lambda", "float", False, 1.0),),
               reason=LOSS_REASON,
               label="doubly stochastic penalty {lambda:g}",
@@ -104,21 +116,34 @@ PENALTIES: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("penalty", "disagreement",
               (P("lambda", "float", False, 1.0),
                P("on", "enum", True, None, ("subspace", "position", "output"))),
-              reason=LOSS_REASON, label="disagreement on {on} {lam:g}", doc=_disagreement_doc,
+              reason=LOSS_REASON, label="disagreement on {on} {lambda:g}", doc=_disagreement_doc,
               helpers=("disagreement_penalty",), template="penalty/disagreement.py.j2",
-              ir_field="disagreement"),
+              call=_disagreement_call,
+              call_note=lambda d: f"-lambda D_{d.on}, D = -(1/H^2) sum_i sum_j of eq. "
+                                  f"{_DISAGREEMENT[d.on]} (Li et al. 2018)",
+              heads_extra=lambda d: {"subspace": "values", "output": "output"}.get(d.on, ""),
+              several_heads=("the disagreement penalty compares pairs of heads (Li et al. eq. "
+                             "5-7), but the module has {heads}", "set `heads = H`, H ≥ 2"),
+              single="the disagreement penalty compares the heads' weight matrices (Li et "
+                     "al. eq. 5-7); multi-dimensional weights (eq. 30-32) are not combined "
+                     "with it",
+              no_query=lambda d: "without a query every head reads the same values, so "
+                                 "cos(V^i, V^j) = 1 for every pair (Li et al. eq. 5)"
+                                 if d.on == "subspace" else "",
+              no_query_hint="use `on = position` or `on = output`, or give the module a query "
+                            "(heads then split the values, eq. 38)"),
     Mechanism("penalty", "supervised",
               (P("gold", "node"), P("lambda", "float", False, 1.0),
                P("loss", "enum", False, "squared", ("squared", "cross_entropy"))),
               reason=LOSS_REASON,
-              label=lambda sup, **_: f"supervised by {sup.gold} ({sup.loss.replace('_', ' ')}, "
-                                f"{sup.lam:g})",
+              label=lambda sup: f"supervised by {sup.gold} ({sup.loss.replace('_', ' ')}, "
+                                f"{sup.param('lambda'):g})",
               doc=lambda sup: {"squared": "lambda sum (a - gold)^2 (Liu et al. 2016)",
                                "cross_entropy": "-lambda sum gold log a (Mi et al. 2016)"}[
                   sup.loss],
-              helpers=("supervised_penalty",), ir_field="supervised"),
+              helpers=("supervised_penalty",), target="gold",
+              call="supervised_penalty({a}, {target}, {qmask}, {kmask}, {lambda!r}, \"{loss}\")"),
 )}
-PENALTY_EQUATIONS = _DISAGREEMENT  # Li et al.'s three similarities, by `on`
 
 # The traits of a module beyond its score and alignment, in the order its class name
 # lists them. A trait with constructor arguments adds them to every class that has it.

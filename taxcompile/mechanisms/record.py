@@ -142,9 +142,8 @@ class Mechanism(NamedTuple):
     # index in the whole sequence, so a step needs the whole prefix (local)
     hides_later: bool = False
     by_query_index: bool = False
-    # a penalty: the field of ir.Attention its lowered value fills (lowering/penalties.py),
-    # and whether a spec writes it as a bare coefficient (`penalty = λ`), not a call
-    ir_field: str = ""
+    # a penalty that a spec writes as a bare coefficient (`penalty = λ`, its one parameter),
+    # not a call
     bare: bool = False
     # a way of joining heads whose context is as wide as the values (d_v), as W_O's (eq. 40)
     full_width: bool = False
@@ -190,6 +189,35 @@ class Mechanism(NamedTuple):
     # why its weights are no distribution over the keys ("" where they are one): what
     # `.weights` and `supervised`, which need one, say when they refuse the module
     not_distribution: Text = ""
+    # parameters that a statement in a `repeat` whose hops have weights of their own takes
+    # from its layer l (the innermost repeat's hop, 1-based) where the spec leaves them unset
+    # (a constant that a paper schedules by depth): (parameter, its value as code, a pattern
+    # over `{l}`, the hop number or the generated block's `depth`, and as the text patterns
+    # read it). The IR holds None for such a parameter; the generated constructor call
+    # computes it (codegen/depth.py).
+    by_depth: tuple[tuple[str, str, str], ...] = ()
+    # a penalty over several rows of weights (the heads'): why a module with one head is
+    # refused and the hint (a checker's message); why multi-dimensional weights are (the
+    # hint: `dimensionality = single`)
+    several_heads: tuple[str, str] = ("", "")
+    single: str = ""
+    # a penalty over the heads' own tensors (Li et al.'s disagreement on the values or the
+    # outputs): what its class returns as extras["heads"], "values" or "output" ('' for
+    # the weights; a function of the IR value); why a module without a query is refused
+    # ('' where it is not) and the hint; its call's comment ('' for its ``doc``)
+    heads_extra: Text = ""
+    no_query: Text = ""
+    no_query_hint: str = ""
+    call_note: Text = ""
+    # a penalty that compares the weights with a target alignment input (supervised
+    # attention): the parameter that names the input, an `alignment` over the module's
+    # query positions and keys (check/penalties.py); its call, `{target}` the input, runs
+    # in training, when the input is given
+    target: str = ""
+
+    def depth_code(self, param: str) -> str:
+        """Parameter ``param``'s value at layer ``{l}`` as code ('' when it has none)."""
+        return next((code for name, code, _ in self.by_depth if name == param), "")
 
     def variant_doc(self, setting: str) -> str | None:
         return dict(self.docs).get(setting)
