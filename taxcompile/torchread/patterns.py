@@ -4,6 +4,7 @@ recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test
 can hold the two tables to the registry."""
 from __future__ import annotations
 
+from . import heads
 from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -234,55 +235,6 @@ def read_align(r, norm, masks, score="", app=None):
     return name, what
 
 
-def heads(r, norm, keys):
-    """(label, reason) of query multiplicity from the weights' shape and the keys' heads."""
-    s = shape(norm)
-    split = _split_heads(keys) if keys is not None and s and len(s) == 3 else None
-    if split:
-        h, node = split
-        why = f"`{node.name}` splits the keys' features into {h} heads merged with the batch"
-    elif not s or len(s) < 4 or s[-3] in (1, None):
-        return "Singular", f"`{norm.name}` has one head (weights of shape {list(s or [])})"
-    else:
-        h = s[-3]
-        why = f"`{norm.name}` weighs {h} heads (weights of shape {list(s)})"
-    rep = _repeated(keys) if keys is not None else None
-    if rep is not None:
-        why += f"; the keys' heads are shared between query heads (`{rep.name}` repeats them)"
-    return "Multi-Head", why
-
-
-def _split_heads(node):
-    """(H, view) where a view folds H heads of the features into the batch (nn.MHA)."""
-    n = node
-    for _ in range(12):
-        args = tensor_args(n)
-        if op(n) not in TRANSPARENT or not args:
-            return None
-        a, b = shape(args[0]), shape(n)
-        if op(n) == "view" and a and b and len(b) == len(a) and b[-1] and a[-1] % b[-1] == 0 \
-                and a[-1] // b[-1] > 1:
-            return a[-1] // b[-1], n
-        n = args[0]
-    return None
-
-
-def _repeated(node):
-    n = node
-    for _ in range(12):
-        o, args = op(n), tensor_args(n)
-        if o in ("repeat_interleave", "repeat"):
-            return n
-        if o == "expand" and args and len(shape(args[0]) or ()) >= 5:
-            src, dst = shape(args[0]), shape(n)
-            if any(a == 1 and b > 1 for a, b in zip(src, dst)):
-                return n
-        if not args or (o not in TRANSPARENT and o not in ("mul", "div", "add", "cat", "sub")):
-            return None
-        n = args[0]
-    return None
-
-
 def query_type(r, q, k):
     """(label, reason): where the query comes from, against the keys."""
     kr = r.roots(k) if k is not None else frozenset()
@@ -301,10 +253,11 @@ def query_type(r, q, k):
                      f"which the keys `{k.name}` do not")
 
 
-def read(r, norm, app, values, a, start=None, align=None) -> None:
+def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     """Fill ``a`` (a found.Attention) with its values and reasons, or say why not. ``start``:
     the score's node where it is not the normalisation's input (sparsemax); ``align``: (name,
-    reason) where the alignment was read on the way (sparse, hard)."""
+    reason) where the alignment was read on the way (sparse, hard); ``diff``: a difference
+    of two maps between the weights and the values (differential attention)."""
     from .. import mechanisms
 
     prod, scales, masks, biases = score_path(r, norm, start)
@@ -332,7 +285,12 @@ def read(r, norm, app, values, a, start=None, align=None) -> None:
     v["scoring"] = (mechanisms.SCORES[name].reading, why)
     v["alignment"] = (mechanisms.ALIGNS[al].reading, al_why)
     v["query_type"] = query_type(r, q, k)
-    v["query_multiplicity"] = heads(r, norm, k)
+    multi = heads.read(norm, k, diff)
+    if multi is None:
+        a.recognised = False
+        a.why_not = heads.refusal(norm, diff)
+        return
+    v["query_multiplicity"] = multi
     s = shape(norm) or ()
     if name == "none" and len(s) >= 2 and (s[0] or 1) > 1 and all(d == 1 for d in s[1:-1]):
         v["query_multiplicity"] = ("Multi-Head", f"`{norm.name}` normalises {s[0]} kernels, "
