@@ -4,7 +4,7 @@ recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test
 can hold the two tables to the registry."""
 from __future__ import annotations
 
-from . import heads
+from . import heads, scores
 from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -15,8 +15,6 @@ NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
 
 # Registry names (score and align records) no recogniser reads yet, with why.
 NOT_RECOGNISED = {
-    ("score", "location"): "the score is computed from the query alone; its graph (a linear "
-                           "map to the key length) is not told apart from other linears yet",
     ("score", "affinity"): "an affinity matrix read along rows or columns (co-attention) is not "
                            "matched yet",
     ("score", "max_pool"): "a max-pooled affinity (co-attention) is not matched yet",
@@ -118,7 +116,7 @@ def _is_mask(node) -> bool:
 
 # --- scores: each returns (registry name, reason, query operand, key operand) or None ---
 
-def _matmul_score(r, prod, scales):
+def _matmul_score(r, prod, scales, norm=None):
     args = tensor_args(prod)
     if op(prod) != "matmul" or len(args) < 2 or weight(args[1], r) or weight(args[0], r):
         return None
@@ -142,7 +140,7 @@ def _matmul_score(r, prod, scales):
             args[0], args[1])
 
 
-def _additive_score(r, prod, scales):
+def _additive_score(r, prod, scales, norm=None):
     """w^T act(W1 q + W2 k [+ b]) or w^T act(W [q; k]): a learned vector over an activation."""
     o, args = op(prod), tensor_args(prod)
     if o == "sum" and args and op(strip(args[0])) == "mul":
@@ -177,7 +175,13 @@ def _additive_score(r, prod, scales):
 
 MATMUL_SCORES = {"multiplicative", "scaled_multiplicative", "general", "biased_general",
                  "activated_general", "similarity"}
+def _location_score(r, prod, scales, norm=None):
+    return scores.location(r, prod, norm) if norm is not None else None
+
+
+# Location first: its learned map gives one output per key, which no other score's does.
 SCORE_RECOGNISERS = {
+    "location": _location_score,
     "multiplicative": _matmul_score, "scaled_multiplicative": _matmul_score,
     "general": _matmul_score, "biased_general": _matmul_score,
     "activated_general": _matmul_score, "similarity": _matmul_score,
@@ -194,9 +198,9 @@ ALIGN_RECOGNISERS = {
 }
 
 
-def read_score(r, prod, scales):
+def read_score(r, prod, scales, norm=None):
     for fn in dict.fromkeys(SCORE_RECOGNISERS.values()):
-        got = fn(r, prod, scales)
+        got = fn(r, prod, scales, norm)
         if got:
             return got
     return None
@@ -262,7 +266,7 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
 
     prod, scales, masks, biases = score_path(r, norm, start)
     a.nodes = [norm.name, prod.name, app.name, *(m.name for m in masks)]
-    got = read_score(r, prod, scales)
+    got = read_score(r, prod, scales, norm)
     if got is None and r.is_param(prod) and op(norm) == "softmax" and banded(app):
         why, al_why = lightconv_reason(norm, prod, app)
         got, align = ("none", why, None, None), ("lightconv", al_why)
@@ -272,6 +276,8 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
                      "score pattern")
         return
     name, why, q, k = got
+    if name == "location":
+        k = values  # the keys the scores are positions of: the values weighed
     dim = tensor_args(norm)[1:] and norm.args[1]
     rank = len(shape(norm) or ()) or 2
     if op(prod) == "matmul" and isinstance(dim, int) and dim % rank == rank - 2:

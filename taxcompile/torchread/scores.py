@@ -1,0 +1,89 @@
+"""Scores read from one stream alone, beside patterns.py's scores of a query and a key:
+Luong et al.'s location score, e = W_a q, one learned output per key position and no key
+in the score."""
+from __future__ import annotations
+
+from .normalise import op, shape, strip, tensor_args
+
+
+def _weight_of(r, prod):
+    """(weight, data) where ``prod`` is a learned map whose output features come from a
+    parameter: linear(x, W, b), addmm(b, x, W^T) or x @ W (W on the right); else None."""
+    args = tensor_args(prod)
+    if op(prod) == "linear":
+        ws = [a for a in args if r.is_param(strip(a)) and len(shape(a) or ()) == 2]
+    elif op(prod) == "matmul" and len(args) == 2:
+        ws = [args[1]] if r.is_param(strip(args[1])) else []
+    else:
+        return None
+    data = [a for a in args if r.roots(a)]
+    if len(ws) != 1 or len(data) != 1:
+        return None
+    return strip(ws[0]), data[0]
+
+
+# Moves that can bring another axis than the map's outputs to the normalised place.
+_AXIS_MOVES = {"permute", "transpose", "t", "movedim"}
+
+
+def _between(prod, norm, depth: int = 40) -> set:
+    """The nodes on the paths from ``prod`` to ``norm`` (both left out)."""
+    up, frontier = set(), [norm]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in up]
+        up.update(frontier)
+    out, frontier = set(), [prod]
+    while frontier:
+        frontier = [u for n in frontier for u in n.users if u in up and u not in out]
+        out.update(frontier)
+    return out
+
+
+def _moves_last(node) -> bool:
+    """Whether a permute or transpose brings another axis than its input's last one (of more
+    than one element) to the last place of more than one element: moves of other axes and of
+    singletons (einsum's per-head batch) keep the map's outputs last."""
+    o, s = op(node), shape(node)
+    if o not in _AXIS_MOVES:
+        return False
+    rank = len(s or ())
+    order = list(range(rank))
+    if o == "permute" and len(node.args) > 1:
+        order = [d % rank for d in node.args[1]]
+    elif o == "transpose" and len(node.args) > 2:
+        i, j = node.args[1] % rank, node.args[2] % rank
+        order[i], order[j] = j, i
+    elif rank:
+        order = order[::-1]  # t: a 2-d transpose
+    src = shape(tensor_args(node)[0]) if tensor_args(node) else None
+    if not s or not src or len(src) != rank:
+        return True
+
+    def last(shp, idx):
+        return next((i for i in reversed(idx) if shp[i] != 1), None)
+
+    out_last = last(s, range(rank))
+    return out_last is None or order[out_last] != last(src, range(rank))
+
+
+def location(r, prod, norm):
+    """(registry name, reason, query, None) where the score ``prod`` is W_a q: a learned map
+    of the query whose outputs, one per key, are what ``norm`` normalises; None otherwise.
+    The keys' axis must come from the weight, and reach the normalised (last) axis by no
+    transpose: a learned vector applied at every key position (an additive score's last
+    step, w^T act(W k)) gives one output, and a learned matrix over the keys' rows (Lin et
+    al.'s W_s2 tanh(W_s1 H^T)) puts the input's axis there: neither is a location score."""
+    got = _weight_of(r, prod)
+    s, sn = shape(prod), shape(norm)
+    if got is None or not s or not sn or len(norm.args) < 2 or not isinstance(norm.args[1], int):
+        return None
+    dim = norm.args[1] % len(sn)
+    n = sn[dim]
+    if dim != len(sn) - 1 or s[-1] != n or not isinstance(n, int) or n < 2:
+        return None
+    if any(_moves_last(x) for x in _between(prod, norm)):
+        return None  # the normalised axis may be the input's rows (W_s2 tanh(W_s1 H^T))
+    w, q = got
+    return ("location", f"`{prod.name}` maps the query `{strip(q).name}` alone by the learned "
+            f"`{w.name}` to one score per key position ({n} keys), and `{norm.name}` "
+            "normalises them: no key enters the score (W_a q, Luong et al.)", q, None)
