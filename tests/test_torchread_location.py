@@ -132,3 +132,86 @@ def test_the_generated_global_location_reads_location():
     read = ("scoring", "alignment", "dimensionality", "query_type")
     assert {d: got[d] for d in read} == {d: want[d] for d in read}
     assert got["scoring"] == "Location"
+
+
+class LuongLocalP(nn.Module):
+    """Luong et al.'s local-p: p_t = S sigmoid(v_p^T tanh(W_p h_t)) (eq. 9), a general score
+    h_t^T W_a h_s, a softmax over [p_t - D, p_t + D] (or every key, ``window=False``), times
+    exp(-(s - p_t)^2 / 2 sigma^2) with sigma = D / 2 (eq. 10)."""
+
+    def __init__(self, window=True, half=2, centre=None):
+        super().__init__()
+        self.W_p = nn.Linear(D, D, bias=False)
+        self.v_p = nn.Linear(D, 1, bias=False)
+        self.W_a = nn.Linear(D, D, bias=False)
+        self.window, self.half = window, half
+        self.centre = centre
+
+    def forward(self, h, hs):
+        S = hs.shape[1]
+        p = S * torch.sigmoid(self.v_p(torch.tanh(self.W_p(h))))  # (B, T, 1)
+        if self.centre is not None:
+            p = self.centre(h)
+        s = torch.arange(S, dtype=h.dtype)  # (S,): source positions
+        e = h @ self.W_a(hs).transpose(1, 2)  # (B, T, S)
+        if self.window:
+            e = e.masked_fill((s - p).abs() > self.half, float("-inf"))
+        a = e.softmax(-1) * torch.exp(-(s - p) ** 2 / (2 * (self.half / 2) ** 2))
+        return a @ hs
+
+
+def local_p_reference(m, h, hs):
+    """Eq. 9-10 position by position in float64."""
+    h, hs = h.double(), hs.double()
+    Wp, vp, Wa = (lin.weight.double() for lin in (m.W_p, m.v_p, m.W_a))
+    B, T, _ = h.shape
+    S = hs.shape[1]
+    out = torch.zeros(B, T, D, dtype=torch.float64)
+    for b in range(B):
+        for t in range(T):
+            p = S * torch.sigmoid(vp @ torch.tanh(Wp @ h[b, t]))[0]
+            inside = [s for s in range(S) if not m.window or abs(s - p) <= m.half]
+            e = torch.stack([h[b, t] @ (Wa @ hs[b, s]) for s in inside])
+            a = torch.softmax(e, 0)
+            for w, s in zip(a, inside):
+                g = torch.exp(-(s - p) ** 2 / (2 * (m.half / 2) ** 2))
+                out[b, t] += w * g * hs[b, s]
+    return out
+
+
+@pytest.mark.parametrize("window", [True, False], ids=["window", "gaussian-only"])
+def test_luong_local_p(window):
+    m, h, hs = LuongLocalP(window).eval(), _x(2, T, D), _x(2, L, D, seed=1)
+    with torch.no_grad():
+        torch.testing.assert_close(m.double()(h.double(), hs.double()), local_p_reference(m, h, hs))
+    res = taxcompile.classify(m.float(), (h, hs))
+    (a,) = res.recognised
+    assert a.names == {"score": "general", "align": "local"}
+    assert res.row()["alignment"] == "Local"
+    why = a.values["alignment"][1]
+    assert "Gaussian" in why and "predicted from the query" in why
+    assert ("banded mask" in why) == window
+
+
+def test_a_gaussian_at_a_fixed_centre_is_no_predicted_centre():
+    """The centre is a constant: still a window over positions, but not predicted."""
+    m = LuongLocalP(window=False, centre=lambda h: torch.full((h.shape[0], T, 1), 2.0))
+    res = taxcompile.classify(m.eval(), (_x(2, T, D), _x(2, L, D, seed=1)))
+    (a,) = res.recognised
+    assert a.names["align"] == "local"
+    assert "predicted" not in a.values["alignment"][1]
+
+
+def test_weights_times_a_learned_gate_stay_global():
+    """A per-key gate that is no Gaussian of positions leaves the alignment global."""
+    class Gated(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g = nn.Parameter(_x(L, seed=6))
+
+        def forward(self, h, hs):
+            return ((h @ hs.transpose(1, 2)).softmax(-1) * torch.exp(self.g)) @ hs
+
+    res = taxcompile.classify(Gated(), (_x(2, T, D), _x(2, L, D, seed=1)))
+    (a,) = res.recognised
+    assert a.names["align"] == "global"

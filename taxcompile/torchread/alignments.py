@@ -4,7 +4,7 @@ one-hot or a gather of the values) and LightConv (a softmax over a kernel parame
 over a band of positions)."""
 from __future__ import annotations
 
-from .normalise import op, strip, tensor_args
+from .normalise import TRANSPARENT, op, strip, tensor_args
 
 CLAMPS = {"clamp", "clamp_min", "relu"}
 # A pick of one key by its weights or scores: hard attention (eq. 26).
@@ -73,3 +73,74 @@ def lightconv_reason(norm, prod, app) -> tuple[str, str]:
             "own, no query meets a key",
             f"the kernel's weights are spread over a band of positions around each query "
             f"(`{app.name}` applies them): LightConv, local by construction")
+
+
+def _between(src, dst, depth: int = 20) -> list:
+    """The nodes on the paths from ``src`` to ``dst`` (both left out), in graph order."""
+    up, frontier = set(), [dst]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in up]
+        up.update(frontier)
+    out, frontier = {}, [src]
+    while frontier:
+        frontier = [u for n in frontier for u in n.users if u in up and u not in out]
+        out.update(dict.fromkeys(frontier))
+    return list(out)
+
+
+def _centre(g):
+    """The centre p of a Gaussian exp(-(s - p)^2 / 2 sigma^2) over key positions s: the
+    other operand of a subtraction that has an `arange` on one side; None where there is
+    none."""
+    for n in [g, *_ancestor_list(g, 10)]:
+        args = tensor_args(n)
+        if op(n) != "sub" or len(args) != 2:
+            continue
+        for s, p in (args, args[::-1]):
+            if "arange" in {op(x) for x in [s, *_ancestor_list(s, 3)]}:
+                while op(p) in TRANSPARENT and tensor_args(p):
+                    p = tensor_args(p)[0]  # moves only: S sigmoid(...) keeps its S
+                return p
+    return None
+
+
+def _ancestor_list(node, depth: int) -> list:
+    seen, frontier = [], [node]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
+        seen.extend(frontier)
+    return seen
+
+
+def gaussian(r, norm, app):
+    """(the product, the Gaussian, its centre) where the weights are multiplied, on their way
+    to the values, by exp(-(s - p)^2 / 2 sigma^2) of the key positions s (Luong et al.'s
+    local alignment, eq. 29); None otherwise."""
+    for m in _between(norm, app):
+        args = tensor_args(m)
+        if op(m) != "mul" or len(args) != 2:
+            continue
+        g = next((a for a in args if norm not in _ancestor_list(a, 12) and a is not norm),
+                 None)
+        if g is None or not {"exp", "arange"} <= _ancestor_ops(g, 10) | {op(g)}:
+            continue
+        p = _centre(g)
+        if p is not None:
+            return m, g, p
+    return None
+
+
+def gaussian_reason(r, found, window: str) -> str:
+    """Why a Gaussian over positions makes the alignment local, and how its centre is set."""
+    m, g, p = found
+    ops = _ancestor_ops(p, 8) | {op(p)}
+    if r.roots(p) and "sigmoid" in ops:
+        where = (f"a centre `{p.name}` predicted from the query, S sigmoid(v^T tanh(W h_t)) "
+                 "(eq. 28)")
+    elif not r.roots(p) and "arange" in ops:
+        where = f"a centre `{p.name}` at the query's own position (p_t = t, eq. 27)"
+    else:
+        where = f"a centre `{p.name}`"
+    out = (f"`{m.name}` multiplies the weights by a Gaussian `{g.name}` of the key positions "
+           f"around {where}, exp(-(s - p_t)^2 / 2 sigma^2) (eq. 29)")
+    return f"{window}; {out}" if window else out

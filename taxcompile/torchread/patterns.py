@@ -4,7 +4,7 @@ recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test
 can hold the two tables to the registry."""
 from __future__ import annotations
 
-from . import heads, scores
+from . import alignments, heads, scores
 from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -285,6 +285,9 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     if biases:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
     al, al_why = align or read_align(r, norm, masks, name, app)
+    gauss = alignments.gaussian(r, norm, app) if al in ("global", "local") else None
+    if gauss is not None:
+        al, al_why = "local", alignments.gaussian_reason(r, gauss, al_why if al == "local" else "")
     a.names = {"score": name, "align": al}
     a.query, a.keys, a.app, a.masks = q, k, app, masks
     v = a.values
