@@ -73,8 +73,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'attention not recognised: the score tanh_96 (tanh) before _softmax matches no score pattern',
     'specs/wang2018.attn:rnn_capsule':
         'attention not recognised: the score bmm_1 (matmul) before _softmax matches no score pattern',
-    'specs/wang2019.attn:rban':
-        'alignment Reinforced is read as Global (a policy-sampled alignment is not matched yet)',
     'specs/yu2018.attn:qanet':
         "query type read 'Self-Attentive', the spec gives 'Self-Attentive + Specialized': the affinity attentions (c2q, q2c, c2q2c), whose queries are Specialized, are not recognised (affinity scores)",
 }

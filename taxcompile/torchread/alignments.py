@@ -1,10 +1,14 @@
 """Alignments that are not a softmax over scores, found by their graph: sparsemax and 1.5-entmax
 (sort the scores, find a threshold by a cumulative sum, clamp), hard (argmax or sampling, then a
-one-hot or a gather of the values) and LightConv (a softmax over a kernel parameter, spread
-over a band of positions)."""
+one-hot or a gather of the values), LightConv (a softmax over a kernel parameter, spread
+over a band of positions), Luong's local window (a Gaussian of the key positions around a
+centre multiplying the weights) and reinforced (a policy's subset of keys masking the
+scores)."""
 from __future__ import annotations
 
-from .normalise import TRANSPARENT, op, strip, tensor_args
+import math
+
+from .normalise import TRANSPARENT, op, shape, strip, tensor_args
 
 CLAMPS = {"clamp", "clamp_min", "relu"}
 # A pick of one key by its weights or scores: hard attention (eq. 26).
@@ -144,3 +148,50 @@ def gaussian_reason(r, found, window: str) -> str:
     out = (f"`{m.name}` multiplies the weights by a Gaussian `{g.name}` of the key positions "
            f"around {where}, exp(-(s - p_t)^2 / 2 sigma^2) (eq. 29)")
     return f"{window}; {out}" if window else out
+
+
+# A Bernoulli draw as ATen writes it: uniform noise compared with the probabilities.
+_UNIFORM = {"rand", "rand_like", "uniform"}
+
+
+def _drawn(r, n) -> bool:
+    """uniform noise < p with p read from the data (a policy), not a constant (key dropout)."""
+    args = tensor_args(n)
+    return op(n) in ("lt", "gt") and len(args) == 2 and any(
+        op(a) in _UNIFORM and r.roots(b) for a, b in (args, args[::-1]))
+
+
+def _fewer(a, b) -> bool:
+    sa, sb = shape(a), shape(b)
+    if not sa or not sb or not all(isinstance(d, int) for d in (*sa, *sb)):
+        return False
+    return math.prod(sa) < math.prod(sb)
+
+
+def policy(r, norm, masks):
+    """(node, reason) where a mask on the scores is a subset of keys picked by a policy: a
+    `bernoulli` sample (the agent's action while training), or a threshold of a sigmoid of a
+    learned map of the keys (its greedy action at test time, pi_l > 0.5) with fewer values
+    than the weights (one per key, not one per query and key: a threshold of the scores
+    themselves is no policy); None otherwise."""
+    from .patterns import projection
+
+    for m in masks:
+        nodes = [m, *_ancestor_list(m, 8)]
+        drawn = next((n for n in nodes if op(n) == "bernoulli" or _drawn(r, n)), None)
+        if drawn is not None:
+            return drawn, (f"`{drawn.name}` samples which keys to keep (a Bernoulli draw of a "
+                           f"policy over the keys, `bernoulli` or uniform noise below it) and the mask `{m.name}` keeps them alone: "
+                           "soft alignment over a subset an agent selects")
+        for c in nodes:
+            if op(c) not in ("gt", "ge") or not tensor_args(c):
+                continue
+            pi = strip(tensor_args(c)[0])
+            inner = tensor_args(pi)[:1]
+            if op(pi) == "sigmoid" and r.roots(pi) and inner and _fewer(pi, norm) and any(
+                    projection(x, r) for x in [inner[0], *_ancestor_list(inner[0], 4)]):
+                return c, (f"`{c.name}` keeps the keys whose policy `{pi.name}` (a sigmoid of a "
+                           f"learned map of each key) passes {c.args[1]} and the mask "
+                           f"`{m.name}` keeps them alone: soft alignment over a subset an agent "
+                           "selects (its greedy choice; a Bernoulli draw while training)")
+    return None

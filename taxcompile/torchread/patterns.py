@@ -18,7 +18,6 @@ NOT_RECOGNISED = {
     ("score", "affinity"): "an affinity matrix read along rows or columns (co-attention) is not "
                            "matched yet",
     ("score", "max_pool"): "a max-pooled affinity (co-attention) is not matched yet",
-    ("align", "reinforced"): "a policy-sampled alignment is not matched yet",
     ("align", "crf"): "a CRF's marginals (forward-backward) are not matched yet",
     ("align", "lsh"): "LSH buckets (hash by random rotation, sort, chunk) are not matched yet",
 }
@@ -194,7 +193,7 @@ ALIGN_RECOGNISERS = {
     "global": "read_align", "sigmoid": "read_align", "sigmoid_attn": "read_align",
     "topk": "read_align", "local": "read_align",
     "sparsemax": "alignments.sparse_norm", "entmax": "alignments.sparse_norm",
-    "hard": "recognise.Reader.applied (a pick)", "lightconv": "read (a kernel parameter)",
+    "hard": "recognise.Reader.applied (a pick)", "reinforced": "alignments.policy", "lightconv": "read (a kernel parameter)",
 }
 
 
@@ -222,6 +221,9 @@ def read_align(r, norm, masks, score="", app=None):
                         "over them alone")
     if "topk" in ops:
         return "topk", f"keeps the top-k scores: the mask {names} is built from a `topk`"
+    picked = alignments.policy(r, norm, masks)
+    if picked is not None:
+        return "reinforced", picked[1]
     cmps = [a for m in masks for a in [m, *ancestors(m, 8)] if op(a) in COMPARE]
     # a term read from a learned table by relative position (T5's buckets) is a bias, no window
     if "arange" in ops and ("abs" in ops or len(set(cmps)) >= 2) and "embedding" not in ops:
