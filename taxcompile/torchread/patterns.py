@@ -15,9 +15,6 @@ NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
 
 # Registry names (score and align records) no recogniser reads yet, with why.
 NOT_RECOGNISED = {
-    ("score", "affinity"): "an affinity matrix read along rows or columns (co-attention) is not "
-                           "matched yet",
-    ("score", "max_pool"): "a max-pooled affinity (co-attention) is not matched yet",
     ("align", "crf"): "a CRF's marginals (forward-backward) are not matched yet",
     ("align", "lsh"): "LSH buckets (hash by random rotation, sort, chunk) are not matched yet",
 }
@@ -178,9 +175,14 @@ def _location_score(r, prod, scales, norm=None):
     return scores.location(r, prod, norm) if norm is not None else None
 
 
-# Location first: its learned map gives one output per key, which no other score's does.
+def _affinity_score(r, prod, scales, norm=None):
+    return scores.affinity(r, prod, scales, norm) if norm is not None else None
+
+
+# Location first: its learned map gives one output per key, which no other score's does;
+# then an affinity matrix that two attentions read, before the matmul that makes it.
 SCORE_RECOGNISERS = {
-    "location": _location_score,
+    "location": _location_score, "affinity": _affinity_score, "max_pool": _affinity_score,
     "multiplicative": _matmul_score, "scaled_multiplicative": _matmul_score,
     "general": _matmul_score, "biased_general": _matmul_score,
     "activated_general": _matmul_score, "similarity": _matmul_score,
@@ -277,7 +279,8 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
         a.why_not = (f"the score `{prod.name}` ({op(prod)}) before `{norm.name}` matches no "
                      "score pattern")
         return
-    name, why, q, k = got
+    name, why, q, k = got[:4]
+    reading = got[4] if len(got) > 4 else mechanisms.SCORES[name].reading
     if name == "location":
         k = values  # the keys the scores are positions of: the values weighed
     dim = tensor_args(norm)[1:] and norm.args[1]
@@ -293,7 +296,7 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     a.names = {"score": name, "align": al}
     a.query, a.keys, a.app, a.masks = q, k, app, masks
     v = a.values
-    v["scoring"] = (mechanisms.SCORES[name].reading, why)
+    v["scoring"] = (reading, why)
     v["alignment"] = (mechanisms.ALIGNS[al].reading, al_why)
     v["query_type"] = query_type(r, q, k)
     multi = heads.read(norm, k, diff)

@@ -3,7 +3,7 @@ Luong et al.'s location score, e = W_a q, one learned output per key position an
 in the score."""
 from __future__ import annotations
 
-from .normalise import op, shape, strip, tensor_args
+from .normalise import TRANSPARENT, op, shape, strip, tensor_args
 
 
 def _weight_of(r, prod):
@@ -87,3 +87,74 @@ def location(r, prod, norm):
     return ("location", f"`{prod.name}` maps the query `{strip(q).name}` alone by the learned "
             f"`{w.name}` to one score per key position ({n} keys), and `{norm.name}` "
             "normalises them: no key enters the score (W_a q, Luong et al.)", q, None)
+
+
+# Ops from an affinity matrix to the normalisations that read it: moves, masks, a max over
+# its rows or columns (max_pool), scalings.
+_TO_NORM = TRANSPARENT | {"max", "amax", "where", "add", "sub", "mul", "div"}
+_NORMS = {"softmax", "log_softmax", "sigmoid"}
+# The matmul scores an affinity matrix can be (its `form`, as the registry names it).
+_FORMS = {"multiplicative": "dot", "scaled_multiplicative": "scaled_dot", "general": "bilinear"}
+
+
+def _other_norms(a, norm, depth: int = 8) -> list:
+    """The normalisations other than ``norm`` that read the matrix ``a``."""
+    seen, frontier, out = set(), [a], []
+    for _ in range(depth):
+        nxt = []
+        for n in frontier:
+            for u in n.users:
+                if u in seen:
+                    continue
+                seen.add(u)
+                if op(u) in _NORMS and u is not norm:
+                    out.append(u)
+                elif op(u) in _TO_NORM:
+                    nxt.append(u)
+        frontier = nxt
+    return out
+
+
+def _reduces_last(node) -> bool:
+    dims, rank = node.args[1] if len(node.args) > 1 else -1, len(shape(tensor_args(node)[0]) or ())
+    dims = dims if isinstance(dims, (list, tuple)) else [dims]
+    return bool(rank) and any(isinstance(d, int) and d % rank == rank - 1 for d in dims)
+
+
+def affinity(r, prod, scales, norm):
+    """(registry name, reason, query, key, reading) where the scores are read off an affinity
+    matrix (co-attention, eq. 12-16): one matrix of the two inputs' pairs (q^T k, q^T k /
+    sqrt(d), q^T W k, optionally activated) whose rows are this attention's scores while
+    another normalisation reads its columns (or the maximum of each row: max_pool); None
+    otherwise (a matrix that only this attention reads is a plain score)."""
+    from .. import mechanisms
+    from .patterns import ACTS, _matmul_score
+
+    x, pooled, act, inner_scales = prod, None, None, list(scales)
+    if op(x) in ("max", "amax") and tensor_args(x):
+        pooled, x = x, strip(tensor_args(x)[0], inner_scales)
+    if op(x) in ACTS and tensor_args(x):
+        act, x = x, strip(tensor_args(x)[0], inner_scales)
+    got = _matmul_score(r, x, inner_scales) if op(x) == "matmul" else None
+    if got is None or got[0] not in _FORMS:
+        return None
+    a = act or x
+    others = _other_norms(a, norm)
+    if not others:
+        return None
+    form = _FORMS[got[0]]
+    reading = mechanisms.scores.affinity_reading(None, form=form,
+                                                 act=op(act) if act is not None else "none")
+    name = "max_pool" if pooled is not None else "affinity"
+    how = (f"the maximum of each of its rows (`{pooled.name}`)" if pooled is not None
+           else "its rows")
+    turned = any(_moves_last(n) for n in _between(a, norm))
+    if pooled is not None and _reduces_last(pooled):
+        turned = not turned  # the rows' maxima: the weights run over the first operand's axis
+    if turned and pooled is None:
+        how = "its columns (transposed)"
+    why = (f"`{norm.name}` reads {how} of the {form} affinity matrix `{a.name}`"
+           + (f" (`{act.name}` of it)" if act is not None else "")
+           + f", which `{others[0].name}` reads too (co-attention, eq. 12-16): {got[1]}")
+    q, k = (got[3], got[2]) if turned else (got[2], got[3])
+    return name, why, q, k, reading

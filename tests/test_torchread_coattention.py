@@ -1,0 +1,86 @@
+"""Co-attention's affinity scores read from code (taxcompile/torchread/scores.py): one
+matrix of the pairs of two inputs whose rows one attention normalises while another reads
+its columns or the maximum of each row (eq. 12-16), written by hand and checked against a
+float64 reference before it is read; a matrix only one attention reads stays a plain
+score."""
+import pytest
+import torch
+from torch import nn
+
+import taxcompile
+
+D, T, L = 8, 3, 5
+
+
+def _x(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+class CoAttention(nn.Module):
+    """A = act(C W Q^T) (B, L, T); context-to-query: softmax over A's rows (each context word
+    over the question); query-to-context: softmax over its columns (``pool=False``) or over
+    the maximum of each row, max_j A_ij (``pool=True``, BiDAF's q2c, eq. 16)."""
+
+    def __init__(self, act=None, pool=False, shared=True):
+        super().__init__()
+        self.W = nn.Linear(D, D, bias=False)
+        self.act, self.pool, self.shared = act, pool, shared
+
+    def forward(self, c, q):  # c: (B, L, D), q: (B, T, D)
+        A = self.W(c) @ q.transpose(1, 2)
+        if self.act is not None:
+            A = self.act(A)
+        c2q = A.softmax(-1) @ q  # (B, L, D)
+        if not self.shared:
+            return c2q
+        if self.pool:
+            q2c = (A.amax(-1).softmax(-1).unsqueeze(-1) * c).sum(1)  # (B, D)
+        else:
+            q2c = A.transpose(1, 2).softmax(-1) @ c  # (B, T, D)
+        return c2q, q2c
+
+
+def reference(m, c, q):
+    """Eq. 12-16 pair by pair in float64."""
+    c, q, W = c.double(), q.double(), m.W.weight.double()
+    B = c.shape[0]
+    A = torch.tensor([[[float((W @ c[b, i]) @ q[b, j]) for j in range(T)] for i in range(L)]
+                      for b in range(B)], dtype=torch.float64)
+    if m.act is not None:
+        A = m.act(A)
+    c2q = torch.stack([torch.stack([torch.softmax(A[b, i], 0) @ q[b] for i in range(L)])
+                       for b in range(B)])
+    if m.pool:
+        q2c = torch.stack([torch.softmax(A[b].max(1).values, 0) @ c[b] for b in range(B)])
+    else:
+        q2c = torch.stack([torch.stack([torch.softmax(A[b, :, j], 0) @ c[b] for j in range(T)])
+                           for b in range(B)])
+    return c2q, q2c
+
+
+@pytest.mark.parametrize("act, pool, reading, second", [
+    (None, False, "General", "affinity"),
+    (torch.tanh, False, "Activated General", "affinity"),
+    (None, True, "General", "max_pool"),
+], ids=["bilinear", "tanh", "max-pool"])
+def test_an_affinity_matrix_read_by_two_attentions(act, pool, reading, second):
+    m, c, q = CoAttention(act, pool).eval(), _x(2, L, D), _x(2, T, D, seed=1)
+    with torch.no_grad():
+        for got, want in zip(m.double()(c.double(), q.double()), reference(m, c, q)):
+            torch.testing.assert_close(got, want)
+    res = taxcompile.classify(m.float(), (c, q))
+    first, other = res.recognised
+    assert first.names == {"score": "affinity", "align": "global"}
+    assert other.names == {"score": second, "align": "global"}
+    assert res.row()["scoring"] == reading
+    why = first.values["scoring"][1]
+    assert "affinity matrix" in why and other.norm in why
+    if not pool:  # the columns' reader's query is the question, its keys the context
+        assert "columns" in other.values["scoring"][1]
+        assert other.query is not None and other.query.name != first.query.name
+
+
+def test_a_matrix_one_attention_reads_is_a_plain_score():
+    res = taxcompile.classify(CoAttention(shared=False).eval(), (_x(2, L, D), _x(2, T, D, seed=1)))
+    (a,) = res.recognised
+    assert a.names["score"] == "general"
