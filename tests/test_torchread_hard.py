@@ -28,6 +28,8 @@ class HardSample(nn.Module):
     def forward(self, y, x):
         e = self.W(y) @ x.transpose(1, 2)  # (B, T, L)
         B, n, k = e.shape
+        if self.how == "gumbel":  # straight-through: one-hot forward, softmax's gradient
+            return F.gumbel_softmax(e, tau=1.0, hard=True) @ x
         if self.how == "multinomial":
             m = torch.multinomial(e.softmax(-1).reshape(-1, k), 1).view(B, n)
         elif self.how == "categorical_probs":
@@ -37,7 +39,8 @@ class HardSample(nn.Module):
         return F.one_hot(m, k).to(x.dtype) @ x
 
 
-@pytest.mark.parametrize("how", ["multinomial", "categorical_probs", "categorical_logits"])
+@pytest.mark.parametrize("how", ["multinomial", "categorical_probs", "categorical_logits",
+                                 "gumbel"])
 def test_hard_by_sampling(how):
     m, y, x = HardSample(how).eval(), _x(2, T, D), _x(2, L, D, seed=1)
     # the reference: p in float64; each output is one key's value, drawn about as often as p
@@ -53,7 +56,7 @@ def test_hard_by_sampling(how):
     (a,) = res.recognised
     assert a.names == {"score": "general", "align": "hard"}
     assert (res.row()["alignment"], res.row()["scoring"]) == ("Hard", "General")
-    assert "multinomial" in a.values["alignment"][1]
+    assert ("Gumbel" if how == "gumbel" else "multinomial") in a.values["alignment"][1]
 
 
 class Reinforced(nn.Module):
@@ -134,3 +137,15 @@ def test_random_key_dropout_is_no_policy():
     res = taxcompile.classify(KeyDrop(), (_x(2, T, D), _x(2, L, D, seed=1)))
     (a,) = res.recognised
     assert a.names["align"] == "global", res.text()
+
+
+def test_the_largest_weight_read_but_not_used_to_pick_is_no_hard_attention():
+    """A softmax's values weigh the values; its max only reports a confidence."""
+    class Confidence(nn.Module):
+        def forward(self, y, x):
+            p = (y @ x.transpose(1, 2)).softmax(-1)
+            return p @ x, p.max(-1).values
+
+    res = taxcompile.classify(Confidence(), (_x(2, T, D), _x(2, L, D, seed=1)))
+    (a,) = res.recognised
+    assert a.names["align"] == "global"

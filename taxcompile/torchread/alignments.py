@@ -13,8 +13,10 @@ from .normalise import TRANSPARENT, op, shape, strip, tensor_args
 CLAMPS = {"clamp", "clamp_min", "relu"}
 # A pick of one key by its weights or scores: hard attention (eq. 26).
 PICKS = {"argmax", "multinomial"}
-# Ops between a pick and the values it selects: a one-hot built against positions.
-AFTER_PICK = {"eq", "one_hot", "scatter", "arange"}
+# Ops between a pick and the values it selects: a one-hot built against positions, and the
+# straight-through estimator's y_hard - detach(y_soft) + y_soft.
+AFTER_PICK = {"eq", "one_hot", "scatter", "arange", "sub", "add"}
+_NOISE = {"exponential", "rand", "rand_like", "uniform", "randn", "randn_like"}
 
 
 def _ancestor_ops(node, depth: int) -> set:
@@ -57,7 +59,14 @@ def sparse_reason(name: str, node) -> str:
 
 
 def is_pick(node) -> bool:
-    return op(node) in PICKS
+    """argmax, a sample, or a max whose indices are used (F.gumbel_softmax(hard=True))."""
+    return op(node) in PICKS or (op(node) == "max" and len(node.args) > 1 and any(
+        op(u) == "getitem" and u.args[1] == 1 for u in node.users))
+
+
+def noise(node) -> bool:
+    """Whether ``node`` is random noise computed apart from the data (Gumbel's -log(-log u))."""
+    return bool(_NOISE & (_ancestor_ops(node, 6) | {op(node)}))
 
 
 def picked_by_norm(node, norms) -> bool:

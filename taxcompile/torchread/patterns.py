@@ -90,6 +90,8 @@ def score_path(r, norm, start=None):
             if not data:
                 break
             x = data[0]
+        elif o == "add" and len(args) == 2 and any(alignments.noise(a) for a in args):
+            x = next((a for a in args if not alignments.noise(a)), args[0])  # Gumbel noise
         elif o in ("add", "sub", "mul", "div") and len(args) == 2:
             a, b = args
             if not r.roots(b) or (r.roots(a) and op(strip(a)) in ("matmul", "linear", "sum")):

@@ -82,7 +82,7 @@ class Reader:
                         return u, args[0], picks, diffs  # the weights are the kernel (LightConv)
                     if o == "gather" and picks and len(args) >= 2 and args[-1] in mine:
                         return u, args[0], picks, diffs  # the picked index selects values
-                    if o == "sub" and len(args) == 2 and op(norm) == "softmax" \
+                    if o == "sub" and len(args) == 2 and op(norm) == "softmax" and not picks \
                             and all(_weights(x) for x in args):
                         diffs.append(u)
                         nxt.append(u)  # A1 - lambda A2 (differential attention)
@@ -135,7 +135,10 @@ def find(graph, params: dict) -> list[Attention]:
             continue  # a normalisation that weighs no values: an output layer, a gate
         start, align = kind
         if picks and align is None:
-            align = ("hard", f"`{picks[0].name}` picks one key ({op(picks[0])}) and "
+            how = op(picks[0])
+            if how == "max" and alignments.noise(tensor_args(n)[0]):
+                how = "the largest weight after Gumbel noise: a sample, straight-through"
+            align = ("hard", f"`{picks[0].name}` picks one key ({how}) and "
                      f"`{app.name}` takes its value alone (eq. 26)")
         a = Attention(n.name, app.name)
         patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
