@@ -84,3 +84,50 @@ def test_a_matrix_one_attention_reads_is_a_plain_score():
     res = taxcompile.classify(CoAttention(shared=False).eval(), (_x(2, L, D), _x(2, T, D, seed=1)))
     (a,) = res.recognised
     assert a.names["score"] == "general"
+
+
+class Interactive(nn.Module):
+    """Ma et al. (2017)'s interactive attention: each side's keys scored against the other
+    side's average, e_l = tanh(k_l^T W q_avg + b), softmax, weighted sum (``bias=False``:
+    tanh(k_l^T W q_avg))."""
+
+    def __init__(self, bias=True):
+        super().__init__()
+        self.W = nn.Linear(D, D, bias=False)
+        self.b = nn.Parameter(_x(1, seed=3)) if bias else None
+
+    def forward(self, c, t):  # context (B, L, D), target (B, T, D)
+        q = t.mean(1, keepdim=True)  # (B, 1, D)
+        e = c @ self.W(q).transpose(1, 2)  # (B, L, 1)
+        if self.b is not None:
+            e = e + self.b
+        return (torch.tanh(e).transpose(1, 2).softmax(-1) @ c).squeeze(1)  # (B, D)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_activated_general(bias):
+    m, c, t = Interactive(bias).eval(), _x(2, L, D), _x(2, T, D, seed=1)
+    c64, q64, W = c.double(), t.double().mean(1), m.W.weight.double()
+    b = m.b.double()[0] if bias else 0.0
+    want = torch.stack([torch.softmax(torch.stack([torch.tanh(c64[i, l] @ (W @ q64[i]) + b)
+                                                   for l in range(L)]), 0) @ c64[i]
+                        for i in range(2)])
+    with torch.no_grad():
+        torch.testing.assert_close(m.double()(c.double(), t.double()), want)
+    res = taxcompile.classify(m.float(), (c, t))
+    (a,) = res.recognised
+    assert a.names["score"] == "activated_general"
+    assert res.row()["scoring"] == "Activated General"
+    why = a.values["scoring"][1]
+    assert "tanh of a general score" in why and ("learned bias" in why) == bias
+
+
+def test_an_activation_of_a_plain_dot_product_is_not_recognised():
+    """tanh(q^T k) is no score of the registry: not recognised, with its node, not guessed."""
+    class TanhDot(nn.Module):
+        def forward(self, y, x):
+            return torch.tanh(y @ x.transpose(1, 2)).softmax(-1) @ x
+
+    res = taxcompile.classify(TanhDot(), (_x(2, T, D), _x(2, L, D, seed=1)))
+    (a,) = res.attentions
+    assert not a.recognised and "tanh" in a.why_not and res.row() == {}

@@ -31,8 +31,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         "scoring read 'Multiplicative + Similarity', the spec gives 'Similarity'",
     'examples/gat.attn:gat':
         'capture fails: torch.export cannot build its sparse adjacency on the fake device, and torch.fx cannot trace it',
-    'examples/interactive_coattention.attn:ian':
-        'attention not recognised: the score tanh_32 (tanh) before _softmax matches no score pattern',
     'examples/kim2017_structured.attn:segmentation':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/kitaev2020_reformer.attn:kitaev2020_reformer':
@@ -69,8 +67,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'specs/shen2018.attn:disan':
         "query multiplicity read 'Singular + Multi-Head': per-feature weights of rank 4 look like heads",
-    'specs/wallaart2019.attn:lcr_rot_hop':
-        'attention not recognised: the score tanh_96 (tanh) before _softmax matches no score pattern',
     'specs/wang2018.attn:rnn_capsule':
         'attention not recognised: the score bmm_1 (matmul) before _softmax matches no score pattern',
     'specs/yu2018.attn:qanet':

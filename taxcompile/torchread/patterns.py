@@ -185,9 +185,10 @@ def _affinity_score(r, prod, scales, norm=None):
 # then an affinity matrix that two attentions read, before the matmul that makes it.
 SCORE_RECOGNISERS = {
     "location": _location_score, "affinity": _affinity_score, "max_pool": _affinity_score,
+    "activated_general": lambda r, prod, scales, norm=None: scores.activated(r, prod, scales),
     "multiplicative": _matmul_score, "scaled_multiplicative": _matmul_score,
     "general": _matmul_score, "biased_general": _matmul_score,
-    "activated_general": _matmul_score, "similarity": _matmul_score,
+    "similarity": _matmul_score,
     "additive": _additive_score, "concat": _additive_score, "activated_concat": _additive_score,
 }
 

@@ -158,3 +158,31 @@ def affinity(r, prod, scales, norm):
            + f", which `{others[0].name}` reads too (co-attention, eq. 12-16): {got[1]}")
     q, k = (got[3], got[2]) if turned else (got[2], got[3])
     return name, why, q, k, reading
+
+
+def activated(r, prod, scales):
+    """(registry name, reason, query, key) where the score is act(k^T W q [+ b]): an
+    activation of a general score, with a learned bias or none (Table II's activated
+    general; Ma et al.'s interactive attention); None otherwise (an activation of q^T k
+    is no score of the registry)."""
+    from .patterns import ACTS, _matmul_score
+
+    if op(prod) not in ACTS or not tensor_args(prod):
+        return None
+    inner_scales = list(scales)
+    x = strip(tensor_args(prod)[0], inner_scales)
+    bias = None
+    if op(x) == "add" and len(tensor_args(x)) == 2:
+        a, b = tensor_args(x)
+        if not r.roots(b) and r.roots(a):
+            bias, x = b, strip(a, inner_scales)
+        elif not r.roots(a) and r.roots(b):
+            bias, x = a, strip(b, inner_scales)
+        else:
+            return None
+    got = _matmul_score(r, x, inner_scales) if op(x) == "matmul" else None
+    if got is None or got[0] not in ("general", "biased_general"):
+        return None
+    plus = f" plus the learned bias `{bias.name}`" if bias is not None else ""
+    return ("activated_general", f"`{prod.name}` is {op(prod)} of a general score{plus} "
+            f"(act(k^T W q + b)): {got[1]}", got[2], got[3])
