@@ -88,7 +88,7 @@ def lightconv_reason(norm, prod, app) -> tuple[str, str]:
             f"(`{app.name}` applies them): LightConv, local by construction")
 
 
-def _between(src, dst, depth: int = 20) -> list:
+def between(src, dst, depth: int = 40) -> list:
     """The nodes on the paths from ``src`` to ``dst`` (both left out), in graph order."""
     up, frontier = set(), [dst]
     for _ in range(depth):
@@ -129,7 +129,7 @@ def gaussian(r, norm, app):
     """(the product, the Gaussian, its centre) where the weights are multiplied, on their way
     to the values, by exp(-(s - p)^2 / 2 sigma^2) of the key positions s (Luong et al.'s
     local alignment, eq. 29); None otherwise."""
-    for m in _between(norm, app):
+    for m in between(norm, app, 20):
         args = tensor_args(m)
         if op(m) != "mul" or len(args) != 2:
             continue

@@ -1,8 +1,10 @@
-"""Scores read from one stream alone, beside patterns.py's scores of a query and a key:
-Luong et al.'s location score, e = W_a q, one learned output per key position and no key
-in the score."""
+"""Scores beside patterns.py's matmul and additive ones: Luong et al.'s location score
+(e = W_a q, one learned output per key position and no key in the score), co-attention's
+affinity matrix read by two attentions (its rows and columns, or its rows' maxima), and an
+activation of a general score (act(k^T W q + b))."""
 from __future__ import annotations
 
+from .alignments import between as _between
 from .normalise import TRANSPARENT, op, shape, strip, tensor_args
 
 
@@ -24,19 +26,6 @@ def _weight_of(r, prod):
 
 # Moves that can bring another axis than the map's outputs to the normalised place.
 _AXIS_MOVES = {"permute", "transpose", "t", "movedim"}
-
-
-def _between(prod, norm, depth: int = 40) -> set:
-    """The nodes on the paths from ``prod`` to ``norm`` (both left out)."""
-    up, frontier = set(), [norm]
-    for _ in range(depth):
-        frontier = [a for n in frontier for a in tensor_args(n) if a not in up]
-        up.update(frontier)
-    out, frontier = set(), [prod]
-    while frontier:
-        frontier = [u for n in frontier for u in n.users if u in up and u not in out]
-        out.update(frontier)
-    return out
 
 
 def _moves_last(node) -> bool:
