@@ -131,3 +131,53 @@ def test_an_activation_of_a_plain_dot_product_is_not_recognised():
     res = taxcompile.classify(TanhDot(), (_x(2, T, D), _x(2, L, D, seed=1)))
     (a,) = res.attentions
     assert not a.recognised and "tanh" in a.why_not and res.row() == {}
+
+
+class BiDAF(nn.Module):
+    """Seo et al. (2017): S_ij = w^T [c_i; q_j; c_i * q_j], written as BiDAF's code does,
+    w1^T c_i + w2^T q_j + (c_i * w3)^T q_j; context-to-query over S's rows, query-to-context
+    over the maxima of its rows, softmax_i(max_j S_ij)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w2, self.w3 = (nn.Parameter(_x(D, seed=s)) for s in (7, 8, 9))
+
+    def forward(self, c, q):  # c: (B, L, D), q: (B, T, D)
+        S = ((c * self.w1).sum(-1).unsqueeze(-1) + (q * self.w2).sum(-1).unsqueeze(1)
+             + (c * self.w3) @ q.transpose(1, 2))  # (B, L, T)
+        c2q = S.softmax(-1) @ q
+        q2c = (S.max(-1).values.softmax(-1).unsqueeze(-1) * c).sum(1)
+        return c2q, q2c
+
+
+def test_bidaf_trilinear_affinity():
+    m, c, q = BiDAF().eval(), _x(2, L, D), _x(2, T, D, seed=1)
+    c64, q64 = c.double(), q.double()
+    w = torch.cat([m.w1, m.w2, m.w3]).double()
+    S = torch.tensor([[[float(w @ torch.cat([c64[b, i], q64[b, j], c64[b, i] * q64[b, j]]))
+                        for j in range(T)] for i in range(L)] for b in range(2)],
+                     dtype=torch.float64)
+    want = (S.softmax(-1) @ q64, (S.max(-1).values.softmax(-1).unsqueeze(-1) * c64).sum(1))
+    with torch.no_grad():
+        for got, ref in zip(m.double()(c64, q64), want):
+            torch.testing.assert_close(got, ref)
+    res = taxcompile.classify(m.float(), (c, q))
+    rows, pooled = res.recognised
+    assert (rows.names["score"], pooled.names["score"]) == ("affinity", "max_pool")
+    assert res.row()["scoring"] == "Multiplicative"  # the trilinear form's reading (Table II)
+    assert "trilinear" in rows.values["scoring"][1]
+
+
+def test_a_sum_of_learned_vectors_without_the_pair_product_is_no_affinity():
+    """w1^T c_i + w2^T q_j alone: no pair product, no affinity; not recognised."""
+    class Halves(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1, self.w2 = nn.Parameter(_x(D, seed=7)), nn.Parameter(_x(D, seed=8))
+
+        def forward(self, c, q):
+            S = (c * self.w1).sum(-1).unsqueeze(-1) + (q * self.w2).sum(-1).unsqueeze(1)
+            return S.softmax(-1) @ q, S.transpose(1, 2).softmax(-1) @ c
+
+    res = taxcompile.classify(Halves(), (_x(2, L, D), _x(2, T, D, seed=1)))
+    assert res.attentions and not res.recognised

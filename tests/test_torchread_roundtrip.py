@@ -37,14 +37,10 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
     'examples/li2019_routing.attn:encoder':
         "scoring read 'Scaled Multiplicative + General', the spec gives 'Scaled Multiplicative'",
-    'examples/multi_grained_coattention.attn:mgan':
-        "scoring read 'General', the spec gives 'Multiplicative + General': the fine-grained attentions over a max-pooled affinity are not recognised",
     'examples/pointer_network.attn:ptr_net':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/see2017_coverage.attn:coverage':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/seo2017_bidaf.attn:bidaf':
-        'attention not recognised: the score add_69 (add) before _softmax matches no score pattern',
     'examples/shazeer2020_talking_heads.attn:shazeer2020_talking_heads':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/sukhbaatar2019_persistent_memory.attn:sukhbaatar2019_persistent_memory':
@@ -69,8 +65,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         "query multiplicity read 'Singular + Multi-Head': per-feature weights of rank 4 look like heads",
     'specs/wang2018.attn:rnn_capsule':
         'attention not recognised: the score bmm_1 (matmul) before _softmax matches no score pattern',
-    'specs/yu2018.attn:qanet':
-        "query type read 'Self-Attentive', the spec gives 'Self-Attentive + Specialized': the affinity attentions (c2q, q2c, c2q2c), whose queries are Specialized, are not recognised (affinity scores)",
 }
 
 

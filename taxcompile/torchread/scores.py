@@ -83,7 +83,8 @@ def location(r, prod, norm):
 _TO_NORM = TRANSPARENT | {"max", "amax", "where", "add", "sub", "mul", "div"}
 _NORMS = {"softmax", "log_softmax", "sigmoid"}
 # The matmul scores an affinity matrix can be (its `form`, as the registry names it).
-_FORMS = {"multiplicative": "dot", "scaled_multiplicative": "scaled_dot", "general": "bilinear"}
+_FORMS = {"multiplicative": "dot", "scaled_multiplicative": "scaled_dot", "general": "bilinear",
+          "trilinear": "trilinear"}
 
 
 def _other_norms(a, norm, depth: int = 8) -> list:
@@ -102,6 +103,45 @@ def _other_norms(a, norm, depth: int = 8) -> list:
                     nxt.append(u)
         frontier = nxt
     return out
+
+
+def _terms(x) -> list:
+    """The terms of a sum (a tree of adds, through moves and scalings)."""
+    out, stack = [], [x]
+    while stack and len(out) < 8:
+        n = strip(stack.pop())
+        if op(n) == "add" and len(tensor_args(n)) == 2:
+            stack.extend(tensor_args(n))
+        else:
+            out.append(n)
+    return out
+
+
+def _learned_vector(r, t) -> bool:
+    """w^T x: a sum of a product with a parameter, or a matmul or linear with one."""
+    if op(t) == "sum" and tensor_args(t):
+        t = strip(tensor_args(t)[0])
+        return op(t) == "mul" and any(r.is_param(strip(a)) for a in tensor_args(t))
+    return op(t) in ("matmul", "linear") and any(r.is_param(strip(a)) for a in tensor_args(t))
+
+
+def _trilinear(r, x):
+    """("trilinear", reason, k, q) where ``x`` is w1^T k_i + w2^T q_j + (k_i * w3)^T q_j, the
+    trilinear affinity w^T [k_i; q_j; k_i * q_j] (Seo et al.'s BiDAF, eq. 13); None
+    otherwise."""
+    terms = _terms(x) if op(x) == "add" else []
+    pair = [t for t in terms if op(t) == "matmul" and len(tensor_args(t)) >= 2
+            and all(r.roots(a) for a in tensor_args(t)[:2])]
+    if len(terms) != 3 or len(pair) != 1:
+        return None
+    a, b = tensor_args(pair[0])[:2]
+    scaled = [s for s in (strip(a), strip(b)) if op(s) == "mul"
+              and any(r.is_param(strip(y)) for y in tensor_args(s))]
+    if len(scaled) != 1 or not all(_learned_vector(r, t) for t in terms if t is not pair[0]):
+        return None
+    return ("trilinear", f"`{x.name}` sums a learned vector on each input and `{pair[0].name}`, "
+            f"the product of one input scaled by a learned vector (`{scaled[0].name}`) with the "
+            "other: w^T [k_i; q_j; k_i * q_j] (eq. 13)", a, b)
 
 
 def _reduces_last(node) -> bool:
@@ -124,7 +164,7 @@ def affinity(r, prod, scales, norm):
         pooled, x = x, strip(tensor_args(x)[0], inner_scales)
     if op(x) in ACTS and tensor_args(x):
         act, x = x, strip(tensor_args(x)[0], inner_scales)
-    got = _matmul_score(r, x, inner_scales) if op(x) == "matmul" else None
+    got = _matmul_score(r, x, inner_scales) if op(x) == "matmul" else _trilinear(r, x)
     if got is None or got[0] not in _FORMS:
         return None
     a = act or x
