@@ -31,22 +31,16 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         "scoring read 'Multiplicative + Similarity', the spec gives 'Similarity'",
     'examples/gat.attn:gat':
         'capture fails: torch.export cannot build its sparse adjacency on the fake device, and torch.fx cannot trace it',
-    'examples/interactive_coattention.attn:ian':
-        'attention not recognised: the score tanh_32 (tanh) before _softmax matches no score pattern',
     'examples/kim2017_structured.attn:segmentation':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/kitaev2020_reformer.attn:kitaev2020_reformer':
         'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
     'examples/li2019_routing.attn:encoder':
         "scoring read 'Scaled Multiplicative + General', the spec gives 'Scaled Multiplicative'",
-    'examples/multi_grained_coattention.attn:mgan':
-        "scoring read 'General', the spec gives 'Multiplicative + General': the fine-grained attentions over a max-pooled affinity are not recognised",
     'examples/pointer_network.attn:ptr_net':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/see2017_coverage.attn:coverage':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/seo2017_bidaf.attn:bidaf':
-        'attention not recognised: the score add_69 (add) before _softmax matches no score pattern',
     'examples/shazeer2020_talking_heads.attn:shazeer2020_talking_heads':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/sukhbaatar2019_persistent_memory.attn:sukhbaatar2019_persistent_memory':
@@ -65,20 +59,12 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'specs/luong2015.attn:local_p':
         "query type read 'Self-Attentive', the spec gives 'Basic': a query computed from the keys' input alone (a decoder's first step, a recurrent state) is read by its inputs",
-    'specs/luong2015.attn:global_location':
-        'attention not recognised: the score addmm_35 (linear) before _softmax matches no score pattern',
     'specs/oktay2018.attn:attention_unet':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'specs/shen2018.attn:disan':
         "query multiplicity read 'Singular + Multi-Head': per-feature weights of rank 4 look like heads",
-    'specs/wallaart2019.attn:lcr_rot_hop':
-        'attention not recognised: the score tanh_96 (tanh) before _softmax matches no score pattern',
     'specs/wang2018.attn:rnn_capsule':
         'attention not recognised: the score bmm_1 (matmul) before _softmax matches no score pattern',
-    'specs/wang2019.attn:rban':
-        'alignment Reinforced is read as Global (a policy-sampled alignment is not matched yet)',
-    'specs/yu2018.attn:qanet':
-        "query type read 'Self-Attentive', the spec gives 'Self-Attentive + Specialized': the affinity attentions (c2q, q2c, c2q2c), whose queries are Specialized, are not recognised (affinity scores)",
 }
 
 

@@ -1,16 +1,22 @@
 """Alignments that are not a softmax over scores, found by their graph: sparsemax and 1.5-entmax
 (sort the scores, find a threshold by a cumulative sum, clamp), hard (argmax or sampling, then a
-one-hot or a gather of the values) and LightConv (a softmax over a kernel parameter, spread
-over a band of positions)."""
+one-hot or a gather of the values), LightConv (a softmax over a kernel parameter, spread
+over a band of positions), Luong's local window (a Gaussian of the key positions around a
+centre multiplying the weights) and reinforced (a policy's subset of keys masking the
+scores)."""
 from __future__ import annotations
 
-from .normalise import op, strip, tensor_args
+import math
+
+from .normalise import TRANSPARENT, op, shape, strip, tensor_args
 
 CLAMPS = {"clamp", "clamp_min", "relu"}
 # A pick of one key by its weights or scores: hard attention (eq. 26).
 PICKS = {"argmax", "multinomial"}
-# Ops between a pick and the values it selects: a one-hot built against positions.
-AFTER_PICK = {"eq", "one_hot", "scatter", "arange"}
+# Ops between a pick and the values it selects: a one-hot built against positions, and the
+# straight-through estimator's y_hard - detach(y_soft) + y_soft.
+AFTER_PICK = {"eq", "one_hot", "scatter", "arange", "sub", "add"}
+_NOISE = {"exponential", "rand", "rand_like", "uniform", "randn", "randn_like"}
 
 
 def _ancestor_ops(node, depth: int) -> set:
@@ -53,7 +59,14 @@ def sparse_reason(name: str, node) -> str:
 
 
 def is_pick(node) -> bool:
-    return op(node) in PICKS
+    """argmax, a sample, or a max whose indices are used (F.gumbel_softmax(hard=True))."""
+    return op(node) in PICKS or (op(node) == "max" and len(node.args) > 1 and any(
+        op(u) == "getitem" and u.args[1] == 1 for u in node.users))
+
+
+def noise(node) -> bool:
+    """Whether ``node`` is random noise computed apart from the data (Gumbel's -log(-log u))."""
+    return bool(_NOISE & (_ancestor_ops(node, 6) | {op(node)}))
 
 
 def picked_by_norm(node, norms) -> bool:
@@ -73,3 +86,121 @@ def lightconv_reason(norm, prod, app) -> tuple[str, str]:
             "own, no query meets a key",
             f"the kernel's weights are spread over a band of positions around each query "
             f"(`{app.name}` applies them): LightConv, local by construction")
+
+
+def between(src, dst, depth: int = 40) -> list:
+    """The nodes on the paths from ``src`` to ``dst`` (both left out), in graph order."""
+    up, frontier = set(), [dst]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in up]
+        up.update(frontier)
+    out, frontier = {}, [src]
+    while frontier:
+        frontier = [u for n in frontier for u in n.users if u in up and u not in out]
+        out.update(dict.fromkeys(frontier))
+    return list(out)
+
+
+def _centre(g):
+    """The centre p of a Gaussian exp(-(s - p)^2 / 2 sigma^2) over key positions s: the
+    other operand of a subtraction that has an `arange` on one side; None where there is
+    none."""
+    for n in [g, *_ancestor_list(g, 10)]:
+        args = tensor_args(n)
+        if op(n) != "sub" or len(args) != 2:
+            continue
+        for s, p in (args, args[::-1]):
+            if "arange" in {op(x) for x in [s, *_ancestor_list(s, 3)]}:
+                while op(p) in TRANSPARENT and tensor_args(p):
+                    p = tensor_args(p)[0]  # moves only: S sigmoid(...) keeps its S
+                return p
+    return None
+
+
+def _ancestor_list(node, depth: int) -> list:
+    seen, frontier = [], [node]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
+        seen.extend(frontier)
+    return seen
+
+
+def gaussian(r, norm, app):
+    """(the product, the Gaussian, its centre) where the weights are multiplied, on their way
+    to the values, by exp(-(s - p)^2 / 2 sigma^2) of the key positions s (Luong et al.'s
+    local alignment, eq. 29); None otherwise."""
+    for m in between(norm, app, 20):
+        args = tensor_args(m)
+        if op(m) != "mul" or len(args) != 2:
+            continue
+        g = next((a for a in args if norm not in _ancestor_list(a, 12) and a is not norm),
+                 None)
+        if g is None or not {"exp", "arange"} <= _ancestor_ops(g, 10) | {op(g)}:
+            continue
+        p = _centre(g)
+        if p is not None:
+            return m, g, p
+    return None
+
+
+def gaussian_reason(r, found, window: str) -> str:
+    """Why a Gaussian over positions makes the alignment local, and how its centre is set."""
+    m, g, p = found
+    ops = _ancestor_ops(p, 8) | {op(p)}
+    if r.roots(p) and "sigmoid" in ops:
+        where = (f"a centre `{p.name}` predicted from the query, S sigmoid(v^T tanh(W h_t)) "
+                 "(eq. 28)")
+    elif not r.roots(p) and "arange" in ops:
+        where = f"a centre `{p.name}` at the query's own position (p_t = t, eq. 27)"
+    else:
+        where = f"a centre `{p.name}`"
+    out = (f"`{m.name}` multiplies the weights by a Gaussian `{g.name}` of the key positions "
+           f"around {where}, exp(-(s - p_t)^2 / 2 sigma^2) (eq. 29)")
+    return f"{window}; {out}" if window else out
+
+
+# A Bernoulli draw as ATen writes it: uniform noise compared with the probabilities.
+_UNIFORM = {"rand", "rand_like", "uniform"}
+
+
+def _drawn(r, n) -> bool:
+    """uniform noise < p with p read from the data (a policy), not a constant (key dropout)."""
+    args = tensor_args(n)
+    return op(n) in ("lt", "gt") and len(args) == 2 and any(
+        op(a) in _UNIFORM and r.roots(b) for a, b in (args, args[::-1]))
+
+
+def _fewer(a, b) -> bool:
+    sa, sb = shape(a), shape(b)
+    if not sa or not sb or not all(isinstance(d, int) for d in (*sa, *sb)):
+        return False
+    return math.prod(sa) < math.prod(sb)
+
+
+def policy(r, norm, masks):
+    """(node, reason) where a mask on the scores is a subset of keys picked by a policy: a
+    `bernoulli` sample (the agent's action while training), or a threshold of a sigmoid of a
+    learned map of the keys (its greedy action at test time, pi_l > 0.5) with fewer values
+    than the weights (one per key, not one per query and key: a threshold of the scores
+    themselves is no policy); None otherwise."""
+    from .patterns import projection
+
+    for m in masks:
+        nodes = [m, *_ancestor_list(m, 8)]
+        drawn = next((n for n in nodes if op(n) == "bernoulli" or _drawn(r, n)), None)
+        if drawn is not None:
+            return drawn, (f"`{drawn.name}` samples which keys to keep (a Bernoulli draw of a "
+                           f"policy over the keys, `bernoulli` or uniform noise below it) and the mask `{m.name}` keeps them alone: "
+                           "soft alignment over a subset an agent selects")
+        for c in nodes:
+            if op(c) not in ("gt", "ge") or not tensor_args(c):
+                continue
+            pi = strip(tensor_args(c)[0])
+            inner = tensor_args(pi)[:1]
+            if op(pi) == "sigmoid" and r.roots(pi) and inner and _fewer(pi, norm) and any(
+                    projection(x, r) for x in [inner[0], *_ancestor_list(inner[0], 4)]):
+                return c, (f"`{c.name}` keeps the keys whose policy `{pi.name}` (a sigmoid of a "
+                           f"learned map of each key) passes {c.args[1]} and the mask "
+                           f"`{m.name}` keeps them alone: soft alignment over a subset an agent "
+                           "selects (its greedy choice; a Bernoulli draw while training)")
+    return None

@@ -2,6 +2,7 @@
 symbolic trace. The answer says which was used."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -47,7 +48,26 @@ def _split(example_inputs) -> tuple[tuple, dict]:
     return tuple(example_inputs), {}
 
 
+@contextlib.contextmanager
+def _no_distribution_checks():
+    """torch.distributions checks its arguments' values (probabilities sum to one) with a
+    Python `if` on a tensor, which no tracer follows; a check computes nothing the model
+    returns, so it is switched off while capturing (`Categorical(p).sample()`)."""
+    Dist = torch.distributions.Distribution
+    before = Dist._validate_args
+    Dist.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        Dist.set_default_validate_args(before)
+
+
 def capture(module: torch.nn.Module, example_inputs) -> Captured:
+    with _no_distribution_checks():
+        return _capture(module, example_inputs)
+
+
+def _capture(module: torch.nn.Module, example_inputs) -> Captured:
     args, kwargs = _split(example_inputs)
     flat = _Flat(module).eval()
     try:

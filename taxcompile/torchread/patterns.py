@@ -4,6 +4,7 @@ recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test
 can hold the two tables to the registry."""
 from __future__ import annotations
 
+from . import alignments, heads, scores
 from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -14,12 +15,6 @@ NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
 
 # Registry names (score and align records) no recogniser reads yet, with why.
 NOT_RECOGNISED = {
-    ("score", "location"): "the score is computed from the query alone; its graph (a linear "
-                           "map to the key length) is not told apart from other linears yet",
-    ("score", "affinity"): "an affinity matrix read along rows or columns (co-attention) is not "
-                           "matched yet",
-    ("score", "max_pool"): "a max-pooled affinity (co-attention) is not matched yet",
-    ("align", "reinforced"): "a policy-sampled alignment is not matched yet",
     ("align", "crf"): "a CRF's marginals (forward-backward) are not matched yet",
     ("align", "lsh"): "LSH buckets (hash by random rotation, sort, chunk) are not matched yet",
 }
@@ -95,6 +90,8 @@ def score_path(r, norm, start=None):
             if not data:
                 break
             x = data[0]
+        elif o == "add" and len(args) == 2 and any(alignments.noise(a) for a in args):
+            x = next((a for a in args if not alignments.noise(a)), args[0])  # Gumbel noise
         elif o in ("add", "sub", "mul", "div") and len(args) == 2:
             a, b = args
             if not r.roots(b) or (r.roots(a) and op(strip(a)) in ("matmul", "linear", "sum")):
@@ -117,7 +114,7 @@ def _is_mask(node) -> bool:
 
 # --- scores: each returns (registry name, reason, query operand, key operand) or None ---
 
-def _matmul_score(r, prod, scales):
+def _matmul_score(r, prod, scales, norm=None):
     args = tensor_args(prod)
     if op(prod) != "matmul" or len(args) < 2 or weight(args[1], r) or weight(args[0], r):
         return None
@@ -141,7 +138,7 @@ def _matmul_score(r, prod, scales):
             args[0], args[1])
 
 
-def _additive_score(r, prod, scales):
+def _additive_score(r, prod, scales, norm=None):
     """w^T act(W1 q + W2 k [+ b]) or w^T act(W [q; k]): a learned vector over an activation."""
     o, args = op(prod), tensor_args(prod)
     if o == "sum" and args and op(strip(args[0])) == "mul":
@@ -176,10 +173,22 @@ def _additive_score(r, prod, scales):
 
 MATMUL_SCORES = {"multiplicative", "scaled_multiplicative", "general", "biased_general",
                  "activated_general", "similarity"}
+def _location_score(r, prod, scales, norm=None):
+    return scores.location(r, prod, norm) if norm is not None else None
+
+
+def _affinity_score(r, prod, scales, norm=None):
+    return scores.affinity(r, prod, scales, norm) if norm is not None else None
+
+
+# Location first: its learned map gives one output per key, which no other score's does;
+# then an affinity matrix that two attentions read, before the matmul that makes it.
 SCORE_RECOGNISERS = {
+    "location": _location_score, "affinity": _affinity_score, "max_pool": _affinity_score,
+    "activated_general": lambda r, prod, scales, norm=None: scores.activated(r, prod, scales),
     "multiplicative": _matmul_score, "scaled_multiplicative": _matmul_score,
     "general": _matmul_score, "biased_general": _matmul_score,
-    "activated_general": _matmul_score, "similarity": _matmul_score,
+    "similarity": _matmul_score,
     "additive": _additive_score, "concat": _additive_score, "activated_concat": _additive_score,
 }
 
@@ -189,13 +198,13 @@ ALIGN_RECOGNISERS = {
     "global": "read_align", "sigmoid": "read_align", "sigmoid_attn": "read_align",
     "topk": "read_align", "local": "read_align",
     "sparsemax": "alignments.sparse_norm", "entmax": "alignments.sparse_norm",
-    "hard": "recognise.Reader.applied (a pick)", "lightconv": "read (a kernel parameter)",
+    "hard": "recognise.Reader.applied (a pick)", "reinforced": "alignments.policy", "lightconv": "read (a kernel parameter)",
 }
 
 
-def read_score(r, prod, scales):
+def read_score(r, prod, scales, norm=None):
     for fn in dict.fromkeys(SCORE_RECOGNISERS.values()):
-        got = fn(r, prod, scales)
+        got = fn(r, prod, scales, norm)
         if got:
             return got
     return None
@@ -217,6 +226,9 @@ def read_align(r, norm, masks, score="", app=None):
                         "over them alone")
     if "topk" in ops:
         return "topk", f"keeps the top-k scores: the mask {names} is built from a `topk`"
+    picked = alignments.policy(r, norm, masks)
+    if picked is not None:
+        return "reinforced", picked[1]
     cmps = [a for m in masks for a in [m, *ancestors(m, 8)] if op(a) in COMPARE]
     # a term read from a learned table by relative position (T5's buckets) is a bias, no window
     if "arange" in ops and ("abs" in ops or len(set(cmps)) >= 2) and "embedding" not in ops:
@@ -232,55 +244,6 @@ def read_align(r, norm, masks, score="", app=None):
     if masks:
         what += f" (the mask {names} leaves out padding or future keys)"
     return name, what
-
-
-def heads(r, norm, keys):
-    """(label, reason) of query multiplicity from the weights' shape and the keys' heads."""
-    s = shape(norm)
-    split = _split_heads(keys) if keys is not None and s and len(s) == 3 else None
-    if split:
-        h, node = split
-        why = f"`{node.name}` splits the keys' features into {h} heads merged with the batch"
-    elif not s or len(s) < 4 or s[-3] in (1, None):
-        return "Singular", f"`{norm.name}` has one head (weights of shape {list(s or [])})"
-    else:
-        h = s[-3]
-        why = f"`{norm.name}` weighs {h} heads (weights of shape {list(s)})"
-    rep = _repeated(keys) if keys is not None else None
-    if rep is not None:
-        why += f"; the keys' heads are shared between query heads (`{rep.name}` repeats them)"
-    return "Multi-Head", why
-
-
-def _split_heads(node):
-    """(H, view) where a view folds H heads of the features into the batch (nn.MHA)."""
-    n = node
-    for _ in range(12):
-        args = tensor_args(n)
-        if op(n) not in TRANSPARENT or not args:
-            return None
-        a, b = shape(args[0]), shape(n)
-        if op(n) == "view" and a and b and len(b) == len(a) and b[-1] and a[-1] % b[-1] == 0 \
-                and a[-1] // b[-1] > 1:
-            return a[-1] // b[-1], n
-        n = args[0]
-    return None
-
-
-def _repeated(node):
-    n = node
-    for _ in range(12):
-        o, args = op(n), tensor_args(n)
-        if o in ("repeat_interleave", "repeat"):
-            return n
-        if o == "expand" and args and len(shape(args[0]) or ()) >= 5:
-            src, dst = shape(args[0]), shape(n)
-            if any(a == 1 and b > 1 for a, b in zip(src, dst)):
-                return n
-        if not args or (o not in TRANSPARENT and o not in ("mul", "div", "add", "cat", "sub")):
-            return None
-        n = args[0]
-    return None
 
 
 def query_type(r, q, k):
@@ -301,15 +264,16 @@ def query_type(r, q, k):
                      f"which the keys `{k.name}` do not")
 
 
-def read(r, norm, app, values, a, start=None, align=None) -> None:
+def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     """Fill ``a`` (a found.Attention) with its values and reasons, or say why not. ``start``:
     the score's node where it is not the normalisation's input (sparsemax); ``align``: (name,
-    reason) where the alignment was read on the way (sparse, hard)."""
+    reason) where the alignment was read on the way (sparse, hard); ``diff``: a difference
+    of two maps between the weights and the values (differential attention)."""
     from .. import mechanisms
 
     prod, scales, masks, biases = score_path(r, norm, start)
     a.nodes = [norm.name, prod.name, app.name, *(m.name for m in masks)]
-    got = read_score(r, prod, scales)
+    got = read_score(r, prod, scales, norm)
     if got is None and r.is_param(prod) and op(norm) == "softmax" and banded(app):
         why, al_why = lightconv_reason(norm, prod, app)
         got, align = ("none", why, None, None), ("lightconv", al_why)
@@ -318,7 +282,10 @@ def read(r, norm, app, values, a, start=None, align=None) -> None:
         a.why_not = (f"the score `{prod.name}` ({op(prod)}) before `{norm.name}` matches no "
                      "score pattern")
         return
-    name, why, q, k = got
+    name, why, q, k = got[:4]
+    reading = got[4] if len(got) > 4 else mechanisms.SCORES[name].reading
+    if name == "location":
+        k = values  # the keys the scores are positions of: the values weighed
     dim = tensor_args(norm)[1:] and norm.args[1]
     rank = len(shape(norm) or ()) or 2
     if op(prod) == "matmul" and isinstance(dim, int) and dim % rank == rank - 2:
@@ -326,13 +293,21 @@ def read(r, norm, app, values, a, start=None, align=None) -> None:
     if biases:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
     al, al_why = align or read_align(r, norm, masks, name, app)
+    gauss = alignments.gaussian(r, norm, app) if al in ("global", "local") else None
+    if gauss is not None:
+        al, al_why = "local", alignments.gaussian_reason(r, gauss, al_why if al == "local" else "")
     a.names = {"score": name, "align": al}
     a.query, a.keys, a.app, a.masks = q, k, app, masks
     v = a.values
-    v["scoring"] = (mechanisms.SCORES[name].reading, why)
+    v["scoring"] = (reading, why)
     v["alignment"] = (mechanisms.ALIGNS[al].reading, al_why)
     v["query_type"] = query_type(r, q, k)
-    v["query_multiplicity"] = heads(r, norm, k)
+    multi = heads.read(norm, k, diff)
+    if multi is None:
+        a.recognised = False
+        a.why_not = heads.refusal(norm, diff)
+        return
+    v["query_multiplicity"] = multi
     s = shape(norm) or ()
     if name == "none" and len(s) >= 2 and (s[0] or 1) > 1 and all(d == 1 for d in s[1:-1]):
         v["query_multiplicity"] = ("Multi-Head", f"`{norm.name}` normalises {s[0]} kernels, "

@@ -58,8 +58,9 @@ class Reader:
 
     def applied(self, norm):
         """(the node that weighs values with the alignment's output, the values operand, the
-        picks on the way: argmax or sampling, for hard attention)."""
-        seen, frontier, picks = set(), [norm], []
+        picks on the way: argmax or sampling, for hard attention, the differences of two
+        maps on the way: differential attention)."""
+        seen, frontier, picks, diffs = set(), [norm], [], []
         # a sigmoid weighs values directly (a gate inside a recurrent cell does not reach a
         # matmul through moves alone)
         through = TRANSPARENT | {"where"} if op(norm) == "sigmoid" else FORWARD_THROUGH
@@ -74,15 +75,16 @@ class Reader:
                     args = tensor_args(u)
                     mine = seen | {n, norm}
                     if o == "matmul" and len(args) >= 2 and args[0] in mine:
-                        return u, args[1], picks
+                        return u, args[1], picks, diffs
                     if o == "mul" and len(args) == 2 and _sums(u):
-                        return u, (args[1] if args[0] in mine else args[0]), picks
+                        return u, (args[1] if args[0] in mine else args[0]), picks, diffs
                     if o == "convolution" and len(args) >= 2 and args[1] in mine:
-                        return u, args[0], picks  # the weights are the kernel (LightConv)
+                        return u, args[0], picks, diffs  # the weights are the kernel (LightConv)
                     if o == "gather" and picks and len(args) >= 2 and args[-1] in mine:
-                        return u, args[0], picks  # the picked index selects values
-                    if o == "sub" and len(args) == 2 and op(norm) == "softmax" \
+                        return u, args[0], picks, diffs  # the picked index selects values
+                    if o == "sub" and len(args) == 2 and op(norm) == "softmax" and not picks \
                             and all(_weights(x) for x in args):
+                        diffs.append(u)
                         nxt.append(u)  # A1 - lambda A2 (differential attention)
                     elif alignments.is_pick(u):
                         picks.append(u)
@@ -90,7 +92,7 @@ class Reader:
                     elif o in through or (picks and o in alignments.AFTER_PICK):
                         nxt.append(u)
             frontier = nxt
-        return None, None, []
+        return None, None, [], []
 
 
 def _weights(node) -> bool:
@@ -128,15 +130,18 @@ def find(graph, params: dict) -> list[Attention]:
         kind = _norm_kind(n)
         if kind is False:
             continue
-        app, values, picks = r.applied(n)
+        app, values, picks, diffs = r.applied(n)
         if app is None:
             continue  # a normalisation that weighs no values: an output layer, a gate
         start, align = kind
         if picks and align is None:
-            align = ("hard", f"`{picks[0].name}` picks one key ({op(picks[0])}) and "
+            how = op(picks[0])
+            if how == "max" and alignments.noise(tensor_args(n)[0]):
+                how = "the largest weight after Gumbel noise: a sample, straight-through"
+            align = ("hard", f"`{picks[0].name}` picks one key ({how}) and "
                      f"`{app.name}` takes its value alone (eq. 26)")
         a = Attention(n.name, app.name)
-        patterns.read(r, n, app, values, a, start, align)
+        patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
         a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
                     if s]
         out.append(a)

@@ -1,0 +1,130 @@
+"""Query multiplicity read from the weights' shape and the keys: heads as the weights hold
+them (B, H, Lq, Lk) or folded into the batch (nn.MultiheadAttention), keys shared between
+query heads (grouped / multi-query), and differential attention, whose one normalisation
+holds two maps per head that are subtracted before they weigh the values."""
+from __future__ import annotations
+
+import math
+
+from .normalise import TRANSPARENT, op, shape, tensor_args
+
+# Ops between a normalisation and one operand of a difference of its maps: moves, slices,
+# a mask zeroing empty rows, a scaling by lambda.
+_TO_DIFF = TRANSPARENT | {"mul", "div", "where"}
+
+
+def read(norm, keys, diff=None):
+    """(label, reason) of query multiplicity, or None where ``diff`` (a difference of two maps
+    before the values) leaves the number of heads unread: refused rather than guessed."""
+    h, why = _maps(norm, keys)
+    if diff is not None:
+        per = _maps_per_head(norm, diff)
+        if per is None or h % per:
+            return None
+        if per > 1:
+            h //= per
+            why = (f"`{norm.name}` holds {h * per} maps (weights of shape "
+                   f"{list(shape(norm) or [])}) and `{diff.name}` subtracts each head's second "
+                   f"map from its first (differential attention, A1 - lambda A2): {h} "
+                   f"head{'s' if h > 1 else ''} of {per} maps")
+        else:
+            why += (f"; `{diff.name}` subtracts another normalisation's map from these "
+                    "(differential attention): each map is read as an attention")
+    if h == 1:
+        return "Singular", why
+    rep = _repeated(keys) if keys is not None else None
+    if rep is not None:
+        why += f"; the keys' heads are shared between query heads (`{rep.name}` repeats them)"
+    return "Multi-Head", why
+
+
+def refusal(norm, diff) -> str:
+    return (f"`{diff.name}` subtracts maps of `{norm.name}` (differential attention), but "
+            f"how its weights of shape {list(shape(norm) or [])} divide into heads of two "
+            "maps is not read from the graph: the number of heads would be a guess")
+
+
+def _maps(norm, keys) -> tuple[int, str]:
+    """(the maps the normalisation holds, reason): heads before any difference."""
+    s = shape(norm)
+    split = _split_heads(keys) if keys is not None and s and len(s) == 3 else None
+    if split:
+        h, node = split
+        return h, f"`{node.name}` splits the keys' features into {h} heads merged with the batch"
+    if not s or len(s) < 4 or s[-3] in (1, None):
+        return 1, f"`{norm.name}` has one head (weights of shape {list(s or [])})"
+    return s[-3], f"`{norm.name}` weighs {s[-3]} heads (weights of shape {list(s)})"
+
+
+def _from(node, norm, depth: int = 10) -> bool:
+    """Whether ``node`` is ``norm``'s output through moves, slices, masks and scalings."""
+    if node is norm:
+        return True
+    if depth == 0 or op(node) not in _TO_DIFF:
+        return False
+    return any(_from(a, norm, depth - 1) for a in tensor_args(node))
+
+
+def _reaches(node, norm, depth: int = 10) -> bool:
+    """Whether ``norm`` is among ``node``'s ancestors within ``depth`` steps, through any op."""
+    frontier, seen = [node], set()
+    for _ in range(depth + 1):
+        if any(n is norm for n in frontier):
+            return True
+        seen.update(frontier)
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
+    return False
+
+
+def _numel(node):
+    s = shape(node)
+    if s is None or not all(isinstance(d, int) for d in s):
+        return None
+    return math.prod(s)
+
+
+def _maps_per_head(norm, diff):
+    """How many of the normalisation's maps one difference ``diff`` takes: 1 where the other
+    operand comes from another normalisation (two softmaxes, each read alone), else the
+    ratio of their sizes (2: A1 - lambda A2 from one softmax over 2H maps); None where the
+    sizes do not say."""
+    args = tensor_args(diff)
+    if len(args) != 2 or not all(_reaches(a, norm) for a in args):
+        return 1
+    if not all(_from(a, norm) for a in args):
+        return None  # one operand computed from the maps by more than moves and scalings
+    n, d = _numel(norm), _numel(diff)
+    if not n or not d or n % d:
+        return None
+    return n // d
+
+
+def _split_heads(node):
+    """(H, view) where a view folds H heads of the features into the batch (nn.MHA)."""
+    n = node
+    for _ in range(12):
+        args = tensor_args(n)
+        if op(n) not in TRANSPARENT or not args:
+            return None
+        a, b = shape(args[0]), shape(n)
+        if op(n) == "view" and a and b and len(b) == len(a) and b[-1] and a[-1] % b[-1] == 0 \
+                and a[-1] // b[-1] > 1:
+            return a[-1] // b[-1], n
+        n = args[0]
+    return None
+
+
+def _repeated(node):
+    n = node
+    for _ in range(12):
+        o, args = op(n), tensor_args(n)
+        if o in ("repeat_interleave", "repeat"):
+            return n
+        if o == "expand" and args and len(shape(args[0]) or ()) >= 5:
+            src, dst = shape(args[0]), shape(n)
+            if any(a == 1 and b > 1 for a, b in zip(src, dst)):
+                return n
+        if not args or (o not in TRANSPARENT and o not in ("mul", "div", "add", "cat", "sub")):
+            return None
+        n = args[0]
+    return None
