@@ -183,7 +183,7 @@ def policy(r, norm, masks):
     learned map of the keys (its greedy action at test time, pi_l > 0.5) with fewer values
     than the weights (one per key, not one per query and key: a threshold of the scores
     themselves is no policy); None otherwise."""
-    from .patterns import projection
+    from .products import projection
 
     for m in masks:
         nodes = [m, *_ancestor_list(m, 8)]

@@ -8,58 +8,15 @@ from . import alignments, heads, scores
 from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
+from .products import ACTS, matmul_score, ancestors, normalised, projection, weight  # noqa: F401
 
-ACTS = {"tanh", "relu", "gelu", "sigmoid", "elu", "leaky_relu", "silu"}
 COMPARE = {"le", "lt", "ge", "gt"}
-NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
 
 # Registry names (score and align records) no recogniser reads yet, with why.
 NOT_RECOGNISED = {
     ("align", "crf"): "a CRF's marginals (forward-backward) are not matched yet",
     ("align", "lsh"): "LSH buckets (hash by random rotation, sort, chunk) are not matched yet",
 }
-
-
-def weight(node, r) -> bool:
-    n = strip(node)
-    return r.is_param(n)
-
-
-def projection(node, r):
-    """(kind, node) where ``node`` is a learned projection: 'plain' x W, 'biased' x W + b,
-    'activated' act(x W [+ b]); None where it is not."""
-    n = strip(node)
-    o, args = op(n), tensor_args(n)
-    if o in ACTS and args:
-        inner = projection(args[0], r)
-        return ("activated", n) if inner else None
-    if o == "linear":  # addmm(bias, x, W^T) / linear(x, W, b)
-        return ("biased", n)
-    if o == "matmul" and len(args) >= 2 and (weight(args[1], r) or weight(args[0], r)):
-        return ("plain", n)
-    if o == "add" and len(args) == 2:
-        for a, b in (args, args[::-1]):
-            if weight(b, r) and projection(a, r) and projection(a, r)[0] == "plain":
-                return ("biased", n)
-    return None
-
-
-def ancestors(node, depth: int):
-    seen, frontier = [], [node]
-    for _ in range(depth):
-        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
-        seen.extend(frontier)
-    return seen
-
-
-def normalised(node) -> object | None:
-    """A div whose divisor is a vector norm (cosine similarity's operands), if any."""
-    n = strip(node)
-    if op(n) in ("div", "mul") and len(tensor_args(n)) == 2:
-        for a in ancestors(tensor_args(n)[1], 5):
-            if op(a) in NORM_OPS:
-                return n
-    return None
 
 
 def score_path(r, norm, start=None):
@@ -114,30 +71,6 @@ def _is_mask(node) -> bool:
 
 # --- scores: each returns (registry name, reason, query operand, key operand) or None ---
 
-def _matmul_score(r, prod, scales, norm=None):
-    args = tensor_args(prod)
-    if op(prod) != "matmul" or len(args) < 2 or weight(args[1], r) or weight(args[0], r):
-        return None
-    qs, ks = strip(args[0], scales), strip(args[1], scales)
-    nq, nk = normalised(qs), normalised(ks)
-    if nq is not None and nk is not None:
-        return ("similarity", f"`{prod.name}` multiplies two streams each divided by its norm "
-                f"(`{nq.name}`, `{nk.name}`): cosine similarity", args[0], args[1])
-    pq, pk = projection(qs, r), projection(ks, r)
-    if (pq is None) != (pk is None):
-        kind, p = pq or pk
-        name = {"plain": "general", "biased": "biased_general",
-                "activated": "activated_general"}[kind]
-        return (name, f"`{prod.name}` multiplies one stream by a learned map of the other "
-                f"(`{p.name}`: q^T W k)", args[0], args[1])
-    if scales:
-        vals = ", ".join(f"`{s.name}`" for s in scales)
-        return ("scaled_multiplicative", f"`{prod.name}` multiplies queries and keys, scaled "
-                f"by a constant ({vals})", args[0], args[1])
-    return ("multiplicative", f"`{prod.name}` multiplies queries and keys (q^T k)",
-            args[0], args[1])
-
-
 def _additive_score(r, prod, scales, norm=None):
     """w^T act(W1 q + W2 k [+ b]) or w^T act(W [q; k]): a learned vector over an activation."""
     o, args = op(prod), tensor_args(prod)
@@ -186,9 +119,9 @@ def _affinity_score(r, prod, scales, norm=None):
 SCORE_RECOGNISERS = {
     "location": _location_score, "affinity": _affinity_score, "max_pool": _affinity_score,
     "activated_general": lambda r, prod, scales, norm=None: scores.activated(r, prod, scales),
-    "multiplicative": _matmul_score, "scaled_multiplicative": _matmul_score,
-    "general": _matmul_score, "biased_general": _matmul_score,
-    "similarity": _matmul_score,
+    "multiplicative": matmul_score, "scaled_multiplicative": matmul_score,
+    "general": matmul_score, "biased_general": matmul_score,
+    "similarity": matmul_score,
     "additive": _additive_score, "concat": _additive_score, "activated_concat": _additive_score,
 }
 

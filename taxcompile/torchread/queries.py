@@ -32,7 +32,8 @@ def refine(r, atts) -> None:
 def key_source(r, k):
     """The keys' features before their learned projection (one node for every step of a
     decoder that projects the same encoder states again)."""
-    from .patterns import projection, strip
+    from .normalise import strip
+    from .products import projection
 
     if k is None:
         return None

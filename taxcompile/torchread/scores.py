@@ -157,14 +157,14 @@ def affinity(r, prod, scales, norm):
     another normalisation reads its columns (or the maximum of each row: max_pool); None
     otherwise (a matrix that only this attention reads is a plain score)."""
     from .. import mechanisms
-    from .patterns import ACTS, _matmul_score
+    from .products import ACTS, matmul_score
 
     x, pooled, act, inner_scales = prod, None, None, list(scales)
     if op(x) in ("max", "amax") and tensor_args(x):
         pooled, x = x, strip(tensor_args(x)[0], inner_scales)
     if op(x) in ACTS and tensor_args(x):
         act, x = x, strip(tensor_args(x)[0], inner_scales)
-    got = _matmul_score(r, x, inner_scales) if op(x) == "matmul" else _trilinear(r, x)
+    got = matmul_score(r, x, inner_scales) if op(x) == "matmul" else _trilinear(r, x)
     if got is None or got[0] not in _FORMS:
         return None
     a = act or x
@@ -194,7 +194,7 @@ def activated(r, prod, scales):
     activation of a general score, with a learned bias or none (Table II's activated
     general; Ma et al.'s interactive attention); None otherwise (an activation of q^T k
     is no score of the registry)."""
-    from .patterns import ACTS, _matmul_score
+    from .products import ACTS, matmul_score
 
     if op(prod) not in ACTS or not tensor_args(prod):
         return None
@@ -209,7 +209,7 @@ def activated(r, prod, scales):
             bias, x = a, strip(b, inner_scales)
         else:
             return None
-    got = _matmul_score(r, x, inner_scales) if op(x) == "matmul" else None
+    got = matmul_score(r, x, inner_scales) if op(x) == "matmul" else None
     if got is None or got[0] not in ("general", "biased_general"):
         return None
     plus = f" plus the learned bias `{bias.name}`" if bias is not None else ""

@@ -1,0 +1,74 @@
+"""Learned maps and products of two streams in a normalised graph: what the score and
+alignment readers (patterns, scores, alignments, queries) all ask of a node."""
+from __future__ import annotations
+
+from .normalise import op, strip, tensor_args
+
+ACTS = {"tanh", "relu", "gelu", "sigmoid", "elu", "leaky_relu", "silu"}
+NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
+
+
+def weight(node, r) -> bool:
+    n = strip(node)
+    return r.is_param(n)
+
+
+def projection(node, r):
+    """(kind, node) where ``node`` is a learned projection: 'plain' x W, 'biased' x W + b,
+    'activated' act(x W [+ b]); None where it is not."""
+    n = strip(node)
+    o, args = op(n), tensor_args(n)
+    if o in ACTS and args:
+        inner = projection(args[0], r)
+        return ("activated", n) if inner else None
+    if o == "linear":  # addmm(bias, x, W^T) / linear(x, W, b)
+        return ("biased", n)
+    if o == "matmul" and len(args) >= 2 and (weight(args[1], r) or weight(args[0], r)):
+        return ("plain", n)
+    if o == "add" and len(args) == 2:
+        for a, b in (args, args[::-1]):
+            if weight(b, r) and projection(a, r) and projection(a, r)[0] == "plain":
+                return ("biased", n)
+    return None
+
+
+def ancestors(node, depth: int):
+    seen, frontier = [], [node]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
+        seen.extend(frontier)
+    return seen
+
+
+def normalised(node) -> object | None:
+    """A div whose divisor is a vector norm (cosine similarity's operands), if any."""
+    n = strip(node)
+    if op(n) in ("div", "mul") and len(tensor_args(n)) == 2:
+        for a in ancestors(tensor_args(n)[1], 5):
+            if op(a) in NORM_OPS:
+                return n
+    return None
+
+
+def matmul_score(r, prod, scales, norm=None):
+    args = tensor_args(prod)
+    if op(prod) != "matmul" or len(args) < 2 or weight(args[1], r) or weight(args[0], r):
+        return None
+    qs, ks = strip(args[0], scales), strip(args[1], scales)
+    nq, nk = normalised(qs), normalised(ks)
+    if nq is not None and nk is not None:
+        return ("similarity", f"`{prod.name}` multiplies two streams each divided by its norm "
+                f"(`{nq.name}`, `{nk.name}`): cosine similarity", args[0], args[1])
+    pq, pk = projection(qs, r), projection(ks, r)
+    if (pq is None) != (pk is None):
+        kind, p = pq or pk
+        name = {"plain": "general", "biased": "biased_general",
+                "activated": "activated_general"}[kind]
+        return (name, f"`{prod.name}` multiplies one stream by a learned map of the other "
+                f"(`{p.name}`: q^T W k)", args[0], args[1])
+    if scales:
+        vals = ", ".join(f"`{s.name}`" for s in scales)
+        return ("scaled_multiplicative", f"`{prod.name}` multiplies queries and keys, scaled "
+                f"by a constant ({vals})", args[0], args[1])
+    return ("multiplicative", f"`{prod.name}` multiplies queries and keys (q^T k)",
+            args[0], args[1])
