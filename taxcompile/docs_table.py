@@ -1,6 +1,7 @@
 """The docs' table of mechanisms (docs/mechanisms.md), written from the registry's records
 (``taxcompile/mechanisms``): each mechanism's name and other spellings, its parameters with
-their defaults (and the value by layer of one its record schedules by depth), its Table III reading and the equations its texts cite.
+their defaults (and the value by layer of one its record schedules by depth), its Table III
+reading and the equations its texts cite.
 
 ``python -m taxcompile.docs_table -o docs/mechanisms.md`` (or ``make docs``, with the other
 generated docs) rewrites it; ``tests/test_mechanism_names.py`` fails when the committed
