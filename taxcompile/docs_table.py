@@ -1,6 +1,7 @@
 """The docs' table of mechanisms (docs/mechanisms.md), written from the registry's records
 (``taxcompile/mechanisms``): each mechanism's name and other spellings, its parameters with
-their defaults, its Table III reading and the equations its texts cite.
+their defaults (and the value by layer of one its record schedules by depth), its Table III
+reading and the equations its texts cite.
 
 ``python -m taxcompile.docs_table -o docs/mechanisms.md`` (or ``make docs``, with the other
 generated docs) rewrites it; ``tests/test_mechanism_names.py`` fails when the committed
@@ -43,9 +44,10 @@ def _value(v) -> str:
     return str(v)
 
 
-def param(p) -> str:
+def param(p, m=None) -> str:
     """One parameter: ``name`` (type) when required, ``name = default`` when not, with an
-    enum's choices."""
+    enum's choices; with its record ``m``, the value a statement in a `repeat` takes from
+    its layer where the record schedules the parameter by depth (its ``by_depth``)."""
     if p.type == "enum" and p.choices:  # an activation's choices are all of them: not listed
         choices = " (" + " \\| ".join(p.choices) + ")"
     else:
@@ -54,7 +56,14 @@ def param(p) -> str:
         return f"`{p.name}`" + (choices or f" ({p.type})")
     if p.default is None:
         return f"`{p.name}` ({p.type}, optional){choices}"
-    return f"`{p.name} = {_value(p.default)}`{choices}"
+    return f"`{p.name} = {_value(p.default)}`{choices}{by_depth(m, p.name)}"
+
+
+def by_depth(m, name: str) -> str:
+    """What record ``m`` gives parameter ``name`` by depth, as its ``by_depth`` says it ('' for
+    a parameter it does not schedule)."""
+    text = next((said for param, _, said in getattr(m, "by_depth", ()) if param == name), "")
+    return f" (unset in a `repeat`: {text})" if text else ""
 
 
 def reading(m) -> str:
@@ -87,7 +96,7 @@ def section(kind: str) -> list[str]:
            "| name | also | parameters | Table III | eq. |", "| --- | --- | --- | --- | --- |"]
     for m in records(kind):
         also = ", ".join(f"`{a}`" for a in m.aliases) or "—"
-        params = ", ".join(param(p) for p in m.params) or "—"
+        params = ", ".join(param(p, m) for p in m.params) or "—"
         out.append(f"| `{m.name}` | {also} | {_cell(params)} | {_cell(reading(m))} "
                    f"| {equations(m)} |")
     return out + [""]
@@ -104,7 +113,9 @@ def render() -> str:
         "",
         "Every mechanism an attention module can name, as the registry records it: the name",
         "a spec writes and its other spellings, its parameters (`name = default`, or the type",
-        "of a required one), the Table III cell it sets (— where it sets none; \"by its",
+        "of a required one; after the default, what one a paper schedules by depth is at",
+        "layer l, the hop of a `repeat` whose hops have weights of their own, where the spec",
+        "leaves it unset), the Table III cell it sets (— where it sets none; \"by its",
         "parameters\" where the classifier reads them) and the equations its record cites",
         "(the survey's, unless another paper is named). [language.md](language.md#attention-modules)",
         "says how each is written and what it needs; [codegen.md](codegen.md) what the",

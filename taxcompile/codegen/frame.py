@@ -58,6 +58,7 @@ class Frame:
         self.vars: dict[str, Var] = {}
         self.free: dict[str, str] = {}  # a name of the caller -> this frame's parameter
         self.records: set[str] = set()  # record containers the body writes to
+        self.used: set[str] = set()  # names every function has (``use``) that the body reads
         self.takes_depth = False  # a block whose constructor takes its hop's number, `depth`
 
     def emit(self, code: str, comment: str = "") -> None:
@@ -91,6 +92,7 @@ class Frame:
 
     def use(self, name: str) -> str:
         """A name every function has under the same name (a padding mask), read here."""
+        self.used.add(name)
         if self.parent is None:
             return name
         if name not in self.free:

@@ -365,7 +365,7 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
         wrapped += [Stmt(f"{mem} = ({names})", "", 1), Stmt("if cache is not None:", "", 1),
                     Stmt(f"cache[\"@memory\"] = {mem}", "", 2), Stmt(f"{names} = {mem}")]
         body = wrapped + rest
-    if mentions([s.code for s in body], "past"):
+    if "past" in p.frame.used:  # read through use() (start, step_start), not the text
         head.append(Stmt("past = 0 if cache is None else cache.get(\"@length\", 0)",
                          "tokens decoded before this call"))
         body.append(Stmt("if cache is not None:"))

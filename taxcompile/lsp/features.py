@@ -65,12 +65,10 @@ def hover(a: Analysis, line: int, col: int) -> t.Hover | None:
     d = a.lookup(word, line)
     code = blank(a.text.split("\n")[line])
     fn = _open_call(code[:start])
-    param = next((p for p in registry.params_of(fn) if p.name == word), None) if fn else None
+    param = registry.param_hover(fn, word) if fn else None
     text = None
     if param is not None and code[end:].lstrip(" \t").startswith("="):
-        from ..docs_table import param as spelled
-
-        text = f"parameter of `{fn}`: {spelled(param)}"
+        text = param
     elif d is not None and d.kind == "model" and d.line == line:
         text = model_row(a, word) or f"model `{word}` does not check yet: no Table III row"
     elif d is not None and (d.line, d.col) != (line, start) or d is not None and d.kind != "model":

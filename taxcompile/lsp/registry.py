@@ -25,14 +25,14 @@ def spellings() -> dict[str, list]:
 
 def mechanism_hover(m) -> str:
     """A mechanism's record as Markdown: kind, spellings, Table III reading, equations,
-    parameters with defaults, and the reason and docstring texts that are not patterns."""
+    parameters with defaults (and by depth), and the reason and docstring texts that are not patterns."""
     lines = [f"**{m.name}** — {m.kind} mechanism"]
     if m.aliases:
         lines.append("also written " + ", ".join(f"`{a}`" for a in m.aliases))
     lines.append(f"Table III reading: {docs_table.reading(m)}")
     lines.append(f"Survey equations: {docs_table.equations(m)}")
     if m.params:
-        lines.append("Parameters: " + ", ".join(docs_table.param(p) for p in m.params))
+        lines.append("Parameters: " + ", ".join(docs_table.param(p, m) for p in m.params))
     else:
         lines.append("Parameters: none")
     for what in ("reason", "doc", "note"):
@@ -50,6 +50,17 @@ def operator_hover(name: str) -> str:
 
 def mechanism_names(kind: str) -> tuple[str, ...]:
     return names(kind)
+
+
+def param_hover(fn: str, name: str) -> str | None:
+    """Parameter ``name`` of mechanism or operator ``fn`` as the docs table spells it, with
+    what its record schedules by depth; None for no such parameter."""
+    owners = [(None, p) for p in CALLS.get(fn, ())]
+    owners += [(m, p) for m in spellings().get(fn, ()) for p in m.params]
+    found = next(((m, p) for m, p in owners if p.name == name), None)
+    if found is None:
+        return None
+    return f"parameter of `{fn}`: {docs_table.param(found[1], found[0])}"
 
 
 def params_of(fn: str) -> list:
