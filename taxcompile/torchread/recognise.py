@@ -8,7 +8,7 @@ query types and hops over all of them. Each one's score, alignment, heads and qu
 recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
 from __future__ import annotations
 
-from . import alignments, patterns, queries
+from . import alignments, graphs, patterns, queries
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
 
@@ -126,6 +126,9 @@ def find(graph, params: dict) -> list[Attention]:
     for n in graph.nodes:
         if op(n) == "sdpa":
             out.append(patterns.read_sdpa(r, n))
+            continue
+        if op(n) == "div" and (edges := graphs.read(r, n)) is not None:
+            out.append(edges)  # a softmax over each node's incoming edges (GAT)
             continue
         kind = _norm_kind(n)
         if kind is False:
