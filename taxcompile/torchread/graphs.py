@@ -16,8 +16,7 @@ from .found import Attention
 from .normalise import TRANSPARENT, op, shape, source_line, strip, tensor_args
 from .products import ACTS
 
-# Ops that sum per segment (`scatter(..., reduce="sum")`), and that read one row per edge.
-SEGMENT_SUM = {"scatter_add", "index_add", "index_put"}
+# Ops that read one row per edge.
 GATHER = {"index_select", "gather", "index", "embedding"}
 _MAX = {"amax", "max"}
 
@@ -42,6 +41,9 @@ def _index(node):
         return _same_index(args[2])
     if o in ("scatter_add", "scatter_reduce", "gather", "index_add") and len(args) >= 3:
         return _same_index(args[2])
+    if o == "index_put" and len(args) >= 2 and isinstance(args[1], (list, tuple)) \
+            and len(args[1]) == 1 and hasattr(args[1][0], "op"):
+        return _same_index(args[1][0])  # x[idx] += v: index_add decomposed
     return None
 
 
@@ -52,6 +54,8 @@ def _segment_sum(node):
         n = strip(tensor_args(n)[0])  # + 1e-16 against empty segments
     if op(n) in ("scatter_add", "index_add") and len(n.args) >= 4:
         return strip(n.args[3]), _index(n)
+    if op(n) == "index_put" and len(n.args) >= 4 and n.args[3] is True:
+        return strip(n.args[2]), _index(n)
     if op(n) == "scatter_reduce" and len(n.args) >= 5 and n.args[4] == "sum":
         return strip(n.args[3]), _index(n)
     return None
