@@ -48,17 +48,22 @@ def _index(node):
 
 
 def _segment_sum(node):
-    """(summed tensor, segment index) where ``node`` sums its input per segment."""
+    """(summed tensor, segment index) where ``node`` sums its input per segment
+    (`scatter_add`, `index_add` and its decomposition `index_put(..., accumulate=True)`,
+    `scatter_reduce(..., "sum")`); None otherwise."""
     n = strip(node)
     if op(n) == "add" and len(tensor_args(n)) == 1:
         n = strip(tensor_args(n)[0])  # + 1e-16 against empty segments
-    if op(n) in ("scatter_add", "index_add") and len(n.args) >= 4:
-        return strip(n.args[3]), _index(n)
-    if op(n) == "index_put" and len(n.args) >= 4 and n.args[3] is True:
-        return strip(n.args[2]), _index(n)
-    if op(n) == "scatter_reduce" and len(n.args) >= 5 and n.args[4] == "sum":
-        return strip(n.args[3]), _index(n)
-    return None
+    o, args = op(n), n.args
+    if o == "index_put":
+        ok, src = len(args) >= 4 and args[3] is True, 2
+    else:
+        ok = o in ("scatter_add", "index_add") or (
+            o == "scatter_reduce" and len(args) >= 5 and args[4] == "sum")
+        src = 3
+    if not ok or len(args) <= src or not hasattr(args[src], "op"):
+        return None  # a scalar source (scatter's value form) sums nothing per edge
+    return strip(args[src]), _index(n)
 
 
 def edge_softmax(div):
@@ -97,9 +102,8 @@ def applied(div, seg):
             for u in n.users:
                 if op(u) in TRANSPARENT:
                     nxt.append(u)
-                elif op(u) == "mul" and len(tensor_args(u)) == 2:
-                    other = next(a for a in tensor_args(u) if a is not n)
-                    g = strip(other)
+                elif op(u) == "mul" and len(tensor_args(u)) == 2 and n in tensor_args(u):
+                    g = strip(([a for a in tensor_args(u) if a is not n] or [n])[0])
                     for s in u.users:
                         got = _segment_sum(s)
                         if got and got[0] is u and got[1] == seg and op(g) in GATHER:
