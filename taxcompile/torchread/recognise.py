@@ -4,8 +4,8 @@ An attention is a normalisation over a key axis (softmax, log-softmax, sigmoid, 
 1.5-entmax) whose input is a score and whose output weighs values through a matmul, an
 elementwise product summed over the key axis or a convolution's kernel, possibly after a
 pick of one key (argmax, sampling: hard attention). A softmax over each node's incoming
-edges built from scatter ops (graph attention over an edge list) is read by ``graphs``. Once each is read, ``queries`` reads
-query types and hops over all of them. Each one's score, alignment, heads and query source are read by the
+edges built from scatter ops (graph attention over an edge list) is read by ``graphs``.
+Once each is read, ``queries`` reads query types and hops over all of them. Each one's score, alignment, heads and query source are read by the
 recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
 from __future__ import annotations
 
