@@ -319,7 +319,7 @@ CASE_MODULES = ("benchmarks.peers", "benchmarks.generate", "benchmarks.generate_
                 "benchmarks.decoder_keys",
                 "benchmarks.positions", "benchmarks.lsh",
                 "benchmarks.study", "benchmarks.spec_budget", "benchmarks.parse",
-                "benchmarks.cold_start")
+                "benchmarks.cold_start", "benchmarks.classify_meta")
 
 
 def all_cases() -> list:

@@ -86,7 +86,7 @@ def strip(node, scales=None):
     """Follow a tensor back through moves and scalar scalings; collect the scalings."""
     while True:
         o, args = op(node), tensor_args(node)
-        full = [a for a in args if 0 not in (shape(a) or (1,))] if o == "cat" else []
+        full = [a for a in args if not _empty(a)] if o == "cat" else []
         if o in TRANSPARENT and args:
             node = args[0]
         elif o == "cat" and len(full) == 1:
@@ -97,6 +97,13 @@ def strip(node, scales=None):
             node = args[0]
         else:
             return node
+
+
+def _empty(node) -> bool:
+    """Whether a tensor has no elements; a size known only at run time (an edge list's
+    filtered length, torch.export's unbacked symbols) is not compared, as that would ask
+    the tracer to guard on data."""
+    return any(isinstance(d, int) and d == 0 for d in shape(node) or ())
 
 
 def _unit(node) -> bool:

@@ -3,12 +3,13 @@
 An attention is a normalisation over a key axis (softmax, log-softmax, sigmoid, sparsemax,
 1.5-entmax) whose input is a score and whose output weighs values through a matmul, an
 elementwise product summed over the key axis or a convolution's kernel, possibly after a
-pick of one key (argmax, sampling: hard attention). Once each is read, ``queries`` reads
-query types and hops over all of them. Each one's score, alignment, heads and query source are read by the
+pick of one key (argmax, sampling: hard attention). A softmax over each node's incoming
+edges built from scatter ops (graph attention over an edge list) is read by ``graphs``.
+Once each is read, ``queries`` reads query types and hops over all of them. Each one's score, alignment, heads and query source are read by the
 recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
 from __future__ import annotations
 
-from . import alignments, patterns, queries
+from . import alignments, graphs, patterns, queries
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
 
@@ -126,6 +127,9 @@ def find(graph, params: dict) -> list[Attention]:
     for n in graph.nodes:
         if op(n) == "sdpa":
             out.append(patterns.read_sdpa(r, n))
+            continue
+        if op(n) == "div" and (edges := graphs.read(r, n)) is not None:
+            out.append(edges)  # a softmax over each node's incoming edges (GAT)
             continue
         kind = _norm_kind(n)
         if kind is False:
