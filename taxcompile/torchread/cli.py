@@ -68,8 +68,12 @@ def lift_torch(target: str, output: str | None) -> int:
     from .capture import CaptureError
     from .lift import LiftError, lift_module
 
+    import warnings
+
     try:
-        text = lift_module(model, inputs, target.partition(":")[2], target)
+        with warnings.catch_warnings():  # torch's deprecation notices while exporting
+            warnings.simplefilter("ignore", FutureWarning)
+            text = lift_module(model, inputs, target.partition(":")[2], target)
     except (CaptureError, LiftError) as e:
         return _fail(str(e))
     if output is None:

@@ -49,6 +49,11 @@ def ident(text: str, taken: set, fallback: str = "x") -> str:
     return name
 
 
+def comment(text: str) -> str:
+    """A reason as one comment line: the characters of identifiers, numbers and prose only."""
+    return "# " + re.sub(r"[^A-Za-z0-9_ .,:;()=+*/<>'`\[\]-]", " ", str(text))[:300]
+
+
 def _int(v) -> int | None:
     """A size from a shape: a positive Python int, or None (symbolic or missing)."""
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
@@ -74,7 +79,10 @@ def _embedding(ph):
 def inputs(r, graph, taken: set) -> tuple[list, dict, list]:
     """(statement lines, placeholder name -> (feature name, width), comments)."""
     lines, feats, notes = [], {}, []
-    axis = 0
+    axes_by_len: dict = {}  # one axis per length: keys and values of one length align
+
+    def axes(dims):
+        return [axes_by_len.setdefault(d, f"L{len(axes_by_len)}") for d in dims]
     for ph in (n for n in graph.nodes if n.op == "placeholder" and not r.is_param(n)):
         s, v = shape(ph), ph.meta.get("val")
         name = ident(ph.name, taken, "in")
@@ -92,21 +100,20 @@ def inputs(r, graph, taken: set) -> tuple[list, dict, list]:
                 notes.append(f"# not lifted: input `{name}` (token ids the graph does not "
                              "look up in one embedding table)")
                 continue
-            axes = [f"L{axis + i}" for i in range(len(dims))]
+            names = axes(dims)
             feat = ident(f"{name}_emb", taken)
-            lines.append(f"input {name}: tokens[{', '.join(axes)}] (vocab = {emb[0]}, "
-                         + ", ".join(f"{a} = {d}" for a, d in zip(axes, dims)) + ")")
+            lines.append(f"input {name}: tokens[{', '.join(names)}] (vocab = {emb[0]}, "
+                         + ", ".join(f"{a} = {d}" for a, d in zip(names, dims)) + ")")
             lines.append(f"feature {feat} = embed({name}, {emb[1]})")
             feats[ph.name] = (feat, emb[1])
         elif len(dims) == 1:
             lines.append(f"input {name}: vector[{dims[0]}]")
             feats[ph.name] = (name, dims[0])
         elif len(dims) <= 8:
-            axes = [f"L{axis + i}" for i in range(len(dims) - 1)]
-            lines.append(f"input {name}: sequence[{', '.join(axes)}, {dims[-1]}] ("
-                         + ", ".join(f"{a} = {d}" for a, d in zip(axes, dims)) + ")")
+            names = axes(dims[:-1])
+            lines.append(f"input {name}: sequence[{', '.join(names)}, {dims[-1]}] ("
+                         + ", ".join(f"{a} = {d}" for a, d in zip(names, dims)) + ")")
             feats[ph.name] = (name, dims[-1])
-        axis += len(dims)
     return lines, feats, notes
 
 
@@ -166,7 +173,10 @@ def _align(a) -> tuple[str | None, str]:
     """(the `align = …` value or None for the default, why not lifted: '' where lifted)."""
     name = a.names.get("align", "")
     if name == "topk":
-        ks = [m.args[1] for m in a.masks if op(m) == "topk" and len(m.args) > 1]
+        from .products import ancestors
+
+        ks = [x.args[1] for m in a.masks for x in [m, *ancestors(m, 8)]
+              if op(x) == "topk" and len(x.args) > 1]
         if ks and _int(ks[0]):
             return f"topk(k = {ks[0]})", ""
         return None, "its top-k's k is not a constant of the graph"
@@ -178,12 +188,15 @@ def _align(a) -> tuple[str | None, str]:
 def attention(r, a, name: str, feats) -> tuple[list, list]:
     """(the statement's lines, comments) for one recognised attention; ([], comments) where
     it cannot be written without a guess."""
+    from .products import ancestors
     from .queries import _is_causal
 
     score = a.names.get("score", "")
     if score not in SCORES:
         return [], [f"# not lifted: attention `{name}`: its score "
                     f"`{ident(score, set(), 's')}` needs more than one statement"]
+    if score == "concat" and a.query is not None:
+        score = "additive"  # w^T act(W [q; k]) = w^T act(W1 q + W2 k): one function
     align, why = _align(a)
     if why:
         return [], [f"# not lifted: attention `{name}`: {why}"]
@@ -208,7 +221,7 @@ def attention(r, a, name: str, feats) -> tuple[list, list]:
             body.append(f"kv_heads = {a.kv_heads}")
     if _is_causal(a):
         body.append("mask = causal")
-    elif [m for m in a.masks if op(m) != "topk"]:
+    elif [m for m in a.masks if "topk" not in {op(x) for x in [m, *ancestors(m, 8)]}]:
         notes.append("# not lifted: a mask other than a causal one")
     return [f"attention {name} {{", *(f"    {b}" for b in body), "}"], notes
 
@@ -252,7 +265,8 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
         where = (f"# attention {i}: `{ident(a.norm, set(), 'n')}` weighing values at "
                  f"`{ident(a.applied_by, set(), 'n')}`")
         if not a.recognised:
-            blocks.append(([], [where, f"# not lifted: attention {i} is not recognised"]))
+            blocks.append(([], [where, comment(f"not lifted: attention {i} is not recognised: "
+                                               f"{a.why_not}")]))
             continue
         stmt, notes = attention(r, a, name, feats)
         blocks.append((stmt, [where, *notes]))
@@ -261,7 +275,8 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
     paper = [f"paper {title} {{", '    cite = "Lifted from code"', "}"]
     for _ in range(len(blocks)):
         if not any(stmt and stmt[0].startswith("attention ") for stmt, _ in blocks):
-            why = [n for _, notes in blocks[1:] for n in notes if "not lifted" in n]
+            why = [[n for n in notes if "not lifted" in n][-1] for _, notes in blocks[1:]
+                   if any("not lifted" in n for n in notes)]
             raise LiftError("nothing to lift: " + (why[0].split(": ", 1)[1] if why else
                             "no attention was recognised"))
         text, where = _render(title, [*head_comment, *paper], blocks)
@@ -272,8 +287,7 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
             if i == 0:
                 raise LiftError(f"the sketch's inputs do not check: {msg}")
             stmt, notes = blocks[i]
-            clean = re.sub(r"[^A-Za-z0-9_ .,:;()=+*/<>'-]", " ", msg)
-            blocks[i] = ([], [*notes, f"# not lifted: the checker refuses it: {clean}",
+            blocks[i] = ([], [*notes, comment(f"not lifted: the checker refuses it: {msg}"),
                               *(f"# {x}" for x in stmt)])
     raise LiftError("the sketch does not check")
 
