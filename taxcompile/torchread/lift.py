@@ -114,6 +114,8 @@ def inputs(r, graph, taken: set) -> tuple[list, dict, list]:
             lines.append(f"input {name}: sequence[{', '.join(names)}, {dims[-1]}] ("
                          + ", ".join(f"{a} = {d}" for a, d in zip(names, dims)) + ")")
             feats[ph.name] = (name, dims[-1])
+        else:
+            notes.append(f"# not lifted: input `{name}` (more than 8 axes)")
     return lines, feats, notes
 
 
@@ -162,8 +164,9 @@ def operand(r, node, feats, w: int | None):
         return feat, ""
     from .products import projection
 
+    at = ident(strip(node).name, set(), "n")
     note = "" if projection(node, r) else \
-        f"the ops between `{feat}` and `{ident(strip(node).name, set(), 'n')}` are written as a projection"
+        f"the ops between `{feat}` and `{at}` are written as a projection"
     if w is None or w == d_in:
         return f"project({feat})", note
     return f"project({feat}, {w})", note
@@ -282,7 +285,9 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
         text, where = _render(title, [*head_comment, *paper], blocks)
         bad = _refused(text, where)
         if not bad:
-            return text
+            from ..fmt import format_text
+
+            return format_text(text, "<lift>")  # canonical: `taxcompile fmt --check` passes
         for i, msg in bad.items():
             if i == 0:
                 raise LiftError(f"the sketch's inputs do not check: {msg}")
