@@ -91,6 +91,27 @@ def test_x_transformers_encoder_lifts_with_its_heads_and_head_width():
     assert "heads = 4" in text and "kv_heads = 2" in text
 
 
+class _Masked(nn.Module):
+    """Scaled dot-product self-attention masked by a (B, Lq, Lk) bool input."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x, m):
+        s = self.q(x) @ self.k(x).transpose(1, 2) / 8 ** 0.5
+        return torch.softmax(s.masked_fill(~m, float("-inf")), -1) @ self.v(x)
+
+
+def test_a_mask_input_is_lifted_and_read_by_its_attention():
+    text = lift(_Masked(), (torch.randn(2, 5, 8), torch.ones(2, 5, 5, dtype=torch.bool)),
+                "masked")
+    api.load(text)
+    assert "input args_1: mask[L0, L0]" in text and "mask = args_1" in text
+    assert "# not lifted: whether True in `args_1` shows or hides a key" in text
+    assert "project(args_1" not in text  # a mask is never an operand
+
+
 class _Mixed(nn.Module):
     """A recognised attention (nn.MultiheadAttention) and one no registry score covers."""
 

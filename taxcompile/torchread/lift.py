@@ -86,8 +86,14 @@ def inputs(r, graph, taken: set) -> tuple[list, dict, list]:
     for ph in (n for n in graph.nodes if n.op == "placeholder" and not r.is_param(n)):
         s, v = shape(ph), ph.meta.get("val")
         name = ident(ph.name, taken, "in")
+        if s is not None and is_bool(ph) and len(s) == 3 and _int(s[1]) and _int(s[2]):
+            t, k = axes([s[1], s[2]])
+            lines.append(f"input {name}: mask[{t}, {k}]")
+            feats[ph.name] = (name, None)  # read by `mask = NAME`, never as features
+            continue
         if s is None or is_bool(ph):
-            notes.append(f"# not lifted: input `{name}` (a mask or no tensor)")
+            notes.append(f"# not lifted: input `{name}` (a mask not of shape (B, Lq, Lk), "
+                         "or no tensor)")
             continue
         dims = [_int(d) for d in s[1:]]
         if not dims or None in dims:
@@ -124,7 +130,8 @@ def nearest(r, node, feats):
     a decoder layer's query reads the target before the encoder's output."""
     seen, frontier = {node}, [node]
     while frontier and len(seen) < MAX_NEAREST:
-        hits = sorted(n.name for n in frontier if n.op == "placeholder" and n.name in feats)
+        hits = sorted(n.name for n in frontier if n.op == "placeholder" and n.name in feats
+                      and feats[n.name][1] is not None)
         if hits:
             return hits[0]
         nxt = []
@@ -222,10 +229,17 @@ def attention(r, a, name: str, feats) -> tuple[list, list]:
         body.append(f"heads = {h}")
         if _int(a.kv_heads) and a.kv_heads != h:
             body.append(f"kv_heads = {a.kv_heads}")
-    if _is_causal(a):
-        body.append("mask = causal")
-    elif [m for m in a.masks if "topk" not in {op(x) for x in [m, *ancestors(m, 8)]}]:
-        notes.append("# not lifted: a mask other than a causal one")
+    given = sorted({feats[x.name][0] for m in a.masks for x in [m, *ancestors(m, 8)]
+                    if x.op == "placeholder" and feats.get(x.name, (0, 0))[1] is None})
+    causal = ["causal"] if _is_causal(a) else []
+    if causal or given:
+        body.append(f"mask = {' * '.join(causal + given)}")
+    if given:
+        notes.append(f"# not lifted: whether True in `{given[0]}` shows or hides a key (in "
+                     "the spec, True = may see)")
+    others = [m for m in a.masks if "topk" not in {op(x) for x in [m, *ancestors(m, 8)]}]
+    if others and not causal and not given:
+        notes.append("# not lifted: a mask other than a causal one or a mask input")
     return [f"attention {name} {{", *(f"    {b}" for b in body), "}"], notes
 
 
