@@ -371,6 +371,12 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+def cmd_lift(args) -> int:
+    from .torchread.cli import lift_torch  # (torch is imported only when it runs)
+
+    return lift_torch(args.torch, args.output)
+
+
 def cmd_schema(args) -> int:
     from .schemas import command
 
@@ -382,7 +388,7 @@ def make_parser() -> argparse.ArgumentParser:
         "check": cmd_check, "classify": cmd_classify, "table": cmd_table, "graph": cmd_graph,
         "diagram": cmd_diagram, "report": cmd_report, "compile": cmd_compile,
         "fmt": cli_edit.cmd_fmt, "new": cli_edit.cmd_new, "schema": cmd_schema,
-        "train": _cmd_train, "lsp": _cmd_lsp}, __version__)
+        "lift": cmd_lift, "train": _cmd_train, "lsp": _cmd_lsp}, __version__)
 
 
 def _cmd_lsp(args) -> int:

@@ -134,6 +134,17 @@ def _writing_commands(sub, commands: Commands) -> None:
     s.add_argument("--check", action="store_true")
     s.set_defaults(func=commands["fmt"])
 
+    s = sub.add_parser("lift", help="write a .attn sketch of a PyTorch model's attentions",
+                       description="Capture MODULE:FACTORY's model as `classify --torch` does "
+                       "and write a spec sketch of what it recognised: its inputs and one "
+                       "attention statement per recognised attention; comments say what is "
+                       "not lifted. The sketch is checked before it is written "
+                       "(docs/classify-code.md).")
+    s.add_argument("--torch", metavar="MODULE:FACTORY", required=True,
+                   help="FACTORY() returns (model, example inputs)")
+    s.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: stdout)")
+    s.set_defaults(func=commands["lift"])
+
     s = sub.add_parser("lsp", help="run the language server for editors over stdio",
                        description="Serve the Language Server Protocol on stdin/stdout: "
                        "diagnostics, hover, completion, navigation, formatting (docs/editor.md).")

@@ -15,8 +15,11 @@ class Attention:
     recognised: bool = True
     why_not: str = ""
     names: dict = field(default_factory=dict)  # "score"/"align" -> the registry's name
+    heads: int = 1  # query heads, and key/value heads where shared between them (lift)
+    kv_heads: int | None = None
     # graph nodes for the passes over every attention (queries): not part of the answer
     query: object = field(default=None, repr=False, compare=False)
     keys: object = field(default=None, repr=False, compare=False)
     app: object = field(default=None, repr=False, compare=False)
+    weighed: object = field(default=None, repr=False, compare=False)  # the values operand
     masks: list = field(default_factory=list, repr=False, compare=False)

@@ -38,6 +38,24 @@ def read(norm, keys, diff=None):
     return "Multi-Head", why
 
 
+def number(norm, keys, diff=None):
+    """(query heads, key/value heads or None where each query head has its own), as
+    ``read`` counts them; (None, None) where it refuses."""
+    h, _ = _maps(norm, keys)
+    if diff is not None:
+        per = _maps_per_head(norm, diff)
+        if per is None or h % per:
+            return None, None
+        h //= per
+    rep = _repeated(keys) if keys is not None and h > 1 else None
+    if rep is None:
+        return h, None
+    src, dst = _numel(tensor_args(rep)[0]) if tensor_args(rep) else None, _numel(rep)
+    if not src or not dst or dst % src or h % (dst // src):
+        return h, None
+    return h, h // (dst // src)
+
+
 def refusal(norm, diff) -> str:
     return (f"`{diff.name}` subtracts maps of `{norm.name}` (differential attention), but "
             f"how its weights of shape {list(shape(norm) or [])} divide into heads of two "

@@ -230,7 +230,7 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     if gauss is not None:
         al, al_why = "local", alignments.gaussian_reason(r, gauss, al_why if al == "local" else "")
     a.names = {"score": name, "align": al}
-    a.query, a.keys, a.app, a.masks = q, k, app, masks
+    a.query, a.keys, a.app, a.masks, a.weighed = q, k, app, masks, values
     v = a.values
     v["scoring"] = (reading, why)
     v["alignment"] = (mechanisms.ALIGNS[al].reading, al_why)
@@ -241,6 +241,7 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
         a.why_not = heads.refusal(norm, diff)
         return
     v["query_multiplicity"] = multi
+    a.heads, a.kv_heads = heads.number(norm, k, diff)
     s = shape(norm) or ()
     if name == "none" and len(s) >= 2 and (s[0] or 1) > 1 and all(d == 1 for d in s[1:-1]):
         v["query_multiplicity"] = ("Multi-Head", f"`{norm.name}` normalises {s[0]} kernels, "
@@ -258,12 +259,15 @@ def read_sdpa(r, node):
     softmax."""
     q, k = tensor_args(node)[:2]
     a = Attention(node.name, node.name, nodes=[node.name])
+    a.query, a.keys, a.weighed = q, k, (tensor_args(node)[2:3] or [None])[0]
+    a.names = {"score": "scaled_multiplicative", "align": "global"}
     a.values["scoring"] = ("Scaled Multiplicative", f"`{node.name}` is scaled_dot_product_"
                            "attention: q^T k / sqrt(d)")
     a.values["alignment"] = ("Global", f"`{node.name}` takes a softmax over every key")
     a.values["query_type"] = query_type(r, q, k)
     sq = shape(q) or ()
     if len(sq) == 4 and (sq[1] or 1) > 1:
+        a.heads = sq[1]
         a.values["query_multiplicity"] = ("Multi-Head", f"the queries `{q.name}` of "
                                           f"`{node.name}` hold {sq[1]} heads (shape {list(sq)})")
     else:
