@@ -24,7 +24,7 @@ gen = inline_fixture("kv_buffer", HEADER)
 
 @pytest.fixture(scope="module")
 def mod(gen):
-    return gen(LM.format(mods="bias = alibi"))  # keys cached as projected (no turn)
+    return gen(LM.format(mods=""))  # no position term: the model keeps the keys
 
 
 def _model(mod):

@@ -29,6 +29,10 @@ CASES = {
     "groups_rotary": "qk_norm = l2(scale = 8, groups = 2, dim_scale = true)  position = rotary",
     "sparsemax_rotary": "position = rotary  align = sparsemax",
     "talking_rotary": "position = rotary  talking_heads = true",
+    # position terms: the cache per head, read by the explicit path without a copy
+    "alibi": "bias = alibi",
+    "relative": "position = relative(k = 2, values = true)",
+    "transformer_xl": "position = transformer_xl",
 }
 
 gen = inline_fixture("turned_keys", HEADER)

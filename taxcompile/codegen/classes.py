@@ -225,7 +225,7 @@ def attention_class(p, n: ir.Attention) -> str:
     lq = "C" if n.capsules else ("1" if query == "none" or one_per_input(n) else "Lq")
     p.helpers.update(mech.MASKS[n.mask].helpers + align.helpers)
     p.helpers.update(h for rec, _ in mech.modifiers(n) for h in rec.helpers)
-    if mech.turns_keys(n):  # forward()'s kv_cache
+    if mech.cached_inside(n):  # forward()'s kv_cache
         p.helpers.add("extend_cache")
     dot = dot_form(n)
     fast = fast_path(n, dot)
@@ -274,7 +274,7 @@ def attention_class(p, n: ir.Attention) -> str:
         needs=frozenset(x for rec in (align, *extra) for x in rec.needs),
         score_terms=any(m.in_scores for m in mods), attention=n, scaled=score.scaled,
         kv_heads=bool(n.kv_heads), policy=bool(mech.align_reads(n.align)),
-        held=mech.turns_keys(n))
+        held=mech.cached_inside(n))
     p.classes[name] = AttentionClass(name, view)
     p.class_key[key] = name
     return name

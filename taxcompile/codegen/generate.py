@@ -196,7 +196,7 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
     same = v.name == k.name
     taken = {x.name for x in f.vars.values()}  # the nodes' own names: never reassigned
     if keys & p.gen.target_side:
-        if mech.turns_keys(n):  # the module keeps its turned keys (kv_arg)
+        if mech.cached_inside(n):  # the module keeps its keys per head (kv_arg)
             return k, v
         kn = k.name if k.name not in taken else f.locals.new(f"{p.want(n)}_k")
         vn = v.name if v.name not in taken and not same else f.locals.new(f"{p.want(n)}_v")
@@ -231,9 +231,10 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
 
 def kv_arg(p, n: ir.Attention) -> list[str]:
     """The module's ``kv_cache=`` argument: a causal attention over the target whose module
-    turns each key by itself (RoPE, qk-norm) keeps its KV cache inside, after the turn, so
-    that a step turns its new keys only (``cache_keys`` leaves its keys as they are)."""
-    if not is_target_side(p, n.id) or p.step is not None or not mech.turns_keys(n):
+    turns each key by itself (RoPE, qk-norm) or places them by a position term keeps its KV
+    cache inside, per head and after the turn, so that a step turns its new keys only and
+    reads the cache without copying it (``cache_keys`` leaves its keys as they are)."""
+    if not is_target_side(p, n.id) or p.step is not None or not mech.cached_inside(n):
         return []
     keys = {r for r, _ in checks.expr_links(n.keys, n.values)}
     if not keys & p.gen.target_side:

@@ -73,6 +73,14 @@ def turns_keys(n) -> bool:
         qk is not None and qk.record.turns_keys)
 
 
+def cached_inside(n) -> bool:
+    """Whether generate()'s KV cache lives in a statement's module, per head: where it turns
+    each key by itself (``turns_keys``), or where a position term places the keys
+    (``counts_past``: its scores' explicit path then reads the cached keys per head without
+    copying them into that layout at every step)."""
+    return turns_keys(n) or any(rec.counts_past for rec, _ in modifiers(n))
+
+
 def penalties(n) -> list[tuple[Mechanism, object]]:
     """(record, ir.Mech) of a statement's penalty (``ir.Attention.loss_term``), [] without
     one: its record and template define it whole."""
