@@ -158,7 +158,7 @@ def _compare(a, b, repeats: int = 3) -> tuple[float, float]:
     return sorted(ta)[len(ta) // 2], sorted(tb)[len(tb) // 2]
 
 
-def _unturned(term: str):
+def _cache_outside(term: str):
     """The model as the generator wrote it before a module kept its cache: the KV cache
     holds the keys before RoPE and the head split, so that every step turns all of them
     again (and the scores' explicit path copies them per head)."""
@@ -181,14 +181,14 @@ def buffers(s) -> list[dict]:
     rows = [row("generate_kv_buffers", f"{STEPS} decoding steps at a 1,024-token KV cache, "
                 "buffers (no position term)", "the same cache concatenated at every step",
                 c, b, c / b, "< 1", c / b < 1, speedup=b / c, equivalence="the same logits")]
-    turned, plain = _model("position = rotary")[0], _unturned("position = rotary")
+    turned, plain = _model("position = rotary")[0], _cache_outside("position = rotary")
     plain.load_state_dict(turned.state_dict())
     c, b = _compare(lambda: _steps(turned, prompt), lambda: _steps(plain, prompt))
     rows.append(row("generate_turned_keys", f"{STEPS} decoding steps at a 1,024-token cache, "
                     "the module keeping its keys after RoPE", "the cache of keys before RoPE, "
                     "every key turned again at each step", c, b, c / b, "<= 0.5", c / b <= 0.5,
                     speedup=b / c, equivalence="the same logits"))
-    held, plain = _model("bias = alibi")[0], _unturned("bias = alibi")
+    held, plain = _model("bias = alibi")[0], _cache_outside("bias = alibi")
     plain.load_state_dict(held.state_dict())
     c, b = _compare(lambda: _steps(held, prompt), lambda: _steps(plain, prompt))
     rows.append(row("generate_alibi_held", f"{STEPS} decoding steps at a 1,024-token cache, "

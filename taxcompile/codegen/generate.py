@@ -234,22 +234,24 @@ def kv_arg(p, n: ir.Attention) -> list[str]:
     turns each key by itself (RoPE, qk-norm) or places them by a position term keeps its KV
     cache inside, per head and after the turn, so that a step turns its new keys only and
     reads the cache without copying it (``cache_keys`` leaves its keys as they are)."""
-    if not is_target_side(p, n.id) or p.step is not None or not mech.cached_inside(n):
-        return []
-    keys = {r for r, _ in checks.expr_links(n.keys, n.values)}
-    if not keys & p.gen.target_side:
+    if not mech.cached_inside(n) or not reads_target_keys(p, n):
         return []
     p.frame.records.add("cache")
     return [f"kv_cache=None if cache is None else (cache, {p.key_code(n)})"]
 
 
+def reads_target_keys(p, n: ir.Attention) -> bool:
+    """A target-side attention, outside a decoder loop, whose keys or values read the target:
+    its keys grow by a step's positions at every generate() step."""
+    if not is_target_side(p, n.id) or p.step is not None:
+        return False
+    return bool({r for r, _ in checks.expr_links(n.keys, n.values)} & p.gen.target_side)
+
+
 def keeps_table(p, n: ir.Attention) -> bool:
     """A causal attention over the target whose position term keeps rows per distance
     (``step_table``: Transformer-XL's W_R R_r): generate() carries them from step to step."""
-    if not is_target_side(p, n.id) or p.step is not None:
-        return False
-    keys = {r for r, _ in checks.expr_links(n.keys, n.values)}
-    return bool(keys & p.gen.target_side) and any(rec.step_table for rec, _ in mech.modifiers(n))
+    return reads_target_keys(p, n) and any(rec.step_table for rec, _ in mech.modifiers(n))
 
 
 def _table_key(p, n: ir.Attention) -> str:

@@ -16,13 +16,9 @@ from .. import mechanisms as mech
 from .normalise import TRANSPARENT, is_bool, op, shape, strip, tensor_args
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# Words that start a statement or fill a field: kept out of the names a sketch makes.
-_WORDS = {"paper", "let", "model", "input", "feature", "query", "output", "update",
-          "attention", "repeat", "affinity", "shared"}
-# Scores and alignments a statement names without parameters read from the graph.
-SCORES = {"multiplicative", "scaled_multiplicative", "general", "biased_general",
-          "activated_general", "similarity", "additive", "concat", "activated_concat",
-          "location"}
+# Scores a statement names on its own: every registry score but those over an affinity
+# matrix (a statement of its own) and LightConv's `none` (weights made without scores).
+SCORES = {n for n in mech.SCORES if not mech.score(n).needs_affinity} - {"none"}
 DOT = {"multiplicative", "scaled_multiplicative", "general", "biased_general",
        "activated_general"}
 ALIGNS = {"global": None, "sigmoid": "sigmoid", "sigmoid_attn": "sigmoid_attn",
@@ -32,7 +28,8 @@ MAX_NEAREST = 20_000  # nodes visited looking for an operand's nearest input
 
 
 class LiftError(Exception):
-    pass
+    """What stops a sketch (nothing left to lift, a sketch that does not check): one line
+    for the command line."""
 
 
 def ident(text: str, taken: set, fallback: str = "x") -> str:
@@ -40,7 +37,7 @@ def ident(text: str, taken: set, fallback: str = "x") -> str:
     base = re.sub(r"[^A-Za-z0-9_]", "_", str(text)).strip("_") or fallback
     if base[0].isdigit():
         base = f"{fallback}_{base}"
-    if keyword.iskeyword(base) or base in _WORDS:
+    if keyword.iskeyword(base) or base in _reserved():
         base += "_"
     name, i = base, 2
     while name in taken:
@@ -48,6 +45,15 @@ def ident(text: str, taken: set, fallback: str = "x") -> str:
     assert _IDENT.match(name)
     taken.add(name)
     return name
+
+
+def _reserved() -> frozenset[str]:
+    """The language's own words (statement keywords from the grammar, `shared`, `true`, …):
+    kept out of the names a sketch makes."""
+    from ..vocabulary import vocabulary
+
+    v = vocabulary()
+    return frozenset(v.keywords + v.modifiers + v.constants)
 
 
 def comment(text: str) -> str:
