@@ -327,7 +327,7 @@ class Drawer:
                 sub.attr(label="", fontsize="11", margin="14", **child.style)
                 # The title is a node above the cluster's nodes, not the cluster's label:
                 # dot routes edges around nodes and keeps external labels off them, but
-                # draws both over a cluster's label (issue 24).
+                # draws both over a cluster's label.
                 title = f"{self.prefix}/{safe}/title"
                 sub.node(title, child.label, shape="plaintext", fontsize="11", height="0.1",
                          margin="0.02,0.02")

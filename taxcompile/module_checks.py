@@ -1,5 +1,5 @@
 """Combinations of one attention module's fields that the generated code has no
-computation for, refused with a located error (issue 23: the spec generator found `check`
+computation for, refused with a located error (the spec generator found `check`
 accepting them and the model failing at run time). Decided from the statement alone, but
 reported by ``check.attention`` once the statement's inputs have shapes (the rule of what
 is checked where: ``taxcompile/check/__init__.py``)."""

@@ -1,4 +1,4 @@
-"""The generated model's ``loss(out, target)`` (issue 24): the cross-entropy of a
+"""The generated model's ``loss(out, target)``: the cross-entropy of a
 ``classify`` output, with the shift of an autoregressive output (x-transformers'
 AutoregressiveWrapper: the logits at position t predict token t + 1 of the sequence given to
 forward()) and ``ignore_index``, plus the attention penalties when the model has some."""

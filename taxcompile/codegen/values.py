@@ -1,4 +1,4 @@
-"""Plan rules of the operators that read attention weights as values (issue 14):
+"""Plan rules of the operators that read attention weights as values:
 ``att.weights``, ``context(V, A)`` and a pointer network's ``pointed(X, C)``."""
 
 from __future__ import annotations

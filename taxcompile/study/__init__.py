@@ -1,5 +1,5 @@
 """``taxcompile study``: every attention mechanism trained under one protocol on synthetic
-tasks with gold alignments, its effect measured per taxonomy dimension (issue 26).
+tasks with gold alignments, its effect measured per taxonomy dimension.
 
 Stages: ``tasks`` (seeded generators with gold links), ``models`` (the taxonomy slice and
 user specs), ``protocol`` (frozen settings and profiles), ``plan`` (runs and skips),

@@ -1,4 +1,4 @@
-"""Attention evaluated against gold (the survey's §4; issue 26, item 4).
+"""Attention evaluated against gold (the survey's §4).
 
 Weights arrive as the generated models return them, ``(B, H, Lq, Lk)`` (heads), with a
 trailing feature axis for multi-dimensional weights; ``mean_weights`` reduces them to ā,

@@ -1,4 +1,4 @@
-"""What the study trains (issue 26, item 2): the taxonomy slice and users' specs.
+"""What the study trains: the taxonomy slice and users' specs.
 
 The slice: one base model per task family, written as an ``.attn`` spec, with its
 attention statement swapped one factor at a time around the base: every score, every

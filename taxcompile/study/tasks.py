@@ -1,4 +1,4 @@
-"""Synthetic tasks with gold alignments (issue 26, item 1).
+"""Synthetic tasks with gold alignments.
 
 Every task speaks one interface, so that every model of the slice fits it:
 
