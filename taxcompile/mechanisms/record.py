@@ -217,7 +217,7 @@ class Mechanism(NamedTuple):
     # How the reader of PyTorch code (taxcompile/torchread) finds it: the names of the graph
     # patterns that give it (patterns.PATTERNS: named after graph shapes, "matmul_product",
     # not after mechanisms; () where no pattern finds it), and its name in the reasons the
-    # reader writes ("LightConv"; '' for its ``name``)
+    # reader writes ('' for its ``name``)
     recognised_by: tuple[str, ...] = ()
     title: str = ""
     # why it stands outside the combination matrix's one module (combination_space), ''

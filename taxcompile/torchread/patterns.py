@@ -38,7 +38,7 @@ def score_path(r, norm, start=None):
             masks.append(x)
             x = args[0]
         elif o in ("add", "sub") and len(args) == 1:
-            biases.append(x)  # a constant bias (sigmoid attention's b = -log n)
+            biases.append(x)  # a constant bias (b = -log n before a sigmoid)
             x = args[0]
         elif o == "sub" and len(args) == 2 and op(strip(args[1])) in ("max", "amax"):
             x = args[0]  # z - max(z): a shift for stability, no bias
@@ -131,7 +131,8 @@ SCORE_PATTERNS = {
     "activated_product": _activated_score, "matmul_product": matmul_score,
     "learned_vector_over_activation": _additive_score,
 }
-# The score patterns of a product of queries and keys (what sigmoid attention's weights need)
+# The score patterns of a product of queries and keys (what a sigmoid over scores needs to
+# weigh the values as attention rather than gate them)
 PRODUCTS = ("matmul_product", "activated_product")
 
 
