@@ -40,7 +40,9 @@ def score_path(r, norm, start=None):
         elif o in ("add", "sub") and len(args) == 1:
             biases.append(x)  # a constant bias (b = -log n before a sigmoid)
             x = args[0]
-        elif o == "sub" and len(args) == 2 and op(strip(args[1])) in ("max", "amax"):
+        elif o in ("clamp", "clamp_min") and len(args) == 1 and start is not None:
+            x = args[0]  # scores clamped below a bound before a threshold (sparsemax's)
+        elif o == "sub" and len(args) == 2 and op(_unclamped(args[1])) in ("max", "amax"):
             x = args[0]  # z - max(z): a shift for stability, no bias
         elif o in ("mul", "div") and len(args) == 1:
             if not _unit(x):
@@ -67,6 +69,14 @@ def score_path(r, norm, start=None):
         else:
             break
     return x, scales, masks, biases
+
+
+def _unclamped(node):
+    """``node`` before a clamp to a constant bound (max(z) kept finite) and moves."""
+    n = strip(node)
+    while op(n) in ("clamp", "clamp_min") and len(tensor_args(n)) == 1:
+        n = strip(tensor_args(n)[0])
+    return n
 
 
 def _is_mask(node) -> bool:
