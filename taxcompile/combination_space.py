@@ -17,19 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .mechanism_names import example, names, records
+from .mechanisms.scores import AFFINITY_ONLY
 
 # The scores and alignments of the registry (taxcompile/mechanisms) but those that cannot
-# stand in this matrix's one module, with where they are combined instead.
-AFFINITY_ONLY = "scores over an affinity matrix: parallel co-attention's pairs (CO_SCORES)"
-OUTSIDE = {
-    "max_pool": AFFINITY_ONLY,
-    "affinity": AFFINITY_ONLY,
-    "activated_concat": "scores the edges of a graph only (`mask = adj`, GAT)",
-    "lsh": "hashes the queries and the keys alike: the query must be the keys",
-    "none": "computes no scores: only beside an alignment whose weights are its own",
-    "lightconv": "makes its weights without scores (`score = none`), from each query's "
-                 "position: a sequence's own self-attention only",
-}
+# stand in this matrix's one module, with where they are combined instead (each record's
+# ``outside_matrix``).
+OUTSIDE = {m.name: m.outside_matrix for kind in ("score", "align") for m in records(kind)
+           if m.outside_matrix}
 SCORES = tuple(s for s in names("score", aliases=False) if s not in OUTSIDE)
 ALIGNMENTS = tuple(a for a in names("align", aliases=False) if a not in OUTSIDE)
 DEFAULT_ALIGN = ALIGNMENTS[0]  # what a spec that leaves out `align = …` gets (eq. 25)

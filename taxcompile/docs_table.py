@@ -92,13 +92,18 @@ def _cell(text: str) -> str:
 
 
 def section(kind: str) -> list[str]:
-    out = [f"## {SECTIONS.get(kind, kind)}", "",
-           "| name | also | parameters | Table III | eq. |", "| --- | --- | --- | --- | --- |"]
+    # a kind some record of which the reader of PyTorch code finds gets a column of the graph
+    # patterns that find each one (— where none does: not recognised)
+    read = any(m.recognised_by for m in records(kind))
+    head = "| name | also | parameters | Table III | eq. |" + (" read from code |" if read else "")
+    out = [f"## {SECTIONS.get(kind, kind)}", "", head,
+           "| --- " * (6 if read else 5) + "|"]
     for m in records(kind):
         also = ", ".join(f"`{a}`" for a in m.aliases) or "—"
         params = ", ".join(param(p, m) for p in m.params) or "—"
+        found = (" " + (", ".join(f"`{p}`" for p in m.recognised_by) or "—") + " |") if read else ""
         out.append(f"| `{m.name}` | {also} | {_cell(params)} | {_cell(reading(m))} "
-                   f"| {equations(m)} |")
+                   f"| {equations(m)} |{found}")
     return out + [""]
 
 
@@ -117,7 +122,10 @@ def render() -> str:
         "layer l, the hop of a `repeat` whose hops have weights of their own, where the spec",
         "leaves it unset), the Table III cell it sets (— where it sets none; \"by its",
         "parameters\" where the classifier reads them) and the equations its record cites",
-        "(the survey's, unless another paper is named). [language.md](language.md#attention-modules)",
+        "(the survey's, unless another paper is named); for scores, alignments and traits, the",
+        "graph patterns by which `taxcompile classify --torch` finds it in PyTorch code (— where",
+        "none does; [classify-code.md](classify-code.md)).",
+        "[language.md](language.md#attention-modules)",
         "says how each is written and what it needs; [codegen.md](codegen.md) what the",
         "generated code computes.",
         "",

@@ -75,7 +75,9 @@ def test_differential_attention_counts_its_heads_not_its_maps(heads, label):
     got, why = a.values["query_multiplicity"]
     assert got == label == res.row()["query_multiplicity"], why
     assert f"{2 * heads} maps" in why and f"{heads} head{'s' if heads > 1 else ''} of 2" in why
-    assert a.names == {"score": "scaled_multiplicative", "align": "global"}
+    # the difference of one softmax's maps names the record that emits it
+    assert a.names == {"score": "scaled_multiplicative", "align": "global",
+                       "trait": "differential"}
 
 
 def test_an_unreadable_difference_of_maps_is_refused_not_counted():

@@ -133,7 +133,7 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
     kernel), "band" or "gather" (local attention in O(L D)), "blocks" (multi-dimensional
     additive attention over blocks of queries), "flex" (a term in the scores as
     FlexAttention's score_mod), "chunks" (the alignment's own kernel: LSH sorted by bucket,
-    O(L chunk); LightConv's convolution, O(L k)), or None."""
+    O(L chunk); a kernel over the keys' positions as a convolution, O(L k)), or None."""
     if mech.class_penalty(n) or n.coverage or n.head_mechanisms:
         return None
     al = n.align.record
@@ -149,7 +149,7 @@ def fast_path(n: ir.Attention, dot: str | None) -> str | None:
             and not n.affinity
         if rows and multi_rows and al.plain:
             return rows
-        # weights of the alignment's own (LightConv's kernel): its own kernel for the context,
+        # weights of the alignment's own (a learned kernel's): its own kernel for the context,
         # which reads the padding and the structural mask only (not a mask input's pairs, nor
         # values in fewer heads than the queries')
         own = "own_weights" in al.caps and n.mask_input is None and not n.kv_heads

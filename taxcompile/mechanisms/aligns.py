@@ -82,11 +82,12 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               reason="softmax over all keys (eq. 25)", label="global", class_part="",
               doc="global (soft) alignment (eq. 25)", template="align/global.py.j2",
               helpers=("masked_softmax",), plain=True, fast="sdpa", normalised=True,
-              caps=("score_terms",)),
+              caps=("score_terms",),
+              recognised_by=("softmax_over_scores", "fused_sdpa", "edge_softmax")),
     Mechanism("align", "hard", reading="Hard", reason="samples one key (eq. 26)", label="hard",
               class_part="Hard", doc="hard alignment: sample one position (eq. 26)",
               template="align/hard.py.j2", helpers=("masked_softmax",), extras=("log_prob",),
-              picks_one=True, needs=("H",), log_prob="query"),
+              picks_one=True, needs=("H",), log_prob="query", recognised_by=("pick_of_weights",)),
     Mechanism("align", "local",
               (pint("D"), enum("position", ("monotonic", "predictive"), "predictive"),
                P("gaussian", "bool", False, True), P("sigma", "float", False)),
@@ -100,7 +101,8 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               # O(L D): a band of keys (monotonic: p_t = t) or the window gathered
               fast=lambda al: "band" if al.position == "monotonic" else "gather",
               centred=True, step_start=lambda al: al.position == "monotonic",
-              by_query_index=True, caps=("window",)),
+              by_query_index=True, caps=("window",),
+              recognised_by=("banded_position_mask", "gaussian_of_key_positions")),
     # `policy = s`: the agent's state is each key with s (RBAN's aspect, Wang et al. 2019)
     Mechanism("align", "reinforced", (P("policy", "node", False),), reading="Reinforced",
               reason=lambda al: "soft alignment over a subset an agent selects" + (
@@ -114,14 +116,16 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               ctor=(CtorArg("d_p", "int", owner="align", field="policy",
                             comment="d_p: the width of what the policy reads beside each key"),),
               template="align/reinforced.py.j2", helpers=("masked_softmax",),
-              extras=("log_prob",), fast="sdpa", log_prob="example"),
+              extras=("log_prob",), fast="sdpa", log_prob="example",
+              recognised_by=("policy_mask",)),
     Mechanism("align", "sparsemax", reading="Sparse", reason="sparsemax", label="sparsemax",
               class_part="Sparsemax", doc="sparsemax alignment (seed 000)",
               template="align/sparsemax.py.j2", helpers=("sparsemax",), normalised=True,
-              caps=("score_terms",)),
+              caps=("score_terms",), recognised_by=("clamped_threshold",)),
     Mechanism("align", "entmax", reading="Sparse", reason="entmax-1.5", label="entmax",
               class_part="Entmax", doc="1.5-entmax alignment", template="align/entmax.py.j2",
-              helpers=("entmax15",), normalised=True, caps=("score_terms",)),
+              helpers=("entmax15",), normalised=True, caps=("score_terms",),
+              recognised_by=("squared_clamped_threshold",)),
     # Oktay et al.'s attention gates: Table III reads them as Global
     Mechanism("align", "sigmoid", reading="Global",
               reason="a sigmoid gate on every position, not normalised over the keys (Oktay "
@@ -132,6 +136,7 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               note="Per position: a_l = sigmoid(e_l + b_psi) from key l and the query at l (or "
                    "one query for all), c_l = a_l v_l: the values keep their positions.",
               template="align/sigmoid.py.j2", gate=True, caps=("per_key",),
+              recognised_by=("sigmoid_per_key",),
               not_distribution="a sigmoid gate's weights are not normalised over the keys"),
     # Kim et al.'s structured attention: a linear-chain CRF over the attended positions
     Mechanism("align", "crf", (P("normalize", "bool", False, False),), reading="Global",
@@ -150,7 +155,7 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               ctor=(CtorArg("topk", "int", owner="align", field="k", sym="k",
                             comment="k: the scores each query keeps (Zhao et al. 2019)"),),
               template="align/topk.py.j2", helpers=("masked_softmax",), normalised=True,
-              caps=("score_terms",)),
+              caps=("score_terms",), recognised_by=("topk_of_scores",)),
     Mechanism("align", "sigmoid_attn", (P("bias", "float", False, sign="any"),),
               reading="Global", reason=lambda al: SIGMOID_ATTN_REASON.format(b=_sigmoid_b(al)),
               label=lambda al: f"sigmoid attention, b = {_sigmoid_b(al)}",
@@ -161,6 +166,7 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                             sym="bias", comment="b: added to every score before the sigmoid "
                             "(None: -log n, n keys)"),),
               template="align/sigmoid_attn.py.j2", caps=("score_terms",),
+              recognised_by=("sigmoid_over_scores_times_values",), title="sigmoid attention",
               not_distribution="sigmoid attention weighs each key by its own sigmoid(e + b): "
                                "the weights are not normalised over the keys"),
     Mechanism("align", "lightconv", (pint("kernel", hi=1024), P("weight_dropout", "prob", False, 0.0)),
@@ -178,6 +184,9 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               template="align/lightconv.py.j2", by_query_index=True, caps=("own_weights",
                                                                           "window"),
               fast="chunks", helpers=("lightconv_context",),
+              recognised_by=("softmaxed_kernel_spread",), title="LightConv",
+              outside_matrix="makes its weights without scores (`score = none`), from each "
+                             "query's position: a sequence's own self-attention only",
               requires=("no_score", "query"),
               excludes=("multi_dimensional", "affinity", "capsules", "coverage", "position",
                         "bias", "adds_keys", "mixes_heads"),
@@ -202,6 +211,7 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                                                    "lsh_context"),
               needs=("H",), fast="chunks", normalised=True, by_query_index=True,
               shared_qk=True, caps=("score_terms",),
+              outside_matrix="hashes the queries and the keys alike: the query must be the keys",
               # what the sort-and-chunk path does not compute (and the explicit path must
               # give the same numbers)
               excludes=("multi_dimensional", "affinity", "capsules", "pair_mask", "coverage",

@@ -51,6 +51,7 @@ HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
               conflict=("differential attention", "it splits each head's q and k of a "
                         "dot-product score into two softmax maps over one sequence's keys"),
               by_depth=(LAMBDA_BY_DEPTH,),
+              recognised_by=("difference_of_softmax_maps",), title="differential attention",
               not_distribution="differential attention's weights are a difference of two "
                                "softmax maps, a1 - lambda a2: some are negative, and they are "
                                "not normalised over the keys"),

@@ -214,6 +214,15 @@ class Mechanism(NamedTuple):
     # query positions and keys (check/penalties.py); its call, `{target}` the input, runs
     # in training, when the input is given
     target: str = ""
+    # How the reader of PyTorch code (taxcompile/torchread) finds it: the names of the graph
+    # patterns that give it (patterns.PATTERNS: named after graph shapes, "matmul_product",
+    # not after mechanisms; () where no pattern finds it), and its name in the reasons the
+    # reader writes ('' for its ``name``)
+    recognised_by: tuple[str, ...] = ()
+    title: str = ""
+    # why it stands outside the combination matrix's one module (combination_space), ''
+    # where it is in it
+    outside_matrix: str = ""
 
     def depth_code(self, param: str) -> str:
         """Parameter ``param``'s value at layer ``{l}`` as code ('' when it has none)."""

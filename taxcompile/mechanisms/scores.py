@@ -65,10 +65,15 @@ def affinity_reason(how: str):
     return reason
 
 
+# Why the scores over an affinity matrix stand outside the combination matrix's one module
+AFFINITY_ONLY = "scores over an affinity matrix: parallel co-attention's pairs (CO_SCORES)"
+
+
 SCORES: dict[str, Mechanism] = {m.name: m for m in (
     _score("additive", "Additive", "additive score w^T act(W1 q + W2 k + b) (eq. 6)",
            pint("d_w", False), act("tanh"), P("bias", "bool", False, True), ctor=(D_W,),
            query_helpers=("additive_score",), rows_fast="blocks", hidden=True, act_sum=True,
+           recognised_by=("learned_vector_over_activation",),
            affinity="pooled", affinity_rows="sum", keys_once=True, docs=(
                ("no_query", "additive score of the keys alone, w^T act(W k + b) (eq. 33)"),
                ("affinity", "aggregate additive score over an affinity matrix (eq. 14-15)"),
@@ -77,36 +82,42 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
                ("shared_keys_multi", "additive score W_d^T act(W1 q + W k + b), W, b and W_d "
                                      "those of eq. 7 (eq. 9, 31)"))),
     _score("concat", "Additive", "concat score w^T W [q; k] (Table II)", pint("d_w", False),
-           ctor=(D_W,), hidden=True, linear=True,
+           ctor=(D_W,), hidden=True, linear=True, recognised_by=("learned_vector_over_activation",),
            docs=(("no_query", "concat score of the keys alone, w^T W k (Table II, eq. 33)"),)),
     _score("multiplicative", "Multiplicative", "multiplicative score q^T k (Table II)",
            aliases=("dot",),  # Luong et al.'s name for q^T k
-           dot="q^T k_l (Table II, multiplicative)", equal_qk=True, qk=True),
+           dot="q^T k_l (Table II, multiplicative)", equal_qk=True, qk=True,
+           recognised_by=("matmul_product",)),
     _score("scaled_multiplicative", "Scaled Multiplicative",
            "scaled multiplicative score q^T k / sqrt(d_k) (Table II)",
            aliases=("scaled_dot",),  # the affinity form's name for it
-           dot="q^T k_l / sqrt(d_k)", scaled=True, equal_qk=True, qk=True),
-    _score("general", "General", "general score k^T W q (Table II)", dot="k_l^T W q"),
+           dot="q^T k_l / sqrt(d_k)", scaled=True, equal_qk=True, qk=True,
+           recognised_by=("matmul_product", "fused_sdpa")),
+    _score("general", "General", "general score k^T W q (Table II)", dot="k_l^T W q",
+           recognised_by=("matmul_product",)),
     _score("biased_general", "Biased General", "biased general score k^T (W q + b) (Table II)",
-           dot="k_l^T (W q + b)"),
+           dot="k_l^T (W q + b)", recognised_by=("matmul_product",)),
     _score("activated_general", "Activated General",
-           "activated general score act(k^T W q + b) (Table II)", act("tanh")),
+           "activated general score act(k^T W q + b) (Table II)", act("tanh"),
+           recognised_by=("activated_product",)),
     _score("similarity", "Similarity", _similarity_doc,
            enum("kind", ("cosine", "l2"), "cosine"), SIMILARITY_SCALE, part=_similarity_part,
-           dot=_similarity_dot, equal_qk=True),
+           dot=_similarity_dot, equal_qk=True, recognised_by=("matmul_product",)),
     _score("location", "Location", "location score W_a q (Luong et al.)", ctor=(N_KEYS,),
-           per_key=True),
+           per_key=True, recognised_by=("per_key_map",)),
     # co-attention (eq. 12-16): the scores are an affinity matrix's rows, or their maximum;
     # Table II's reading is the affinity's form
     Mechanism("score", "affinity", reading=affinity_reading, reason=affinity_reason("its rows"),
               label="affinity", class_part="Affinity",
               doc="scores read off an affinity matrix (eq. 12-13)",
-              template="score/affinity.py.j2", affinity="rows", needs_affinity=True),
+              template="score/affinity.py.j2", affinity="rows", needs_affinity=True,
+              recognised_by=("affinity_matrix",), outside_matrix=AFFINITY_ONLY),
     Mechanism("score", "max_pool", reading=affinity_reading,
               reason=affinity_reason("the maximum of each row"), label="max pool",
               class_part="MaxPool", doc="max-pooled affinity scores (eq. 16)",
               template="score/max_pool.py.j2", affinity="pooled", needs_affinity=True,
-              affinity_rows="max"),
+              affinity_rows="max", recognised_by=("affinity_matrix",),
+              outside_matrix=AFFINITY_ONLY),
     # GAT (Velickovic et al.): act(a^T [q_i || k_j]), a split into a_dst and a_src, over a
     # graph: the concat form of the additive family (Table II), the activation after the
     # weight vector rather than before it. Its class is graph_attention.py.j2.
@@ -120,7 +131,8 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
               label="activated concat", class_part="Graph",
               doc="activated concat score act(a^T [W h_i; W h_j]) (Velickovic et al. eq. 1)",
               template="graph_attention.py.j2", helpers=("masked_softmax", "edge_sum"), graph=True,
-           caps=("edges",)),
+              caps=("edges",), recognised_by=("edge_softmax",),
+              outside_matrix="scores the edges of a graph only (`mask = adj`, GAT)"),
     # No score at all, for an alignment whose weights are its own (a learned kernel over
     # relative positions): nothing is computed, and Table III's scoring cell gets no value
     # from it (its template defines no slot).
@@ -128,6 +140,9 @@ SCORES: dict[str, Mechanism] = {m.name: m for m in (
               reason="computes no score: its alignment's weights are its own", label="no score",
               class_part="", doc="alignment's own weights (no score)",
               template="score/none.py.j2", caps=("no_score",),
+              recognised_by=("softmaxed_kernel_spread",),
+              outside_matrix="computes no scores: only beside an alignment whose weights are "
+                             "its own",
               requires=("own_weights",),
               conflict=("`score = none`", "it computes no scores, and the alignment weighs "
                         "the keys by them")),

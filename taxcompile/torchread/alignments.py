@@ -1,7 +1,7 @@
 """Alignments that are not a softmax over scores, found by their graph: sparsemax and 1.5-entmax
 (sort the scores, find a threshold by a cumulative sum, clamp), hard (argmax or sampling, then a
-one-hot or a gather of the values), LightConv (a softmax over a kernel parameter, spread
-over a band of positions), Luong's local window (a Gaussian of the key positions around a
+one-hot or a gather of the values), a softmax over a kernel parameter spread over a band
+of positions (a learned convolution's taps), Luong's local window (a Gaussian of the key positions around a
 centre multiplying the weights) and reinforced (a policy's subset of keys masking the
 scores)."""
 from __future__ import annotations
@@ -27,13 +27,18 @@ def _ancestor_ops(node, depth: int) -> set:
     return {op(a) for a in seen}
 
 
+# A threshold found by sorting the scores and a cumulative sum, the scores clamped at it
+# (sparsemax), or their half clamped and squared (1.5-entmax): the patterns' names.
+CLAMPED, SQUARED = "clamped_threshold", "squared_clamped_threshold"
+
+
 def sparse_norm(node):
-    """(registry name, score input) where ``node`` is sparsemax's output, clamp(z - tau, 0),
-    or 1.5-entmax's, clamp(z / 2 - tau, 0)^2, with tau found by sorting z and a cumulative
-    sum (Martins & Astudillo 2016; Peters et al. 2019); None otherwise."""
-    n, name = node, "sparsemax"
+    """(pattern, score input) where ``node`` is sparsemax's output, clamp(z - tau, 0)
+    (CLAMPED), or 1.5-entmax's, clamp(z / 2 - tau, 0)^2 (SQUARED), with tau found by sorting
+    z and a cumulative sum (Martins & Astudillo 2016; Peters et al. 2019); None otherwise."""
+    n, name = node, CLAMPED
     if op(n) == "pow" and len(n.args) > 1 and n.args[1] == 2 and tensor_args(n):
-        n, name = tensor_args(n)[0], "entmax"
+        n, name = tensor_args(n)[0], SQUARED
     elif any(op(u) == "pow" for u in n.users):
         return None  # the clamp inside 1.5-entmax: the pow after it is the output
     args = tensor_args(n)
@@ -50,11 +55,11 @@ def sparse_norm(node):
     return name, z
 
 
-def sparse_reason(name: str, node) -> str:
-    what = {"sparsemax": "sparsemax: the sorted scores' cumulative sum sets a threshold, "
-                         "clamp(z - tau, 0)",
-            "entmax": "1.5-entmax: the sorted scores' cumulative sums set a threshold, "
-                      "clamp(z / 2 - tau, 0)^2"}[name]
+def sparse_reason(pattern: str, node) -> str:
+    what = {CLAMPED: "sparsemax: the sorted scores' cumulative sum sets a threshold, "
+                     "clamp(z - tau, 0)",
+            SQUARED: "1.5-entmax: the sorted scores' cumulative sums set a threshold, "
+                     "clamp(z / 2 - tau, 0)^2"}[pattern]
     return f"`{node.name}` is {what}; keys below it weigh exactly zero"
 
 
@@ -80,12 +85,13 @@ def banded(app) -> bool:
     return op(app) == "convolution" or "index" in _ancestor_ops(app, 8)
 
 
-def lightconv_reason(norm, prod, app) -> tuple[str, str]:
-    """(score reason, alignment reason) of a softmax over a learned kernel."""
+def kernel_reason(norm, prod, app, title: str, reading: str) -> tuple[str, str]:
+    """(score reason, alignment reason) of a softmax over a learned kernel, spread over a
+    band of positions: ``title``, the mechanism's name, reads as ``reading``."""
     return (f"`{norm.name}` normalises the learned kernel `{prod.name}`: the weights are its "
             "own, no query meets a key",
             f"the kernel's weights are spread over a band of positions around each query "
-            f"(`{app.name}` applies them): LightConv, local by construction")
+            f"(`{app.name}` applies them): {title}, {reading.lower()} by construction")
 
 
 def between(src, dst, depth: int = 40) -> list:

@@ -12,12 +12,15 @@ query) and by another index (the key); any other edge score is "attention not re
 with its node, never a guessed row."""
 from __future__ import annotations
 
+from . import records
 from .found import Attention
 from .normalise import TRANSPARENT, op, shape, source_line, strip, tensor_args
 from .products import ACTS
 
 # Ops that read one row per edge.
 GATHER = {"index_select", "gather", "index", "embedding"}
+# The pattern's name: a softmax over each node's incoming edges (records name it)
+EDGES = "edge_softmax"
 _MAX = {"amax", "max"}
 
 
@@ -162,7 +165,6 @@ def edge_score(r, e, seg):
 def read(r, div) -> Attention | None:
     """The attention whose weights ``div`` makes, or None where ``div`` is no softmax over
     a graph's edges that weighs values."""
-    from .. import mechanisms
     from .patterns import query_type
 
     sm = edge_softmax(div)
@@ -184,11 +186,12 @@ def read(r, div) -> Attention | None:
                      "act(a^T [W h_i; W h_j]) is the one read)")
         return a
     why, q, k = got
-    a.names = {"score": "activated_concat", "align": "global"}
+    score, al = records.one("score", EDGES), records.one("align", EDGES)
+    a.names = {"score": score.name, "align": al.name}
     a.query, a.keys, a.app = q, k, agg
     v = a.values
-    v["scoring"] = (mechanisms.SCORES["activated_concat"].reading, why)
-    v["alignment"] = (mechanisms.ALIGNS["global"].reading,
+    v["scoring"] = (score.reading, why)
+    v["alignment"] = (al.reading,
                       f"`{div.name}` divides `{num.name}` by its sum over each node's incoming "
                       "edges (a scatter-add by the edges' target index): a softmax over each "
                       "node's neighbours (Velickovic et al. eq. 3), every neighbour weighted")

@@ -1,7 +1,8 @@
 """Query multiplicity read from the weights' shape and the keys: heads as the weights hold
 them (B, H, Lq, Lk) or folded into the batch (nn.MultiheadAttention), keys shared between
-query heads (grouped / multi-query), and differential attention, whose one normalisation
-holds two maps per head that are subtracted before they weigh the values."""
+query heads (grouped / multi-query), and a difference of maps, where one normalisation
+holds two maps per head that are subtracted before they weigh the values (the mechanism
+that gives it is named by the caller, from its record)."""
 from __future__ import annotations
 
 import math
@@ -13,9 +14,10 @@ from .normalise import TRANSPARENT, op, shape, tensor_args
 _TO_DIFF = TRANSPARENT | {"mul", "div", "where"}
 
 
-def read(norm, keys, diff=None):
+def read(norm, keys, diff=None, what: str = ""):
     """(label, reason) of query multiplicity, or None where ``diff`` (a difference of two maps
-    before the values) leaves the number of heads unread: refused rather than guessed."""
+    before the values; ``what``: the mechanism's name) leaves the number of heads unread:
+    refused rather than guessed."""
     h, why = _maps(norm, keys)
     if diff is not None:
         per = _maps_per_head(norm, diff)
@@ -25,11 +27,11 @@ def read(norm, keys, diff=None):
             h //= per
             why = (f"`{norm.name}` holds {h * per} maps (weights of shape "
                    f"{list(shape(norm) or [])}) and `{diff.name}` subtracts each head's second "
-                   f"map from its first (differential attention, A1 - lambda A2): {h} "
+                   f"map from its first ({what}, A1 - lambda A2): {h} "
                    f"head{'s' if h > 1 else ''} of {per} maps")
         else:
             why += (f"; `{diff.name}` subtracts another normalisation's map from these "
-                    "(differential attention): each map is read as an attention")
+                    f"({what}): each map is read as an attention")
     if h == 1:
         return "Singular", why
     rep = _repeated(keys) if keys is not None else None
@@ -56,8 +58,8 @@ def number(norm, keys, diff=None):
     return h, h // (dst // src)
 
 
-def refusal(norm, diff) -> str:
-    return (f"`{diff.name}` subtracts maps of `{norm.name}` (differential attention), but "
+def refusal(norm, diff, what: str = "") -> str:
+    return (f"`{diff.name}` subtracts maps of `{norm.name}` ({what}), but "
             f"how its weights of shape {list(shape(norm) or [])} divide into heads of two "
             "maps is not read from the graph: the number of heads would be a guess")
 
@@ -115,6 +117,10 @@ def _maps_per_head(norm, diff):
     if not n or not d or n % d:
         return None
     return n // d
+
+
+# what the reader asks of a difference it found: whether one normalisation holds its maps
+maps_per_head = _maps_per_head
 
 
 def _split_heads(node):

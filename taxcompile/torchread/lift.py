@@ -17,13 +17,15 @@ from .normalise import TRANSPARENT, is_bool, op, shape, strip, tensor_args
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Scores a statement names on its own: every registry score but those over an affinity
-# matrix (a statement of its own) and LightConv's `none` (weights made without scores).
-SCORES = {n for n in mech.SCORES if not mech.score(n).needs_affinity} - {"none"}
+# matrix (a statement of its own) and one that computes no scores (its alignment's weights
+# are its own).
+SCORES = {n for n, m in mech.SCORES.items() if not m.needs_affinity and "no_score" not in m.caps}
 DOT = {"multiplicative", "scaled_multiplicative", "general", "biased_general",
        "activated_general"}
-ALIGNS = {"global": None, "sigmoid": "sigmoid", "sigmoid_attn": "sigmoid_attn",
-          "sparsemax": "sparsemax", "entmax": "entmax", "hard": "hard",
-          "reinforced": "reinforced"}
+# Alignments the reader finds that a statement writes without parameters, as it writes
+# them: the plain softmax as the default (None).
+ALIGNS = {n: None if m.plain else n for n, m in mech.ALIGNS.items()
+          if m.recognised_by and not any(p.required for p in m.params)}
 MAX_NEAREST = 20_000  # nodes visited looking for an operand's nearest input
 
 

@@ -1,22 +1,27 @@
-"""The recognisers, keyed by the mechanism registry's names (taxcompile/mechanisms): each says
-how to find its mechanism in a normalised graph, as the record says how to emit it. What no
-recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test_torchread.py
-can hold the two tables to the registry."""
+"""The graph patterns that give an attention's score and alignment, by name, and the
+reading of one attention with them. A pattern is named after a graph shape ("matmul_product",
+"sigmoid_over_scores_times_values"), not after a mechanism: each record of the registry
+(taxcompile/mechanisms) names the patterns that find it (``recognised_by``), as it names the
+template that emits it, and the reader goes from a matched pattern to the record that names
+it (``records``). A record that names no pattern is not recognised; ``catalogue`` lists
+every pattern, and tests/test_recognisers_records.py compiles each record's own generated
+code and reads that record back."""
 from __future__ import annotations
 
-from . import alignments, heads, scores
-from .alignments import banded, lightconv_reason
+from .. import mechanisms
+from . import alignments, heads, records, scores
+from .alignments import banded, kernel_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
 from .products import ACTS, matmul_score, ancestors, normalised, projection, weight  # noqa: F401
 
 COMPARE = {"le", "lt", "ge", "gt"}
-
-# Registry names (score and align records) no recogniser reads yet, with why.
-NOT_RECOGNISED = {
-    ("align", "crf"): "a CRF's marginals (forward-backward) are not matched yet",
-    ("align", "lsh"): "LSH buckets (hash by random rotation, sort, chunk) are not matched yet",
-}
+# Patterns found outside the score and alignment tables below: the fused call, a softmax
+# over a learned kernel spread over positions (its weights are its own: the pattern gives
+# both the score's record and the alignment's), a pick of one key, a Gaussian of the key
+# positions multiplying the weights, a difference of two softmax maps before the values.
+FUSED, KERNEL, PICK = "fused_sdpa", "softmaxed_kernel_spread", "pick_of_weights"
+GAUSSIAN, DIFFERENCE = "gaussian_of_key_positions", "difference_of_softmax_maps"
 
 
 def score_path(r, norm, start=None):
@@ -33,9 +38,11 @@ def score_path(r, norm, start=None):
             masks.append(x)
             x = args[0]
         elif o in ("add", "sub") and len(args) == 1:
-            biases.append(x)  # a constant bias (sigmoid attention's b = -log n)
+            biases.append(x)  # a constant bias (b = -log n before a sigmoid)
             x = args[0]
-        elif o == "sub" and len(args) == 2 and op(strip(args[1])) in ("max", "amax"):
+        elif o in ("clamp", "clamp_min") and len(args) == 1 and start is not None:
+            x = args[0]  # scores clamped below a bound before a threshold (sparsemax's)
+        elif o == "sub" and len(args) == 2 and op(_unclamped(args[1])) in ("max", "amax"):
             x = args[0]  # z - max(z): a shift for stability, no bias
         elif o in ("mul", "div") and len(args) == 1:
             if not _unit(x):
@@ -62,6 +69,14 @@ def score_path(r, norm, start=None):
         else:
             break
     return x, scales, masks, biases
+
+
+def _unclamped(node):
+    """``node`` before a clamp to a constant bound (max(z) kept finite) and moves."""
+    n = strip(node)
+    while op(n) in ("clamp", "clamp_min") and len(tensor_args(n)) == 1:
+        n = strip(tensor_args(n)[0])
+    return n
 
 
 def _is_mask(node) -> bool:
@@ -104,8 +119,6 @@ def _additive_score(r, prod, scales, norm=None):
             "map of the keys alone (w^T act(W k))", None, inner)
 
 
-MATMUL_SCORES = {"multiplicative", "scaled_multiplicative", "general", "biased_general",
-                 "activated_general", "similarity"}
 def _location_score(r, prod, scales, norm=None):
     return scores.location(r, prod, norm) if norm is not None else None
 
@@ -114,32 +127,33 @@ def _affinity_score(r, prod, scales, norm=None):
     return scores.affinity(r, prod, scales, norm) if norm is not None else None
 
 
-# Location first: its learned map gives one output per key, which no other score's does;
-# then an affinity matrix that two attentions read, before the matmul that makes it.
-SCORE_RECOGNISERS = {
-    "location": _location_score, "affinity": _affinity_score, "max_pool": _affinity_score,
-    "activated_general": lambda r, prod, scales, norm=None: scores.activated(r, prod, scales),
-    "multiplicative": matmul_score, "scaled_multiplicative": matmul_score,
-    "general": matmul_score, "biased_general": matmul_score,
-    "similarity": matmul_score,
-    "additive": _additive_score, "concat": _additive_score, "activated_concat": _additive_score,
-}
+def _activated_score(r, prod, scales, norm=None):
+    return scores.activated(r, prod, scales)
 
 
-# Alignment registry names read, and where.
-ALIGN_RECOGNISERS = {
-    "global": "read_align", "sigmoid": "read_align", "sigmoid_attn": "read_align",
-    "topk": "read_align", "local": "read_align",
-    "sparsemax": "alignments.sparse_norm", "entmax": "alignments.sparse_norm",
-    "hard": "recognise.Reader.applied (a pick)", "reinforced": "alignments.policy", "lightconv": "read (a kernel parameter)",
+# Score patterns, tried in this order: a learned map with one output per key first (no
+# other score's has one), then an affinity matrix that two attentions read, before the
+# matmul that makes it. Each returns (registry name, reason, query, keys[, reading]): one
+# pattern tells apart the forms of the records that name it (a matmul's: scaled, through a
+# learned map, of normalised operands), and gives only those.
+SCORE_PATTERNS = {
+    "per_key_map": _location_score, "affinity_matrix": _affinity_score,
+    "activated_product": _activated_score, "matmul_product": matmul_score,
+    "learned_vector_over_activation": _additive_score,
 }
+# The score patterns of a product of queries and keys (what a sigmoid over scores needs to
+# weigh the values as attention rather than gate them)
+PRODUCTS = ("matmul_product", "activated_product")
 
 
 def read_score(r, prod, scales, norm=None):
-    for fn in dict.fromkeys(SCORE_RECOGNISERS.values()):
-        got = fn(r, prod, scales, norm)
-        if got:
-            return got
+    """(pattern, (registry name, reason, q, k[, reading])) of the first score pattern that
+    matches and gives a record that names it; None where none does."""
+    wanted = records.named()
+    for pattern, fn in SCORE_PATTERNS.items():
+        got = fn(r, prod, scales, norm) if pattern in wanted else None
+        if got and records.gives("score", got[0], pattern):
+            return pattern, got
     return None
 
 
@@ -149,34 +163,78 @@ def _cond_ops(masks) -> set:
     return {op(a) for m in masks for a in [m, *ancestors(m, 8)]}
 
 
-def read_align(r, norm, masks, score="", app=None):
-    """(registry name, reason)."""
-    ops = _cond_ops(masks)
-    names = ", ".join(f"`{m.name}`" for m in masks)
+def _topk(r, norm, masks, scored, app):
     kept = [m for m in masks if op(m) == "topk"]
     if kept:
-        return "topk", (f"`{kept[0].name}` keeps the k largest scores and `{norm.name}` runs "
-                        "over them alone")
-    if "topk" in ops:
-        return "topk", f"keeps the top-k scores: the mask {names} is built from a `topk`"
+        return (f"`{kept[0].name}` keeps the k largest scores and `{norm.name}` runs over "
+                "them alone")
+    if "topk" in _cond_ops(masks):
+        return f"keeps the top-k scores: the mask {_names(masks)} is built from a `topk`"
+    return None
+
+
+def _policy(r, norm, masks, scored, app):
     picked = alignments.policy(r, norm, masks)
-    if picked is not None:
-        return "reinforced", picked[1]
+    return picked[1] if picked is not None else None
+
+
+def _band(r, norm, masks, scored, app):
+    ops = _cond_ops(masks)
     cmps = [a for m in masks for a in [m, *ancestors(m, 8)] if op(a) in COMPARE]
     # a term read from a learned table by relative position (T5's buckets) is a bias, no window
     if "arange" in ops and ("abs" in ops or len(set(cmps)) >= 2) and "embedding" not in ops:
-        return "local", f"a banded mask {names} (built from position indices) keeps a window"
-    base = {"softmax": "softmax", "log_softmax": "log-softmax",
-            "sigmoid": "sigmoid"}[op(norm)]
-    name = "sigmoid" if op(norm) == "sigmoid" else "global"
-    what = f"`{norm.name}` is a {base} over every key"
-    if name == "sigmoid" and score in MATMUL_SCORES and app is not None and op(app) == "matmul":
-        name = "sigmoid_attn"
-        what = (f"`{norm.name}` is a sigmoid of every query-key score, not normalised over the "
-                f"keys, and its weights multiply the values (`{app.name}`): sigmoid attention")
+        return f"a banded mask {_names(masks)} (built from position indices) keeps a window"
+    return None
+
+
+def _over_every_key(what: str, masks) -> str:
     if masks:
-        what += f" (the mask {names} leaves out padding or future keys)"
-    return name, what
+        what += f" (the mask {_names(masks)} leaves out padding or future keys)"
+    return what
+
+
+def _sigmoid_weights(r, norm, masks, scored, app):
+    if op(norm) != "sigmoid" or scored not in PRODUCTS or app is None or op(app) != "matmul":
+        return None
+    rec = records.one("align", "sigmoid_over_scores_times_values")
+    return _over_every_key(f"`{norm.name}` is a sigmoid of every query-key score, not "
+                           "normalised over the keys, and its weights multiply the values "
+                           f"(`{app.name}`): {records.title(rec)}", masks)
+
+
+def _sigmoid_gate(r, norm, masks, scored, app):
+    if op(norm) != "sigmoid":
+        return None
+    return _over_every_key(f"`{norm.name}` is a sigmoid over every key", masks)
+
+
+def _softmax(r, norm, masks, scored, app):
+    base = {"softmax": "softmax", "log_softmax": "log-softmax"}.get(op(norm))
+    return _over_every_key(f"`{norm.name}` is a {base} over every key", masks) if base else None
+
+
+# Alignment patterns over a normalisation of scores and the masks on its input, tried in
+# this order; each returns the reason, or None where it does not match.
+ALIGN_PATTERNS = {
+    "topk_of_scores": _topk, "policy_mask": _policy, "banded_position_mask": _band,
+    "sigmoid_over_scores_times_values": _sigmoid_weights, "sigmoid_per_key": _sigmoid_gate,
+    "softmax_over_scores": _softmax,
+}
+
+
+def _names(masks) -> str:
+    return ", ".join(f"`{m.name}`" for m in masks)
+
+
+def read_align(r, norm, masks, scored="", app=None):
+    """(pattern, reason) of the first alignment pattern that matches and that a record
+    names; None where none does. ``scored``: the score's pattern."""
+    wanted = records.named()
+    for pattern, fn in ALIGN_PATTERNS.items():
+        why = fn(r, norm, masks, scored, app) if pattern in wanted else None
+        if why:
+            return pattern, why
+    return None
 
 
 def query_type(r, q, k):
@@ -199,25 +257,28 @@ def query_type(r, q, k):
 
 def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     """Fill ``a`` (a found.Attention) with its values and reasons, or say why not. ``start``:
-    the score's node where it is not the normalisation's input (sparsemax); ``align``: (name,
-    reason) where the alignment was read on the way (sparse, hard); ``diff``: a difference
-    of two maps between the weights and the values (differential attention)."""
-    from .. import mechanisms
-
+    the score's node where it is not the normalisation's input (sparsemax); ``align``:
+    (pattern, reason) where the alignment was read on the way (sparse, a pick); ``diff``: a
+    difference of two maps between the weights and the values (DIFFERENCE)."""
     prod, scales, masks, biases = score_path(r, norm, start)
     a.nodes = [norm.name, prod.name, app.name, *(m.name for m in masks)]
-    got = read_score(r, prod, scales, norm)
-    if got is None and r.is_param(prod) and op(norm) == "softmax" and banded(app):
-        why, al_why = lightconv_reason(norm, prod, app)
-        got, align = ("none", why, None, None), ("lightconv", al_why)
-    if got is None:
+    found = read_score(r, prod, scales, norm)
+    kernel = records.one("align", KERNEL), records.one("score", KERNEL)
+    if found is None and all(kernel) and r.is_param(prod) and op(norm) == "softmax" \
+            and banded(app):
+        why, al_why = kernel_reason(norm, prod, app, records.title(kernel[0]),
+                                    kernel[0].reading)
+        found, align = (KERNEL, (kernel[1].name, why, None, None)), (KERNEL, al_why)
+    if found is None:
         a.recognised = False
         a.why_not = (f"the score `{prod.name}` ({op(prod)}) before `{norm.name}` matches no "
                      "score pattern")
         return
+    scored, got = found
     name, why, q, k = got[:4]
-    reading = got[4] if len(got) > 4 else mechanisms.SCORES[name].reading
-    if name == "location":
+    score = mechanisms.REGISTRY[("score", name)]
+    reading = got[4] if len(got) > 4 else score.reading
+    if score.per_key:
         k = values  # the keys the scores are positions of: the values weighed
     dim = tensor_args(norm)[1:] and norm.args[1]
     rank = len(shape(norm) or ()) or 2
@@ -225,25 +286,29 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
         q, k = k, q  # weights normalised over the first operand's rows: it holds the keys
     if biases:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
-    al, al_why = align or read_align(r, norm, masks, name, app)
-    gauss = alignments.gaussian(r, norm, app) if al in ("global", "local") else None
-    if gauss is not None:
-        al, al_why = "local", alignments.gaussian_reason(r, gauss, al_why if al == "local" else "")
-    a.names = {"score": name, "align": al}
+    pattern, al_why = align or read_align(r, norm, masks, scored, app) or (None, "")
+    gauss = alignments.gaussian(r, norm, app) \
+        if pattern in ("softmax_over_scores", "banded_position_mask") else None
+    if gauss is not None and records.one("align", GAUSSIAN) is not None:
+        window = al_why if pattern == "banded_position_mask" else ""
+        pattern, al_why = GAUSSIAN, alignments.gaussian_reason(r, gauss, window)
+    al = records.one("align", pattern) if pattern else None
+    if al is None:
+        a.recognised = False
+        a.why_not = f"the weights `{norm.name}` ({op(norm)}) match no alignment pattern"
+        return
+    a.names = {"score": name, "align": al.name}
     a.query, a.keys, a.app, a.masks, a.weighed = q, k, app, masks, values
     v = a.values
     v["scoring"] = (reading, why)
-    v["alignment"] = (mechanisms.ALIGNS[al].reading, al_why)
+    v["alignment"] = (al.reading, al_why)
     v["query_type"] = query_type(r, q, k)
-    multi = heads.read(norm, k, diff)
-    if multi is None:
-        a.recognised = False
-        a.why_not = heads.refusal(norm, diff)
+    _heads(norm, k, diff, a)
+    if not a.recognised:
         return
-    v["query_multiplicity"] = multi
-    a.heads, a.kv_heads = heads.number(norm, k, diff)
     s = shape(norm) or ()
-    if name == "none" and len(s) >= 2 and (s[0] or 1) > 1 and all(d == 1 for d in s[1:-1]):
+    if "no_score" in score.caps and len(s) >= 2 and (s[0] or 1) > 1 \
+            and all(d == 1 for d in s[1:-1]):
         v["query_multiplicity"] = ("Multi-Head", f"`{norm.name}` normalises {s[0]} kernels, "
                                    "one per head")
     if op(app) == "mul" and (shape(norm) or (1,))[-1] not in (1,) and rank >= 3 \
@@ -254,16 +319,43 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
         v["dimensionality"] = ("Single-Dimensional", f"`{app.name}` gives one weight per value")
 
 
+def _heads(norm, k, diff, a) -> None:
+    """Query multiplicity and the heads, with the record a difference of two maps of one
+    normalisation gives (its name under the record's kind in ``a.names``; two
+    normalisations subtracted are each read as an attention), or why the heads are not
+    read."""
+    rec = records.one("trait", DIFFERENCE) if diff is not None else None
+    if diff is not None and rec is None:
+        a.recognised = False
+        a.why_not = f"`{diff.name}` subtracts maps of `{norm.name}`, which no pattern reads"
+        return
+    what = records.title(rec) if rec is not None else ""
+    multi = heads.read(norm, k, diff, what)
+    if multi is None:
+        a.recognised = False
+        a.why_not = heads.refusal(norm, diff, what)
+        return
+    if rec is not None and (heads.maps_per_head(norm, diff) or 1) > 1:
+        a.names[rec.kind] = rec.name  # two maps of one normalisation; apart, each is read
+    a.values["query_multiplicity"] = multi
+    a.heads, a.kv_heads = heads.number(norm, k, diff)
+
+
 def read_sdpa(r, node):
     """An undecomposed scaled_dot_product_attention (torch.fx capture): scaled dot product,
     softmax."""
     q, k = tensor_args(node)[:2]
     a = Attention(node.name, node.name, nodes=[node.name])
     a.query, a.keys, a.weighed = q, k, (tensor_args(node)[2:3] or [None])[0]
-    a.names = {"score": "scaled_multiplicative", "align": "global"}
-    a.values["scoring"] = ("Scaled Multiplicative", f"`{node.name}` is scaled_dot_product_"
-                           "attention: q^T k / sqrt(d)")
-    a.values["alignment"] = ("Global", f"`{node.name}` takes a softmax over every key")
+    score, al = records.one("score", FUSED), records.one("align", FUSED)
+    if score is None or al is None:
+        a.recognised = False
+        a.why_not = f"`{node.name}` is scaled_dot_product_attention, which no pattern reads"
+        return a
+    a.names = {"score": score.name, "align": al.name}
+    a.values["scoring"] = (score.reading, f"`{node.name}` is scaled_dot_product_attention: "
+                           "q^T k / sqrt(d)")
+    a.values["alignment"] = (al.reading, f"`{node.name}` takes a softmax over every key")
     a.values["query_type"] = query_type(r, q, k)
     sq = shape(q) or ()
     if len(sq) == 4 and (sq[1] or 1) > 1:

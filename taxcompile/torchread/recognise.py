@@ -6,7 +6,7 @@ elementwise product summed over the key axis or a convolution's kernel, possibly
 pick of one key (argmax, sampling: hard attention). A softmax over each node's incoming
 edges built from scatter ops (graph attention over an edge list) is read by ``graphs``.
 Once each is read, ``queries`` reads query types and hops over all of them. Each one's score, alignment, heads and query source are read by the
-recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
+graph patterns of ``patterns``, which the registry's records name (``recognised_by``)."""
 from __future__ import annotations
 
 from . import alignments, graphs, patterns, queries
@@ -17,7 +17,7 @@ NORMS = {"softmax", "log_softmax", "sigmoid"}
 APPLY = {"matmul", "mul"}
 # Ops between an alignment and the values it weighs: masks, dropout, zeroing fully-masked
 # rows (SDPA's decomposition), a renormalisation.
-# `index` spreads a kernel's weights over positions (LightConv).
+# `index` spreads a kernel's weights over positions (a learned kernel's taps).
 FORWARD_THROUGH = TRANSPARENT | {"where", "mul", "div", "full_like", "index"}
 
 
@@ -60,12 +60,12 @@ class Reader:
     def applied(self, norm):
         """(the node that weighs values with the alignment's output, the values operand, the
         picks on the way: argmax or sampling, for hard attention, the differences of two
-        maps on the way: differential attention)."""
+        maps on the way: A1 - lambda A2)."""
         seen, frontier, picks, diffs = set(), [norm], [], []
         # a sigmoid weighs values directly (a gate inside a recurrent cell does not reach a
         # matmul through moves alone)
         through = TRANSPARENT | {"where"} if op(norm) == "sigmoid" else FORWARD_THROUGH
-        for _ in range(12):  # a LightConv kernel passes index, mask and moves
+        for _ in range(12):  # a kernel spread over positions passes index, mask and moves
             nxt = []
             for n in frontier:
                 for u in n.users:
@@ -80,13 +80,13 @@ class Reader:
                     if o == "mul" and len(args) == 2 and _sums(u):
                         return u, (args[1] if args[0] in mine else args[0]), picks, diffs
                     if o == "convolution" and len(args) >= 2 and args[1] in mine:
-                        return u, args[0], picks, diffs  # the weights are the kernel (LightConv)
+                        return u, args[0], picks, diffs  # the weights are the kernel
                     if o == "gather" and picks and len(args) >= 2 and args[-1] in mine:
                         return u, args[0], picks, diffs  # the picked index selects values
                     if o == "sub" and len(args) == 2 and op(norm) == "softmax" and not picks \
                             and all(_weights(x) for x in args):
                         diffs.append(u)
-                        nxt.append(u)  # A1 - lambda A2 (differential attention)
+                        nxt.append(u)  # A1 - lambda A2: two maps subtracted
                     elif alignments.is_pick(u):
                         picks.append(u)
                         nxt.append(u)
@@ -142,7 +142,7 @@ def find(graph, params: dict) -> list[Attention]:
             how = op(picks[0])
             if how == "max" and alignments.noise(tensor_args(n)[0]):
                 how = "the largest weight after Gumbel noise: a sample, straight-through"
-            align = ("hard", f"`{picks[0].name}` picks one key ({how}) and "
+            align = (patterns.PICK, f"`{picks[0].name}` picks one key ({how}) and "
                      f"`{app.name}` takes its value alone (eq. 26)")
         a = Attention(n.name, app.name)
         patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)

@@ -13,8 +13,8 @@ class _Out(BaseModel):
 
 
 class Reading(_Out):
-    value: str = Field(description="a Table III label ('' where the mechanism has none, "
-                       "LightConv's score)")
+    value: str = Field(description="a Table III label ('' where the mechanism has none: "
+                       "the score of an alignment whose weights are its own)")
     because: str = Field(description="the graph nodes that give it, in words")
 
 
@@ -24,7 +24,8 @@ class FoundAttention(_Out):
     recognised: bool
     why_not: str = Field(description="why no pattern matched ('' when recognised)")
     values: dict[str, Reading] = Field(description="each dimension read from code")
-    registry: dict[str, str] = Field(description="'score' and 'align': the names of "
+    registry: dict[str, str] = Field(description="'score', 'align' and, where one is read, "
+                                     "'trait' (a mechanism on the heads): the names of "
                                      "taxcompile's mechanism registry")
     nodes: list[str]
     source: list[str] = Field(description="source lines, where the graph keeps them")
