@@ -29,12 +29,13 @@ def plan_attention(p, n: ir.Attention) -> None:
     if kind == "same":  # `share = OTHER`: this statement runs OTHER's module (checks.py)
         p.same_module[n.id] = other
     mark = len(p.frame.body)  # where the key and value models' statements start
-    seg = segment.extend(p, n)  # `mem_len`: the keys and values over [SG(m); h]
-    fused = fused_projections(p, n, seg is not None)
-    # the modules of the key, value and query models are named after their role
-    k = fused.get("k") or p.expr(n.keys, n)
-    v = (fused.get("v") or p.expr(n.values, n)) if n.values != n.keys else k
-    segment.restore(p, seg)
+    with p.frame.part(n.id, "keys"):  # generate.cache_keys picks these statements
+        seg = segment.extend(p, n)  # `mem_len`: the keys and values over [SG(m); h]
+        fused = fused_projections(p, n, seg is not None)
+        # the modules of the key, value and query models are named after their role
+        k = fused.get("k") or p.expr(n.keys, n)
+        v = (fused.get("v") or p.expr(n.values, n)) if n.values != n.keys else k
+        segment.restore(p, seg)
     q = None
     if n.query is not None and not learned_capsules(n):  # else the class holds q_c (eq. 43)
         q = fused.get("q") or p.expr(n.query, n)
@@ -53,8 +54,9 @@ def plan_attention(p, n: ir.Attention) -> None:
     mod = p.module(n, "", f"{cls}({', '.join(ctor)})")
     name = p.want(n)
     p.frame.note(f"attention `{n.name}`: {describe(n, info)}")
-    k = p.named(k, f"{name}_k")
-    v = k if n.values == n.keys else p.named(v, f"{name}_v")
+    with p.frame.part(n.id, "keys"):
+        k = p.named(k, f"{name}_k")
+        v = k if n.values == n.keys else p.named(v, f"{name}_v")
     k, v = generate.cache_keys(p, n, k, v, mark)  # generate(): a KV cache
     kk = f"{k.name}.flatten(0, {G})" if G else k.name
     vv = f"{v.name}.flatten(0, {G})" if G else v.name

@@ -3,6 +3,7 @@ class that owns its submodules."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .. import checks, ir
@@ -60,12 +61,22 @@ class Frame:
         self.records: set[str] = set()  # record containers the body writes to
         self.used: set[str] = set()  # names every function has (``use``) that the body reads
         self.takes_depth = False  # a block whose constructor takes its hop's number, `depth`
+        self.current: tuple[str, str] | None = None  # (node, role) being planned: ``part``
 
     def emit(self, code: str, comment: str = "") -> None:
-        self.body.append(Stmt(code, comment, self.indent))
+        self.body.append(Stmt(code, comment, self.indent, self.current))
 
     def note(self, comment: str) -> None:
-        self.body.append(Stmt("", comment, self.indent))
+        self.body.append(Stmt("", comment, self.indent, self.current))
+
+    @contextmanager
+    def part(self, node_id: str, role: str):
+        """Statements emitted inside are tagged (node_id, role) (``Stmt.part``)."""
+        outer, self.current = self.current, (node_id, role)
+        try:
+            yield
+        finally:
+            self.current = outer
 
     def lookup(self, node_id: str) -> Var | None:
         """A node's value here; one of the caller's becomes a parameter of this frame."""

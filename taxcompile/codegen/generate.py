@@ -32,7 +32,7 @@ from .. import mechanisms as mech
 from . import recurrence
 from .frame import MASKABLE, Var
 from .names import assigned as assigned_names
-from .names import is_name, mentions, names_in
+from .names import is_name, mentions
 from .plan import GeneratePlan, Stmt
 
 # operators that mix the positions of their argument (or reduce its axes): on the target
@@ -186,7 +186,8 @@ def start(p, x) -> str | None:
 def cache_keys(p, n: ir.Attention, k, v, mark: int):
     """After an attention's keys and values are planned: cache them for generate(). Keys
     that read the target are appended step by step (KV cache); keys of the source are
-    computed once (the statements since ``mark`` run only at the first step)."""
+    computed once (the statements since ``mark`` tagged ``(n.id, "keys")`` run only at the
+    first step)."""
     if not is_target_side(p, n.id) or p.step is not None:
         return k, v
     f = p.frame
@@ -205,14 +206,12 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
                "generate(): after the earlier steps' keys and values")
         return (Var(kn, k.shape, k.mask, k.dim, k.mask_code),
                 Var(vn, v.shape, v.mask, v.dim, v.mask_code))
-    # the statements since `mark` that compute the keys and values (not the query's)
-    targets = [x.name for i, x in f.vars.items() if i in p.gen.side or i == p.gen.input.id]
+    # the statements since `mark` built while the keys and values were planned (tagged by
+    # plan_attention, ``Stmt.part``): the query's, comments included, stay outside
     computed = [x for x in dict.fromkeys((k.name, v.name)) if x not in taken]
     stmts, later = [], []
     for s in f.body[mark:]:
-        reads = names_in([s.code])
-        theirs = s.code and not any(names_in([t]) <= reads for t in targets)
-        (stmts if theirs else later).append(s)  # comments stay outside too
+        (stmts if s.code and s.part == (n.id, "keys") else later).append(s)
     if not stmts or not computed:
         return k, v  # the keys are a source value as it is: nothing to compute
     del f.body[mark:]
@@ -221,8 +220,7 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
            "generate(): the source's keys and values, computed at the first step")
     f.emit(f"    {names} = cache[{key}]")
     f.emit("else:")
-    for s in stmts:
-        f.body.append(Stmt(s.code, s.comment, s.depth + 1))
+    f.body.extend(s.deeper() for s in stmts)
     f.emit("    if cache is not None:")
     f.emit(f"        cache[{key}] = {names}")
     f.body.extend(later)
@@ -364,7 +362,7 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
         names = ", ".join(assigned) + ("," if len(assigned) == 1 else "")
         wrapped = [Stmt(f"{mem} = None if cache is None else cache.get(\"@memory\")"),
                    Stmt(f"if {mem} is None:", "the source side: once per generate()")]
-        wrapped += [Stmt(s.code, s.comment, s.depth + 1) for s in prefix]
+        wrapped += [s.deeper() for s in prefix]
         wrapped += [Stmt(f"{mem} = ({names})", "", 1), Stmt("if cache is not None:", "", 1),
                     Stmt(f"cache[\"@memory\"] = {mem}", "", 2), Stmt(f"{names} = {mem}")]
         body = wrapped + rest
