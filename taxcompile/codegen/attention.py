@@ -99,8 +99,7 @@ def plan_attention(p, n: ir.Attention) -> None:
                     else "need_weights=return_attention")
     # where generate() keeps c: a key per module, per hop in a block (key_code is then an
     # f-string on the hop's prefix `at`)
-    key = p.key_code(n)
-    cov_key = 'f"coverage:' + key[2:] if key.startswith('f"') else repr(f"coverage:{n.id}")
+    cov_key = p.key_code(n, "coverage:")
     if n.coverage and p.step is not None:  # c^t carried from step to step (See et al. eq. 10)
         args.append(f"coverage={p.step.cov[n.id]}")
     elif n.coverage and generate.is_target_side(p, n.id):  # generate(): the earlier calls' c

@@ -255,8 +255,7 @@ def keeps_table(p, n: ir.Attention) -> bool:
 def _table_key(p, n: ir.Attention) -> str:
     """Where generate() keeps the rows: "@table:<module>". A key from "@" is not per
     hypothesis, so beam search leaves it as it is (the rows are the same for every row)."""
-    key = p.key_code(n)
-    return f'f"@table:{key[2:]}' if key.startswith('f"') else repr(f"@table:{n.id}")
+    return p.key_code(n, "@table:")
 
 
 def table_arg(p, n: ir.Attention) -> list[str]:

@@ -284,12 +284,13 @@ class Planner:
             return v.name
         return None
 
-    def key_code(self, n) -> str:
-        """The node id as a Python string; in a block an f-string after its ``at`` prefix."""
+    def key_code(self, n, kind: str = "") -> str:
+        """The node id as a Python string, after ``kind`` (a constant such as "coverage:");
+        in a block an f-string after its ``at`` prefix."""
         if self.frame.at is None:
-            return repr(n.id)
+            return repr(f"{kind}{n.id}")
         rel = re.sub(r"^(\w+\[\d+\]\.){%d}" % self.frame.depth, "", n.id)
-        return f'f"{{at}}{rel}"'
+        return f'f"{kind}{{at}}{rel}"'
 
     def node(self, n: ir.Node) -> None:
         shape = self.cm.shapes[n.id]
