@@ -132,8 +132,6 @@ ALLOWED_READS = {
 # decisions still taken by reading emitted code (each should become plan data): the list
 # can only shrink (test_every_listed_read_still_exists)
 DEBT = {
-    ("generate.py", "forward", "assigned_names"): "the source side's memory: what it binds",
-    ("generate.py", "forward", "mentions"): "the source side's memory: read after it?",
     ("model.py", "uses", "mentions"): "does forward() read B / cfg / return_attention",
     ("repeat.py", "plan_block", "mentions"): "does a block read return_attention",
     ("repeat.py", "_block_class", "mentions"): "does a block read B / cfg",
@@ -145,7 +143,6 @@ DEBT = {
     ("names.py", "names_in", "ast.parse"): "the names an f-string's fields read",
     ("names.py", "names_in", "_tokens"): "the names a line reads",
     ("names.py", "mentions", "names_in"): "the names a line reads",
-    ("names.py", "assigned", "_tokens"): "the names an assignment binds",
     ("names.py", "_tokens", "tokenize.generate_tokens"): "the tokens of a line of code",
     ("layer_config.py", "_lines", "src.startswith"): "Config.widths(): is a derived width "
                                                      "another field's (by its code)",

@@ -9,6 +9,8 @@ and moved into the block (a local read before it was bound, with or without a ca
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -116,3 +118,59 @@ def test_statements_record_what_they_were_planned_for():
     assert len(query) == 3
     assert all(s.part is None for s in body if s.code in query)
     assert all(s.depth == body[at - 1].depth for s in body if s.code in query)
+
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+# a source-side attention (its call binds `_`, as the target side's do) and a source-side
+# output beside the decoded one
+POOLED = """
+paper gen {
+    cite = "Test"
+}
+model m {
+    input src: tokens[S] (vocab = 20)
+    input tgt: tokens[T] (vocab = 20, autoregressive)
+    feature h = embed(src, 8)
+    attention b { query = learned(8)  features = h  score = general }
+    feature y = positional(embed(tgt, 8), kind = sinusoid)
+    attention c { query = project(y)  features = h  score = multiplicative }
+    output o0 = classify(b, 3)
+    output o1 = classify(concat(y, c), 20)
+}
+"""
+
+
+def planned(text: str, model: str):
+    """The planner after planning ``model`` of spec ``text`` (its plan data kept)."""
+    from taxcompile.codegen import planner
+
+    cs = pipeline.load_text(text, "t.attn")
+    cm = next(m for m in cs.models if m.model.name == model)
+    p = planner.Planner(cs, cm, "t.attn")
+    return p, p.run()
+
+
+@pytest.mark.parametrize("text, model, kept, others", [
+    # the encoder's states, the decoder's initial state (a node), W2 k + b projected once
+    ((SPECS / "bahdanau2015.attn").read_text(encoding="utf-8"), "rnnsearch",
+     ("h", "s0", "att_wk"), {"att_wk"}),
+    # an encoder's final states a decoder starts from (`init = h`), then its states
+    ((SPECS / "luong2015.attn").read_text(encoding="utf-8"), "global_dot",
+     ("h_final", "h"), {"h_final"}),
+    # the source-side output (returned by every call), not the `_` its attention binds
+    # (the text's names took the target side's `c, c_a, _ = …` for a read of it)
+    (POOLED, "m", ("h", "o0"), set()),
+])
+def test_the_source_sides_memory_is_what_its_statements_bind_and_the_target_reads(
+        text, model, kept, others):
+    """generate()'s memory comes from plan data: the names each statement binds
+    (``Stmt.binds``, recorded where it is built) and what the target side reads (the
+    source nodes it reads by the model's graph or returns, plus ``Decoding.reads``)."""
+    p, plan = planned(text, model)
+    assert p.gen.reads == others
+    body = plan.model.body
+    at = next(i for i, s in enumerate(body) if s.code == "if memory is None:")
+    end = next(i for i in range(at + 1, len(body)) if body[i].depth == body[at].depth)
+    assert set(kept) <= {name for s in body[at + 1:end] for name in s.binds}
+    names = ", ".join(kept) + ("," if len(kept) == 1 else "")
+    assert [s.code for s in body].count(f"memory = ({names})") == 1

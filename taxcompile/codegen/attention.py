@@ -288,13 +288,13 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     ex = locs.new(f"{name}_ex") if needs_ex else "_"
     cdim = context_dim(p, n, v.dim)
     comment = p.shape(shape, step=step, dim=cdim)
-    p.frame.emit(f"{c}, {a}, {ex} = {call}", comment if direct else "")
+    p.frame.emit(f"{c}, {a}, {ex} = {call}", comment if direct else "", (c, a, ex))
     if direct:
         res = c
     else:
         res = p.step.names.setdefault(n.id, locs.new(name + "_t")) if step else locs.new(name)
         rest = "" if single and not capsule else f"{c}.shape[-2], "
-        p.frame.emit(f"{res} = {c}.view({lead}, {rest}-1)", comment)
+        p.frame.emit(f"{res} = {c}.view({lead}, {rest}-1)", comment, (res,))
     if gate:
         p.frame.vars[n.id] = Var(res, shape, k.mask, cdim, k.mask_code)
     else:
@@ -370,7 +370,7 @@ def fused_projections(p, n: ir.Attention, keys_only: bool = False) -> dict[str, 
         names = [p.frame.locals.new(f"{p.want(n)}_{r}") for r in rs]
         shapes = [checks.Shape(x.shape.axes, size) for size, _ in widths]
         p.frame.emit(f"{', '.join(names)} = {mod}({x.name}).{split}",
-                     f"{p.shape(shapes[0], dim=dims[0])} each")
+                     f"{p.shape(shapes[0], dim=dims[0])} each", tuple(names))
         for r, name, d, sh in zip(rs, names, dims, shapes):
             out[r] = Var(name, sh, x.mask, d, x.mask_code)
     return out

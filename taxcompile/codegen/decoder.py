@@ -177,7 +177,7 @@ def initial_state(p, n: ir.Node, op: ir.Op) -> tuple[str, str | None]:
         return "None", None
     lstm = op.fn == "lstm"
     if str(init) in p.finals:  # an encoder RNN's final states, layer by layer
-        final = p.finals[str(init)]
+        final = generate.source_read(p, p.finals[str(init)])
         if lstm:
             return f"list(zip(*{final}))", f"{final}[0][-1]"
         return f"list({final})", f"{final}[-1]"

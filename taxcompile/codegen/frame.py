@@ -63,8 +63,8 @@ class Frame:
         self.takes_depth = False  # a block whose constructor takes its hop's number, `depth`
         self.current: tuple[str, str] | None = None  # (node, role) being planned: ``part``
 
-    def emit(self, code: str, comment: str = "") -> None:
-        self.body.append(Stmt(code, comment, self.indent, self.current))
+    def emit(self, code: str, comment: str = "", binds: tuple[str, ...] = ()) -> None:
+        self.body.append(Stmt(code, comment, self.indent, self.current, binds))
 
     def note(self, comment: str) -> None:
         self.body.append(Stmt("", comment, self.indent, self.current))

@@ -22,7 +22,7 @@ whole model on the prefix at every step (the same tokens, slower)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
 
 import networkx as nx
@@ -31,8 +31,7 @@ from .. import checks, graph, ir
 from .. import mechanisms as mech
 from . import recurrence
 from .frame import MASKABLE, Var
-from .names import assigned as assigned_names
-from .names import is_name, mentions
+from .names import is_name
 from .plan import GeneratePlan, Stmt
 
 # operators that mix the positions of their argument (or reduce its axes): on the target
@@ -53,6 +52,9 @@ class Decoding:
     memory: str | None = None  # the local holding the source side's values (incremental)
     prefix_end: int | None = None  # where the top level's source side ends in forward()'s body
     why: str = ""  # not incremental: the first thing that mixes the target's positions
+    # locals of the source side read on the target side other than nodes' values (an
+    # encoder's final states, W2 k + b projected once): ``source_read``
+    reads: set[str] = field(default_factory=set)
 
     @property
     def target_side(self) -> set[str]:
@@ -170,6 +172,14 @@ def mark_prefix(p) -> None:
     """The top level's source side ends here (the first target-side item comes next)."""
     if on(p) and p.gen.prefix_end is None and p.frame.depth == 0:
         p.gen.prefix_end = len(p.frame.body)
+
+
+def source_read(p, name: str) -> str:
+    """``name``, a local of the source side, read here: the target side's reads go in the
+    memory (``forward``)."""
+    if on(p) and p.gen.prefix_end is not None:
+        p.gen.reads.add(name)
+    return name
 
 
 def start(p, x) -> str | None:
@@ -298,8 +308,9 @@ def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
     what = f"(B, H, {p.cm.attention[n.id].attended}, d_w): W2 k_l + b of `{n.name}`, for all steps"
     source = on(p) and not reads & p.gen.target_side
     if source and f.parent is None and p.gen.prefix_end is not None:
-        f.body.insert(p.gen.prefix_end, Stmt(code, what, 0))
+        f.body.insert(p.gen.prefix_end, Stmt(code, what, 0, binds=(name,)))
         p.gen.prefix_end += 1
+        source_read(p, name)
     else:
         f.body.insert(st.loop_at, Stmt(code, what, f.indent - 1))
     st.loop_at += 1
@@ -350,12 +361,7 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
     prefix, rest = body[:end], body[end:]
     # what the target side reads, and the outputs (the return after the body): an output of
     # the source side is kept in the memory too, or a later step could not return it
-    codes = [s.code for s in rest] + [p.frame.vars[o].name for o in sorted(p.returned)]
-    assigned: list[str] = []
-    for s in prefix:
-        for name in assigned_names(s.code):
-            if name not in assigned and mentions(codes, name):
-                assigned.append(name)
+    assigned = memory(p, prefix)
     mem = p.gen.memory
     if prefix and assigned:
         names = ", ".join(assigned) + ("," if len(assigned) == 1 else "")
@@ -372,6 +378,20 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
         body.append(Stmt(f"cache[\"@length\"] = past + {t}.shape[{len(p.gen.input.axes)}]",
                          "", 1))
     return head, body
+
+
+def memory(p, prefix: list[Stmt]) -> list[str]:
+    """What the source side keeps for later calls, in the order it binds them: the values of
+    source nodes that a target-side node reads (the model's graph) or forward() returns,
+    and the other locals the target side read (``source_read``)."""
+    full, side = graph.of(p.cm), p.gen.target_side
+    read = set(p.gen.reads)
+    for x, var in p.frame.vars.items():
+        if x not in side and (x in p.returned or x in full and
+                              any(s in side for s in full.successors(x))):
+            read.add(var.name)
+    bound = dict.fromkeys(name for s in prefix for name in s.binds)
+    return [name for name in bound if name in read]
 
 
 def plan(p, outputs: list) -> GeneratePlan | None:

@@ -88,7 +88,7 @@ def plan_graph_attention(p, n: ir.Attention) -> None:
     cdim = context_dim(p, n, v.dim)
     shape = p.cm.shapes[n.id]
     p.frame.emit(f"{c}, {a}, _ = {mod}({q.name}, {k.name}, {v.name}, {graph}, {kmask})",
-                 p.shape(shape, dim=cdim))
+                 p.shape(shape, dim=cdim), (c, a, "_"))
     p.frame.vars[n.id] = Var(c, shape, k.mask, cdim, k.mask_code)
     p.frame.records.add("attn")
     p.frame.emit("if return_attention:")

@@ -136,7 +136,7 @@ class Planner:
 
     def tmp(self, code: str, want: str, comment: str = "") -> str:
         name = self.frame.locals.new(want)
-        self.frame.emit(f"{name} = {code}", comment)
+        self.frame.emit(f"{name} = {code}", comment, (name,))
         return name
 
     def named(self, x: Var, want: str) -> Var:
@@ -298,7 +298,8 @@ class Planner:
         where = f"{n.kind_} `{n.name}`" + (", updated (eq. 37)" if "@" in n.id else "")
         if self.step is None:
             name = self.reuse(n) or self.frame.locals.new(self.want(n))
-            self.frame.emit(f"{name} = {v.name}", f"{self.shape(shape, dim=v.dim)}: {where}")
+            self.frame.emit(f"{name} = {v.name}", f"{self.shape(shape, dim=v.dim)}: {where}",
+                            (name,))
         else:
             name = self.step.names.setdefault(n.id, self.frame.locals.new(self.want(n) + "_t"))
             self.frame.emit(f"{name} = {v.name}",

@@ -225,7 +225,7 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
         p.frame.emit(f"for layer in {mod}:", f"`{path}`: {N} hops (eq. 41-42)")
         call = f"layer({', '.join(args)})"
     p.frame.indent += 1
-    p.frame.emit(f"{', '.join(results)} = {call}" if results else call)
+    p.frame.emit(f"{', '.join(results)} = {call}" if results else call, binds=tuple(results))
     for r, lst in hop_lists.items():
         p.frame.emit(f"{lst}.append({results[outs.index(first[r])]})")
     p.frame.indent -= 1
