@@ -1,11 +1,15 @@
-"""generate()'s cached source keys are chosen from plan data, not from the emitted code.
+"""generate()'s cached source keys and source-side memory are chosen from plan data, not
+from the emitted code.
 
 A cross-attention over the source computes its keys once (``generate.cache_keys``: they go
 in an ``if cache … else:`` block that runs at the first step only). Which statements go
 there is the plan's record (``Stmt.part``, tagged while the keys and values are planned),
 not a search of the statements' text for the target's names: a query planned in several
 statements, the later ones reading only the earlier ones' locals, was taken for the keys'
-and moved into the block (a local read before it was bound, with or without a cache)."""
+and moved into the block (a local read before it was bound, with or without a cache).
+The memory the source side keeps (``generate.memory``) is likewise what its statements
+bind (``Stmt.binds``) and the target side reads, not the names found in the target side's
+text (which took a bound ``_`` for a read)."""
 
 from __future__ import annotations
 
@@ -167,10 +171,10 @@ def test_the_source_sides_memory_is_what_its_statements_bind_and_the_target_read
     (``Stmt.binds``, recorded where it is built) and what the target side reads (the
     source nodes it reads by the model's graph or returns, plus ``Decoding.reads``)."""
     p, plan = planned(text, model)
-    assert p.gen.reads == others
     body = plan.model.body
+    names = ", ".join(kept) + ("," if len(kept) == 1 else "")
+    assert [s.code for s in body if s.code.startswith("memory = (")] == [f"memory = ({names})"]
+    assert p.gen.reads == others
     at = next(i for i, s in enumerate(body) if s.code == "if memory is None:")
     end = next(i for i in range(at + 1, len(body)) if body[i].depth == body[at].depth)
     assert set(kept) <= {name for s in body[at + 1:end] for name in s.binds}
-    names = ", ".join(kept) + ("," if len(kept) == 1 else "")
-    assert [s.code for s in body].count(f"memory = ({names})") == 1
