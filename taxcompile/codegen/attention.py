@@ -96,7 +96,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
         own = p.step is not None and p.step.own == n.id  # its weights sum the cells too
         args.append("need_weights=True" if weights_penalty(n) or read or own
-                    else "need_weights=return_attention")
+                    else f"need_weights={p.frame.flag('return_attention')}")
     # where generate() keeps c: a key per module, per hop in a block (key_code is then an
     # f-string on the hop's prefix `at`)
     cov_key = p.key_code(n, "coverage:")
@@ -311,7 +311,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         wdims = ", ".join(["B", *info.groups, heads, q.shape.axes[-1] if not single and not capsule
                            and not gate else "C" if capsule else "1", info.attended] +
                           ([f"d_v / {heads}"] if n.dimensionality == "multi" else []))
-        p.frame.emit("if return_attention:")
+        p.frame.emit(f"if {p.frame.flag('return_attention')}:")
         p.frame.indent += 1
         p.frame.emit(f"attn[{key}] = {a if not G else f'{a}.view({wshape})'}", f"({wdims})")
         p.frame.indent -= 1

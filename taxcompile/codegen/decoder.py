@@ -126,7 +126,7 @@ def _record_step(p, steps: str, order: list[str], late: list[str],
         f.emit(f"{steps}.setdefault({node_id!r}, []).append({f.vars[node_id].name})")
     for _, a, wshape, nd in p.step.weights:
         w = a if wshape is None else f"{a}.view({wshape})"
-        f.emit("if return_attention:")
+        f.emit(f"if {f.flag('return_attention')}:")
         f.emit(f"    {steps}.setdefault({step_key('weights', nd.id)}, []).append({w})")
     for _, ex, nd in p.step.logp:
         f.emit(f"{steps}.setdefault({step_key('log_prob', nd.id)}, []).append({ex}[\"log_prob\"])")
@@ -153,7 +153,7 @@ def _gather_steps(p, n: ir.Node, steps: str, kept: list[str], late: list[str]) -
         p.prev_seqs[c] = Var(name, p.cm.shapes[c], x.mask, dims[c])
     for key, a, wshape, nd in p.step.weights:
         dim = -3 if nd.dimensionality == "multi" else -2
-        f.emit("if return_attention:")
+        f.emit(f"if {f.flag('return_attention')}:")
         f.emit(f"    attn[{key}] = torch.cat({steps}[{step_key('weights', nd.id)}], {dim})")
     for key, ex, nd in p.step.logp:
         # (N, H, 1) per query of each step, or (N,) per example

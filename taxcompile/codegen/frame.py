@@ -60,6 +60,7 @@ class Frame:
         self.free: dict[str, str] = {}  # a name of the caller -> this frame's parameter
         self.records: set[str] = set()  # record containers the body writes to
         self.used: set[str] = set()  # names every function has (``use``) that the body reads
+        self.flags: set[str] = set()  # keyword parameters the body reads (``flag``)
         self.takes_depth = False  # a block whose constructor takes its hop's number, `depth`
         self.current: tuple[str, str] | None = None  # (node, role) being planned: ``part``
 
@@ -68,6 +69,12 @@ class Frame:
 
     def note(self, comment: str) -> None:
         self.body.append(Stmt("", comment, self.indent, self.current))
+
+    def flag(self, name: str) -> str:
+        """A keyword parameter of forward() (``return_attention``), read here: a block's
+        forward() takes it, and its caller passes it on, only when it is read."""
+        self.flags.add(name)
+        return name
 
     @contextmanager
     def part(self, node_id: str, role: str):
