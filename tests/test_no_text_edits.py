@@ -143,8 +143,6 @@ DEBT = {
     ("names.py", "names_in", "_tokens"): "the names a line reads",
     ("names.py", "mentions", "names_in"): "the names a line reads",
     ("names.py", "_tokens", "tokenize.generate_tokens"): "the tokens of a line of code",
-    ("layer_config.py", "_lines", "src.startswith"): "Config.widths(): is a derived width "
-                                                     "another field's (by its code)",
 }
 
 
