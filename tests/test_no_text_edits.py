@@ -89,3 +89,98 @@ def test_the_scan_sees_an_edit(tmp_path):
                      '    return code.replace("cfg.", "") + re.sub("a", "b", code)\n',
                      encoding="utf-8")
     assert _text_edits(probe) == [("f", 6), ("f", 6)]
+
+
+# ---- splits, prefix tests and re-reads of code -------------------------------------------
+# Beside the edits above: a split or a prefix test of emitted code decides by its text, and a
+# parse or tokenize of it re-reads it; either should be a decision from the plan (what a
+# statement was built for, ``plan.Stmt.part``; keys built from data, ``Planner.key_code``).
+
+SPLITS = {"split", "rsplit", "splitlines", "partition", "rpartition", "startswith", "endswith",
+          "fullmatch"}
+READS = {"parse", "generate_tokens", "names_in", "mentions", "assigned", "assigned_names",
+         "is_atom", "_tokens"}
+
+# (module, function, call as written) -> what it is applied to (not emitted code)
+ALLOWED_READS = {
+    ("config.py", "mark", "NAME.fullmatch"): "a size's symbol from the IR: a plain constant",
+    ("config.py", "plan_config", "key.startswith"): "a record key of the IR (size:AXIS)",
+    ("config.py", "axis_multiples", "key.startswith"): "a record key of the IR (size:AXIS)",
+    ("config.py", "constant_roles", "k.startswith"): "a record key of the IR (size:AXIS)",
+    ("frame.py", "param", "node_id.split"): "a node id: its last part names a parameter",
+    ("layer_config.py", "_lines", "f.name.startswith"): "a Config field's name (d_*)",
+    ("layout.py", "layout", "source.split"): "the finished file's lines, for the layout pass "
+                                             "that wraps long ones (whitespace only)",
+    ("layout.py", "_fixed_rows", "ast.parse"): "the layout pass: which rows are statements",
+    ("layout.py", "layout", "tokenize.generate_tokens"): "the layout pass: logical lines",
+    ("layout.py", "_fixed_rows", "tokenize.generate_tokens"): "the layout pass: logical lines",
+    ("pretty.py", "_tokenize", "tokenize.generate_tokens"): "the layout pass: wrapping a line",
+    ("pretty.py", "_signature", "tokenize.generate_tokens"): "the layout pass: a wrapped line "
+                                                             "has the tokens it had",
+    ("pretty.py", "wrap", "text.startswith"): "the layout pass: a comment's text",
+    ("model.py", "axis_size", "axis.split"): "an axis name (a*b: a product of two axes)",
+    ("names.py", "new", "want.endswith"): "a wanted identifier (x_ gets x_2, not x__2)",
+    ("names.py", "camel", "re.split"): "a node id split into words for a class name",
+    ("planner.py", "share_key", "h.template.split"): "a repeat's template path",
+    ("planner.py", "attr_name", "h.template.split"): "a repeat's template path",
+    ("planner.py", "want", "n.hop.template.split"): "a repeat's template path",
+    ("planner.py", "reuse", "re.fullmatch"): "a node id (x@3: an update of x)",
+    ("repeat.py", "plan_block", "r[0].split"): "a node id: its last part names a list",
+    ("stages.py", "holds", "when.startswith"): "a template step's condition (!flag)",
+    ("ties.py", "axis_dim", "axis.rpartition"): "an axis name (N+1 after prepend)",
+}
+# decisions still taken by reading emitted code (each should become plan data): the list
+# can only shrink (test_every_listed_read_still_exists)
+DEBT = {
+    ("model.py", "uses", "mentions"): "does forward() read B / cfg / return_attention",
+    ("repeat.py", "_block_class", "mentions"): "does a block read B / cfg",
+    ("emit.py", "names", "ast.parse"): "the imports: which module names the body reads",
+    ("expr.py", "evaluate", "ast.parse"): "Config.tiny()'s check: the value of size code "
+                                          "(the heads come as code from Planner.sym)",
+    ("names.py", "is_atom", "ast.parse"): "parenthesise an operand: is it an atom",
+    ("names.py", "atom", "is_atom"): "parenthesise an operand: is it an atom",
+    ("names.py", "names_in", "ast.parse"): "the names an f-string's fields read",
+    ("names.py", "names_in", "_tokens"): "the names a line reads",
+    ("names.py", "mentions", "names_in"): "the names a line reads",
+    ("names.py", "_tokens", "tokenize.generate_tokens"): "the tokens of a line of code",
+}
+
+
+def _reads(root: Path) -> dict[tuple[str, str, str], int]:
+    """(module, enclosing function, the call's function as written) -> how many, for the
+    splits, prefix tests and code re-reads in the modules directly under ``root``."""
+    found: dict[tuple[str, str, str], int] = {}
+    for path in sorted(root.glob("*.py")):
+        def visit(node, where: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                inner = child.name if isinstance(child, (ast.FunctionDef,
+                                                         ast.AsyncFunctionDef)) else where
+                if isinstance(child, ast.Call):
+                    f = child.func
+                    name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                    if name in SPLITS or name in READS:
+                        key = (path.name, where, ast.unparse(f))
+                        found[key] = found.get(key, 0) + 1
+                visit(child, inner)
+
+        visit(ast.parse(path.read_text(encoding="utf-8")), "<module>")
+    return found
+
+
+def test_codegen_does_not_split_or_reread_code():
+    new = sorted(set(_reads(PKG / "codegen")) - set(ALLOWED_READS) - set(DEBT))
+    assert not new, ("splits or re-reads in codegen not listed (decide from the plan "
+                     f"instead, or list the use with its reason): {new}")
+
+
+def test_every_listed_read_still_exists():
+    gone = sorted((set(ALLOWED_READS) | set(DEBT)) - set(_reads(PKG / "codegen")))
+    assert not gone, f"listed but no longer in taxcompile/codegen/: {gone}"
+
+
+def test_the_scan_sees_a_split_of_code(tmp_path):
+    (tmp_path / "probe.py").write_text(
+        "def f(s, key):\n    return s.code.split('=')[0], key.startswith('f\"')\n",
+        encoding="utf-8")
+    assert _reads(tmp_path) == {("probe.py", "f", "s.code.split"): 1,
+                                ("probe.py", "f", "key.startswith"): 1}

@@ -29,12 +29,13 @@ def plan_attention(p, n: ir.Attention) -> None:
     if kind == "same":  # `share = OTHER`: this statement runs OTHER's module (checks.py)
         p.same_module[n.id] = other
     mark = len(p.frame.body)  # where the key and value models' statements start
-    seg = segment.extend(p, n)  # `mem_len`: the keys and values over [SG(m); h]
-    fused = fused_projections(p, n, seg is not None)
-    # the modules of the key, value and query models are named after their role
-    k = fused.get("k") or p.expr(n.keys, n)
-    v = (fused.get("v") or p.expr(n.values, n)) if n.values != n.keys else k
-    segment.restore(p, seg)
+    with p.frame.part(n.id, "keys"):  # generate.cache_keys picks these statements
+        seg = segment.extend(p, n)  # `mem_len`: the keys and values over [SG(m); h]
+        fused = fused_projections(p, n, seg is not None)
+        # the modules of the key, value and query models are named after their role
+        k = fused.get("k") or p.expr(n.keys, n)
+        v = (fused.get("v") or p.expr(n.values, n)) if n.values != n.keys else k
+        segment.restore(p, seg)
     q = None
     if n.query is not None and not learned_capsules(n):  # else the class holds q_c (eq. 43)
         q = fused.get("q") or p.expr(n.query, n)
@@ -53,8 +54,9 @@ def plan_attention(p, n: ir.Attention) -> None:
     mod = p.module(n, "", f"{cls}({', '.join(ctor)})")
     name = p.want(n)
     p.frame.note(f"attention `{n.name}`: {describe(n, info)}")
-    k = p.named(k, f"{name}_k")
-    v = k if n.values == n.keys else p.named(v, f"{name}_v")
+    with p.frame.part(n.id, "keys"):
+        k = p.named(k, f"{name}_k")
+        v = k if n.values == n.keys else p.named(v, f"{name}_v")
     k, v = generate.cache_keys(p, n, k, v, mark)  # generate(): a KV cache
     kk = f"{k.name}.flatten(0, {G})" if G else k.name
     vv = f"{v.name}.flatten(0, {G})" if G else v.name
@@ -94,11 +96,10 @@ def plan_attention(p, n: ir.Attention) -> None:
     if fast_path(n, dot_form(n)):  # else a fast path skips the weights
         own = p.step is not None and p.step.own == n.id  # its weights sum the cells too
         args.append("need_weights=True" if weights_penalty(n) or read or own
-                    else "need_weights=return_attention")
+                    else f"need_weights={p.frame.flag('return_attention')}")
     # where generate() keeps c: a key per module, per hop in a block (key_code is then an
     # f-string on the hop's prefix `at`)
-    key = p.key_code(n)
-    cov_key = 'f"coverage:' + key[2:] if key.startswith('f"') else repr(f"coverage:{n.id}")
+    cov_key = p.key_code(n, "coverage:")
     if n.coverage and p.step is not None:  # c^t carried from step to step (See et al. eq. 10)
         args.append(f"coverage={p.step.cov[n.id]}")
     elif n.coverage and generate.is_target_side(p, n.id):  # generate(): the earlier calls' c
@@ -287,13 +288,13 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     ex = locs.new(f"{name}_ex") if needs_ex else "_"
     cdim = context_dim(p, n, v.dim)
     comment = p.shape(shape, step=step, dim=cdim)
-    p.frame.emit(f"{c}, {a}, {ex} = {call}", comment if direct else "")
+    p.frame.emit(f"{c}, {a}, {ex} = {call}", comment if direct else "", (c, a, ex))
     if direct:
         res = c
     else:
         res = p.step.names.setdefault(n.id, locs.new(name + "_t")) if step else locs.new(name)
         rest = "" if single and not capsule else f"{c}.shape[-2], "
-        p.frame.emit(f"{res} = {c}.view({lead}, {rest}-1)", comment)
+        p.frame.emit(f"{res} = {c}.view({lead}, {rest}-1)", comment, (res,))
     if gate:
         p.frame.vars[n.id] = Var(res, shape, k.mask, cdim, k.mask_code)
     else:
@@ -310,7 +311,7 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
         wdims = ", ".join(["B", *info.groups, heads, q.shape.axes[-1] if not single and not capsule
                            and not gate else "C" if capsule else "1", info.attended] +
                           ([f"d_v / {heads}"] if n.dimensionality == "multi" else []))
-        p.frame.emit("if return_attention:")
+        p.frame.emit(f"if {p.frame.flag('return_attention')}:")
         p.frame.indent += 1
         p.frame.emit(f"attn[{key}] = {a if not G else f'{a}.view({wshape})'}", f"({wdims})")
         p.frame.indent -= 1
@@ -369,7 +370,7 @@ def fused_projections(p, n: ir.Attention, keys_only: bool = False) -> dict[str, 
         names = [p.frame.locals.new(f"{p.want(n)}_{r}") for r in rs]
         shapes = [checks.Shape(x.shape.axes, size) for size, _ in widths]
         p.frame.emit(f"{', '.join(names)} = {mod}({x.name}).{split}",
-                     f"{p.shape(shapes[0], dim=dims[0])} each")
+                     f"{p.shape(shapes[0], dim=dims[0])} each", tuple(names))
         for r, name, d, sh in zip(rs, names, dims, shapes):
             out[r] = Var(name, sh, x.mask, d, x.mask_code)
     return out

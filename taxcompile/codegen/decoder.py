@@ -116,7 +116,7 @@ def _record_step(p, steps: str, order: list[str], late: list[str],
     (returned: the nodes whose every step is kept)."""
     f, pos, region = p.frame, p.step.pos, p.step.region
     for c in late:
-        f.emit(f"{steps}.setdefault({step_key('prev', repr(c))}, []).append("
+        f.emit(f"{steps}.setdefault({step_key('prev', c)}, []).append("
                f"{p.step.prev[c]}.unsqueeze({pos}))")
     for c in carried:
         f.emit(f"{p.step.prev[c]} = {f.vars[c].name}.squeeze({pos})",
@@ -124,14 +124,14 @@ def _record_step(p, steps: str, order: list[str], late: list[str],
     kept = [x for x in order if x in p.returned or any(s not in region for s in p.g.successors(x))]
     for node_id in kept:
         f.emit(f"{steps}.setdefault({node_id!r}, []).append({f.vars[node_id].name})")
-    for key, a, wshape, nd in p.step.weights:
+    for _, a, wshape, nd in p.step.weights:
         w = a if wshape is None else f"{a}.view({wshape})"
-        f.emit("if return_attention:")
-        f.emit(f"    {steps}.setdefault({step_key('weights', key)}, []).append({w})")
-    for key, ex, _ in p.step.logp:
-        f.emit(f"{steps}.setdefault({step_key('log_prob', key)}, []).append({ex}[\"log_prob\"])")
+        f.emit(f"if {f.flag('return_attention')}:")
+        f.emit(f"    {steps}.setdefault({step_key('weights', nd.id)}, []).append({w})")
+    for _, ex, nd in p.step.logp:
+        f.emit(f"{steps}.setdefault({step_key('log_prob', nd.id)}, []).append({ex}[\"log_prob\"])")
     for nd, a, _ in p.step.penalty:  # every step's weights (heads), for a penalty
-        f.emit(f"{steps}.setdefault({step_key('penalty', p.key_code(nd))}, []).append({a})")
+        f.emit(f"{steps}.setdefault({step_key('penalty', nd.id)}, []).append({a})")
     return kept
 
 
@@ -148,22 +148,22 @@ def _gather_steps(p, n: ir.Node, steps: str, kept: list[str], late: list[str]) -
         f.vars[node_id] = Var(name, p.cm.shapes[node_id], None if att else x.mask, v.dim)
     for c in late:  # prev(c) at every step, for the nodes after the loop
         name = f.locals.new(ident(c) + "_prev")
-        f.emit(f"{name} = torch.cat({steps}[{step_key('prev', repr(c))}], {pos})",
+        f.emit(f"{name} = torch.cat({steps}[{step_key('prev', c)}], {pos})",
                p.shape(p.cm.shapes[c], dim=dims[c]) + f": `{p.m.node(c).name}` at step t - 1")
         p.prev_seqs[c] = Var(name, p.cm.shapes[c], x.mask, dims[c])
     for key, a, wshape, nd in p.step.weights:
         dim = -3 if nd.dimensionality == "multi" else -2
-        f.emit("if return_attention:")
-        f.emit(f"    attn[{key}] = torch.cat({steps}[{step_key('weights', key)}], {dim})")
+        f.emit(f"if {f.flag('return_attention')}:")
+        f.emit(f"    attn[{key}] = torch.cat({steps}[{step_key('weights', nd.id)}], {dim})")
     for key, ex, nd in p.step.logp:
         # (N, H, 1) per query of each step, or (N,) per example
         how = "cat" if mech.align(nd.align.fn).log_prob == "query" else "stack"
-        f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', key)}], -1)")
+        f.emit(f"log_probs[{key}] = torch.{how}({steps}[{step_key('log_prob', nd.id)}], -1)")
     covered = p.step.penalty
     generate.loop_save(p, n, p.step.cached)
     p.step = None
     for nd, a, kmask in covered:  # the penalty over every step's weights (the whole target)
-        w = f"{steps}[{step_key('penalty', p.key_code(nd))}]"
+        w = f"{steps}[{step_key('penalty', nd.id)}]"
         # the values V^h are the same at every step: the last step's
         w = f"{w}[-1]" if mech.heads_extra(nd) == "values" else f"torch.cat({w}, -2)"
         emit_penalty(p, nd, w, p.mask_arg(x), kmask)
@@ -177,7 +177,7 @@ def initial_state(p, n: ir.Node, op: ir.Op) -> tuple[str, str | None]:
         return "None", None
     lstm = op.fn == "lstm"
     if str(init) in p.finals:  # an encoder RNN's final states, layer by layer
-        final = p.finals[str(init)]
+        final = generate.source_read(p, p.finals[str(init)])
         if lstm:
             return f"list(zip(*{final}))", f"{final}[0][-1]"
         return f"list({final})", f"{final}[-1]"
@@ -242,10 +242,10 @@ def prev(p, e: ir.Op, a, n) -> Var:
                st.dims[x])
 
 
-def step_key(what: str, key: str) -> str:
-    """``'weights:att'``: where a decoder loop collects a module's per-step values."""
-    assert key[0] == key[-1] == "'" and "\\" not in key, key
-    return repr(f"{what}:{key[1:-1]}")
+def step_key(what: str, node_id: str) -> str:
+    """``'weights:att'``: where a decoder loop collects a module's per-step values (a loop
+    is planned at the top level, never in a block: the key has no ``at`` prefix)."""
+    return repr(f"{what}:{node_id}")
 
 
 def feed_step(p, e: ir.Op, n) -> Var:

@@ -161,7 +161,8 @@ def _rnn(p, e, a, n, kind: str, bidir: bool):
         y, final = p.frame.locals.new(p.want(n) + "_seq"), p.frame.locals.new(p.want(n) + "_final")
         what = "(h_n, c_n)" if kind == "lstm" else "h_n"
         p.frame.emit(f"{y}, {final} = rnn_final({margs})",
-                     f"{what}: ({layers.shown()}, B, {hidden.shown()}), a decoder's initial state")
+                     f"{what}: ({layers.shown()}, B, {hidden.shown()}), a decoder's initial state",
+                     (y, final))
         p.finals[n.id] = final
         return resized(x, y, size, dim)
     if e.param("init"):  # `init = ENCODER` without `feed`: from the encoder's final states

@@ -3,6 +3,7 @@ class that owns its submodules."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .. import checks, ir
@@ -59,13 +60,30 @@ class Frame:
         self.free: dict[str, str] = {}  # a name of the caller -> this frame's parameter
         self.records: set[str] = set()  # record containers the body writes to
         self.used: set[str] = set()  # names every function has (``use``) that the body reads
+        self.flags: set[str] = set()  # keyword parameters the body reads (``flag``)
         self.takes_depth = False  # a block whose constructor takes its hop's number, `depth`
+        self.current: tuple[str, str] | None = None  # (node, role) being planned: ``part``
 
-    def emit(self, code: str, comment: str = "") -> None:
-        self.body.append(Stmt(code, comment, self.indent))
+    def emit(self, code: str, comment: str = "", binds: tuple[str, ...] = ()) -> None:
+        self.body.append(Stmt(code, comment, self.indent, self.current, binds))
 
     def note(self, comment: str) -> None:
-        self.body.append(Stmt("", comment, self.indent))
+        self.body.append(Stmt("", comment, self.indent, self.current))
+
+    def flag(self, name: str) -> str:
+        """A keyword parameter of forward() (``return_attention``), read here: a block's
+        forward() takes it, and its caller passes it on, only when it is read."""
+        self.flags.add(name)
+        return name
+
+    @contextmanager
+    def part(self, node_id: str, role: str):
+        """Statements emitted inside are tagged (node_id, role) (``Stmt.part``)."""
+        outer, self.current = self.current, (node_id, role)
+        try:
+            yield
+        finally:
+            self.current = outer
 
     def lookup(self, node_id: str) -> Var | None:
         """A node's value here; one of the caller's becomes a parameter of this frame."""

@@ -22,7 +22,7 @@ whole model on the prefix at every step (the same tokens, slower)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
 
 import networkx as nx
@@ -31,8 +31,7 @@ from .. import checks, graph, ir
 from .. import mechanisms as mech
 from . import recurrence
 from .frame import MASKABLE, Var
-from .names import assigned as assigned_names
-from .names import is_name, mentions, names_in
+from .names import is_name
 from .plan import GeneratePlan, Stmt
 
 # operators that mix the positions of their argument (or reduce its axes): on the target
@@ -53,6 +52,9 @@ class Decoding:
     memory: str | None = None  # the local holding the source side's values (incremental)
     prefix_end: int | None = None  # where the top level's source side ends in forward()'s body
     why: str = ""  # not incremental: the first thing that mixes the target's positions
+    # locals of the source side read on the target side other than nodes' values (an
+    # encoder's final states, W2 k + b projected once): ``source_read``
+    reads: set[str] = field(default_factory=set)
 
     @property
     def target_side(self) -> set[str]:
@@ -172,6 +174,14 @@ def mark_prefix(p) -> None:
         p.gen.prefix_end = len(p.frame.body)
 
 
+def source_read(p, name: str) -> str:
+    """``name``, a local of the source side, read here: the target side's reads go in the
+    memory (``forward``)."""
+    if on(p) and p.gen.prefix_end is not None:
+        p.gen.reads.add(name)
+    return name
+
+
 def start(p, x) -> str | None:
     """``past`` when x's positions are the target's (a position encoding must start after
     the tokens already decoded), else None."""
@@ -186,7 +196,8 @@ def start(p, x) -> str | None:
 def cache_keys(p, n: ir.Attention, k, v, mark: int):
     """After an attention's keys and values are planned: cache them for generate(). Keys
     that read the target are appended step by step (KV cache); keys of the source are
-    computed once (the statements since ``mark`` run only at the first step)."""
+    computed once (the statements since ``mark`` tagged ``(n.id, "keys")`` run only at the
+    first step)."""
     if not is_target_side(p, n.id) or p.step is not None:
         return k, v
     f = p.frame
@@ -205,14 +216,12 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
                "generate(): after the earlier steps' keys and values")
         return (Var(kn, k.shape, k.mask, k.dim, k.mask_code),
                 Var(vn, v.shape, v.mask, v.dim, v.mask_code))
-    # the statements since `mark` that compute the keys and values (not the query's)
-    targets = [x.name for i, x in f.vars.items() if i in p.gen.side or i == p.gen.input.id]
+    # the statements since `mark` built while the keys and values were planned (tagged by
+    # plan_attention, ``Stmt.part``): the query's, comments included, stay outside
     computed = [x for x in dict.fromkeys((k.name, v.name)) if x not in taken]
     stmts, later = [], []
     for s in f.body[mark:]:
-        reads = names_in([s.code])
-        theirs = s.code and not any(names_in([t]) <= reads for t in targets)
-        (stmts if theirs else later).append(s)  # comments stay outside too
+        (stmts if s.code and s.part == (n.id, "keys") else later).append(s)
     if not stmts or not computed:
         return k, v  # the keys are a source value as it is: nothing to compute
     del f.body[mark:]
@@ -221,8 +230,7 @@ def cache_keys(p, n: ir.Attention, k, v, mark: int):
            "generate(): the source's keys and values, computed at the first step")
     f.emit(f"    {names} = cache[{key}]")
     f.emit("else:")
-    for s in stmts:
-        f.body.append(Stmt(s.code, s.comment, s.depth + 1))
+    f.body.extend(s.deeper() for s in stmts)
     f.emit("    if cache is not None:")
     f.emit(f"        cache[{key}] = {names}")
     f.body.extend(later)
@@ -257,8 +265,7 @@ def keeps_table(p, n: ir.Attention) -> bool:
 def _table_key(p, n: ir.Attention) -> str:
     """Where generate() keeps the rows: "@table:<module>". A key from "@" is not per
     hypothesis, so beam search leaves it as it is (the rows are the same for every row)."""
-    key = p.key_code(n)
-    return f'f"@table:{key[2:]}' if key.startswith('f"') else repr(f"@table:{n.id}")
+    return p.key_code(n, "@table:")
 
 
 def table_arg(p, n: ir.Attention) -> list[str]:
@@ -301,8 +308,9 @@ def keys_once(p, n: ir.Attention, module: str, keys: str) -> list[str]:
     what = f"(B, H, {p.cm.attention[n.id].attended}, d_w): W2 k_l + b of `{n.name}`, for all steps"
     source = on(p) and not reads & p.gen.target_side
     if source and f.parent is None and p.gen.prefix_end is not None:
-        f.body.insert(p.gen.prefix_end, Stmt(code, what, 0))
+        f.body.insert(p.gen.prefix_end, Stmt(code, what, 0, binds=(name,)))
         p.gen.prefix_end += 1
+        source_read(p, name)
     else:
         f.body.insert(st.loop_at, Stmt(code, what, f.indent - 1))
     st.loop_at += 1
@@ -353,18 +361,13 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
     prefix, rest = body[:end], body[end:]
     # what the target side reads, and the outputs (the return after the body): an output of
     # the source side is kept in the memory too, or a later step could not return it
-    codes = [s.code for s in rest] + [p.frame.vars[o].name for o in sorted(p.returned)]
-    assigned: list[str] = []
-    for s in prefix:
-        for name in assigned_names(s.code):
-            if name not in assigned and mentions(codes, name):
-                assigned.append(name)
+    assigned = memory(p, prefix)
     mem = p.gen.memory
     if prefix and assigned:
         names = ", ".join(assigned) + ("," if len(assigned) == 1 else "")
         wrapped = [Stmt(f"{mem} = None if cache is None else cache.get(\"@memory\")"),
                    Stmt(f"if {mem} is None:", "the source side: once per generate()")]
-        wrapped += [Stmt(s.code, s.comment, s.depth + 1) for s in prefix]
+        wrapped += [s.deeper() for s in prefix]
         wrapped += [Stmt(f"{mem} = ({names})", "", 1), Stmt("if cache is not None:", "", 1),
                     Stmt(f"cache[\"@memory\"] = {mem}", "", 2), Stmt(f"{names} = {mem}")]
         body = wrapped + rest
@@ -375,6 +378,20 @@ def forward(p, head: list[Stmt], body: list[Stmt]) -> tuple[list[Stmt], list[Stm
         body.append(Stmt(f"cache[\"@length\"] = past + {t}.shape[{len(p.gen.input.axes)}]",
                          "", 1))
     return head, body
+
+
+def memory(p, prefix: list[Stmt]) -> list[str]:
+    """What the source side keeps for later calls, in the order it binds them: the values of
+    source nodes that a target-side node reads (the model's graph) or forward() returns,
+    and the other locals the target side read (``source_read``)."""
+    full, side = graph.of(p.cm), p.gen.target_side
+    read = set(p.gen.reads)
+    for x, var in p.frame.vars.items():
+        if x not in side and (x in p.returned or x in full and
+                              any(s in side for s in full.successors(x))):
+            read.add(var.name)
+    bound = dict.fromkeys(name for s in prefix for name in s.binds)
+    return [name for name in bound if name in read]
 
 
 def plan(p, outputs: list) -> GeneratePlan | None:

@@ -88,10 +88,10 @@ def plan_graph_attention(p, n: ir.Attention) -> None:
     cdim = context_dim(p, n, v.dim)
     shape = p.cm.shapes[n.id]
     p.frame.emit(f"{c}, {a}, _ = {mod}({q.name}, {k.name}, {v.name}, {graph}, {kmask})",
-                 p.shape(shape, dim=cdim))
+                 p.shape(shape, dim=cdim), (c, a, "_"))
     p.frame.vars[n.id] = Var(c, shape, k.mask, cdim, k.mask_code)
     p.frame.records.add("attn")
-    p.frame.emit("if return_attention:")
+    p.frame.emit(f"if {p.frame.flag('return_attention')}:")
     p.frame.indent += 1
     p.frame.emit(f"attn[{p.key_code(n)}] = {a}",
                  "(E', H) per edge (edge list, self loops included) or (B, H, N, N)")

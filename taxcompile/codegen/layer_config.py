@@ -10,11 +10,22 @@ and the value that fits; the class's own checks never see a Config that passed t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .. import ir
 from .. import mechanisms as mech
 from . import depth
 from .pretty import wrap
+
+
+class Derived(NamedTuple):
+    """A width field left None: the code that gives it over ``w`` and what it is (kv_heads:
+    the query heads' width times kv_heads / heads; input: the input's width, as project(x);
+    score: the score's hidden width, the query's)."""
+
+    code: str
+    kind: str
+
 
 # the least value of each count a statement's Config may hold (the others: 1)
 LEAST = {"window": 0, "buckets": 2}
@@ -43,7 +54,7 @@ def fields_and_checks(cm, n: ir.Attention, q, k, v, args: list[mech.CtorArg]) ->
     """The Config of statement ``n`` whose query, keys and values the layer gets as the
     roles ``q``, ``k``, ``v`` (``layer.Role``), and the constructor arguments ``args``."""
     out: list[Field] = []
-    derived: dict[str, str] = {}  # field left None -> the expression over w that gives it
+    derived: dict[str, Derived] = {}  # field left None -> how w gives it
     kv = bool(n.kv_heads)
     for r, what in ((q, "queries"), (k, "keys"), (v, "values")):
         if r.kind in ("none", "keys"):
@@ -70,14 +81,14 @@ def fields_and_checks(cm, n: ir.Attention, q, k, v, args: list[mech.CtorArg]) ->
         eq = "35" if r.name == "q" else "1"
         name = f"d_{r.name}_proj"
         if kv and r.name in ("k", "v"):  # g heads of the query heads' width (check/grouped.py)
-            derived[name] = 'self.kv_heads * w["q"] // self.heads'
+            derived[name] = Derived('self.kv_heads * w["q"] // self.heads', "kv_heads")
             out.append(Field(name, "int | None", "None", f"width of W_{r.name.upper()} "
                              f"{r.name} (eq. {eq}); None: kv_heads * d_q_proj / heads"))
         elif r.sized:
             out.append(Field(name, "int", str(r.d), f"width of W_{r.name.upper()} {r.name} "
                              f"(eq. {eq})"))
         else:  # project(x): x's width
-            derived[name] = f'w["d_{r.name}"]'
+            derived[name] = Derived(f'w["d_{r.name}"]', "input")
             out.append(Field(name, "int | None", "None", f"width of W_{r.name.upper()} "
                              f"{r.name} (eq. {eq}); None: d_{r.name}, as project(x)"))
     out.append(Field("heads", "int", str(n.heads), "attention heads (eq. 38)"))
@@ -85,7 +96,7 @@ def fields_and_checks(cm, n: ir.Attention, q, k, v, args: list[mech.CtorArg]) ->
         if a.name in ("d_q", "d_k", "d_v", "heads"):
             continue
         if a.name == "d_w" and a.value(n) is None:  # the score's hidden width: the query's
-            derived["d_w"] = 'w["q"]' if q.kind != "none" else 'w["k"]'
+            derived["d_w"] = Derived('w["q"]' if q.kind != "none" else 'w["k"]', "score")
             out.append(Field("d_w", "int | None", "None", "width of the score's hidden "
                              "layer; None: the query's width as the attention reads it"))
             continue
@@ -98,7 +109,8 @@ def fields_and_checks(cm, n: ir.Attention, q, k, v, args: list[mech.CtorArg]) ->
     return Widths(out, _lines(n, q, k, v, out, derived))
 
 
-def _lines(n: ir.Attention, q, k, v, fields: list[Field], derived: dict[str, str]) -> list[str]:
+def _lines(n: ir.Attention, q, k, v, fields: list[Field],
+           derived: dict[str, Derived]) -> list[str]:
     """The body of Config.widths(): each field's type and range, the widths left None worked
     out, then the rules between them (each message names the field to change)."""
     names = {f.name for f in fields}
@@ -119,10 +131,10 @@ def _lines(n: ir.Attention, q, k, v, fields: list[Field], derived: dict[str, str
     widths = [f.name for f in fields if f.name.startswith("d_") and f.name != "d_w"]
     lines += wrap("w = {" + ", ".join(f'"{x}": self.{x}' for x in widths) + "}", 8, 100)
     read = reads(n, q, k, v)
-    late = {f: e for f, e in derived.items() if "kv_heads" in e}
-    for name, expr in derived.items():
+    late = {f: d.code for f, d in derived.items() if d.kind == "kv_heads"}
+    for name, d in derived.items():
         if name != "d_w" and name not in late:
-            lines += [f"if self.{name} is None:", f'    w["{name}"] = {expr}']
+            lines += [f"if self.{name} is None:", f'    w["{name}"] = {d.code}']
     if "q" in read:
         lines.append(f'w["q"] = w["{read["q"]}"]')
     for name, expr in late.items():
@@ -130,13 +142,13 @@ def _lines(n: ir.Attention, q, k, v, fields: list[Field], derived: dict[str, str
     lines += [f'w["{r}"] = w["{read[r]}"]' for r in ("k", "v") if r in read]
     who = []
     for r, field in read.items():
-        src = derived.get(field, "")
-        who.append(f'"{r}": "{field}"' if not src.startswith('w["d_') else
+        src = derived.get(field)
+        who.append(f'"{r}": "{field}"' if src is None or src.kind != "input" else
                    f'"{r}": "{field[:-5]}" if self.{field} is None else "{field}"')
     lines += wrap("name = {" + ", ".join(who) + "}", 8, 100)
     lines += _rules(n, read, derived)
     if "d_w" in derived:
-        lines.append(f'w["d_w"] = {derived["d_w"]} if self.d_w is None else self.d_w')
+        lines.append(f'w["d_w"] = {derived["d_w"].code} if self.d_w is None else self.d_w')
     elif "d_w" in names:
         lines.append('w["d_w"] = self.d_w')
     lines.append("return w")
@@ -156,7 +168,7 @@ def reads(n: ir.Attention, q, k, v) -> dict[str, str]:
     return out
 
 
-def _rules(n: ir.Attention, read: dict[str, str], derived: dict[str, str]) -> list[str]:
+def _rules(n: ir.Attention, read: dict[str, str], derived: dict[str, Derived]) -> list[str]:
     lines = []
     kv = bool(n.kv_heads)
     split = n.heads > 1 and n.query is not None
@@ -180,7 +192,8 @@ def _rules(n: ir.Attention, read: dict[str, str], derived: dict[str, str]) -> li
         want = 'self.kv_heads * w["q"] // self.heads'
         for r, what in (("k", "keys"), ("v", "values")):
             test = f'w["{r}"] != {want}'
-            if "kv_heads" in derived.get(read[r], ""):  # None: right by construction
+            d = derived.get(read[r])
+            if d is not None and d.kind == "kv_heads":  # None: right by construction
                 test = f"self.{read[r]} is not None and " + test
             refuse(test, f'{{name["{r}"]}} = {{w["{r}"]}} must be kv_heads * {{name["q"]}} / '
                    f'heads = {{self.kv_heads}} * {{w["q"]}} / {{self.heads}} = {{{want}}} (the '

@@ -185,17 +185,6 @@ def mentions(codes, word: str) -> bool:
     return word in names_in(codes)
 
 
-def assigned(code: str) -> list[str]:
-    """The names a plain assignment ``a, b = …`` binds ([] for any other line)."""
-    toks = _tokens(code)
-    eq = next((k for k, t in enumerate(toks) if t.type == tokenize.OP and t.string == "="), None)
-    lhs = toks[:eq] if eq else []
-    if not lhs or any(t.string != "," for t in lhs[1::2]) or \
-            any(t.type != tokenize.NAME for t in lhs[::2]):
-        return []
-    return [t.string for t in lhs[::2]]
-
-
 def is_name(code: str) -> bool:
     """Whether an expression is a plain local name (so it is computed once already)."""
     return code.isidentifier() and not keyword.iskeyword(code)

@@ -6,7 +6,7 @@ built from validated identifiers and numbers only (never spec text)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .expr import Expr
 
@@ -50,11 +50,19 @@ class OutputField:
 @dataclass(frozen=True)
 class Stmt:
     """One line of a forward(): ``code  # comment`` at a nesting ``depth`` (inside a for or
-    an if). ``code`` empty: a comment line."""
+    an if). ``code`` empty: a comment line. ``binds`` and ``part``: (node id, role) of what was being
+    planned when it was built (``Frame.part``), so that a later rule picks a node's
+    statements from this record, not by reading their code."""
 
     code: str
     comment: str = ""
     depth: int = 0
+    part: tuple[str, str] | None = None
+    binds: tuple[str, ...] = ()  # the locals it assigns, recorded where it is built
+
+    def deeper(self, by: int = 1) -> "Stmt":
+        """The same statement, nested ``by`` levels deeper (its part kept)."""
+        return replace(self, depth=self.depth + by)
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ class Planner:
 
     def tmp(self, code: str, want: str, comment: str = "") -> str:
         name = self.frame.locals.new(want)
-        self.frame.emit(f"{name} = {code}", comment)
+        self.frame.emit(f"{name} = {code}", comment, (name,))
         return name
 
     def named(self, x: Var, want: str) -> Var:
@@ -284,12 +284,13 @@ class Planner:
             return v.name
         return None
 
-    def key_code(self, n) -> str:
-        """The node id as a Python string; in a block an f-string after its ``at`` prefix."""
+    def key_code(self, n, kind: str = "") -> str:
+        """The node id as a Python string, after ``kind`` (a constant such as "coverage:");
+        in a block an f-string after its ``at`` prefix."""
         if self.frame.at is None:
-            return repr(n.id)
+            return repr(f"{kind}{n.id}")
         rel = re.sub(r"^(\w+\[\d+\]\.){%d}" % self.frame.depth, "", n.id)
-        return f'f"{{at}}{rel}"'
+        return f'f"{kind}{{at}}{rel}"'
 
     def node(self, n: ir.Node) -> None:
         shape = self.cm.shapes[n.id]
@@ -297,7 +298,8 @@ class Planner:
         where = f"{n.kind_} `{n.name}`" + (", updated (eq. 37)" if "@" in n.id else "")
         if self.step is None:
             name = self.reuse(n) or self.frame.locals.new(self.want(n))
-            self.frame.emit(f"{name} = {v.name}", f"{self.shape(shape, dim=v.dim)}: {where}")
+            self.frame.emit(f"{name} = {v.name}", f"{self.shape(shape, dim=v.dim)}: {where}",
+                            (name,))
         else:
             name = self.step.names.setdefault(n.id, self.frame.locals.new(self.want(n) + "_t"))
             self.frame.emit(f"{name} = {v.name}",

@@ -181,7 +181,6 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     plan_scope(p, hops[1], depth + 1)
     p.frame, p.read_outside = outer, enclosing
     _block_class(p, inner, cls, params, outs, path, hops[1])
-    uses = lambda word: mentions([s.code for s in inner.body], word)  # noqa: E731
     # the caller: one instance per hop, or one shared by every hop
     count = str(N)
     lists = {rel(p, x, depth) for k, ids in hops.items() if k < N for x in ids if x in read}
@@ -213,8 +212,8 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     if inner.records:
         prefix = "{at}" if outer.at else ""
         args.append(f"at=f\"{prefix}{name}[{{{var} + 1}}].\"")
-    if uses("return_attention"):
-        args.append("return_attention=return_attention")
+    if "return_attention" in inner.flags:  # the hop's forward() reads it (``Frame.flag``)
+        args.append(f"return_attention={outer.flag('return_attention')}")
     if shared:
         p.frame.emit(f"for {var} in range({count}):", f"`{path}`: {N} hops (eq. 41-42)")
         call = f"{mod}({', '.join(args)})"
@@ -225,7 +224,7 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
         p.frame.emit(f"for layer in {mod}:", f"`{path}`: {N} hops (eq. 41-42)")
         call = f"layer({', '.join(args)})"
     p.frame.indent += 1
-    p.frame.emit(f"{', '.join(results)} = {call}" if results else call)
+    p.frame.emit(f"{', '.join(results)} = {call}" if results else call, binds=tuple(results))
     for r, lst in hop_lists.items():
         p.frame.emit(f"{lst}.append({results[outs.index(first[r])]})")
     p.frame.indent -= 1
@@ -252,7 +251,7 @@ def _block_class(p, inner: Frame, cls: str, params: list[str], outs: list[str], 
     sig += [f"{r}: {RECORD_TYPES.get(r, 'dict')}" for r in sorted(inner.records)]
     if inner.records:
         sig.append("at: str = \"\"")
-    if uses("return_attention"):
+    if "return_attention" in inner.flags:
         sig.append("return_attention: bool = False")
     doc = (f"One hop of `{path}` (eq. 41-42): "
            f"{', '.join(sorted({p.m.node(x).name for x in first_hop}))}.",)
