@@ -127,6 +127,9 @@ ROWS = {
     "local-attention LocalMHA(window_size=4, heads=4)": (
         local_mha, "torch.export", "Multiplicative", "Local", "Self-Attentive", "Multi-Head",
         "banded mask"),
+    "local-attention LocalAttention(window_size=4), q = k = v": (
+        local_attention, "torch.export", "Scaled Multiplicative", "Local", "Self-Attentive",
+        "Multi-Head", "neighbouring blocks"),
 }
 
 
@@ -219,10 +222,23 @@ def test_local_attention_one_head_is_singular():
     assert res.row()["query_multiplicity"] == "Singular", res.text()
 
 
-@pytest.mark.xfail(strict=True, reason="alignments.py: LocalAttention's default "
-                   "(exact_windowsize=False) has no window mask; each block's keys are its "
-                   "own and its neighbours' (look_around: pad, unfold), and the reader sees a "
-                   "softmax over every key it is given")
 def test_local_attention_blocks_are_local():
+    """LocalAttention's default (exact_windowsize=False) has no window mask: each block's
+    keys are its own and its neighbours' (look_around: pad, unfold), and the softmax runs
+    over those alone (taxcompile/torchread/blocks.py)."""
     res = taxcompile.classify(*local_attention())
-    assert res.row()["alignment"] == "Local", res.text()
+    a = _only(res)
+    assert a.values["alignment"][0] == "Local" and a.names["align"] == "local", res.text()
+    assert "window of 3 neighbouring blocks" in a.values["alignment"][1]
+
+
+def test_a_padded_unfold_of_the_keys_alone_is_not_local():
+    """Both keys and values must be gathered by the unfold: keys smoothed over a window
+    and attended globally stay Global."""
+    class Smoothed(nn.Module):
+        def forward(self, x):
+            k = nn.functional.pad(x, (0, 0, 1, 1)).unfold(1, 3, 1).mean(-1)
+            return torch.softmax(x @ k.transpose(-1, -2), -1) @ x
+
+    res = taxcompile.classify(Smoothed(), (_randn(2, 6, 8),))
+    assert res.row()["alignment"] == "Global", res.text()
