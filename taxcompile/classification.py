@@ -328,10 +328,13 @@ class Classifier:
             aff = self.m.node(a.affinity).expr
             more = dict(form=aff.param("form", "bilinear"), act=str(aff.param("act", "none")),
                         affinity=self.q(a.affinity))
-        self.cells["scoring"].add(rec.text("reading", s, **more), f"attention {self.q(a.id)} "
+        reading, qk = rec.text("reading", s, **more), a.qk_norm
+        # q and k normalised before the product may make it another score (a cosine)
+        reading = qk.record.text("reading", qk, score=reading) or reading if qk else reading
+        self.cells["scoring"].add(reading, f"attention {self.q(a.id)} "
                                   + rec.text("reason", s, **more) + modifier_reading(a)
-                                  + (a.qk_norm.record.text("reason", a.qk_norm)
-                                     if a.qk_norm is not None else ""))
+                                  + (qk.record.text("reason", qk, score=rec.text(
+                                      "reading", s, **more)) if qk is not None else ""))
 
     def query_type_and_multiplicity(self) -> None:
         qt, qm = self.cells["query_type"], self.cells["query_multiplicity"]

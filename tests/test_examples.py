@@ -113,9 +113,9 @@ EXPECTED = {
     # several query heads with one context each: Multi-Head.
     "gqa": dict(scoring="Scaled Multiplicative", alignment="Global",
                 query_type="Self-Attentive", query_multiplicity="Multi-Head"),
-    # Query-key normalisation (issue 25): cosine scores times a scale, a dot product of
-    # transformed q and k: the score as written (Scaled Multiplicative), as rotary is.
-    "qk_norm": dict(scoring="Scaled Multiplicative", alignment="Global",
+    # Query-key normalisation: q and k l2-normalised whole, each score s cos(q, k): the
+    # Similarity the computation is (a learned-temperature cosine reads the same).
+    "qk_norm": dict(scoring="Similarity", alignment="Global",
                     query_type="Self-Attentive", query_multiplicity="Multi-Head"),
     # Routing by agreement (Li et al. 2019, issue 25) joins the heads in place of W_O: each
     # head keeps its own projections, scores and context, so still Multi-Head.

@@ -215,12 +215,22 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
                      "queries still the segment's own positions"),
 )}
 
+
+
+def _cosine(qk, score: str = "", **_) -> str:
+    """The scoring cell of a q.k score whose q and k are l2-normalised whole (one group, no
+    learned gains): s q^T k / (|q| |k|), a cosine similarity times a scale, Table II's
+    similarity as the computation reads; '' (the score's own cell) otherwise."""
+    exact = not qk.rms and not qk.dim_scale and qk.groups == 1
+    return "Similarity" if exact and score in ("Multiplicative", "Scaled Multiplicative") else ""
+
+
 # x-transformers' `attn_qk_norm` (Henry et al. 2020; Dehghani et al. 2023): q and k
-# l2-normalised per head, the scale s replacing 1 / sqrt(d_k); the score stays its family
+# l2-normalised per head, the scale s replacing 1 / sqrt(d_k): a cosine similarity times s
 _L2 = Mechanism("qk_norm", "l2",
                 (P("scale", "float", False, 10.0), P("groups", "int", False, 1),
                  P("dim_scale", "bool", False, False)),
-                class_part="QKNorm",
+                reading=_cosine, class_part="QKNorm",
                 label=lambda qk, **_: "qk-norm " + ("(RMS)" if qk.rms else "(learned gains)"
                                                     if qk.dim_scale else f"(scale {qk.scale:g})"),
                 reason=lambda qk, **_: "; q and k are " + (
@@ -230,8 +240,9 @@ _L2 = Mechanism("qk_norm", "l2",
                     "normalisation), " + (
                         "with a learned gain per feature, scaled by 1/sqrt(d_k)" if
                         qk.dim_scale else f"the scale {qk.scale:g} replacing 1/sqrt(d_k)")) +
-                       ": a dot product of transformed q and k, Table II's family as written "
-                       "(a cosine similarity times a scale)",
+                       (": each score a cosine similarity times a scale, Table II's similarity"
+                        if _cosine(qk, **_) else ": a dot product of transformed q and k, "
+                        "Table II's family as written"),
                 doc="Query-key normalisation (x-transformers' qk_norm): q and k l2-normalised per "
                     "head in qk_groups parts, then e = qk_scale * q^T k; qk_dim_scale: a learned "
                     "gain per head and feature on each (initialised to d_head^(1/4)), and "
