@@ -245,6 +245,11 @@ def attention(r, a, name: str, feats) -> tuple[list, list]:
     causal = ["causal"] if _is_causal(a) else []
     if causal or given:
         body.append(f"mask = {' * '.join(causal + given)}")
+    from .lift_position import position_lines
+
+    pos, pos_notes = position_lines(r, a, score, _last(a.query))
+    body += pos
+    notes += pos_notes
     if given:
         notes.append(f"# not lifted: whether True in `{given[0]}` shows or hides a key (in "
                      "the spec, True = may see)")
