@@ -1,7 +1,8 @@
 """`taxcompile lift --torch`: what the reader recognised in a captured graph, written back as a
 `.attn` sketch. One model: the graph's inputs (shapes from their placeholders' meta), token
 inputs embedded where the graph embeds them, and one `attention` statement per recognised
-attention (score, alignment, heads, key/value heads, causal mask, widths). The network
+attention (score, alignment, heads, key/value heads, causal mask, widths, rotary positions
+and ALiBi biases: ``lift_position``). The network
 between the inputs and the attentions is not lifted: each operand is written as a
 projection of the input nearest to it, and comments (`# not lifted: …`) say where the sketch
 stops. Nothing from the graph reaches the text but identifiers made valid here and integers.
