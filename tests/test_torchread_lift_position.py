@@ -131,3 +131,20 @@ def test_only_a_per_head_slope_times_a_distance_lifts_as_alibi(kind, lifted):
     text = lift(_Biased(kind), (torch.randn(2, 5, 8),), kind)
     assert ("bias = alibi" in text) == lifted, text
     api.load(text)
+
+
+class _OddRope(_Attn):
+    """RoPE on 8 of a 9-feature head: the language's rotary needs an even width per head."""
+
+    def __init__(self):
+        super().__init__("both", d=9)
+
+    def _turn(self, x):
+        return torch.cat([super()._turn(x[..., :8]), x[..., 8:]], -1)
+
+
+def test_rotation_of_an_odd_width_head_keeps_the_attention_and_says_why():
+    text = lift(_OddRope(), (torch.randn(2, 5, 9),), "odd")
+    assert "position = rotary" not in text
+    assert "an even width per head" in text
+    assert re.search(r"^    attention att_1 \{", text, re.M)  # not refused by the checker

@@ -121,9 +121,9 @@ def position_lines(r, a, score: str, head_width: int | None) -> tuple[list, list
     if q is not None and k is not None:
         name = rotary_name()
         rec = mech.REGISTRY[("position", name)]
-        if not mech.score(score).qk:
+        if not mech.score(score).qk or rec.pairs and head_width and head_width % 2:
             notes.append("# not lifted: rotary positions on q and k (the spec's need a q.k "
-                         "score)")
+                         "score and an even width per head)")
         else:
             lines.append(f"position = {name}")
             unread = ", ".join(p.name for p in rec.params)
