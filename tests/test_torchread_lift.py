@@ -2,8 +2,8 @@
 accepts, and it classifies as the original does. The oracle is the original spec's own row
 (`taxcompile table`): a model of specs/ and examples/ compiled, built, lifted, checked and
 classified again gives the same scoring, alignment, dimensionality and (whether) Multi-Head
-as its spec. Stacked layers (Multi-Hop in the spec's reading), residual paths and the
-network between the attentions are not lifted, so the query type and hops are not compared."""
+as its spec, and the same query type and multiplicity (hops included) except where the
+sketch stops short of them (stacked layers, recurrent decoders: strict xfails, said why)."""
 import re
 import subprocess
 import sys
@@ -58,6 +58,28 @@ def test_lifted_spec_classifies_as_the_original(key):
     assert ("Multi-Head" in got["query_multiplicity"]) == \
         ("Multi-Head" in want["query_multiplicity"])
     assert _statements(text), "no attention statement lifted"
+
+
+_QUERY_MISSES = {  # what the sketch does not lift yet, so its reading differs (strict: a fix
+    # that makes one pass must move it out of here)
+    "specs/vaswani2017.attn:transformer": "layer stacks (Multi-Hop) and the decoder's "
+    "queries over the encoder's output are not lifted",
+    "examples/jaegle2021_perceiver.attn:perceiver": "layer stacks (Multi-Hop) are not lifted",
+    "specs/bahdanau2015.attn:rnnsearch": "a recurrent decoder's state is written as a "
+    "projection of an input, which reads as self-attention",
+    "specs/luong2015.attn:global_dot": "a recurrent decoder's state is written as a "
+    "projection of an input, which reads as self-attention"}
+
+
+@pytest.mark.parametrize("key", [
+    pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=_QUERY_MISSES[k]))
+    if k in _QUERY_MISSES else k for k in ROUND_TRIP])
+def test_lifted_spec_keeps_query_type_and_multiplicity(key):
+    model, inputs = _built(key)
+    got = api.classify(lift(model, inputs, key.split(":")[1])).row()
+    want = api.classify(str(ROOT / key.split(":")[0]), key.split(":")[1]).row()
+    assert (got["query_type"], got["query_multiplicity"]) == \
+        (want["query_type"], want["query_multiplicity"])
 
 
 def test_gqa_sketch_keeps_the_specs_heads_and_widths():

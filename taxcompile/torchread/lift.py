@@ -1,7 +1,8 @@
 """`taxcompile lift --torch`: what the reader recognised in a captured graph, written back as a
 `.attn` sketch. One model: the graph's inputs (shapes from their placeholders' meta), token
 inputs embedded where the graph embeds them, and one `attention` statement per recognised
-attention (score, alignment, heads, key/value heads, causal mask, widths). The network
+attention (score, alignment, heads, key/value heads, causal mask, widths, rotary positions
+and ALiBi biases: ``lift_position``). The network
 between the inputs and the attentions is not lifted: each operand is written as a
 projection of the input nearest to it, and comments (`# not lifted: …`) say where the sketch
 stops. Nothing from the graph reaches the text but identifiers made valid here and integers.
@@ -247,6 +248,11 @@ def attention(r, a, name: str, feats) -> tuple[list, list]:
     causal = ["causal"] if _is_causal(a) else []
     if causal or given:
         body.append(f"mask = {' * '.join(causal + given)}")
+    from .lift_position import position_lines
+
+    pos, pos_notes = position_lines(r, a, score, _last(a.query))
+    body += pos
+    notes += pos_notes
     if given:
         notes.append(f"# not lifted: whether True in `{given[0]}` shows or hides a key (in "
                      "the spec, True = may see)")
