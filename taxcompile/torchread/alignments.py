@@ -76,8 +76,22 @@ def picked_by_norm(node, norms) -> bool:
 
 
 def banded(app) -> bool:
-    """Weights applied as a convolution's kernel, or spread over positions by an index."""
-    return op(app) == "convolution" or "index" in _ancestor_ops(app, 8)
+    """Weights applied as a convolution's kernel, to windows of the values (``unfold``), or
+    spread over positions by an index."""
+    return op(app) == "convolution" or bool({"index", "unfold"} & _ancestor_ops(app, 8))
+
+
+def windows(node) -> bool:
+    """Whether ``node`` is sliding windows of a sequence (``unfold``) through moves: the
+    operand a kernel's taps multiply in a convolution written as a product."""
+    for _ in range(12):
+        if op(node) == "unfold":
+            return True
+        args = tensor_args(node)
+        if op(node) not in TRANSPARENT or not args:
+            return False
+        node = args[0]
+    return False
 
 
 def lightconv_reason(norm, prod, app) -> tuple[str, str]:
@@ -85,7 +99,23 @@ def lightconv_reason(norm, prod, app) -> tuple[str, str]:
     return (f"`{norm.name}` normalises the learned kernel `{prod.name}`: the weights are its "
             "own, no query meets a key",
             f"the kernel's weights are spread over a band of positions around each query "
-            f"(`{app.name}` applies them): LightConv, local by construction")
+            f"(`{app.name}` applies them{_to_windows(app)}): LightConv, local by construction")
+
+
+def _to_windows(app) -> str:
+    cut = [a for a in tensor_args(app) if windows(a)]
+    return f" to the windows `{cut[0].name}` cut by `unfold`" if cut else ""
+
+
+def windowed(al: str, why: str, norm, keys, values) -> tuple[str, str]:
+    """A softmax over each query's window of keys cut by ``unfold`` (local self-attention
+    written with sliding windows) is Local however its mask reads: the keys outside the
+    window are never scored."""
+    cut = [x for x in (keys, values) if x is not None and windows(x)]
+    if al != "global" or not cut:
+        return al, why
+    return "local", (f"`{norm.name}` runs over a window of keys `{cut[0].name}` cut from the "
+                     "sequence by `unfold` around each query: the keys outside it are not scored")
 
 
 def between(src, dst, depth: int = 40) -> list:

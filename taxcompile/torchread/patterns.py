@@ -226,6 +226,7 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     if biases:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
     al, al_why = align or read_align(r, norm, masks, name, app)
+    al, al_why = alignments.windowed(al, al_why, norm, k, values)
     gauss = alignments.gaussian(r, norm, app) if al in ("global", "local") else None
     if gauss is not None:
         al, al_why = "local", alignments.gaussian_reason(r, gauss, al_why if al == "local" else "")

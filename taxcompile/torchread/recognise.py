@@ -79,6 +79,9 @@ class Reader:
                         return u, args[1], picks, diffs
                     if o == "mul" and len(args) == 2 and _sums(u):
                         return u, (args[1] if args[0] in mine else args[0]), picks, diffs
+                    if o == "matmul" and len(args) >= 2 and args[1] in mine \
+                            and alignments.windows(args[0]):  # a kernel over unfolded windows
+                        return u, args[0], picks, diffs
                     if o == "convolution" and len(args) >= 2 and args[1] in mine:
                         return u, args[0], picks, diffs  # the weights are the kernel (LightConv)
                     if o == "gather" and picks and len(args) >= 2 and args[-1] in mine:

@@ -1,0 +1,101 @@
+"""Values the round trip (tests/test_torchread_roundtrip.py) once read wrong from a graph:
+each on the compiled model of its spec, on a module written here from the paper's equation,
+and on a near miss that must keep another value or stay unrecognised."""
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import taxcompile
+from taxcompile import api
+
+ROOT = Path(__file__).parents[1]
+D, L = 8, 6
+
+
+def _x(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _compiled(spec, model):
+    """The compiled model of ``spec`` (tiny sizes), classified from its graph."""
+    mod = api.module(str(ROOT / spec), model)
+    cfg = api.config(mod, tiny=True)
+    inputs = {k: v for k, v in mod.example_inputs(cfg=cfg).items() if not k.endswith("_mask")}
+    return taxcompile.classify(mod.Model(cfg).eval(), inputs)
+
+
+# --- LightConv applied to sliding windows (Lite Transformer's fast path) ---
+
+class WindowedLightConv(nn.Module):
+    """Wu et al. (2019) eq. 2-3: LightConv(X, W, i, c) = sum_j softmax(W_h)_j X_(i+j-P, c),
+    each head's kernel normalised over its k taps, applied to the values' windows cut by
+    ``unfold`` (as a convolution written as a product)."""
+
+    def __init__(self, heads=2, k=3):
+        super().__init__()
+        self.heads, self.k = heads, k
+        self.weight = nn.Parameter(torch.randn(heads, k))
+
+    def forward(self, x):  # (B, L, D)
+        B, n, d = x.shape
+        v = x.view(B, n, self.heads, -1).transpose(1, 2)  # (B, H, L, D / H)
+        P = (self.k - 1) // 2
+        win = F.pad(v, (0, 0, P, self.k - 1 - P)).unfold(2, self.k, 1)  # (B, H, L, D/H, k)
+        w = self.weight.softmax(-1)  # (H, k)
+        c = torch.einsum("bhldt,ht->bhld", win, w)
+        return c.transpose(1, 2).reshape(B, n, d)
+
+
+def test_lightconv_over_unfolded_windows():
+    res = taxcompile.classify(WindowedLightConv(), (_x(2, L, D),))
+    (a,) = res.recognised
+    assert a.names["score"] == "none" and a.values["alignment"][0] == "Local"
+    assert "unfold" in a.values["alignment"][1]
+    assert a.values["query_multiplicity"][0] == "Multi-Head"
+
+
+def test_lite_transformer_reads_both_branches():
+    """The LSRA block: multi-head self-attention on one half, LightConv on the other."""
+    res = _compiled("examples/wu2020_lite_transformer.attn", "lsra_encoder")
+    aligns = [a.values["alignment"][0] for a in res.recognised]
+    assert sorted(set(aligns)) == ["Global", "Local"] and len(aligns) == 4
+    assert res.row()["alignment"] == "Global + Local"
+    assert res.row()["scoring"] == "Scaled Multiplicative"
+
+
+class WindowAttention(nn.Module):
+    """Local self-attention over each query's window of k keys cut by ``unfold``:
+    softmax_j(q_i^T x_(i+j-P) / sqrt(d)), the keys outside the window never scored."""
+
+    def __init__(self, k=3):
+        super().__init__()
+        self.k, self.q = k, nn.Linear(D, D)
+
+    def forward(self, x):
+        P = self.k // 2
+        win = F.pad(x, (0, 0, P, P)).unfold(1, self.k, 1)  # (B, L, D, k)
+        a = (torch.einsum("bld,bldt->blt", self.q(x), win) / D ** 0.5).softmax(-1)
+        return torch.einsum("blt,bldt->bld", a, win)
+
+
+def test_attention_over_unfolded_windows_is_local():
+    (a,) = taxcompile.classify(WindowAttention(), (_x(2, L, D),)).recognised
+    assert a.values["alignment"][0] == "Local" and "unfold" in a.values["alignment"][1]
+
+
+def test_a_softmax_over_a_parameter_mixing_channels_is_no_lightconv():
+    """softmax(W) mixing k channels of each position (no windows of the sequence): no
+    attention over positions, so none is reported."""
+    class Mix(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(2, 3))
+
+        def forward(self, x):  # (B, L, 3)
+            return x @ self.weight.softmax(-1).t()
+
+    res = taxcompile.classify(Mix(), (_x(2, L, 3),))
+    assert res.recognised == [] and res.row() == {}
