@@ -1,6 +1,7 @@
 """Values the round trip (tests/test_torchread_roundtrip.py) once read wrong from a graph:
 each on the compiled model of its spec, on a module written here from the paper's equation,
 and on a near miss that must keep another value or stay unrecognised."""
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,54 @@ def test_a_softmax_over_a_parameter_mixing_channels_is_no_lightconv():
 
     res = taxcompile.classify(Mix(), (_x(2, L, 3),))
     assert res.recognised == [] and res.row() == {}
+
+
+# --- persistent memory: learned key/value slots concatenated to the keys and values ---
+
+class PersistentMemory(nn.Module):
+    """Sukhbaatar et al. (2019) eq. 5-6: K = [W_k x; M_k], V = [W_v x; M_v], then
+    softmax(q^T K / sqrt(d)) V with q = W_q x; M_k, M_v learned vectors. ``project_keys``
+    False is the near miss: the keys are the input itself, a learned map on the query side
+    alone (q^T W k, General)."""
+
+    def __init__(self, slots=4, project_keys=True):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(D, D, bias=False) for _ in range(3))
+        self.mk, self.mv = nn.Parameter(torch.randn(slots, D)), nn.Parameter(torch.randn(slots, D))
+        self.project_keys = project_keys
+
+    def forward(self, x):
+        B = x.shape[0]
+        k = self.k(x) if self.project_keys else x
+        k = torch.cat([k, self.mk.expand(B, -1, -1)], 1)
+        v = torch.cat([self.v(x), self.mv.expand(B, -1, -1)], 1)
+        return (self.q(x) @ k.transpose(1, 2) / D ** 0.5).softmax(-1) @ v
+
+
+def test_persistent_memory_is_scaled_multiplicative():
+    (a,) = taxcompile.classify(PersistentMemory(), (_x(2, L, D),)).recognised
+    assert a.values["scoring"][0] == "Scaled Multiplicative"
+    assert "persistent memory" in a.values["scoring"][1]
+
+
+def test_memory_on_unprojected_keys_stays_general():
+    (a,) = taxcompile.classify(PersistentMemory(project_keys=False), (_x(2, L, D),)).recognised
+    assert a.values["scoring"][0] == "General"
+
+
+def test_persistent_memory_compiled():
+    res = _compiled("examples/sukhbaatar2019_persistent_memory.attn",
+                    "sukhbaatar2019_persistent_memory")
+    assert res.row()["scoring"] == "Scaled Multiplicative"
+    assert all("persistent memory" in a.values["scoring"][1] for a in res.recognised)
+
+
+def test_x_transformers_memory_key_values():
+    pytest.importorskip("x_transformers")
+    sys.path.insert(0, str(ROOT / "tests"))
+    import torchread_models as tm
+
+    res = taxcompile.classify(*tm.xt_mem_kv())
+    (a,) = res.recognised
+    assert res.row()["scoring"] == "Scaled Multiplicative"
+    assert "persistent memory" in a.values["scoring"][1]

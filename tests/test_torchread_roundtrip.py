@@ -43,8 +43,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/shazeer2020_talking_heads.attn:shazeer2020_talking_heads':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/sukhbaatar2019_persistent_memory.attn:sukhbaatar2019_persistent_memory':
-        "scoring read 'General', the spec gives 'Scaled Multiplicative'",
     'examples/tang2016_location_memory.attn:location2':
         'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
     'examples/tang2016_location_memory.attn:location1':

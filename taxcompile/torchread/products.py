@@ -50,11 +50,43 @@ def normalised(node) -> object | None:
     return None
 
 
+def memory(node, r):
+    """(the data part, the learned parts) where ``node`` concatenates learned vectors to one
+    stream of data (persistent memory: keys or values that are parameters, appended to the
+    input's); None where it does not."""
+    n = strip(node)
+    if op(n) != "cat":
+        return None
+    parts = tensor_args(n)
+    learned = [p for p in parts if weight(p, r)]
+    data = [p for p in parts if not weight(p, r)]
+    return (data[0], learned) if learned and len(data) == 1 else None
+
+
+def _through_memory(node, r, scales, why: list):
+    """``node`` stripped; a concatenation of learned memory slots to it is followed to the
+    data, and said in ``why``."""
+    s = strip(node, scales)
+    mem = memory(s, r)
+    if mem is None:
+        return s
+    data, learned = mem
+    why.append(f"`{s.name}` appends learned slots ({', '.join(f'`{p.name}`' for p in learned)}"
+               f") to `{data.name}`: persistent memory, scored as the keys are")
+    return strip(data, scales)
+
+
 def matmul_score(r, prod, scales, norm=None):
     args = tensor_args(prod)
     if op(prod) != "matmul" or len(args) < 2 or weight(args[1], r) or weight(args[0], r):
         return None
-    qs, ks = strip(args[0], scales), strip(args[1], scales)
+    mem: list = []
+    got = _matmul_score(r, prod, scales, args, mem)
+    return got if not mem else (got[0], f"{got[1]}; {mem[0]}", *got[2:])
+
+
+def _matmul_score(r, prod, scales, args, mem):
+    qs, ks = (_through_memory(a, r, scales, mem) for a in args[:2])
     nq, nk = normalised(qs), normalised(ks)
     if nq is not None and nk is not None:
         return ("similarity", f"`{prod.name}` multiplies two streams each divided by its norm "
