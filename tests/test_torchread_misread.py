@@ -151,3 +151,40 @@ def test_x_transformers_memory_key_values():
     (a,) = res.recognised
     assert res.row()["scoring"] == "Scaled Multiplicative"
     assert "persistent memory" in a.values["scoring"][1]
+
+
+# --- cosine similarity with a learned temperature ---
+
+class CosineTemperature(nn.Module):
+    """Graves et al. (2014) eq. 5-6 with a learned key strength: softmax_j(beta K(q, x_j)),
+    K the cosine similarity, beta = exp(log_beta) a learned scalar. ``per_feature`` is the
+    near miss: a learned vector w scales each feature of the normalised query, q^T diag(w) k,
+    a learned map and no similarity."""
+
+    def __init__(self, per_feature=False):
+        super().__init__()
+        self.log_beta = nn.Parameter(torch.zeros(D if per_feature else ()))
+
+    def forward(self, y, x):
+        q = y / y.norm(dim=-1, keepdim=True) * self.log_beta.exp()
+        k = x / x.norm(dim=-1, keepdim=True)
+        return (q @ k.transpose(1, 2)).softmax(-1) @ x
+
+
+def test_cosine_with_a_learned_temperature_is_similarity():
+    (a,) = taxcompile.classify(CosineTemperature(), (_x(2, 3, D), _x(2, L, D, seed=1))).recognised
+    assert a.values["scoring"][0] == "Similarity" and "temperature" in a.values["scoring"][1]
+
+
+def test_cosine_with_a_learned_vector_per_feature_is_no_similarity():
+    """Nor Multiplicative: the score is refused rather than given a wrong value."""
+    res = taxcompile.classify(CosineTemperature(per_feature=True),
+                              (_x(2, 3, D), _x(2, L, D, seed=1)))
+    assert res.recognised == [] and res.row() == {}
+    assert "attention not recognised" in res.text()
+
+
+def test_cosine_temperature_compiled():
+    res = _compiled("examples/cosine_temperature.attn", "cosine_temperature")
+    assert [a.values["scoring"][0] for a in res.recognised] == ["Similarity"] * 2
+    assert "temperature" in res.recognised[0].values["scoring"][1]

@@ -27,8 +27,6 @@ SUITE = {  # one per family of what is read: scores, alignments, heads, query ty
 EXPECTED_FAILURES = {  # "file:model" -> why
     'examples/attention_over_attention.attn:aoa_reader':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/cosine_temperature.attn:cosine_temperature':
-        "scoring read 'Multiplicative + Similarity', the spec gives 'Similarity'",
     'examples/gat.attn:gat':
         'capture fails: torch.export cannot build its sparse adjacency on the fake device, and torch.fx cannot trace it',
     'examples/kim2017_structured.attn:segmentation':
