@@ -188,3 +188,69 @@ def test_cosine_temperature_compiled():
     res = _compiled("examples/cosine_temperature.attn", "cosine_temperature")
     assert [a.values["scoring"][0] for a in res.recognised] == ["Similarity"] * 2
     assert "temperature" in res.recognised[0].values["scoring"][1]
+
+
+# --- routing by agreement: coupling coefficients are no attention ---
+
+class HeadRouting(nn.Module):
+    """Li et al. (2019) eq. 6-10 (Sabour et al.'s dynamic routing) after a two-head
+    self-attention: votes u_hn = W_hn c_h; b_hn = 0; each iteration C = softmax_n(b),
+    s_n = sum_h C_hn u_hn, o_n = squash(s_n), b_hn += u_hn^T o_n."""
+
+    def __init__(self, heads=2, caps=2, iters=3):
+        super().__init__()
+        self.heads, self.iters = heads, iters
+        self.q, self.k, self.v = (nn.Linear(D, D) for _ in range(3))
+        self.votes = nn.Parameter(torch.randn(heads, caps, D // heads, D // caps))
+
+    def forward(self, x):
+        B, n, _ = x.shape
+        q, k, v = (f(x).view(B, n, self.heads, -1).transpose(1, 2)
+                   for f in (self.q, self.k, self.v))
+        c = (q @ k.transpose(-1, -2) / (D // self.heads) ** 0.5).softmax(-1) @ v  # (B, H, n, d)
+        u = torch.einsum("bhld,hcde->blhce", c, self.votes)
+        b = torch.zeros(u.shape[:-1])
+        for i in range(self.iters):
+            s = torch.einsum("blhc,blhce->blce", b.softmax(-1), u)
+            norm = s.norm(dim=-1, keepdim=True)
+            o = s * (norm / (1 + norm ** 2))
+            b = b + torch.einsum("blhce,blce->blhc", u, o)
+        return o.reshape(B, n, -1)
+
+
+def test_routing_by_agreement_is_refused_as_attention():
+    res = taxcompile.classify(HeadRouting(), (_x(2, L, D),))
+    (a,) = res.recognised
+    assert a.values["scoring"][0] == "Scaled Multiplicative"
+    refused = [x for x in res.attentions if not x.recognised]
+    assert len(refused) == 3 and all("routing by agreement" in x.why_not for x in refused)
+    assert res.row()["scoring"] == "Scaled Multiplicative"
+
+
+class ResidualScores(nn.Module):
+    """The near miss, RealFormer (He et al. 2021): each layer's scores add the previous
+    layer's, S_l = S_(l-1) + Q_l K_l^T / sqrt(d); the new term reads the previous weights
+    through learned maps, so both softmaxes are attentions."""
+
+    def __init__(self):
+        super().__init__()
+        self.maps = nn.ModuleList(nn.Linear(D, D) for _ in range(6))
+
+    def forward(self, x):
+        prev = 0
+        for q, k in (self.maps[:2], self.maps[2:4]):
+            prev = prev + q(x) @ k(x).transpose(1, 2) / D ** 0.5
+            x = x + prev.softmax(-1) @ x
+        return x
+
+
+def test_residual_scores_are_no_routing():
+    res = taxcompile.classify(ResidualScores(), (_x(2, L, D),))
+    assert not any("routing" in a.why_not for a in res.attentions)
+    assert res.recognised and res.recognised[0].values["scoring"][0] == "Scaled Multiplicative"
+
+
+def test_routing_compiled():
+    res = _compiled("examples/li2019_routing.attn", "encoder")
+    assert res.row()["scoring"] == "Scaled Multiplicative"
+    assert len(res.recognised) == 2  # one self-attention per layer; routing refused

@@ -4,7 +4,7 @@ recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test
 can hold the two tables to the registry."""
 from __future__ import annotations
 
-from . import alignments, heads, scores
+from . import alignments, heads, routing, scores
 from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -206,6 +206,9 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
 
     prod, scales, masks, biases = score_path(r, norm, start)
     a.nodes = [norm.name, prod.name, app.name, *(m.name for m in masks)]
+    if (why := routing.step(r, norm)) is not None:
+        a.recognised, a.why_not = False, why
+        return
     got = read_score(r, prod, scales, norm)
     if got is None and r.is_param(prod) and op(norm) == "softmax" and banded(app):
         why, al_why = lightconv_reason(norm, prod, app)
