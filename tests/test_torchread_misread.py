@@ -254,3 +254,60 @@ def test_routing_compiled():
     res = _compiled("examples/li2019_routing.attn", "encoder")
     assert res.row()["scoring"] == "Scaled Multiplicative"
     assert len(res.recognised) == 2  # one self-attention per layer; routing refused
+
+
+# --- a query that picks its keys: the index of a gather is no data of the keys ---
+
+class LocalP(nn.Module):
+    """Luong et al. (2015) eq. 28-29 reading only the window's keys: p_t = S sigmoid(v_p^T
+    tanh(W_p h_t)), the keys l = round(p_t) - w ... round(p_t) + w gathered from the source,
+    a_t(l) = softmax(h_t^T h_l) exp(-(l - p_t)^2 / 2 sigma^2). The query h_t comes from the
+    target, the keys from the source: Basic, though the gather's index reads the query."""
+
+    def __init__(self, w=1):
+        super().__init__()
+        self.w, self.W_p, self.v_p = w, nn.Linear(D, D), nn.Linear(D, 1)
+
+    def forward(self, y, x):  # y: (B, T, D) target states, x: (B, S, D) source states
+        B, T, _ = y.shape
+        S = x.shape[1]
+        p = S * torch.sigmoid(self.v_p(torch.tanh(self.W_p(y)))).squeeze(-1)  # (B, T)
+        offs = torch.arange(-self.w, self.w + 1)
+        pos = (p.round().long().unsqueeze(-1) + offs).clamp(0, S - 1)  # (B, T, 2w + 1)
+        kg = x.gather(1, pos.view(B, -1, 1).expand(-1, -1, D)).view(B, T, -1, D)
+        a = torch.einsum("btd,btjd->btj", y, kg).softmax(-1)
+        a = a * torch.exp(-(pos - p.unsqueeze(-1)) ** 2 / (2 * (self.w / 2) ** 2))
+        return torch.einsum("btj,btjd->btd", a, kg)
+
+
+def test_keys_gathered_by_the_query_position_are_still_the_source():
+    (a,) = taxcompile.classify(LocalP(), (_x(2, 3, D), _x(2, L, D, seed=1))).recognised
+    assert a.values["query_type"][0] == "Basic"
+    assert "args_0" in a.values["query_type"][1]
+
+
+class TableLookup(nn.Module):
+    """The near miss: rows of a learned table picked by token ids (W[ids]): there the index
+    is the data. Query from the target's ids, keys from the source's: Basic, reading tgt."""
+
+    def __init__(self):
+        super().__init__()
+        self.Eq, self.Ek = nn.Parameter(torch.randn(20, D)), nn.Parameter(torch.randn(20, D))
+
+    def forward(self, tgt, src):
+        q, k = self.Eq[tgt], self.Ek[src]
+        return (q @ k.transpose(1, 2)).softmax(-1) @ k
+
+
+def test_rows_of_a_learned_table_read_their_index():
+    ids = torch.randint(0, 20, (2, 3), generator=torch.Generator().manual_seed(0))
+    src = torch.randint(0, 20, (2, L), generator=torch.Generator().manual_seed(1))
+    (a,) = taxcompile.classify(TableLookup(), (ids, src)).recognised
+    assert a.values["query_type"][0] == "Basic"
+    assert "args_0" in a.values["query_type"][1]
+
+
+def test_local_p_compiled():
+    res = _compiled("specs/luong2015.attn", "local_p")
+    assert res.row()["query_type"] == "Basic"
+    assert all("reads tgt" in a.values["query_type"][1] for a in res.recognised)

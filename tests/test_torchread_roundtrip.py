@@ -51,8 +51,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/xtransformers_heads.attn:xtransformers_heads':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'specs/luong2015.attn:local_p':
-        "query type read 'Self-Attentive', the spec gives 'Basic': a query computed from the keys' input alone (a decoder's first step, a recurrent state) is read by its inputs",
     'specs/oktay2018.attn:attention_unet':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'specs/shen2018.attn:disan':

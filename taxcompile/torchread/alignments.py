@@ -16,6 +16,8 @@ PICKS = {"argmax", "multinomial"}
 # Ops between a pick and the values it selects: a one-hot built against positions, and the
 # straight-through estimator's y_hard - detach(y_soft) + y_soft.
 AFTER_PICK = {"eq", "one_hot", "scatter", "arange", "sub", "add"}
+# Reads of rows of data by an index: the index says which rows, the rows are the data.
+GATHERS = {"gather", "index_select", "index", "take_along_dim"}
 _NOISE = {"exponential", "rand", "rand_like", "uniform", "randn", "randn_like"}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import alignments, graphs, patterns, queries
 from .found import Attention
-from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
+from .normalise import TRANSPARENT, is_bool, op, shape, source_line, strip, tensor_args
 
 NORMS = {"softmax", "log_softmax", "sigmoid"}
 APPLY = {"matmul", "mul"}
@@ -49,6 +49,8 @@ class Reader:
             args = tensor_args(n)
             if op(n) == "where" and n.args and hasattr(n.args[0], "op"):
                 args = [a for a in n.args[1:] if hasattr(a, "op")]  # the condition is no data
+            elif op(n) in alignments.GATHERS and args and not self.is_param(strip(args[0])):
+                args = args[:1]  # which rows of data are read is no data (a window's start)
             todo = [a for a in args if a not in memo]
             if todo:
                 stack.extend(todo)
