@@ -311,3 +311,74 @@ def test_local_p_compiled():
     res = _compiled("specs/luong2015.attn", "local_p")
     assert res.row()["query_type"] == "Basic"
     assert all("reads tgt" in a.values["query_type"][1] for a in res.recognised)
+
+
+# --- multi-dimensional weights: the last axis holds features, not keys ---
+
+class Token2Token(nn.Module):
+    """Shen et al. (2018) eq. 31-32 (multi-dimensional token2token, no head axis):
+    f(x_i, x_j) = W^T tanh(W1 x_i + W2 x_j + b) per feature, softmax over j for each
+    feature, s_i = sum_j P_ij * x_j. ``heads`` > 1 is the near miss: the same per head
+    (weights (B, H, L, L, D / H)), which is Multi-Head."""
+
+    def __init__(self, heads=1):
+        super().__init__()
+        self.h = heads
+        self.W1, self.W2, self.W = nn.Linear(D, D), nn.Linear(D, D, bias=False), nn.Linear(D, D)
+
+    def forward(self, x):
+        B, n, _ = x.shape
+        f = self.W(torch.tanh(self.W1(x)[:, :, None] + self.W2(x)[:, None]))  # (B, L, L, D)
+        if self.h == 1:
+            return (f.softmax(2) * x[:, None]).sum(2)
+        f = f.view(B, n, n, self.h, -1).permute(0, 3, 1, 2, 4)  # (B, H, L, L, D / H)
+        v = x.view(B, n, self.h, -1).transpose(1, 2)[:, :, None]  # (B, H, 1, L, D / H)
+        return (f.softmax(3) * v).sum(3)
+
+
+@pytest.mark.parametrize("heads, want", [(1, "Singular"), (2, "Multi-Head")])
+def test_per_feature_weights_are_no_heads(heads, want):
+    (a,) = taxcompile.classify(Token2Token(heads), (_x(2, L, D),)).recognised
+    assert a.values["dimensionality"][0] == "Multi-Dimensional"
+    assert a.values["query_multiplicity"][0] == want
+    assert "a weight per feature" in a.values["query_multiplicity"][1]
+
+
+class Source2Token(nn.Module):
+    """Shen et al. (2018) eq. 33 over a concatenation of two features of each token, u =
+    [u_fw; u_bw]: f(u_i) = W^T elu(W1 u_i + b1) + b, no query. ``paired`` is the near miss:
+    Bahdanau's w^T tanh(W [q_t; k_j]) over pairs (the query broadcast over the keys)."""
+
+    def __init__(self, paired=False):
+        super().__init__()
+        self.paired = paired
+        self.W1, self.W = nn.Linear(2 * D, D), nn.Linear(D, D)
+
+    def forward(self, a, b):
+        if self.paired:  # a: (B, T, D) queries, b: (B, L, D) keys
+            T, n = a.shape[1], b.shape[1]
+            u = torch.cat([a[:, :, None].expand(-1, -1, n, -1),
+                           b[:, None].expand(-1, T, -1, -1)], -1)  # (B, T, L, 2D)
+            e = self.W(torch.tanh(self.W1(u)))[..., :1]  # (B, T, L, 1)
+            return e.squeeze(-1).softmax(-1) @ b
+        u = torch.cat([a, b], -1)  # (B, L, 2D)
+        p = self.W(F.elu(self.W1(u))).softmax(1)  # (B, L, D)
+        return (p * a).sum(1)
+
+
+def test_a_concatenation_of_features_is_no_query():
+    (a,) = taxcompile.classify(Source2Token(), (_x(2, L, D), _x(2, L, D, seed=1))).recognised
+    assert a.values["query_type"] == ("Self-Attentive", "there is no query: the keys are "
+                                      "scored alone (eq. 33)")
+    assert a.values["query_multiplicity"][0] == "Singular"
+
+
+def test_a_concatenation_of_pairs_keeps_its_query():
+    (a,) = taxcompile.classify(Source2Token(paired=True),
+                               (_x(2, 3, D), _x(2, L, D, seed=1))).recognised
+    assert a.names["score"] == "concat" and a.values["query_type"][0] == "Basic"
+
+
+def test_disan_compiled():
+    row = _compiled("specs/shen2018.attn", "disan").row()
+    assert (row["query_multiplicity"], row["query_type"]) == ("Singular", "Self-Attentive")

@@ -53,8 +53,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'specs/oktay2018.attn:attention_unet':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'specs/shen2018.attn:disan':
-        "query multiplicity read 'Singular + Multi-Head': per-feature weights of rank 4 look like heads",
     'specs/wang2018.attn:rnn_capsule':
         'attention not recognised: the score bmm_1 (matmul) before _softmax matches no score pattern',
 }

@@ -8,7 +8,7 @@ from . import alignments, heads, routing, scores
 from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
-from .products import ACTS, matmul_score, ancestors, normalised, projection, weight  # noqa: F401
+from .products import ACTS, matmul_score, ancestors, normalised, paired, projection, weight  # noqa: F401
 
 COMPARE = {"le", "lt", "ge", "gt"}
 
@@ -91,7 +91,7 @@ def _additive_score(r, prod, scales, norm=None):
         ins = [a for a in tensor_args(inner) if not weight(a, r)]
         if ins and op(strip(ins[0])) == "cat":
             inner = strip(ins[0])
-    if op(inner) == "cat":
+    if op(inner) == "cat" and paired(inner):
         streams = [s for s in inner.args[0] if hasattr(s, "op")]
         return ("concat", f"`{prod.name}` applies a learned vector to `{act.target}` of a "
                 f"learned map of the concatenation `{inner.name}` (w^T act(W[q; k]))",

@@ -2,7 +2,7 @@
 alignment readers (patterns, scores, alignments, queries) all ask of a node."""
 from __future__ import annotations
 
-from .normalise import op, shape, strip, tensor_args
+from .normalise import TRANSPARENT, op, shape, strip, tensor_args
 
 ACTS = {"tanh", "relu", "gelu", "sigmoid", "elu", "leaky_relu", "silu"}
 NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
@@ -49,6 +49,22 @@ def normalised(node) -> object | None:
             if op(a) in NORM_OPS:
                 return n
     return None
+
+
+def paired(cat) -> bool:
+    """Whether a concatenation pairs two streams over two axes ([q_i; k_j], a part broadcast
+    by ``expand``), rather than joining two features of the same positions (DiSAN's
+    [u_fw; u_bw], which a score of the keys alone reads)."""
+    for part in tensor_args(cat):
+        n = part
+        for _ in range(8):
+            if op(n) == "expand":
+                return True
+            args = tensor_args(n)
+            if op(n) not in TRANSPARENT or not args:
+                break
+            n = args[0]
+    return False
 
 
 def memory(node, r):
