@@ -26,8 +26,6 @@ SUITE = {("align", "sigmoid_attn"), ("align", "lightconv"), ("trait", "different
 # the mechanism defines them) and not (its fast path, where it has one).
 PATHS = ("weights", "fast")
 GAT = "capture fails: torch.export cannot build a graph's sparse adjacency on the fake device"
-KERNEL = ("the reader does not find a kernel's convolution without the weights (a softmax "
-          "over the (H, k) taps into an einsum over each query's unfolded window)")
 CONCAT = ("the concat score without a query, w^T W k, has no activation, and the pattern "
           "reads a learned vector over an activation")
 GATE = ("a sigmoid gate weighs each value in place (c_l = a_l v_l, no sum over the keys): "
@@ -36,7 +34,6 @@ EXPECTED_FAILURES = {  # (kind, name, path) -> why
     **{("score", "activated_concat", p): GAT for p in PATHS},
     **{("score", "concat", p): CONCAT for p in PATHS},
     **{("align", "sigmoid", p): GATE for p in PATHS},
-    ("align", "lightconv", "fast"): KERNEL, ("score", "none", "fast"): KERNEL,
 }
 
 

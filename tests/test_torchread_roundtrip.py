@@ -27,24 +27,18 @@ SUITE = {  # one per family of what is read: scores, alignments, heads, query ty
 EXPECTED_FAILURES = {  # "file:model" -> why
     'examples/attention_over_attention.attn:aoa_reader':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/cosine_temperature.attn:cosine_temperature':
-        "scoring read 'Multiplicative + Similarity', the spec gives 'Similarity'",
     'examples/gat.attn:gat':
         'capture fails: torch.export cannot build its sparse adjacency on the fake device, and torch.fx cannot trace it',
     'examples/kim2017_structured.attn:segmentation':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/kitaev2020_reformer.attn:kitaev2020_reformer':
         'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
-    'examples/li2019_routing.attn:encoder':
-        "scoring read 'Scaled Multiplicative + General', the spec gives 'Scaled Multiplicative'",
     'examples/pointer_network.attn:ptr_net':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/see2017_coverage.attn:coverage':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/shazeer2020_talking_heads.attn:shazeer2020_talking_heads':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/sukhbaatar2019_persistent_memory.attn:sukhbaatar2019_persistent_memory':
-        "scoring read 'General', the spec gives 'Scaled Multiplicative'",
     'examples/tang2016_location_memory.attn:location2':
         'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
     'examples/tang2016_location_memory.attn:location1':
@@ -57,12 +51,8 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/xtransformers_heads.attn:xtransformers_heads':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'specs/luong2015.attn:local_p':
-        "query type read 'Self-Attentive', the spec gives 'Basic': a query computed from the keys' input alone (a decoder's first step, a recurrent state) is read by its inputs",
     'specs/oktay2018.attn:attention_unet':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'specs/shen2018.attn:disan':
-        "query multiplicity read 'Singular + Multi-Head': per-feature weights of rank 4 look like heads",
     'specs/wang2018.attn:rnn_capsule':
         'attention not recognised: the score bmm_1 (matmul) before _softmax matches no score pattern',
 }

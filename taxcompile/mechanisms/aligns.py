@@ -102,7 +102,8 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               fast=lambda al: "band" if al.position == "monotonic" else "gather",
               centred=True, step_start=lambda al: al.position == "monotonic",
               by_query_index=True, caps=("window",),
-              recognised_by=("banded_position_mask", "gaussian_of_key_positions")),
+              recognised_by=("banded_position_mask", "gaussian_of_key_positions",
+                             "unfolded_key_windows")),
     # `policy = s`: the agent's state is each key with s (RBAN's aspect, Wang et al. 2019)
     Mechanism("align", "reinforced", (P("policy", "node", False),), reading="Reinforced",
               reason=lambda al: "soft alignment over a subset an agent selects" + (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from . import blocks
 from .normalise import TRANSPARENT, op, shape, strip, tensor_args
 
 CLAMPS = {"clamp", "clamp_min", "relu"}
@@ -16,6 +17,8 @@ PICKS = {"argmax", "multinomial"}
 # Ops between a pick and the values it selects: a one-hot built against positions, and the
 # straight-through estimator's y_hard - detach(y_soft) + y_soft.
 AFTER_PICK = {"eq", "one_hot", "scatter", "arange", "sub", "add"}
+# Reads of rows of data by an index: the index says which rows, the rows are the data.
+GATHERS = {"gather", "index_select", "index", "take_along_dim"}
 _NOISE = {"exponential", "rand", "rand_like", "uniform", "randn", "randn_like"}
 
 
@@ -30,6 +33,7 @@ def _ancestor_ops(node, depth: int) -> set:
 # A threshold found by sorting the scores and a cumulative sum, the scores clamped at it
 # (sparsemax), or their half clamped and squared (1.5-entmax): the patterns' names.
 CLAMPED, SQUARED = "clamped_threshold", "squared_clamped_threshold"
+WINDOWS = "unfolded_key_windows"  # keys cut into each query's window by `unfold`
 
 
 def sparse_norm(node):
@@ -81,8 +85,22 @@ def picked_by_norm(node, norms) -> bool:
 
 
 def banded(app) -> bool:
-    """Weights applied as a convolution's kernel, or spread over positions by an index."""
-    return op(app) == "convolution" or "index" in _ancestor_ops(app, 8)
+    """Weights applied as a convolution's kernel, to windows of the values (``unfold``), or
+    spread over positions by an index."""
+    return op(app) == "convolution" or bool({"index", "unfold"} & _ancestor_ops(app, 8))
+
+
+def windows(node) -> bool:
+    """Whether ``node`` is sliding windows of a sequence (``unfold``) through moves: the
+    operand a kernel's taps multiply in a convolution written as a product."""
+    for _ in range(12):
+        if op(node) == "unfold":
+            return True
+        args = tensor_args(node)
+        if op(node) not in TRANSPARENT or not args:
+            return False
+        node = args[0]
+    return False
 
 
 def kernel_reason(norm, prod, app, title: str, reading: str) -> tuple[str, str]:
@@ -91,7 +109,28 @@ def kernel_reason(norm, prod, app, title: str, reading: str) -> tuple[str, str]:
     return (f"`{norm.name}` normalises the learned kernel `{prod.name}`: the weights are its "
             "own, no query meets a key",
             f"the kernel's weights are spread over a band of positions around each query "
-            f"(`{app.name}` applies them): {title}, {reading.lower()} by construction")
+            f"(`{app.name}` applies them{_to_windows(app)}): {title}, {reading.lower()} by "
+            "construction")
+
+
+def _to_windows(app) -> str:
+    cut = [a for a in tensor_args(app) if windows(a)]
+    return f" to the windows `{cut[0].name}` cut by `unfold`" if cut else ""
+
+
+def windowed(pattern: str | None, why: str, norm, keys, values) -> tuple[str | None, str]:
+    """A softmax over each query's window of keys cut by ``unfold`` (local self-attention
+    written with sliding windows) is WINDOWS however its mask reads: the keys outside the
+    window are never scored."""
+    if pattern != "softmax_over_scores":
+        return pattern, why
+    if (blocked := blocks.reason(keys, values)) is not None:
+        return WINDOWS, blocked
+    cut = [x for x in (keys, values) if x is not None and windows(x)]
+    if not cut:
+        return pattern, why
+    return WINDOWS, (f"`{norm.name}` runs over a window of keys `{cut[0].name}` cut from the "
+                     "sequence by `unfold` around each query: the keys outside it are not scored")
 
 
 def between(src, dst, depth: int = 40) -> list:

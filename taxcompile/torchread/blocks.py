@@ -5,7 +5,6 @@ window of neighbouring blocks, gathered by padding the block axis and unfolding 
 those are only the nearby ones, so the alignment is Local (eq. 29's window), not Global."""
 from __future__ import annotations
 
-from .. import mechanisms
 from .normalise import op, tensor_args
 
 DEPTH = 14  # ops between the keys at the score and the unfold (moves, rotary embeddings)
@@ -30,20 +29,15 @@ def sliding_unfold(node):
     return None
 
 
-def refine(atts) -> None:
-    """Read as Local the Global attentions whose keys and values are both gathered by a
-    sliding unfold of padded blocks."""
-    for a in atts:
-        if not a.recognised or a.names.get("align") != "global" or a.keys is None \
-                or a.weighed is None:
-            continue
-        k, v = sliding_unfold(a.keys), sliding_unfold(a.weighed)
-        if k is None or v is None:
-            continue
-        pad = next(x for x in tensor_args(k) if op(x) == "constant_pad_nd")
-        a.names["align"] = "local"
-        a.values["alignment"] = (
-            mechanisms.ALIGNS["local"].reading,
-            f"`{k.name}` gathers each block's keys from a window of {k.args[2]} neighbouring "
+def reason(keys, values) -> str | None:
+    """Why an attention whose keys and values are both gathered by a sliding unfold of padded
+    blocks is local (its keys are the nearby blocks' alone); None where they are not."""
+    if keys is None or values is None:
+        return None
+    k, v = sliding_unfold(keys), sliding_unfold(values)
+    if k is None or v is None:
+        return None
+    pad = next(x for x in tensor_args(k) if op(x) == "constant_pad_nd")
+    return (f"`{k.name}` gathers each block's keys from a window of {k.args[2]} neighbouring "
             f"blocks (`{pad.name}` pads the block axis; the values by `{v.name}`): each query "
             "is scored against nearby keys only")

@@ -18,6 +18,7 @@ PATTERNS = {
     patterns.PICK: alignments.is_pick,
     patterns.KERNEL: alignments.banded,
     patterns.GAUSSIAN: alignments.gaussian,
+    alignments.WINDOWS: alignments.windows,
     patterns.DIFFERENCE: heads.maps_per_head,
 }
 

@@ -71,6 +71,13 @@ def _maps(norm, keys) -> tuple[int, str]:
     if split:
         h, node = split
         return h, f"`{node.name}` splits the keys' features into {h} heads merged with the batch"
+    axis = _feature_last(norm)
+    if axis is not None:  # a weight per feature last: heads before the queries' axis
+        h = s[axis] if axis >= 1 and isinstance(s[axis], int) else 1
+        return h, (f"`{norm.name}` {f'weighs {h} heads' if h > 1 else 'has one head'} (weights "
+                   f"of shape {list(s)}: keys on axis {axis + 2}, "
+                   f"{'heads on axis ' + str(axis) + ', ' if h > 1 else ''}a weight per "
+                   "feature on the last)")
     if not s or len(s) < 4 or s[-3] in (1, None):
         return 1, f"`{norm.name}` has one head (weights of shape {list(s or [])})"
     return s[-3], f"`{norm.name}` weighs {s[-3]} heads (weights of shape {list(s)})"
@@ -151,4 +158,26 @@ def _repeated(node):
         if not args or (o not in TRANSPARENT and o not in ("mul", "div", "add", "cat", "sub")):
             return None
         n = args[0]
+    return None
+
+
+def _feature_last(norm):
+    """The axis that would hold heads (two before the normalised keys' axis) where the
+    weights' last axis holds a weight per feature (multi-dimensional, eq. 30-32): normalised
+    over an earlier axis and multiplied elementwise into values that are then summed; None
+    where the weights are applied otherwise (a matmul)."""
+    s = shape(norm)
+    dim = norm.args[1] if len(norm.args) > 1 else None
+    if not s or not isinstance(dim, int) or dim % len(s) == len(s) - 1 or (s[-1] or 1) < 2:
+        return None
+    frontier, seen = [norm], set()
+    for _ in range(8):
+        nxt = []
+        for u in (u for n in frontier for u in n.users if u not in seen):
+            seen.add(u)
+            if op(u) == "mul" and any(op(w) == "sum" for w in u.users):
+                return dim % len(s) - 2
+            if op(u) in _TO_DIFF:
+                nxt.append(u)
+        frontier = nxt
     return None

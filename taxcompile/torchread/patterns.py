@@ -9,11 +9,11 @@ code and reads that record back."""
 from __future__ import annotations
 
 from .. import mechanisms
-from . import alignments, heads, records, scores
+from . import alignments, heads, records, routing, scores
 from .alignments import banded, kernel_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
-from .products import ACTS, matmul_score, ancestors, normalised, projection, weight  # noqa: F401
+from .products import ACTS, matmul_score, ancestors, normalised, paired, projection, weight  # noqa: F401
 
 COMPARE = {"le", "lt", "ge", "gt"}
 # Patterns found outside the score and alignment tables below: the fused call, a softmax
@@ -106,7 +106,7 @@ def _additive_score(r, prod, scales, norm=None):
         ins = [a for a in tensor_args(inner) if not weight(a, r)]
         if ins and op(strip(ins[0])) == "cat":
             inner = strip(ins[0])
-    if op(inner) == "cat":
+    if op(inner) == "cat" and paired(inner):
         streams = [s for s in inner.args[0] if hasattr(s, "op")]
         return ("concat", f"`{prod.name}` applies a learned vector to `{act.target}` of a "
                 f"learned map of the concatenation `{inner.name}` (w^T act(W[q; k]))",
@@ -262,6 +262,9 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     difference of two maps between the weights and the values (DIFFERENCE)."""
     prod, scales, masks, biases = score_path(r, norm, start)
     a.nodes = [norm.name, prod.name, app.name, *(m.name for m in masks)]
+    if (why := routing.step(r, norm)) is not None:
+        a.recognised, a.why_not = False, why
+        return
     found = read_score(r, prod, scales, norm)
     kernel = records.one("align", KERNEL), records.one("score", KERNEL)
     if found is None and all(kernel) and r.is_param(prod) and op(norm) == "softmax" \
@@ -287,10 +290,12 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     if biases:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
     pattern, al_why = align or read_align(r, norm, masks, scored, app) or (None, "")
+    pattern, al_why = alignments.windowed(pattern, al_why, norm, k, values)
     gauss = alignments.gaussian(r, norm, app) \
-        if pattern in ("softmax_over_scores", "banded_position_mask") else None
+        if pattern in ("softmax_over_scores", "banded_position_mask", alignments.WINDOWS) \
+        else None
     if gauss is not None and records.one("align", GAUSSIAN) is not None:
-        window = al_why if pattern == "banded_position_mask" else ""
+        window = al_why if pattern != "softmax_over_scores" else ""
         pattern, al_why = GAUSSIAN, alignments.gaussian_reason(r, gauss, window)
     al = records.one("align", pattern) if pattern else None
     if al is None:

@@ -2,7 +2,7 @@
 alignment readers (patterns, scores, alignments, queries) all ask of a node."""
 from __future__ import annotations
 
-from .normalise import op, strip, tensor_args
+from .normalise import TRANSPARENT, op, shape, strip, tensor_args
 
 ACTS = {"tanh", "relu", "gelu", "sigmoid", "elu", "leaky_relu", "silu"}
 NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
@@ -44,21 +44,93 @@ def normalised(node) -> object | None:
     """A div whose divisor is a vector norm (cosine similarity's operands), if any."""
     n = strip(node)
     if op(n) in ("div", "mul") and len(tensor_args(n)) == 2:
-        for a in ancestors(tensor_args(n)[1], 5):
+        d = tensor_args(n)[1]
+        for a in [d, *ancestors(d, 5)]:  # the norm itself, or clamped, expanded
             if op(a) in NORM_OPS:
                 return n
     return None
+
+
+def paired(cat) -> bool:
+    """Whether a concatenation pairs two streams over two axes ([q_i; k_j], a part broadcast
+    by ``expand``), rather than joining two features of the same positions (DiSAN's
+    [u_fw; u_bw], which a score of the keys alone reads)."""
+    for part in tensor_args(cat):
+        n = part
+        for _ in range(8):
+            if op(n) == "expand":
+                return True
+            args = tensor_args(n)
+            if op(n) not in TRANSPARENT or not args:
+                break
+            n = args[0]
+    return False
+
+
+def memory(node, r):
+    """(the data part, the learned parts) where ``node`` concatenates learned vectors to one
+    stream of data (persistent memory: keys or values that are parameters, appended to the
+    input's); None where it does not."""
+    n = strip(node)
+    if op(n) != "cat":
+        return None
+    parts = tensor_args(n)
+    learned = [p for p in parts if weight(p, r)]
+    data = [p for p in parts if not weight(p, r)]
+    return (data[0], learned) if learned and len(data) == 1 else None
+
+
+def _through_memory(node, r, scales, why: list):
+    """``node`` stripped; a concatenation of learned memory slots to it is followed to the
+    data, and said in ``why``."""
+    s = strip(node, scales)
+    mem = memory(s, r)
+    if mem is None:
+        return s
+    data, learned = mem
+    why.append(f"`{s.name}` appends learned slots ({', '.join(f'`{p.name}`' for p in learned)}"
+               f") to `{data.name}`: persistent memory, scored as the keys are")
+    return strip(data, scales)
 
 
 def matmul_score(r, prod, scales, norm=None):
     args = tensor_args(prod)
     if op(prod) != "matmul" or len(args) < 2 or weight(args[1], r) or weight(args[0], r):
         return None
-    qs, ks = strip(args[0], scales), strip(args[1], scales)
+    mem: list = []
+    got = _matmul_score(r, prod, scales, args, mem)
+    return got if not mem or not got else (got[0], f"{got[1]}; {mem[0]}", *got[2:])
+
+
+def _temperature(node, r):
+    """(the stream, the scaling, the scalar) where ``node`` is a stream divided by its norm,
+    times a scalar that reads no input (a learned temperature, NTM's key strength beta);
+    False where the factor is a learned vector (a weight per feature); None otherwise."""
+    args = tensor_args(node)
+    if op(node) not in ("mul", "div") or len(args) != 2:
+        return None
+    for s, t in (args, args[::-1]):
+        if r.roots(t) or normalised(strip(s)) is None:
+            continue
+        if shape(t) is not None and all(d == 1 for d in shape(t)):
+            return strip(s), node, t
+        return False  # a learned weight per feature: q^T diag(w) k, neither cosine nor plain
+    return None
+
+
+def _matmul_score(r, prod, scales, args, mem):
+    qs, ks = (_through_memory(a, r, scales, mem) for a in args[:2])
+    temps = [t for t in (_temperature(qs, r), _temperature(ks, r)) if t is not None]
+    if False in temps:
+        return None  # unread: a refusal rather than Multiplicative
+    for stream, t, _ in temps:
+        qs, ks = (stream if x is t else x for x in (qs, ks))
     nq, nk = normalised(qs), normalised(ks)
     if nq is not None and nk is not None:
+        temp = "".join(f"; `{t.name}` scales it by `{b.name}`, a scalar read from no input "
+                       "(a learned temperature)" for _, t, b in temps)
         return ("similarity", f"`{prod.name}` multiplies two streams each divided by its norm "
-                f"(`{nq.name}`, `{nk.name}`): cosine similarity", args[0], args[1])
+                f"(`{nq.name}`, `{nk.name}`): cosine similarity{temp}", args[0], args[1])
     pq, pk = projection(qs, r), projection(ks, r)
     if (pq is None) != (pk is None):
         kind, p = pq or pk

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import alignments, graphs, patterns, queries
 from .found import Attention
-from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
+from .normalise import TRANSPARENT, is_bool, op, shape, source_line, strip, tensor_args
 
 NORMS = {"softmax", "log_softmax", "sigmoid"}
 APPLY = {"matmul", "mul"}
@@ -49,6 +49,8 @@ class Reader:
             args = tensor_args(n)
             if op(n) == "where" and n.args and hasattr(n.args[0], "op"):
                 args = [a for a in n.args[1:] if hasattr(a, "op")]  # the condition is no data
+            elif op(n) in alignments.GATHERS and args and not self.is_param(strip(args[0])):
+                args = args[:1]  # which rows of data are read is no data (a window's start)
             todo = [a for a in args if a not in memo]
             if todo:
                 stack.extend(todo)
@@ -79,6 +81,9 @@ class Reader:
                         return u, args[1], picks, diffs
                     if o == "mul" and len(args) == 2 and _sums(u):
                         return u, (args[1] if args[0] in mine else args[0]), picks, diffs
+                    if o == "matmul" and len(args) >= 2 and args[1] in mine \
+                            and alignments.windows(args[0]):  # a kernel over unfolded windows
+                        return u, args[0], picks, diffs
                     if o == "convolution" and len(args) >= 2 and args[1] in mine:
                         return u, args[0], picks, diffs  # the weights are the kernel
                     if o == "gather" and picks and len(args) >= 2 and args[-1] in mine:

@@ -59,11 +59,9 @@ class CodeClassification:
 
 
 def classify_module(module, example_inputs) -> CodeClassification:
-    from .blocks import refine
     from .capture import capture
     from .recognise import find
 
     c = capture(module, example_inputs)
     atts = find(c.graph, c.params)
-    refine(atts)  # blocked local attention: the window is in the keys' gathering
     return CodeClassification(c.method, atts, c.note)
