@@ -41,8 +41,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/see2017_coverage.attn:coverage':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/shazeer2020_talking_heads.attn:shazeer2020_talking_heads':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/sukhbaatar2019_persistent_memory.attn:sukhbaatar2019_persistent_memory':
         "scoring read 'General', the spec gives 'Scaled Multiplicative'",
     'examples/tang2016_location_memory.attn:location2':
@@ -56,7 +54,7 @@ EXPECTED_FAILURES = {  # "file:model" -> why
     'examples/wang2016_input_attention.attn:att_input_cnn':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/xtransformers_heads.attn:xtransformers_heads':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
+        "scoring read 'General', the spec gives 'Scaled Multiplicative': its learned memory keys (mem_kv) joined to the keys hide their projection",
     'specs/luong2015.attn:local_p':
         "query type read 'Self-Attentive', the spec gives 'Basic': a query computed from the keys' input alone (a decoder's first step, a recurrent state) is read by its inputs",
     'specs/oktay2018.attn:attention_unet':

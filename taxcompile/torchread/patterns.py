@@ -4,7 +4,7 @@ recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test
 can hold the two tables to the registry."""
 from __future__ import annotations
 
-from . import alignments, heads, scores
+from . import alignments, heads, scores, talking
 from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -29,6 +29,8 @@ def score_path(r, norm, start=None):
         o, args = op(x), tensor_args(x)
         if o in TRANSPARENT and args:
             x = args[0]
+        elif (mixed := talking.before(r, x, norm)) is not None:
+            x = mixed  # a learned map mixes the heads' scores (talking heads)
         elif o == "topk" and args:
             masks.append(x)
             x = args[0]

@@ -9,7 +9,7 @@ Once each is read, ``queries`` reads query types and hops over all of them. Each
 recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
 from __future__ import annotations
 
-from . import alignments, graphs, patterns, queries
+from . import alignments, graphs, patterns, queries, talking
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
 
@@ -28,6 +28,7 @@ class Reader:
         self.graph = graph
         self.params = params
         self._roots: dict = {}
+        self.mixes: dict = {}  # normalisation -> its heads' mixes (talking heads)
 
     def is_param(self, node) -> bool:
         return node.op == "get_attr" or (node.op == "placeholder" and node.name in self.params)
@@ -65,7 +66,9 @@ class Reader:
         # a sigmoid weighs values directly (a gate inside a recurrent cell does not reach a
         # matmul through moves alone)
         through = TRANSPARENT | {"where"} if op(norm) == "sigmoid" else FORWARD_THROUGH
-        for _ in range(12):  # a LightConv kernel passes index, mask and moves
+        steps = 12  # a LightConv kernel passes index, mask and moves
+        while steps > 0:
+            steps -= 1
             nxt = []
             for n in frontier:
                 for u in n.users:
@@ -75,6 +78,10 @@ class Reader:
                     o = op(u)
                     args = tensor_args(u)
                     mine = seen | {n, norm}
+                    if talking.after(self, u, norm):
+                        nxt.append(u)  # a learned map mixes the heads' weights
+                        steps += 12  # and reshapes them there and back
+                        continue
                     if o == "matmul" and len(args) >= 2 and args[0] in mine:
                         return u, args[1], picks, diffs
                     if o == "mul" and len(args) == 2 and _sums(u):
@@ -146,6 +153,7 @@ def find(graph, params: dict) -> list[Attention]:
                      f"`{app.name}` takes its value alone (eq. 26)")
         a = Attention(n.name, app.name)
         patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
+        talking.note(r, n, a)
         a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
                     if s]
         out.append(a)
