@@ -37,8 +37,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
     'examples/li2019_routing.attn:encoder':
         "scoring read 'Scaled Multiplicative + General', the spec gives 'Scaled Multiplicative'",
-    'examples/pointer_network.attn:ptr_net':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/see2017_coverage.attn:coverage':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/sukhbaatar2019_persistent_memory.attn:sukhbaatar2019_persistent_memory':

@@ -9,7 +9,7 @@ Once each is read, ``queries`` reads query types and hops over all of them. Each
 recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
 from __future__ import annotations
 
-from . import alignments, graphs, patterns, queries, talking
+from . import alignments, graphs, patterns, pointer, queries, talking
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
 
@@ -143,6 +143,12 @@ def find(graph, params: dict) -> list[Attention]:
             continue
         app, values, picks, diffs = r.applied(n)
         if app is None:
+            out_node = pointer.output_of(n) if kind == (None, None) else None
+            got = pointer.read(r, n, out_node, patterns) if out_node is not None else None
+            if got is not None:  # its weights are the output: a pointer network
+                got.source = [s for s in dict.fromkeys(
+                    source_line(x) for x in _by_name(graph, got.nodes)) if s]
+                out.append(got)
             continue  # a normalisation that weighs no values: an output layer, a gate
         start, align = kind
         if picks and align is None:
