@@ -37,8 +37,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
     'examples/li2019_routing.attn:encoder':
         "scoring read 'Scaled Multiplicative + General', the spec gives 'Scaled Multiplicative'",
-    'examples/see2017_coverage.attn:coverage':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/sukhbaatar2019_persistent_memory.attn:sukhbaatar2019_persistent_memory':
         "scoring read 'General', the spec gives 'Scaled Multiplicative'",
     'examples/tang2016_location_memory.attn:location2':

@@ -4,7 +4,7 @@ recogniser covers yet is listed in NOT_RECOGNISED with the reason, so tests/test
 can hold the two tables to the registry."""
 from __future__ import annotations
 
-from . import alignments, heads, scores, talking
+from . import alignments, coverage, heads, scores, talking
 from .alignments import banded, lightconv_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -85,8 +85,10 @@ def _additive_score(r, prod, scales, norm=None):
         return None
     act = acts[0]
     inner = strip(tensor_args(act)[0])
-    while op(inner) == "add" and any(weight(a, r) for a in tensor_args(inner)):
-        inner = strip(next(a for a in tensor_args(inner) if not weight(a, r)))
+    while op(inner) == "add" and any(weight(a, r) or coverage.term(r, a)
+                                     for a in tensor_args(inner)):
+        inner = strip(next(a for a in tensor_args(inner)
+                           if not weight(a, r) and not coverage.term(r, a)))
     if op(inner) == "linear" and op(strip(tensor_args(inner)[1])) == "cat":
         inner = strip(tensor_args(inner)[1])
     if op(inner) == "matmul":

@@ -9,7 +9,7 @@ Once each is read, ``queries`` reads query types and hops over all of them. Each
 recognisers of ``patterns`` (one per mechanism of the registry, keyed by its name)."""
 from __future__ import annotations
 
-from . import alignments, graphs, patterns, pointer, queries, talking
+from . import alignments, coverage, graphs, patterns, pointer, queries, talking
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, tensor_args
 
@@ -29,6 +29,7 @@ class Reader:
         self.params = params
         self._roots: dict = {}
         self.mixes: dict = {}  # normalisation -> its heads' mixes (talking heads)
+        self.covered: dict = {}  # coverage terms in scores -> their learned weight
 
     def is_param(self, node) -> bool:
         return node.op == "get_attr" or (node.op == "placeholder" and node.name in self.params)
@@ -97,7 +98,8 @@ class Reader:
                     elif alignments.is_pick(u):
                         picks.append(u)
                         nxt.append(u)
-                    elif o in through or (picks and o in alignments.AFTER_PICK):
+                    elif o in through or (picks and o in alignments.AFTER_PICK) or (
+                            o == "cat" and len(args) == 1):  # one step's weights gathered
                         nxt.append(u)
             frontier = nxt
         return None, None, [], []
@@ -160,6 +162,7 @@ def find(graph, params: dict) -> list[Attention]:
         a = Attention(n.name, app.name)
         patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
         talking.note(r, n, a)
+        coverage.note(r, next(iter(_by_name(graph, a.nodes[1:2])), n), a)
         a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
                     if s]
         out.append(a)
