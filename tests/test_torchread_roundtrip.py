@@ -39,14 +39,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         "scoring read 'Scaled Multiplicative + General', the spec gives 'Scaled Multiplicative'",
     'examples/sukhbaatar2019_persistent_memory.attn:sukhbaatar2019_persistent_memory':
         "scoring read 'General', the spec gives 'Scaled Multiplicative'",
-    'examples/tang2016_location_memory.attn:location2':
-        'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
-    'examples/tang2016_location_memory.attn:location1':
-        'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
-    'examples/tang2016_location_memory.attn:location3':
-        'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
-    'examples/tang2016_location_memory.attn:location4':
-        'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
     'examples/wang2016_input_attention.attn:att_input_cnn':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/xtransformers_heads.attn:xtransformers_heads':

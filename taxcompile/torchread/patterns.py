@@ -78,6 +78,8 @@ def _additive_score(r, prod, scales, norm=None):
     o, args = op(prod), tensor_args(prod)
     if o == "sum" and args and op(strip(args[0])) == "mul":
         args = tensor_args(strip(args[0]))
+    elif o in ACTS and any(weight(s, r) for s in scales):
+        args = [prod, *scales]  # d_w = 1: w act(.) is a product with one learned weight
     elif o not in ("matmul", "linear"):
         return None
     acts = [strip(a) for a in args if op(strip(a)) in ACTS]
