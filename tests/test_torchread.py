@@ -25,6 +25,8 @@ REAL = {
     "xt_alibi": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head",
                  "position or bias term"),
     "xt_topk": ("Scaled Multiplicative", "Sparse", "Self-Attentive", "Multi-Head", "topk"),
+    "xt_talking": ("Scaled Multiplicative", "Global", "Self-Attentive", "Multi-Head",
+                   "adds to them (P = I + W)"),
 }
 
 

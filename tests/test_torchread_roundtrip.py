@@ -33,23 +33,7 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/kitaev2020_reformer.attn:kitaev2020_reformer':
         'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
-    'examples/pointer_network.attn:ptr_net':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/see2017_coverage.attn:coverage':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/shazeer2020_talking_heads.attn:shazeer2020_talking_heads':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/tang2016_location_memory.attn:location2':
-        'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
-    'examples/tang2016_location_memory.attn:location1':
-        'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
-    'examples/tang2016_location_memory.attn:location3':
-        'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
-    'examples/tang2016_location_memory.attn:location4':
-        'attention not recognised: the score tanh (tanh) before _softmax matches no score pattern',
     'examples/wang2016_input_attention.attn:att_input_cnn':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/xtransformers_heads.attn:xtransformers_heads':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'specs/oktay2018.attn:attention_unet':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',

@@ -54,6 +54,10 @@ def xt_mem_kv():
     return _xt(attn_num_mem_kv=3)
 
 
+def xt_talking():
+    return _xt(attn_pre_talking_heads=True, attn_post_talking_heads=True)
+
+
 def no_attention():
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3), nn.Softmax(-1)), \
         (torch.randn(2, 4),)
@@ -81,6 +85,8 @@ DOC = {  # the rows docs/classify-code.md shows: factory -> what it is
     "xt_alibi": "x-transformers Encoder(alibi_pos_bias=True)",
     "xt_topk": "x-transformers Encoder(attn_sparse_topk=3)",
     "xt_mem_kv": "x-transformers Encoder(attn_num_mem_kv=3)",
+    "xt_talking": "x-transformers Encoder(attn_pre_talking_heads=True, "
+                  "attn_post_talking_heads=True)",
 }
 
 

@@ -9,7 +9,7 @@ code and reads that record back."""
 from __future__ import annotations
 
 from .. import mechanisms
-from . import alignments, heads, records, routing, scores
+from . import alignments, coverage, heads, records, routing, scores, talking
 from .alignments import banded, kernel_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -34,6 +34,8 @@ def score_path(r, norm, start=None):
         o, args = op(x), tensor_args(x)
         if o in TRANSPARENT and args:
             x = args[0]
+        elif (mixed := talking.before(r, x, norm)) is not None:
+            x = mixed  # a learned map mixes the heads' scores (talking heads)
         elif o == "topk" and args:
             masks.append(x)
             x = args[0]
@@ -91,6 +93,8 @@ def _additive_score(r, prod, scales, norm=None):
     o, args = op(prod), tensor_args(prod)
     if o == "sum" and args and op(strip(args[0])) == "mul":
         args = tensor_args(strip(args[0]))
+    elif o in ACTS and any(weight(s, r) for s in scales):
+        args = [prod, *scales]  # d_w = 1: w act(.) is a product with one learned weight
     elif o not in ("matmul", "linear"):
         return None
     acts = [strip(a) for a in args if op(strip(a)) in ACTS]
@@ -98,8 +102,10 @@ def _additive_score(r, prod, scales, norm=None):
         return None
     act = acts[0]
     inner = strip(tensor_args(act)[0])
-    while op(inner) == "add" and any(weight(a, r) for a in tensor_args(inner)):
-        inner = strip(next(a for a in tensor_args(inner) if not weight(a, r)))
+    while op(inner) == "add" and any(weight(a, r) or coverage.term(r, a)
+                                     for a in tensor_args(inner)):
+        inner = strip(next(a for a in tensor_args(inner)
+                           if not weight(a, r) and not coverage.term(r, a)))
     if op(inner) == "linear" and op(strip(tensor_args(inner)[1])) == "cat":
         inner = strip(tensor_args(inner)[1])
     if op(inner) == "matmul":

@@ -9,11 +9,30 @@ Once each is read, ``queries`` reads query types and hops over all of them. Each
 graph patterns of ``patterns``, which the registry's records name (``recognised_by``)."""
 from __future__ import annotations
 
-from . import alignments, graphs, patterns, queries
+from . import alignments, coverage, graphs, patterns, pointer, queries, talking
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, strip, tensor_args
 
 NORMS = {"softmax", "log_softmax", "sigmoid"}
+
+
+def given_index(idx) -> bool:
+    """Whether an index is given by the inputs: integer-valued all the way back to an
+    integer input (pointers, ids, shifted or clamped), so which rows it reads is data of
+    what is read; a position the model computed (a rounded prediction, a window's start
+    from arange) is not."""
+    seen, stack, found = set(), [idx], False
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        v = n.meta.get("val") if hasattr(n, "meta") else None
+        if v is None or not hasattr(v, "dtype") or v.dtype.is_floating_point or is_bool(n):
+            return False
+        found = found or n.op == "placeholder"
+        stack.extend(tensor_args(n))
+    return found
 APPLY = {"matmul", "mul"}
 # Ops between an alignment and the values it weighs: masks, dropout, zeroing fully-masked
 # rows (SDPA's decomposition), a renormalisation.
@@ -28,6 +47,8 @@ class Reader:
         self.graph = graph
         self.params = params
         self._roots: dict = {}
+        self.mixes: dict = {}  # normalisation -> its heads' mixes (talking heads)
+        self.covered: dict = {}  # coverage terms in scores -> their learned weight
 
     def is_param(self, node) -> bool:
         return node.op == "get_attr" or (node.op == "placeholder" and node.name in self.params)
@@ -49,8 +70,9 @@ class Reader:
             args = tensor_args(n)
             if op(n) == "where" and n.args and hasattr(n.args[0], "op"):
                 args = [a for a in n.args[1:] if hasattr(a, "op")]  # the condition is no data
-            elif op(n) in alignments.GATHERS and args and not self.is_param(strip(args[0])):
-                args = args[:1]  # which rows of data are read is no data (a window's start)
+            elif op(n) in alignments.GATHERS and args and not self.is_param(strip(args[0])) \
+                    and not any(given_index(i) for i in args[1:]):
+                args = args[:1]  # which rows a computed position reads is no data (a window)
             todo = [a for a in args if a not in memo]
             if todo:
                 stack.extend(todo)
@@ -67,7 +89,9 @@ class Reader:
         # a sigmoid weighs values directly (a gate inside a recurrent cell does not reach a
         # matmul through moves alone)
         through = TRANSPARENT | {"where"} if op(norm) == "sigmoid" else FORWARD_THROUGH
-        for _ in range(12):  # a kernel spread over positions passes index, mask and moves
+        steps = 12  # a kernel spread over positions passes index, mask and moves
+        while steps > 0:
+            steps -= 1
             nxt = []
             for n in frontier:
                 for u in n.users:
@@ -77,6 +101,10 @@ class Reader:
                     o = op(u)
                     args = tensor_args(u)
                     mine = seen | {n, norm}
+                    if talking.after(self, u, norm):
+                        nxt.append(u)  # a learned map mixes the heads' weights
+                        steps += 12  # and reshapes them there and back
+                        continue
                     if o == "matmul" and len(args) >= 2 and args[0] in mine:
                         return u, args[1], picks, diffs
                     if o == "mul" and len(args) == 2 and _sums(u):
@@ -95,7 +123,8 @@ class Reader:
                     elif alignments.is_pick(u):
                         picks.append(u)
                         nxt.append(u)
-                    elif o in through or (picks and o in alignments.AFTER_PICK):
+                    elif o in through or (picks and o in alignments.AFTER_PICK) or (
+                            o == "cat" and len(args) == 1):  # one step's weights gathered
                         nxt.append(u)
             frontier = nxt
         return None, None, [], []
@@ -141,6 +170,12 @@ def find(graph, params: dict) -> list[Attention]:
             continue
         app, values, picks, diffs = r.applied(n)
         if app is None:
+            out_node = pointer.output_of(n) if kind == (None, None) else None
+            got = pointer.read(r, n, out_node, patterns) if out_node is not None else None
+            if got is not None:  # its weights are the output: a pointer network
+                got.source = [s for s in dict.fromkeys(
+                    source_line(x) for x in _by_name(graph, got.nodes)) if s]
+                out.append(got)
             continue  # a normalisation that weighs no values: an output layer, a gate
         start, align = kind
         if picks and align is None:
@@ -151,6 +186,8 @@ def find(graph, params: dict) -> list[Attention]:
                      f"`{app.name}` takes its value alone (eq. 26)")
         a = Attention(n.name, app.name)
         patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
+        talking.note(r, n, a)
+        coverage.note(r, next(iter(_by_name(graph, a.nodes[1:2])), n), a)
         a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
                     if s]
         out.append(a)
