@@ -359,19 +359,38 @@ def _screen(data: bytes, file: str, size: int | None = None) -> str:
             col = i - (text.rfind("\n", 0, i) + 1) + 1
             raise err(line, col, f"the spec has more than {MAX_MODELS:,} models",
                       "split the spec, or compile fewer variants at once", text)
+    if _too_deep(_BRACKETS.findall(text)):  # the brackets' strings: no match objects
+        i = _too_deep_at(text)
+        line = text.count("\n", 0, i) + 1
+        col = i - (text.rfind("\n", 0, i) + 1) + 1
+        raise err(line, col, f"brackets nested more than {MAX_DEPTH} deep",
+                  "flatten the expression with `feature` or `let` statements", text)
+    return text
+
+
+def _too_deep(brackets: list[str]) -> bool:
     depth = 0
-    for m in _BRACKETS.finditer(text):  # only the brackets, not every character
+    for b in brackets:
+        if b in "([{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif depth:
+            depth -= 1
+    return False
+
+
+def _too_deep_at(text: str) -> int:
+    """Where the first bracket too deep opens."""
+    depth = 0
+    for m in _BRACKETS.finditer(text):
         if m.group() in "([{":
             depth += 1
             if depth > MAX_DEPTH:
-                i = m.start()
-                line = text.count("\n", 0, i) + 1
-                col = i - (text.rfind("\n", 0, i) + 1) + 1
-                raise err(line, col, f"brackets nested more than {MAX_DEPTH} deep",
-                          "flatten the expression with `feature` or `let` statements", text)
-        else:
-            depth = max(depth - 1, 0)
-    return text
+                return m.start()
+        elif depth:
+            depth -= 1
+    raise AssertionError("no bracket is too deep")  # pragma: no cover
 
 
 _BRACKETS = re.compile(r"[()\[\]{}]")
