@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import difflib
 import functools
+import itertools
+import operator
 import os
 import re
 import stat
@@ -359,8 +361,9 @@ def _screen(data: bytes, file: str, size: int | None = None) -> str:
             col = i - (text.rfind("\n", 0, i) + 1) + 1
             raise err(line, col, f"the spec has more than {MAX_MODELS:,} models",
                       "split the spec, or compile fewer variants at once", text)
-    if _too_deep(_BRACKETS.findall(text)):  # the brackets' strings: no match objects
-        i = _too_deep_at(text)
+    n = _too_deep(_BRACKETS.findall(text))  # the brackets' strings: no match objects
+    if n >= 0:
+        i = next(itertools.islice(_BRACKETS.finditer(text), n, None)).start()
         line = text.count("\n", 0, i) + 1
         col = i - (text.rfind("\n", 0, i) + 1) + 1
         raise err(line, col, f"brackets nested more than {MAX_DEPTH} deep",
@@ -368,29 +371,17 @@ def _screen(data: bytes, file: str, size: int | None = None) -> str:
     return text
 
 
-def _too_deep(brackets: list[str]) -> bool:
-    depth = 0
-    for b in brackets:
+def _too_deep(brackets: list[str]) -> int:
+    """The index of the first bracket nested deeper than ``MAX_DEPTH``, or -1."""
+    depth, rest = 0, iter(brackets)
+    for b in rest:  # no enumerate(): a tenth of the loop's time
         if b in "([{":
             depth += 1
             if depth > MAX_DEPTH:
-                return True
+                return len(brackets) - operator.length_hint(rest) - 1
         elif depth:
             depth -= 1
-    return False
-
-
-def _too_deep_at(text: str) -> int:
-    """Where the first bracket too deep opens."""
-    depth = 0
-    for m in _BRACKETS.finditer(text):
-        if m.group() in "([{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return m.start()
-        elif depth:
-            depth -= 1
-    raise AssertionError("no bracket is too deep")  # pragma: no cover
+    return -1
 
 
 _BRACKETS = re.compile(r"[()\[\]{}]")
