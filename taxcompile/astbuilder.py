@@ -14,7 +14,7 @@ the parse just read passed either (parser.py then reports it from the parse tree
 
 from __future__ import annotations
 
-from lark import Token, Transformer
+from .larkload import Token, Transformer
 
 from .ast import (Attention, BinOp, Call, Feature, Field, Input, Kwarg, Let, Model, Module,
                   Neg, Number, Paper, Pos, Ref, Repeat, String, Word)

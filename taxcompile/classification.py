@@ -246,6 +246,7 @@ class Classifier:
                 visit(n.expr)
 
         visit(a.query)
+        del visit  # a recursive closure is a cycle: it would keep the IR for the collector
         return out
 
     def attended_inputs(self) -> set[str]:

@@ -237,3 +237,19 @@ def test_the_cache_file_is_keyed_by_the_grammar_and_lark(monkeypatch, tmp_path):
     names = {cache.grammar_file(g, v) for g in ("start: NAME", "start: NUMBER")
              for v in ("ast 1.3.1", "ast 1.3.2", "tree 1.3.1")}
     assert len(names) == 6 and all(Path(n).parent == tmp_path / "grammar" for n in names)
+
+
+@pytest.mark.parametrize("text, column", [
+    (")]}" * 5 + "(" * (parser.MAX_DEPTH + 1), 15 + parser.MAX_DEPTH + 1),  # no depth below 0
+    ("([])" * 100 + "[" * parser.MAX_DEPTH + "{", 400 + parser.MAX_DEPTH + 1),
+    ("(" * parser.MAX_DEPTH + ")" + "(" * 2, parser.MAX_DEPTH + 3),
+])
+def test_screen_finds_the_first_bracket_too_deep(text, column):
+    with pytest.raises(SpecError, match="brackets nested more than") as e:
+        parser._screen(text.encode(), "f")
+    assert (e.value.diagnostics[0].loc.line, e.value.diagnostics[0].loc.column) == (1, column)
+
+
+def test_screen_passes_brackets_as_deep_as_the_limit():
+    text = "(" * parser.MAX_DEPTH + ")" * parser.MAX_DEPTH + "[" * parser.MAX_DEPTH
+    assert parser._screen(text.encode(), "f") == text

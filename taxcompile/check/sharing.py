@@ -309,7 +309,9 @@ def _roles_sig(n: ir.Attention) -> tuple:
         return (e.fn, tuple((k, v) for k, v in e.params if k not in ("share", "tie")),
                 tuple(sig(a) for a in e.args))
 
-    return sig(n.query), sig(n.keys), sig(n.values)
+    out = sig(n.query), sig(n.keys), sig(n.values)
+    del sig  # a recursive closure is a cycle: it would keep the IR for the collector
+    return out
 
 
 def _roles_text(n: ir.Attention) -> str:

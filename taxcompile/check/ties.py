@@ -155,7 +155,8 @@ def tie_groups(m: ir.Model, cm) -> Ties:
                     out.fixed.append((out.ops[s[1]], axis, op, out.ops[s[1]].param(s[2])))
                 elif s[0] == "input" and not dict(m.by_id[s[1]].sym).get("dim"):
                     out.fixed.append((m.by_id[s[1]], axis, op, m.by_id[s[1]].dim))
-    return out
+    del sources, ref_sources, derive  # recursive closures are cycles: they would keep the
+    return out  # IR for the collector
 
 
 def tunable(m: ir.Model, cm, axis: str) -> bool:

@@ -88,6 +88,8 @@ class Constants(LowerBase):
         """A valid constant expression as Python text over Config field names, for the
         generated code's ``Config`` (None when it names no constant: use the value).
         Only names that passed ``bad_identifier`` and numbers appear in the text."""
+        if isinstance(e, ast.Ref) and e.name in ("true", "false"):
+            return None
         names: list[str] = []
         model_scope = self.m.scope if self.m is not None else None
         folding = self.fold_lets  # a `let`'s value: numbers folded, lets over their roots
@@ -128,12 +130,12 @@ class Constants(LowerBase):
                 return f"{left} {op} {right}", p
             raise NotConstant  # a call or a string: `const` has reported it
 
-        if isinstance(e, ast.Ref) and e.name in ("true", "false"):
-            return None
         try:
             text, p = go(e)
         except NotConstant:
             return None
+        finally:
+            del go  # a recursive closure is a cycle: it would keep the AST for the collector
         if not names:
             return None
         if self.record_sym is not None:
