@@ -140,7 +140,7 @@ def test_example_runs_and_classifies():
     assert all(p.grad is not None for p in m.parameters())
     assert m.eval().generate(4, bos=1, eos=2, batch_size=2).shape[0] == 2
     row = classify_text((ROOT / "examples/qk_norm.attn").read_text(encoding="utf-8"))
-    assert row["scoring"] == "Scaled Multiplicative"
+    assert row["scoring"] == "Similarity"  # s cos(q, k): tests/test_qk_norm_reading.py
     assert row["query_multiplicity"] == "Multi-Head"
 
 
