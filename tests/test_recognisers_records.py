@@ -33,7 +33,7 @@ GATE = ("a sigmoid gate weighs each value in place (c_l = a_l v_l, no sum over t
 EXPECTED_FAILURES = {  # (kind, name, path) -> why
     **{("score", "activated_concat", p): GAT for p in PATHS},
     **{("score", "concat", p): CONCAT for p in PATHS},
-    **{("align", "sigmoid", p): GATE for p in PATHS},
+    ("align", "sigmoid", "fast"): GATE,  # asked for its weights, they are an output: read
 }
 
 

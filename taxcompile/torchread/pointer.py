@@ -40,9 +40,10 @@ def read(r, norm, out, patterns):
     patterns.read(r, norm, out, None, a)
     if not a.recognised:
         return None
+    what = ("a distribution that points at one (a pointer network)" if op(norm) != "sigmoid"
+            else "each a gate of its own, not normalised over the positions")
     a.values["dimensionality"] = (
         "Single-Dimensional", f"the weights `{norm.name}` are the model's output `{out.name}`: "
-        "one weight per input position, a distribution that points at one (a pointer "
-        "network), no values weighed")
+        f"one weight per input position, {what}, no values weighed")
     a.weighed = None
     return a
