@@ -109,3 +109,24 @@ def _empty(node) -> bool:
 def _unit(node) -> bool:
     """A scaling by 1 (SDPA's decomposition with scale=1.0) scales nothing."""
     return any(isinstance(a, (int, float)) and a == 1 for a in node.args)
+
+
+def norms_reading(start, other, norms, through, depth: int = 64) -> list:
+    """The nodes of ``norms`` (normalisation ops) other than ``other`` that read ``start``
+    through ops of ``through`` alone, within ``depth`` steps (breadth first)."""
+    seen, frontier, out = set(), [start], []
+    for _ in range(depth):
+        nxt = []
+        for n in frontier:
+            for u in n.users:
+                if u in seen:
+                    continue
+                seen.add(u)
+                if op(u) in norms and u is not other:
+                    out.append(u)
+                elif op(u) in through:
+                    nxt.append(u)
+        if not nxt:
+            break
+        frontier = nxt
+    return out

@@ -6,7 +6,7 @@ must not be read as a score (the agreement u^T o looks like a product of two str
 from __future__ import annotations
 
 from .alignments import between
-from .normalise import TRANSPARENT, op, strip, tensor_args
+from .normalise import TRANSPARENT, norms_reading, op, strip, tensor_args
 
 _NORMS = {"softmax", "log_softmax"}
 
@@ -18,18 +18,7 @@ def _logits(norm):
 
 def _norms_of(logits, other) -> list:
     """The normalisations other than ``other`` whose input is ``logits`` through moves."""
-    out, frontier, seen = [], [logits], set()
-    while frontier:
-        n = frontier.pop()
-        for u in n.users:
-            if u in seen:
-                continue
-            seen.add(u)
-            if op(u) in _NORMS and u is not other:
-                out.append(u)
-            elif op(u) in TRANSPARENT:
-                frontier.append(u)
-    return out
+    return norms_reading(logits, other, _NORMS, TRANSPARENT)
 
 
 def _reads_plainly(r, m, g) -> bool:

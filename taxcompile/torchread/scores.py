@@ -5,7 +5,7 @@ activation of a general score (act(k^T W q + b))."""
 from __future__ import annotations
 
 from .alignments import between as _between
-from .normalise import TRANSPARENT, op, shape, strip, tensor_args
+from .normalise import TRANSPARENT, norms_reading, op, shape, strip, tensor_args
 
 
 def _weight_of(r, prod):
@@ -89,20 +89,7 @@ _FORMS = {"multiplicative": "dot", "scaled_multiplicative": "scaled_dot", "gener
 
 def _other_norms(a, norm, depth: int = 8) -> list:
     """The normalisations other than ``norm`` that read the matrix ``a``."""
-    seen, frontier, out = set(), [a], []
-    for _ in range(depth):
-        nxt = []
-        for n in frontier:
-            for u in n.users:
-                if u in seen:
-                    continue
-                seen.add(u)
-                if op(u) in _NORMS and u is not norm:
-                    out.append(u)
-                elif op(u) in _TO_NORM:
-                    nxt.append(u)
-        frontier = nxt
-    return out
+    return norms_reading(a, norm, _NORMS, _TO_NORM, depth)
 
 
 def _terms(x) -> list:
