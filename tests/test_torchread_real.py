@@ -168,10 +168,6 @@ def test_transformer_reads_its_mask_and_its_cross_attention():
     assert cross.values["query_type"][0] == "Basic"
 
 
-@pytest.mark.xfail(strict=True, reason="queries._specialized: without a causal mask the "
-                   "decoder's self-attention counts as attending over the target, so the "
-                   "cross-attention's query (the target, through that self-attention's "
-                   "residual) reads as Specialized; the paper's row is Self-Attentive + Basic")
 def test_unmasked_transformer_cross_attention_is_basic():
     res = taxcompile.classify(*transformer_unmasked())
     assert res.row()["query_type"] == "Self-Attentive + Basic", res.text()
