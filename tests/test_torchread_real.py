@@ -210,9 +210,6 @@ def test_local_attention_without_rotary_is_scaled():
     assert res.row()["scoring"] == "Scaled Multiplicative"
 
 
-@pytest.mark.xfail(strict=True, reason="heads.py _maps: weights of shape (batch*heads, "
-                   "windows, window, 3*window) are read with the windows as heads; one head "
-                   "over 2 windows reads as 2 heads")
 def test_local_attention_one_head_is_singular():
     res = taxcompile.classify(*local_mha(heads=1))
     assert res.row()["query_multiplicity"] == "Singular", res.text()
