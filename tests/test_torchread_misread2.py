@@ -78,3 +78,93 @@ def test_blocks_without_a_fold_refuse_the_heads():
     res = taxcompile.classify(BlockedNoFold(), (_x(B, L, 8),))
     assert not res.recognised, res.text()
     assert "2 windows" in res.text() and "would be a guess" in res.text()
+
+
+# --- a constant scaling before a rotary embedding; a rotation of the queries alone ---
+
+def rope(x):
+    """x cos + rotate_half(x) sin over positions (axis -2), halves of the features turned."""
+    n, d = x.shape[-2], x.shape[-1]
+    freq = torch.arange(n, dtype=x.dtype)[:, None] * 10000.0 ** (
+        -torch.arange(0, d // 2, dtype=x.dtype) / (d // 2))
+    cos, sin = torch.cat([freq.cos()] * 2, -1), torch.cat([freq.sin()] * 2, -1)
+    x1, x2 = x.chunk(2, -1)
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class Rotary(nn.Module):
+    """softmax(rope(c q) rope(k)^T) v, q = W_q x, k = W_k x (local-attention's order: the
+    scale c = d^-1/2 before the rotation); ``cos_only``: the near miss c q cos + rot(q) sin,
+    the constant on one term; ``queries``: the queries alone turned (keys unturned)."""
+
+    def __init__(self, cos_only=False, queries_alone=False, d=8):
+        super().__init__()
+        self.cos_only, self.alone, self.d = cos_only, queries_alone, d
+        self.q, self.k, self.v = (nn.Linear(d, d) for _ in range(3))
+
+    def _turn(self, x, c):
+        if not self.cos_only:
+            return rope(x * c)
+        n, d = x.shape[-2], x.shape[-1]
+        t = rope(torch.eye(n, d, dtype=x.dtype)[None])  # any position-dependent factors
+        x1, x2 = x.chunk(2, -1)
+        return x * c * t + torch.cat([-x2, x1], -1) * torch.sin(t)
+
+    def scores(self, x):
+        q, k = self.q(x), self.k(x)
+        c = self.d ** -0.5
+        if self.alone:
+            return (rope(q) @ k.transpose(-1, -2)) * c
+        return self._turn(q, c) @ self._turn(k, 1.0).transpose(-1, -2)
+
+    def forward(self, x):
+        return self.scores(x).softmax(-1) @ self.v(x)
+
+
+def test_a_scale_before_the_rotation_is_a_scaled_score():
+    m = Rotary().double()
+    x = _x(B, L, 8).double()
+    with torch.no_grad():  # the score is rope(q)^T rope(k) / sqrt(d): a constant scaling
+        want = rope(m.q(x)) @ rope(m.k(x)).transpose(-1, -2) / 8 ** 0.5
+        assert torch.allclose(m.scores(x), want)
+    (a,) = taxcompile.classify(Rotary(), (_x(B, L, 8),)).recognised
+    label, why = a.values["scoring"]
+    assert label == "Scaled Multiplicative", why
+    assert "sines and cosines" in why
+
+
+def test_a_constant_on_one_term_of_a_turn_is_no_scaling():
+    """c q t + rot(q) sin(t): not c times a rotation of q, so no scaling is read."""
+    (a,) = taxcompile.classify(Rotary(cos_only=True), (_x(B, L, 8),)).recognised
+    label, why = a.values["scoring"]
+    assert label == "Multiplicative", why
+
+
+def test_queries_alone_turned_are_no_learned_map_plus_bias():
+    """rope(W_q x + b_q)^T (W_k x + b_k) / sqrt(d): both streams are projections, the
+    rotation turns the queries by their positions, no learned map of one stream alone."""
+    (a,) = taxcompile.classify(Rotary(queries_alone=True), (_x(B, L, 8),)).recognised
+    label, why = a.values["scoring"]
+    assert label == "Scaled Multiplicative", why
+    assert "sines and cosines" in why
+
+
+class WindowGeneral(nn.Module):
+    """softmax_j((W x_i + b)^T x_(i+j-1) / sqrt(d)) over each query's window of 3 keys."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+
+    def forward(self, x):
+        win = F.pad(x, (0, 0, 1, 1)).unfold(1, 3, 1)  # (B, L, d, 3)
+        a = (torch.einsum("bld,bldt->blt", self.q(x), win) / 8 ** 0.5).softmax(-1)
+        return torch.einsum("blt,bldt->bld", a, win)
+
+
+def test_a_general_score_says_its_constant():
+    """Biased General is right (the keys are the input itself), and the reason says the
+    1/sqrt(d) that Table III's General has no value for."""
+    (a,) = taxcompile.classify(WindowGeneral(), (_x(B, L, 8),)).recognised
+    label, why = a.values["scoring"]
+    assert label == "Biased General" and "scaled by a constant" in why, why

@@ -125,8 +125,8 @@ ROWS = {
         lambda: _entmax("sparsemax"), "torch.export", "Scaled Multiplicative", "Sparse",
         "Self-Attentive", "Singular", "is sparsemax"),
     "local-attention LocalMHA(window_size=4, heads=4)": (
-        local_mha, "torch.export", "Multiplicative", "Local", "Self-Attentive", "Multi-Head",
-        "banded mask"),
+        local_mha, "torch.export", "Scaled Multiplicative", "Local", "Self-Attentive",
+        "Multi-Head", "banded mask"),
     "local-attention LocalAttention(window_size=4), q = k = v": (
         local_attention, "torch.export", "Scaled Multiplicative", "Local", "Self-Attentive",
         "Multi-Head", "neighbouring blocks"),
@@ -197,9 +197,6 @@ def test_entmax_bisect_is_a_refusal_not_a_row():
     assert res.row() == {} and "no attention found" in res.text()
 
 
-@pytest.mark.xfail(strict=True, reason="scores.py: LocalAttention multiplies the bucketed "
-                   "queries by dim_head ** -0.5 before the rotary embedding (q cos + "
-                   "rotate_half(q) sin): the constant is not followed through that sum")
 def test_local_attention_scale_before_rotary_is_read():
     res = taxcompile.classify(*local_mha())
     assert res.row()["scoring"] == "Scaled Multiplicative", res.text()
