@@ -98,6 +98,7 @@ def _blocked_heads(norm, unfold) -> tuple:
     windows, not heads; the heads are the axis that a view before the blocks folds into the
     batch ((B, H, L, d) -> (B * H, L, d)). (None, reason) where no such view is found."""
     s, n = list(shape(norm)), unfold
+    held = f"weights of shape {s}: axis {len(s) - 3} holds {s[-3]} windows"
     for _ in range(20):
         args = tensor_args(n)
         a, b = shape(args[0]) if args else None, shape(n)
@@ -108,13 +109,13 @@ def _blocked_heads(norm, unfold) -> tuple:
                 and len(b) == 3 and all(isinstance(d, int) for d in a) \
                 and b[0] == a[0] * a[1] and list(b[1:]) == list(a[2:]):
             h = a[1]
-            return h, (f"`{norm.name}` weighs blocks (weights of shape {s}: axis 1 holds "
-                       f"{s[-3]} windows, `{unfold.name}` gathers their keys); `{n.name}` "
+            return h, (f"`{norm.name}` weighs blocks ({held}, `{unfold.name}` gathers "
+                       f"their keys); `{n.name}` "
                        f"folds {h} head{'s' if h > 1 else ''} into the batch (shape "
                        f"{list(a)} to {list(b)})")
         n = args[0]
-    return None, (f"`{norm.name}` weighs blocks (weights of shape {s}: axis 1 holds {s[-3]} "
-                  f"windows, `{unfold.name}` gathers their keys), and no view folding heads "
+    return None, (f"`{norm.name}` weighs blocks ({held}, `{unfold.name}` gathers their "
+                  "keys), and no view folding heads "
                   "into the batch is found before them: the number of heads would be a guess")
 
 
