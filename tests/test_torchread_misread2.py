@@ -168,3 +168,23 @@ def test_a_general_score_says_its_constant():
     (a,) = taxcompile.classify(WindowGeneral(), (_x(B, L, 8),)).recognised
     label, why = a.values["scoring"]
     assert label == "Biased General" and "scaled by a constant" in why, why
+
+
+class WindowProjected(WindowGeneral):
+    """The near miss: keys projected before their windows are cut, (W x_i + b)^T (W_k x + b_k)
+    over the window: both streams are learned maps, the unfold only gathers keys."""
+
+    def __init__(self, d=8):
+        super().__init__(d)
+        self.k = nn.Linear(d, d)
+
+    def forward(self, x):
+        win = F.pad(self.k(x), (0, 0, 1, 1)).unfold(1, 3, 1)
+        a = (torch.einsum("bld,bldt->blt", self.q(x), win) / 8 ** 0.5).softmax(-1)
+        return torch.einsum("blt,bldt->bld", a, win)
+
+
+def test_keys_projected_before_their_windows_are_no_general_score():
+    (a,) = taxcompile.classify(WindowProjected(), (_x(B, L, 8),)).recognised
+    label, why = a.values["scoring"]
+    assert label == "Scaled Multiplicative", why
