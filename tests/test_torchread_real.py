@@ -125,8 +125,8 @@ ROWS = {
         lambda: _entmax("sparsemax"), "torch.export", "Scaled Multiplicative", "Sparse",
         "Self-Attentive", "Singular", "is sparsemax"),
     "local-attention LocalMHA(window_size=4, heads=4)": (
-        local_mha, "torch.export", "Multiplicative", "Local", "Self-Attentive", "Multi-Head",
-        "banded mask"),
+        local_mha, "torch.export", "Scaled Multiplicative", "Local", "Self-Attentive",
+        "Multi-Head", "banded mask"),
     "local-attention LocalAttention(window_size=4), q = k = v": (
         local_attention, "torch.export", "Scaled Multiplicative", "Local", "Self-Attentive",
         "Multi-Head", "neighbouring blocks"),
@@ -168,10 +168,6 @@ def test_transformer_reads_its_mask_and_its_cross_attention():
     assert cross.values["query_type"][0] == "Basic"
 
 
-@pytest.mark.xfail(strict=True, reason="queries._specialized: without a causal mask the "
-                   "decoder's self-attention counts as attending over the target, so the "
-                   "cross-attention's query (the target, through that self-attention's "
-                   "residual) reads as Specialized; the paper's row is Self-Attentive + Basic")
 def test_unmasked_transformer_cross_attention_is_basic():
     res = taxcompile.classify(*transformer_unmasked())
     assert res.row()["query_type"] == "Self-Attentive + Basic", res.text()
@@ -201,9 +197,6 @@ def test_entmax_bisect_is_a_refusal_not_a_row():
     assert res.row() == {} and "no attention found" in res.text()
 
 
-@pytest.mark.xfail(strict=True, reason="scores.py: LocalAttention multiplies the bucketed "
-                   "queries by dim_head ** -0.5 before the rotary embedding (q cos + "
-                   "rotate_half(q) sin): the constant is not followed through that sum")
 def test_local_attention_scale_before_rotary_is_read():
     res = taxcompile.classify(*local_mha())
     assert res.row()["scoring"] == "Scaled Multiplicative", res.text()
@@ -214,9 +207,6 @@ def test_local_attention_without_rotary_is_scaled():
     assert res.row()["scoring"] == "Scaled Multiplicative"
 
 
-@pytest.mark.xfail(strict=True, reason="heads.py _maps: weights of shape (batch*heads, "
-                   "windows, window, 3*window) are read with the windows as heads; one head "
-                   "over 2 windows reads as 2 heads")
 def test_local_attention_one_head_is_singular():
     res = taxcompile.classify(*local_mha(heads=1))
     assert res.row()["query_multiplicity"] == "Singular", res.text()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from .blocks import sliding_unfold
 from .normalise import TRANSPARENT, op, shape, tensor_args
 
 # Ops between a normalisation and one operand of a difference of its maps: moves, slices,
@@ -19,6 +20,8 @@ def read(norm, keys, diff=None, what: str = ""):
     before the values; ``what``: the mechanism's name) leaves the number of heads unread:
     refused rather than guessed."""
     h, why = _maps(norm, keys)
+    if h is None:
+        return None
     if diff is not None:
         per = _maps_per_head(norm, diff)
         if per is None or h % per:
@@ -44,6 +47,8 @@ def number(norm, keys, diff=None):
     """(query heads, key/value heads or None where each query head has its own), as
     ``read`` counts them; (None, None) where it refuses."""
     h, _ = _maps(norm, keys)
+    if h is None:
+        return None, None
     if diff is not None:
         per = _maps_per_head(norm, diff)
         if per is None or h % per:
@@ -58,7 +63,10 @@ def number(norm, keys, diff=None):
     return h, h // (dst // src)
 
 
-def refusal(norm, diff, what: str = "") -> str:
+def refusal(norm, diff, what: str = "", keys=None) -> str:
+    h, why = _maps(norm, keys)
+    if h is None:
+        return why
     return (f"`{diff.name}` subtracts maps of `{norm.name}` ({what}), but "
             f"how its weights of shape {list(shape(norm) or [])} divide into heads of two "
             "maps is not read from the graph: the number of heads would be a guess")
@@ -78,9 +86,42 @@ def _maps(norm, keys) -> tuple[int, str]:
                    f"of shape {list(s)}: keys on axis {axis + 2}, "
                    f"{'heads on axis ' + str(axis) + ', ' if h > 1 else ''}a weight per "
                    "feature on the last)")
+    if s and len(s) >= 4 and keys is not None and (u := sliding_unfold(keys)) is not None:
+        return _blocked_heads(norm, u)
     if not s or len(s) < 4 or s[-3] in (1, None):
         return 1, f"`{norm.name}` has one head (weights of shape {list(s or [])})"
     return s[-3], f"`{norm.name}` weighs {s[-3]} heads (weights of shape {list(s)})"
+
+
+def _blocked_heads(norm, unfold) -> tuple:
+    """Blocked local attention (blocks.py): the weights' axis before the queries holds the
+    windows, not heads; the heads are the axis that a view before the blocks folds into the
+    batch ((B, H, L, d) -> (B * H, L, d)). (None, reason) where no such view is found."""
+    s, n = list(shape(norm)), unfold
+    held = f"weights of shape {s}: axis {len(s) - 3} holds {s[-3]} windows"
+    for _ in range(20):
+        args = tensor_args(n)
+        a, b = shape(args[0]) if args else None, shape(n)
+        along_batch = op(n) == "cat" and (not a or not b or a[0] != b[0])
+        if not args or along_batch or (op(n) not in TRANSPARENT and op(n) not in _TO_BLOCKS):
+            break
+        if op(n) in ("view", "reshape", "_unsafe_view") and a and b and len(a) == 4 \
+                and len(b) == 3 and all(isinstance(d, int) for d in a) \
+                and b[0] == a[0] * a[1] and list(b[1:]) == list(a[2:]):
+            h = a[1]
+            return h, (f"`{norm.name}` weighs blocks ({held}, `{unfold.name}` gathers "
+                       f"their keys); `{n.name}` "
+                       f"folds {h} head{'s' if h > 1 else ''} into the batch (shape "
+                       f"{list(a)} to {list(b)})")
+        n = args[0]
+    return None, (f"`{norm.name}` weighs blocks ({held}, `{unfold.name}` gathers their "
+                  "keys), and no view folding heads "
+                  "into the batch is found before them: the number of heads would be a guess")
+
+
+# ops from the blocks' unfold back to the heads' fold: padding, reshapes, a concatenation
+# of features (a rotary embedding over part of them), never along the batch
+_TO_BLOCKS = {"constant_pad_nd", "unfold", "reshape", "_unsafe_view", "flatten", "movedim", "cat"}
 
 
 def _from(node, norm, depth: int = 10) -> bool:

@@ -344,7 +344,7 @@ def _heads(norm, k, diff, a) -> None:
     multi = heads.read(norm, k, diff, what)
     if multi is None:
         a.recognised = False
-        a.why_not = heads.refusal(norm, diff, what)
+        a.why_not = heads.refusal(norm, diff, what, k)
         return
     if rec is not None and (heads.maps_per_head(norm, diff) or 1) > 1:
         a.names[rec.kind] = rec.name  # two maps of one normalisation; apart, each is read

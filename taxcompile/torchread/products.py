@@ -102,6 +102,71 @@ def matmul_score(r, prod, scales, norm=None):
     return got if not mem or not got else (got[0], f"{got[1]}; {mem[0]}", *got[2:])
 
 
+def _moved(node):
+    """``node`` back through moves and slices (no scaling)."""
+    while op(node) in TRANSPARENT and tensor_args(node):
+        node = tensor_args(node)[0]
+    return node
+
+
+def _turned_by(node, r, trig: str):
+    """(the stream, True) where ``node`` is a stream times factors that read no input, one
+    of them made from a ``trig`` (cos, sin) of positions; (node, False) otherwise."""
+    n, hit = _moved(node), False  # a scaling of this term alone is no scaling of X
+    while op(n) == "mul" and len(tensor_args(n)) == 2:
+        const = [a for a in tensor_args(n) if not r.roots(a)]
+        data = [a for a in tensor_args(n) if r.roots(a)]
+        if len(const) != 1 or len(data) != 1:
+            break
+        hit = hit or any(op(x) == trig for x in [const[0], *ancestors(const[0], 12)])
+        n = _moved(data[0])
+    return n, hit
+
+
+def rotated(node, r):
+    """X where ``node`` is a rotary embedding of X: X cos + rot(X) sin, with rot(X) =
+    [-x2, x1] (a concatenation of X's halves, or a stack of its pairs, one negated), the
+    cos and sin reading no input. Both terms carry X whole, so a constant scaling of X is a
+    scaling of the rotation; None where ``node`` is no such sum of one X."""
+    n = _moved(node)
+    if op(n) != "add" or len(tensor_args(n)) != 2:
+        return None
+    for a, b in (tensor_args(n), tensor_args(n)[::-1]):
+        (x, cos), (y, sin) = _turned_by(a, r, "cos"), _turned_by(b, r, "sin")
+        y = _moved(y)
+        if not (cos and sin) or op(y) not in ("cat", "stack") or len(tensor_args(y)) != 2:
+            continue
+        neg, pos = (_moved(t) for t in tensor_args(y))
+        if op(neg) == "neg" and tensor_args(neg):
+            if _moved(tensor_args(neg)[0]) is _moved(x) and _moved(pos) is _moved(x):
+                return x
+    return None
+
+
+# ops of blocked local attention's gathering of keys (blocks.py): a padding of the block
+# axis, the unfold of its neighbours and the moves that merge them
+_GATHER = TRANSPARENT | {"unfold", "constant_pad_nd", "movedim", "flatten"}
+
+
+def _looked_through(s, r, scales, turns: list):
+    """A stream back through a rotary embedding (its stream's own scaling collected) and
+    through the blocks' gathering of neighbours' keys, to what they turn or gather; the
+    rotations said in ``turns``."""
+    for _ in range(2):
+        x = rotated(s, r)
+        if x is not None:
+            turns.append(f"; `{s.name}` turns `{x.name}` by the sines and cosines of positions "
+                         "(a rotation, no learned map)")
+            s = strip(x, scales)
+        n, gathered = s, False
+        while op(n) in _GATHER and tensor_args(n):
+            gathered = gathered or op(n) == "unfold"
+            n = tensor_args(n)[0]
+        if gathered:
+            s = strip(n, scales)
+    return s
+
+
 def _temperature(node, r):
     """(the stream, the scaling, the scalar) where ``node`` is a stream divided by its norm,
     times a scalar that reads no input (a learned temperature, NTM's key strength beta);
@@ -120,6 +185,9 @@ def _temperature(node, r):
 
 def _matmul_score(r, prod, scales, args, mem):
     qs, ks = (_through_memory(a, r, scales, mem) for a in args[:2])
+    turns: list = []
+    qs, ks = (_looked_through(s, r, scales, turns) for s in (qs, ks))
+    turn = "".join(turns)
     temps = [t for t in (_temperature(qs, r), _temperature(ks, r)) if t is not None]
     if False in temps:
         return None  # unread: a refusal rather than Multiplicative
@@ -136,11 +204,14 @@ def _matmul_score(r, prod, scales, args, mem):
         kind, p = pq or pk
         name = {"plain": "general", "biased": "biased_general",
                 "activated": "activated_general"}[kind]
+        vals = ", ".join(f"`{s.name}`" for s in scales)
+        scaled = f"; scaled by a constant ({vals}), which General has no value for" \
+            if scales else ""
         return (name, f"`{prod.name}` multiplies one stream by a learned map of the other "
-                f"(`{p.name}`: q^T W k)", args[0], args[1])
+                f"(`{p.name}`: q^T W k){scaled}{turn}", args[0], args[1])
     if scales:
         vals = ", ".join(f"`{s.name}`" for s in scales)
         return ("scaled_multiplicative", f"`{prod.name}` multiplies queries and keys, scaled "
-                f"by a constant ({vals})", args[0], args[1])
-    return ("multiplicative", f"`{prod.name}` multiplies queries and keys (q^T k)",
+                f"by a constant ({vals}){turn}", args[0], args[1])
+    return ("multiplicative", f"`{prod.name}` multiplies queries and keys (q^T k){turn}",
             args[0], args[1])

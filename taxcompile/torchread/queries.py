@@ -4,8 +4,9 @@
   time) read their query type from the loop's last step, not from its start (a first query
   computed from the keys' input, or keys that read no input yet);
 - a query built from another attention's context, or from another input the model attends
-  over, is Specialized (a residual sum over a context is no such query: Transformers add one
-  to every layer);
+  over with a query from elsewhere, is Specialized (a residual sum over a context is no such
+  query: Transformers add one to every layer; an input's own self-attention, causal or not,
+  does not make it attended over);
 - a query refined by the previous application of the same attention, over the same keys and
   reading no new input, is Multi-Hop (eq. 41-42)."""
 from __future__ import annotations
@@ -140,6 +141,10 @@ def _walk(r, q, apps, own: set):
 
 def _specialized(r, atts, loops) -> None:
     apps = {a.app: a for a in atts}
+    # an attention whose query comes from its own keys' input (or a learned query) is that
+    # input's own self-attention, like a causal one: it does not make the input a memory
+    # that another query reads (an unmasked decoder's self-attention over the target)
+    own_input = {b for b in atts if b.values["query_type"][0] == "Self-Attentive"}
     for a in atts:
         if a.query is None or a.values["query_type"][1].endswith("(eq. 34)"):
             continue
@@ -149,7 +154,8 @@ def _specialized(r, atts, loops) -> None:
                and (b.keys is None or r.roots(b.keys) <= kr)}
         roots, ctxs = _walk(r, a.query, apps, own)
         loop = next(g for g in loops if a in g)
-        others = [b for b in atts if b not in loop and b.keys is not None and not _is_causal(b)]
+        others = [b for b in atts if b not in loop and b.keys is not None
+                  and b not in own_input and not _is_causal(b)]
         attended = set().union(*(r.roots(b.keys) for b in others)) if others else set()
         fresh = roots - kr
         if not ctxs and not (fresh and fresh <= attended):
