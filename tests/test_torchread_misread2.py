@@ -188,3 +188,45 @@ def test_keys_projected_before_their_windows_are_no_general_score():
     (a,) = taxcompile.classify(WindowProjected(), (_x(B, L, 8),)).recognised
     label, why = a.values["scoring"]
     assert label == "Scaled Multiplicative", why
+
+
+def rope_halves(x):
+    """RoPE with the halves' pairs turned written out, [x1 cos - x2 sin; x1 sin + x2 cos]
+    (taxcompile's own rotary code, the half-split convention); x: (B, L, d)."""
+    d = x.shape[-1] // 2
+    ang = torch.arange(x.shape[1])[:, None] * 10000.0 ** (-torch.arange(d) / d)
+    x1, x2 = x[..., :d], x[..., d:]
+    return torch.cat([x1 * ang.cos() - x2 * ang.sin(), x1 * ang.sin() + x2 * ang.cos()], -1)
+
+
+class NormedRope(nn.Module):
+    """qk-norm before RoPE: each score 10 cos(R_i q_i, R_j k_j); ``norm`` False: plain q.k."""
+
+    def __init__(self, norm: bool, d=8):
+        super().__init__()
+        self.norm, self.q, self.k = norm, nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k = self.q(x), self.k(x)
+        if self.norm:
+            q, k = F.normalize(q, dim=-1) * 10, F.normalize(k, dim=-1)
+        q, k = rope_halves(q), rope_halves(k)
+        return (q @ k.transpose(-1, -2)).softmax(-1) @ x
+
+
+def test_normalised_streams_behind_a_written_out_rotation_are_a_cosine():
+    """The turn keeps each vector's norm, so the score stays 10 cos(q, k): Similarity; it
+    read Scaled Multiplicative before (the rotation hid the norms)."""
+    x = _x(B, L, 8).double()
+    m = NormedRope(True).double()
+    q, k = (F.normalize(rope_halves(F.normalize(f(x), dim=-1)), dim=-1) for f in (m.q, m.k))
+    want = (10 * q @ k.transpose(-1, -2)).softmax(-1) @ x  # float64, eq. of the cosine
+    assert torch.allclose(m(x), want, atol=1e-10)
+    (a,) = taxcompile.classify(m.float(), (_x(B, L, 8),)).recognised
+    assert a.values["scoring"][0] == "Similarity", a.values["scoring"][1]
+    assert "a rotation" in a.values["scoring"][1]
+
+
+def test_a_written_out_rotation_of_plain_streams_is_a_dot_product():
+    (a,) = taxcompile.classify(NormedRope(False), (_x(B, L, 8),)).recognised
+    assert a.values["scoring"][0] == "Multiplicative", a.values["scoring"][1]

@@ -129,6 +129,8 @@ def rotated(node, r):
     cos and sin reading no input. Both terms carry X whole, so a constant scaling of X is a
     scaling of the rotation; None where ``node`` is no such sum of one X."""
     n = _moved(node)
+    if op(n) == "cat":
+        return _halves_turned(n, r)
     if op(n) != "add" or len(tensor_args(n)) != 2:
         return None
     for a, b in (tensor_args(n), tensor_args(n)[::-1]):
@@ -141,6 +143,28 @@ def rotated(node, r):
             if _moved(tensor_args(neg)[0]) is _moved(x) and _moved(pos) is _moved(x):
                 return x
     return None
+
+
+def _halves_turned(n, r):
+    """X where ``n`` is [x1 cos - x2 sin; x1 sin + x2 cos], x1 and x2 parts of one X (the
+    rotation of the halves' pairs written out, as taxcompile's own rotary code does);
+    None otherwise."""
+    parts = [_moved(t) for t in tensor_args(n)]
+    if len(parts) != 2 or [op(p) for p in parts] != ["sub", "add"]:
+        return None
+    turned = []
+    for part in parts:
+        got = {}
+        for term in tensor_args(part)[:2]:
+            for trig in ("cos", "sin"):
+                x, hit = _turned_by(term, r, trig)
+                if hit:
+                    got[trig] = x
+                    break
+        if set(got) != {"cos", "sin"}:
+            return None
+        turned += got.values()
+    return turned[0] if all(x is turned[0] for x in turned) else None
 
 
 # ops of blocked local attention's gathering of keys (blocks.py): a padding of the block
@@ -197,8 +221,11 @@ def _matmul_score(r, prod, scales, args, mem):
     if nq is not None and nk is not None:
         temp = "".join(f"; `{t.name}` scales it by `{b.name}`, a scalar read from no input "
                        "(a learned temperature)" for _, t, b in temps)
+        times = "".join(f"; scaled by a constant ({', '.join(f'`{s.name}`' for s in scales)})"
+                        for _ in scales[:1])
         return ("similarity", f"`{prod.name}` multiplies two streams each divided by its norm "
-                f"(`{nq.name}`, `{nk.name}`): cosine similarity{temp}", args[0], args[1])
+                f"(`{nq.name}`, `{nk.name}`): cosine similarity{temp}{times}{turn}",
+                args[0], args[1])
     pq, pk = projection(qs, r), projection(ks, r)
     if (pq is None) != (pk is None):
         kind, p = pq or pk
