@@ -230,3 +230,23 @@ def test_normalised_streams_behind_a_written_out_rotation_are_a_cosine():
 def test_a_written_out_rotation_of_plain_streams_is_a_dot_product():
     (a,) = taxcompile.classify(NormedRope(False), (_x(B, L, 8),)).recognised
     assert a.values["scoring"][0] == "Multiplicative", a.values["scoring"][1]
+
+
+class GainedRope(NormedRope):
+    """RMS qk-norm's form before RoPE: q and k normalised, times learned gains per feature."""
+
+    def __init__(self, d=8):
+        super().__init__(True, d)
+        self.gq, self.gk = nn.Parameter(torch.rand(d) + 0.5), nn.Parameter(torch.rand(d) + 0.5)
+
+    def forward(self, x):
+        q, k = F.normalize(self.q(x), dim=-1) * self.gq, F.normalize(self.k(x), dim=-1) * self.gk
+        q, k = rope_halves(q), rope_halves(k)
+        return (q @ k.transpose(-1, -2)).softmax(-1) @ x
+
+
+def test_learned_gains_behind_a_rotation_are_no_cosine():
+    """q^T diag(g_q g_k) k over normalised streams is no cosine: it read Similarity when the
+    turn's walk took a learned gain for one of its constant factors; now refused."""
+    res = taxcompile.classify(GainedRope(), (_x(B, L, 8),))
+    assert "Similarity" not in res.row().get("scoring", ""), res.text()

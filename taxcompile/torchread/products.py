@@ -118,7 +118,10 @@ def _turned_by(node, r, trig: str):
         data = [a for a in tensor_args(n) if r.roots(a)]
         if len(const) != 1 or len(data) != 1:
             break
-        hit = hit or any(op(x) == trig for x in [const[0], *ancestors(const[0], 12)])
+        turns = any(op(x) == trig for x in [const[0], *ancestors(const[0], 12)])
+        if not turns and any(d != 1 for d in shape(const[0]) or (2,)):
+            break  # a learned gain per feature (RMS qk-norm's) is the stream's, not the turn's
+        hit = hit or turns
         n = _moved(data[0])
     return n, hit
 
