@@ -329,13 +329,12 @@ class Classifier:
             aff = self.m.node(a.affinity).expr
             more = dict(form=aff.param("form", "bilinear"), act=str(aff.param("act", "none")),
                         affinity=self.q(a.affinity))
-        reading, qk = rec.text("reading", s, **more), a.qk_norm
-        # q and k normalised before the product may make it another score (a cosine)
-        reading = qk.record.text("reading", qk, score=reading) or reading if qk else reading
+        reading, qk, why = rec.text("reading", s, **more), a.qk_norm, ""
+        if qk is not None:  # q and k normalised first may make it another score (a cosine)
+            why = qk.record.text("reason", qk, score=reading)
+            reading = qk.record.text("reading", qk, score=reading) or reading
         self.cells["scoring"].add(reading, f"attention {self.q(a.id)} "
-                                  + rec.text("reason", s, **more) + modifier_reading(a)
-                                  + (qk.record.text("reason", qk, score=rec.text(
-                                      "reading", s, **more)) if qk is not None else ""))
+                                  + rec.text("reason", s, **more) + modifier_reading(a) + why)
 
     def query_type_and_multiplicity(self) -> None:
         qt, qm = self.cells["query_type"], self.cells["query_multiplicity"]

@@ -126,10 +126,9 @@ def windowed(pattern: str | None, why: str, norm, keys, values) -> tuple[str | N
         return pattern, why
     if (blocked := blocks.reason(keys, values)) is not None:
         return WINDOWS, blocked
-    cut = [x for x in (keys, values) if x is not None and windows(x)]
-    if not cut:
+    if keys is None or not windows(keys):  # windows of the values alone score every key
         return pattern, why
-    return WINDOWS, (f"`{norm.name}` runs over a window of keys `{cut[0].name}` cut from the "
+    return WINDOWS, (f"`{norm.name}` runs over a window of keys `{keys.name}` cut from the "
                      "sequence by `unfold` around each query: the keys outside it are not scored")
 
 
