@@ -1,12 +1,12 @@
 """``taxcompile/codegen/names.py``: the typed leaves of the plan. Sizes render their Config
-fields with the owner chosen at render time; whether an expression needs parentheses, which
-names a line reads or binds, are read off tokens and syntax trees (no text rewriting)."""
+fields with the owner chosen at render time; whether an expression needs parentheses is read
+off its syntax tree (no text rewriting)."""
 
 from __future__ import annotations
 
 from taxcompile.codegen.features import channels_first, channels_last
 from taxcompile.codegen.frame import Var
-from taxcompile.codegen.names import Dim, atom, cfg_expr, dim_of, names_in, sym_names
+from taxcompile.codegen.names import Dim, atom, cfg_expr, dim_of, sym_names
 
 
 def test_a_size_renders_its_fields_with_the_owner_asked_for():
@@ -31,11 +31,6 @@ def test_parentheses_follow_the_syntax_tree():
     assert atom("x if c else y") == "(x if c else y)"
     assert atom("x.view(B, -1)[..., 0]") == "x.view(B, -1)[..., 0]"
     assert atom("'a b'") == "'a b'"
-
-
-def test_names_read_and_bound_ignore_strings_and_attributes():
-    assert names_in(['raise ValueError("past B")']) == {"ValueError"}
-    assert names_in(["y = cfg.d + x.B", 'k = f"{at}x"']) == {"y", "cfg", "x", "k", "at"}
 
 
 def test_a_grid_op_s_channels_last_result_is_read_channels_first_without_a_move_back():

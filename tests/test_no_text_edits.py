@@ -132,17 +132,11 @@ ALLOWED_READS = {
 # decisions still taken by reading emitted code (each should become plan data): the list
 # can only shrink (test_every_listed_read_still_exists)
 DEBT = {
-    ("model.py", "uses", "mentions"): "does forward() read B / cfg / return_attention",
-    ("repeat.py", "_block_class", "mentions"): "does a block read B / cfg",
     ("emit.py", "names", "ast.parse"): "the imports: which module names the body reads",
     ("expr.py", "evaluate", "ast.parse"): "Config.tiny()'s check: the value of size code "
                                           "(the heads come as code from Planner.sym)",
     ("names.py", "is_atom", "ast.parse"): "parenthesise an operand: is it an atom",
     ("names.py", "atom", "is_atom"): "parenthesise an operand: is it an atom",
-    ("names.py", "names_in", "ast.parse"): "the names an f-string's fields read",
-    ("names.py", "names_in", "_tokens"): "the names a line reads",
-    ("names.py", "mentions", "names_in"): "the names a line reads",
-    ("names.py", "_tokens", "tokenize.generate_tokens"): "the tokens of a line of code",
 }
 
 

@@ -15,6 +15,7 @@ from .features import project_width
 from .frame import Var
 from .contexts import context_dim, describe
 from .graph_attention import is_graph, plan_graph_attention
+from .expr import BATCH, unread
 from .names import atom, dim_of
 from .depth import depth_code
 
@@ -42,16 +43,17 @@ def plan_attention(p, n: ir.Attention) -> None:
     G = len(info.groups)
     if q is not None and mech.score(n.score.fn).equal_qk:  # q^T k
         p.equal.append((q.dim, k.dim))
-    if n.heads > 1:
-        heads = p.sym(n, "heads", n.heads)
-        p.divides.extend((d.dim, heads) for d in (q, k, v) if d is not None)
-    cls = attention_class(p, n)
+    with unread():  # (the heads as size code for Config.tiny()'s check; the class's own code)
+        if n.heads > 1:
+            heads = p.sym(n, "heads", n.heads)
+            p.divides.extend((d.dim, heads) for d in (q, k, v) if d is not None)
+        cls = attention_class(p, n)
     owner = None
     if kind in ("keys", "swap"):  # eq. 9 / eq. 14-15: the other module's score weights
         owner = p.frame.owner.by_key.get(p.share_key(other) + ("",))
         assert owner is not None, f"`{other.id}` is planned before `{n.id}` (checks.py)"
-    ctor = constructor_call(p, n, info, q, k, v, kind, owner)
-    mod = p.module(n, "", f"{cls}({', '.join(ctor)})")
+    mod = p.module(n, "", lambda: f"{cls}("
+                   f"{', '.join(constructor_call(p, n, info, q, k, v, kind, owner))})")
     name = p.want(n)
     p.frame.note(f"attention `{n.name}`: {describe(n, info)}")
     with p.frame.part(n.id, "keys"):
@@ -74,7 +76,7 @@ def plan_attention(p, n: ir.Attention) -> None:
             if extra:  # the same query for every group below its own axes
                 m = len(q.shape.axes)
                 kept = f"*{k.name}.shape[1:{1 + m}], " if m else ""
-                code = f"{q.name}.view(B, {kept}{'1, ' * extra}-1)" \
+                code = f"{q.name}.view({BATCH}, {kept}{'1, ' * extra}-1)" \
                        f".expand(*{k.name}.shape[:{1 + G}], -1)"
             qq = p.tmp(f"{atom(code)}.reshape(-1, 1, {q.name}.shape[-1])", f"{name}_q1",
                        "(N, 1, d_q): one query per group")
@@ -170,7 +172,7 @@ def policy_args(p, n: ir.Attention, k: Var, G: int, name: str) -> list[str]:
     if G:
         m = len(s.shape.axes)
         kept = f"*{k.name}.shape[1:{1 + m}], " if m else ""
-        code = p.tmp(f"{atom(code)}.view(B, {kept}{'1, ' * (G - m)}-1)"
+        code = p.tmp(f"{atom(code)}.view({BATCH}, {kept}{'1, ' * (G - m)}-1)"
                      f".expand(*{k.name}.shape[:{1 + G}], -1).reshape(-1, {atom(code)}.shape[-1])",
                      f"{name}_s", "(N, d_p): the policy's input for each group of keys")
     return [f"policy_in={code}"]
@@ -271,7 +273,8 @@ def record(p, n, info, q, k, v, G, call, name, capsule) -> tuple[str, str]:
     names of its weights and extras."""
     shape = p.cm.shapes[n.id]
     step = p.step is not None
-    lead = f"*{k.name}.shape[:{1 + G}]" if G else "B"  # the context's leading axes
+    # the context's leading axes (B rendered where it is written: forward() binds it then)
+    lead = f"*{k.name}.shape[:{1 + G}]" if G else BATCH
     align = mech.align(n.align.fn)
     single = info.query_mode != "sequence" or one_per_input(n)  # one context per group
     gate = align.gate  # the gated values, at the keys' positions
@@ -359,13 +362,15 @@ def fused_projections(p, n: ir.Attention, keys_only: bool = False) -> dict[str, 
         x = p.ref(source)
         widths = [project_width(p, roles[r], n, x) for r in rs]
         dims = [d for _, d in widths]
-        if len({str(d) for d in dims}) == 1:
-            width, split = str(dims[0].times(len(rs))), f"chunk({len(rs)}, -1)"
-        else:
-            width = " + ".join(str(d) for d in dims)
-            split = f"split([{', '.join(str(d) for d in dims)}], -1)"
+        with unread():
+            equal = len({str(d) for d in dims}) == 1
+        split = f"chunk({len(rs)}, -1)" if equal else \
+            f"split([{', '.join(str(d) for d in dims)}], -1)"
+        width = (lambda: str(dims[0].times(len(rs)))) if equal else \
+            (lambda: " + ".join(str(d) for d in dims))
         eqs = {"q": "W_Q", "k": "W_K", "v": "W_V"}
-        mod = p.module(n, "".join(rs) + "_proj", f"nn.Linear({x.dim}, {width}, bias=False)",
+        mod = p.module(n, "".join(rs) + "_proj",
+                       lambda: f"nn.Linear({x.dim}, {width()}, bias=False)",
                        f"{', '.join(eqs[r] for r in rs)} stacked: one matmul (eq. 1, 35)")
         names = [p.frame.locals.new(f"{p.want(n)}_{r}") for r in rs]
         shapes = [checks.Shape(x.shape.axes, size) for size, _ in widths]

@@ -14,6 +14,7 @@ from ..ops import plan_rule
 from . import generate, recurrence
 from .attention import emit_penalty, plan_attention
 from .frame import Frame, Owner, Step, Var
+from .expr import BATCH
 from .names import dim_of, ident
 
 
@@ -101,7 +102,7 @@ def _initial_values(p, n: ir.Node, op: ir.Op, order: list[str], carried: list[st
         if c == n.id and top is not None:
             f.emit(f"{name} = {top}", what + ": its initial state")
         else:
-            f.emit(f"{name} = {seq}.new_zeros(B, {d})", what + ": zeros")
+            f.emit(f"{name} = {seq}.new_zeros({BATCH}, {d})", what + ": zeros")
     covs = p.step.cov  # See et al.'s coverage c^t of a module, carried across steps
     for node_id in order:
         if getattr(p.m.node(node_id), "coverage", False):
@@ -218,7 +219,8 @@ def step_dims(p, n: ir.Node, op: ir.Op, region: set[str]) -> dict:
                 scratch.vars[r] = Var("_", p.cm.shapes[r], None, dim(r))
         p.frame, p.step = scratch, None
         try:
-            dims[node_id] = p.expr(expr, nd).dim
+            with scratch.reading():  # (its code is not written)
+                dims[node_id] = p.expr(expr, nd).dim
         finally:
             p.frame, p.step, p.op_counts, p.helpers = saved
         return dims[node_id]
@@ -255,15 +257,15 @@ def feed_step(p, e: ir.Op, n) -> Var:
     fed, pos = st.fed, st.pos
     name = p.m.node(fed).name
     cell = "nn.LSTMCell" if kind == "lstm" else "nn.GRUCell"
-    ctor = (f"nn.ModuleList({cell}({x.dim} + {st.dims[fed]} if i == 0 else {hidden}, "
-            f"{hidden}) for i in range({layers}))")
+    ctor = (lambda: f"nn.ModuleList({cell}({x.dim} + {st.dims[fed]} if i == 0 else {hidden}, "
+                    f"{hidden}) for i in range({layers}))")
     if st.now:
         value = f"{p.frame.vars[fed].name}.squeeze({pos})"
         what = f"[x_t; {name}_t]: `{name}` of this step"
     else:
         value, what = st.prev[fed], f"input feeding: [x_t; {name}_(t-1)]"
     if st.own:  # the attention's context is the previous state (recurrence.py)
-        ctor = f"nn.ModuleList([{cell}({x.dim}, {hidden})])"
+        ctor = lambda: f"nn.ModuleList([{cell}({x.dim}, {hidden})])"  # noqa: E731
         xt, state, what = recurrence.previous(p)
     else:
         xt, state = f"torch.cat([{st.seq}.select({pos}, t), {value}], -1)", st.state
@@ -272,7 +274,7 @@ def feed_step(p, e: ir.Op, n) -> Var:
     drop = ""
     if e.param("dropout"):  # between the stacked cells, in training (Zaremba et al.)
         drop = ", " + p.module(n, p.suffix(n, "drop"),
-                               f"nn.Dropout({p.sym(e, 'dropout', e.param('dropout'))})")
+                               lambda: f"nn.Dropout({p.sym(e, 'dropout', e.param('dropout'))})")
     h = p.frame.locals.new(p.want(n) + "_h")
     p.frame.emit(f"{h}, {st.state} = cell_step({mod}, {xt}, {state}{drop})", "(B, hidden)")
     return Var(f"{h}.unsqueeze({pos})", checks.Shape(x.shape.axes, e.param("hidden")), x.mask,

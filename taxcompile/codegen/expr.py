@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import operator
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -26,6 +28,35 @@ OPS: dict[str, Callable] = {"+": operator.add, "-": operator.sub, "*": operator.
                             "%": operator.mod}
 
 Env = dict  # Config field -> its value, for ``value``
+
+# The names that code rendered here reads and that forward() defines before its body:
+# `cfg` (``cfg = self.cfg``) for a Config field read off CFG, `B` for ``BATCH``. Rendered
+# inside ``reading(into)``, they are added to ``into`` (the reads of the function being
+# planned, ``Frame.reads``); outside (a module's constructor, read by __init__), to nothing.
+BATCH_NAME = "B"
+_READS: ContextVar[set[str] | None] = ContextVar("taxcompile_reads", default=None)
+
+
+@contextmanager
+def reading(into: set[str] | None):
+    """Record the names code rendered inside reads into ``into`` (None: record nothing)."""
+    token = _READS.set(into)
+    try:
+        yield into
+    finally:
+        _READS.reset(token)
+
+
+def unread():
+    """Text rendered inside is not a forward()'s code (a constructor, a class of its own, a
+    check of sizes): what it reads is recorded nowhere."""
+    return reading(None)
+
+
+def _read(name: str) -> None:
+    into = _READS.get()
+    if into is not None:
+        into.add(name)
 
 
 class Expr(ABC):
@@ -75,6 +106,8 @@ class CfgField(Expr):
     name: str
 
     def render(self, owner: str = CFG) -> str:
+        if owner == CFG:
+            _read(CFG)
         return f"{owner}.{self.name}" if owner else self.name
 
     def fields(self) -> Iterator[str]:
@@ -95,6 +128,21 @@ class Ref(Expr):
 
     def value(self, env: Env) -> int | float:
         return env[self.name]
+
+
+@dataclass(frozen=True)
+class Batch(Expr):
+    """The batch size, ``B``: forward() binds it from its first tensor argument."""
+
+    def render(self, owner: str = CFG) -> str:
+        _read(BATCH_NAME)
+        return BATCH_NAME
+
+    def value(self, env: Env) -> int | float:
+        raise ValueError("the batch size has no value before a call")
+
+
+BATCH = Batch()
 
 
 @dataclass(frozen=True)
@@ -173,13 +221,16 @@ class Sym(Expr):
         return ATOM if len(self.parts) == 1 else 0  # 0: parenthesised as any operand
 
     def render(self, owner: str = CFG) -> str:
+        if owner == CFG and any(field for field, _ in self.parts):
+            _read(CFG)
         return "".join(f"{owner}.{t}" if field and owner else t for field, t in self.parts)
 
     def fields(self) -> Iterator[str]:
         return (t for field, t in self.parts if field)
 
     def value(self, env: Env) -> int | float:
-        return evaluate(self.render(CFG), env)
+        with reading(None):  # a check of the sizes, not code
+            return evaluate(self.render(CFG), env)
 
 
 def parse_sym(text: str) -> Expr:

@@ -4,11 +4,14 @@ and the node, registers the submodules it needs and returns the result's ``Var``
 
 from __future__ import annotations
 
+from typing import Callable
+
 from .. import checks, ir
 from ..ops import plan_rule
 from ..shapes import learned_axis
 from .acts import act_call, widened
 from . import kv_width
+from .expr import BATCH
 from .frame import Var
 from .names import Dim, atom, is_name
 
@@ -27,7 +30,8 @@ def local(p, x: Var, want: str = "h") -> str:
     return x.name if is_name(x.name) else p.tmp(x.name, want, p.shape(x.shape, dim=x.dim))
 
 
-def op_module(p, e: ir.Op, n, base: str, ctor: str, comment: str = "") -> str:
+def op_module(p, e: ir.Op, n, base: str, ctor: "str | Callable[[], str]",
+              comment: str = "") -> str:
     """The module of operation ``e``: its own (``<statement>_<base>``), or with ``share =
     NODE`` the module of NODE's operation of the same operator (the same weights)."""
     root = checks.share_root(p.m, e) if e.param("share") is not None else None
@@ -41,14 +45,14 @@ def embedding(p, e: ir.Op, n) -> str:
     """The nn.Embedding of ``embed`` op ``e`` (or the one it shares)."""
     src, d = token_source(p, e.args[0]), p.p(e, "d")
     if _root(p, e) in tied_embeds(p):  # also an output layer: small rows, logits near 0
-        p.helpers.add("tied_embedding")
-        ctor = f"tied_embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
+        fn = "tied_embedding"
     elif e.param("scale"):  # rows N(0, 1/d), so that sqrt(d) E has unit variance
-        p.helpers.add("scaled_embedding")
-        ctor = f"scaled_embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
+        fn = "scaled_embedding"
     else:
-        ctor = f"nn.Embedding({p.sym(src, 'vocab', src.vocab)}, {d})"
-    return op_module(p, e, n, "embed", ctor)
+        fn = "nn.Embedding"
+    if fn != "nn.Embedding":
+        p.helpers.add(fn)
+    return op_module(p, e, n, "embed", lambda: f"{fn}({p.sym(src, 'vocab', src.vocab)}, {d})")
 
 
 def _root(p, e: ir.Op) -> int:
@@ -91,7 +95,7 @@ def token_source(p, e: ir.Expr) -> ir.Input:
 def linear(p, e, a, n):
     x, d, act = a[0], p.p(e, "d"), e.param("act")
     bias = "" if e.param("bias", True) else ", bias=False"
-    mod = op_module(p, e, n, "linear", f"nn.Linear({x.dim}, {widened(act, d)}{bias})")
+    mod = op_module(p, e, n, "linear", lambda: f"nn.Linear({x.dim}, {widened(act, d)}{bias})")
     return resized(x, act_call(act, f"{mod}({x.name})"), e.param("d"), d)
 
 
@@ -100,7 +104,7 @@ def project(p, e, a, n):
     x = a[0]
     size, d = project_width(p, e, n, x)
     role = {"k": "W_K F (eq. 1)", "v": "W_V F (eq. 1)", "q": "W_Q F (eq. 35)"}
-    mod = op_module(p, e, n, "proj", f"nn.Linear({x.dim}, {d}, bias=False)",
+    mod = op_module(p, e, n, "proj", lambda: f"nn.Linear({x.dim}, {d}, bias=False)",
                     role.get(p.role(n, e), "W F (eq. 1)"))
     return resized(x, f"{mod}({x.name})", size, d)
 
@@ -144,13 +148,16 @@ def encoder_inits(m: ir.Model) -> set[str]:
 def _rnn(p, e, a, n, kind: str, bidir: bool):
     x = a[0]
     hidden, layers = p.p(e, "hidden"), p.p(e, "layers")
-    extra = f", num_layers={layers}" if str(layers) != "1" else ""
-    if e.param("dropout"):  # between the layers, in training (Zaremba et al.)
-        extra += f", dropout={p.sym(e, 'dropout', e.param('dropout'))}"
     cls = "nn.LSTM" if kind == "lstm" else "nn.GRU"
-    mod = op_module(p, e, n, ("bi" if bidir else "") + kind,
-                    f"{cls}({x.dim}, {hidden}{extra}, batch_first=True"
-                    f"{', bidirectional=True' if bidir else ''})")
+
+    def ctor() -> str:
+        extra = f", num_layers={layers}" if str(layers) != "1" else ""
+        if e.param("dropout"):  # between the layers, in training (Zaremba et al.)
+            extra += f", dropout={p.sym(e, 'dropout', e.param('dropout'))}"
+        return (f"{cls}({x.dim}, {hidden}{extra}, batch_first=True"
+                f"{', bidirectional=True' if bidir else ''})")
+
+    mod = op_module(p, e, n, ("bi" if bidir else "") + kind, ctor)
     mask = p.mask_arg(x)
     dim = hidden.times(2) if bidir else hidden
     size = int(e.param("hidden")) * (2 if bidir else 1)
@@ -317,7 +324,7 @@ def conv2d(p, e, a, n):
     k, s = int(e.param("kernel", 3)), int(e.param("stride", 1))
     pad = "\"same\"" if s == 1 else f"{max(0, (k - s + 1) // 2)}, stride={s}"
     mod = p.module(n, p.suffix(n, "conv", e),
-                   f"nn.Conv2d({x.dim}, {d}, kernel_size={k}, padding={pad})")
+                   lambda: f"nn.Conv2d({x.dim}, {d}, kernel_size={k}, padding={pad})")
     shape = grid_shape(p, x, 1, s, e.param("d"))
     y = p.tmp(f"{mod}({channels_first(x)}).movedim(1, -1)", "y",
               p.shape(shape, dim=d) + ": convolve over " + ", ".join(x.shape.axes))
@@ -344,16 +351,16 @@ def upsample(p, e, a, n):
 def learned(p, e, a, n):
     d = p.p(e, "d")
     if e.param("n") is None:
-        mod = p.module(n, p.suffix(n, "q", e), f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
+        mod = p.module(n, p.suffix(n, "q", e), lambda: f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
                        "a learned query (eq. 34)")
-        return Var(f"{mod}.expand(B, -1)", checks.Shape((), e.param("d")), None, d)
+        return Var(f"{mod}.expand({BATCH}, -1)", checks.Shape((), e.param("d")), None, d)
     # learned(K, d): K vectors, initialised as one (eq. 34), the same for every example
     k = p.p(e, "n")
     mod = p.module(n, p.suffix(n, "learned", e),
-                   f"nn.Parameter(torch.randn({k}, {d}) * ({d}) ** -0.5)",
+                   lambda: f"nn.Parameter(torch.randn({k}, {d}) * ({d}) ** -0.5)",
                    "K learned vectors (a query set, latents, seeds)")
     shape = checks.Shape((learned_axis(n, e),), e.param("d"))
-    return Var(f"{mod}.expand(B, -1, -1)", shape, None, d)
+    return Var(f"{mod}.expand({BATCH}, -1, -1)", shape, None, d)
 
 
 @plan_rule("classify")
@@ -363,16 +370,16 @@ def classify(p, e, a, n):
         node = checks.version_with(p.m, str(e.param("tie")), "embed")
         emb = next(op for op in checks.operations(node.expr) if op.fn == "embed")
         weight = embedding(p, emb, node)
-        bias = p.module(n, p.suffix(n, "bias", e), f"nn.Parameter(torch.zeros({c}))",
+        bias = p.module(n, p.suffix(n, "bias", e), lambda: f"nn.Parameter(torch.zeros({c}))",
                         f"b; the weight is {weight[5:]}'s (tied)")
         return resized(x, f"F.linear({x.name}, {weight}.weight, {bias})", e.param("classes"), c)
-    mod = op_module(p, e, n, "head", f"nn.Linear({x.dim}, {c})")
+    mod = op_module(p, e, n, "head", lambda: f"nn.Linear({x.dim}, {c})")
     return resized(x, f"{mod}({x.name})", e.param("classes"), c)
 
 
 @plan_rule("dropout")
 def dropout(p, e, a, n):
-    mod = p.module(n, p.suffix(n, "drop", e), f"nn.Dropout({p.sym(e, 'p', e.param('p'))})")
+    mod = p.module(n, p.suffix(n, "drop", e), lambda: f"nn.Dropout({p.sym(e, 'p', e.param('p'))})")
     return same(a[0], f"{mod}({a[0].name})")
 
 
@@ -385,11 +392,11 @@ def affinity(p, e, a, n):
     if form != "bilinear":
         p.equal.append((x.dim, y.dim))
     if form == "bilinear":
-        W = p.module(n, "W", f"nn.Parameter(torch.randn({x.dim}, {y.dim}) * ({x.dim}) ** -0.5)",
+        W = p.module(n, "W", lambda: f"nn.Parameter(torch.randn({x.dim}, {y.dim}) * ({x.dim}) ** -0.5)",
                      "W_A (eq. 12)")
         code = f"{x.name} @ {W} @ {y.name}.transpose(-1, -2)"
     elif form == "trilinear":
-        w = p.module(n, "w", f"nn.Parameter(torch.randn(3, {x.dim}) * ({x.dim}) ** -0.5)",
+        w = p.module(n, "w", lambda: f"nn.Parameter(torch.randn(3, {x.dim}) * ({x.dim}) ** -0.5)",
                      "w_A = [w1; w2; w3] (eq. 13)")
         code = (f"({x.name} @ {w}[0]).unsqueeze(-1) + ({y.name} @ {w}[1]).unsqueeze(-2)"
                 f" + ({x.name} * {w}[2]) @ {y.name}.transpose(-1, -2)")

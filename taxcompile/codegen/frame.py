@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .. import checks, ir
+from .expr import reading
 from .names import MODULE_ATTRS, Dim, Names, ident, is_name
 from .plan import Stmt, Submodule
 
@@ -29,6 +31,15 @@ class Var:
     first: str | None = None
 
 
+def constructor(ctor: "str | Callable[[], str]") -> str:
+    """A submodule's constructor call, for __init__: a function is rendered here, outside
+    any forward()'s reads (``Frame.reads``: ``cfg`` is __init__'s parameter there)."""
+    if isinstance(ctor, str):
+        return ctor
+    with reading(None):
+        return ctor()
+
+
 class Owner:
     """The submodules of one generated nn.Module class, in registration order."""
 
@@ -38,9 +49,9 @@ class Owner:
         self.attrs = Names(MODULE_ATTRS)
         self.by_key: dict[tuple, str] = {}  # sharing key -> ``self.attr``
 
-    def add(self, want: str, ctor: str, comment: str = "") -> str:
+    def add(self, want: str, ctor: "str | Callable[[], str]", comment: str = "") -> str:
         attr = self.attrs.new(want)
-        self.subs.append(Submodule(attr, ctor, comment))
+        self.subs.append(Submodule(attr, constructor(ctor), comment))
         return f"self.{attr}"
 
 
@@ -61,11 +72,18 @@ class Frame:
         self.records: set[str] = set()  # record containers the body writes to
         self.used: set[str] = set()  # names every function has (``use``) that the body reads
         self.flags: set[str] = set()  # keyword parameters the body reads (``flag``)
+        # what the body's code reads that forward() binds first (`B`, `cfg`), recorded as the
+        # code is rendered inside ``reading()`` (expr.reading)
+        self.reads: set[str] = set()
         self.takes_depth = False  # a block whose constructor takes its hop's number, `depth`
         self.current: tuple[str, str] | None = None  # (node, role) being planned: ``part``
 
     def emit(self, code: str, comment: str = "", binds: tuple[str, ...] = ()) -> None:
         self.body.append(Stmt(code, comment, self.indent, self.current, binds))
+
+    def reading(self):
+        """Code rendered inside is this frame's: the names it reads go to ``reads``."""
+        return reading(self.reads)
 
     def note(self, comment: str) -> None:
         self.body.append(Stmt("", comment, self.indent, self.current))

@@ -11,6 +11,7 @@ from typing import Callable
 from .. import ir
 from .acts import act_call
 from .contexts import context_dim, describe
+from .expr import unread
 from .frame import Var
 from .plan import AttentionClass
 
@@ -65,16 +66,21 @@ def plan_graph_attention(p, n: ir.Attention) -> None:
     k = p.expr(n.keys, n)
     v = p.expr(n.values, n) if n.values != n.keys else k
     q = p.expr(n.query, n) if n.query != n.keys else k
-    heads = p.sym(n, "heads", n.heads)
     if n.heads > 1:
         p.divides.extend((d.dim, p.size(n, "heads", n.heads)) for d in (q, k, v))
-    cls = graph_class(p, n)
-    ctor = [f"d_q={q.dim}", f"d_k={k.dim}", f"d_v={v.dim}", f"heads={heads}"]
-    if n.self_loops:
-        ctor.append("self_loops=True")
-    if n.dropout is not None:
-        ctor.append(f"dropout={p.sym(n, 'dropout', n.dropout)}")
-    mod = p.module(n, "", f"{cls}({', '.join(ctor)})")
+    with unread():  # the class's own code
+        cls = graph_class(p, n)
+
+    def ctor() -> str:
+        args = [f"d_q={q.dim}", f"d_k={k.dim}", f"d_v={v.dim}",
+                f"heads={p.sym(n, 'heads', n.heads)}"]
+        if n.self_loops:
+            args.append("self_loops=True")
+        if n.dropout is not None:
+            args.append(f"dropout={p.sym(n, 'dropout', n.dropout)}")
+        return f"{cls}({', '.join(args)})"
+
+    mod = p.module(n, "", ctor)
     name = p.want(n)
     p.frame.note(f"attention `{n.name}`: {describe(n, info)}")
     k = p.named(k, f"{name}_k")

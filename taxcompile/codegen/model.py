@@ -11,8 +11,8 @@ from .config import MASK_KINDS, data_inputs, fixed  # noqa: F401  (read here and
 from .loss import plan_loss
 from .contexts import describe
 from .frame import MASKABLE
-from .expr import BinOp, CfgField, Const
-from .names import Dim, mentions, safe_text
+from .expr import BATCH_NAME, CFG, BinOp, CfgField, Const
+from .names import Dim, safe_text
 from .plan import FilePlan, ModuleClass, OutputField, Stmt
 
 
@@ -105,8 +105,8 @@ def input_checks(p) -> list[Stmt]:
         if inp.kind == "pointers" and p.cm.sizes.get(inp.into) is not None:
             vocab = f"vocab={p.axis_size_code(inp.into)}, "  # positions of the axis pointed into
         ids = inp.kind in ("tokens", "pointers")
-        longest = [f"({ax!r}, cfg.max_len, 'max_len')" for ax, size in zip(inp.axes, sizes)
-                   if size is None and ax in p.max_len_axes]
+        longest = [f"({ax!r}, {CfgField('max_len')}, 'max_len')"
+                   for ax, size in zip(inp.axes, sizes) if size is None and ax in p.max_len_axes]
         longest_code = f", longest=({', '.join(longest)},)" if longest else ""
         if not ids:
             longest_code += f", dtype=next(self.parameters(), {inp.id}).dtype"
@@ -201,13 +201,11 @@ def mask_example(p, inp: ir.Input) -> list[str]:
             f"out[{inp.id!r}] = torch.stack([src, dst])  # (2, E): edge src -> dst"]
 
 
-def uses(stmts, word: str) -> bool:
-    return mentions([s.code for s in stmts], word)
-
-
 def file_plan(p) -> FilePlan:
     m, f = p.m, p.frame
-    head, example = input_checks(p), examples(p)  # these may add Config fields
+    with f.reading():  # the input checks start forward()
+        head = input_checks(p)
+    example = examples(p)  # (both may add Config fields)
     cfg = config.plan_config(p)
     outputs = [n for n in m.nodes if isinstance(n, ir.Node) and n.kind_ == "output"]
     if not outputs:  # no output model: the last attention module's context
@@ -218,10 +216,10 @@ def file_plan(p) -> FilePlan:
     else:
         ret = "{" + ", ".join(f"{o.id!r}: {f.vars[o.id].name}" for o in outputs) + "}"
     body = list(f.body)
-    if uses(body, "B"):
-        head.append(Stmt(f"B = {data_inputs(m)[0].id}.shape[0]"))
-    if uses(head + body, "cfg"):
-        head.insert(0, Stmt("cfg = self.cfg"))
+    if BATCH_NAME in f.reads:  # recorded as the code was rendered (Frame.reads)
+        head.append(Stmt(f"{BATCH_NAME} = {data_inputs(m)[0].id}.shape[0]"))
+    if CFG in f.reads:
+        head.insert(0, Stmt(f"{CFG} = self.cfg"))
     records = sorted(f.records - {"attn", "cache"})
     head.append(Stmt("attn = {}", "module -> its weights, when return_attention"))
     for r in records:

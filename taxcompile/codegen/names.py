@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-import io
 import keyword
 import re
-import tokenize
 from dataclasses import dataclass
 
 from .. import reserved
@@ -22,8 +20,6 @@ RESERVED = set(reserved.forward_names()) | reserved.TEMPORARIES | set(dir(builti
 MODULE_ATTRS = set(reserved.module_attrs())
 
 NAME = re.compile(r"[A-Za-z_]\w*")
-SKIP = (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER,
-        tokenize.COMMENT)
 
 
 def ident(node_id: str) -> str:
@@ -150,39 +146,6 @@ class Names:
             i += 1
         self.taken.add(name)
         return name
-
-
-def _tokens(code: str) -> list[tokenize.TokenInfo]:
-    """The significant tokens of one line of generated code (a block opener such as
-    ``else:`` or an indented ``    x = y`` included)."""
-    try:
-        toks = list(tokenize.generate_tokens(io.StringIO(code.lstrip(" ")).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return []
-    return [t for t in toks if t.type not in SKIP]
-
-
-def names_in(codes) -> set[str]:
-    """The names lines of code read or bind (not attributes after a dot, not the text of a
-    string; an f-string's fields are read): a forward() that reads ``B`` or ``cfg`` defines
-    them first."""
-    out: set[str] = set()
-    for code in codes:
-        prev = None
-        for t in _tokens(code):
-            if t.type == tokenize.NAME and not keyword.iskeyword(t.string) and \
-                    (prev is None or prev.string != "."):
-                out.add(t.string)
-            elif t.type == tokenize.STRING and t.string[:2].lower() in ("f'", 'f"'):
-                out |= {n.id for n in ast.walk(ast.parse(t.string, mode="eval"))
-                        if isinstance(n, ast.Name)}
-            prev = t
-    return out
-
-
-def mentions(codes, word: str) -> bool:
-    """Whether code uses the name ``word``."""
-    return word in names_in(codes)
 
 
 def is_name(code: str) -> bool:

@@ -11,6 +11,7 @@ file."""
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import networkx as nx
 
@@ -18,7 +19,7 @@ from .. import checks, graph, ir, ops, reserved
 from . import (attention, decoder, features, generate, kit, model, positions,  # noqa: F401
                repeat, ties, values)
 from .expr import Expr
-from .frame import MASKABLE, Frame, Owner, Step, Var
+from .frame import MASKABLE, Frame, Owner, Step, Var, constructor
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
 
@@ -110,8 +111,11 @@ class Planner:
             key.append("*" if self.shared.get(path) else i)
         return (h.template, tuple(key[self.frame.depth:]))
 
-    def module(self, n, suffix: str, ctor: str, comment: str = "") -> str:
-        """Register (once per sharing key) a submodule of the class being planned."""
+    def module(self, n, suffix: str, ctor: "str | Callable[[], str]", comment: str = "") -> str:
+        """Register (once per sharing key) a submodule of the class being planned. A ctor
+        that renders sizes comes as a function, rendered here: its reads are __init__'s
+        (``cfg``, its parameter), not forward()'s (``Frame.reads``)."""
+        ctor = constructor(ctor)
         n = self.same_module.get(getattr(n, "id", ""), n)  # `share = OTHER`: OTHER's modules
         owner = self.frame.owner
         key = self.share_key(n) + (suffix,)
@@ -364,5 +368,6 @@ class Planner:
         self.read_outside = set()
         ids = [i for i in self.cm.order if i not in dead and not isinstance(m.node(i), ir.Input)]
         generate.setup(self)  # generate(): the source side first, then the target side
-        repeat.plan_scope(self, self.loops_last(ids), 0)
+        with self.frame.reading():
+            repeat.plan_scope(self, self.loops_last(ids), 0)
         return model.file_plan(self)

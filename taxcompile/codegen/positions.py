@@ -5,6 +5,7 @@ absolute position embedding, e.g. for a model that combines it with x itself).""
 from __future__ import annotations
 
 from ..ops import plan_rule
+from .expr import CfgField
 from .features import local, same
 from .generate import start as generate_start
 
@@ -15,11 +16,12 @@ def table(p, e, x, n) -> tuple[str, str]:
     fixed length); in generate() the positions after the tokens already decoded."""
     axis = x.shape.axes[-1]
     if p.cm.sizes.get(axis):
-        length = p.axis_size_code(axis)
+        length = p.axis_size(axis)
     else:
-        length, p.need_max_len = "cfg.max_len", True
+        length, p.need_max_len = CfgField("max_len"), True
         p.max_len_axes.add(axis)  # inputs along this axis are checked against max_len
-    mod = p.module(n, p.suffix(n, "pos", e), f"nn.Embedding({length}, {x.dim})", "learned positions")
+    mod = p.module(n, p.suffix(n, "pos", e), lambda: f"nn.Embedding({length}, {x.dim})",
+                   "learned positions")
     xin = local(p, x)
     past = generate_start(p, x)
     rows = f"{past} : {past} + {xin}.shape[-2]" if past else f": {xin}.shape[-2]"

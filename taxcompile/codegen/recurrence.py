@@ -9,6 +9,7 @@ length T (zeros after t) so that every step's weights have one shape (return_att
 
 from __future__ import annotations
 
+from .expr import BATCH
 from .frame import Var
 from .plan import Stmt
 
@@ -21,11 +22,11 @@ def start(p, n, op, mask) -> None:
     st.own, st.past_mask = str(op.param("state")), mask
     want, T, hid, ax = p.want(n), f"{st.seq}.shape[{st.pos}]", st.hidden.shown(), st.axis
     st.past = f.locals.new(want + "_past")
-    f.emit(f"{st.past} = {st.seq}.new_zeros(B, {T}, {st.hidden})",
+    f.emit(f"{st.past} = {st.seq}.new_zeros({BATCH}, {T}, {st.hidden})",
            f"(B, {ax}, {hid}): h_i, written at step i (the attention sees i < t only)")
     if op.fn == "lstm":
         st.cells = f.locals.new(want + "_cells")
-        f.emit(f"{st.cells} = {st.seq}.new_zeros(B, {T}, {st.hidden})",
+        f.emit(f"{st.cells} = {st.seq}.new_zeros({BATCH}, {T}, {st.hidden})",
                f"(B, {ax}, {hid}): c_i, their memory cells")
     st.before = f.locals.new(want + "_before")
     f.emit(f"{st.before} = torch.ones({T}, {T}, dtype=torch.bool, device={st.seq}.device)"
@@ -43,7 +44,7 @@ def keys(p, node_id: str) -> None:
         return
     rnn = st.rnn
     keep = p.frame.locals.new(p.want(p.m.node(rnn)) + "_keep")
-    code = f"{st.before}[t].expand(B, -1)"
+    code = f"{st.before}[t].expand({BATCH}, -1)"
     if st.past_mask is not None:  # and the padding, as everywhere
         name, then = st.past_mask
         code = f"{code} if {name} is None else {st.before}[t] & {name}{then}"
@@ -58,7 +59,7 @@ def cells(p, node_id: str) -> None:
         return
     a = next(w for _, w, _, nd in st.weights if nd.id == node_id)
     st.tilde = p.frame.locals.new(p.want(p.m.node(st.rnn)) + "_c_tilde")
-    p.frame.emit(f"{st.tilde} = ({a}.reshape(B, 1, -1) @ {st.cells}).squeeze(1)",
+    p.frame.emit(f"{st.tilde} = ({a}.reshape({BATCH}, 1, -1) @ {st.cells}).squeeze(1)",
                  f"(B, {st.hidden.shown()}): c~_t = sum_i s_i^t c_i (eq. 6)")
 
 

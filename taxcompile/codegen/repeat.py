@@ -16,7 +16,8 @@ from .. import checks, ir
 from . import generate
 from .decoder import region_of
 from .frame import Frame, Owner, Var
-from .names import camel, dim_of, ident, is_name, mentions
+from .expr import BATCH_NAME, CFG
+from .names import Dim, camel, dim_of, ident, is_name
 from .plan import ModuleClass, Stmt
 
 
@@ -178,26 +179,27 @@ def plan_block(p, hops: dict[int, list[str]], depth: int, lp: dict) -> None:
     # a repeat nested in the body returns what this Block returns (`outer.inner.a`)
     enclosing, p.read_outside = p.read_outside, p.read_outside | set(outs)
     p.frame = inner  # (no decoder step here: loop_plan refuses hops with `feed`)
-    plan_scope(p, hops[1], depth + 1)
+    with inner.reading():
+        plan_scope(p, hops[1], depth + 1)
     p.frame, p.read_outside = outer, enclosing
     _block_class(p, inner, cls, params, outs, path, hops[1])
     # the caller: one instance per hop, or one shared by every hop
-    count = str(N)
+    count = Dim(N)  # (rendered where it is written: in forward(), it reads cfg there)
     lists = {rel(p, x, depth) for k, ids in hops.items() if k < N for x in ids if x in read}
     sym = n0.hop.count_sym if depth == 0 else None
     if sym and not lists:
         p.use_sym(sym)
-        count = str(dim_of(N, sym))
+        count = dim_of(N, sym)
     shared = p.shared.get(path)
     if shared:
         mod = p.frame.owner.add(name, f"{cls}(cfg)", f"one `{name}` hop, shared by all {N}")
     elif inner.takes_depth:  # a parameter by the layer's depth: each hop knows its number
-        stop = str(N + 1) if count == str(N) else f"{count} + 1"
-        mod = p.frame.owner.add(name, f"nn.ModuleList({cls}(cfg, depth) for depth in "
+        stop = Dim(N + 1) if count == Dim(N) else count + Dim(1)
+        mod = p.frame.owner.add(name, lambda: f"nn.ModuleList({cls}(cfg, depth) for depth in "
                                 f"range(1, {stop}))", "one per hop (eq. 41-42)")
     else:
-        mod = p.frame.owner.add(name, f"nn.ModuleList({cls}(cfg) for _ in range({count}))",
-                                "one per hop (eq. 41-42)")
+        mod = p.frame.owner.add(name, lambda: f"nn.ModuleList({cls}(cfg) for _ in range("
+                                f"{count}))", "one per hop (eq. 41-42)")
     var = "ijkl"[depth] if depth < 4 else f"i{depth}"
     hop_lists = {}
     for r in sorted(lists, key=str):
@@ -237,14 +239,12 @@ def _block_class(p, inner: Frame, cls: str, params: list[str], outs: list[str], 
     """The Block class of a repeat's body: its forward() planned in ``inner``, returning
     ``outs``."""
     body = list(inner.body)
-    codes = [s.code for s in body]
-    uses = lambda word: mentions(codes, word)  # noqa: E731
     head = []
-    if uses("B"):
+    if BATCH_NAME in inner.reads:
         tensor = params[0] if params else next(iter(inner.free.values()))
-        head.append(Stmt(f"B = {tensor}.shape[0]"))
-    if uses("cfg"):
-        head.append(Stmt("cfg = self.cfg"))
+        head.append(Stmt(f"{BATCH_NAME} = {tensor}.shape[0]"))
+    if CFG in inner.reads:
+        head.append(Stmt(f"{CFG} = self.cfg"))
     ret = [inner.vars[x].name for x in outs]
     body = head + body + [Stmt(f"return {', '.join(ret)}" if ret else "return None")]
     sig = params + list(inner.free.values())
@@ -260,7 +260,7 @@ def _block_class(p, inner: Frame, cls: str, params: list[str], outs: list[str], 
                 "depth).")
     p.blocks.append(ModuleClass(cls, doc, tuple(inner.owner.subs), tuple(sig),
                                 "tuple" if len(ret) > 1 else "torch.Tensor", tuple(body),
-                                keeps_cfg=uses("cfg"),
+                                keeps_cfg=CFG in inner.reads,
                                 init_params=("depth: int",) if inner.takes_depth else ()))
 
 

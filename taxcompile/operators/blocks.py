@@ -80,9 +80,9 @@ def plan_norm(p, e, a, n):
     eps = e.param("eps")  # a checked positive float; none: torch's default
     tail = "" if eps is None else f", eps={float(eps)!r}"
     if e.param("kind", "layer") == "rms":  # x / sqrt(mean(x^2) + eps) * g (Zhang & Sennrich)
-        mod = k.op_module(p, e, n, "norm", f"nn.RMSNorm({a[0].dim}{tail})")
+        mod = k.op_module(p, e, n, "norm", lambda: f"nn.RMSNorm({a[0].dim}{tail})")
     else:
-        mod = k.op_module(p, e, n, "norm", f"nn.LayerNorm({a[0].dim}{tail})")
+        mod = k.op_module(p, e, n, "norm", lambda: f"nn.LayerNorm({a[0].dim}{tail})")
     return k.same(a[0], f"{mod}({a[0].name})")
 
 
@@ -91,11 +91,11 @@ def plan_ffn(p, e, a, n):
     x, d_ff, act_ = a[0], p.p(e, "d_ff"), e.param("act")
     if act_.fn in GATED_ACTS:  # (act(x W) * x V) W2 (Shazeer 2020)
         p.helpers.add("gated_ffn")
-        mod = k.op_module(p, e, n, "ffn", f"GatedFFN({x.dim}, {d_ff}, \"{act_.fn}\")")
+        mod = k.op_module(p, e, n, "ffn", lambda: f"GatedFFN({x.dim}, {d_ff}, \"{act_.fn}\")")
         return k.same(x, f"{mod}({x.name})")
     mod = k.op_module(p, e, n, "ffn",
-                      f"nn.Sequential(nn.Linear({x.dim}, {k.widened(act_, d_ff)}), "
-                      f"{k.act_module(p, act_)}, nn.Linear({d_ff}, {x.dim}))")
+                      lambda: f"nn.Sequential(nn.Linear({x.dim}, {k.widened(act_, d_ff)}), "
+                              f"{k.act_module(p, act_)}, nn.Linear({d_ff}, {x.dim}))")
     return k.same(x, f"{mod}({x.name})")
 
 
@@ -116,7 +116,7 @@ def plan_prepend(p, e, a, n):
     else:
         count = int(e.param("n", 1))
         mod = p.module(n, p.suffix(n, "prepend", e),
-                       f"nn.Parameter(torch.randn({count}, {x.dim}) * 0.02)",
+                       lambda: f"nn.Parameter(torch.randn({count}, {x.dim}) * 0.02)",
                        "learned vectors before the first position (CLS / registers)")
         front = f"{mod}.expand(*{h}.shape[:-2], -1, -1)"
     code = f"torch.cat([{front}, {h}], -2)"

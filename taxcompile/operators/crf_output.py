@@ -37,7 +37,7 @@ def shape_crf(self, e: ir.Op, a, nid):
 def plan_crf(p, e, a, n):
     x, k = a[0], p.p(e, "tags")
     p.helpers.add("crf_tagger")
-    mod = p.module(n, SUFFIX, f"LinearChainCRF({x.dim}, {k})",
+    mod = p.module(n, SUFFIX, lambda: f"LinearChainCRF({x.dim}, {k})",
                    "emissions W x + b and tag transitions (a linear-chain CRF)")
     return p.kit.resized(x, f"{mod}({x.name})", e.param("tags"), k)
 

@@ -65,17 +65,17 @@ def conv_module(p, e, n, x, d, act_) -> str:
     # causal: k - 1 zeros on both sides, and ``cnn`` keeps the first L outputs
     pad = size - 1 if e.param("causal", False) else '"same"'
     if e.param("separable", False):
-        return k.op_module(p, e, n, "conv", f"nn.Sequential(nn.Conv1d({x.dim}, {x.dim}, "
-                           f"kernel_size={size}, padding={pad}, groups={x.dim}, bias=False), "
-                           f"nn.Conv1d({x.dim}, {out}, kernel_size=1{bias}))",
+        return k.op_module(p, e, n, "conv",
+                           lambda: f"nn.Sequential(nn.Conv1d({x.dim}, {x.dim}, "
+                                   f"kernel_size={size}, padding={pad}, groups={x.dim}, "
+                                   f"bias=False), nn.Conv1d({x.dim}, {out}, kernel_size=1{bias}))",
                            "depthwise, then pointwise")
-    groups = ""
+    g = None
     if int(e.param("groups", 1)) > 1:
         g = p.p(e, "groups")
         p.divides.extend([(x.dim, g), (out, g)])
-        groups = f", groups={g}"
-    return k.op_module(p, e, n, "conv", f"nn.Conv1d({x.dim}, {out}, kernel_size={size}, "
-                       f"padding={pad}{groups}{bias})")
+    return k.op_module(p, e, n, "conv", lambda: f"nn.Conv1d({x.dim}, {out}, kernel_size={size}, "
+                       f"padding={pad}{'' if g is None else f', groups={g}'}{bias})")
 
 
 def plan_cnn(p, e, a, n):
