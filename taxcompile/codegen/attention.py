@@ -52,8 +52,7 @@ def plan_attention(p, n: ir.Attention) -> None:
     if kind in ("keys", "swap"):  # eq. 9 / eq. 14-15: the other module's score weights
         owner = p.frame.owner.by_key.get(p.share_key(other) + ("",))
         assert owner is not None, f"`{other.id}` is planned before `{n.id}` (checks.py)"
-    mod = p.module(n, "", lambda: f"{cls}("
-                   f"{', '.join(constructor_call(p, n, info, q, k, v, kind, owner))})")
+    mod = p.module(n, "", lambda: constructor_call(p, n, cls, info, q, k, v, kind, owner))
     name = p.want(n)
     p.frame.note(f"attention `{n.name}`: {describe(n, info)}")
     with p.frame.part(n.id, "keys"):
@@ -123,11 +122,11 @@ def plan_attention(p, n: ir.Attention) -> None:
     penalty_of_weights(p, n, a, ex, q, kmask, G)
 
 
-def constructor_call(p, n: ir.Attention, info, q: Var | None, k: Var, v: Var, kind: str | None,
-                     owner: str | None) -> list[str]:
-    """``name=value`` of the module's constructor call: the arguments of its mechanisms'
-    records (``mechanisms.constructor``, the list the drop-in layer's call is built from
-    too), each a Config expression where the spec wrote one."""
+def constructor_call(p, n: ir.Attention, cls: str, info, q: Var | None, k: Var, v: Var,
+                     kind: str | None, owner: str | None) -> str:
+    """``cls(name=value, …)``, the module's constructor call: the arguments of its
+    mechanisms' records (``mechanisms.constructor``, the list the drop-in layer's call is
+    built from too), each a Config expression where the spec wrote one."""
     def d_w() -> str:
         sym = dict(n.score.sym).get("d_w")
         if sym:
@@ -157,7 +156,7 @@ def constructor_call(p, n: ir.Attention, info, q: Var | None, k: Var, v: Var, ki
         else:
             code = p.sym(arg.owner_of(n), arg.sym or arg.field, value)
         out.append(f"{arg.name}={code}")
-    return out
+    return f"{cls}({', '.join(out)})"
 
 
 def policy_args(p, n: ir.Attention, k: Var, G: int, name: str) -> list[str]:
