@@ -5,7 +5,9 @@ and renders it only where a line or a comment is written; nothing edits the text
 ``render(owner)`` chooses who holds the Config's fields: ``cfg.d_model`` in forward()
 (``CFG``), ``self.d_model`` in a Config property (``SELF``), ``self.cfg.d_model`` in a method
 of Model, ``d_model`` in a shape comment (``BARE``). Operators get the parentheses Python
-needs, from the precedence of their operands; ``Paren`` keeps a grouping the code asks for."""
+needs, from the precedence of their operands; ``Paren`` keeps a grouping the code asks for.
+A render over ``cfg``, and ``BATCH``, note that the code reads ``cfg`` / ``B`` on the
+function being planned (``reading``), which then binds them first."""
 
 from __future__ import annotations
 
