@@ -14,8 +14,11 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+import specgen
 from taxcompile import codegen, pipeline
+from taxcompile.diagnostics import SpecError
 from taxcompile.codegen import expr
 from taxcompile.codegen.expr import BATCH, CFG, SELF, CfgField, parse_sym
 from taxcompile.codegen.frame import Frame, Owner, constructor
@@ -27,8 +30,8 @@ SPECS = sorted(p.relative_to(ROOT).as_posix() for d in ("specs", "examples")
 BOUND = {"B": "B = <first tensor>.shape[0]", "cfg": "cfg = self.cfg"}
 
 
-def _plans(spec: str):
-    cs = pipeline.load(ROOT / spec)
+def _plans(spec: str, cs=None):
+    cs = cs or pipeline.load(ROOT / spec)
     for cm in cs.models:
         fp = codegen.plan(cs, cm, spec)
         yield fp, codegen.emit.render(fp)
@@ -84,17 +87,35 @@ def _check_class(cls: ast.ClassDef, block: bool) -> list[str]:
     return bad
 
 
+def _check_file(spec: str, cs=None) -> list[str]:
+    bad = []
+    for fp, text in _plans(spec, cs):
+        planned = {fp.model.name} | {b.name for b in fp.blocks}
+        classes = [c for c in ast.parse(text).body
+                   if isinstance(c, ast.ClassDef) and c.name in planned]
+        assert len(classes) == len(planned)
+        for cls in classes:
+            bad += _check_class(cls, cls.name != fp.model.name)
+    return bad
+
+
 @pytest.mark.parametrize("spec", SPECS)
 def test_every_forward_binds_b_and_cfg_exactly_when_it_reads_them(spec):
-    checked, bad = 0, []
-    for fp, text in _plans(spec):
-        planned = {fp.model.name} | {b.name for b in fp.blocks}
-        for node in ast.parse(text).body:
-            if isinstance(node, ast.ClassDef) and node.name in planned:
-                bad += _check_class(node, node.name != fp.model.name)
-                checked += 1
-        assert checked >= len(planned)
-    assert not bad, bad
+    assert not _check_file(spec)
+
+
+@settings(max_examples=60, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.data_too_large])
+@given(specgen.generated_specs())
+def test_generated_specs_bind_b_and_cfg_exactly_when_they_read_them(text):
+    """The same over tests/specgen.py's models (nested and shared repeats, decoders, graphs,
+    capsules, …): planned and written, not run."""
+    try:
+        cs = pipeline.load_text(text, "gen.attn")
+    except SpecError:
+        return
+    assert not _check_file("gen.attn", cs)
 
 
 def test_planning_tokenizes_no_emitted_code(monkeypatch):
