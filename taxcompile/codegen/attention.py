@@ -361,15 +361,17 @@ def fused_projections(p, n: ir.Attention, keys_only: bool = False) -> dict[str, 
         x = p.ref(source)
         widths = [project_width(p, roles[r], n, x) for r in rs]
         dims = [d for _, d in widths]
-        with unread():
+        with unread():  # (a comparison, not code)
             equal = len({str(d) for d in dims}) == 1
         split = f"chunk({len(rs)}, -1)" if equal else \
             f"split([{', '.join(str(d) for d in dims)}], -1)"
-        width = (lambda: str(dims[0].times(len(rs)))) if equal else \
-            (lambda: " + ".join(str(d) for d in dims))
+
+        def ctor() -> str:  # (rendered at once, by p.module)
+            width = dims[0].times(len(rs)) if equal else " + ".join(str(d) for d in dims)
+            return f"nn.Linear({x.dim}, {width}, bias=False)"
+
         eqs = {"q": "W_Q", "k": "W_K", "v": "W_V"}
-        mod = p.module(n, "".join(rs) + "_proj",
-                       lambda: f"nn.Linear({x.dim}, {width()}, bias=False)",
+        mod = p.module(n, "".join(rs) + "_proj", ctor,
                        f"{', '.join(eqs[r] for r in rs)} stacked: one matmul (eq. 1, 35)")
         names = [p.frame.locals.new(f"{p.want(n)}_{r}") for r in rs]
         shapes = [checks.Shape(x.shape.axes, size) for size, _ in widths]

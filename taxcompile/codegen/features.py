@@ -351,7 +351,8 @@ def upsample(p, e, a, n):
 def learned(p, e, a, n):
     d = p.p(e, "d")
     if e.param("n") is None:
-        mod = p.module(n, p.suffix(n, "q", e), lambda: f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
+        mod = p.module(n, p.suffix(n, "q", e),
+                       lambda: f"nn.Parameter(torch.randn({d}) * ({d}) ** -0.5)",
                        "a learned query (eq. 34)")
         return Var(f"{mod}.expand({BATCH}, -1)", checks.Shape((), e.param("d")), None, d)
     # learned(K, d): K vectors, initialised as one (eq. 34), the same for every example
@@ -392,7 +393,8 @@ def affinity(p, e, a, n):
     if form != "bilinear":
         p.equal.append((x.dim, y.dim))
     if form == "bilinear":
-        W = p.module(n, "W", lambda: f"nn.Parameter(torch.randn({x.dim}, {y.dim}) * ({x.dim}) ** -0.5)",
+        W = p.module(n, "W",
+                     lambda: f"nn.Parameter(torch.randn({x.dim}, {y.dim}) * ({x.dim}) ** -0.5)",
                      "W_A (eq. 12)")
         code = f"{x.name} @ {W} @ {y.name}.transpose(-1, -2)"
     elif form == "trilinear":
