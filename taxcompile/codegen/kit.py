@@ -5,10 +5,11 @@ codegen, so they import neither and receive what they build with."""
 from __future__ import annotations
 
 from .acts import act_call, act_module, widened
+from .expr import BATCH
 from .features import local, op_module, resized, same
 from .frame import Var
 from .names import Dim, atom
 from .plan import LossPlan
 
-__all__ = ["Dim", "LossPlan", "Var", "act_call", "act_module", "atom", "local", "op_module",
-           "resized", "same", "widened"]
+__all__ = ["BATCH", "Dim", "LossPlan", "Var", "act_call", "act_module", "atom", "local",
+           "op_module", "resized", "same", "widened"]
