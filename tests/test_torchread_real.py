@@ -63,6 +63,14 @@ def xt_qk_norm():
     return _xt(attn_qk_norm=True)
 
 
+def xt_qk_norm_dim_scale():
+    return _xt(attn_qk_norm=True, attn_qk_norm_dim_scale=True)
+
+
+def xt_qk_rmsnorm():
+    return _xt(attn_qk_rmsnorm=True)
+
+
 def mistral(window=3):
     t = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -115,6 +123,12 @@ ROWS = {
     "x-transformers Encoder(attn_qk_norm=True)": (
         xt_qk_norm, "torch.export", "Similarity", "Global", "Self-Attentive", "Multi-Head",
         "each divided by its norm"),
+    "x-transformers Encoder(attn_qk_norm=True, attn_qk_norm_dim_scale=True)": (
+        xt_qk_norm_dim_scale, "torch.export", "Scaled Multiplicative", "Global",
+        "Self-Attentive", "Multi-Head", "l2-normalised"),
+    "x-transformers Encoder(attn_qk_rmsnorm=True)": (
+        xt_qk_rmsnorm, "torch.export", "Scaled Multiplicative", "Global", "Self-Attentive",
+        "Multi-Head", "RMS-normalised"),
     "Mistral (sliding_window=3, 6 tokens)": (
         mistral, "torch.export", "Scaled Multiplicative", "Local", "Self-Attentive",
         "Multi-Head", "banded mask"),

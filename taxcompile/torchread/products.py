@@ -2,10 +2,11 @@
 alignment readers (patterns, scores, alignments, queries) all ask of a node."""
 from __future__ import annotations
 
-from .normalise import TRANSPARENT, op, shape, strip, tensor_args
+from . import qknorm
+from .normalise import (NORM_OPS, TRANSPARENT, ancestors, normalised,  # noqa: F401
+                        op, shape, strip, tensor_args)
 
 ACTS = {"tanh", "relu", "gelu", "sigmoid", "elu", "leaky_relu", "silu"}
-NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
 
 
 def weight(node, r) -> bool:
@@ -29,25 +30,6 @@ def projection(node, r):
         for a, b in (args, args[::-1]):
             if weight(b, r) and projection(a, r) and projection(a, r)[0] == "plain":
                 return ("biased", n)
-    return None
-
-
-def ancestors(node, depth: int):
-    seen, frontier = [], [node]
-    for _ in range(depth):
-        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
-        seen.extend(frontier)
-    return seen
-
-
-def normalised(node) -> object | None:
-    """A div whose divisor is a vector norm (cosine similarity's operands), if any."""
-    n = strip(node)
-    if op(n) in ("div", "mul") and len(tensor_args(n)) == 2:
-        d = tensor_args(n)[1]
-        for a in [d, *ancestors(d, 5)]:  # the norm itself, or clamped, expanded
-            if op(a) in NORM_OPS:
-                return n
     return None
 
 
@@ -210,14 +192,31 @@ def _temperature(node, r):
     return None
 
 
+def _gained(r, prod, scales, args, qs, ks, turn):
+    """The score as written where q and k are both normalised and times learned gains per
+    feature (qk-norm with gains, which the registry reads as its score, not a cosine);
+    None (a refusal, neither cosine nor plain product) for any other weight per feature."""
+    got = qknorm.read(qs, ks, r)
+    if got is None:
+        return None
+    why, more = got
+    scales = [*scales, *more]
+    vals = ", ".join(f"`{s.name}`" for s in scales)
+    if scales:
+        return ("scaled_multiplicative", f"`{prod.name}` multiplies queries and keys, scaled "
+                f"by a constant ({vals}){why}{turn}", args[0], args[1])
+    return ("multiplicative", f"`{prod.name}` multiplies queries and keys (q^T k){why}{turn}",
+            args[0], args[1])
+
+
 def _matmul_score(r, prod, scales, args, mem):
     qs, ks = (_through_memory(a, r, scales, mem) for a in args[:2])
     turns: list = []
     qs, ks = (_looked_through(s, r, scales, turns) for s in (qs, ks))
     turn = "".join(turns)
     temps = [t for t in (_temperature(qs, r), _temperature(ks, r)) if t is not None]
-    if False in temps:
-        return None  # unread: a refusal rather than Multiplicative
+    if False in temps:  # a learned weight per feature on a normalised stream
+        return _gained(r, prod, scales, args, qs, ks, turn)
     for stream, t, _ in temps:
         qs, ks = (stream if x is t else x for x in (qs, ks))
     nq, nk = normalised(qs), normalised(ks)
