@@ -37,8 +37,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'specs/oktay2018.attn:attention_unet':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'specs/wang2018.attn:rnn_capsule':
-        'attention not recognised: the score bmm_1 (matmul) before _softmax matches no score pattern',
 }
 
 

@@ -111,3 +111,56 @@ def test_gains_on_q_and_k_with_k_not_normalised_are_refused():
 
     res = taxcompile.classify(HalfNormed(), (_x(B, L, D),))
     assert res.recognised == [] and res.row() == {}
+
+
+# --- capsules: a learned query per class scoring the keys as they are ---
+
+class Capsules(nn.Module):
+    """Wang et al. (2018) eq. 43 (the survey's capsule-based attention): one learned query
+    q_c per class, e_{c,l} = q_c^T h_l over the hidden states h, a_c = softmax_l(e_c),
+    v_c = sum_l a_{c,l} h_l. ``tanh``: the near miss, w_c^T tanh(W h_l) (Lin et al.'s
+    W_s2 tanh(W_s1 H^T)), which is Additive."""
+
+    def __init__(self, tanh=False, c=3, d=D):
+        super().__init__()
+        self.queries = nn.Parameter(_x(c, d, seed=5))
+        self.w = nn.Linear(d, d, bias=False) if tanh else None
+
+    def forward(self, h):
+        k = torch.tanh(self.w(h)) if self.w is not None else h
+        e = self.queries.expand(h.shape[0], -1, -1) @ k.transpose(-1, -2)  # (N, C, L)
+        return e.softmax(-1) @ h  # (N, C, d): v_c
+
+
+def test_capsule_queries_score_the_keys_multiplicatively():
+    """Refused before (a parameter operand was taken for a learned map): q_c^T h_l with a
+    learned q_c is the multiplicative score, its query learned (Self-Attentive, eq. 34)."""
+    m, h = Capsules().double(), _x(B, L, D).double()
+    e = torch.stack([torch.stack([m.queries[c] @ h[b, l] for l in range(L)])
+                     for c in range(3) for b in range(B)]).view(3, B, L).transpose(0, 1)
+    want = torch.einsum("bcl,bld->bcd", e.softmax(-1), h)
+    assert torch.allclose(m(h), want, atol=1e-10)
+    a = _only(taxcompile.classify(m.float(), (_x(B, L, D),)))
+    assert a.values["scoring"][0] == "Multiplicative", a.values["scoring"][1]
+    assert "learned queries" in a.values["scoring"][1]
+    assert a.values["query_type"][0] == "Self-Attentive"
+    assert "learned parameter" in a.values["query_type"][1]
+
+
+def test_capsule_queries_over_an_activated_map_stay_additive():
+    """Near miss: learned queries over tanh(W h) are w^T act(W k): Additive, not a product."""
+    a = _only(taxcompile.classify(Capsules(tanh=True), (_x(B, L, D),)))
+    assert a.values["scoring"][0] == "Additive", a.values["scoring"][1]
+
+
+def test_weights_over_the_learned_rows_are_no_capsule_score():
+    """Near miss: the same product normalised over the learned rows (each position's
+    weights over the classes) weighs no keys: not read as q_c^T h_l."""
+
+    class OverRows(Capsules):
+        def forward(self, h):
+            e = self.queries.expand(h.shape[0], -1, -1) @ h.transpose(-1, -2)  # (N, C, L)
+            return e.softmax(-2).transpose(-1, -2) @ self.queries  # (N, L, d)
+
+    res = taxcompile.classify(OverRows(), (_x(B, L, D),))
+    assert all(a.values["scoring"][0] != "Multiplicative" for a in res.recognised), res.text()

@@ -77,11 +77,42 @@ def _through_memory(node, r, scales, why: list):
 
 def matmul_score(r, prod, scales, norm=None):
     args = tensor_args(prod)
-    if op(prod) != "matmul" or len(args) < 2 or weight(args[1], r) or weight(args[0], r):
+    if op(prod) != "matmul" or len(args) < 2:
         return None
+    if weight(args[1], r) or weight(args[0], r):
+        return _learned_queries(r, prod, scales, args, norm)
     mem: list = []
     got = _matmul_score(r, prod, scales, args, mem)
     return got if not mem or not got else (got[0], f"{got[1]}; {mem[0]}", *got[2:])
+
+
+def _learned_queries(r, prod, scales, args, norm):
+    """("multiplicative" or "scaled_multiplicative", reason, queries, keys) where ``prod``
+    multiplies a parameter, one learned query per row (a capsule's q_c, eq. 34 and 43), by
+    keys read from the input as they are, and ``norm`` normalises over the keys'
+    positions: e_{c,l} = q_c^T k_l. None otherwise: keys that are a learned map or an
+    activation (w^T tanh(W k) is Additive, Lin et al.'s W_s2 tanh(W_s1 H^T)), or weights
+    over the parameter's rows (one output of a learned map per key: a location score)."""
+    if norm is None or len(tensor_args(norm)) != 1 or len(norm.args) < 2 \
+            or not isinstance(norm.args[1], int):
+        return None
+    side = [i for i in (0, 1) if weight(args[i], r)]
+    rank = len(shape(prod) or ())
+    if len(side) != 1 or rank < 2:
+        return None
+    keys = 1 - side[0]
+    if norm.args[1] % rank != (rank - 1 if keys == 1 else rank - 2):
+        return None  # the normalised axis is the parameter's rows, not the keys' positions
+    k = strip(args[keys], scales)
+    if not r.roots(k) or op(k) in ACTS or projection(k, r) or normalised(k) is not None:
+        return None
+    q = strip(args[side[0]])
+    how = (f"`{prod.name}` multiplies the learned queries `{q.name}` (a parameter, one query "
+           f"per row: q_c, eq. 34) by the keys `{k.name}` as they are (q_c^T k_l)")
+    if scales:
+        vals = ", ".join(f"`{x.name}`" for x in scales)
+        return "scaled_multiplicative", f"{how}, scaled by a constant ({vals})", q, args[keys]
+    return "multiplicative", how, q, args[keys]
 
 
 def _moved(node):
