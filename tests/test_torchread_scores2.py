@@ -164,3 +164,79 @@ def test_weights_over_the_learned_rows_are_no_capsule_score():
 
     res = taxcompile.classify(OverRows(), (_x(B, L, D),))
     assert all(a.values["scoring"][0] != "Multiplicative" for a in res.recognised), res.text()
+
+
+# --- LSH attention, its weights computed whole: shared QK and a hash bucket mask ---
+
+class LSHAttention(nn.Module):
+    """Kitaev et al. (2020) section 2, one hash round, the weights over the whole sequence:
+    shared QK (k_j = q_j / |q_j|), h(x) = argmax([xR; -xR]) with a random rotation R,
+    a_ij = softmax of q_i^T k_j / sqrt(d) over the j with h(k_j) = h(k_i). ``fixed``: the
+    near miss, the keys of bucket 0 kept for every query (no comparison of two buckets)."""
+
+    def __init__(self, fixed=False, d=D, buckets=4):
+        super().__init__()
+        self.fixed, self.qk, self.v = fixed, nn.Linear(d, d), nn.Linear(d, d)
+        self.register_buffer("rot", _x(d, buckets // 2, seed=6))
+
+    def buckets(self, k):
+        xr = k @ self.rot
+        return torch.cat([xr, -xr], -1).argmax(-1)  # (N, L)
+
+    def forward(self, x):
+        q = self.qk(x)
+        k = F.normalize(q, dim=-1)
+        h = self.buckets(k)
+        keep = (h.unsqueeze(-1) == h.unsqueeze(-2)) if not self.fixed \
+            else (h == 0).unsqueeze(-2).expand(-1, x.shape[1], -1)
+        e = q @ k.transpose(-1, -2) / math.sqrt(x.shape[-1])
+        e = e.masked_fill(~keep, torch.finfo(e.dtype).min)
+        return e.softmax(-1) @ self.v(x)
+
+
+def _lsh_reference(m, x):
+    """float64, position by position: the softmax over the keys of the query's bucket."""
+    q = m.qk(x)
+    k = q / q.norm(dim=-1, keepdim=True)
+    h = m.buckets(k)
+    out = torch.zeros_like(x)
+    for b in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            js = [j for j in range(x.shape[1]) if h[b, j] == h[b, i]]
+            a = torch.stack([q[b, i] @ k[b, j] / math.sqrt(D) for j in js]).softmax(0)
+            out[b, i] = sum(w * m.v(x)[b, j] for w, j in zip(a, js))
+    return out
+
+
+def test_lsh_weights_read_as_sparse_with_a_shared_qk_scaled_dot_product():
+    """Read as General (the keys, the queries' projection over its norm, taken for no map)
+    and Global (the bucket mask taken for padding) before: the spec's row is Scaled
+    Multiplicative and Sparse (the registry's `lsh`)."""
+    x = _x(B, 7, D, seed=7).double()
+    m = LSHAttention().double()
+    assert len(set(m.buckets(F.normalize(m.qk(x), dim=-1)).flatten().tolist())) > 1
+    assert torch.allclose(m(x), _lsh_reference(m, x), atol=1e-10)
+    a = _only(taxcompile.classify(LSHAttention(), (_x(B, 7, D, seed=7),)))
+    assert a.values["scoring"][0] == "Scaled Multiplicative", a.values["scoring"][1]
+    assert a.values["alignment"][0] == "Sparse", a.values["alignment"][1]
+    assert "hash bucket" in a.values["alignment"][1] and "_rot`" in a.values["alignment"][1]
+    assert a.names["align"] == "lsh"
+
+
+def test_one_bucket_kept_for_every_query_is_no_lsh():
+    """Near miss: a mask keeping the keys of one fixed bucket compares no query's bucket
+    with a key's: not LSH attention (the mask is read as one that leaves keys out)."""
+    a = _only(taxcompile.classify(LSHAttention(fixed=True), (_x(B, 7, D, seed=7),)))
+    assert a.values["alignment"][0] != "Sparse", a.values["alignment"][1]
+
+
+def test_keys_normalised_but_not_projected_keep_the_general_score():
+    """Near miss of shared QK: q = W x + b against k = x / |x|, the keys no map: Biased General."""
+
+    class RawKeys(LSHAttention):
+        def forward(self, x):
+            q, k = self.qk(x), F.normalize(x, dim=-1)
+            return (q @ k.transpose(-1, -2) / math.sqrt(D)).softmax(-1) @ self.v(x)
+
+    a = _only(taxcompile.classify(RawKeys(), (_x(B, 7, D, seed=7),)))
+    assert a.values["scoring"][0] == "Biased General", a.values["scoring"][1]

@@ -240,6 +240,14 @@ def _gained(r, prod, scales, args, qs, ks, turn):
             args[0], args[1])
 
 
+def _mapped(node, r):
+    """projection(node), or that of the learned map a normalised stream divides (Reformer's
+    shared QK: the keys are the queries' projection over its norm, no map of their own)."""
+    got = projection(node, r)
+    n = normalised(node) if got is None else None
+    return projection(tensor_args(n)[0], r) if n is not None else got
+
+
 def _matmul_score(r, prod, scales, args, mem):
     qs, ks = (_through_memory(a, r, scales, mem) for a in args[:2])
     turns: list = []
@@ -259,7 +267,7 @@ def _matmul_score(r, prod, scales, args, mem):
         return ("similarity", f"`{prod.name}` multiplies two streams each divided by its norm "
                 f"(`{nq.name}`, `{nk.name}`): cosine similarity{temp}{times}{turn}",
                 args[0], args[1])
-    pq, pk = projection(qs, r), projection(ks, r)
+    pq, pk = _mapped(qs, r), _mapped(ks, r)
     if (pq is None) != (pk is None):
         kind, p = pq or pk
         name = {"plain": "general", "biased": "biased_general",
