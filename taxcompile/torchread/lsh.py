@@ -59,5 +59,5 @@ def reason(r, got) -> str:
     prod, rot = hashed(r, h)
     return (f"the mask `{mask.name}` keeps the keys in the query's hash bucket: `{h.name}` "
             f"hashes each position, argmax([xR; -xR]) with `{prod.name}` turning it by "
-            f"`{_moved(rot).name}` (read from no input, a random rotation), and `{eq.name}` compares "
-            "the buckets (LSH attention, Kitaev et al. 2020)")
+            f"`{_moved(rot).name}` (read from no input, a random rotation), and `{eq.name}` "
+            "compares the buckets (LSH attention, Kitaev et al. 2020)")
