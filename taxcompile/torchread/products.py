@@ -103,6 +103,7 @@ def _learned_queries(r, prod, scales, args, norm):
     keys = 1 - side[0]
     if norm.args[1] % rank != (rank - 1 if keys == 1 else rank - 2):
         return None  # the normalised axis is the parameter's rows, not the keys' positions
+    scales = list(scales)  # the next pattern tried gets the caller's list as it was
     k = strip(args[keys], scales)
     if not r.roots(k) or op(k) in ACTS or projection(k, r) or normalised(k) is not None:
         return None
