@@ -60,7 +60,7 @@ def test_every_registry_score_and_alignment_names_its_patterns_or_none():
     catalogue.check()
     unread = {(m.kind, m.name) for table in (mechanisms.SCORES, mechanisms.ALIGNS)
               for m in table.values() if not m.recognised_by}
-    assert unread == {("align", "crf"), ("align", "lsh")}
+    assert unread == {("align", "crf")}
 
 
 def _cli(*args):

@@ -1,6 +1,6 @@
 """More real implementations read by taxcompile/torchread, built offline with random weights
-and tiny sizes: nn.Transformer (encoder-decoder), x-transformers' Decoder and attn_qk_norm,
-Hugging Face's Mistral, the `entmax` package's normalisations and lucidrains'
+and tiny sizes: nn.Transformer (encoder-decoder), x-transformers' Decoder and qk-norms,
+Hugging Face's Mistral and Qwen3, the `entmax` package's normalisations and lucidrains'
 `local-attention`. docs/classify-code.md shows these rows; a test holds it to them. What
 the reader gets wrong is a strict xfail with the reason (a fix shows as a pass). Captures
 past ~10 s that add no row run nightly (TAXCOMPILE_TORCHREAD_ALL=1)."""
@@ -63,6 +63,14 @@ def xt_qk_norm():
     return _xt(attn_qk_norm=True)
 
 
+def xt_qk_norm_dim_scale():
+    return _xt(attn_qk_norm=True, attn_qk_norm_dim_scale=True)
+
+
+def xt_qk_rmsnorm():
+    return _xt(attn_qk_rmsnorm=True)
+
+
 def mistral(window=3):
     t = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -70,6 +78,17 @@ def mistral(window=3):
                         num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
                         max_position_embeddings=16, sliding_window=window)
     return t.MistralModel(c), {"input_ids": torch.randint(0, 50, (2, 6), generator=G)}
+
+
+def qwen3():
+    """Qwen3: nn.RMSNorm-style qk-norm (x rsqrt(mean x^2 + eps) times a weight per feature)
+    on each head's q and k before the rotary embedding."""
+    t = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    c = t.Qwen3Config(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
+                      max_position_embeddings=16, head_dim=4)
+    return t.Qwen3Model(c), {"input_ids": torch.randint(0, 50, (2, 6), generator=G)}
 
 
 class EntmaxAttention(nn.Module):
@@ -115,9 +134,18 @@ ROWS = {
     "x-transformers Encoder(attn_qk_norm=True)": (
         xt_qk_norm, "torch.export", "Similarity", "Global", "Self-Attentive", "Multi-Head",
         "each divided by its norm"),
+    "x-transformers Encoder(attn_qk_norm=True, attn_qk_norm_dim_scale=True)": (
+        xt_qk_norm_dim_scale, "torch.export", "Scaled Multiplicative", "Global",
+        "Self-Attentive", "Multi-Head", "l2-normalised"),
+    "x-transformers Encoder(attn_qk_rmsnorm=True)": (
+        xt_qk_rmsnorm, "torch.export", "Scaled Multiplicative", "Global", "Self-Attentive",
+        "Multi-Head", "RMS-normalised"),
     "Mistral (sliding_window=3, 6 tokens)": (
         mistral, "torch.export", "Scaled Multiplicative", "Local", "Self-Attentive",
         "Multi-Head", "banded mask"),
+    "Qwen3 (qk-norm: RMSNorm with weights on q and k)": (
+        qwen3, "torch.export", "Scaled Multiplicative", "Global", "Self-Attentive",
+        "Multi-Head", "RMS-normalised"),
     "entmax.entmax15 over q k^T / 4": (
         lambda: _entmax("entmax15"), "torch.export", "Scaled Multiplicative", "Sparse",
         "Self-Attentive", "Singular", "1.5-entmax"),

@@ -33,14 +33,10 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/kitaev2020_reformer.attn:kitaev2020_reformer':
         'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
-    'examples/modern_lm.attn:modern_lm':
-        'attention not recognised: RMS qk-norm multiplies q and k, each divided by its norm, by learned gains per feature (q^T diag(g) k over normalised streams), which the reader refuses rather than read as a cosine or a plain product',
     'examples/wang2016_input_attention.attn:att_input_cnn':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'specs/oktay2018.attn:attention_unet':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'specs/wang2018.attn:rnn_capsule':
-        'attention not recognised: the score bmm_1 (matmul) before _softmax matches no score pattern',
 }
 
 

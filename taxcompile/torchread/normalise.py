@@ -23,6 +23,7 @@ TRANSPARENT = {"view", "clone", "expand", "permute", "transpose", "t", "unsqueez
                "contiguous", "alias", "_to_copy", "to", "detach", "getitem", "dropout",
                "native_dropout", "lift_fresh_copy", "type_as", "float", "slice",
                "split", "split_with_sizes", "chunk", "unbind", "select"}
+NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
 
 
 def op(node) -> str:
@@ -130,3 +131,22 @@ def norms_reading(start, other, norms, through, depth: int = 64) -> list:
             break
         frontier = nxt
     return out
+
+
+def ancestors(node, depth: int):
+    seen, frontier = [], [node]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
+        seen.extend(frontier)
+    return seen
+
+
+def normalised(node) -> object | None:
+    """A div whose divisor is a vector norm (cosine similarity's operands), if any."""
+    n = strip(node)
+    if op(n) in ("div", "mul") and len(tensor_args(n)) == 2:
+        d = tensor_args(n)[1]
+        for a in [d, *ancestors(d, 5)]:  # the norm itself, or clamped, expanded
+            if op(a) in NORM_OPS:
+                return n
+    return None

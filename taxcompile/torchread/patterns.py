@@ -9,7 +9,7 @@ code and reads that record back."""
 from __future__ import annotations
 
 from .. import mechanisms
-from . import alignments, coverage, heads, records, routing, scores, talking
+from . import alignments, coverage, heads, lsh, records, routing, scores, talking
 from .alignments import banded, kernel_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -179,6 +179,11 @@ def _topk(r, norm, masks, scored, app):
     return None
 
 
+def _hashed(r, norm, masks, scored, app):
+    got = lsh.bucket_mask(r, masks)
+    return lsh.reason(r, got) if got is not None else None
+
+
 def _policy(r, norm, masks, scored, app):
     picked = alignments.policy(r, norm, masks)
     return picked[1] if picked is not None else None
@@ -222,7 +227,8 @@ def _softmax(r, norm, masks, scored, app):
 # Alignment patterns over a normalisation of scores and the masks on its input, tried in
 # this order; each returns the reason, or None where it does not match.
 ALIGN_PATTERNS = {
-    "topk_of_scores": _topk, "policy_mask": _policy, "banded_position_mask": _band,
+    "topk_of_scores": _topk, lsh.PATTERN: _hashed, "policy_mask": _policy,
+    "banded_position_mask": _band,
     "sigmoid_over_scores_times_values": _sigmoid_weights, "sigmoid_per_key": _sigmoid_gate,
     "softmax_over_scores": _softmax,
 }

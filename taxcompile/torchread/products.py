@@ -2,10 +2,11 @@
 alignment readers (patterns, scores, alignments, queries) all ask of a node."""
 from __future__ import annotations
 
-from .normalise import TRANSPARENT, op, shape, strip, tensor_args
+from . import qknorm
+from .normalise import (NORM_OPS, TRANSPARENT, ancestors, normalised,  # noqa: F401
+                        op, shape, strip, tensor_args)
 
 ACTS = {"tanh", "relu", "gelu", "sigmoid", "elu", "leaky_relu", "silu"}
-NORM_OPS = {"linalg_vector_norm", "norm", "rsqrt", "sqrt", "normalize"}
 
 
 def weight(node, r) -> bool:
@@ -29,25 +30,6 @@ def projection(node, r):
         for a, b in (args, args[::-1]):
             if weight(b, r) and projection(a, r) and projection(a, r)[0] == "plain":
                 return ("biased", n)
-    return None
-
-
-def ancestors(node, depth: int):
-    seen, frontier = [], [node]
-    for _ in range(depth):
-        frontier = [a for n in frontier for a in tensor_args(n) if a not in seen]
-        seen.extend(frontier)
-    return seen
-
-
-def normalised(node) -> object | None:
-    """A div whose divisor is a vector norm (cosine similarity's operands), if any."""
-    n = strip(node)
-    if op(n) in ("div", "mul") and len(tensor_args(n)) == 2:
-        d = tensor_args(n)[1]
-        for a in [d, *ancestors(d, 5)]:  # the norm itself, or clamped, expanded
-            if op(a) in NORM_OPS:
-                return n
     return None
 
 
@@ -95,11 +77,43 @@ def _through_memory(node, r, scales, why: list):
 
 def matmul_score(r, prod, scales, norm=None):
     args = tensor_args(prod)
-    if op(prod) != "matmul" or len(args) < 2 or weight(args[1], r) or weight(args[0], r):
+    if op(prod) != "matmul" or len(args) < 2:
         return None
+    if weight(args[1], r) or weight(args[0], r):
+        return _learned_queries(r, prod, scales, args, norm)
     mem: list = []
     got = _matmul_score(r, prod, scales, args, mem)
     return got if not mem or not got else (got[0], f"{got[1]}; {mem[0]}", *got[2:])
+
+
+def _learned_queries(r, prod, scales, args, norm):
+    """("multiplicative" or "scaled_multiplicative", reason, queries, keys) where ``prod``
+    multiplies a parameter, one learned query per row (a capsule's q_c, eq. 34 and 43), by
+    keys read from the input as they are, and ``norm`` normalises over the keys'
+    positions: e_{c,l} = q_c^T k_l. None otherwise: keys that are a learned map or an
+    activation (w^T tanh(W k) is Additive, Lin et al.'s W_s2 tanh(W_s1 H^T)), or weights
+    over the parameter's rows (one output of a learned map per key: a location score)."""
+    if norm is None or len(tensor_args(norm)) != 1 or len(norm.args) < 2 \
+            or not isinstance(norm.args[1], int):
+        return None
+    side = [i for i in (0, 1) if weight(args[i], r)]
+    rank = len(shape(prod) or ())
+    if len(side) != 1 or rank < 2:
+        return None
+    keys = 1 - side[0]
+    if norm.args[1] % rank != (rank - 1 if keys == 1 else rank - 2):
+        return None  # the normalised axis is the parameter's rows, not the keys' positions
+    scales = list(scales)  # the next pattern tried gets the caller's list as it was
+    k = strip(args[keys], scales)
+    if not r.roots(k) or op(k) in ACTS or projection(k, r) or normalised(k) is not None:
+        return None
+    q = strip(args[side[0]])
+    how = (f"`{prod.name}` multiplies the learned queries `{q.name}` (a parameter, one query "
+           f"per row: q_c, eq. 34) by the keys `{k.name}` as they are (q_c^T k_l)")
+    if scales:
+        vals = ", ".join(f"`{x.name}`" for x in scales)
+        return "scaled_multiplicative", f"{how}, scaled by a constant ({vals})", q, args[keys]
+    return "multiplicative", how, q, args[keys]
 
 
 def _moved(node):
@@ -210,14 +224,39 @@ def _temperature(node, r):
     return None
 
 
+def _gained(r, prod, scales, args, qs, ks, turn):
+    """The score as written where q and k are both normalised and times learned gains per
+    feature (qk-norm with gains, which the registry reads as its score, not a cosine);
+    None (a refusal, neither cosine nor plain product) for any other weight per feature."""
+    got = qknorm.read(qs, ks, r)
+    if got is None:
+        return None
+    why, more = got
+    scales = [*scales, *more]
+    vals = ", ".join(f"`{s.name}`" for s in scales)
+    if scales:
+        return ("scaled_multiplicative", f"`{prod.name}` multiplies queries and keys, scaled "
+                f"by a constant ({vals}){why}{turn}", args[0], args[1])
+    return ("multiplicative", f"`{prod.name}` multiplies queries and keys (q^T k){why}{turn}",
+            args[0], args[1])
+
+
+def _mapped(node, r):
+    """projection(node), or that of the learned map a normalised stream divides (Reformer's
+    shared QK: the keys are the queries' projection over its norm, no map of their own)."""
+    got = projection(node, r)
+    n = normalised(node) if got is None else None
+    return projection(tensor_args(n)[0], r) if n is not None else got
+
+
 def _matmul_score(r, prod, scales, args, mem):
     qs, ks = (_through_memory(a, r, scales, mem) for a in args[:2])
     turns: list = []
     qs, ks = (_looked_through(s, r, scales, turns) for s in (qs, ks))
     turn = "".join(turns)
     temps = [t for t in (_temperature(qs, r), _temperature(ks, r)) if t is not None]
-    if False in temps:
-        return None  # unread: a refusal rather than Multiplicative
+    if False in temps:  # a learned weight per feature on a normalised stream
+        return _gained(r, prod, scales, args, qs, ks, turn)
     for stream, t, _ in temps:
         qs, ks = (stream if x is t else x for x in (qs, ks))
     nq, nk = normalised(qs), normalised(ks)
@@ -229,7 +268,7 @@ def _matmul_score(r, prod, scales, args, mem):
         return ("similarity", f"`{prod.name}` multiplies two streams each divided by its norm "
                 f"(`{nq.name}`, `{nk.name}`): cosine similarity{temp}{times}{turn}",
                 args[0], args[1])
-    pq, pk = projection(qs, r), projection(ks, r)
+    pq, pk = _mapped(qs, r), _mapped(ks, r)
     if (pq is None) != (pk is None):
         kind, p = pq or pk
         name = {"plain": "general", "biased": "biased_general",
