@@ -65,3 +65,22 @@ def test_fit_replace_and_row():
     assert g == Fit(None, s, s, s, "N", (), "single", (), None) and g != f
     r = table.Row({"paper": "X"}, 3, "x.attn")
     assert (r.paper.row, r.paper.cite, r.spec.file, r.row()) == (3, "X", "x.attn", {"paper": "X"})
+
+
+def test_a_diagnostic_gets_its_kinds_hint_and_attention_info_is_a_record():
+    from taxcompile.check.core import AttentionInfo
+    from taxcompile.diagnostics import Diagnostic, Location
+    from taxcompile.hints import FALLBACK, hint_for
+
+    loc = Location(file="t.attn", line=2, column=5)
+    msg = "unknown name `foo`"
+    d = Diagnostic(loc, msg)
+    assert d.hint == (hint_for(msg) or FALLBACK) and d.hint
+    assert Diagnostic(loc, msg, "mine").hint == "mine" == Diagnostic(loc=loc, message=msg,
+                                                                    hint="mine").hint
+    assert d == Diagnostic(loc, msg) and len({d, Diagnostic(loc, msg)}) == 1
+    with pytest.raises(AttributeError):
+        d.hint = "x"  # type: ignore[misc]
+    info = AttentionInfo("N", ("B",), "sequence", 64, 64, 32)
+    assert (info.attended, info.groups, info.d_q, info.d_v) == ("N", ("B",), 64, 32)
+    assert not dataclasses.is_dataclass(d) and not dataclasses.is_dataclass(info)
