@@ -20,7 +20,7 @@ def test_both_sides_are_measured_in_the_same_run():
 
 def test_against_another_checkout_runs_its_table_in_the_same_run(tmp_path):
     """``--against DIR``: DIR's table is the third side; a checkout measured against itself
-    saves about nothing, and DIR's own modules are the ones run (cwd = DIR)."""
+    saves about nothing."""
     f = cold_start.measure(1, against=cold_start.ROOT)
     assert {"base_wall", "base_cpu", "base_ratio", "saved"} <= set(f)
     assert f["base_cpu"] > f["lark_cpu"] and f["base_ratio"] > 1
