@@ -4,7 +4,11 @@ measured in the same run, the two alternating, so that the ratio holds on a load
 machine where the seconds do not. The figure is CPU time (user + system, the operating
 system's account of each finished child): on a shared machine the wall time also counts
 the waits for a core. Its target, a ratio of 2.8, is 0.30 s of CPU for the table on a
-machine where importing lark takes 0.11 s (an idle 2-core one)."""
+machine where importing lark takes 0.11 s (an idle 2-core one).
+
+``python -m benchmarks.cold_start 9 --against /path/to/main`` also runs another checkout's
+table in the same rounds, so that a change is measured before and after under one load
+(``base_ratio``, and ``saved``: its CPU less this checkout's, the median of each round's)."""
 
 from __future__ import annotations
 
