@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import os
 import stat
 import sys
@@ -140,6 +139,8 @@ def load(entry_key: str | None, columns: tuple[str, ...]) -> dict | None:
     where = directory()
     if where is None or entry_key is None:
         return None
+    import json  # (not imported where the cache is off: a cold table needs none)
+
     try:
         entry = json.loads((where / f"{entry_key}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -157,6 +158,8 @@ def store(entry_key: str | None, entry: dict) -> None:
     where = directory()
     if where is None or entry_key is None:
         return
+    import json
+
     tmp = where / f".{entry_key}.{os.getpid()}.tmp"
     try:
         where.mkdir(parents=True, exist_ok=True)

@@ -396,12 +396,13 @@ def cmd_schema(args) -> int:
     return command(args.name, args.output)
 
 
-def make_parser() -> argparse.ArgumentParser:
+def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``command``, only that subcommand's in full."""
     return cli_parser.build({
         "check": cmd_check, "classify": cmd_classify, "table": cmd_table, "graph": cmd_graph,
         "diagram": cmd_diagram, "report": cmd_report, "compile": cmd_compile,
         "fmt": cli_edit.cmd_fmt, "new": cli_edit.cmd_new, "schema": cmd_schema,
-        "lift": cmd_lift, "train": _cmd_train, "lsp": _cmd_lsp}, __version__)
+        "lift": cmd_lift, "train": _cmd_train, "lsp": _cmd_lsp}, __version__, command)
 
 
 def _cmd_lsp(args) -> int:
@@ -450,7 +451,7 @@ def _main(argv: list[str] | None) -> int:
         from .study.cli import main as study
 
         return study(argv[1:])
-    parser = make_parser()
+    parser = make_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if args.func is cmd_classify and not args.files and not args.torch:
         parser.error("classify: the following arguments are required: FILE "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .frozen import Frozen
+from .frozen import Frozen, Positional
 
 MAX_REPORTED = 20  # errors shown per file before "… and N more"
 
@@ -42,17 +42,17 @@ class Location(Frozen):
         return f"{self.file}:{self.line}:{self.column}"
 
 
-@dataclass(frozen=True)
-class Diagnostic:
+class Diagnostic(Positional):
     loc: Location
     message: str
     hint: str = ""
 
-    def __post_init__(self) -> None:
+    def __init__(self, *args, **fields) -> None:
+        super().__init__(*args, **fields)
         if not self.hint:  # every error carries a hint: its kind's (hints.py)
             from .hints import FALLBACK, hint_for
 
-            object.__setattr__(self, "hint", hint_for(self.message) or FALLBACK)
+            self.__dict__["hint"] = hint_for(self.message) or FALLBACK
 
     def render(self, source: str | None) -> str:
         out = [f"{self.loc}: error: {self.message}"]

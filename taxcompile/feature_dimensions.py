@@ -86,13 +86,13 @@ def levels(cl: Classifier) -> None:
     for a in cl.atts:
         for b in cl.keys_base(a):
             by_base.setdefault(b, []).append(a)
+    atts = {a.id: a for a in cl.atts}
     for u in cl.atts:
         u_keys = cl.expr_ancestors(u.keys)
         # Only modules upstream of u, or over features u's features are built from,
         # can stand in a level relation with it.
         near = u_keys | cl.expr_ancestors(u.query)
-        candidates = {n: cl.m.node(n) for n in near
-                      if isinstance(cl.m.node(n), ir.Attention)}
+        candidates = {n: atts[n] for n in near if n in atts}
         for b in u_keys:
             candidates.update((w.id, w) for w in by_base.get(b, ()))
         for w in (candidates[k] for k in sorted(candidates)):

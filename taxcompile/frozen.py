@@ -15,9 +15,10 @@ class); a class's validators are built when its first record is."""
 from __future__ import annotations
 
 import sys
+import types
 import typing
 from operator import attrgetter
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Iterable
 
 _MISSING = object()
 
@@ -57,9 +58,9 @@ class Frozen:
 
     def __init__(self, **data: Any) -> None:
         fields = self._defaults
-        if not self._required <= data.keys() or not data.keys() <= fields.keys():
-            self._refuse(data)
         values = {**fields, **data}  # declaration order
+        if len(values) != len(fields) or not self._required <= data.keys():
+            self._refuse(data)
         object.__setattr__(self, "__dict__", values)
         if self._checked:
             self._validate(data)
@@ -74,16 +75,19 @@ class Frozen:
 
     def _validate(self, given: dict[str, Any]) -> None:
         """Check the fields ``given`` (a default is of its field's type: the class says so)
-        against their annotations, then the record as a whole (``check``)."""
+        against their annotations, then the record as a whole (``check``, where the class
+        has one of its own)."""
         cls = type(self)
         tests = cls._validators
         if tests is None:
             tests = cls._validators = _validators(cls)
-        wrong = [f"{k} = {v!r}" for k, v in given.items() if k in tests and not tests[k](v)]
-        if wrong:
-            raise TypeError(f"{cls.__name__}(): {', '.join(wrong)} is not of its field's "
-                            "type")
-        self.check()
+        for k, v in given.items():  # (every field has a test)
+            if not tests[k](v):
+                wrong = [f"{k} = {v!r}" for k, v in given.items() if not tests[k](v)]
+                raise TypeError(f"{cls.__name__}(): {', '.join(wrong)} is not of its "
+                                "field's type")
+        if cls.check is not Frozen.check:
+            self.check()
 
     def check(self) -> None:
         """What a record of a checked class must be beyond its fields' types (raises
@@ -188,26 +192,44 @@ def _dump(value: Any) -> Any:
 
 
 def _validators(cls: type) -> dict[str, Callable[[Any], bool]]:
-    """A test per field, from ``cls``'s annotations (strings, resolved in the module of
-    the class that declares the field, as ``typing.get_type_hints(cls)`` resolves them).
-    Only the fields' annotations are read: the base's ``ClassVar``s, some 120 of the 230
-    annotations of the IR's classes, would be resolved again for every class."""
+    """A test per field, from ``cls``'s annotations (``hints``)."""
     tests: dict[str, Callable[[Any], bool]] = {}
     for klass in reversed(cls.__mro__):
-        fields = {k: v for k, v in klass.__dict__.get("__annotations__", {}).items()
-                  if k in cls._defaults and not _class_var(v)}
-        if fields:
-            holder = _Annotated()
-            holder.__annotations__ = fields
-            # (get_type_hints of a class looks in the module first, then the class)
-            hints = typing.get_type_hints(holder, dict(vars(klass)),
-                                          vars(sys.modules[klass.__module__]))
-            tests.update((k, fits(tp)) for k, tp in hints.items())
-    return tests
+        tests.update((k, fits(tp)) for k, tp in hints(klass, cls._defaults).items())
+    return {k: tests.get(k, _anything) for k in cls._defaults}
 
 
-class _Annotated:
-    """The annotations of one class's fields, for ``typing.get_type_hints``."""
+def _anything(value: Any) -> bool:
+    return True
+
+
+def hints(klass: type, fields: Iterable[str]) -> dict[str, Any]:
+    """The types of those of ``fields`` that ``klass`` itself annotates, resolved as
+    ``typing.get_type_hints(klass)`` resolves them (strings evaluated with the names of
+    the class's module first, then the class's own; a string within a type too), but
+    evaluated once each: get_type_hints makes a ``ForwardRef`` of each string, compiles
+    it and walks every annotation of the class (the base's ``ClassVar``s, some 120 of the
+    230 annotations of the IR's classes, once for every class)."""
+    own = klass.__dict__.get("__annotations__", {})
+    names = (dict(vars(klass)), vars(sys.modules[klass.__module__]))  # (globals, locals)
+    return {k: _resolved(tp, names) for k, tp in own.items()
+            if k in fields and not _class_var(tp)}
+
+
+def _resolved(tp, names: tuple[dict, dict]):
+    while isinstance(tp, (str, typing.ForwardRef)):  # `x: "Expr"` under future annotations
+        tp = eval(tp if isinstance(tp, str) else tp.__forward_arg__, *names)
+    if tp is None:
+        return type(None)
+    origin = typing.get_origin(tp)
+    if origin is None or origin is typing.Literal:
+        return tp
+    args = tuple(a if a is Ellipsis else _resolved(a, names) for a in typing.get_args(tp))
+    if origin is tuple:
+        return tuple[args]
+    if origin is typing.Union or origin is types.UnionType:
+        return typing.Union[args]
+    return tp
 
 
 def fits(tp) -> Callable[[Any], bool]:

@@ -11,7 +11,6 @@ a ``state`` attention) and the shape of the tensor."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from . import digraph, ir
@@ -127,6 +126,8 @@ def _plain(g: nx.DiGraph) -> nx.DiGraph:
 
 
 def to_json(g: nx.DiGraph) -> str:
+    import json  # (the table and the classifier need none)
+
     import networkx as nx
 
     return json.dumps(nx.node_link_data(_plain(g), edges="edges"), indent=2, sort_keys=True)

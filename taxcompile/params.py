@@ -6,10 +6,9 @@ mechanisms against that registry, import it without importing one another in a c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Union
 
-from .frozen import Frozen
+from .frozen import Frozen, Positional
 
 
 class Act(Frozen, checked=True):
@@ -35,8 +34,7 @@ class Act(Frozen, checked=True):
 Scalar = bool | int | float | str
 
 
-@dataclass(frozen=True)
-class P:
+class P(Positional):
     """One parameter of a feature-model operation."""
 
     name: str

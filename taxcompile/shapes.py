@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from . import ir
+from .frozen import Positional
 
 
-@dataclass(frozen=True)
-class Shape:
-    """Named axes (positions, groups) and the feature size (None: token ids)."""
+class Shape(Positional):
+    """Named axes (positions, groups) and the feature size (None: token ids). A frozen
+    record (frozen.py), built as ``Shape(axes, dim)``: defining it runs no code generation."""
 
     axes: tuple[str, ...]
     dim: int | None

@@ -6,9 +6,10 @@ parsing or classifying anything."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
+
+from .frozen import Positional
 
 if TYPE_CHECKING:
     from .pipeline import PaperRow
@@ -19,8 +20,7 @@ DIMENSIONS = ("feature_multiplicity", "feature_levels", "feature_representations
               "alignment", "dimensionality", "query_type", "query_multiplicity")
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(Positional):
     """What the renderers read of a ``PaperRow``: its cells, its survey row and file."""
 
     cells: dict

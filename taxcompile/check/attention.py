@@ -8,9 +8,9 @@ from its name. ``attention`` builds a ``Fit`` and hands it to each part in turn:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 
 from .. import ir, module_checks
+from ..frozen import Positional
 from .. import mechanisms as mech
 from ..mechanisms import needs
 from ..lower import SCORES_WITHOUT_QUERY
@@ -21,8 +21,7 @@ from .core import (AttentionInfo, Shape, _base_ref, _name, context_dim, learned_
                    learned_set)
 
 
-@dataclass(frozen=True)
-class Fit:
+class Fit(Positional):
     """What the checks of one attention statement share: its query, keys and values, the
     axis it attends over and the keys' other axes (``groups``: one attention per group),
     how its query meets its keys, and its context's axes."""
@@ -145,7 +144,7 @@ class AttentionChecks:
         if mech.ALIGNS[n.align.fn].gate:
             if not self.gate_fits(f):
                 return None
-            f = replace(f, ctx_axes=k.axes)  # the gated values, at the keys' positions
+            f = f.replace(ctx_axes=k.axes)  # the gated values, at the keys' positions
         if q is None and sc.fn not in SCORES_WITHOUT_QUERY:
             scores = " and ".join(f"`{s}`" for s in SCORES_WITHOUT_QUERY)
             self.err(n.loc, f"{where} has no query, which only the {scores} scores allow (eq. 33)",
@@ -217,7 +216,7 @@ class AttentionChecks:
             if not self.affinity_fits(f):
                 return None
             if score.affinity == "pooled":
-                f = replace(f, mode="single", ctx_axes=f.groups)  # eq. 14-16: one per input
+                f = f.replace(mode="single", ctx_axes=f.groups)  # eq. 14-16: one per input
         elif score.needs_affinity:
             self.err(sc.loc, f"the `{sc.fn}` score reads an affinity matrix (eq. 12-16)",
                      "add `affinity = NAME` with `affinity NAME = affinity(A, B)`")

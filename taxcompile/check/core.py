@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from .. import mechanisms as mech
+from ..frozen import Positional
 from ..mechanisms import align_reads
 from ..shapes import Shape, expr_name as _name  # (``checks.Shape``, ``checks._name``)
 
 
-@dataclass
-class AttentionInfo:
+class AttentionInfo(Positional):
     attended: str  # the axis the weights are normalised over
     groups: tuple[str, ...]  # keys' other axes: one attention per group
     query_mode: str  # "none" | "single" (one query per group) | "sequence" (one per position)

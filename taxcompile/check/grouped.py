@@ -14,7 +14,6 @@ how q and k meet inside the heads."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from .. import ir
 from .. import mechanisms as mech
@@ -65,7 +64,7 @@ def grouped_fit(checker, f):
                         f"project them to {g * d_head}, e.g. `{what} = project(x, {g * d_head})`")
             return None
     wide = h * d_head
-    return replace(f, k=Shape(k.axes, wide), v=Shape(v.axes, wide))
+    return f.replace(k=Shape(k.axes, wide), v=Shape(v.axes, wide))
 
 
 def qk_norm_fits(checker, f) -> bool:

@@ -129,7 +129,12 @@ class ScopeChecks:
 
     def decoder_steps(self, m: ir.Model, g: nx.DiGraph, ids: dict) -> None:
         """``cm.steps``: each decoder's strongly connected component through ``feed`` and
-        ``prev`` edges, the nodes computed in each of its steps."""
+        ``prev`` edges, the nodes computed in each of its steps. (Each component is tested
+        against the decoders, not against every node: that was quadratic in a deep stack of
+        layers; a model without a decoder has no steps to find.)"""
+        stepped = [n for n in m.nodes if decoder_ops(n) or state_ops(n)]
+        if not stepped:
+            return
         full = g.copy()
         full.add_edges_from(self.cm.past)
         for n in m.nodes:
@@ -137,8 +142,8 @@ class ScopeChecks:
                 if how in ("prev", "feed") and d in ids:
                     full.add_edge(d, n.id)
         for comp in nx.strongly_connected_components(full):
-            for n in m.nodes:
-                if n.id in comp and (decoder_ops(n) or state_ops(n)):
+            for n in stepped:
+                if n.id in comp:
                     self.cm.steps[n.id] = set(comp)
 
     def input_axes(self, m: ir.Model) -> None:
