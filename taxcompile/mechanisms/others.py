@@ -218,11 +218,16 @@ TRAITS: dict[str, Mechanism] = {m.name: m for m in (
 
 
 def _cosine(qk, score: str = "", **_) -> str:
-    """The scoring cell of a q.k score whose q and k are l2-normalised whole (one group, no
-    learned gains): s q^T k / (|q| |k|), a cosine similarity times a scale, Table II's
-    similarity as the computation reads; '' (the score's own cell) otherwise."""
-    exact = not qk.rms and not qk.dim_scale and qk.groups == 1
-    return "Similarity" if exact and score in ("Multiplicative", "Scaled Multiplicative") else ""
+    """The scoring cell of a q.k score whose q and k are normalised first: l2-normalised
+    whole (one group, no learned gains), s q^T k / (|q| |k|) is a cosine similarity times a
+    scale, Table II's similarity; l2 in parts or with learned gains, the scale s (or
+    1/sqrt(d_head)) replaces the score's own, so the cell is the scaled product the layer
+    computes whichever q.k was written; RMS norms keep the score's own cell ('')."""
+    if qk.rms or score not in ("Multiplicative", "Scaled Multiplicative"):
+        return ""
+    if not qk.dim_scale and qk.groups == 1:
+        return "Similarity"
+    return "Scaled Multiplicative" if qk.dim_scale or qk.scale != 1 else "Multiplicative"
 
 
 # x-transformers' `attn_qk_norm` (Henry et al. 2020; Dehghani et al. 2023): q and k
@@ -241,8 +246,8 @@ _L2 = Mechanism("qk_norm", "l2",
                         "with a learned gain per feature, scaled by 1/sqrt(d_k)" if
                         qk.dim_scale else f"the scale {qk.scale:g} replacing 1/sqrt(d_k)")) +
                        (": each score a cosine similarity times a scale, Table II's similarity"
-                        if _cosine(qk, **_) else ": a dot product of transformed q and k, "
-                        "Table II's family as written"),
+                        if _cosine(qk, **_) == "Similarity" else ": a dot product of "
+                        "transformed q and k, Table II's family with the scale applied"),
                 doc="Query-key normalisation (x-transformers' qk_norm): q and k l2-normalised per "
                     "head in qk_groups parts, then e = qk_scale * q^T k; qk_dim_scale: a learned "
                     "gain per head and feature on each (initialised to d_head^(1/4)), and "

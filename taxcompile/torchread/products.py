@@ -241,6 +241,33 @@ def _gained(r, prod, scales, args, qs, ks, turn):
             args[0], args[1])
 
 
+def _in_parts(q, nq, nk) -> str:
+    """Where q and k are normalised in parts of the features the product sums over (a
+    norm over groups of a head's width, then the groups viewed back), the words saying so;
+    '' where either is not normalised or both are normalised whole."""
+    width = (shape(q) or (None,))[-1]
+    if nq is None or nk is None or width is None:
+        return ""
+    sizes = [_reduced(n) for n in (nq, nk)]
+    if all(w == width for w in sizes):
+        return ""
+    return (f"; q and k are each divided by the norms of parts of their features (`{nq.name}`"
+            f", `{nk.name}`: {sizes[0]} of the {width} the product sums over): no cosine of "
+            "the whole vectors")
+
+
+def _reduced(div):
+    """How many features the norm dividing ``div`` sums over (its ``dim``, or the last)."""
+    d = tensor_args(div)[1]
+    for a in [d, *ancestors(d, 5)]:
+        if op(a) in NORM_OPS and tensor_args(a):
+            x = shape(tensor_args(a)[0]) or ()
+            dim = a.kwargs.get("dim", a.args[2] if len(a.args) > 2 else -1)
+            dim = dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
+            return x[dim] if isinstance(dim, int) and x else None
+    return None
+
+
 def _mapped(node, r):
     """projection(node), or that of the learned map a normalised stream divides (Reformer's
     shared QK: the keys are the queries' projection over its norm, no map of their own)."""
@@ -260,7 +287,10 @@ def _matmul_score(r, prod, scales, args, mem):
     for stream, t, _ in temps:
         qs, ks = (stream if x is t else x for x in (qs, ks))
     nq, nk = normalised(qs), normalised(ks)
-    if nq is not None and nk is not None:
+    parts = _in_parts(args[0], nq, nk)
+    if parts:  # q.k over streams normalised in parts: no cosine of the whole vectors
+        turn += parts
+    elif nq is not None and nk is not None:
         temp = "".join(f"; `{t.name}` scales it by `{b.name}`, a scalar read from no input "
                        "(a learned temperature)" for _, t, b in temps)
         times = "".join(f"; scaled by a constant ({', '.join(f'`{s.name}`' for s in scales)})"
