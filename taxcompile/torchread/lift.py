@@ -15,6 +15,7 @@ import re
 
 from .. import mechanisms as mech
 from .lift_recurrent import decoders, mark_autoregressive
+from .lift_repeat import Entry, is_decoder, render, stacks
 from .normalise import TRANSPARENT, is_bool, op, shape, strip, tensor_args
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -288,6 +289,37 @@ def decoder(r, atts, d, name: str, feats, taken: set) -> tuple[list, list, str] 
         [*why, *notes], src
 
 
+def _stacked(r, blocks: list, entries: list, in_lines: list, feats, taken) -> list:
+    """``blocks`` with each layer stack among the attention statements ``entries`` ((block
+    index, Entry)) written as one `repeat` (``lift_repeat``); a decoder's stream input is
+    marked `autoregressive`."""
+    at = [i for i, _ in entries]
+    es = [e for _, e in entries]
+    out, renames = list(blocks), []
+    for s in stacks(r, es):
+        idx = at[s.start:s.start + s.block * s.count]
+        src = [f[2] for f in feats.values() if f[0] == s.stream]
+        lines, notes = render(s, es, ident("layers", taken))
+        for sub, h in renames:
+            lines = [sub.sub(h, x) for x in lines]
+        if src == [s.stream]:  # an input is never updated: the stack carries a copy
+            h = ident(f"{s.stream}_h", taken)
+            sub = re.compile(rf"\b{s.stream}\b(?!:)")
+            renames.append((sub, h))
+            for i in range(idx[0] + 1, len(out)):
+                if out[i] is not None:
+                    out[i] = ([sub.sub(h, x) for x in out[i][0]], out[i][1])
+            lines = [f"feature {h} = {s.stream}", *(sub.sub(h, x) for x in lines)]
+        out[idx[0]] = (lines, [*blocks[idx[0]][1], *notes])
+        for i in idx[1:]:
+            out[i] = None
+        if is_decoder(s, es) and src:
+            in_lines[:] = mark_autoregressive(in_lines, src[0])
+            out[idx[0]][1].append(f"# `{src[0]}` is autoregressive: a causal self-attention "
+                                  "reads it, its queries read another input")
+    return [b for b in out if b is not None]
+
+
 def _render(title: str, head: list, blocks: list) -> tuple[str, dict]:
     """(text, line number -> block index) of the sketch."""
     lines = [*head, "", f"model {title} {{"]
@@ -321,7 +353,7 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
     taken = set()
     title = ident(title, taken, "lifted")
     in_lines, feats, in_notes = inputs(r, graph, taken)
-    blocks = [(in_lines, in_notes)]
+    blocks, entries = [(in_lines, in_notes)], []
     decs = {d.first: d for d in decoders(r, atts)}
     steps = {i for d in decs.values() for i in range(d.first + 1, d.last + 1)}
     for i, a in enumerate(atts, 1):
@@ -340,12 +372,15 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
                                                f"{a.why_not}")]))
             continue
         stmt, notes = attention(r, a, name, feats)
+        if stmt:
+            entries.append((len(blocks), Entry(a, name, stmt)))
         blocks.append((stmt, [where, *notes]))
+    blocks = _stacked(r, blocks, entries, in_lines, feats, taken)
     if not atts:
         blocks.append(([], ["# not lifted: no attention found in the graph"]))
     paper = [f"paper {title} {{", '    cite = "Lifted from code"', "}"]
     for _ in range(len(blocks)):
-        if not any(x.startswith("attention ") for stmt, _ in blocks for x in stmt):
+        if not any(x.lstrip().startswith("attention ") for stmt, _ in blocks for x in stmt):
             why = [[n for n in notes if "not lifted" in n][-1] for _, notes in blocks[1:]
                    if any("not lifted" in n for n in notes)]
             raise LiftError("nothing to lift: " + (why[0].split(": ", 1)[1] if why else
