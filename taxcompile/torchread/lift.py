@@ -2,7 +2,8 @@
 `.attn` sketch. One model: the graph's inputs (shapes from their placeholders' meta), token
 inputs embedded where the graph embeds them, and one `attention` statement per recognised
 attention (score, alignment, heads, key/value heads, causal mask, widths, rotary positions
-and ALiBi biases: ``lift_position``). The network
+and ALiBi biases: ``lift_position``); the steps of a recurrent decoder as one decoder
+(``lift_recurrent``) and a stack of layers as one `repeat` (``lift_repeat``). The network
 between the inputs and the attentions is not lifted: each operand is written as a
 projection of the input nearest to it, and comments (`# not lifted: …`) say where the sketch
 stops. Nothing from the graph reaches the text but identifiers made valid here and integers.
@@ -296,7 +297,7 @@ def _stacked(r, blocks: list, entries: list, in_lines: list, feats, taken) -> li
     at = [i for i, _ in entries]
     es = [e for _, e in entries]
     out, renames = list(blocks), []
-    for s in stacks(r, es):
+    for s in stacks(r, es, {f[0]: f[1] for f in feats.values()}):
         idx = at[s.start:s.start + s.block * s.count]
         src = [f[2] for f in feats.values() if f[0] == s.stream]
         lines, notes = render(s, es, ident("layers", taken))
@@ -373,7 +374,8 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
             continue
         stmt, notes = attention(r, a, name, feats)
         if stmt:
-            entries.append((len(blocks), Entry(a, name, stmt)))
+            dv, h = _last(a.weighed), a.heads if _int(a.heads) else 1
+            entries.append((len(blocks), Entry(a, name, stmt, dv and dv * h)))
         blocks.append((stmt, [where, *notes]))
     blocks = _stacked(r, blocks, entries, in_lines, feats, taken)
     if not atts:

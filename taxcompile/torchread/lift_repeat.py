@@ -21,10 +21,12 @@ MAX_BLOCK = 3  # attentions in one layer (self, cross, …)
 
 @dataclass
 class Entry:
-    """One attention statement of the sketch: the attention, its name and its lines."""
+    """One attention statement of the sketch: the attention, its name, its lines and the
+    width of its context (None where not read)."""
     att: object
     name: str
     stmt: list
+    width: int | None = None
 
 
 @dataclass
@@ -73,10 +75,14 @@ class _Graph:
                                           for a in tensor_args(n)) for n in after)
 
 
-def _fits(g: _Graph, run: list, stream: str) -> bool:
+def _fits(g: _Graph, run: list, stream: str, width: dict) -> bool:
     """``run`` (entries in order) is a stack on ``stream``: every attention that projects
-    the stream reads the one before it, and adds its context back to it."""
+    the stream reads the one before it, and adds its context back to it, a context as wide
+    as the stream (``width``: feature -> its width)."""
     on = [e for e in run if _stream(e) == stream or _reads(e, stream)]
+    if any(e.width is None or e.width != width.get(stream) for e in run
+           if _stream(e) == stream):
+        return False
     for prev, nxt in zip(on, on[1:]):
         if not all(n is not None and (n in g.after(prev) or strip(n) in g.after(prev))
                    for n in _reads(nxt, stream)):
@@ -84,8 +90,9 @@ def _fits(g: _Graph, run: list, stream: str) -> bool:
     return all(g.residual(e) for e in on)
 
 
-def stacks(r, entries: list) -> list[Stack]:
-    """The runs of ``entries`` (consecutive attentions) that are layer stacks, in order."""
+def stacks(r, entries: list, width: dict) -> list[Stack]:
+    """The runs of ``entries`` (consecutive attentions) that are layer stacks, in order;
+    ``width``: feature -> its width."""
     g, out, i = _Graph(r), [], 0
     while i < len(entries):
         best = None
@@ -96,7 +103,7 @@ def stacks(r, entries: list) -> list[Stack]:
                 n += 1
             stream = _stream(entries[i])
             run = entries[i:i + n * b]
-            if n > 1 and stream and _fits(g, run, stream) and \
+            if n > 1 and stream and _fits(g, run, stream, width) and \
                     _read_later(g, run[-1], entries[i + n * b:], stream):
                 best = Stack(i, b, n, stream)
                 break
