@@ -19,8 +19,9 @@ CELLS = {3: "gru", 4: "lstm"}  # gate splits: r, z, n / i, f, g, o
 @dataclass
 class Decoder:
     """Attentions ``first``..``last`` (indices into the recognised list) are the steps of one
-    decoder of kind ``cell`` (`gru`/`lstm`) of ``hidden`` features; ``reads_input_first``: step 1's query reads the
-    decoder's input (query = s), else it is queried by the initial state (query = prev(s))."""
+    decoder of kind ``cell`` (`gru`/`lstm`) of ``hidden`` features; ``reads_input_first``:
+    step 1's query reads the decoder's input (query = s), else it is queried by the initial
+    state (query = prev(s))."""
     first: int
     last: int
     cell: str
@@ -28,7 +29,9 @@ class Decoder:
     reads_input_first: bool
 
 
-def _walk(start, step, limit: int = MAX_WALK) -> set:
+def walk(start, step, limit: int = MAX_WALK) -> set:
+    """``start`` and the nodes reached from it by ``step`` (a node's users: what is computed
+    from it; its tensor args: what it is computed from), about ``limit`` at most."""
     seen, frontier = {start}, [start]
     while frontier and len(seen) < limit:
         frontier = [m for n in frontier for m in step(n) if m not in seen]
@@ -57,8 +60,8 @@ def step_cell(nodes: dict, prev, nxt) -> tuple | None:
     out = nodes.get(prev.applied_by)
     if out is None:
         return None
-    after = _walk(out, lambda n: list(n.users))
-    before = _walk(nxt.query, tensor_args)
+    after = walk(out, lambda n: list(n.users))
+    before = walk(nxt.query, tensor_args)
     if out not in before or strip(nxt.keys) in after or nxt.keys in after:
         return None
     kinds = {_gates(n) for n in after & before} - {None}

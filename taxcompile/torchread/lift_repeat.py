@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .lift_recurrent import _walk
+from .lift_recurrent import walk
 from .normalise import op, strip, tensor_args
 
 _STREAM = re.compile(r"query = project\((\w+)\)\Z")
@@ -64,12 +64,12 @@ class _Graph:
         """The nodes computed from ``e``'s context."""
         if e.name not in self._after:
             out = self.nodes.get(e.att.applied_by)
-            self._after[e.name] = _walk(out, lambda n: list(n.users)) if out else set()
+            self._after[e.name] = walk(out, lambda n: list(n.users)) if out else set()
         return self._after[e.name]
 
     def residual(self, e: Entry) -> bool:
         """Whether the graph adds ``e``'s context back to what its query was computed from."""
-        before = _walk(e.att.query, tensor_args)
+        before = walk(e.att.query, tensor_args)
         after = self.after(e)
         return any(op(n) == "add" and any(a not in after and a in before
                                           for a in tensor_args(n)) for n in after)
