@@ -20,8 +20,8 @@ def lift(*args):
     return re.sub(r" +=", " =", lift_module(*args))
 
 
-def _bodies(text):
-    return re.findall(r"^    attention \w+ \{\n(.*?)^    \}", text, re.M | re.S)
+def _bodies(text):  # in a repeat or not
+    return [b for _, b in re.findall(r"^( +)attention \w+ \{\n(.*?)^\1\}", text, re.M | re.S)]
 
 
 @pytest.mark.parametrize("key, term", [("examples/rotary.attn:rotary", "position = rotary"),

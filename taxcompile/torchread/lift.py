@@ -2,7 +2,8 @@
 `.attn` sketch. One model: the graph's inputs (shapes from their placeholders' meta), token
 inputs embedded where the graph embeds them, and one `attention` statement per recognised
 attention (score, alignment, heads, key/value heads, causal mask, widths, rotary positions
-and ALiBi biases: ``lift_position``). The network
+and ALiBi biases: ``lift_position``); the steps of a recurrent decoder as one decoder
+(``lift_recurrent``) and a stack of layers as one `repeat` (``lift_repeat``). The network
 between the inputs and the attentions is not lifted: each operand is written as a
 projection of the input nearest to it, and comments (`# not lifted: …`) say where the sketch
 stops. Nothing from the graph reaches the text but identifiers made valid here and integers.
@@ -14,6 +15,8 @@ import keyword
 import re
 
 from .. import mechanisms as mech
+from .lift_recurrent import decoders, mark_autoregressive
+from .lift_repeat import Entry, is_decoder, render, stacks
 from .normalise import TRANSPARENT, is_bool, op, shape, strip, tensor_args
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -87,7 +90,7 @@ def _embedding(ph):
 
 
 def inputs(r, graph, taken: set) -> tuple[list, dict, list]:
-    """(statement lines, placeholder name -> (feature name, width), comments)."""
+    """(statement lines, placeholder name -> (feature name, width, input name), comments)."""
     lines, feats, notes = [], {}, []
     axes_by_len: dict = {}  # one axis per length: keys and values of one length align
 
@@ -99,7 +102,7 @@ def inputs(r, graph, taken: set) -> tuple[list, dict, list]:
         if s is not None and is_bool(ph) and len(s) == 3 and _int(s[1]) and _int(s[2]):
             t, k = axes([s[1], s[2]])
             lines.append(f"input {name}: mask[{t}, {k}]")
-            feats[ph.name] = (name, None)  # read by `mask = NAME`, never as features
+            feats[ph.name] = (name, None, name)  # read by `mask = NAME`, never as features
             continue
         if s is None or is_bool(ph):
             notes.append(f"# not lifted: input `{name}` (a mask not of shape (B, Lq, Lk), "
@@ -121,15 +124,15 @@ def inputs(r, graph, taken: set) -> tuple[list, dict, list]:
             lines.append(f"input {name}: tokens[{', '.join(names)}] (vocab = {emb[0]}, "
                          + ", ".join(f"{a} = {d}" for a, d in zip(names, dims)) + ")")
             lines.append(f"feature {feat} = embed({name}, {emb[1]})")
-            feats[ph.name] = (feat, emb[1])
+            feats[ph.name] = (feat, emb[1], name)
         elif len(dims) == 1:
             lines.append(f"input {name}: vector[{dims[0]}]")
-            feats[ph.name] = (name, dims[0])
+            feats[ph.name] = (name, dims[0], name)
         elif len(dims) <= 8:
             names = axes(dims[:-1])
             lines.append(f"input {name}: sequence[{', '.join(names)}, {dims[-1]}] ("
                          + ", ".join(f"{a} = {d}" for a, d in zip(names, dims)) + ")")
-            feats[ph.name] = (name, dims[-1])
+            feats[ph.name] = (name, dims[-1], name)
         else:
             notes.append(f"# not lifted: input `{name}` (more than 8 axes)")
     return lines, feats, notes
@@ -176,7 +179,7 @@ def operand(r, node, feats, w: int | None):
     src = nearest(r, node, feats)
     if src is None:
         return None, "reads no input the sketch lifted"
-    feat, d_in = feats[src]
+    feat, d_in = feats[src][:2]
     if strip(node).op == "placeholder":
         return feat, ""
     from .products import projection
@@ -205,9 +208,10 @@ def _align(a) -> tuple[str | None, str]:
     return None, f"its alignment `{ident(name, set(), 'a')}` needs parameters not read here"
 
 
-def attention(r, a, name: str, feats) -> tuple[list, list]:
+def attention(r, a, name: str, feats, query: str | None = None) -> tuple[list, list]:
     """(the statement's lines, comments) for one recognised attention; ([], comments) where
-    it cannot be written without a guess."""
+    it cannot be written without a guess. ``query``: the query's expression where it is not
+    an operand's projection (a decoder's state)."""
     from .products import ancestors
     from .queries import _is_causal
 
@@ -223,7 +227,8 @@ def attention(r, a, name: str, feats) -> tuple[list, list]:
     h = a.heads if _int(a.heads) else 1
     body, notes, w = [], [], widths(a, h)
     for field, node in (("query", a.query), ("keys", a.keys), ("values", a.weighed)):
-        expr, note = operand(r, node, feats, w[field])
+        expr, note = (query, "") if field == "query" and query else \
+            operand(r, node, feats, w[field])
         if expr is None and field == "keys":
             return [], [f"# not lifted: attention `{name}`: its keys {note}"]
         if expr is not None:
@@ -262,6 +267,60 @@ def attention(r, a, name: str, feats) -> tuple[list, list]:
     return [f"attention {name} {{", *(f"    {b}" for b in body), "}"], notes
 
 
+def decoder(r, atts, d, name: str, feats, taken: set) -> tuple[list, list, str] | None:
+    """(lines, comments, the decoder's input) for the steps of one recurrent decoder
+    (``lift_recurrent``): its state a `gru`/`lstm` over the one input the second step's query
+    reads and its keys do not, fed the attention; None where no such input was lifted."""
+    a, nxt = atts[d.first], atts[d.first + 1]
+    ins = sorted(x for x in r.roots(nxt.query) - r.roots(nxt.keys)
+                 if x in feats and feats[x][1] is not None)
+    if len(ins) != 1:
+        return None
+    feat, _, src = feats[ins[0]]
+    state = ident("state", taken)
+    stmt, notes = attention(r, a, name, feats,
+                            query=state if d.reads_input_first else f"prev({state})")
+    if not stmt:
+        return None
+    why = [f"# attentions {d.first + 1} to {d.last + 1}: the steps of one recurrent decoder, "
+           f"a `{d.cell}` of {d.hidden}", f"# over `{feat}` whose state queries each step",
+           "# not lifted: the decoder's initial state and layers, the ops between its state "
+           "and the score,", f"# and what of the context it is fed (written `feed = {name}`)"]
+    return [f"query {state} = {d.cell}({feat}, {d.hidden}, feed = {name})", *stmt], \
+        [*why, *notes], src
+
+
+def _stacked(r, blocks: list, entries: list, in_lines: list, feats, taken) -> list:
+    """``blocks`` with each layer stack among the attention statements ``entries`` ((block
+    index, Entry)) written as one `repeat` (``lift_repeat``); a decoder's stream input is
+    marked `autoregressive`."""
+    at = [i for i, _ in entries]
+    es = [e for _, e in entries]
+    out, renames = list(blocks), []
+    for s in stacks(r, es, {f[0]: f[1] for f in feats.values()}):
+        idx = at[s.start:s.start + s.block * s.count]
+        src = [f[2] for f in feats.values() if f[0] == s.stream]
+        lines, notes = render(s, es, ident("layers", taken))
+        for sub, h in renames:
+            lines = [sub.sub(h, x) for x in lines]
+        if src == [s.stream]:  # an input is never updated: the stack carries a copy
+            h = ident(f"{s.stream}_h", taken)
+            sub = re.compile(rf"\b{s.stream}\b(?!:)")
+            renames.append((sub, h))
+            for i in range(idx[0] + 1, len(out)):
+                if out[i] is not None:
+                    out[i] = ([sub.sub(h, x) for x in out[i][0]], out[i][1])
+            lines = [f"feature {h} = {s.stream}", *(sub.sub(h, x) for x in lines)]
+        out[idx[0]] = (lines, [*blocks[idx[0]][1], *notes])
+        for i in idx[1:]:
+            out[i] = None
+        if is_decoder(s, es) and src:
+            in_lines[:] = mark_autoregressive(in_lines, src[0])
+            out[idx[0]][1].append(f"# `{src[0]}` is autoregressive: a causal self-attention "
+                                  "reads it, its queries read another input")
+    return [b for b in out if b is not None]
+
+
 def _render(title: str, head: list, blocks: list) -> tuple[str, dict]:
     """(text, line number -> block index) of the sketch."""
     lines = [*head, "", f"model {title} {{"]
@@ -295,9 +354,18 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
     taken = set()
     title = ident(title, taken, "lifted")
     in_lines, feats, in_notes = inputs(r, graph, taken)
-    blocks = [(in_lines, in_notes)]
+    blocks, entries = [(in_lines, in_notes)], []
+    decs = {d.first: d for d in decoders(r, atts)}
+    steps = {i for d in decs.values() for i in range(d.first + 1, d.last + 1)}
     for i, a in enumerate(atts, 1):
+        if i - 1 in steps:
+            continue
         name = ident(f"att_{i}", taken)
+        dec = decs.get(i - 1) and decoder(r, atts, decs[i - 1], name, feats, taken)
+        if dec:
+            blocks.append(dec[:2])
+            in_lines[:] = mark_autoregressive(in_lines, dec[2])
+            continue
         where = (f"# attention {i}: `{ident(a.norm, set(), 'n')}` weighing values at "
                  f"`{ident(a.applied_by, set(), 'n')}`")
         if not a.recognised:
@@ -305,12 +373,16 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
                                                f"{a.why_not}")]))
             continue
         stmt, notes = attention(r, a, name, feats)
+        if stmt:
+            dv, h = _last(a.weighed), a.heads if _int(a.heads) else 1
+            entries.append((len(blocks), Entry(a, name, stmt, dv and dv * h)))
         blocks.append((stmt, [where, *notes]))
+    blocks = _stacked(r, blocks, entries, in_lines, feats, taken)
     if not atts:
         blocks.append(([], ["# not lifted: no attention found in the graph"]))
     paper = [f"paper {title} {{", '    cite = "Lifted from code"', "}"]
     for _ in range(len(blocks)):
-        if not any(stmt and stmt[0].startswith("attention ") for stmt, _ in blocks):
+        if not any(x.lstrip().startswith("attention ") for stmt, _ in blocks for x in stmt):
             why = [[n for n in notes if "not lifted" in n][-1] for _, notes in blocks[1:]
                    if any("not lifted" in n for n in notes)]
             raise LiftError("nothing to lift: " + (why[0].split(": ", 1)[1] if why else
