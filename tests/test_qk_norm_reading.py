@@ -53,34 +53,30 @@ def test_an_l2_norm_in_parts_or_with_gains_sets_the_scale_of_the_score(tmp_path,
     assert _scoring(tmp_path, qk, score) == cell
 
 
-def test_the_cell_is_what_the_generated_code_reads_as(tmp_path):
-    """The PyTorch reader, an independent reading of the compiled module's graph, gives the
-    same cell as the spec for a plain q.k normalised with learned gains."""
+def _read_from_code(tmp_path, qk: str, score: str = "scaled_multiplicative"):
+    """(the PyTorch reader's result for the compiled module, the spec's path)."""
     torch = pytest.importorskip("torch")
-    text = SPEC.replace(LINE, "qk_norm  = l2(dim_scale = true)").replace(
-        "score    = scaled_multiplicative", "score    = multiplicative")
     path = tmp_path / "qk.attn"
-    path.write_text(text, encoding="utf-8")
+    path.write_text(SPEC.replace(LINE, f"qk_norm  = {qk}").replace(
+        "score    = scaled_multiplicative", f"score    = {score}"), encoding="utf-8")
     mod = api.module(path, "qk_norm")
     cfg = api.config(mod, tiny=True)
     inputs = {k: v for k, v in mod.example_inputs(cfg=cfg).items() if not k.endswith("_mask")}
     with torch.no_grad():
-        got = api.classify(mod.Model(cfg).eval(), inputs).row()["scoring"]
-    assert got == api.classify(str(path), "qk_norm").row()["scoring"] == \
-        "Scaled Multiplicative"
+        return api.classify(mod.Model(cfg).eval(), inputs), path
+
+
+def test_the_cell_is_what_the_generated_code_reads_as(tmp_path):
+    """The PyTorch reader, an independent reading of the compiled module's graph, gives the
+    same cell as the spec for a plain q.k normalised with learned gains."""
+    res, path = _read_from_code(tmp_path, "l2(dim_scale = true)", "multiplicative")
+    assert res.row()["scoring"] == api.classify(str(path), "qk_norm").row()["scoring"] == \
+        "Scaled Multiplicative", res.text()
 
 
 def test_a_norm_in_parts_is_no_cosine_in_the_code_either(tmp_path):
     """q and k normalised in two parts of each head (the reader sees the norm's axis: half
     the features the product sums over) read as the scaled product, not a cosine."""
-    torch = pytest.importorskip("torch")
-    text = SPEC.replace(LINE, "qk_norm  = l2(groups = 2)")
-    path = tmp_path / "qk.attn"
-    path.write_text(text, encoding="utf-8")
-    mod = api.module(path, "qk_norm")
-    cfg = api.config(mod, tiny=True)
-    inputs = {k: v for k, v in mod.example_inputs(cfg=cfg).items() if not k.endswith("_mask")}
-    with torch.no_grad():
-        res = api.classify(mod.Model(cfg).eval(), inputs)
+    res, _ = _read_from_code(tmp_path, "l2(groups = 2)")
     assert res.row()["scoring"] == "Scaled Multiplicative", res.text()
     assert "norms of parts of their features" in res.text()
