@@ -80,3 +80,11 @@ def test_a_norm_in_parts_is_no_cosine_in_the_code_either(tmp_path):
     res, _ = _read_from_code(tmp_path, "l2(groups = 2)")
     assert res.row()["scoring"] == "Scaled Multiplicative", res.text()
     assert "norms of parts of their features" in res.text()
+
+
+def test_a_scale_of_one_in_parts_is_no_scaling_in_the_code_either(tmp_path):
+    """s = 1 in parts: the layer multiplies q by sqrt(d_head) and SDPA divides by it again,
+    so the product is q.k unscaled, as the spec's cell says."""
+    res, path = _read_from_code(tmp_path, "l2(groups = 2, scale = 1)")
+    assert res.row()["scoring"] == api.classify(str(path), "qk_norm").row()["scoring"] == \
+        "Multiplicative", res.text()

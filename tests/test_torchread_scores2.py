@@ -240,3 +240,35 @@ def test_keys_normalised_but_not_projected_keep_the_general_score():
 
     a = _only(taxcompile.classify(RawKeys(), (_x(B, 7, D, seed=7),)))
     assert a.values["scoring"][0] == "Biased General", a.values["scoring"][1]
+
+
+# --- constant factors that cancel ---
+
+class CancelledScale(nn.Module):
+    """q times sqrt(d) before SDPA's default 1/sqrt(d): softmax(q^T k) v, no scaling in all
+    (taxcompile's own qk-norm in parts with scale 1 writes it so); ``by``: the near miss, a
+    factor that does not cancel."""
+
+    def __init__(self, by=None, d=D):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.by = math.sqrt(d) if by is None else by
+
+    def forward(self, x):
+        q = self.q(x).unsqueeze(1) * self.by  # (B, 1, L, D)
+        k, v = self.k(x).unsqueeze(1), self.v(x).unsqueeze(1)
+        return F.scaled_dot_product_attention(q, k, v).squeeze(1)
+
+
+def test_constant_factors_that_multiply_to_one_scale_nothing():
+    m, x = CancelledScale().double(), _x(B, L, D).double()
+    ref = (m.q(x) @ m.k(x).transpose(-1, -2)).softmax(-1) @ m.v(x)
+    torch.testing.assert_close(m(x), ref)
+    res = taxcompile.classify(m.float().eval(), (_x(B, L, D),))
+    assert res.row()["scoring"] == "Multiplicative", res.text()
+    assert "multiply to 1" in res.text()
+
+
+def test_constant_factors_that_do_not_cancel_are_a_scaling():
+    res = taxcompile.classify(CancelledScale(by=2.0).eval(), (_x(B, L, D),))
+    assert res.row()["scoring"] == "Scaled Multiplicative", res.text()

@@ -276,11 +276,28 @@ def _mapped(node, r):
     return projection(tensor_args(n)[0], r) if n is not None else got
 
 
+def _net(scales) -> float | None:
+    """The product of constant scalings given as numbers (a div by c counts 1/c), None
+    where one is a tensor (its value is not read here)."""
+    out = 1.0
+    for s in scales:
+        nums = [a for a in s.args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+        if len(nums) != 1 or op(s) not in ("mul", "div") or nums[0] == 0:
+            return None
+        out *= nums[0] if op(s) == "mul" else 1 / nums[0]
+    return out
+
+
 def _matmul_score(r, prod, scales, args, mem):
     qs, ks = (_through_memory(a, r, scales, mem) for a in args[:2])
     turns: list = []
     qs, ks = (_looked_through(s, r, scales, turns) for s in (qs, ks))
     turn = "".join(turns)
+    net = _net(scales)
+    if scales and net is not None and abs(net - 1) < 1e-9:
+        names = ", ".join(f"`{s.name}`" for s in scales)
+        turn += f"; its constant factors ({names}) multiply to 1: no scaling"
+        scales = []
     temps = [t for t in (_temperature(qs, r), _temperature(ks, r)) if t is not None]
     if False in temps:  # a learned weight per feature on a normalised stream
         return _gained(r, prod, scales, args, qs, ks, turn)
