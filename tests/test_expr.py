@@ -6,6 +6,7 @@ written here."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,38 @@ def test_generated_shape_comments_never_read_the_config_object():
     comments = re.findall(r"#.*", code)
     assert any("(B, T, d)" in c for c in comments)
     assert not [c for c in comments if "cfg." in c]
+
+
+@pytest.mark.parametrize("text, want", [
+    ("2 * (d - 1) // h", lambda d, h: 2 * (d - 1) // h),
+    ("-d + 3 * -(h - 1)", lambda d, h: -d + 3 * -(h - 1)),
+    ("d / 4 - 0.5 * h", lambda d, h: d / 4 - 0.5 * h),
+    ("d - h - 1 + 1e-05", lambda d, h: d - h - 1 + 1e-05),
+    ("(d + 1_000) // (h * 2)", lambda d, h: (d + 1_000) // (h * 2)),
+])
+def test_a_spec_s_constant_expression_is_valued_on_its_tree_not_its_code(
+        text, want, monkeypatch):
+    """Config.tiny()'s check values a spec's constant expression from the tree read off
+    the spec's text once (``parse_sym``), never by rendering it as code and reading that."""
+    s = parse_sym(text)
+
+    def no_code(self, owner=CFG):
+        raise AssertionError("valued through its rendered code")
+
+    monkeypatch.setattr(Sym, "render", no_code)
+    assert s.value({"d": 7, "h": 3}) == want(7, 3)
+
+
+def test_the_heads_a_divisor_checks_are_a_size_not_code():
+    """The attention planner records the heads it splits the features into as a size
+    (``Planner.size``), so Config.tiny()'s check values it on the tree."""
+    from taxcompile import pipeline
+    from taxcompile.codegen import planner
+
+    spec = Path(__file__).resolve().parent.parent / "specs" / "vaswani2017.attn"
+    cs = pipeline.load_text(spec.read_text(encoding="utf-8"), "v.attn")
+    p = planner.Planner(cs, cs.models[0], "v.attn")
+    p.run()
+    heads = [k for _, k in p.divides if not isinstance(k, int)]
+    assert heads and all(isinstance(k, Dim) for k in heads)
+    assert {k.render() for k in heads} == {"cfg.heads"}

@@ -133,8 +133,6 @@ ALLOWED_READS = {
 # can only shrink (test_every_listed_read_still_exists)
 DEBT = {
     ("emit.py", "names", "ast.parse"): "the imports: which module names the body reads",
-    ("expr.py", "evaluate", "ast.parse"): "Config.tiny()'s check: the value of size code "
-                                          "(the heads come as code from Planner.sym)",
     ("names.py", "is_atom", "ast.parse"): "parenthesise an operand: is it an atom",
     ("names.py", "atom", "is_atom"): "parenthesise an operand: is it an atom",
 }

@@ -43,10 +43,10 @@ def plan_attention(p, n: ir.Attention) -> None:
     G = len(info.groups)
     if q is not None and mech.score(n.score.fn).equal_qk:  # q^T k
         p.equal.append((q.dim, k.dim))
-    with unread():  # (the heads as size code for Config.tiny()'s check; the class's own code)
-        if n.heads > 1:
-            heads = p.sym(n, "heads", n.heads)
-            p.divides.extend((d.dim, heads) for d in (q, k, v) if d is not None)
+    if n.heads > 1:  # the features split evenly into the heads (Config.tiny()'s check)
+        heads = p.size(n, "heads", n.heads)
+        p.divides.extend((d.dim, heads) for d in (q, k, v) if d is not None)
+    with unread():  # the class's own code
         cls = attention_class(p, n)
     owner = None
     if kind in ("keys", "swap"):  # eq. 9 / eq. 14-15: the other module's score weights

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from .expr import evaluate, parse_sym
+from .expr import parse_sym
 from .names import NAME, Dim, sym_names
 from .plan import ConfigField, ConfigPlan, ConfigProperty
 
@@ -178,12 +178,9 @@ def consistent_tiny(p, fields, props, tiny: dict[str, int], roles) -> dict[str, 
     return {}
 
 
-def size_value(x: "Dim | int | str", env: dict) -> int | float:
-    """A divisor's value: a size, a literal, or the heads as code over ``cfg`` (the
-    attention planner passes ``p.sym``'s text)."""
-    if isinstance(x, Dim):
-        return x.expr().value(env)
-    return x if isinstance(x, int) else evaluate(x, env)
+def size_value(x: "Dim | int", env: dict) -> int | float:
+    """A divisor's value: a size or a literal."""
+    return x.expr().value(env) if isinstance(x, Dim) else x
 
 
 def constant_roles(m: ir.Model) -> dict[str, str]:

@@ -11,12 +11,11 @@ function being planned (``reading``), which then binds them first."""
 
 from __future__ import annotations
 
-import ast
 import operator
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 CFG, SELF, BARE = "cfg", "self", ""
@@ -211,12 +210,33 @@ class Paren(Expr):
 
 
 @dataclass(frozen=True)
+class Neg(Expr):
+    """``-operand``."""
+
+    operand: Expr
+    prec = UNARY
+
+    def render(self, owner: str = CFG) -> str:
+        inner = self.operand.render(owner)
+        return f"-{inner}" if self.operand.prec >= UNARY else f"-({inner})"
+
+    def fields(self) -> Iterator[str]:
+        return self.operand.fields()
+
+    def value(self, env: Env) -> int | float:
+        return -self.operand.value(env)
+
+
+@dataclass(frozen=True)
 class Sym(Expr):
     """A constant expression the spec wrote (``lower.sym``'s text: checked identifiers,
     numbers, + - * / // and parentheses), split once into runs of (is a Config field, text);
-    its fields take the owner when it is rendered. ``parse_sym`` makes one."""
+    its fields take the owner when it is rendered (the text as the spec wrote it). Its value
+    is its ``tree``'s, the same runs read once as operators over fields and numbers.
+    ``parse_sym`` makes one."""
 
     parts: tuple[tuple[bool, str], ...]
+    tree: Expr = field(compare=False, repr=False)  # the same expression typed, for ``value``
 
     @property
     def prec(self) -> int:  # type: ignore[override]
@@ -231,8 +251,7 @@ class Sym(Expr):
         return (t for field, t in self.parts if field)
 
     def value(self, env: Env) -> int | float:
-        with reading(None):  # a check of the sizes, not code
-            return evaluate(self.render(CFG), env)
+        return self.tree.value(env)
 
 
 def parse_sym(text: str) -> Expr:
@@ -254,35 +273,69 @@ def parse_sym(text: str) -> Expr:
         i = j
     if len(parts) == 1 and parts[0][0]:
         return CfgField(parts[0][1])
-    return Sym(tuple(parts))
+    return Sym(tuple(parts), _typed(parts))
 
 
-def evaluate(text: str, env: dict[str, int | float], owner: str = "cfg") -> int | float:
-    """The value of size code over ``owner``'s fields (numbers, ``cfg.NAME``, + - * / // and
-    parentheses; anything else is refused), for checking ``Config.tiny()``: a ``Sym``, and
-    the heads the attention planner passes as code (``Planner.sym``)."""
-    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv}
+NUMBER_CHARS = set("0123456789._eE")
 
-    def go(node):
-        if isinstance(node, ast.Expression):
-            return go(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id == owner:
-            return env[node.attr]
-        if isinstance(node, ast.BinOp) and type(node.op) in ops:
-            spine = []  # down the left side without recursion: `a + 1 + 1 + …` is flat
-            while isinstance(node, ast.BinOp) and type(node.op) in ops:
-                spine.append(node)
-                node = node.left
-            v = go(node)
-            for b in reversed(spine):
-                v = ops[type(b.op)](v, go(b.right))
-            return v
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -go(node.operand)
-        raise ValueError(f"not a size expression: {text}")
 
-    return go(ast.parse(text, mode="eval"))
+def _atoms(parts: list[tuple[bool, str]]) -> Iterator["Expr | str"]:
+    """The runs of a spec's constant expression as its fields, numbers and operators
+    (``//``, ``+ - * /``, parentheses)."""
+    for is_field, text in parts:
+        if is_field:
+            yield CfgField(text)
+            continue
+        i = 0
+        while i < len(text):
+            c = text[i]
+            if c.isdigit() or c == ".":
+                j = i + 1
+                while j < len(text) and (text[j] in NUMBER_CHARS or
+                                         text[j] in "+-" and text[j - 1] in "eE"):
+                    j += 1
+                digits = text[i:j]
+                whole = all(ch.isdigit() or ch == "_" for ch in digits)
+                yield Const(int(digits) if whole else float(digits))
+                i = j
+            elif text[i:i + 2] == "//":
+                yield "//"
+                i += 2
+            else:
+                if not c.isspace():
+                    yield c
+                i += 1
+
+
+def _typed(parts: list[tuple[bool, str]]) -> Expr:
+    """The expression a ``Sym``'s runs spell, as a tree (by precedence, left to right)."""
+    atoms = list(_atoms(parts))
+    at = 0
+
+    def operand() -> Expr:
+        nonlocal at
+        a = atoms[at]
+        at += 1
+        if a == "-":
+            return Neg(operand())
+        if a == "+":
+            return operand()
+        if a == "(":
+            inner = chain(1)
+            at += 1  # ")"
+            return Paren(inner)
+        if isinstance(a, Expr):
+            return a
+        raise ValueError(f"not a constant expression: {parts!r}")
+
+    def chain(lowest: int) -> Expr:
+        nonlocal at
+        left = operand()
+        while at < len(atoms) and isinstance(atoms[at], str) and \
+                PREC.get(atoms[at], 0) >= lowest:  # type: ignore[arg-type]
+            op = atoms[at]
+            at += 1
+            left = BinOp(op, left, chain(PREC[op] + 1))  # type: ignore[index]
+        return left
+
+    return chain(1)

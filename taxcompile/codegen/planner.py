@@ -49,7 +49,7 @@ class Planner:
         # what the Config needs
         self.used_cfg: set[str] = set()
         self.equal: list[tuple[Dim, Dim]] = []  # sizes the code needs equal (Config.tiny())
-        self.divides: list[tuple[Dim, Dim | int | str]] = []  # (size, k): k must divide the size
+        self.divides: list[tuple[Dim, Dim | int]] = []  # (size, k): k must divide the size
         self.axis_fields: dict[str, int] = {}  # fixed axes that are Config fields -> size
         self.need_max_len = False
         self.max_len_axes: set[str] = set()  # axes read by a learned position table
