@@ -4,13 +4,20 @@ as a module; and the width a layer makes for one."""
 from __future__ import annotations
 
 from .. import ir
+from .imports import F
 from .names import atom
 
-_ACT_FN = {"tanh": "torch.tanh", "relu": "F.relu", "sigmoid": "torch.sigmoid", "gelu": "F.gelu",
-           "elu": "F.elu", "softplus": "F.softplus"}
+# the function applying each activation: (module, name), the module written when it is used
+_ACT_FN = {"tanh": ("torch", "tanh"), "relu": (F, "relu"), "sigmoid": ("torch", "sigmoid"),
+           "gelu": (F, "gelu"), "elu": (F, "elu"), "softplus": (F, "softplus")}
 _ACT_MODULE = {"relu": "nn.ReLU()", "tanh": "nn.Tanh()", "sigmoid": "nn.Sigmoid()",
                "gelu": "nn.GELU()", "elu": "nn.ELU()", "softplus": "nn.Softplus()",
                "none": "nn.Identity()"}
+
+
+def _fn(name: str) -> str:
+    module, fn = _ACT_FN[name]
+    return f"{module}.{fn}"
 
 
 def _num(v) -> str:
@@ -24,11 +31,11 @@ def act_call(act: ir.Act | None, x: str) -> str:
     if act is None or act.fn == "none":
         return x
     if act.fn == "elu" and act.param("alpha", 1.0) != 1.0:
-        return f"F.elu({x}, alpha={_num(act.param('alpha'))})"
+        return f"{F}.elu({x}, alpha={_num(act.param('alpha'))})"
     if act.fn in _ACT_FN:
-        return f"{_ACT_FN[act.fn]}({x})"
+        return f"{_fn(act.fn)}({x})"
     if act.fn == "leaky_relu":
-        return f"F.leaky_relu({x}, negative_slope={_num(act.param('slope', 0.01))})"
+        return f"{F}.leaky_relu({x}, negative_slope={_num(act.param('slope', 0.01))})"
     if act.fn == "scaled_tanh":
         c = _num(act.param("c"))
         return f"{c} * torch.tanh({atom(x)} / {c})"
@@ -41,8 +48,8 @@ def act_fn(act: ir.Act | None) -> str:
     """act as a callable (or None for the identity), for helpers that apply it blockwise."""
     if act is None or act.fn == "none":
         return "None"
-    if act.fn in _ACT_FN and act_call(act, "h") == f"{_ACT_FN[act.fn]}(h)":
-        return _ACT_FN[act.fn]
+    if act.fn in _ACT_FN and not (act.fn == "elu" and act.param("alpha", 1.0) != 1.0):
+        return _fn(act.fn)
     return f"lambda h: {act_call(act, 'h')}"
 
 

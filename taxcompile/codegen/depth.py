@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..mechanisms.record import CtorArg
+from .imports import MATH
 
 
 def pattern(n, arg: CtorArg) -> str:
@@ -29,5 +30,10 @@ def depth_code(p, n, arg: CtorArg) -> str:
         return ""
     if p.frame.depth == len(n.hop.outer) + 1:  # planned in the block of its own repeat
         p.frame.takes_depth = True
-        return code.format(l="depth")
-    return code.format(l=n.hop.index)
+        return at_layer(code, "depth")
+    return at_layer(code, n.hop.index)
+
+
+def at_layer(code: str, layer: "str | int") -> str:
+    """A ``by_depth`` pattern written for layer ``layer`` (code or a number)."""
+    return code.format(l=layer, math=MATH)

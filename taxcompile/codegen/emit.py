@@ -8,7 +8,6 @@ helper function). The finished file is wrapped to 100 columns in one pass
 
 from __future__ import annotations
 
-import ast
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from .. import mechanisms as mech
+from .imports import TEMPLATE_GLOBALS, recording
 from .plan import FilePlan, ModuleClass
 from .layout import layout
 
@@ -31,10 +31,12 @@ def env() -> jinja2.Environment:
 
 @functools.lru_cache(maxsize=None)
 def _env(extensions: tuple[str, ...]) -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader([str(TEMPLATES), *extensions]),
-                              trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=True,
-                              undefined=jinja2.StrictUndefined, autoescape=False)
+    e = jinja2.Environment(loader=jinja2.FileSystemLoader([str(TEMPLATES), *extensions]),
+                           trim_blocks=True,
+                           lstrip_blocks=True, keep_trailing_newline=True,
+                           undefined=jinja2.StrictUndefined, autoescape=False)
+    e.globals.update(TEMPLATE_GLOBALS)  # `{{ F }}.relu(x)`: the file imports what is written
+    return e
 
 
 @dataclass(frozen=True)
@@ -65,15 +67,21 @@ def class_view(c: ModuleClass) -> ClassView:
     return ClassView(c.name, c.doc, init, signature, forward, c.keeps_cfg, c.init_params)
 
 
-def names(code: str) -> set[str]:
-    """The module-level names a piece of rendered code refers to (to import only those)."""
-    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
-
-
 def render(plan: FilePlan) -> str:
     """The file: each part rendered once (the body first, then the imports it reads and
-    the header above them), then wrapped to ``WIDTH`` columns in one pass."""
+    the header above them), then wrapped to ``WIDTH`` columns in one pass. The imports are
+    what the plan's code and the templates recorded as they were written (``imports``)."""
     e = env()
+    used = set(plan.modules)
+    with recording(used):
+        body = _body(e, plan)
+    t = e.get_template("model.py.j2")
+    ctx = t.new_context(dict(plan=plan, uses=used))
+    head = "".join(t.blocks["head"](ctx)) + "".join(t.blocks["imports"](ctx))
+    return layout(head + body, WIDTH, keep=1)
+
+
+def _body(e: jinja2.Environment, plan: FilePlan) -> str:
     helpers = [e.get_template(f"helpers/{h}.py.j2").render().rstrip() for h in plan.helpers]
     classes = [e.get_template(c.template).render(a=c.view).rstrip()
                for c in plan.attention_classes]
@@ -83,9 +91,4 @@ def render(plan: FilePlan) -> str:
                 blocks=[class_view(b) for b in plan.blocks], model=class_view(plan.model),
                 outputs=outputs)
     t = e.get_template("model.py.j2")
-    body = "".join(t.blocks["body"](t.new_context(view)))
-    used = names(body)
-    ctx = t.new_context(dict(view, math="math" in used, functional="F" in used,
-                             warnings="warnings" in used))
-    head = "".join(t.blocks["head"](ctx)) + "".join(t.blocks["imports"](ctx))
-    return layout(head + body, WIDTH, keep=1)
+    return "".join(t.blocks["body"](t.new_context(view)))

@@ -12,6 +12,7 @@ from ..shapes import learned_axis
 from .acts import act_call, widened
 from . import kv_width
 from .expr import BATCH
+from .imports import F, MATH
 from .frame import Var
 from .names import Dim, atom, is_name
 
@@ -79,7 +80,7 @@ def embed(p, e, a, n):
     x, d = a[0], p.p(e, "d")
     code = f"{embedding(p, e, n)}({x.name})"
     if e.param("scale"):  # Vaswani et al. 3.4: the embedding weights times sqrt(d_model)
-        code = f"{code} * math.sqrt({d})"
+        code = f"{code} * {MATH}.sqrt({d})"
     return resized(x, code, e.param("d"), d)
 
 
@@ -293,7 +294,7 @@ def resize(p, e, a, n):
     x, like = a
     if not like.shape.axes:
         return x
-    first = (f"F.interpolate({atom(x.name)}.movedim(-1, 1), size={atom(like.name)}.shape[1:-1], "
+    first = (f"{F}.interpolate({atom(x.name)}.movedim(-1, 1), size={atom(like.name)}.shape[1:-1], "
              f"mode=\"nearest\")")
     return channels_last(Var(first, checks.Shape(like.shape.axes, x.shape.dim), like.mask, x.dim,
                              like.mask_code))
@@ -334,7 +335,7 @@ def conv2d(p, e, a, n):
 @plan_rule("maxpool")
 def maxpool(p, e, a, n):
     x, f = a[0], int(e.param("factor"))
-    return channels_last(Var(f"F.max_pool2d({channels_first(x)}, {f})",
+    return channels_last(Var(f"{F}.max_pool2d({channels_first(x)}, {f})",
                              grid_shape(p, x, 1, f, x.shape.dim), None, x.dim))
 
 
@@ -342,7 +343,7 @@ def maxpool(p, e, a, n):
 def upsample(p, e, a, n):
     x, f = a[0], int(e.param("factor"))
     mode = e.param("mode", "bilinear")
-    return channels_last(Var(f"F.interpolate({channels_first(x)}, scale_factor={f}, "
+    return channels_last(Var(f"{F}.interpolate({channels_first(x)}, scale_factor={f}, "
                              f"mode=\"{mode}\")", grid_shape(p, x, f, 1, x.shape.dim), None,
                              x.dim))
 
@@ -373,7 +374,7 @@ def classify(p, e, a, n):
         weight = embedding(p, emb, node)
         bias = p.module(n, p.suffix(n, "bias", e), lambda: f"nn.Parameter(torch.zeros({c}))",
                         f"b; the weight is {weight[5:]}'s (tied)")
-        return resized(x, f"F.linear({x.name}, {weight}.weight, {bias})", e.param("classes"), c)
+        return resized(x, f"{F}.linear({x.name}, {weight}.weight, {bias})", e.param("classes"), c)
     mod = op_module(p, e, n, "head", lambda: f"nn.Linear({x.dim}, {c})")
     return resized(x, f"{mod}({x.name})", e.param("classes"), c)
 
@@ -405,6 +406,6 @@ def affinity(p, e, a, n):
     elif form == "dot":
         code = f"{x.name} @ {y.name}.transpose(-1, -2)"
     else:
-        code = f"{x.name} @ {y.name}.transpose(-1, -2) / math.sqrt({x.name}.shape[-1])"
+        code = f"{x.name} @ {y.name}.transpose(-1, -2) / {MATH}.sqrt({x.name}.shape[-1])"
     return Var(act_call(e.param("act"), code), p.cm.shapes[n.id], None, Dim())
 

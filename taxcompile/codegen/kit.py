@@ -8,8 +8,9 @@ from .acts import act_call, act_module, widened
 from .expr import BATCH
 from .features import local, op_module, resized, same
 from .frame import Var
+from .imports import F, MATH
 from .names import Dim, atom
 from .plan import LossPlan
 
-__all__ = ["BATCH", "Dim", "LossPlan", "Var", "act_call", "act_module", "atom", "local",
-           "op_module", "resized", "same", "widened"]
+__all__ = ["BATCH", "Dim", "F", "LossPlan", "MATH", "Var", "act_call", "act_module", "atom",
+           "local", "op_module", "resized", "same", "widened"]

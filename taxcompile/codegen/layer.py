@@ -28,7 +28,8 @@ from .. import checks, ir
 from .. import mechanisms as mech
 from . import depth, kv_width, layer_kv
 from .classes import attention_class, dot_form, fast_path
-from .emit import env, names
+from .emit import env
+from .imports import recording
 from .layer_config import fields_and_checks, is_learned, learned_shape, raise_lines, reads
 from .plan import AttentionClass
 from .pretty import wrap
@@ -185,8 +186,25 @@ def per_query_mask(n: ir.Attention) -> str:
 
 
 def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source: str) -> str:
-    """The text of the drop-in layer file for attention statement ``name`` of ``cm``."""
+    """The text of the drop-in layer file for attention statement ``name`` of ``cm``; it
+    imports the module names its code wrote as it was planned and rendered (imports.py)."""
     from ..files import seal
+
+    used: set[str] = set()
+    with recording(used):
+        ctx, helpers = _planned(cs, cm, name, source)
+        template = env().get_template("layer.py.j2")
+        template.render(**ctx, imports=False, uses=())
+    # sealed: the header carries the hash of the rest, so that `compile` replaces only a
+    # layer file it wrote and nobody edited (files.sealed)
+    return seal(template.render(**ctx, imports=True, uses=used,
+                                flex_import=bool({"local_flex", "flex_context"} & helpers)))
+
+
+def _planned(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str,
+             source: str) -> tuple[dict, set[str]]:
+    """The layer template's context for attention statement ``name`` and the helpers it
+    holds."""
     from . import safe_source
 
     n = find(cm, name)
@@ -233,7 +251,7 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
     # widths are Config.widths()'s: q, k, v as the class reads them
     widths = {"d_q": "q", "d_k": "k", "d_v": "v", "d_w": "d_w"}
     ctor = [f"{a.name}=w[{widths[a.name]!r}]" if a.name in widths else
-            f"{a.name}={depth.pattern(n, a).format(l='cfg.depth')}" if depth.pattern(n, a) else
+            f"{a.name}={depth.at_layer(depth.pattern(n, a), 'cfg.depth')}" if depth.pattern(n, a) else
             f"{a.name}=cfg.{a.name}" for a in args]
     shown = n.hop.template if n.hop else n.id
     label = cs.spec.paper.cite or cs.spec.paper.id
@@ -265,14 +283,7 @@ def generate(cs: checks.CheckedSpec, cm: checks.CheckedModel, name: str, source:
         structural="mask" in {f.name for f in config.fields}, mask=n.mask,
         start=start_default(cm, n) if view.start else "",
         shared_qk=shared_qk, width=read["v"])
-    text = e.get_template("layer.py.j2").render(**ctx, imports=False)
-    used = names(text)
-    # sealed: the header carries the hash of the rest, so that `compile` replaces only a
-    # layer file it wrote and nobody edited (files.sealed)
-    return seal(e.get_template("layer.py.j2").render(**ctx, imports=True, math="math" in used,
-                                                     functional="F" in used,
-                                                     warnings="warnings" in used,
-                                                     flex_import="flex_attention" in used))
+    return ctx, reg.helpers
 
 
 def about(view, own: bool, k: Role) -> str:

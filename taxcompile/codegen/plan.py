@@ -132,6 +132,9 @@ class FilePlan:
     generate: "GeneratePlan | None" = None  # models with an autoregressive input
     loss: LossPlan | None = None  # models with a classify output
     output_names: tuple[str, ...] = ()  # Output.outputs' keys, in order
+    # the module-level names its planned code wrote (imports.py: math, F, warnings); the
+    # templates' add theirs as they render
+    modules: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ file."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Callable
 
@@ -19,6 +20,7 @@ from .. import checks, graph, ir, ops, reserved
 from . import (attention, decoder, features, generate, kit, model, positions,  # noqa: F401
                repeat, ties, values)
 from .expr import Expr
+from .imports import recording
 from .frame import MASKABLE, Frame, Owner, Step, Var, constructor
 from .names import MODULE_ATTRS, RESERVED, Dim, Names, dim_of, ident, is_name, sym_names
 from .plan import FilePlan
@@ -344,6 +346,14 @@ class Planner:
         return list(nx.lexicographical_topological_sort(order, key=rank.__getitem__))
 
     def run(self) -> FilePlan:
+        """The file's plan; the module-level names its code writes are recorded as it is
+        planned (``imports``: the file imports those)."""
+        used: set[str] = set()
+        with recording(used):
+            plan = self._run()
+        return dataclasses.replace(plan, modules=frozenset(used))
+
+    def _run(self) -> FilePlan:
         m = self.m
         self.shared = repeat.shared_levels(m)
         self.loops = {n.id: (n, op, att) for n, op, att in decoder.feed_regions(m)}

@@ -26,8 +26,8 @@ DIFFERENTIAL_REASON = ("differential attention (Ye et al. 2024): each head's q a
                        "each head still scores its own projections and gives one context, so "
                        "the module stays multi-head (eq. 38-40)")
 # lambda_init at layer l (1-based) where a repeat's hop leaves it unset (Ye et al. sec. 2.1):
-# as code, and as the reason says it
-LAMBDA_BY_DEPTH = ("lambda_init", "0.8 - 0.6 * math.exp(-0.3 * ({l} - 1))",
+# as code (`{math}`: the generated file's math module), and as the reason says it
+LAMBDA_BY_DEPTH = ("lambda_init", "0.8 - 0.6 * {math}.exp(-0.3 * ({l} - 1))",
                    "0.8 - 0.6 exp(-0.3 (l - 1)) at layer l")
 
 HEAD_MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (

@@ -192,8 +192,8 @@ class Mechanism(NamedTuple):
     # parameters that a statement in a `repeat` whose hops have weights of their own takes
     # from its layer l (the innermost repeat's hop, 1-based) where the spec leaves them unset
     # (a constant that a paper schedules by depth): (parameter, its value as code, a pattern
-    # over `{l}`, the hop number or the generated block's `depth`, and as the text patterns
-    # read it). The IR holds None for such a parameter; the generated constructor call
+    # over `{l}`, the hop number or the generated block's `depth`, and `{math}`, the module
+    # (so that the file imports it), and as the text patterns read it). The IR holds None for such a parameter; the generated constructor call
     # computes it (codegen/depth.py).
     by_depth: tuple[tuple[str, str, str], ...] = ()
     # a penalty over several rows of weights (the heads'): why a module with one head is
