@@ -129,12 +129,6 @@ ALLOWED_READS = {
     ("stages.py", "holds", "when.startswith"): "a template step's condition (!flag)",
     ("ties.py", "axis_dim", "axis.rpartition"): "an axis name (N+1 after prepend)",
 }
-# decisions still taken by reading emitted code (each should become plan data): the list
-# can only shrink (test_every_listed_read_still_exists)
-DEBT = {
-    ("names.py", "is_atom", "ast.parse"): "parenthesise an operand: is it an atom",
-    ("names.py", "atom", "is_atom"): "parenthesise an operand: is it an atom",
-}
 
 
 def _reads(root: Path) -> dict[tuple[str, str, str], int]:
@@ -159,13 +153,13 @@ def _reads(root: Path) -> dict[tuple[str, str, str], int]:
 
 
 def test_codegen_does_not_split_or_reread_code():
-    new = sorted(set(_reads(PKG / "codegen")) - set(ALLOWED_READS) - set(DEBT))
+    new = sorted(set(_reads(PKG / "codegen")) - set(ALLOWED_READS))
     assert not new, ("splits or re-reads in codegen not listed (decide from the plan "
                      f"instead, or list the use with its reason): {new}")
 
 
 def test_every_listed_read_still_exists():
-    gone = sorted((set(ALLOWED_READS) | set(DEBT)) - set(_reads(PKG / "codegen")))
+    gone = sorted(set(ALLOWED_READS) - set(_reads(PKG / "codegen")))
     assert not gone, f"listed but no longer in taxcompile/codegen/: {gone}"
 
 

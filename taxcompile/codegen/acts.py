@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from .. import ir
 from .imports import F
-from .names import atom
+from .expr import ATOM
+from .names import PRODUCT, paren
 
 # the function applying each activation: (module, name), the module written when it is used
 _ACT_FN = {"tanh": ("torch", "tanh"), "relu": (F, "relu"), "sigmoid": ("torch", "sigmoid"),
@@ -24,24 +25,31 @@ def _num(v) -> str:
     return repr(float(v))
 
 
-def act_call(act: ir.Act | None, x: str) -> str:
-    """act(x) as an expression: ``torch.tanh(x)``, ``F.leaky_relu(x, negative_slope=0.2)``,
-    ``5.0 * torch.tanh(x / 5.0)`` (c tanh(x / c)), ``x.unflatten(-1, (-1, 2)).amax(-1)``
-    (maxout: the max over each run of k consecutive features, Goodfellow et al.)."""
+def applied(act: ir.Act | None, x: str, prec: int = ATOM) -> tuple[str, int]:
+    """act(x) as an expression and how tightly it binds, x binding as tightly as ``prec``:
+    ``torch.tanh(x)``, ``F.leaky_relu(x, negative_slope=0.2)``, ``5.0 * torch.tanh(x / 5.0)``
+    (c tanh(x / c): a product), ``x.unflatten(-1, (-1, 2)).amax(-1)`` (maxout: the max over
+    each run of k consecutive features, Goodfellow et al.); x itself for no activation."""
     if act is None or act.fn == "none":
-        return x
+        return x, prec
     if act.fn == "elu" and act.param("alpha", 1.0) != 1.0:
-        return f"{F}.elu({x}, alpha={_num(act.param('alpha'))})"
+        return f"{F}.elu({x}, alpha={_num(act.param('alpha'))})", ATOM
     if act.fn in _ACT_FN:
-        return f"{_fn(act.fn)}({x})"
+        return f"{_fn(act.fn)}({x})", ATOM
     if act.fn == "leaky_relu":
-        return f"{F}.leaky_relu({x}, negative_slope={_num(act.param('slope', 0.01))})"
+        return f"{F}.leaky_relu({x}, negative_slope={_num(act.param('slope', 0.01))})", ATOM
     if act.fn == "scaled_tanh":
         c = _num(act.param("c"))
-        return f"{c} * torch.tanh({atom(x)} / {c})"
+        return f"{c} * torch.tanh({paren(x, prec)} / {c})", PRODUCT
     if act.fn == "maxout":
-        return f"{atom(x)}.unflatten(-1, (-1, {int(act.param('k'))})).amax(-1)"
+        return f"{paren(x, prec)}.unflatten(-1, (-1, {int(act.param('k'))})).amax(-1)", ATOM
     raise AssertionError(act.fn)
+
+
+def act_call(act: ir.Act | None, x: str, prec: int = ATOM) -> str:
+    """act(x) as an expression (``applied``), for code that binds it to a name or passes it
+    as an argument."""
+    return applied(act, x, prec)[0]
 
 
 def act_fn(act: ir.Act | None) -> str:

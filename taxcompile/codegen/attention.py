@@ -77,7 +77,8 @@ def plan_attention(p, n: ir.Attention) -> None:
                 kept = f"*{k.name}.shape[1:{1 + m}], " if m else ""
                 code = f"{q.name}.view({BATCH}, {kept}{'1, ' * extra}-1)" \
                        f".expand(*{k.name}.shape[:{1 + G}], -1)"
-            qq = p.tmp(f"{atom(code)}.reshape(-1, 1, {q.name}.shape[-1])", f"{name}_q1",
+            # q is a local name (p.named), so code is a name or a call: no parentheses
+            qq = p.tmp(f"{code}.reshape(-1, 1, {q.name}.shape[-1])", f"{name}_q1",
                        "(N, 1, d_q): one query per group")
     mk = p.mask_of(k)
     kmask = mk[0] if G == 0 and mk is not None and not mk[1] else \
@@ -171,8 +172,8 @@ def policy_args(p, n: ir.Attention, k: Var, G: int, name: str) -> list[str]:
     if G:
         m = len(s.shape.axes)
         kept = f"*{k.name}.shape[1:{1 + m}], " if m else ""
-        code = p.tmp(f"{atom(code)}.view({BATCH}, {kept}{'1, ' * (G - m)}-1)"
-                     f".expand(*{k.name}.shape[:{1 + G}], -1).reshape(-1, {atom(code)}.shape[-1])",
+        code = p.tmp(f"{atom(s)}.view({BATCH}, {kept}{'1, ' * (G - m)}-1)"
+                     f".expand(*{k.name}.shape[:{1 + G}], -1).reshape(-1, {atom(s)}.shape[-1])",
                      f"{name}_s", "(N, d_p): the policy's input for each group of keys")
     return [f"policy_in={code}"]
 

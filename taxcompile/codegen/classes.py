@@ -14,6 +14,7 @@ from .. import ir
 from .. import mechanisms as mech
 from ..checks import learned_capsules, share_kind
 from .acts import act_call, act_fn
+from .expr import ATOM
 from .pretty import wrap
 from .plan import AttentionClass
 from .stages import STAGES, steps
@@ -260,7 +261,7 @@ def attention_class(p, n: ir.Attention) -> str:
         affinity=bool(n.affinity), score=n.score, align=n.align, lq=lq,
         init_args=mech.signature(args), init_names=tuple(x.name for x in mech.ordered(args)),
         dot=dot, fast=fast,
-        act=lambda x, act=getattr(n.score, "act", None): act_call(act, x),
+        act=lambda x, prec=ATOM, act=getattr(n.score, "act", None): act_call(act, x, prec),
         act_fn=act_fn(getattr(n.score, "act", None)),
         heads_out=heads_out, c_width=context_width(n),
         gate=gate, dropout=dropout, share=share, position=n.position, bias=n.bias,

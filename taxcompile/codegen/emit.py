@@ -18,6 +18,7 @@ from .. import mechanisms as mech
 from .imports import TEMPLATE_GLOBALS, recording
 from .plan import FilePlan, ModuleClass
 from .layout import layout
+from .names import SUM
 
 TEMPLATES = Path(__file__).parent.parent / "templates" / "codegen"
 WIDTH = 100
@@ -36,6 +37,7 @@ def _env(extensions: tuple[str, ...]) -> jinja2.Environment:
                            lstrip_blocks=True, keep_trailing_newline=True,
                            undefined=jinja2.StrictUndefined, autoescape=False)
     e.globals.update(TEMPLATE_GLOBALS)  # `{{ F }}.relu(x)`: the file imports what is written
+    e.globals["SUM"] = SUM  # `a.act("x + b", SUM)`: what the activation gets is a sum
     return e
 
 

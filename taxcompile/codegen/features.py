@@ -9,21 +9,21 @@ from typing import Callable
 from .. import checks, ir
 from ..ops import plan_rule
 from ..shapes import learned_axis
-from .acts import act_call, widened
+from .acts import applied, widened
 from . import kv_width
-from .expr import BATCH
+from .expr import ATOM, BATCH
 from .imports import F, MATH
 from .frame import Var
-from .names import Dim, atom, is_name
+from .names import PRODUCT, SUM, Dim, atom, is_name
 
 
-def same(x: Var, code: str) -> Var:
-    """x's shape, mask and size under another expression."""
-    return Var(code, x.shape, x.mask, x.dim, x.mask_code)
+def same(x: Var, code: str, prec: int = ATOM) -> Var:
+    """x's shape, mask and size under another expression (binding as tightly as prec)."""
+    return Var(code, x.shape, x.mask, x.dim, x.mask_code, prec=prec)
 
 
-def resized(x: Var, code: str, size: int | None, dim: Dim) -> Var:
-    return Var(code, checks.Shape(x.shape.axes, size), x.mask, dim, x.mask_code)
+def resized(x: Var, code: str, size: int | None, dim: Dim, prec: int = ATOM) -> Var:
+    return Var(code, checks.Shape(x.shape.axes, size), x.mask, dim, x.mask_code, prec=prec)
 
 
 def local(p, x: Var, want: str = "h") -> str:
@@ -79,9 +79,10 @@ def tied_embeds(p) -> set[int]:
 def embed(p, e, a, n):
     x, d = a[0], p.p(e, "d")
     code = f"{embedding(p, e, n)}({x.name})"
+    prec = ATOM
     if e.param("scale"):  # Vaswani et al. 3.4: the embedding weights times sqrt(d_model)
-        code = f"{code} * {MATH}.sqrt({d})"
-    return resized(x, code, e.param("d"), d)
+        code, prec = f"{code} * {MATH}.sqrt({d})", PRODUCT
+    return resized(x, code, e.param("d"), d, prec)
 
 
 def token_source(p, e: ir.Expr) -> ir.Input:
@@ -97,7 +98,8 @@ def linear(p, e, a, n):
     x, d, act = a[0], p.p(e, "d"), e.param("act")
     bias = "" if e.param("bias", True) else ", bias=False"
     mod = op_module(p, e, n, "linear", lambda: f"nn.Linear({x.dim}, {widened(act, d)}{bias})")
-    return resized(x, act_call(act, f"{mod}({x.name})"), e.param("d"), d)
+    code, prec = applied(act, f"{mod}({x.name})")
+    return resized(x, code, e.param("d"), d, prec)
 
 
 @plan_rule("project")
@@ -202,12 +204,12 @@ def identity(p, e, a, n):
 def scale(p, e, a, n):
     mod = op_module(p, e, n, "gamma", "nn.Parameter(torch.zeros(()))",
                     "gamma, starts at 0 (SAGAN)")
-    return same(a[0], f"{mod} * {atom(a[0].name)}")
+    return same(a[0], f"{mod} * {atom(a[0])}", PRODUCT)
 
 
 @plan_rule("tanh", "relu", "sigmoid", "gelu", "elu", "leaky_relu", "softplus", "scaled_tanh")
 def activation(p, e, a, n):
-    return same(a[0], act_call(ir.Act(fn=e.fn, params=e.params), a[0].name))
+    return same(a[0], *applied(ir.Act(fn=e.fn, params=e.params), a[0].name, a[0].prec))
 
 
 @plan_rule("maxout")
@@ -217,13 +219,14 @@ def maxout(p, e, a, n):
     p.divides.append((x.dim, k))
     size = x.shape.dim // k
     dim = x.dim.floordiv(k)
-    return resized(x, act_call(ir.Act(fn="maxout", params=e.params), x.name), size, dim)
+    code, prec = applied(ir.Act(fn="maxout", params=e.params), x.name, x.prec)
+    return resized(x, code, size, dim, prec)
 
 
 @plan_rule("rsub")
 def rsub(p, e, a, n):
     """c - x, e.g. the 1 - g of a fusion gate."""
-    return same(a[0], f"{e.param('c', 1.0)!r} - {atom(a[0].name)}")
+    return same(a[0], f"{e.param('c', 1.0)!r} - {atom(a[0])}", SUM)
 
 
 @plan_rule("concat")
@@ -254,7 +257,7 @@ def stack(p, e, a, n):
 @plan_rule("first")
 def first(p, e, a, n):
     x = a[0]
-    return Var(f"{atom(x.name)}[..., 0, :]", checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
+    return Var(f"{atom(x)}[..., 0, :]", checks.Shape(x.shape.axes[:-1], x.shape.dim), x.mask, x.dim)
 
 
 @plan_rule("backward")
@@ -264,7 +267,7 @@ def backward(p, e, a, n):
     while isinstance(rnn_op, ir.Ref):
         rnn_op = p.m.node(rnn_op.node).expr
     x = a[0]
-    return Var(f"{atom(x.name)}.chunk(2, -1)[1]", checks.Shape(x.shape.axes, x.shape.dim // 2),
+    return Var(f"{atom(x)}.chunk(2, -1)[1]", checks.Shape(x.shape.axes, x.shape.dim // 2),
                x.mask, p.p(rnn_op, "hidden"), x.mask_code)
 
 
@@ -274,7 +277,7 @@ def pool(p, e, a, n):
     mask = p.mask_arg(x)
     shape = checks.Shape(x.shape.axes[:-1], x.shape.dim)
     if mask == "None":  # no padding over these positions
-        return Var(f"{atom(x.name)}.{'amax' if e.fn == 'max' else e.fn}(-2)", shape, x.mask, x.dim)
+        return Var(f"{atom(x)}.{'amax' if e.fn == 'max' else e.fn}(-2)", shape, x.mask, x.dim)
     p.helpers.add("pool")
     return Var(f"pool({x.name}, {mask}, \"{e.fn}\")", shape, x.mask, x.dim)
 
@@ -284,7 +287,7 @@ def flatten(p, e, a, n):
     x = a[0]
     ax = x.shape.axes
     mk = p.mask_of(x)
-    return Var(f"{atom(x.name)}.flatten(-3, -2)",
+    return Var(f"{atom(x)}.flatten(-3, -2)",
                checks.Shape(ax[:-2] + (f"{ax[-2]}*{ax[-1]}",), x.shape.dim), None, x.dim,
                (mk[0], mk[1] + ".flatten(-2)") if mk else None)
 
@@ -294,7 +297,7 @@ def resize(p, e, a, n):
     x, like = a
     if not like.shape.axes:
         return x
-    first = (f"{F}.interpolate({atom(x.name)}.movedim(-1, 1), size={atom(like.name)}.shape[1:-1], "
+    first = (f"{F}.interpolate({atom(x)}.movedim(-1, 1), size={atom(like)}.shape[1:-1], "
              f"mode=\"nearest\")")
     return channels_last(Var(first, checks.Shape(like.shape.axes, x.shape.dim), like.mask, x.dim,
                              like.mask_code))
@@ -303,7 +306,7 @@ def resize(p, e, a, n):
 def channels_first(x: Var) -> str:
     """A grid (B, H, W, C) as torch's images (B, C, H, W): the previous grid op's result
     before it moved the channels last, else x with its channels moved first."""
-    return x.first if x.first is not None else f"{atom(x.name)}.movedim(-1, 1)"
+    return x.first if x.first is not None else f"{atom(x)}.movedim(-1, 1)"
 
 
 def channels_last(v: Var) -> Var:
@@ -329,7 +332,8 @@ def conv2d(p, e, a, n):
     shape = grid_shape(p, x, 1, s, e.param("d"))
     y = p.tmp(f"{mod}({channels_first(x)}).movedim(1, -1)", "y",
               p.shape(shape, dim=d) + ": convolve over " + ", ".join(x.shape.axes))
-    return Var(act_call(e.param("act"), y), shape, None, d)
+    code, prec = applied(e.param("act"), y)
+    return Var(code, shape, None, d, prec=prec)
 
 
 @plan_rule("maxpool")
@@ -407,5 +411,7 @@ def affinity(p, e, a, n):
         code = f"{x.name} @ {y.name}.transpose(-1, -2)"
     else:
         code = f"{x.name} @ {y.name}.transpose(-1, -2) / {MATH}.sqrt({x.name}.shape[-1])"
-    return Var(act_call(e.param("act"), code), p.cm.shapes[n.id], None, Dim())
+    # every form is a product (x @ W @ y^T, ... / sqrt(d)) but trilinear's sum of three terms
+    code, prec = applied(e.param("act"), code, SUM if form == "trilinear" else PRODUCT)
+    return Var(code, p.cm.shapes[n.id], None, Dim(), prec=prec)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import checks, ir
-from .expr import reading
+from .expr import ATOM, reading
 from .names import MODULE_ATTRS, Dim, Names, ident, is_name
 from .plan import Stmt, Submodule
 
@@ -29,6 +29,9 @@ class Var:
     # a grid op's channels-last result ``X.movedim(1, -1)``: X, channels first (the next grid
     # op reads X instead of moving the channels back)
     first: str | None = None
+    # how tightly ``name`` binds (names.SUM, PRODUCT, ...; ATOM: a name, call, subscript):
+    # said by whoever writes an operator, so ``names.atom`` never reads the text again
+    prec: int = ATOM
 
 
 def constructor(ctor: "str | Callable[[], str]") -> str:

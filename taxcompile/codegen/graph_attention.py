@@ -11,7 +11,7 @@ from typing import Callable
 from .. import ir
 from .acts import act_call
 from .contexts import context_dim, describe
-from .expr import unread
+from .expr import ATOM, unread
 from .frame import Var
 from .plan import AttentionClass
 
@@ -53,7 +53,7 @@ def graph_class(p, n: ir.Attention) -> str:
     p.helpers.update(("masked_softmax", "edge_sum"))
     view = GraphAttentionView(
         cls=name, heads_out=heads_out, dropout=dropout,
-        act=lambda x, act=n.score.act: act_call(act, x), act_doc=str(n.score.act),
+        act=lambda x, prec=ATOM, act=n.score.act: act_call(act, x, prec), act_doc=str(n.score.act),
         c_width="d_v / H" if heads_out == "mean" else "d_v", bias=bias)
     p.classes[name] = AttentionClass(name, view, "graph_attention.py.j2")
     p.class_key[key] = name

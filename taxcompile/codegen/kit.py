@@ -4,13 +4,13 @@ codegen, so they import neither and receive what they build with."""
 
 from __future__ import annotations
 
-from .acts import act_call, act_module, widened
+from .acts import act_call, act_module, applied, widened
 from .expr import BATCH
 from .features import local, op_module, resized, same
 from .frame import Var
 from .imports import F, MATH
-from .names import Dim, atom
+from .names import PRODUCT, SUM, Dim, atom
 from .plan import LossPlan
 
-__all__ = ["BATCH", "Dim", "F", "LossPlan", "MATH", "Var", "act_call", "act_module", "atom",
-           "local", "op_module", "resized", "same", "widened"]
+__all__ = ["BATCH", "Dim", "F", "LossPlan", "MATH", "PRODUCT", "SUM", "Var", "act_call",
+           "act_module", "applied", "atom", "local", "op_module", "resized", "same", "widened"]

@@ -3,14 +3,13 @@ expressions (``Dim``), and the local/attribute name registries."""
 
 from __future__ import annotations
 
-import ast
 import builtins
 import keyword
 import re
 from dataclasses import dataclass
 
 from .. import reserved
-from .expr import BARE, CFG, BinOp, CfgField, Const, Expr, Paren, Sym, parse_sym
+from .expr import ATOM, BARE, CFG, PREC, BinOp, CfgField, Const, Expr, Paren, Sym, parse_sym
 
 # Local names the generated forward() uses for itself (inputs may not take them either): the
 # file's helpers, classes and imports, the builtins it calls, forward()'s and generate()'s
@@ -153,19 +152,19 @@ def is_name(code: str) -> bool:
     return code.isidentifier() and not keyword.iskeyword(code)
 
 
-ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.List, ast.Dict, ast.Set,
-         ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.JoinedStr)
+# How tightly an expression of generated code binds, in expr's scale: its builder says so
+# (``Var.prec``), so an operand gets the parentheses it needs without its text being read.
+SUM, PRODUCT = PREC["+"], PREC["*"]  # `a + b`, `a - b`; `a * b`, `a / b`, `a @ b`
+CONDITIONAL = 0  # `a if c else b`
 
 
-def is_atom(code: str) -> bool:
-    """Whether an expression binds tighter than any operator (a name, call, subscript,
-    display or non-negative constant), by its syntax tree."""
-    body = ast.parse(code, mode="eval").body
-    return isinstance(body, ATOMS) or isinstance(body, ast.Constant) and not (
-        isinstance(body.value, (int, float)) and body.value < 0)
+def paren(code: str, prec: int) -> str:
+    """``code`` (binding as tightly as ``prec``) as an operand or before a method call:
+    parenthesised unless it is an atom (a name, call, subscript, display, constant >= 0)."""
+    return code if prec >= ATOM else f"({code})"
 
 
-def atom(code: str) -> str:
-    """Parenthesise an expression before calling a method on it or using it as an operand
-    (anything that is not an atom: an operator, a sign, a conditional, a tuple)."""
-    return code if is_atom(code) else f"({code})"
+def atom(x) -> str:
+    """A tensor's expression (a ``Var``) as an operand or before a method call, by the
+    precedence it was built with (``Var.prec``)."""
+    return paren(x.name, x.prec)

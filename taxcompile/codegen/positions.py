@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..ops import plan_rule
 from .expr import CfgField
 from .features import local, same
+from .names import SUM
 from .generate import start as generate_start
 
 
@@ -36,7 +37,7 @@ def positional(p, e, a, n):
         past = generate_start(p, x)  # generate(): positions after the tokens already decoded
         return same(x, f"sinusoid({x.name}{f', start={past}' if past else ''})")
     xin, rows = table(p, e, x, n)
-    return same(x, f"{xin} + {rows}")
+    return same(x, f"{xin} + {rows}", SUM)
 
 
 @plan_rule("positions")

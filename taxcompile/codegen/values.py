@@ -7,7 +7,8 @@ from .. import checks
 from ..ops import plan_rule
 from .features import local
 from .frame import Var
-from .names import atom
+from .expr import ATOM
+from .names import PRODUCT, atom
 
 
 @plan_rule("weights")
@@ -29,10 +30,10 @@ def context(p, e, a, n):
                     ".unsqueeze(-1), 0.0)", "v", "padded positions set to zero")
     shape = checks.Shape(w.shape.axes, v.shape.dim)
     if len(w.shape.axes) == len(v.shape.axes) - 1:  # one weight vector per group
-        code = f"({atom(w.name)}.unsqueeze(-2) @ {vin}).squeeze(-2)"
+        code, prec = f"({atom(w)}.unsqueeze(-2) @ {vin}).squeeze(-2)", ATOM
     else:  # (…, Lq, Lk) @ (…, Lk, d)
-        code = f"{atom(w.name)} @ {vin}"
-    return Var(code, shape, w.mask, v.dim, w.mask_code)
+        code, prec = f"{atom(w)} @ {vin}", PRODUCT
+    return Var(code, shape, w.mask, v.dim, w.mask_code, prec=prec)
 
 
 @plan_rule("pointed")

@@ -147,26 +147,29 @@ def plan_elementwise(p, e, a, n):
     if r.how in ("same", "gate"):
         out = a[r.wide]
         if e.fn == "add":
-            return k.Var(f"{x.name} + {y.name}", x.shape, x.mask or y.mask, x.dim, x.mask_code)
-        left = k.atom(x.name) if e.fn == "mul" else x.name
-        return k.Var(f"{left} {OP[e.fn]} {k.atom(y.name)}", out.shape, x.mask or y.mask,
-                     out.dim, out.mask_code)
+            return k.Var(f"{x.name} + {y.name}", x.shape, x.mask or y.mask, x.dim, x.mask_code,
+                         prec=k.SUM)
+        left = k.atom(x) if e.fn == "mul" else x.name
+        return k.Var(f"{left} {OP[e.fn]} {k.atom(y)}", out.shape, x.mask or y.mask,
+                     out.dim, out.mask_code, prec=k.PRODUCT if e.fn == "mul" else k.SUM)
     wide, narrow = a[r.wide], a[1 - r.wide]
     if r.how == "weigh":
-        code = p.tmp(f"{k.atom(narrow.name)}.unsqueeze(-1)", "weight",
+        code = p.tmp(f"{k.atom(narrow)}.unsqueeze(-1)", "weight",
                      f"{p.shape(Shape(wide.shape.axes, 1))}: one weight per position "
                      f"of {wide.shape.axes[-1]}")
     else:
         ones = Shape(narrow.shape.axes + ("1",) * len(r.extra), narrow.shape.dim)
-        code = p.tmp(k.atom(narrow.name) + ".unsqueeze(-2)" * len(r.extra), "tiled",
+        code = p.tmp(k.atom(narrow) + ".unsqueeze(-2)" * len(r.extra), "tiled",
                      f"{p.shape(ones, dim=narrow.dim)}: the same at every position of "
                      f"{', '.join(r.extra)}")
-    left, right = (wide.name, code) if r.wide == 0 else (code, wide.name)
-    if e.fn == "mul":
-        left = k.atom(left)
-    if e.fn != "add":
-        right = k.atom(right)
-    return k.Var(f"{left} {OP[e.fn]} {right}", wide.shape, wide.mask, wide.dim, wide.mask_code)
+    # code is a local name; the wide side is parenthesised where it is an operand that needs
+    # it (left of *, right of - and *)
+    if r.wide == 0:
+        left, right = (k.atom(wide) if e.fn == "mul" else wide.name), code
+    else:
+        left, right = code, (wide.name if e.fn == "add" else k.atom(wide))
+    return k.Var(f"{left} {OP[e.fn]} {right}", wide.shape, wide.mask, wide.dim, wide.mask_code,
+                 prec=k.PRODUCT if e.fn == "mul" else k.SUM)
 
 
 OPS = {o.name: o for o in (

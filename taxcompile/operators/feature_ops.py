@@ -51,7 +51,7 @@ def plan_split(p, e, a, n):
     k = p.kit
     x, parts, i = a[0], int(e.param("parts")), int(e.param("index"))
     p.divides.append((x.dim, parts))
-    return k.resized(x, f"{k.atom(x.name)}.chunk({parts}, -1)[{i}]", x.shape.dim // parts,
+    return k.resized(x, f"{k.atom(x)}.chunk({parts}, -1)[{i}]", x.shape.dim // parts,
                      x.dim.divided(parts))
 
 
@@ -95,8 +95,8 @@ def plan_cnn(p, e, a, n):
     causal = e.param("causal", False)
     what = ": convolve over earlier positions" if causal else ": convolve over positions"
     if len(x.shape.axes) == 1:  # (B, L, d): Conv1d wants (B, d, L)
-        cut = f"[:, :{k.atom(x.name)}.shape[1]]" if causal else ""
-        y = p.tmp(f"{mod}({k.atom(x.name)}.transpose(1, 2)).transpose(1, 2){cut}", "y",
+        cut = f"[:, :{k.atom(x)}.shape[1]]" if causal else ""
+        y = p.tmp(f"{mod}({k.atom(x)}.transpose(1, 2)).transpose(1, 2){cut}", "y",
                   out_shape + what)
     else:
         xin = k.local(p, x)
@@ -105,7 +105,8 @@ def plan_cnn(p, e, a, n):
                    "(N, L, d): leading axes folded into the batch")
         y = p.tmp(f"{mod}({xs}.transpose(1, 2)).transpose(1, 2){cut}"
                   f".reshape(*{xin}.shape[:-1], -1)", "y", out_shape + what)
-    return k.resized(x, k.act_call(act_, y), e.param("d"), d)
+    code, prec = k.applied(act_, y)
+    return k.resized(x, code, e.param("d"), d, prec)
 
 
 OPS = {o.name: o for o in (
