@@ -28,14 +28,11 @@ PATHS = ("weights", "fast")
 GAT = "capture fails: torch.export cannot build a graph's sparse adjacency on the fake device"
 CONCAT = ("the concat score without a query, w^T W k, has no activation, and the pattern "
           "reads a learned vector over an activation")
-GATE = ("a sigmoid gate weighs each value in place (c_l = a_l v_l, no sum over the keys): "
-        "the reader finds no attention there (as specs/oktay2018.attn in the round trip)")
 LSH = ("LSH's fast path sorts the positions by bucket, gathers chunks and normalises each "
        "by exp(e - logsumexp e): no softmax node, and a score over gathered q and k")
 EXPECTED_FAILURES = {  # (kind, name, path) -> why
     **{("score", "activated_concat", p): GAT for p in PATHS},
     **{("score", "concat", p): CONCAT for p in PATHS},
-    ("align", "sigmoid", "fast"): GATE,  # asked for its weights, they are an output: read
     ("align", "lsh", "fast"): LSH,
 }
 

@@ -33,10 +33,6 @@ EXPECTED_FAILURES = {  # "file:model" -> why
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
     'examples/kitaev2020_reformer.attn:kitaev2020_reformer':
         'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
-    'examples/wang2016_input_attention.attn:att_input_cnn':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'specs/oktay2018.attn:attention_unet':
-        'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
 }
 
 

@@ -9,7 +9,7 @@ code and reads that record back."""
 from __future__ import annotations
 
 from .. import mechanisms
-from . import alignments, coverage, heads, lsh, records, routing, scores, talking
+from . import alignments, coverage, heads, inplace, lsh, records, routing, scores, talking
 from .alignments import banded, kernel_reason
 from .found import Attention
 from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
@@ -299,6 +299,8 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     rank = len(shape(norm) or ()) or 2
     if op(prod) == "matmul" and isinstance(dim, int) and dim % rank == rank - 2:
         q, k = k, q  # weights normalised over the first operand's rows: it holds the keys
+    if inplace.swapped(r, app, values, q, k):
+        q, k = k, q  # weights applied in place to the first stream's input: it holds the keys
     if biases:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
     pattern, al_why = align or read_align(r, norm, masks, scored, app) or (None, "")

@@ -139,8 +139,22 @@ def _walk(r, q, apps, own: set):
     return roots, ctxs
 
 
+def _scoring_weights(r, a, nodes) -> frozenset:
+    """The parameters (by name) that ``a``'s scores read within a few steps of its
+    normalisation: the same module's weights, whichever step of a loop computes them."""
+    from .normalise import ancestors
+
+    norm = nodes.get(a.norm)
+    if norm is None:
+        return frozenset()
+    return frozenset(r.params.get(x.target if x.op == "get_attr" else x.name, x.name)
+                     for x in ancestors(norm, 8) if r.is_param(x))
+
+
 def _specialized(r, atts, loops) -> None:
     apps = {a.app: a for a in atts}
+    nodes = {n.name: n for n in r.graph.nodes}
+    weights = {a: _scoring_weights(r, a, nodes) for a in atts}
     # an attention whose query comes from its own keys' input (or a learned query) is that
     # input's own self-attention, like a causal one: it does not make the input a memory
     # that another query reads (an unmasked decoder's self-attention over the target)
@@ -149,9 +163,13 @@ def _specialized(r, atts, loops) -> None:
         if a.query is None or a.values["query_type"][1].endswith("(eq. 34)"):
             continue
         kr = r.roots(a.keys) if a.keys is not None else frozenset()
-        # its own earlier steps: the same code over keys from the same inputs (LSTMN)
+        # its own earlier steps: the same code with the same weights (where it has any near
+        # its scores) over keys from the same inputs (LSTMN); the same class applied with
+        # other weights is another attention
+        # (Oktay et al.'s gates, one per level, the finer gated by the coarser's output)
         own = {b for b in atts if b.source and b.source == a.source
-               and (b.keys is None or r.roots(b.keys) <= kr)}
+               and (b.keys is None or r.roots(b.keys) <= kr)
+               and (weights[b] & weights[a] or not weights[b] | weights[a])}
         roots, ctxs = _walk(r, a.query, apps, own)
         loop = next(g for g in loops if a in g)
         others = [b for b in atts if b not in loop and b.keys is not None

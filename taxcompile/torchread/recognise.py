@@ -9,7 +9,7 @@ Once each is read, ``queries`` reads query types and hops over all of them. Each
 graph patterns of ``patterns``, which the registry's records name (``recognised_by``)."""
 from __future__ import annotations
 
-from . import alignments, coverage, graphs, patterns, pointer, queries, talking
+from . import alignments, coverage, graphs, inplace, patterns, pointer, queries, talking
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, strip, tensor_args
 
@@ -86,6 +86,7 @@ class Reader:
         picks on the way: argmax or sampling, for hard attention, the differences of two
         maps on the way: A1 - lambda A2)."""
         seen, frontier, picks, diffs = set(), [norm], [], []
+        in_place = None  # a product weighing values in place, taken if nothing sums later
         # a sigmoid weighs values directly (a gate inside a recurrent cell does not reach a
         # matmul through moves alone)
         through = TRANSPARENT | {"where"} if op(norm) == "sigmoid" else FORWARD_THROUGH
@@ -109,6 +110,10 @@ class Reader:
                         return u, args[1], picks, diffs
                     if o == "mul" and len(args) == 2 and _sums(u):
                         return u, (args[1] if args[0] in mine else args[0]), picks, diffs
+                    if o == "mul" and in_place is None and not picks and not diffs and \
+                            (v := inplace.values(norm, u, mine)) is not None and \
+                            not is_bool(v) and self.roots(v):
+                        in_place = (u, v)
                     if o == "matmul" and len(args) >= 2 and args[1] in mine \
                             and alignments.windows(args[0]):  # a kernel over unfolded windows
                         return u, args[0], picks, diffs
@@ -127,6 +132,8 @@ class Reader:
                             o == "cat" and len(args) == 1):  # one step's weights gathered
                         nxt.append(u)
             frontier = nxt
+        if in_place is not None:
+            return in_place[0], in_place[1], [], []
         return None, None, [], []
 
 
@@ -187,6 +194,8 @@ def find(graph, params: dict) -> list[Attention]:
         a = Attention(n.name, app.name)
         patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
         talking.note(r, n, a)
+        if op(app) == "mul" and not _sums(app):
+            inplace.note(a, app)
         coverage.note(r, next(iter(_by_name(graph, a.nodes[1:2])), n), a)
         a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
                     if s]
