@@ -121,3 +121,50 @@ def test_a_gate_queried_by_another_gates_output_is_specialized():
     assert first.values["query_type"][0] == "Basic", first.values["query_type"]
     assert second.values["query_type"][0] == "Specialized", second.values["query_type"]
     assert f"`{first.norm}` weighing values" in second.values["query_type"][1]
+
+
+class AttentionOverAttention(nn.Module):
+    """Cui et al. 2017: M = h_doc h_query^T (eq. 4); alpha(t) = softmax over the document of
+    M's column t (eq. 5), beta(t) = softmax over the query of M's row t (eq. 6); beta-bar =
+    beta averaged over the document (eq. 7); s = alpha^T beta-bar (eq. 8), the output."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, D)
+
+    def forward(self, doc, question):
+        hd, hq = self.emb(doc), self.emb(question)               # (B, Ld, D), (B, Lq, D)
+        m = hq @ hd.transpose(1, 2)                              # (B, Lq, Ld)
+        alpha = m.softmax(-1)                                    # over the document
+        beta = m.transpose(1, 2).softmax(-1)                     # (B, Ld, Lq): over the query
+        beta_bar = beta.mean(1, keepdim=True)                    # (B, 1, Lq)
+        return (beta_bar @ alpha).squeeze(1)                     # (B, Ld)
+
+
+def test_attention_over_attention_reads_both_attentions():
+    res = taxcompile.classify(AttentionOverAttention(),
+                              (torch.randint(0, 20, (B, L), generator=G),
+                               torch.randint(0, 20, (B, E), generator=G)))
+    alpha, beta = res.attentions
+    for a in (alpha, beta):
+        assert a.recognised, a.why_not
+        assert {d: v[0] for d, v in a.values.items()} == {
+            "scoring": "Multiplicative", "alignment": "Global",
+            "dimensionality": "Single-Dimensional", "query_type": "Specialized",
+            "query_multiplicity": "Singular"}
+    # alpha's weights, combined over the query's words by beta-bar, are the output; beta's
+    # weights, averaged over the document, weigh alpha's rows
+    assert "combined over the queries by `" in alpha.values["dimensionality"][1]
+    assert beta.applied_by.startswith("bmm") or beta.applied_by.startswith("matmul")
+
+
+def test_weights_averaged_over_their_keys_weigh_nothing():
+    """The mean over the keys' axis of a softmax is 1 / Lk everywhere: no weights over the
+    keys are left, and the matmul after it is no attention's."""
+    class KeyMean(nn.Module):
+        def forward(self, q, k):
+            a = (q @ k.transpose(1, 2)).softmax(-1)              # (B, L, L)
+            return a.mean(-1, keepdim=True) * k                  # (B, L, D)
+
+    res = taxcompile.classify(KeyMean(), (_x(B, L, D), _x(B, L, D)))
+    assert res.row() == {} and not any(a.recognised for a in res.attentions)

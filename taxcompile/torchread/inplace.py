@@ -73,3 +73,18 @@ def swapped(r, app, values, q, k) -> bool:
     # the values read q's inputs and not k's, or exactly q's where k reads more (a query
     # built from the keys' input and something else)
     return bool(rv) and (rv <= rq and not rv <= rk or rq == rv != rk)
+
+
+def over_queries(node, norm) -> bool:
+    """Whether ``node`` averages (or sums) weights over an axis other than their last, the
+    keys' (AoA's beta-bar: beta averaged over the document's words, still weights over the
+    query's words), where ``norm`` normalises over its last axis."""
+    args = tensor_args(node)
+    s, sn = shape(args[0]) if args else None, shape(norm)
+    if op(node) not in ("mean", "sum") or not s or not sn or len(node.args) < 2:
+        return False
+    dims = node.args[1] if isinstance(node.args[1], (list, tuple)) else [node.args[1]]
+    last = op(norm) in ("softmax", "log_softmax") and len(norm.args) > 1 and \
+        norm.args[1] % len(sn) == len(sn) - 1
+    return last and s[-1] == sn[-1] and bool(dims) and all(
+        isinstance(d, int) and d % len(s) != len(s) - 1 for d in dims)

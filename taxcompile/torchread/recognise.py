@@ -129,7 +129,8 @@ class Reader:
                         picks.append(u)
                         nxt.append(u)
                     elif o in through or (picks and o in alignments.AFTER_PICK) or (
-                            o == "cat" and len(args) == 1):  # one step's weights gathered
+                            o == "cat" and len(args) == 1) or (  # one step's weights gathered
+                            not picks and inplace.over_queries(u, norm)):  # averaged over queries
                         nxt.append(u)
             frontier = nxt
         if in_place is not None:
@@ -195,6 +196,9 @@ def find(graph, params: dict) -> list[Attention]:
         patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
         talking.note(r, n, a)
         if op(app) == "mul" and not _sums(app):
+            if not a.recognised:
+                continue  # a product in place is an attention only as one the patterns read:
+                # a recurrent cell's gates (sigmoid(W x + U h) * h) are none
             inplace.note(a, app)
         coverage.note(r, next(iter(_by_name(graph, a.nodes[1:2])), n), a)
         a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
