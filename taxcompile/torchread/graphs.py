@@ -22,6 +22,8 @@ GATHER = {"index_select", "gather", "index", "embedding"}
 # The pattern's name: a softmax over each node's incoming edges (records name it)
 EDGES = "edge_softmax"
 _MAX = {"amax", "max"}
+# Ops that pick rows by one index: index_select(x, 0, idx) and x[idx] (aten.index)
+_ROWS = {"index_select", "index"}
 
 
 _SAME = {"view", "expand", "unsqueeze", "squeeze", "clone", "alias", "_to_copy", "contiguous"}
@@ -42,6 +44,9 @@ def _index(node):
     o, args = op(node), node.args
     if o == "index_select" and len(args) >= 3:
         return _same_index(args[2])
+    if o == "index" and len(args) >= 2 and isinstance(args[1], (list, tuple)) \
+            and len(args[1]) == 1 and hasattr(args[1][0], "op"):
+        return _same_index(args[1][0])  # x[idx]: rows picked by one index
     if o in ("scatter_add", "scatter_reduce", "gather", "index_add") and len(args) >= 3:
         return _same_index(args[2])
     if o == "index_put" and len(args) >= 2 and isinstance(args[1], (list, tuple)) \
@@ -77,7 +82,7 @@ def edge_softmax(div):
     if op(div) != "div" or len(args) != 2:
         return None
     num, den = strip(args[0]), strip(args[1])
-    if op(num) != "exp" or op(den) != "index_select":
+    if op(num) != "exp" or op(den) not in _ROWS or _index(den) is None:
         return None
     seg = _index(den)
     summed = _segment_sum(den.args[0])
@@ -87,7 +92,7 @@ def edge_softmax(div):
     if op(x) == "sub" and len(tensor_args(x)) == 2:
         e, m = tensor_args(x)
         m = strip(m)
-        red = strip(m.args[0]) if op(m) == "index_select" else None
+        red = strip(m.args[0]) if op(m) in _ROWS else None
         if red is not None and op(red) == "scatter_reduce" and len(red.args) >= 5 \
                 and red.args[4] in _MAX and _index(m) == seg:
             x, shift = strip(e), red
@@ -147,7 +152,7 @@ def edge_score(r, e, seg):
         return None
     terms = {}
     for t in map(strip, tensor_args(s)):
-        if op(t) != "index_select":
+        if op(t) not in _ROWS or _index(t) is None:
             return None
         got = _vector_score(r, t.args[0])
         if got is None:
