@@ -77,8 +77,7 @@ def plan_attention(p, n: ir.Attention) -> None:
                 kept = f"*{k.name}.shape[1:{1 + m}], " if m else ""
                 code = f"{q.name}.view({BATCH}, {kept}{'1, ' * extra}-1)" \
                        f".expand(*{k.name}.shape[:{1 + G}], -1)"
-            # q is a local name (p.named), so code is a name or a call: no parentheses
-            qq = p.tmp(f"{code}.reshape(-1, 1, {q.name}.shape[-1])", f"{name}_q1",
+            qq = p.tmp(f"{code}.reshape(-1, 1, {q.name}.shape[-1])", f"{name}_q1",  # a call
                        "(N, 1, d_q): one query per group")
     mk = p.mask_of(k)
     kmask = mk[0] if G == 0 and mk is not None and not mk[1] else \
