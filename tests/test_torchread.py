@@ -103,6 +103,9 @@ def test_cli_writes_json_that_its_schema_validates(capsys, monkeypatch):
     assert a.registry == {"score": "scaled_multiplicative", "align": "global"}
     assert a.values["query_multiplicity"].value == "Multi-Head"
     assert json.loads(stdout)["row"]["scoring"] == "Scaled Multiplicative"
+    # one cross-attention of two inputs, nothing attends over the query's: no co-attention
+    assert out.features["feature_multiplicity"].value == out.row["feature_multiplicity"] \
+        == "Singular" and out.features["feature_multiplicity"].because
 
 
 def test_docs_show_the_rows_the_code_gives():

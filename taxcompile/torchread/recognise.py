@@ -9,7 +9,8 @@ Once each is read, ``queries`` reads query types and hops over all of them. Each
 graph patterns of ``patterns``, which the registry's records name (``recognised_by``)."""
 from __future__ import annotations
 
-from . import alignments, coverage, graphs, inplace, patterns, pointer, queries, talking
+from . import (alignments, coverage, feature_dims, graphs, inplace, patterns, pointer,
+               queries, talking)
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, strip, tensor_args
 
@@ -164,6 +165,11 @@ def _norm_kind(n):
 
 
 def find(graph, params: dict) -> list[Attention]:
+    return read_model(graph, params)[0]
+
+
+def read_model(graph, params: dict) -> tuple[list[Attention], dict]:
+    """Every attention of the graph, and the model's feature dimensions read over them."""
     r = Reader(graph, params)
     out = []
     for n in graph.nodes:
@@ -205,7 +211,7 @@ def find(graph, params: dict) -> list[Attention]:
                     if s]
         out.append(a)
     queries.refine(r, out)
-    return out
+    return out, feature_dims.read(r, out, {n.name: n for n in graph.nodes})
 
 
 def _by_name(graph, names):

@@ -2,12 +2,14 @@
 attention's values merged, in Table III's order), or "no attention found"."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..classification import DIMENSIONS, ORDER
 
-# Dimensions read from code; the others are left unread rather than guessed.
+# Dimensions read per attention; the feature dimensions are read over all of them
+# (``feature_dims``), and a dimension not read is left so rather than guessed.
 READ = ("scoring", "alignment", "dimensionality", "query_type", "query_multiplicity")
+FEATURES = ("feature_multiplicity", "feature_levels", "feature_representations")
 NOT_READ = "not read from code yet"
 
 
@@ -16,6 +18,7 @@ class CodeClassification:
     method: str  # "torch.export" or "torch.fx"
     attentions: list
     note: str = ""
+    features: dict = field(default_factory=dict)  # feature dimension -> (label, reason)
 
     @property
     def recognised(self) -> list:
@@ -28,6 +31,9 @@ class CodeClassification:
             return {}
         out = {}
         for d in DIMENSIONS:
+            if d in self.features:
+                out[d] = self.features[d][0]
+                continue
             if d not in READ:
                 out[d] = NOT_READ
                 continue
@@ -52,6 +58,8 @@ class CodeClassification:
                 lines.append(f"  {d}: {label or '(none)'}: {why}")
             for s in a.source:
                 lines.append(f"  source: {s}")
+        for d, (label, why) in self.features.items():
+            lines.append(f"model {d}: {label}: {why}")
         row = self.row()
         if row:
             lines.append("row: " + " | ".join(f"{d}: {v}" for d, v in row.items()))
@@ -60,8 +68,8 @@ class CodeClassification:
 
 def classify_module(module, example_inputs) -> CodeClassification:
     from .capture import capture
-    from .recognise import find
+    from .recognise import read_model
 
     c = capture(module, example_inputs)
-    atts = find(c.graph, c.params)
-    return CodeClassification(c.method, atts, c.note)
+    atts, features = read_model(c.graph, c.params)
+    return CodeClassification(c.method, atts, c.note, features)

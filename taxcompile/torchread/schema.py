@@ -37,6 +37,9 @@ class TorchClassification(_Out):
     captured_with: str = Field(description="torch.export, make_fx or torch.fx")
     note: str
     attentions: list[FoundAttention]
+    features: dict[str, Reading] = Field(description="the model's feature multiplicity, "
+                                         "levels and representations, read over all its "
+                                         "attentions; empty when none was recognised")
     row: dict[str, str] = Field(description="the model's row over every recognised "
                                 f"attention ({', '.join(DIMENSIONS)}); empty when none was")
 
@@ -44,6 +47,7 @@ class TorchClassification(_Out):
 def dump(res) -> str:
     out = TorchClassification(
         captured_with=res.method, note=res.note, row=res.row(),
+        features={d: Reading(value=v, because=w) for d, (v, w) in res.features.items()},
         attentions=[FoundAttention(
             norm=a.norm, applied_by=a.applied_by, recognised=a.recognised, why_not=a.why_not,
             values={d: Reading(value=v, because=w) for d, (v, w) in a.values.items()},
