@@ -162,7 +162,7 @@ def _built_up(r, w, u) -> bool:
     kw, ku = _base(r, key_source(r, w.keys)), _base(r, key_source(r, u.keys))
     if kw is None or ku is None or kw is ku or not r.roots(kw) & r.roots(ku):
         return False
-    up = ancestry(ku)
+    up = ancestry(ku) | {ku}
     if kw not in up or w.app in up:
         return False
     frontier, seen = [u.app], set()
