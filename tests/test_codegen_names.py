@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from taxcompile.codegen.features import channels_first, channels_last
 from taxcompile.codegen.frame import Var
-from taxcompile.codegen.names import Dim, atom, cfg_expr, dim_of, sym_names
+from taxcompile.codegen.expr import ATOM, UNARY
+from taxcompile.codegen.names import (CONDITIONAL, PRODUCT, SUM, Dim, atom, cfg_expr, dim_of, paren,
+                                     sym_names)
 
 
 def test_a_size_renders_its_fields_with_the_owner_asked_for():
@@ -25,12 +27,14 @@ def test_a_sym_s_names_are_its_identifiers_not_a_number_s_exponent():
     assert sym_names("(a + 1_000) // b2") == ["a", "b2"]
 
 
-def test_parentheses_follow_the_syntax_tree():
-    assert atom("-x") == "(-x)"
-    assert atom("a + b") == "(a + b)"
-    assert atom("x if c else y") == "(x if c else y)"
-    assert atom("x.view(B, -1)[..., 0]") == "x.view(B, -1)[..., 0]"
-    assert atom("'a b'") == "'a b'"
+def test_parentheses_follow_the_declared_precedence():
+    """What binds looser than an atom is parenthesised, by the precedence its builder
+    declared (tests/test_operand_precedence.py checks the declarations against the parser)."""
+    assert paren("-x", UNARY) == "(-x)"
+    assert paren("a + b", SUM) == "(a + b)" and paren("a * b", PRODUCT) == "(a * b)"
+    assert paren("x if c else y", CONDITIONAL) == "(x if c else y)"
+    assert paren("x.view(B, -1)[..., 0]", ATOM) == "x.view(B, -1)[..., 0]"
+    assert atom(Var("a @ b", None, prec=PRODUCT)) == "(a @ b)" and atom(Var("h", None)) == "h"
 
 
 def test_a_grid_op_s_channels_last_result_is_read_channels_first_without_a_move_back():
@@ -41,4 +45,4 @@ def test_a_grid_op_s_channels_last_result_is_read_channels_first_without_a_move_
     assert channels_first(pooled) == "F.max_pool2d(h, 2)"
     # bound to a local, or any other tensor: its channels are moved first
     assert channels_first(Var("y", grid)) == "y.movedim(-1, 1)"
-    assert channels_first(Var("a + b", grid)) == "(a + b).movedim(-1, 1)"
+    assert channels_first(Var("a + b", grid, prec=SUM)) == "(a + b).movedim(-1, 1)"
