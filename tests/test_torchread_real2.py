@@ -150,3 +150,55 @@ def test_cached_tables_are_read_from_make_fx_too():
     (a,) = res.recognised
     label, why = a.values["scoring"]
     assert label == "Scaled Multiplicative" and "sines and cosines" in why, why
+
+
+class PickedRotary(CachedRotary):
+    """GPT-NeoX's and the older Llama's form: the tables' rows picked by `position_ids`, an
+    input of integer positions (rows read by position are no data)."""
+
+    def turn(self, x, pos=None):
+        c, s = self.cos_cached[0, 0][pos][:, None], self.sin_cached[0, 0][pos][:, None]
+        return x * c + self.rot(x) * s
+
+    def forward(self, x, position_ids):
+        self.pos = position_ids
+        return super().forward(x)
+
+    def scores(self, x):
+        q, k = self.heads(self.q, x), self.heads(self.k, x)
+        return self.turn(q, self.pos) @ k.transpose(-1, -2) / math.sqrt(HD)
+
+
+class GivenRotary(CachedRotary):
+    """Hugging Face's attention layers today: the sines and cosines given as inputs
+    (`position_embeddings = (cos, sin)`), the queries alone turned here."""
+
+    def forward(self, x, cos, sin):
+        self.cos_cached, self.sin_cached = cos[:, None], sin[:, None]
+        return super().forward(x)
+
+
+def _given(kind):
+    cos, sin = tables(kind)
+    return {"x": _x(), "cos": cos[:L][None].expand(B, L, HD).clone(),
+            "sin": sin[:L][None].expand(B, L, HD).clone()}
+
+
+def test_tables_picked_by_position_ids_are_looked_through():
+    pos = torch.arange(L)[None].expand(B, L).clone()
+    (a,) = taxcompile.classify(PickedRotary(alone=True), {"x": _x(), "position_ids": pos}).recognised
+    label, why = a.values["scoring"]
+    assert label == "Scaled Multiplicative" and "sines and cosines" in why, why
+
+
+@pytest.mark.parametrize("kind, want", [("halves", "Scaled Multiplicative"),
+                                        ("random", "General"), ("angles", "General")])
+def test_tables_given_as_inputs_are_read_from_their_values(kind, want):
+    """The example's tables are read: sines and cosines of positions are a rotation, other
+    values (random tensors, random angles) are a position-dependent map, not looked through."""
+    m = GivenRotary(alone=True)
+    del m.cos_cached, m.sin_cached
+    (a,) = taxcompile.classify(m, _given(kind)).recognised
+    label, why = a.values["scoring"]
+    assert label == want, why
+    assert ("sines and cosines" in why) == (want != "General"), why

@@ -80,9 +80,10 @@ def _capture(module: torch.nn.Module, example_inputs) -> Captured:
         if got is not None:
             gm, n_params = got
             # the traced function's first inputs are the parameters and buffers
-            ph = [n for n in gm.graph.nodes if n.op == "placeholder"][:n_params]
-            _mark(ph, n_params, flat)
-            ph = [n.name for n in ph]
+            ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            _mark(ph[:n_params], n_params, flat)
+            tables.mark_inputs(ph[n_params:], (args, kwargs))
+            ph = [n.name for n in ph[:n_params]]
             return Captured(gm.graph, "make_fx", dict.fromkeys(ph, ""), note=f"torch.export failed ({why}); "
                             "traced with real inputs, so data-dependent sizes are fixed")
         try:
@@ -106,6 +107,8 @@ def _capture(module: torch.nn.Module, example_inputs) -> Captured:
     for n in ep.graph.nodes:
         if n.op == "placeholder" and n.name in held:
             tables.mark(n, values.get(held[n.name]))
+    users = set(sig.user_inputs)
+    tables.mark_inputs([n for n in ep.graph.nodes if n.name in users], (args, kwargs))
     return Captured(ep.graph, "torch.export", params)
 
 

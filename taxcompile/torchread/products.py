@@ -129,9 +129,10 @@ def _turned_by(node, r, trig: str):
     where that factor is read from a table (a buffer: its values are checked by the caller);
     (node, False) otherwise."""
     n, hit = _moved(node), False  # a scaling of this term alone is no scaling of X
+    inputs = {p.name: p for p in r.graph.nodes if p.op == "placeholder"}
     while op(n) == "mul" and len(tensor_args(n)) == 2:
-        const = [a for a in tensor_args(n) if not r.roots(a)]
-        data = [a for a in tensor_args(n) if r.roots(a)]
+        const = [a for a in tensor_args(n) if _fixed(a, r, trig, inputs)]
+        data = [a for a in tensor_args(n) if a not in const]
         if len(const) != 1 or len(data) != 1:
             break
         turns = any(op(x) == trig for x in [const[0], *ancestors(const[0], 12)]) \
@@ -141,6 +142,13 @@ def _turned_by(node, r, trig: str):
         hit = hit or turns
         n = _moved(data[0])
     return n, hit
+
+
+def _fixed(a, r, trig: str, inputs) -> bool:
+    """Whether a factor reads no data: no input, only integer positions (a table's rows
+    picked by `position_ids`), or a table given as an input (checked by the caller)."""
+    return not r.roots(a) or all(tables.positions(inputs[x]) for x in r.roots(a)) \
+        or tables.table(a, trig) is not None
 
 
 def rotated(node, r):

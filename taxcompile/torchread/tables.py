@@ -19,6 +19,27 @@ def mark(node, value) -> None:
         node.meta[TABLE] = value.detach()
 
 
+def mark_inputs(placeholders, example) -> None:
+    """Mark the model's input placeholders with the example tensors they were given (a table
+    of sines and cosines handed to an attention layer, as Hugging Face's layers take
+    `position_embeddings`), where each lines up with one by shape and dtype."""
+    given = [t for t in torch.utils._pytree.tree_leaves(example) if isinstance(t, torch.Tensor)]
+    vals = [n.meta.get("val") for n in placeholders]
+    if len(given) != len(vals) or any(
+            getattr(v, "shape", None) != t.shape or getattr(v, "dtype", None) != t.dtype
+            for v, t in zip(vals, given)):
+        return
+    for node, t in zip(placeholders, given):
+        mark(node, t)
+
+
+def positions(node) -> bool:
+    """Whether ``node`` is an input of integers (positions, as `position_ids`), which rows
+    of a table a rotation's factor picks by and is still no data."""
+    v = node.meta.get("val")
+    return isinstance(v, torch.Tensor) and not v.is_floating_point() and v.dtype != torch.bool
+
+
 def table(node, trig: str):
     """The marked node ``node`` reads its values from, back through moves, slices and rows
     picked by positions (the index reads no input: the caller's factor reads none), where
@@ -36,8 +57,9 @@ def table(node, trig: str):
 
 
 def _rows(t):
-    """A table as (positions, features): leading axes of size one dropped."""
-    while t.dim() > 2 and t.shape[0] == 1:
+    """A table as (positions, features): leading axes dropped where each entry along them
+    holds the same table (size one, or a batch of copies); None where they differ."""
+    while t.dim() > 2 and (t.shape[0] == 1 or bool((t == t[:1]).all())):
         t = t[0]
     return t.double() if t.dim() == 2 else None
 
