@@ -65,7 +65,8 @@ class CachedRotary(nn.Module):
         self.q, self.k, self.v = (nn.Linear(D, D, bias=False) for _ in range(3))
         cos, sin = tables(kind)
         if learned:
-            self.cos_cached, self.sin_cached = nn.Parameter(cos[None, None]), nn.Parameter(sin[None, None])
+            self.cos_cached = nn.Parameter(cos[None, None])
+            self.sin_cached = nn.Parameter(sin[None, None])
         else:
             self.register_buffer("cos_cached", cos[None, None], persistent=False)
             self.register_buffer("sin_cached", sin[None, None])
@@ -186,7 +187,8 @@ def _given(kind):
 
 def test_tables_picked_by_position_ids_are_looked_through():
     pos = torch.arange(L)[None].expand(B, L).clone()
-    (a,) = taxcompile.classify(PickedRotary(alone=True), {"x": _x(), "position_ids": pos}).recognised
+    res = taxcompile.classify(PickedRotary(alone=True), {"x": _x(), "position_ids": pos})
+    (a,) = res.recognised
     label, why = a.values["scoring"]
     assert label == "Scaled Multiplicative" and "sines and cosines" in why, why
 

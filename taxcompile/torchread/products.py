@@ -124,7 +124,7 @@ def _moved(node):
 
 
 def _turned_by(node, r, trig: str):
-    """(the stream, True) where ``node`` is a stream times factors that read no input, one
+    """(the stream, True) where ``node`` is a stream times factors that read no data, one
     of them made from a ``trig`` (cos, sin) of positions, or (the stream, the table's node)
     where that factor is read from a table (a buffer: its values are checked by the caller);
     (node, False) otherwise."""
@@ -154,8 +154,8 @@ def _fixed(a, r, trig: str, inputs) -> bool:
 def rotated(node, r):
     """X where ``node`` is a rotary embedding of X: X cos + rot(X) sin, with rot(X) =
     [-x2, x1] (a concatenation of X's halves, or a stack of its pairs, one negated), the
-    cos and sin reading no input. Both terms carry X whole, so a constant scaling of X is a
-    scaling of the rotation; None where ``node`` is no such sum of one X."""
+    cos and sin reading no data (`_fixed`). Both terms carry X whole, so a constant scaling of
+    X is a scaling of the rotation; None where ``node`` is no such sum of one X."""
     n = _moved(node)
     if op(n) == "cat":
         return _halves_turned(n, r)

@@ -73,11 +73,13 @@ def rotation(cos_node, sin_node, pairing: str | None) -> bool:
     if c is None or s is None or c.shape != s.shape or c.shape[0] < 2:
         return False
     d = c.shape[1]
-    if pairing == "halves":
-        if d % 2 or not (_close(c[:, :d // 2], c[:, d // 2:]) and _close(s[:, :d // 2], s[:, d // 2:])):
+    if pairing is not None:
+        if d % 2:
             return False
-    elif pairing == "pairs":
-        if d % 2 or not (_close(c[:, 0::2], c[:, 1::2]) and _close(s[:, 0::2], s[:, 1::2])):
+        h = d // 2
+        a, b = (slice(0, h), slice(h, d)) if pairing == "halves" else \
+            (slice(0, d, 2), slice(1, d, 2))
+        if not (_close(c[:, a], c[:, b]) and _close(s[:, a], s[:, b])):
             return False
     f = torch.atan2(s[1], c[1])  # the frequency, up to whole turns: p is a whole number
     p = torch.arange(c.shape[0], dtype=torch.float64)[:, None]
