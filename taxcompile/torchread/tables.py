@@ -1,7 +1,8 @@
 """Sines and cosines held as tables: a rotary embedding whose cos and sin were computed once
 and registered as buffers (Hugging Face's older Llama and GPT-NeoX, `cos_cached`), so the
-graph has no `cos` or `sin` op. Capture marks each buffer's and constant's node with its
-value (TABLE); a rotation is read from two such tables only where their values are
+graph has no `cos` or `sin` op, or given as inputs (Hugging Face's `position_embeddings`).
+Capture marks each buffer's, constant's and input's node with its value (TABLE: for an
+input, the example's); a rotation is read from two such tables only where their values are
 cos(p f) and sin(p f) of positions p = 0, 1, ... times one frequency f per turned pair."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from .normalise import TRANSPARENT, op, tensor_args
 
-TABLE = "taxcompile_table"  # node.meta key: a buffer's or constant's value (no parameter's)
+TABLE = "taxcompile_table"  # node.meta key: a held or given value (never a parameter's)
 _ATOL = 2e-3  # float32 tables of a few thousand positions round p f to about 1e-4
 
 
