@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import tables
+
 
 def _tensors(x) -> list:
     """The tensors of a model's output, in order (dataclasses, dicts, tuples): export needs
@@ -78,7 +80,10 @@ def _capture(module: torch.nn.Module, example_inputs) -> Captured:
         if got is not None:
             gm, n_params = got
             # the traced function's first inputs are the parameters and buffers
-            ph = [n.name for n in gm.graph.nodes if n.op == "placeholder"][:n_params]
+            ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            _mark(ph[:n_params], n_params, flat)
+            tables.mark_inputs(ph[n_params:], (args, kwargs))
+            ph = [n.name for n in ph[:n_params]]
             return Captured(gm.graph, "make_fx", dict.fromkeys(ph, ""), note=f"torch.export failed ({why}); "
                             "traced with real inputs, so data-dependent sizes are fixed")
         try:
@@ -86,12 +91,34 @@ def _capture(module: torch.nn.Module, example_inputs) -> Captured:
         except Exception as e2:
             raise CaptureError(f"neither torch.export ({why}) nor torch.fx "
                                f"({type(e2).__name__}) could capture the model") from None
+        held = {**dict(module.named_buffers()), **{
+            k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}}
+        for n in gm.graph.nodes:
+            if n.op == "get_attr" and n.target in held:
+                tables.mark(n, held[n.target])
         return Captured(gm.graph, "torch.fx", {}, note=f"torch.export failed ({why})")
     sig = ep.graph_signature
     # lifted tensor constants (a module's torch.tensor(...) attributes) are no user input
     params = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
               **getattr(sig, "inputs_to_lifted_tensor_constants", {})}
+    # buffers' and constants' values (no parameter's: learned), read where a table matters
+    held = {**sig.inputs_to_buffers, **getattr(sig, "inputs_to_lifted_tensor_constants", {})}
+    values = {**ep.state_dict, **ep.constants}
+    for n in ep.graph.nodes:
+        if n.op == "placeholder" and n.name in held:
+            tables.mark(n, values.get(held[n.name]))
+    users = set(sig.user_inputs)
+    tables.mark_inputs([n for n in ep.graph.nodes if n.name in users], (args, kwargs))
     return Captured(ep.graph, "torch.export", params)
+
+
+def _mark(placeholders, n_params, flat) -> None:
+    """Mark make_fx's leading placeholders (the parameters, then the buffers, in the order
+    ``_make_fx`` passed them) that are buffers with their values."""
+    bufs = list(flat.named_buffers())
+    n_learned = n_params - len(bufs)
+    for node, (_, value) in zip(placeholders[n_learned:], bufs):
+        tables.mark(node, value)
 
 
 def _make_fx(flat, args, kwargs):

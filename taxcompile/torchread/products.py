@@ -2,7 +2,7 @@
 alignment readers (patterns, scores, alignments, queries) all ask of a node."""
 from __future__ import annotations
 
-from . import qknorm
+from . import qknorm, tables
 from .normalise import (NORM_OPS, TRANSPARENT, ancestors, normalised,  # noqa: F401
                         op, shape, strip, tensor_args)
 
@@ -124,15 +124,19 @@ def _moved(node):
 
 
 def _turned_by(node, r, trig: str):
-    """(the stream, True) where ``node`` is a stream times factors that read no input, one
-    of them made from a ``trig`` (cos, sin) of positions; (node, False) otherwise."""
+    """(the stream, True) where ``node`` is a stream times factors that read no data, one
+    of them made from a ``trig`` (cos, sin) of positions, or (the stream, the table's node)
+    where that factor is read from a table (a buffer: its values are checked by the caller);
+    (node, False) otherwise."""
     n, hit = _moved(node), False  # a scaling of this term alone is no scaling of X
+    inputs = {p.name: p for p in r.graph.nodes if p.op == "placeholder"}
     while op(n) == "mul" and len(tensor_args(n)) == 2:
-        const = [a for a in tensor_args(n) if not r.roots(a)]
-        data = [a for a in tensor_args(n) if r.roots(a)]
+        const = [a for a in tensor_args(n) if _fixed(a, r, trig, inputs)]
+        data = [a for a in tensor_args(n) if a not in const]
         if len(const) != 1 or len(data) != 1:
             break
-        turns = any(op(x) == trig for x in [const[0], *ancestors(const[0], 12)])
+        turns = any(op(x) == trig for x in [const[0], *ancestors(const[0], 12)]) \
+            or tables.table(const[0], trig)
         if not turns and any(d != 1 for d in shape(const[0]) or (2,)):
             break  # a learned gain per feature (RMS qk-norm's) is the stream's, not the turn's
         hit = hit or turns
@@ -140,11 +144,18 @@ def _turned_by(node, r, trig: str):
     return n, hit
 
 
+def _fixed(a, r, trig: str, inputs) -> bool:
+    """Whether a factor reads no data: no input, only integer positions (a table's rows
+    picked by `position_ids`), or a table given as an input (checked by the caller)."""
+    return not r.roots(a) or all(tables.positions(inputs[x]) for x in r.roots(a)) \
+        or tables.table(a, trig) is not None
+
+
 def rotated(node, r):
     """X where ``node`` is a rotary embedding of X: X cos + rot(X) sin, with rot(X) =
     [-x2, x1] (a concatenation of X's halves, or a stack of its pairs, one negated), the
-    cos and sin reading no input. Both terms carry X whole, so a constant scaling of X is a
-    scaling of the rotation; None where ``node`` is no such sum of one X."""
+    cos and sin reading no data (`_fixed`). Both terms carry X whole, so a constant scaling of
+    X is a scaling of the rotation; None where ``node`` is no such sum of one X."""
     n = _moved(node)
     if op(n) == "cat":
         return _halves_turned(n, r)
@@ -156,10 +167,26 @@ def rotated(node, r):
         if not (cos and sin) or op(y) not in ("cat", "stack") or len(tensor_args(y)) != 2:
             continue
         neg, pos = (_moved(t) for t in tensor_args(y))
-        if op(neg) == "neg" and tensor_args(neg):
+        if op(neg) == "neg" and tensor_args(neg) and _trig(cos, sin, _rot_form(y)):
             if _moved(tensor_args(neg)[0]) is _moved(x) and _moved(pos) is _moved(x):
                 return x
     return None
+
+
+def _rot_form(y) -> str:
+    """How rot(X) pairs the features: "pairs" for a stack of them (ATen writes a stack as a
+    concatenation of unsqueezed parts), "halves" for a concatenation of the halves."""
+    parts = tensor_args(y)
+    return "pairs" if op(y) == "stack" or all(op(p) == "unsqueeze" for p in parts) else "halves"
+
+
+def _trig(cos, sin, pairing: str | None) -> bool:
+    """Whether the factors found are sines and cosines: both from ops, or both tables whose
+    values are those of a rotation pairing features as rot(X) does (``pairing``; None: the
+    caller's halves are the pairs)."""
+    if cos is True and sin is True:
+        return True
+    return cos is not True and sin is not True and tables.rotation(cos, sin, pairing)
 
 
 def _halves_turned(n, r):
@@ -171,14 +198,14 @@ def _halves_turned(n, r):
         return None
     turned = []
     for part in parts:
-        got = {}
+        got, hits = {}, {}
         for term in tensor_args(part)[:2]:
             for trig in ("cos", "sin"):
                 x, hit = _turned_by(term, r, trig)
                 if hit:
-                    got[trig] = x
+                    got[trig], hits[trig] = x, hit
                     break
-        if set(got) != {"cos", "sin"}:
+        if set(got) != {"cos", "sin"} or not _trig(hits["cos"], hits["sin"], None):
             return None
         turned += got.values()
     return turned[0] if all(x is turned[0] for x in turned) else None
