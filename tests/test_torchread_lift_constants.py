@@ -14,8 +14,7 @@ from torch import nn
 from taxcompile import api
 from taxcompile.torchread.lift import lift_module
 
-import torchread_models as tm  # noqa: E402,F401  (tests/ is on sys.path under pytest)
-from test_torchread_lift_position import _Biased  # noqa: E402
+from test_torchread_lift_position import _Biased  # noqa: E402  (tests/ is on sys.path)
 
 
 def lift(*args):
@@ -79,8 +78,8 @@ def test_the_default_base_is_written_plain():
 
 
 def test_frequencies_of_no_one_base_keep_the_default_and_say_so():
-    """1 / (1 + i): not base^(-2i/d) for any base (its first two fit 2^(-2i/8)... = 1/2 only
-    at i = 1)."""
+    """1, 1/2, 1/3, 1/4: base^(-i/4) would need base 16 for the second and 81 for the
+    third, so no one base."""
     text = lift(_Rope(lambda d: 1.0 / (1.0 + torch.arange(0, d // 2))),
                 (torch.randn(2, 5, 8),), "rope")
     assert re.search(r"position = rotary$", text, re.M)

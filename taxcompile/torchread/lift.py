@@ -1,14 +1,15 @@
 """`taxcompile lift --torch`: what the reader recognised in a captured graph, written back as a
 `.attn` sketch. One model: the graph's inputs (shapes from their placeholders' meta), token
-inputs embedded where the graph embeds them, and one `attention` statement per recognised
-attention (score, alignment, heads, key/value heads, causal mask, widths, rotary positions
-and ALiBi biases: ``lift_position``); the steps of a recurrent decoder as one decoder
-(``lift_recurrent``) and a stack of layers as one `repeat` (``lift_repeat``). The network
-between the inputs and the attentions is not lifted: each operand is written as a
-projection of the input nearest to it, and comments (`# not lifted: …`) say where the sketch
-stops. Nothing from the graph reaches the text but identifiers made valid here and integers.
-The sketch is checked before it is returned; an attention the checker refuses becomes a
-comment with the checker's message."""
+inputs embedded where the graph embeds them, learned queries (``lift_learned``), and one
+`attention` statement per recognised attention (score, alignment, heads, key/value heads,
+causal mask, widths, rotary positions and ALiBi biases: ``lift_position``); the steps of a
+recurrent decoder as one decoder (``lift_recurrent``) and a stack of layers as one `repeat`
+(``lift_repeat``). The network between the inputs and the attentions is not lifted: each
+operand is written as a projection of the input nearest to it, and comments (`# not
+lifted: …`) say where the sketch stops. Nothing from the graph reaches the text but
+identifiers made valid here, integers and a rotary base (a float). The sketch is checked
+before it is returned; an attention the checker refuses becomes a comment with the
+checker's message."""
 from __future__ import annotations
 
 import keyword

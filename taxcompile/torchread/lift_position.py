@@ -153,7 +153,7 @@ def _rotary(r, a, score: str, head_width: int | None, q: int, k: int, consts):
         notes.append("# not lifted: the rotation's base: the registry's default, its "
                      "frequencies not read as base^(-2i/d) for one base")
     elif base != default:
-        lines = [f"position = {name}(base = {base:g})"]
+        lines = [f"position = {name}(base = {base:.9g})"]
     if head_width and 0 < max(q, k) < head_width:
         notes.append(f"# not lifted: the graph turns {max(q, k)} of each head's "
                      f"{head_width} features (the spec turns all)")

@@ -158,7 +158,7 @@ def render(s: Stack, entries: list, name) -> tuple[list, list]:
     notes = [f"# {first[0].name} to {last.name}: {s.count} layers of {s.block} "
              f"attention{'s' if s.block > 1 else ''} (same shapes, weights per layer), each",
              f"# added back to `{s.stream}`, which the next layer reads", *notes]
-    if not s.inner or notes[-1] != _AFTER:
+    if _AFTER not in notes:  # once, after the nested stacks' comments
         notes.append(_AFTER)
     return lines, notes
 
