@@ -2,8 +2,8 @@
 accepts, and it classifies as the original does. The oracle is the original spec's own row
 (`taxcompile table`): a model of specs/ and examples/ compiled, built, lifted, checked and
 classified again gives the same scoring, alignment, dimensionality and (whether) Multi-Head
-as its spec, and the same query type and multiplicity (hops included) except where the
-sketch stops short of them (the Perceiver's latents: a strict xfail, said why)."""
+as its spec, and the same query type and multiplicity (hops included: the Perceiver's
+latents, a learned query, refined by a stack nested in a stack)."""
 import re
 import subprocess
 import sys
@@ -60,10 +60,8 @@ def test_lifted_spec_classifies_as_the_original(key):
     assert _statements(text), "no attention statement lifted"
 
 
-_QUERY_MISSES = {  # what the sketch does not lift yet, so its reading differs (strict: a fix
-    # that makes one pass must move it out of here)
-    "examples/jaegle2021_perceiver.attn:perceiver": "the latents (a learned query) and a "
-    "repeat nested in a repeat (Multi-Hop) are not lifted"}
+_QUERY_MISSES: dict = {}  # key -> what the sketch does not lift yet, so its reading differs
+# (strict xfails: a fix that makes one pass must move it out of here)
 
 
 @pytest.mark.parametrize("key", [

@@ -1,22 +1,24 @@
 """`taxcompile lift --torch`: what the reader recognised in a captured graph, written back as a
 `.attn` sketch. One model: the graph's inputs (shapes from their placeholders' meta), token
-inputs embedded where the graph embeds them, and one `attention` statement per recognised
-attention (score, alignment, heads, key/value heads, causal mask, widths, rotary positions
-and ALiBi biases: ``lift_position``); the steps of a recurrent decoder as one decoder
-(``lift_recurrent``) and a stack of layers as one `repeat` (``lift_repeat``). The network
-between the inputs and the attentions is not lifted: each operand is written as a
-projection of the input nearest to it, and comments (`# not lifted: …`) say where the sketch
-stops. Nothing from the graph reaches the text but identifiers made valid here and integers.
-The sketch is checked before it is returned; an attention the checker refuses becomes a
-comment with the checker's message."""
+inputs embedded where the graph embeds them, learned queries (``lift_learned``), and one
+`attention` statement per recognised attention (score, alignment, heads, key/value heads,
+causal mask, widths, rotary positions and ALiBi biases: ``lift_position``); the steps of a
+recurrent decoder as one decoder (``lift_recurrent``) and a stack of layers as one `repeat`
+(``lift_repeat``). The network between the inputs and the attentions is not lifted: each
+operand is written as a projection of the input nearest to it, and comments (`# not
+lifted: …`) say where the sketch stops. Nothing from the graph reaches the text but
+identifiers made valid here, integers and a rotary base (a float). The sketch is checked
+before it is returned; an attention the checker refuses becomes a comment with the
+checker's message."""
 from __future__ import annotations
 
 import keyword
 import re
 
 from .. import mechanisms as mech
+from .lift_learned import learned_queries, reach, update
 from .lift_recurrent import decoders, mark_autoregressive
-from .lift_repeat import Entry, is_decoder, render, stacks
+from .lift_repeat import Entry, _Graph, is_decoder, render, stacks
 from .normalise import TRANSPARENT, is_bool, op, shape, strip, tensor_args
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -140,17 +142,19 @@ def inputs(r, graph, taken: set) -> tuple[list, dict, list]:
 
 def nearest(r, node, feats):
     """The input placeholder nearest to ``node`` (fewest ops back) that the sketch lifted:
-    a decoder layer's query reads the target before the encoder's output."""
+    a decoder layer's query reads the target before the encoder's output. Learned tables
+    (``lift_learned``) count as inputs: ``feats.reach`` holds the nodes computed from them."""
     seen, frontier = {node}, [node]
+    learned = getattr(feats, "reach", ())
     while frontier and len(seen) < MAX_NEAREST:
-        hits = sorted(n.name for n in frontier if n.op == "placeholder" and n.name in feats
-                      and feats[n.name][1] is not None)
+        hits = sorted(n.name for n in frontier if n.op in ("placeholder", "get_attr")
+                      and n.name in feats and feats[n.name][1] is not None)
         if hits:
             return hits[0]
         nxt = []
         for n in frontier:
             for a in tensor_args(n):
-                if a not in seen and r.roots(a):
+                if a not in seen and (r.roots(a) or a in learned):
                     seen.add(a)
                     nxt.append(a)
         frontier = nxt
@@ -180,7 +184,7 @@ def operand(r, node, feats, w: int | None):
     if src is None:
         return None, "reads no input the sketch lifted"
     feat, d_in = feats[src][:2]
-    if strip(node).op == "placeholder":
+    if strip(node).op in ("placeholder", "get_attr"):
         return feat, ""
     from .products import projection
 
@@ -255,7 +259,8 @@ def attention(r, a, name: str, feats, query: str | None = None) -> tuple[list, l
         body.append(f"mask = {' * '.join(causal + given)}")
     from .lift_position import position_lines
 
-    pos, pos_notes = position_lines(r, a, score, _last(a.query))
+    pos, pos_notes = position_lines(r, a, score, _last(a.query),
+                                    getattr(feats, "consts", None))
     body += pos
     notes += pos_notes
     if given:
@@ -299,8 +304,8 @@ def _stacked(r, blocks: list, entries: list, in_lines: list, feats, taken) -> li
     out, renames = list(blocks), []
     for s in stacks(r, es, {f[0]: f[1] for f in feats.values()}):
         idx = at[s.start:s.start + s.block * s.count]
-        src = [f[2] for f in feats.values() if f[0] == s.stream]
-        lines, notes = render(s, es, ident("layers", taken))
+        src = [f[2] for f in feats.values() if f[0] == s.stream and f[2]]
+        lines, notes = render(s, es, lambda base: ident(base, taken))
         for sub, h in renames:
             lines = [sub.sub(h, x) for x in lines]
         if src == [s.stream]:  # an input is never updated: the stack carries a copy
@@ -350,10 +355,30 @@ def _refused(text: str, where: dict) -> dict:
     return {}
 
 
-def sketch(r, graph, atts, title: str, head_comment: list) -> str:
+class _Feats(dict):
+    """Graph input name -> (feature, width, input name); ``reach``: the nodes computed from
+    learned tables; ``consts``: the module's constants."""
+    reach: frozenset | set = frozenset()
+    consts = None
+
+
+def sketch(r, graph, atts, title: str, head_comment: list, consts=None) -> str:
+    """The checked sketch; ``consts``: the module's constants (``lift_constants``)."""
     taken = set()
     title = ident(title, taken, "lifted")
     in_lines, feats, in_notes = inputs(r, graph, taken)
+    feats = _Feats(feats)
+    feats.consts = consts
+    tables = learned_queries(r, [a for a in atts if a.recognised])
+    for p, (n, d) in tables.items():
+        name = ident("latents", taken)
+        in_lines.append(f"feature {name} = learned({n}, {d})")
+        in_notes.append(f"# `{name}`: a learned {n} x {d} table the queries are computed from "
+                        f"(`{ident(p.name, set(), 'p')}`)")
+        feats[p.name] = (name, d, None)  # a feature, no input: never marked autoregressive
+    feats.reach = reach(tables)
+    learned = [feats[p.name] for p in tables]
+    widths, g = {f[0]: f[1] for f in feats.values()}, None
     blocks, entries = [(in_lines, in_notes)], []
     decs = {d.first: d for d in decoders(r, atts)}
     steps = {i for d in decs.values() for i in range(d.first + 1, d.last + 1)}
@@ -376,6 +401,9 @@ def sketch(r, graph, atts, title: str, head_comment: list) -> str:
         if stmt:
             dv, h = _last(a.weighed), a.heads if _int(a.heads) else 1
             entries.append((len(blocks), Entry(a, name, stmt, dv and dv * h)))
+            if tables:  # a learned table the attention refines: later reads see the update
+                g = g or _Graph(r)
+                stmt = stmt + update(g, entries[-1][1], widths, {f[0] for f in learned})
         blocks.append((stmt, [where, *notes]))
     blocks = _stacked(r, blocks, entries, in_lines, feats, taken)
     if not atts:
@@ -415,4 +443,7 @@ def lift_module(module, example_inputs, title: str, target: str = "") -> str:
             "# the attentions it recognised and the inputs they read.",
             "# not lifted: the layers between the inputs and the attentions (each operand is "
             "written", "# as one projection of the input nearest to it in the graph)."]
-    return sketch(Reader(c.graph, c.params), c.graph, atts, title, head)
+    from .lift_constants import Constants
+
+    return sketch(Reader(c.graph, c.params), c.graph, atts, title, head,
+                  Constants(module, c.params))

@@ -9,14 +9,14 @@ their attentions (norms, feed-forward) is not read: a comment says so."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .lift_recurrent import walk
 from .normalise import op, strip, tensor_args
 
 _STREAM = re.compile(r"query = project\((\w+)\)\Z")
 _READS = re.compile(r"(?:query|keys|values) = project\((\w+)(?:, \d+)?\)\Z")
-MAX_BLOCK = 3  # attentions in one layer (self, cross, …)
+MAX_BLOCK = 8  # attentions in one layer (self, cross, a nested stack of them, …)
 
 
 @dataclass
@@ -32,11 +32,13 @@ class Entry:
 @dataclass
 class Stack:
     """Entries ``start`` .. ``start + block * count - 1``: ``count`` layers of ``block``
-    attentions each, carried on the feature ``stream``."""
+    attentions each, carried on the feature ``stream``; ``inner``: the stacks within one
+    layer (their ``start`` counted from the layer's first entry)."""
     start: int
     block: int
     count: int
     stream: str
+    inner: list = field(default_factory=list)
 
 
 def _body(e: Entry) -> list:
@@ -91,9 +93,15 @@ def _fits(g: _Graph, run: list, stream: str, width: dict) -> bool:
 
 
 def stacks(r, entries: list, width: dict) -> list[Stack]:
-    """The runs of ``entries`` (consecutive attentions) that are layer stacks, in order;
-    ``width``: feature -> its width."""
-    g, out, i = _Graph(r), [], 0
+    """The runs of ``entries`` (consecutive attentions) that are layer stacks, in order, each
+    with the stacks nested in its layers; ``width``: feature -> its width."""
+    return _stacks(_Graph(r), entries, width)
+
+
+def _stacks(g: _Graph, entries: list, width: dict) -> list[Stack]:
+    """At each entry, the stack covering most entries from it (the fewest attentions a layer
+    where two cover as many): a block of layers that each hold a stack is one stack."""
+    out, i = [], 0
     while i < len(entries):
         best = None
         for b in range(1, MAX_BLOCK + 1):
@@ -103,11 +111,13 @@ def stacks(r, entries: list, width: dict) -> list[Stack]:
                 n += 1
             stream = _stream(entries[i])
             run = entries[i:i + n * b]
-            if n > 1 and stream and _fits(g, run, stream, width) and \
+            if n > 1 and stream and (best is None or n * b > best.block * best.count) and \
+                    _fits(g, run, stream, width) and \
                     _read_later(g, run[-1], entries[i + n * b:], stream):
                 best = Stack(i, b, n, stream)
-                break
         if best:
+            if best.block > 1:
+                best.inner = _stacks(g, entries[i:i + best.block], width)
             out.append(best)
             i += best.block * best.count
         else:
@@ -122,22 +132,38 @@ def _read_later(g: _Graph, last: Entry, later: list, stream: str) -> bool:
                for e in later for n in _reads(e, stream))
 
 
-def render(s: Stack, entries: list, layer: str) -> tuple[list, list]:
-    """(lines, comments) of the stack ``s`` as one `repeat` named ``layer``: its first
-    layer's statements, each followed by its residual update of the stream."""
+def render(s: Stack, entries: list, name) -> tuple[list, list]:
+    """(lines, comments) of the stack ``s`` as one `repeat` (named by ``name``: a base name
+    -> a name not taken): its first layer's statements, each followed by its residual update
+    of the stream, and the stacks nested in that layer as `repeat`s of their own."""
     first = entries[s.start:s.start + s.block]
     last = entries[s.start + s.block * s.count - 1]
-    lines = [f"repeat {layer} {s.count} {{"]
-    for e in first:
+    lines, notes, j = [f"repeat {name('layers')} {s.count} {{"], [], 0
+    inner = {t.start: t for t in s.inner}
+    while j < s.block:
+        if j in inner:
+            t = inner[j]
+            sub, more = render(Stack(s.start + j, t.block, t.count, t.stream, t.inner),
+                               entries, name)
+            lines += [f"    {x}" for x in sub]
+            notes += more
+            j += t.block * t.count
+            continue
+        e = first[j]
         lines += [f"    {x}" for x in e.stmt]
         if _stream(e) == s.stream:
             lines.append(f"    update {s.stream} = {s.stream} + {e.name}")
+        j += 1
     lines.append("}")
     notes = [f"# {first[0].name} to {last.name}: {s.count} layers of {s.block} "
              f"attention{'s' if s.block > 1 else ''} (same shapes, weights per layer), each",
-             f"# added back to `{s.stream}`, which the next layer reads",
-             "# not lifted: what a layer computes after its attentions (norms, feed-forward)"]
+             f"# added back to `{s.stream}`, which the next layer reads", *notes]
+    if _AFTER not in notes:  # once, after the nested stacks' comments
+        notes.append(_AFTER)
     return lines, notes
+
+
+_AFTER = "# not lifted: what a layer computes after its attentions (norms, feed-forward)"
 
 
 def is_decoder(s: Stack, entries: list) -> bool:
