@@ -1,0 +1,110 @@
+"""A ``repeat`` hop built from the hop before it, node ids re-labelled, instead of lowered
+again (``repeats.Repeats``; a third of a cold table of specs/ was later hops).
+
+Why it is the same: a hop's lowering reads the body (the same each hop), the constants and
+outer names (the same), the names the previous hop updated (hop k reads hop k-1's node
+where hop k-1 read hop k-2's) and, of the nodes it reads, only their kind (``roles``,
+``ids``; ``nodes`` only for inputs, which a body may not declare). So where hop k-1 and
+hop k-2 built the same statements with the same kinds, hop k is hop k-1 with each of hop
+k-1's ids swapped for hop k's and each of hop k-2's for hop k-1's, and its ``Hop`` records
+pointing one hop on. Not used (``Unsure``; the hop is lowered again) where the body names
+its own block (``B[1].x`` is the same node in every hop), where a record holds something
+this walk does not know, or where the hop would pass a node limit (the limit's error is
+then reported as before). It reports no error of its own, and the checker (``checks.py``)
+still checks every hop. ``tests/test_repeat_relabel.py`` compares both ways on every spec,
+example and error snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import ast, ir
+from ..diagnostics import Location
+from ..frozen import Frozen
+
+
+class Unsure(Exception):
+    """The hop is not provably its predecessor re-labelled: lower it again."""
+
+
+def names_block(body: tuple, name: str) -> bool:
+    """Whether a reference in ``body`` (nested blocks too) starts with ``name``."""
+    stack: list[Any] = list(body)
+    while stack:
+        v = stack.pop()
+        if isinstance(v, ast.Ref):
+            if v.parts[0] == name:
+                return True
+        elif isinstance(v, Frozen):
+            stack.extend(value for _, value in v)
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+    return False
+
+
+def alike(a: list, b: list) -> bool:
+    """Two hops' nodes built by the same statements, of the same kinds, in one order."""
+    return len(a) == len(b) and all(
+        type(x) is type(y) and x.kind_ == y.kind_ and x.hop.template == y.hop.template
+        for x, y in zip(a, b))
+
+
+class Relabel:
+    """Hop ``k - 1`` of block ``block`` (nested ``depth`` repeats deep) -> hop ``k``.
+    ``ids``: every id to swap (hop k-1's -> hop k's, hop k-2's -> hop k-1's)."""
+
+    def __init__(self, block: str, depth: int, k: int, ids: dict[str, str]):
+        self.block, self.depth, self.k, self.ids = block, depth, k, ids
+        self.old, self.new = f"{block}[{k - 1}].", f"{block}[{k}]."
+
+    def value(self, v: Any) -> Any:
+        """``v`` with its ids swapped (the same object where nothing changes)."""
+        if isinstance(v, str):
+            return self.ids.get(v, v)
+        if v is None or isinstance(v, (bool, int, float, Location)):
+            return v
+        if isinstance(v, tuple):
+            out = tuple(self.value(x) for x in v)
+            return v if all(x is y for x, y in zip(out, v)) else out
+        if isinstance(v, ir.Hop):
+            return self.hop(v)
+        if isinstance(v, Frozen):
+            old = v._values(v)
+            new = tuple(self.value(x) for x in old)
+            if all(x is y for x, y in zip(new, old)):
+                return v
+            return v._rebuilt(new)  # each value of its field's type, as the original's
+        raise Unsure(type(v).__name__)
+
+    def hop(self, h: ir.Hop) -> ir.Hop:
+        if h.block == self.block and h.index == self.k - 1:
+            return h._rebuilt(h._values(h)[:1] + (self.k,) + h._values(h)[2:])
+        if not h.block.startswith(self.old) or h.outer[self.depth] != self.k - 1:
+            raise Unsure(h.block)
+        outer = h.outer[:self.depth] + (self.k,) + h.outer[self.depth + 1:]
+        return h.replace(block=self.new + h.block[len(self.old):], outer=outer)
+
+    def node_id(self, node_id: str, versions: dict[str, int]) -> str:
+        """Hop k's id of hop k-1's node ``node_id``; an `update`'s takes the next version
+        of its name, as lowering it would (``versions``: a copy of the model's, advanced)."""
+        base, at, _ = node_id.partition("@")
+        if base.startswith(self.old):
+            base = self.new + base[len(self.old):]
+        elif not at:
+            raise Unsure(node_id)
+        if not at:
+            return base
+        versions[base] = versions.get(base, 1) + 1
+        return f"{base}@{versions[base]}"
+
+    def bindings(self, hop: dict) -> dict:
+        """A hop's names (``Scope.blocks``): nodes and nested blocks' hops."""
+        out = {}
+        for name, (kind, v) in hop.items():
+            if kind == "node":
+                if v not in self.ids:
+                    raise Unsure(v)
+                out[name] = (kind, self.ids[v])
+            else:
+                out[name] = (kind, [self.bindings(h) for h in v])
+        return out
