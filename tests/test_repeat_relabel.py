@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import error_snapshot
-from taxcompile import ast, lower, parser
+from taxcompile import ast, ir, lower, parser
 from taxcompile.diagnostics import SpecError
+from taxcompile.frozen import Frozen
 from taxcompile.lowering import repeats
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,9 +76,27 @@ def lowered(text: str, file: str = "t.attn", relabel: bool = True, monkeypatch=N
 
 
 def both(text: str, monkeypatch, file: str = "t.attn"):
-    fast = lowered(text, file)
-    assert fast == lowered(text, file, False, monkeypatch), file
+    fast, slow = lowered(text, file), lowered(text, file, False, monkeypatch)
+    assert fast == slow, file
+    if not isinstance(fast, str):  # the checker and codegen key an operation's facts by
+        assert sharing(fast) == sharing(slow), file  # id(): one object per hop still
     return fast
+
+
+def sharing(spec) -> list[int]:
+    """Each operation of the spec's nodes, in order, as the index of its object's first
+    occurrence (which operations are one object)."""
+    first: dict[int, int] = {}
+    out, stack = [], [n for m in spec.models for n in reversed(m.nodes)]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, ir.Op):
+            out.append(first.setdefault(id(v), len(out)))
+        if isinstance(v, Frozen):
+            stack.extend(reversed([x for _, x in v]))
+        elif isinstance(v, tuple):
+            stack.extend(reversed(v))
+    return out
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(ROOT).as_posix())
