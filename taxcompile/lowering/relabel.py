@@ -62,28 +62,32 @@ class Relabel:
 
     def value(self, v: Any) -> Any:
         """``v`` with its ids swapped (the same object where nothing changes). (Dispatched
-        on the exact type, with no generators: a cold table walks some 8,000 values.)"""
+        on the exact type, leaves in ``items``' loop: a cold table walks some 9,000 values.)"""
         t = type(v)
         if t is str:
             return self.ids.get(v, v)
-        if t is tuple:
-            changed, out = False, []
-            for x in v:
-                y = self.value(x)
-                out.append(y)
-                changed = changed or y is not x
-            return tuple(out) if changed else v
         if t in _PLAIN:
             return v
+        if t is tuple:
+            return self.items(v)
         if t is ir.Hop:
             return self.hop(v)
         if t is ir.Op:  # one of its own per hop, as lowering gives: the checker and codegen
-            return v._rebuilt(self.value(v._values(v)))  # key an operation's facts by id()
+            return v._rebuilt(self.items(v._values(v)))  # key an operation's facts by id()
         if isinstance(v, Frozen):
             old = v._values(v)
-            new = self.value(old)
+            new = self.items(old)
             return v if new is old else v._rebuilt(new)  # each value of its field's type
         raise Unsure(t.__name__)
+
+    def items(self, values: tuple) -> tuple:
+        ids, changed, out = self.ids, False, []
+        for x in values:
+            t = type(x)
+            y = ids.get(x, x) if t is str else x if t in _PLAIN else self.value(x)
+            out.append(y)
+            changed = changed or y is not x
+        return tuple(out) if changed else values
 
     def hop(self, h: ir.Hop) -> ir.Hop:
         if h.block == self.block and h.index == self.k - 1:
