@@ -54,7 +54,7 @@ class Repeats(Constants):
         hops: list[dict[str, str]] = []
         scope.blocks[s.name] = hops
         starts = [len(self.m.nodes)]  # where each hop's nodes begin, and the last ends
-        reuse = count > 2 and not names_block(s.body, s.name)
+        reuse = count > 2 and not self.names_itself(s)
         for i in range(1, count + 1):
             if reuse and i > 2 and self.relabelled(s, scope, block, i, starts, hops):
                 starts.append(len(self.m.nodes))
@@ -73,6 +73,14 @@ class Repeats(Constants):
                 return False  # the mistake left out is named
             starts.append(len(self.m.nodes))
         return True
+
+    def names_itself(self, s: ast.Repeat) -> bool:
+        """Whether ``s``'s body names its block (an error today; asked once per statement,
+        not once per hop of a block around it)."""
+        memo = self.__dict__.setdefault("_names_itself", {})  # by id: the tree outlives it
+        if id(s) not in memo:
+            memo[id(s)] = names_block(s.body, s.name)
+        return memo[id(s)]
 
     def relabelled(self, s: ast.Repeat, scope: Scope, block: str, k: int, starts: list[int],
                    hops: list[dict]) -> bool:
