@@ -1,5 +1,7 @@
 """A ``repeat`` hop built from the hop before it, node ids re-labelled, instead of lowered
-again (``repeats.Repeats``; a third of a cold table of specs/ was later hops).
+again (``repeats.Repeats``: hops after the second were about a third of lowering specs/,
+mostly yu2018's nested blocks). Hops 1 and 2 are lowered: hop 1 reads the names from
+outside the block, which follow no pattern.
 
 Why it is the same: a hop's lowering reads the body (the same each hop), the constants and
 outer names (the same), the names the previous hop updated (hop k reads hop k-1's node
@@ -10,7 +12,9 @@ k-1's ids swapped for hop k's and each of hop k-2's for hop k-1's, and its ``Hop
 pointing one hop on. Not used (``Unsure``; the hop is lowered again) where the body names
 its own block (``B[1].x`` is the same node in every hop), where a record holds something
 this walk does not know, or where the hop would pass a node limit (the limit's error is
-then reported as before). It reports no error of its own, and the checker (``checks.py``)
+then reported as before). A hop's node id has a ``[`` or an ``@``, so no name or option
+is taken for one; an ``ir.Op`` is never shared between hops (the checker and codegen key
+an operation's facts by ``id()``). It reports no error of its own, and the checker (``checks.py``)
 still checks every hop. ``tests/test_repeat_relabel.py`` compares both ways on every spec,
 example and error snapshot."""
 
