@@ -7,10 +7,15 @@ error only hop 2's shapes cause is reported (``repeat_shape_changes_in_hop_2``).
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import specgen
 from conftest import error_snapshot
 from taxcompile import ast, ir, lower, parser
 from taxcompile.diagnostics import SpecError
@@ -62,21 +67,19 @@ BODIES = {
 }
 
 
-def lowered(text: str, file: str = "t.attn", relabel: bool = True, monkeypatch=None):
-    """The spec's IR, or the text of its errors."""
-    if not relabel:
-        monkeypatch.setattr(repeats.Repeats, "relabelled", lambda *a: False)
-    try:
-        return lower.lower(parser.parse_text(text, file), file, text)
-    except SpecError as e:
-        return str(e)
-    finally:
+def lowered(text: str, file: str = "t.attn", relabel: bool = True):
+    """The spec's IR, or the text of its errors; every hop lowered without ``relabel``."""
+    with pytest.MonkeyPatch.context() as mp:
         if not relabel:
-            monkeypatch.undo()
+            mp.setattr(repeats.Repeats, "relabelled", lambda *a: False)
+        try:
+            return lower.lower(parser.parse_text(text, file), file, text)
+        except SpecError as e:
+            return str(e)
 
 
-def both(text: str, monkeypatch, file: str = "t.attn"):
-    fast, slow = lowered(text, file), lowered(text, file, False, monkeypatch)
+def both(text: str, file: str = "t.attn"):
+    fast, slow = lowered(text, file), lowered(text, file, False)
     assert fast == slow, file
     if not isinstance(fast, str):  # the checker and codegen key an operation's facts by
         assert sharing(fast) == sharing(slow), file  # id(): one object per hop still
@@ -100,19 +103,41 @@ def sharing(spec) -> list[int]:
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_every_file_lowers_as_every_hop_lowered(path, monkeypatch):
+def test_every_file_lowers_as_every_hop_lowered(path):
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
         parser.parse_text(text, str(path))
     except SpecError:
         return  # a parse error: no lowering to compare
-    both(text, monkeypatch, str(path))
+    both(text, str(path))
 
 
 @pytest.mark.parametrize("name", sorted(BODIES))
-def test_stressed_bodies_lower_as_every_hop_lowered(name, monkeypatch):
-    spec = both(HEAD + BODIES[name] + TAIL, monkeypatch)
+def test_stressed_bodies_lower_as_every_hop_lowered(name):
+    spec = both(HEAD + BODIES[name] + TAIL)
     assert not isinstance(spec, str), spec  # they are valid specs: IR, not errors
+
+
+@st.composite
+def deeper(draw) -> str:
+    """A spec of tests/specgen.py (or a mutant), each of its blocks given 3 to 5 hops (it
+    draws 2, 3 or `hops`): where hops are re-labelled."""
+    text = draw(specgen.any_spec().filter(lambda t: "repeat " in t))
+    return re.sub(r"(\brepeat \w+ )(2|3|hops)\b",
+                  lambda m: m[1] + str(draw(st.integers(3, 5))), text)
+
+
+@settings(max_examples=60, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.data_too_large])
+@given(deeper())
+def test_generated_and_mutated_specs_lower_as_every_hop_lowered(text):
+    """Nested and shared repeats, decoders, graphs, capsules, …, and mutants (errors)."""
+    try:
+        parser.parse_text(text, "gen.attn")
+    except SpecError:
+        return
+    both(text, "gen.attn")
 
 
 def test_later_hops_are_not_lowered_again(monkeypatch):
@@ -146,7 +171,7 @@ def test_a_hop_past_the_node_limit_is_refused_where_it_was(monkeypatch):
         attention att { query = q  keys = x  score = additive }
         update q = q + att
     }""" + TAIL
-    got = both(text, monkeypatch)
+    got = both(text)
     assert "model has more than 9 nodes after unrolling" in got and "t.attn:9:16:" in got
 
 
