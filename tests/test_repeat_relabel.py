@@ -59,6 +59,13 @@ BODIES = {
         update q = q + two[1].g
         attention first { query = q  keys = x  score = additive }
     }""",
+    "a query that is the keys (one operation read twice)": """
+    feature s = identity(x)
+    repeat r 4 {
+        attention att { keys = project(norm(s))  score = scaled_multiplicative  mask = causal }
+        update s = s + att
+    }
+    update q = q + mean(s)""",
     "shared weights": """
     repeat r 4 shared {
         attention att { query = q  keys = x  score = additive }

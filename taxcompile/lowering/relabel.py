@@ -62,6 +62,7 @@ class Relabel:
 
     def __init__(self, block: str, depth: int, k: int, ids: dict[str, str]):
         self.block, self.depth, self.k, self.ids = block, depth, k, ids
+        self.done: dict[int, Any] = {}  # id of a record of hop k-1 (alive) -> hop k's
         self.old, self.new = f"{block}[{k - 1}].", f"{block}[{k}]."
 
     def value(self, v: Any) -> Any:
@@ -74,15 +75,20 @@ class Relabel:
             return v
         if t is tuple:
             return self.items(v)
-        if t is ir.Hop:
-            return self.hop(v)
-        if t is ir.Op:  # one of its own per hop, as lowering gives: the checker and codegen
-            return v._rebuilt(self.items(v._values(v)))  # key an operation's facts by id()
-        if isinstance(v, Frozen):
-            old = v._values(v)
-            new = self.items(old)
-            return v if new is old else v._rebuilt(new)  # each value of its field's type
-        raise Unsure(t.__name__)
+        if not isinstance(v, Frozen):
+            raise Unsure(t.__name__)
+        done = self.done.get(id(v))  # one record read twice (a query that is the keys)
+        if done is None:  # stays one record
+            if t is ir.Hop:
+                done = self.hop(v)
+            elif t is ir.Op:  # one of its own per hop, as lowering gives: the checker and
+                done = v._rebuilt(self.items(v._values(v)))  # codegen key facts by id()
+            else:
+                old = v._values(v)
+                new = self.items(old)
+                done = v if new is old else v._rebuilt(new)  # each of its field's type
+            self.done[id(v)] = done
+        return done
 
     def items(self, values: tuple) -> tuple:
         ids, changed, out = self.ids, False, []
