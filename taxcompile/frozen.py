@@ -140,6 +140,14 @@ class Frozen:
             new._validate(changes)
         return new
 
+    def _rebuilt(self, values: tuple) -> Frozen:
+        """A record of this class with ``values`` (every field, in order), not checked: for
+        a copy whose values are each of the type of this record's (a `repeat` hop's ids
+        re-labelled, ``lowering/relabel.py``), already checked when this one was built."""
+        new = object.__new__(type(self))
+        object.__setattr__(new, "__dict__", dict(zip(self._defaults, values)))
+        return new
+
     def as_dict(self, *, exclude: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
         """The fields as plain data, records within as dicts."""
         return {k: _dump(v) for k, v in zip(self._defaults, self._values(self))

@@ -131,6 +131,11 @@ class Lowerer(Spec, Inputs, Attentions, Repeats, Names):
         self.m.ids.add(n.id)
         self.m.roles[n.id] = n.kind_
 
+    def room(self, count: int) -> bool:
+        """Whether ``count`` more nodes pass neither limit of ``add_node``."""
+        return self.budget.nodes + count <= MAX_SPEC_NODES and \
+            len(self.m.nodes) + count <= MAX_NODES
+
     def body(self, stmts, scope: Scope) -> None:
         self.declare(stmts, scope)
         try:

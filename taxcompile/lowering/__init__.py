@@ -13,7 +13,8 @@ point: its ``Lowerer`` joins the parts below and lowers the spec model by model.
 - ``attention``: ``attention`` statements, reading the mechanism registry
   (``taxcompile/mechanisms``) for the score, alignment, position term, bias and mask;
 - ``penalties``: the ``penalty`` field (the penalties' records say where each lowers to);
-- ``repeats``: ``repeat`` blocks, unrolled hop by hop.
+- ``repeats``: ``repeat`` blocks, unrolled hop by hop (``relabel``: a hop after the
+  second is the one before it with its node ids re-labelled, where that is provably so).
 
 What is checked where. Lowering reports what one statement shows on its own, read
 against the names declared before it: identifiers and reserved names, unknown or repeated

@@ -1,5 +1,6 @@
 """``repeat NAME COUNT [shared] { … }`` blocks, unrolled: each hop lowers the body again
-in a scope of its own (``block[i].name``), and its nodes carry an ``ir.Hop`` (the block,
+in a scope of its own (``block[i].name``) or, from the third, is the hop before it
+re-labelled (``relabel.py``), and its nodes carry an ``ir.Hop`` (the block,
 the hop's index, whether hops share weights, the template they are written from). Errors
 of this kind: a bad block name or hop count, a misplaced `shared`; each mistake of the
 body is reported once, not once per hop."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 from .. import ast, ir
 from .constants import Constants
 from .names import Scope
+from .relabel import Relabel, Unsure, alike, names_block
 
 MAX_HOPS = 64
 
@@ -51,7 +53,12 @@ class Repeats(Constants):
         template = block if scope.hop is None else scope.hop.template + "." + s.name
         hops: list[dict[str, str]] = []
         scope.blocks[s.name] = hops
+        starts = [len(self.m.nodes)]  # where each hop's nodes begin, and the last ends
+        reuse = count > 2 and not self.names_itself(s)
         for i in range(1, count + 1):
+            if reuse and i > 2 and self.relabelled(s, scope, block, i, starts, hops):
+                starts.append(len(self.m.nodes))
+                continue
             inner = Scope(f"{block}[{i}].", scope,
                           hop=ir.Hop(block=block, index=i, count=count, shared=shared,
                                      count_sym=self.sym(s.count, scope),
@@ -64,4 +71,42 @@ class Repeats(Constants):
             if len(self.c.diagnostics) > before:  # report each mistake once, not once per
                 del scope.blocks[s.name]  # hop, nor again where a later hop or a statement
                 return False  # the mistake left out is named
+            starts.append(len(self.m.nodes))
+        return True
+
+    def names_itself(self, s: ast.Repeat) -> bool:
+        """Whether ``s``'s body names its block (an error today; asked once per statement,
+        not once per hop of a block around it)."""
+        memo = self.__dict__.setdefault("_names_itself", {})  # by id: the tree outlives it
+        if id(s) not in memo:
+            memo[id(s)] = names_block(s.body, s.name)
+        return memo[id(s)]
+
+    def relabelled(self, s: ast.Repeat, scope: Scope, block: str, k: int, starts: list[int],
+                   hops: list[dict]) -> bool:
+        """Hop ``k`` (> 2) as hop k-1 re-labelled (``relabel.py`` says why that is the
+        same); False where that is not sure, and nothing was changed."""
+        nodes = self.m.nodes
+        before, prev = nodes[starts[k - 3]:starts[k - 2]], nodes[starts[k - 2]:starts[k - 1]]
+        if not alike(before, prev) or not self.room(len(prev)):
+            return False  # (past a limit: lowered again, which reports it)
+        r = Relabel(block, len(scope.hop.outer) + 1 if scope.hop else 0, k, {})
+        versions = dict(self.m.versions)
+        try:
+            fresh = {n.id: r.node_id(n.id, versions) for n in prev}
+            r.ids = {**{a.id: b.id for a, b in zip(before, prev)}, **fresh}
+            new = [r.value(n) for n in prev]
+            names = r.bindings(hops[-1])
+        except Unsure:
+            return False
+        for n in new:
+            self.add_node(n, s.pos)
+        self.m.versions.update(versions)
+        hops.append(names)
+        outer: Scope | None = scope  # the names this hop updates now name its nodes
+        while outer is not None:
+            for name, v in outer.bindings.items():
+                if v in fresh:
+                    outer.bindings[name] = fresh[v]
+            outer = outer.parent
         return True
