@@ -204,3 +204,23 @@ def test_tables_given_as_inputs_are_read_from_their_values(kind, want):
     label, why = a.values["scoring"]
     assert label == want, why
     assert ("sines and cosines" in why) == (want != "General"), why
+
+
+
+def test_token_ids_are_data_not_positions():
+    """examples/qk_norm.attn: queries and keys from token ids (an embedding), l2-normalised,
+    then turned by rotary positions. The streams read only an integer input, as position
+    ids do, but an embedding looks it up: they are data, turned by the rotation, and the
+    normalised streams behind it read as the spec's cosine (taken for a position table, a
+    stream stopped the rotation being seen and the score read Scaled Multiplicative)."""
+    from pathlib import Path
+
+    from taxcompile import api
+
+    spec = Path(__file__).resolve().parents[1] / "examples" / "qk_norm.attn"
+    mod = api.module(spec, "qk_norm")
+    cfg = api.config(mod, tiny=True)
+    inputs = {k: v for k, v in mod.example_inputs(cfg=cfg).items() if not k.endswith("_mask")}
+    res = taxcompile.classify(mod.Model(cfg).eval(), inputs)
+    assert res.row()["scoring"] == "Similarity", res.text()
+    assert "turns" in res.attentions[0].values["scoring"][1]

@@ -36,9 +36,22 @@ def mark_inputs(placeholders, example) -> None:
 
 def positions(node) -> bool:
     """Whether ``node`` is an input of integers (positions, as `position_ids`), which rows
-    of a table a rotation's factor picks by and is still no data."""
+    of a table a rotation's factor picks by and is still no data. Token ids are integers
+    too, and data: an input that an embedding looks up is none."""
     v = node.meta.get("val")
-    return isinstance(v, torch.Tensor) and not v.is_floating_point() and v.dtype != torch.bool
+    if not isinstance(v, torch.Tensor) or v.is_floating_point() or v.dtype == torch.bool:
+        return False
+    frontier = [node]
+    for _ in range(8):  # through moves (a view, a cast, an expand) to what reads it
+        nxt = []
+        for n in frontier:
+            for u in n.users:
+                if op(u) == "embedding":
+                    return False
+                if op(u) in TRANSPARENT:
+                    nxt.append(u)
+        frontier = nxt
+    return True
 
 
 def table(node, trig: str):
