@@ -135,43 +135,33 @@ def test_matches_gatconv_forward_and_gradients(gen, join, loops, B):
         torch.testing.assert_close(a.grad, b.grad.view(a.shape), rtol=1e-5, atol=1e-5)
 
 
-def test_chunked_messages_match_gatconv(gen, monkeypatch):
-    """EdgeSum's other path (dtypes without the sparse kernels: chunks of messages summed
-    with index_add_), forced here in float64, against GATConv, forward and gradients."""
+@pytest.mark.parametrize("path", ["chunked", "compiled"])
+def test_index_add_paths_match_gatconv(gen, monkeypatch, path):
+    """EdgeSum's paths other than the sparse CSR product, forced here in float64, against
+    GATConv, forward and gradients: chunks of messages summed with index_add_ (dtypes without
+    the sparse kernels), and all of them in one index_add_ under torch.compile /
+    torch.export (no fake-tensor kernels for sparse CSR, a data-dependent number of edges
+    once self loops are replaced)."""
     pyg = pytest.importorskip("torch_geometric.nn")
-    mod, model = gat_model(gen, 6, 2, 5, "mean", True)
+    concat = path == "compiled"
+    mod, model = gat_model(gen, 6, 2, 5, "concat" if concat else "mean", True)
     randomize(model)
-    monkeypatch.setattr(mod.EdgeSum, "csr_dtypes", ())
-    conv = pyg.GATConv(6, 5, heads=2, concat=False).to(DT).eval()
+    if concat:
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    else:
+        monkeypatch.setattr(mod.EdgeSum, "csr_dtypes", ())
+    conv = pyg.GATConv(6, 5, heads=2, concat=concat).to(DT).eval()
     copy_into_pyg(model, conv, 2, 5)
-    x, ei = features(2, 10, 6, seed=31), random_graph(2, 10, 60, seed=32)
+    seed = 41 if concat else 31
+    x, ei = features(2, 10, 6, seed=seed), random_graph(2, 10, 60, seed=seed + 1)
     x1, x2 = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     ours, theirs = model(x1, ei).output, conv(x2.reshape(20, 6), ei).view(2, 10, -1)
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     ours.square().sum().backward()
     theirs.square().sum().backward()
     torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(model.att.att_src.grad, conv.att_src.grad.view(2, 5))
-
-
-def test_compiled_path_matches_gatconv(gen, monkeypatch):
-    """Under torch.compile / torch.export (no fake-tensor kernels for sparse CSR, a
-    data-dependent number of edges once self loops are replaced) EdgeSum sums all messages
-    in one index_add_: forced here in eager, against GATConv, forward and gradients."""
-    pyg = pytest.importorskip("torch_geometric.nn")
-    mod, model = gat_model(gen, 6, 2, 5, "concat", True)
-    randomize(model)
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    conv = pyg.GATConv(6, 5, heads=2).to(DT).eval()
-    copy_into_pyg(model, conv, 2, 5)
-    x, ei = features(2, 10, 6, seed=41), random_graph(2, 10, 60, seed=42)
-    x1, x2 = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    ours, theirs = model(x1, ei).output, conv(x2.reshape(20, 6), ei).view(2, 10, -1)
-    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
-    ours.square().sum().backward()
-    theirs.square().sum().backward()
-    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(model.att.att_dst.grad, conv.att_dst.grad.view(2, 5))
+    for a, b in ((model.att.att_src, conv.att_src), (model.att.att_dst, conv.att_dst)):
+        torch.testing.assert_close(a.grad, b.grad.view(2, 5))
 
 
 def test_an_edge_list_model_exports(gen):
