@@ -154,7 +154,7 @@ class AttentionChecks:
         if score.equal_qk and q.dim != k.dim:
             self.err(sc.loc, f"the {sc.fn.replace('_', ' ')} score needs d_q = d_k, but the query "
                      f"has {q.dim} and the keys have {k.dim}",
-                     f"project one side, e.g. `query = project({_base_ref(n.query) or '…'}, "
+                     f"project one side, e.g. `query = project({_written(n, n.query)}, "
                      f"{k.dim})`")
             return None
         if score.linear and q is not None:
@@ -323,3 +323,15 @@ class AttentionChecks:
                          "eq. 40) or `heads_out = concat`")
                 return False
         return True
+
+
+def _written(n, e) -> str:
+    """The name a hint writes for the feature ``e`` reads, as the spec writes it at ``n``:
+    an updated feature by its name (`q`, not the version `q@2`), a node of ``n``'s own hop
+    without the hop's prefix (`x`, not `enc[2].x`)."""
+    ref = _base_ref(e)
+    if ref is None:
+        return "…"
+    ref = ref.split("@")[0]
+    prefix = n.id.rpartition(".")[0] + "."
+    return ref[len(prefix):] if n.hop is not None and ref.startswith(prefix) else ref
