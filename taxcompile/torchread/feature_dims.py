@@ -142,9 +142,13 @@ def levels(r, atts, nodes) -> tuple[str, str]:
                 return "Hierarchical", (
                     f"the contexts of `{w.norm}` ({cw[0]} calls of {cw[1]} query, one per "
                     f"group) are the keys `{u.norm}` attends over ({cu[2]} per example)")
+    from .queries import key_source
+
+    bases = {a: _base(r, key_source(r, a.keys)) for a in atts}
+    ups: dict = {}  # attention -> what its keys' base reads (walked once, not once a pair)
     for u in atts:
         for w in atts:
-            if w is not u and _built_up(r, w, u):
+            if w is not u and _built_up(r, w, u, bases, ups):
                 return "Hierarchical", (
                     f"`{u.norm}` attends over features built from those `{w.norm}` attends "
                     f"over, and its context is combined with `{w.norm}`'s (levels of one "
@@ -153,17 +157,17 @@ def levels(r, atts, nodes) -> tuple[str, str]:
                             "per group, nor built from another's keys with the contexts joined")
 
 
-def _built_up(r, w, u) -> bool:
+def _built_up(r, w, u, bases: dict, ups: dict) -> bool:
     """Attention at two levels of one input, combined bottom-up (Lu et al.'s words and
     phrases): u's keys are built from w's keys (not from w's context: a stack re-encodes
-    its contexts) and a node soon after u's context also reads w's context."""
-    from .queries import key_source
-
-    kw, ku = _base(r, key_source(r, w.keys)), _base(r, key_source(r, u.keys))
+    its contexts) and a node soon after u's context also reads w's context. ``bases``: each
+    attention's keys before their learned maps; ``ups``: memo of what those read."""
+    kw, ku = bases[w], bases[u]
     if kw is None or ku is None or kw is ku or not r.roots(kw) & r.roots(ku):
         return False
-    up = ancestry(ku) | {ku}
-    if kw not in up or w.app in up:
+    if u not in ups:
+        ups[u] = ancestry(ku) | {ku}
+    if kw not in ups[u] or w.app in ups[u]:
         return False
     frontier, seen = [u.app], set()
     for _ in range(8):  # the contexts' combination: adds, maps, activations, moves

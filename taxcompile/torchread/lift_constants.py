@@ -16,7 +16,8 @@ RTOL = 2e-5  # float32 frequencies against base^(-f/n): a few ulps, far below a 
 
 
 class _Unknown(Exception):
-    pass
+    """A node whose value cannot be had from the module's own tensors (an input, an op that
+    fails): the caller falls back to the registry's default."""
 
 
 class Constants:
