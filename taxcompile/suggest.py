@@ -32,6 +32,8 @@ def suggest(word: str, options) -> str:
     close = same_words or difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     if close:
         return f"did you mean `{close[0]}`?"
+    if not options:  # "one of: " and nothing after it is no hint
+        return "nothing of that kind is defined here"
     return "one of: " + ", ".join(f"`{o}`" for o in options)
 
 

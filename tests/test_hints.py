@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from taxcompile.diagnostics import Collector, Diagnostic, SpecError
 from taxcompile.hints import FALLBACK, HINTS, hint_for
 from taxcompile.pipeline import load_text
+from taxcompile.suggest import suggest
+from conftest import error_snapshot
 from test_errors import CASES
 from test_properties import COMMON, mutants
 
@@ -23,7 +25,8 @@ def unhinted(text: str, file: str = "x.attn") -> list[str]:
     try:
         load_text(text, file)
     except SpecError as e:
-        return [d.message for d in e.diagnostics if not d.hint or d.hint == FALLBACK]
+        return [d.message for d in e.diagnostics
+                if not d.hint or d.hint == FALLBACK or d.hint.rstrip().endswith("one of:")]
     return []
 
 
@@ -54,3 +57,10 @@ def test_a_site_without_a_hint_gets_its_kinds_and_a_given_one_is_kept():
 def test_hints_are_sentences_not_echoes():
     for pattern, hint in HINTS:
         assert hint.strip() and hint != pattern and len(hint) <= 160, pattern
+
+
+def test_a_block_that_defines_no_names_says_so_not_an_empty_list():
+    # a body of updates only binds nothing of its own: the hint was "one of: " (nothing)
+    got, want = error_snapshot("repeat_defines_no_names")
+    assert got == want and "one of" not in got
+    assert suggest("q", []) == "nothing of that kind is defined here"

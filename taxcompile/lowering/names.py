@@ -118,7 +118,10 @@ class Names(LowerBase):
                 break
             name = r.parts[i + 1]
             if name not in hop:
-                self.err(r.part_pos[i + 1], f"`{part}` has no `{name}`", suggest(name, sorted(hop)))
+                self.err(r.part_pos[i + 1], f"`{part}` has no `{name}`",
+                         suggest(name, sorted(hop)) if hop else
+                         f"`{part}` defines no name of its own: a name its `update`s change "
+                         f"is read by that name after the block")
                 return None
             found = hop[name]
         if found[0] == "const":
