@@ -79,6 +79,11 @@ def _maps(norm, keys) -> tuple[int, str]:
     if split:
         h, node = split
         return h, f"`{node.name}` splits the keys' features into {h} heads merged with the batch"
+    split = _split_axis(keys, 0) if keys is not None and s and len(s) == 3 else None
+    if split:  # unbatched (H, Lq, Lk): the leading axis is a split of the features, no batch
+        h, node = split
+        return h, (f"`{norm.name}` weighs {h} heads (weights of shape {list(s)}, no batch axis: "
+                   f"`{node.name}` splits the keys' features into the heads of axis 0)")
     axis = _feature_last(norm)
     if axis is not None:  # a weight per feature last: heads before the queries' axis
         h = s[axis] if axis >= 1 and isinstance(s[axis], int) else 1
@@ -171,6 +176,13 @@ def _maps_per_head(norm, diff):
 maps_per_head = _maps_per_head
 
 
+def _sized(*dims) -> bool:
+    """Whether every dim is a number: a size known only at run time (torch.export's unbacked
+    symbols, a filtered length) is never a feature axis split into heads, and asking would
+    make the tracer guard on data."""
+    return all(isinstance(d, int) for d in dims)
+
+
 def _split_heads(node):
     """(H, view) where a view folds H heads of the features into the batch (nn.MHA)."""
     n = node
@@ -179,11 +191,52 @@ def _split_heads(node):
         if op(n) not in TRANSPARENT or not args:
             return None
         a, b = shape(args[0]), shape(n)
-        if op(n) == "view" and a and b and len(b) == len(a) and b[-1] and a[-1] % b[-1] == 0 \
-                and a[-1] // b[-1] > 1:
+        if op(n) == "view" and a and b and len(b) == len(a) and _sized(a[-1], b[-1]) \
+                and b[-1] and a[-1] % b[-1] == 0 and a[-1] // b[-1] > 1:
             return a[-1] // b[-1], n
         n = args[0]
     return None
+
+
+# moves that keep each axis or swap axes: followed back, axis by axis
+_SAME_AXES = {"clone", "contiguous", "alias", "_to_copy", "to", "detach", "dropout",
+              "native_dropout", "lift_fresh_copy", "type_as", "float", "expand"}
+
+
+def _split_axis(node, axis: int):
+    """(H, view) where ``node``'s ``axis``, followed back through moves, is the H of a view
+    splitting the last axis of features into (H, d); None where it comes from anything else
+    (a batch axis, a sequence, an unknown op). Sizes known only at run time are compared by
+    their expressions (never asking the tracer: that would guard on data)."""
+    n = node
+    for _ in range(12):
+        args, o, b = tensor_args(n), op(n), shape(n)
+        a = shape(args[0]) if args else None
+        if a is None or b is None or not 0 <= axis < len(b):
+            return None
+        if o in ("transpose", "t"):
+            d0, d1 = (n.args[1] % len(b), n.args[2] % len(b)) if o == "transpose" else (0, 1)
+            axis = d1 if axis == d0 else d0 if axis == d1 else axis
+        elif o == "permute":
+            axis = n.args[1][axis] % len(b)
+        elif o == "view":
+            if len(b) == len(a) + 1 and axis == len(b) - 2 and _sized(b[-2], b[-1], a[-1]) \
+                    and b[-2] > 1 and b[-2] * b[-1] == a[-1] and _same(b[:-2], a[:-1]):
+                return b[axis], n
+            if len(a) <= axis or not _same(b[:axis + 1], a[:axis + 1]):
+                return None  # the axis is made by this view from others
+        elif o not in _SAME_AXES or len(a) != len(b):
+            return None
+        n = args[0]
+    return None
+
+
+def _same(xs, ys) -> bool:
+    """Whether two lists of sizes are equal: numbers by value, sizes known only at run time
+    by their expressions (equal expressions are equal sizes; different ones are not taken
+    for equal)."""
+    return len(xs) == len(ys) and all(
+        x == y if _sized(x, y) else str(x) == str(y) for x, y in zip(xs, ys))
 
 
 def _repeated(node):

@@ -150,3 +150,49 @@ def normalised(node) -> object | None:
             if op(a) in NORM_OPS:
                 return n
     return None
+
+
+# ops that keep every axis where it is (an elementwise op broadcasts a smaller operand from
+# the right)
+_IN_PLACE = {"add", "sub", "mul", "div", "where", "clamp", "clamp_min", "clamp_max", "neg",
+             "clone", "contiguous", "alias", "_to_copy", "to", "detach", "dropout",
+             "native_dropout", "lift_fresh_copy", "type_as", "float", "expand", "tanh"}
+
+
+def axis_order(node) -> list | None:
+    """For an axis move (permute, transpose, t): the input axis each output axis comes from;
+    None for any other op or where the ranks say otherwise."""
+    o, s = op(node), shape(node)
+    rank = len(s or ())
+    if o == "permute" and len(node.args) > 1:
+        return [d % rank for d in node.args[1]]
+    order = list(range(rank))
+    if o == "transpose" and len(node.args) > 2:
+        i, j = node.args[1] % rank, node.args[2] % rank
+        order[i], order[j] = j, i
+        return order
+    return order[::-1] if o == "t" else None
+
+
+def axis_at(node, axis: int, target, depth: int = 40) -> int | None:
+    """Where ``node``'s ``axis`` is in ``target``, one of its ancestors, followed back through
+    axis moves and ops that keep axes in place; None where an op on the way (a reshape, a
+    reduction) makes the axis from others, or ``target`` is not reached."""
+    if node is target:
+        return axis
+    s = shape(node)
+    if depth == 0 or s is None or not 0 <= axis < len(s):
+        return None
+    order = axis_order(node)
+    if order is not None:
+        args = tensor_args(node)
+        return axis_at(args[0], order[axis], target, depth - 1) if args else None
+    if op(node) not in _IN_PLACE and not (op(node) in TRANSPARENT and shape(node) == shape(
+            (tensor_args(node) or [None])[0])):
+        return None
+    for a in tensor_args(node):
+        sa = shape(a)
+        j = axis - (len(s) - len(sa)) if sa is not None else -1
+        if j >= 0 and (found := axis_at(a, j, target, depth - 1)) is not None:
+            return found
+    return None

@@ -12,7 +12,7 @@ from .. import mechanisms
 from . import alignments, coverage, heads, inplace, lsh, records, routing, scores, talking
 from .alignments import banded, kernel_reason
 from .found import Attention
-from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
+from .normalise import TRANSPARENT, _unit, axis_at, op, shape, strip, tensor_args
 from .products import ACTS, matmul_score, ancestors, normalised, paired, projection, weight  # noqa: F401
 
 COMPARE = {"le", "lt", "ge", "gt"}
@@ -249,6 +249,26 @@ def read_align(r, norm, masks, scored="", app=None):
     return None
 
 
+def _keys_first(norm, prod, q, k) -> bool:
+    """Whether a score reader's query is in fact the keys: the axis the weights are normalised
+    over, followed back to the product (through transposes after it), is a row axis of the
+    operand the query was read from and not of the one the keys were. A reader that oriented
+    its streams itself (an affinity's columns) passes: its keys are that operand's already."""
+    dim = norm.args[1] if len(norm.args) > 1 and isinstance(norm.args[1], int) else None
+    args, sp, sn = tensor_args(prod), shape(prod) or (), shape(norm) or ()
+    if op(prod) != "matmul" or dim is None or q is None or k is None or len(args) < 2 \
+            or not sn:
+        return False
+    at = axis_at(tensor_args(norm)[0], dim % len(sn), prod)
+    if at is None and len(sp) == len(sn):
+        at = dim % len(sn)  # not followed (a reshape on the way): where it is in the weights
+    side = {len(sp) - 2: args[0], len(sp) - 1: args[1]}.get(at)
+    if side is None:
+        return False
+    up = [side, *ancestors(side, 40)]
+    return any(x is q for x in up) and not any(x is k for x in up)
+
+
 def query_type(r, q, k):
     """(label, reason): where the query comes from, against the keys."""
     kr = r.roots(k) if k is not None else frozenset()
@@ -295,10 +315,8 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     reading = got[4] if len(got) > 4 else score.reading
     if score.per_key:
         k = values  # the keys the scores are positions of: the values weighed
-    dim = tensor_args(norm)[1:] and norm.args[1]
-    rank = len(shape(norm) or ()) or 2
-    if op(prod) == "matmul" and isinstance(dim, int) and dim % rank == rank - 2:
-        q, k = k, q  # weights normalised over the first operand's rows: it holds the keys
+    if _keys_first(norm, prod, q, k):
+        q, k = k, q  # the weights run over the rows of the operand the query came from
     if inplace.swapped(r, app, values, q, k):
         q, k = k, q  # weights applied in place to the first stream's input: it holds the keys
     if biases:
@@ -330,7 +348,7 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
             and all(d == 1 for d in s[1:-1]):
         v["query_multiplicity"] = ("Multi-Head", f"`{norm.name}` normalises {s[0]} kernels, "
                                    "one per head")
-    if op(app) == "mul" and (shape(norm) or (1,))[-1] not in (1,) and rank >= 3 \
+    if op(app) == "mul" and (shape(norm) or (1,))[-1] not in (1,) and len(s) >= 3 \
             and shape(values) and shape(norm)[-1] == shape(values)[-1]:
         v["dimensionality"] = ("Multi-Dimensional", f"`{app.name}` weighs every feature of "
                                "each value (eq. 30-32)")

@@ -170,48 +170,58 @@ def find(graph, params: dict) -> list[Attention]:
 
 def read_model(graph, params: dict) -> tuple[list[Attention], dict]:
     """Every attention of the graph, and the model's feature dimensions read over them."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode as Guard
+
     r = Reader(graph, params)
     out = []
     for n in graph.nodes:
-        if op(n) == "sdpa":
-            out.append(patterns.read_sdpa(r, n))
-            continue
-        if op(n) == "div" and (edges := graphs.read(r, n)) is not None:
-            out.append(edges)  # a softmax over each node's incoming edges (GAT)
-            continue
-        kind = _norm_kind(n)
-        if kind is False:
-            continue
-        app, values, picks, diffs = r.applied(n)
-        if app is None:
-            out_node = pointer.output_of(n) if kind == (None, None) else None
-            got = pointer.read(r, n, out_node, patterns) if out_node is not None else None
-            if got is not None:  # its weights are the output: a pointer network
-                got.source = [s for s in dict.fromkeys(
-                    source_line(x) for x in _by_name(graph, got.nodes)) if s]
-                out.append(got)
-            continue  # a normalisation that weighs no values: an output layer, a gate
-        start, align = kind
-        if picks and align is None:
-            how = op(picks[0])
-            if how == "max" and alignments.noise(tensor_args(n)[0]):
-                how = "the largest weight after Gumbel noise: a sample, straight-through"
-            align = (patterns.PICK, f"`{picks[0].name}` picks one key ({how}) and "
-                     f"`{app.name}` takes its value alone (eq. 26)")
-        a = Attention(n.name, app.name)
-        patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
-        talking.note(r, n, a)
-        if op(app) == "mul" and not _sums(app):
-            if not a.recognised:
-                continue  # a product in place is an attention only as one the patterns read:
-                # a recurrent cell's gates (sigmoid(W x + U h) * h) are none
-            inplace.note(a, app)
-        coverage.note(r, next(iter(_by_name(graph, a.nodes[1:2])), n), a)
-        a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes))
-                    if s]
-        out.append(a)
+        try:
+            got = _read_node(r, graph, n)
+        except Guard as e:  # a size known only at run time compared
+            got = Attention(n.name, n.name, nodes=[n.name], recognised=False, why_not=(
+                f"reading `{n.name}` would compare sizes known only when the model runs "
+                f"(whether {getattr(e, 'cond', '?')}): not read rather than guessed"))
+        if got is not None:
+            out.append(got)
     queries.refine(r, out)
     return out, feature_dims.read(r, out, {n.name: n for n in graph.nodes})
+
+
+def _read_node(r, graph, n) -> Attention | None:
+    """The attention whose alignment is ``n``; None where ``n`` is none."""
+    if op(n) == "sdpa":
+        return patterns.read_sdpa(r, n)
+    if op(n) == "div" and (edges := graphs.read(r, n)) is not None:
+        return edges  # a softmax over each node's incoming edges (GAT)
+    kind = _norm_kind(n)
+    if kind is False:
+        return None
+    app, values, picks, diffs = r.applied(n)
+    if app is None:
+        out_node = pointer.output_of(n) if kind == (None, None) else None
+        got = pointer.read(r, n, out_node, patterns) if out_node is not None else None
+        if got is not None:  # its weights are the output: a pointer network
+            got.source = [s for s in dict.fromkeys(
+                source_line(x) for x in _by_name(graph, got.nodes)) if s]
+        return got  # None: a normalisation that weighs no values (an output layer, a gate)
+    start, align = kind
+    if picks and align is None:
+        how = op(picks[0])
+        if how == "max" and alignments.noise(tensor_args(n)[0]):
+            how = "the largest weight after Gumbel noise: a sample, straight-through"
+        align = (patterns.PICK, f"`{picks[0].name}` picks one key ({how}) and "
+                 f"`{app.name}` takes its value alone (eq. 26)")
+    a = Attention(n.name, app.name)
+    patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
+    talking.note(r, n, a)
+    if op(app) == "mul" and not _sums(app):
+        if not a.recognised:
+            return None  # a product in place is an attention only as one the patterns read:
+            # a recurrent cell's gates (sigmoid(W x + U h) * h) are none
+        inplace.note(a, app)
+    coverage.note(r, next(iter(_by_name(graph, a.nodes[1:2])), n), a)
+    a.source = [s for s in dict.fromkeys(source_line(x) for x in _by_name(graph, a.nodes)) if s]
+    return a
 
 
 def _by_name(graph, names):
