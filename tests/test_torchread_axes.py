@@ -163,3 +163,68 @@ def test_weights_over_the_first_operands_rows_make_it_the_keys():
     (att,) = taxcompile.classify(m, (x, y)).attentions
     label, why = att.values["query_type"]
     assert label == "Basic" and "reads args_0, which the keys" in why, why
+
+
+class Blocks(nn.Module):
+    """Block-local attention: the sequence cut into blocks of ``c`` positions by a view, each
+    block's queries scored against its own block's keys (``own``) or every key; ``heads``
+    split from the features before the blocks: (B, H, n, c, c)."""
+
+    def __init__(self, heads=1, c=4, own=True):
+        super().__init__()
+        self.h, self.c, self.own = heads, c, own
+        self.q, self.k, self.v = (nn.Linear(D, D) for _ in range(3))
+
+    def forward(self, x):
+        B, L, _ = x.shape
+        h, d, n = self.h, D // self.h, L // self.c
+
+        def cut(t):  # (B, L, D) -> (B, H, n, c, d)
+            return t.view(B, n, self.c, h, d).permute(0, 3, 1, 2, 4)
+
+        q = cut(self.q(x))
+        if self.own:
+            k, v = cut(self.k(x)), cut(self.v(x))
+        else:  # every key for every block: (B, H, 1, L, d)
+            k, v = (t.view(B, L, h, d).permute(0, 2, 1, 3).unsqueeze(2)
+                    for t in (self.k(x), self.v(x)))
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), -1)
+        c = a @ v  # (B, H, n, c, d)
+        return c.permute(0, 2, 3, 1, 4).reshape(B, L, D)
+
+
+def _blocks_reference(m, x):
+    """Eq. 35 with a block-diagonal window (own) or none, head by head, float64."""
+    x = x.double()
+    q, k, v = ((x @ getattr(m, n).weight.double().T + getattr(m, n).bias.double()) for n in "qkv")
+    L, d = x.shape[1], D // m.h
+    pos = torch.arange(L)
+    same_block = (pos[:, None] // m.c) == (pos[None, :] // m.c)
+    out = []
+    for h in range(m.h):
+        s = slice(h * d, (h + 1) * d)
+        e = q[..., s] @ k[..., s].transpose(-1, -2) / math.sqrt(d)
+        if m.own:
+            e = e.masked_fill(~same_block, float("-inf"))
+        out.append(torch.softmax(e, -1) @ v[..., s])
+    return torch.cat(out, -1)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_blocks_cut_from_the_sequence_are_local_and_not_heads(heads):
+    m = Blocks(heads).eval()
+    x = _x(2, 12, D)
+    torch.testing.assert_close(m(x).double(), _blocks_reference(m, x), rtol=1e-5, atol=1e-6)
+    (a,) = taxcompile.classify(m, (x,)).attentions
+    # before: Global, and the 3 blocks read as 3 heads
+    assert a.values["alignment"][0] == "Local", a.values["alignment"]
+    assert a.heads == heads, a.values["query_multiplicity"]
+    assert a.values["query_multiplicity"][0] == ("Multi-Head" if heads > 1 else "Singular")
+
+
+def test_blocks_of_queries_that_see_every_key_are_global_and_not_heads():
+    m = Blocks(own=False).eval()
+    x = _x(2, 12, D)
+    torch.testing.assert_close(m(x).double(), _blocks_reference(m, x), rtol=1e-5, atol=1e-6)
+    (a,) = taxcompile.classify(m, (x,)).attentions
+    assert a.values["alignment"][0] == "Global" and a.heads == 1, a.values

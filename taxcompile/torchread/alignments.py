@@ -124,7 +124,7 @@ def windowed(pattern: str | None, why: str, norm, keys, values) -> tuple[str | N
     window are never scored."""
     if pattern != "softmax_over_scores":
         return pattern, why
-    if (blocked := blocks.reason(keys, values)) is not None:
+    if (blocked := blocks.reason(keys, values, norm)) is not None:
         return WINDOWS, blocked
     if keys is None or not windows(keys):  # windows of the values alone score every key
         return pattern, why

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from .blocks import sliding_unfold
+from .axes import Split, follow, sized
 from .normalise import TRANSPARENT, op, shape, tensor_args
 
 # Ops between a normalisation and one operand of a difference of its maps: moves, slices,
@@ -79,7 +80,7 @@ def _maps(norm, keys) -> tuple[int, str]:
     if split:
         h, node = split
         return h, f"`{node.name}` splits the keys' features into {h} heads merged with the batch"
-    split = _split_axis(keys, 0) if keys is not None and s and len(s) == 3 else None
+    split = _split_axis(norm, 0) if s and len(s) == 3 else None
     if split:  # unbatched (H, Lq, Lk): the leading axis is a split of the features, no batch
         h, node = split
         return h, (f"`{norm.name}` weighs {h} heads (weights of shape {list(s)}, no batch axis: "
@@ -93,9 +94,36 @@ def _maps(norm, keys) -> tuple[int, str]:
                    "feature on the last)")
     if s and len(s) >= 4 and keys is not None and (u := sliding_unfold(keys)) is not None:
         return _blocked_heads(norm, u)
+    if s and len(s) >= 4 and (cut := _positions_cut(norm)) is not None:
+        return _chunked_heads(norm, cut)
     if not s or len(s) < 4 or s[-3] in (1, None):
         return 1, f"`{norm.name}` has one head (weights of shape {list(s or [])})"
     return s[-3], f"`{norm.name}` weighs {s[-3]} heads (weights of shape {list(s)})"
+
+
+def _positions_cut(norm):
+    """The view that cuts a sequence (not the features) into the blocks held on the weights'
+    axis before the queries, followed back through the keys or else the queries; None where
+    that axis comes from no such cut (heads, a batch)."""
+    start, r = tensor_args(norm)[0], len(shape(norm))
+    for operand in (1, 0):
+        cut = follow(start, r - 3, operand=operand)
+        if isinstance(cut, Split):
+            return None if cut.of_features or cut.part != 0 else cut
+    return None
+
+
+def _chunked_heads(norm, cut) -> tuple:
+    """Heads where the weights' axis before the queries holds blocks of a sequence: the axis
+    before the blocks, where a view splits the features into it; else one head."""
+    s = list(shape(norm))
+    held = (f"weights of shape {s}: axis {len(s) - 3} holds {cut.size} blocks of positions "
+            f"that `{cut.view.name}` cuts from the sequence")
+    split = _split_axis(norm, len(s) - 4) if len(s) >= 5 else None
+    if split is None:
+        return 1, f"`{norm.name}` has one head ({held})"
+    h, by = split
+    return h, f"`{norm.name}` weighs {h} heads ({held}; `{by.name}` splits the features into them)"
 
 
 def _blocked_heads(norm, unfold) -> tuple:
@@ -176,13 +204,6 @@ def _maps_per_head(norm, diff):
 maps_per_head = _maps_per_head
 
 
-def _sized(*dims) -> bool:
-    """Whether every dim is a number: a size known only at run time (torch.export's unbacked
-    symbols, a filtered length) is never a feature axis split into heads, and asking would
-    make the tracer guard on data."""
-    return all(isinstance(d, int) for d in dims)
-
-
 def _split_heads(node):
     """(H, view) where a view folds H heads of the features into the batch (nn.MHA)."""
     n = node
@@ -191,52 +212,26 @@ def _split_heads(node):
         if op(n) not in TRANSPARENT or not args:
             return None
         a, b = shape(args[0]), shape(n)
-        if op(n) == "view" and a and b and len(b) == len(a) and _sized(a[-1], b[-1]) \
+        if op(n) == "view" and a and b and len(b) == len(a) and sized(a[-1], b[-1]) \
                 and b[-1] and a[-1] % b[-1] == 0 and a[-1] // b[-1] > 1:
             return a[-1] // b[-1], n
         n = args[0]
     return None
 
 
-# moves that keep each axis or swap axes: followed back, axis by axis
-_SAME_AXES = {"clone", "contiguous", "alias", "_to_copy", "to", "detach", "dropout",
-              "native_dropout", "lift_fresh_copy", "type_as", "float", "expand"}
-
-
-def _split_axis(node, axis: int):
-    """(H, view) where ``node``'s ``axis``, followed back through moves, is the H of a view
-    splitting the last axis of features into (H, d); None where it comes from anything else
-    (a batch axis, a sequence, an unknown op). Sizes known only at run time are compared by
-    their expressions (never asking the tracer: that would guard on data)."""
-    n = node
-    for _ in range(12):
-        args, o, b = tensor_args(n), op(n), shape(n)
-        a = shape(args[0]) if args else None
-        if a is None or b is None or not 0 <= axis < len(b):
-            return None
-        if o in ("transpose", "t"):
-            d0, d1 = (n.args[1] % len(b), n.args[2] % len(b)) if o == "transpose" else (0, 1)
-            axis = d1 if axis == d0 else d0 if axis == d1 else axis
-        elif o == "permute":
-            axis = n.args[1][axis] % len(b)
-        elif o == "view":
-            if len(b) == len(a) + 1 and axis == len(b) - 2 and _sized(b[-2], b[-1], a[-1]) \
-                    and b[-2] > 1 and b[-2] * b[-1] == a[-1] and _same(b[:-2], a[:-1]):
-                return b[axis], n
-            if len(a) <= axis or not _same(b[:axis + 1], a[:axis + 1]):
-                return None  # the axis is made by this view from others
-        elif o not in _SAME_AXES or len(a) != len(b):
-            return None
-        n = args[0]
+def _split_axis(norm, axis: int):
+    """(H, view) where the weights' ``axis``, followed back through the score's keys and
+    through its queries, is the H of views splitting each one's features into (H, d); None
+    where it comes from anything else (a batch axis, a sequence cut into blocks, an unknown
+    op)."""
+    start = (tensor_args(norm) or [None])[0]
+    if start is None or axis < 0:
+        return None
+    keys, queries = follow(start, axis, operand=1), follow(start, axis, operand=0)
+    if all(isinstance(c, Split) and c.of_features and c.part == 0 and c.size > 1
+           for c in (keys, queries)) and keys.size == queries.size:
+        return keys.size, keys.view  # the queries' features split into as many heads
     return None
-
-
-def _same(xs, ys) -> bool:
-    """Whether two lists of sizes are equal: numbers by value, sizes known only at run time
-    by their expressions (equal expressions are equal sizes; different ones are not taken
-    for equal)."""
-    return len(xs) == len(ys) and all(
-        x == y if _sized(x, y) else str(x) == str(y) for x, y in zip(xs, ys))
 
 
 def _repeated(node):

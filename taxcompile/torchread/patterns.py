@@ -12,7 +12,8 @@ from .. import mechanisms
 from . import alignments, coverage, heads, inplace, lsh, records, routing, scores, talking
 from .alignments import banded, kernel_reason
 from .found import Attention
-from .normalise import TRANSPARENT, _unit, axis_at, op, shape, strip, tensor_args
+from .axes import follow
+from .normalise import TRANSPARENT, _unit, op, shape, strip, tensor_args
 from .products import ACTS, matmul_score, ancestors, normalised, paired, projection, weight  # noqa: F401
 
 COMPARE = {"le", "lt", "ge", "gt"}
@@ -259,7 +260,7 @@ def _keys_first(norm, prod, q, k) -> bool:
     if op(prod) != "matmul" or dim is None or q is None or k is None or len(args) < 2 \
             or not sn:
         return False
-    at = axis_at(tensor_args(norm)[0], dim % len(sn), prod)
+    at = follow(tensor_args(norm)[0], dim % len(sn), target=prod)
     if at is None and len(sp) == len(sn):
         at = dim % len(sn)  # not followed (a reshape on the way): where it is in the weights
     side = {len(sp) - 2: args[0], len(sp) - 1: args[1]}.get(at)
