@@ -1,6 +1,6 @@
 """Structured attention read from code (taxcompile/torchread/crf.py): the marginals of a
 linear-chain CRF over the keys (Kim et al. 2017), computed here by hand by forward-backward
-in log space (checked against brute force over every assignment), read as the `crf`
+in log space and in probability space (checked against brute force over every assignment), read as the `crf`
 alignment with and without Kim et al.'s division by their sum; and near misses that must not
 read as one: a softmax written as exp(e - logsumexp e), a forward recursion alone, a sigmoid
 of the scores, the same recursions over an input that is no score, over the queries' axis,
@@ -45,6 +45,28 @@ def forward_backward(e, trans, backward=True):
     return (a + b - log_z)[..., 1].exp()
 
 
+def forward_backward_probs(e, trans):
+    """The same marginals in probability space: potentials exp(e) and exp(theta), each
+    forward and backward state rescaled to sum to one (the scale cancels in the ratio)."""
+    n = e.shape[-1]
+    psi = torch.stack([torch.ones_like(e), e.exp()], -1)  # (..., n, 2)
+    m = trans.exp()
+    alpha = psi[..., 0, :] / psi[..., 0, :].sum(-1, keepdim=True)
+    alphas = [alpha]
+    for i in range(1, n):
+        alpha = (alpha @ m) * psi[..., i, :]
+        alpha = alpha / alpha.sum(-1, keepdim=True)
+        alphas.append(alpha)
+    beta = torch.ones_like(alpha) / 2
+    betas = [beta]
+    for i in range(n - 2, -1, -1):
+        beta = (psi[..., i + 1, :] * beta) @ m.T
+        beta = beta / beta.sum(-1, keepdim=True)
+        betas.insert(0, beta)
+    g = torch.stack(alphas, -2) * torch.stack(betas, -2)  # (..., n, 2)
+    return (g / g.sum(-1, keepdim=True))[..., 1]
+
+
 def brute_force(e, trans):
     """p(z_l = 1 | e) summing exp(sum_l z_l e_l + sum_l theta(z_l, z_l+1)) over all 2^n z."""
     n = len(e)
@@ -62,6 +84,7 @@ def test_the_hand_written_marginals_are_the_crf_marginals():
     got = forward_backward(e, trans)
     for b, t in itertools.product(range(2), range(3)):
         assert got[b, t].tolist() == pytest.approx(brute_force(e[b, t], trans), abs=1e-5)
+    assert torch.allclose(forward_backward_probs(e, trans), got, atol=1e-5)
     # with no transition the positions are independent: sigmoid(e_l) each
     assert torch.allclose(forward_backward(e, torch.zeros(2, 2)), e.sigmoid(), atol=1e-6)
 
@@ -92,8 +115,9 @@ def _aligns(res) -> list:
 
 
 @pytest.mark.parametrize("normalize", [False, True])
-def test_crf_marginals_written_by_hand_read_as_crf(normalize):
-    res = _read(Structured(forward_backward, normalize))
+@pytest.mark.parametrize("weights", [forward_backward, forward_backward_probs])
+def test_crf_marginals_written_by_hand_read_as_crf(weights, normalize):
+    res = _read(Structured(weights, normalize))
     assert len(res.recognised) == 1, res.text()
     a = res.recognised[0]
     assert a.names == {"score": "general", "align": "crf"}

@@ -101,9 +101,9 @@ def _slice_groups(graph) -> dict:
 
 
 def _scores(base, axis):
-    """(the scores, their axis) that ``base``'s ``axis`` comes from, back through moves and
-    a stack or concatenation with constants (the potentials of z = 0); None where the axis
-    is lost or the base is a constant."""
+    """(the scores, their axis) that ``base``'s ``axis`` comes from, back through moves, an
+    exp (potentials in probability space) and a stack or concatenation with constants (the
+    potentials of z = 0); None where the axis is lost or the base is a constant."""
     n = base
     for _ in range(40):
         o, args = op(n), tensor_args(n)
@@ -115,6 +115,9 @@ def _scores(base, axis):
             if len(data) != 1 or axis == dim % len(shape(n)):
                 return n, axis
             n = data[0]
+            continue
+        if o == "exp" and args:
+            n = args[0]  # potentials in probability space: exp of the scores
             continue
         if o not in TRANSPARENT or not args or o in ("select", "slice", "getitem"):
             return n, axis
