@@ -4,7 +4,8 @@ in log space and in probability space (checked against brute force over every as
 alignment with and without Kim et al.'s division by their sum; and near misses that must not
 read as one: a softmax written as exp(e - logsumexp e), a forward recursion alone, a sigmoid
 of the scores, the same recursions over an input that is no score, over the queries' axis,
-and with no transition between positions."""
+and with no transition between positions, and a bidirectional recurrence (a learned 4 x 4
+map between states, no two labels)."""
 import itertools
 import math
 
@@ -195,4 +196,37 @@ def test_a_recursion_over_the_queries_is_no_crf():
             return a @ x
 
     res = _read(OverQueries(), _x(2, L, L))
+    assert "crf" not in _aligns(res), res.text()
+
+
+class BiRecurrence(nn.Module):
+    """A bidirectional tanh recurrence over the scores (h_l = tanh(W h_(l-1) + e_l u) each
+    way, 4 units), its two passes' states added and exp'd: forward and backward recursions
+    with a learned map at each step, but over no two labels: no CRF's marginals."""
+
+    def __init__(self):
+        super().__init__()
+        self.W, self.u = nn.Parameter(_x(4, 4, seed=6) / 2), nn.Parameter(_x(4, seed=7))
+
+    def forward(self, y, x):
+        e = y @ x.transpose(1, 2)  # (B, T, L)
+        n = e.shape[-1]
+        h = torch.zeros(*e.shape[:-1], 4)
+        fwd = []
+        for i in range(n):
+            h = torch.tanh(h @ self.W + e[..., i, None] * self.u)
+            fwd.append(h)
+        h = torch.zeros(*e.shape[:-1], 4)
+        bwd = []
+        for i in range(n - 1, -1, -1):
+            h = torch.tanh(h @ self.W + e[..., i, None] * self.u)
+            bwd.insert(0, h)
+        a = (torch.stack(fwd, -2) + torch.stack(bwd, -2)).exp()[..., 0]  # (B, T, L)
+        return a @ x
+
+
+def test_a_bidirectional_recurrence_is_no_crf():
+    """The pairwise potentials of a CRF over z in {0, 1} are 2 x 2 (per head): a learned
+    4 x 4 map between states is no transition of two labels."""
+    res = _read(BiRecurrence())
     assert "crf" not in _aligns(res), res.text()

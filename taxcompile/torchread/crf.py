@@ -4,13 +4,13 @@ backward recursion over the positions (in log space or not), with unary potentia
 position by position from the scores e and pairwise potentials from a learned transition.
 No normalisation node starts it, so the pattern is found from the slices:
 
-- the scores (a tensor reading the inputs, through moves and a stack with constants: the
-  potentials of z = 0) are sliced at every key position, one slice per step (select,
-  a size-one slice, unbind);
+- the scores (a tensor reading the inputs, through moves, an exp and a stack with
+  constants: the potentials of z = 0) are sliced at every position of their last axis (the
+  keys), one slice per step (select, a size-one slice, unbind);
 - each node downstream of the slices gets the set of positions it reads (a bit mask): a
   forward recursion leaves a node reading exactly the positions 0..l for every l, and a
-  transition (a node from a parameter the scores do not read) is combined with each of
-  them; a backward recursion the same with l..L-1;
+  transition (a node from a 2 x 2 parameter, per head, that reads no input: theta(z_l,
+  z_l+1)) is combined with each of them; a backward recursion the same with l..L-1;
 - the forward states are stacked in position order (each reading 0..l or 0..l-1), the
   backward ones too (l..L-1 or l+1..L-1), each pair covering every position, and the first
   exp, product or quotient reading both stacks is the marginals;
@@ -18,8 +18,9 @@ No normalisation node starts it, so the pattern is found from the slices:
   over (the weights are over the keys), and a division by the sum over that axis on the way
   is Kim et al.'s lambda (``crf(normalize = true)``).
 
-Anything else (a forward recursion alone, no transition, a recursion over an input that is no
-score, marginals never applied over the recursion's axis) is no CRF: refused, not guessed."""
+Anything else (a forward recursion alone, no 2 x 2 transition, a recursion over the queries'
+axis, marginals never applied over the recursion's axis) is no CRF: refused, not guessed; a
+recursion over an input that is no score is an attention whose score is not recognised."""
 from __future__ import annotations
 
 import heapq
@@ -285,9 +286,9 @@ def _marginals(r, mask, pairs):
 
 
 def _transitions(r, mask, n):
-    """A parameter read apart from the data (a learned pairwise potential), combined with
-    every forward state but the last and every backward state but the first; None where
-    some step has none."""
+    """A 2 x 2 parameter (per head) read apart from the data: the learned pairwise
+    potentials theta(z_l, z_l+1) of two labels, combined with every forward state but the
+    last and every backward state but the first; None where some step has none."""
     want = {_prefix(i) for i in range(n - 1)} | {_suffix(i, n) for i in range(1, n)}
     seen, found_at = {}, set()
     for x, m in mask.items():
@@ -298,7 +299,8 @@ def _transitions(r, mask, n):
             continue
         for a in args:
             if mask.get(a, 0) == 0 and not r.roots(a):
-                p = next(iter(_params(r, a, 8)), None)
+                p = next((p for p in _params(r, a, 8)
+                          if tuple(shape(p) or ())[-2:] == (2, 2)), None)
                 if p is not None:
                     seen[m] = p
                     found_at.add(m)
