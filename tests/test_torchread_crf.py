@@ -230,3 +230,31 @@ def test_a_bidirectional_recurrence_is_no_crf():
     4 x 4 map between states is no transition of two labels."""
     res = _read(BiRecurrence())
     assert "crf" not in _aligns(res), res.text()
+
+
+class Heads(nn.Module):
+    """Two heads, each its own 2 x 2 transition (as Kim et al.'s per head), over scaled
+    dot products of projected queries and keys."""
+
+    def __init__(self, h=2):
+        super().__init__()
+        self.h = h
+        self.q, self.k, self.v = (nn.Linear(D, D, bias=False) for _ in range(3))
+        self.transitions = nn.Parameter(_x(h, 2, 2, seed=8))
+
+    def forward(self, y, x):
+        B, n = y.shape[0], D // self.h
+        q = self.q(y).view(B, -1, self.h, n).transpose(1, 2)  # (B, H, T, D / H)
+        k = self.k(x).view(B, -1, self.h, n).transpose(1, 2)
+        v = self.v(x).view(B, -1, self.h, n).transpose(1, 2)
+        e = q @ k.transpose(-1, -2) / math.sqrt(n)  # (B, H, T, L)
+        a = forward_backward(e, self.transitions.view(self.h, 1, 2, 2))
+        return (a @ v).transpose(1, 2).reshape(B, -1, D)
+
+
+def test_a_crf_per_head_is_read_with_its_heads():
+    res = _read(Heads())
+    assert len(res.recognised) == 1, res.text()
+    a = res.recognised[0]
+    assert a.names["align"] == "crf" and a.heads == 2, res.text()
+    assert res.row()["query_multiplicity"] == "Multi-Head"
