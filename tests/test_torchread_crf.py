@@ -128,6 +128,7 @@ def test_crf_marginals_written_by_hand_read_as_crf(weights, normalize):
     why = a.values["alignment"][1]
     assert "forward recursion" in why and "backward" in why and "transitions" in why
     assert ("normalised" in why) == normalize
+    assert a.align_args == ({"normalize": True} if normalize else {})
 
 
 def test_a_crf_over_the_keys_of_self_attention_is_read():
@@ -258,3 +259,40 @@ def test_a_crf_per_head_is_read_with_its_heads():
     a = res.recognised[0]
     assert a.names["align"] == "crf" and a.heads == 2, res.text()
     assert res.row()["query_multiplicity"] == "Multi-Head"
+
+
+SPEC = """paper probe {{
+    cite = "Probe"
+    title = "probe"
+}}
+
+model m {{
+    input x: sequence[L, 8]
+    input y: sequence[T, 8]
+    attention att {{ query = y  features = x  score = multiplicative  align = {align}  heads = {heads} }}
+    output out = identity(att)
+}}
+"""
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("align", ["crf", "crf(normalize = true)"])
+def test_taxcompiles_own_crf_reads_with_its_normalisation_and_lifts(align, heads, tmp_path):
+    """The generated code (taxcompile's crf_marginals, masked steps and all) reads as crf,
+    normalised exactly where the spec says so, and its lifted sketch says the same."""
+    from taxcompile import api
+    from taxcompile.torchread.lift import lift_module
+
+    path = tmp_path / "one.attn"
+    path.write_text(SPEC.format(align=align, heads=heads))
+    mod = api.module(str(path), "m")
+    cfg = api.config(mod, tiny=True)
+    inputs = {k: v for k, v in mod.example_inputs(cfg=cfg).items() if not k.endswith("_mask")}
+    model = mod.Model(cfg).eval()
+    res = taxcompile.classify(model, inputs)
+    assert _aligns(res) == ["crf"] and res.recognised[0].heads == heads, res.text()
+    normalised = "normalize" in align
+    assert res.recognised[0].align_args == ({"normalize": True} if normalised else {})
+    text = lift_module(model, inputs, "m")
+    assert f"align  = {align}" in text, text
+    assert api.classify(text).row()["alignment"] == "Global"  # the sketch is a valid spec

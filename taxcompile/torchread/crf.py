@@ -40,8 +40,8 @@ _AXIS_OPS = TRANSPARENT | {"where", "div", "mul", "add", "sub", "clamp", "clamp_
 
 
 def found(r) -> dict:
-    """{alignment node: (score node, (PATTERN, reason))} for every CRF's marginals in the
-    reader's graph, computed once per reader."""
+    """{alignment node: (score node, (PATTERN, reason), the alignment's parameters)} for
+    every CRF's marginals in the reader's graph, computed once per reader."""
     if r.crf is None:
         r.crf = {}
         for (base, dim), nodes in _slice_groups(r.graph).items():
@@ -54,7 +54,15 @@ def found(r) -> dict:
 def marginals(r, node):
     """(score node, (PATTERN, reason)) where ``node`` is a CRF's marginals as they weigh
     the values; None otherwise (the catalogue's entry)."""
-    return found(r).get(node)
+    got = found(r).get(node)
+    return got[:2] if got is not None else None
+
+
+def args(r, node) -> dict:
+    """The record's parameters read for the CRF whose marginals are ``node``: normalize
+    where they are divided by their sum over the keys; {} for none or the defaults."""
+    got = found(r).get(node)
+    return dict(got[2]) if got is not None else {}
 
 
 # --- the slices of one tensor, position by position ---
@@ -266,7 +274,7 @@ def _read_group(r, base, axis, slices):
            f"`{r.params.get(trans.name) or trans.name}` at each step")
     if div is not None:
         why += f", divided by their sum over the keys (`{div.name}`: lambda, normalised)"
-    return norm, e, (PATTERN, why)
+    return norm, e, (PATTERN, why), ({"normalize": True} if div is not None else {})
 
 
 def _marginals(r, mask, pairs):
