@@ -58,7 +58,7 @@ def marginals(r, node):
     return got[:2] if got is not None else None
 
 
-def args(r, node) -> dict:
+def align_args(r, node) -> dict:
     """The record's parameters read for the CRF whose marginals are ``node``: normalize
     where they are divided by their sum over the keys; {} for none or the defaults."""
     got = found(r).get(node)
@@ -242,6 +242,9 @@ def _stacks(mask, n: int):
 
 
 def _read_group(r, base, axis, slices):
+    """(the node to read as the weights, the scores, (PATTERN, reason), the record's
+    parameters) where the slices of ``base`` along ``axis`` ({position: nodes}) feed a
+    CRF's marginals over the keys; None otherwise."""
     n = len(slices)
     got = _scores(base, axis)
     if got is None:
@@ -256,7 +259,7 @@ def _read_group(r, base, axis, slices):
     fwd, bwd = _stacks(mask, n)
     pairs = [(f, b) for f in fwd for b in bwd if all(
         _prefix(i - fwd[f]) | _suffix(i + bwd[b], n) == (1 << n) - 1 for i in range(n))]
-    m = _marginals(r, mask, pairs)
+    m = _marginals(r, mask, pairs, n)
     if m is None:
         return None
     node, (f, b) = m
@@ -277,11 +280,11 @@ def _read_group(r, base, axis, slices):
     return norm, e, (PATTERN, why), ({"normalize": True} if div is not None else {})
 
 
-def _marginals(r, mask, pairs):
-    """(the first exp, product or quotient reading a forward and a backward stack that
-    pair position by position, the pair)."""
+def _marginals(r, mask, pairs, n: int):
+    """(the first exp, product or quotient reading all ``n`` positions and a forward and a
+    backward stack that pair position by position, the pair)."""
     order = r.order()
-    full = max(mask.values(), default=0)
+    full = (1 << n) - 1
     below: dict = {}
     for x in sorted(mask, key=order.get):
         got = {s for a in tensor_args(x) for s in below.get(a, ())}
@@ -428,7 +431,7 @@ def _applied_over(m, axis):
                 if got is None or got[1] != 1:
                     continue
                 track[u] = got[0]
-                if norm is None and div is None and got[0] == len(shape(u)) - 1:
+                if norm is None and got[0] == len(shape(u)) - 1:
                     norm = u
                 nxt.append(u)
         frontier = nxt

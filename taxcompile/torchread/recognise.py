@@ -52,7 +52,7 @@ class Reader:
         self._roots: dict = {}
         self.mixes: dict = {}  # normalisation -> its heads' mixes (talking heads)
         self.covered: dict = {}  # coverage terms in scores -> their learned weight
-        self.crf: dict | None = None  # a CRF's marginals -> (scores, alignment): crf.found
+        self.crf: dict | None = None  # a CRF's weights -> (scores, alignment, args): crf.found
         self._order: dict = {}
 
     def order(self) -> dict:
@@ -223,7 +223,7 @@ def _read_node(r, graph, n) -> Attention | None:
             how = "the largest weight after Gumbel noise: a sample, straight-through"
         align = (patterns.PICK, f"`{picks[0].name}` picks one key ({how}) and "
                  f"`{app.name}` takes its value alone (eq. 26)")
-    a = Attention(n.name, app.name, align_args=crf.args(r, n))
+    a = Attention(n.name, app.name, align_args=crf.align_args(r, n))
     patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
     talking.note(r, n, a)
     if op(app) == "mul" and not _sums(app):
