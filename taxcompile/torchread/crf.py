@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from .normalise import TRANSPARENT, op, shape, tensor_args
+from .normalise import TRANSPARENT, op, shape as _shape, tensor_args
 
 PATTERN = "forward_backward_marginals"
 # Ops whose value does not depend on their input's values: constants shaped like it.
@@ -37,6 +37,14 @@ _PAST_FULL = 24  # steps past the recursion's last state where the marginals may
 _MAX_NODES = 20000  # nodes one group's propagation may visit
 _AXIS_OPS = TRANSPARENT | {"where", "div", "mul", "add", "sub", "clamp", "clamp_min",
                            "masked_fill", "exp", "neg", "abs"}
+
+
+def _static(node):
+    """The node's shape where every size is a known int, else None: the pattern compares
+    sizes, and a size known only at run time is never compared (that would guard on
+    data)."""
+    s = _shape(node)
+    return s if s is not None and all(type(d) is int for d in s) else None
 
 
 def found(r) -> dict:
@@ -73,9 +81,9 @@ def _slice_of(n):
     if o == "select" and len(n.args) >= 3 and isinstance(n.args[2], int):
         return args[0], n.args[1], n.args[2]
     if o == "slice" and len(n.args) >= 4 and all(isinstance(a, int) for a in n.args[1:4]) \
-            and (len(n.args) < 5 or n.args[4] == 1) and shape(n) is not None:
-        axis = n.args[1] % len(shape(n))
-        if shape(n)[axis] == 1:
+            and (len(n.args) < 5 or n.args[4] == 1) and _static(n) is not None:
+        axis = n.args[1] % len(_static(n))
+        if _static(n)[axis] == 1:
             return args[0], axis, n.args[2]
     if o == "getitem" and args and isinstance(n.args[1], int):
         src = args[0]
@@ -98,7 +106,7 @@ def _slice_groups(graph) -> dict:
     groups: dict = {}
     for n in graph.nodes:
         got = _slice_of(n)
-        s = shape(got[0]) if got else None
+        s = _static(got[0]) if got else None
         if not s or not isinstance(got[1], int):
             continue
         axis = got[1] % len(s)
@@ -106,7 +114,7 @@ def _slice_groups(graph) -> dict:
         if not isinstance(size, int) or size < 2 or not -size <= got[2] < size:
             continue
         groups.setdefault((got[0], axis), {}).setdefault(got[2] % size, []).append(n)
-    return {k: v for k, v in groups.items() if len(v) == shape(k[0])[k[1]]}
+    return {k: v for k, v in groups.items() if len(v) == _static(k[0])[k[1]]}
 
 
 def _scores(base, axis):
@@ -121,7 +129,7 @@ def _scores(base, axis):
         if o == "cat":
             data = [a for a in args if not _constant(a)]
             dim = n.args[1] if len(n.args) > 1 else 0
-            if len(data) != 1 or axis == dim % len(shape(n)):
+            if len(data) != 1 or axis == dim % len(_static(n)):
                 return n, axis
             n = data[0]
             continue
@@ -151,7 +159,7 @@ def _constant(n) -> bool:
 def _axis_back(n, src, axis):
     """The axis of ``src`` (``n``'s input) that ``n``'s ``axis`` comes from; None if not
     one axis."""
-    so, si = shape(n), shape(src)
+    so, si = _static(n), _static(src)
     if so is None or si is None:
         return None
     o = op(n)
@@ -250,7 +258,7 @@ def _read_group(r, base, axis, slices):
     if got is None:
         return None
     e, e_axis = got
-    if not r.roots(e) or e_axis != len(shape(e) or ()) - 1:
+    if not r.roots(e) or e_axis != len(_static(e) or ()) - 1:
         return None  # a recursion over no data, or over another axis than the keys'
     mask = _propagate(r, slices)
     present = set(mask.values())
@@ -311,7 +319,7 @@ def _transitions(r, mask, n):
         for a in args:
             if mask.get(a, 0) == 0 and not r.roots(a):
                 p = next((p for p in _params(r, a, 8)
-                          if tuple(shape(p) or ())[-2:] == (2, 2)), None)
+                          if tuple(_static(p) or ())[-2:] == (2, 2)), None)
                 if p is not None:
                     seen[m] = p
                     found_at.add(m)
@@ -342,7 +350,7 @@ def _stack_axis(stack, end, mask):
     """The axis of ``end`` holding the positions ``stack`` stacks, followed through the
     nodes between them (in ``mask``); None where it is lost."""
     dim = stack.args[1] if len(stack.args) > 1 else 0
-    s_in, s_out = shape(tensor_args(stack)[0]), shape(stack)
+    s_in, s_out = _static(tensor_args(stack)[0]), _static(stack)
     if s_in is None or s_out is None:
         return None
     if op(stack) == "stack":
@@ -370,7 +378,7 @@ def _stack_axis(stack, end, mask):
 def _axis_forward(n, src, axis, block):
     """(axis, inner block) of ``n`` holding the positions that ``src``'s ``axis`` holds
     (as its outer block of ``block`` elements each); None where they are lost."""
-    so, si = shape(n), shape(src)
+    so, si = _static(n), _static(src)
     if so is None or si is None or op(n) not in _AXIS_OPS | {"cat", "stack", "unsqueeze"}:
         return None
     o = op(n)
@@ -407,7 +415,7 @@ def _applied_over(m, axis):
     if axis is None:
         return None
     track, frontier, div = {m: axis}, [m], None
-    norm = m if axis == len(shape(m)) - 1 else None
+    norm = m if axis == len(_static(m)) - 1 else None
     for _ in range(16):
         nxt = []
         for x in frontier:
@@ -415,13 +423,13 @@ def _applied_over(m, axis):
                 if u in track:
                     continue
                 o, args, a = op(u), tensor_args(u), track[x]
-                rank = len(shape(x) or ())
+                rank = len(_static(x) or ())
                 if o == "matmul" and args and args[0] is x and a == rank - 1:
                     return norm or m, u, div
                 if o == "matmul" and len(args) > 1 and args[1] is x and a == rank - 2:
                     return norm or m, u, div
                 if o == "mul" and any(op(s) == "sum" and _sum_dims(s) == {
-                        a + len(shape(s.args[0]) or ()) - rank} for s in u.users):
+                        a + len(_static(s.args[0]) or ()) - rank} for s in u.users):
                     return norm or m, u, div
                 if o == "sum" or o not in _AXIS_OPS:
                     continue
@@ -431,7 +439,7 @@ def _applied_over(m, axis):
                 if got is None or got[1] != 1:
                     continue
                 track[u] = got[0]
-                if norm is None and got[0] == len(shape(u)) - 1:
+                if norm is None and got[0] == len(_static(u)) - 1:
                     norm = u
                 nxt.append(u)
         frontier = nxt
@@ -440,7 +448,7 @@ def _applied_over(m, axis):
 
 def _sum_dims(s) -> set:
     dims = s.args[1] if len(s.args) > 1 else None
-    rank = len(shape(s.args[0]) or ())
+    rank = len(_static(s.args[0]) or ())
     dims = [dims] if isinstance(dims, int) else list(dims or [])
     return {d % rank for d in dims} if rank else set()
 
