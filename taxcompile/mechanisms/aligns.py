@@ -149,7 +149,8 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
                   "a CRF's marginals p(z_l = 1) are not normalised over the keys "
                   "(`crf(normalize = true)` divides them by their sum)"),
               doc="structured attention: a linear-chain CRF's marginals p(z_l = 1) (Kim et al.)",
-              template="align/crf.py.j2", helpers=("crf_marginals",)),
+              template="align/crf.py.j2", helpers=("crf_marginals",),
+              recognised_by=("forward_backward_marginals",)),
     Mechanism("align", "topk", (pint("k"),), reading="Sparse", reason=TOPK_REASON,
               label="top-{k}", class_part="TopK",
               doc="top-k alignment: a softmax over each query's k largest scores (Zhao et al.)",

@@ -1,13 +1,14 @@
 """Every graph pattern the reader finds, by name, and the function that finds it: the score
 and alignment patterns that ``patterns`` tries in order, and those found on the way to them
 (the fused call, a softmax over each node's edges, sparsemax's threshold, a pick of one key,
-a kernel spread over positions, a Gaussian of the key positions, a difference of two maps).
+a kernel spread over positions, a Gaussian of the key positions, a difference of two maps,
+a CRF's marginals by forward-backward).
 The registry's records name these (``Mechanism.recognised_by``); ``check`` refuses a record
 that names a pattern not here, and tests/test_recognisers_records.py runs it."""
 from __future__ import annotations
 
 from .. import mechanisms
-from . import alignments, graphs, heads, patterns
+from . import alignments, crf, graphs, heads, patterns
 
 PATTERNS = {
     **patterns.SCORE_PATTERNS, **patterns.ALIGN_PATTERNS,
@@ -20,6 +21,7 @@ PATTERNS = {
     patterns.GAUSSIAN: alignments.gaussian,
     alignments.WINDOWS: alignments.windows,
     patterns.DIFFERENCE: heads.maps_per_head,
+    crf.PATTERN: crf.marginals,
 }
 
 

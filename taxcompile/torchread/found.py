@@ -15,6 +15,9 @@ class Attention:
     recognised: bool = True
     why_not: str = ""
     names: dict = field(default_factory=dict)  # "score"/"align" -> the registry's name
+    # the alignment's parameters read from the graph where they differ from the record's
+    # defaults (a CRF's normalize = True): the lifted sketch writes them
+    align_args: dict = field(default_factory=dict)
     heads: int = 1  # query heads, and key/value heads where shared between them (lift)
     kv_heads: int | None = None
     # graph nodes for the passes over every attention (queries): not part of the answer

@@ -207,9 +207,18 @@ def _align(a) -> tuple[str | None, str]:
         if ks and _int(ks[0]):
             return f"topk(k = {ks[0]})", ""
         return None, "its top-k's k is not a constant of the graph"
+    if name in ALIGNS and a.align_args:  # parameters read from the graph
+        return name + "(" + ", ".join(f"{k} = {_value(v)}" for k, v in a.align_args.items()) \
+            + ")", ""
     if name in ALIGNS:
         return ALIGNS[name], ""
     return None, f"its alignment `{ident(name, set(), 'a')}` needs parameters not read here"
+
+
+def _value(v) -> str:
+    """A parameter's value as a spec writes it."""
+    return ("true" if v else "false") if isinstance(v, bool) else f"{v:g}" \
+        if isinstance(v, float) else str(v)
 
 
 def attention(r, a, name: str, feats, query: str | None = None) -> tuple[list, list]:

@@ -3,13 +3,15 @@
 An attention is a normalisation over a key axis (softmax, log-softmax, sigmoid, sparsemax,
 1.5-entmax) whose input is a score and whose output weighs values through a matmul, an
 elementwise product summed over the key axis or a convolution's kernel, possibly after a
-pick of one key (argmax, sampling: hard attention). A softmax over each node's incoming
+pick of one key (argmax, sampling: hard attention). The marginals of a linear-chain CRF over
+the keys (structured attention), which no normalisation node makes, are found by ``crf``
+from the forward and backward recursions that compute them. A softmax over each node's incoming
 edges built from scatter ops (graph attention over an edge list) is read by ``graphs``.
 Once each is read, ``queries`` reads query types and hops over all of them. Each one's score, alignment, heads and query source are read by the
 graph patterns of ``patterns``, which the registry's records name (``recognised_by``)."""
 from __future__ import annotations
 
-from . import (alignments, coverage, feature_dims, graphs, inplace, patterns, pointer,
+from . import (alignments, coverage, crf, feature_dims, graphs, inplace, patterns, pointer,
                queries, talking)
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, strip, tensor_args
@@ -50,6 +52,14 @@ class Reader:
         self._roots: dict = {}
         self.mixes: dict = {}  # normalisation -> its heads' mixes (talking heads)
         self.covered: dict = {}  # coverage terms in scores -> their learned weight
+        self.crf: dict | None = None  # a CRF's weights -> (scores, alignment, args): crf.found
+        self._order: dict = {}
+
+    def order(self) -> dict:
+        """{node: its place in the graph's (topological) order}."""
+        if not self._order:
+            self._order = {n: i for i, n in enumerate(self.graph.nodes)}
+        return self._order
 
     def is_param(self, node) -> bool:
         return node.op == "get_attr" or (node.op == "placeholder" and node.name in self.params)
@@ -148,10 +158,12 @@ def _sums(node) -> bool:
     return any(op(u) == "sum" for u in node.users)
 
 
-def _norm_kind(n):
+def _norm_kind(r, n):
     """(start, align) for a node that may be an alignment: start is the score's node where it is
-    not the node's input, align the (name, reason) read from the node itself; None where the
+    not the node's input, align the (name, reason) read from the node itself; False where the
     node is no alignment."""
+    if (marginals := crf.marginals(r, n)) is not None:
+        return marginals  # a CRF's marginals over the keys: no normalisation node
     o = op(n)
     if o in NORMS:
         return None, None
@@ -193,7 +205,7 @@ def _read_node(r, graph, n) -> Attention | None:
         return patterns.read_sdpa(r, n)
     if op(n) == "div" and (edges := graphs.read(r, n)) is not None:
         return edges  # a softmax over each node's incoming edges (GAT)
-    kind = _norm_kind(n)
+    kind = _norm_kind(r, n)
     if kind is False:
         return None
     app, values, picks, diffs = r.applied(n)
@@ -211,7 +223,7 @@ def _read_node(r, graph, n) -> Attention | None:
             how = "the largest weight after Gumbel noise: a sample, straight-through"
         align = (patterns.PICK, f"`{picks[0].name}` picks one key ({how}) and "
                  f"`{app.name}` takes its value alone (eq. 26)")
-    a = Attention(n.name, app.name)
+    a = Attention(n.name, app.name, align_args=crf.align_args(r, n))
     patterns.read(r, n, app, values, a, start, align, diffs[0] if diffs else None)
     talking.note(r, n, a)
     if op(app) == "mul" and not _sums(app):
