@@ -30,8 +30,6 @@ SUITE = {  # one per family of what is read: scores, alignments, heads, query ty
 EXPECTED_FAILURES = {  # "file:model" -> why
     'examples/kim2017_structured.attn:segmentation':
         'no softmax in its graph weighs values through a matmul or a summed product (the weights are read or applied another way)',
-    'examples/kitaev2020_reformer.attn:kitaev2020_reformer':
-        'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
 }
 
 

@@ -9,8 +9,8 @@ Once each is read, ``queries`` reads query types and hops over all of them. Each
 graph patterns of ``patterns``, which the registry's records name (``recognised_by``)."""
 from __future__ import annotations
 
-from . import (alignments, coverage, feature_dims, graphs, inplace, patterns, pointer,
-               queries, talking)
+from . import (alignments, coverage, feature_dims, graphs, inplace, lse, lsh_chunks, patterns,
+               pointer, queries, talking)
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, strip, tensor_args
 
@@ -155,6 +155,8 @@ def _norm_kind(n):
     o = op(n)
     if o in NORMS:
         return None, None
+    if lse.softmax_of(n) is not None:
+        return lse.softmax_of(n)[0], None  # exp(e - logsumexp e): a softmax written out
     if o in alignments.CLAMPS or o == "pow":
         sparse = alignments.sparse_norm(n)
         if sparse:
@@ -193,6 +195,8 @@ def _read_node(r, graph, n) -> Attention | None:
         return patterns.read_sdpa(r, n)
     if op(n) == "div" and (edges := graphs.read(r, n)) is not None:
         return edges  # a softmax over each node's incoming edges (GAT)
+    if lsh_chunks.rounds_of(r, n) is not None:
+        return None  # LSH's rounds weighted by their normalisers: part of its attention
     kind = _norm_kind(n)
     if kind is False:
         return None
