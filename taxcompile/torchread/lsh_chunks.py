@@ -34,16 +34,25 @@ def _integer(node) -> bool:
     return v is not None and hasattr(v, "dtype") and not v.dtype.is_floating_point
 
 
-def _int_ancestors(node, depth: int = 16, stop=SORTS) -> list:
+def _sorted_values(node) -> bool:
+    """Whether ``node`` is a sort's sorted values (its first output), not its indices."""
+    return op(node) == "getitem" and len(node.args) > 1 and node.args[1] == 0 \
+        and bool(tensor_args(node)) and op(tensor_args(node)[0]) in SORTS
+
+
+def _int_ancestors(node, depth: int = 16, values: bool = False) -> list:
     """``node``'s ancestors through integer-valued nodes alone (indices, buckets, codes),
-    breadth first, not through the ops of ``stop``."""
+    breadth first, not through a sort (its indices are positions), but where ``values``
+    through a sort's sorted values to what it sorted (sorted codes are codes)."""
     seen, frontier = [], [node]
     for _ in range(depth):
         nxt = []
         for n in frontier:
-            if op(n) in stop and n is not node:
+            if op(n) in SORTS and n is not node:
                 continue
             for a in tensor_args(n):
+                if values and _sorted_values(n):
+                    a = tensor_args(a)[0] if tensor_args(a) else a  # past the sort
                 if a not in seen and _integer(a):
                     seen.append(a)
                     nxt.append(a)
@@ -139,9 +148,9 @@ def scores_input(norm):
     return args[0] if op(norm) in ("softmax", "log_softmax") and args else None
 
 
-def sorted_scores(r, norm):
-    """(scores, the q and k gathers, sort, hash, look-back) where ``norm`` normalises scores
-    of queries and keys gathered in one order sorted by a hash key; None otherwise."""
+def _gathered_scores(r, norm):
+    """(scores, q's (gather, sort, look-back), k's) where ``norm``'s scores multiply queries
+    and keys both gathered by one sort; None otherwise."""
     e = scores_input(norm)
     prod = _producer(r, e) if e is not None else None
     if prod is None:
@@ -149,6 +158,38 @@ def sorted_scores(r, norm):
     q, k = (_sorted_source(r, a) for a in tensor_args(prod)[:2])
     if q is None or k is None or q[1] is not k[1]:
         return None
+    return prod, q, k
+
+
+def unread(r, norm):
+    """Why ``norm``'s alignment is not read, where its queries and keys are gathered by one
+    sort and cut into chunks shorter than the sorted sequence, but no hash keys that sort
+    (or the rest of LSH's sorted chunks is missing): which keys a query meets follows the
+    sort, and a guess (every key, or the chunks taken for heads) would misread it. None
+    where the scores are no such chunks."""
+    got = _gathered_scores(r, norm)
+    if got is None:
+        return None
+    prod, (gq, sort, _), _ = got
+    s, n = shape(prod) or (), (shape(tensor_args(sort)[0]) if tensor_args(sort) else None) or ()
+    if not (s and n and isinstance(s[-1], int) and isinstance(n[-1], int) and s[-1] < n[-1]):
+        return None
+    hashed = _hash_of(r, tensor_args(sort)[0]) if tensor_args(sort) else None
+    what = ("no hash argmax([xR; -xR]) keys that sort" if hashed is None else
+            "the rest of LSH's sorted chunks (the values in that order, the contexts put back) "
+            "is not found")
+    return (f"`{gq.name}` gathers the queries and keys in the order of `{sort.name}` and the "
+            f"scores `{prod.name}` meet {s[-1]} of its {n[-1]} sorted positions, but {what}: "
+            "which keys a query meets follows that order, not read here")
+
+
+def sorted_scores(r, norm):
+    """(scores, the q and k gathers, sort, hash, look-back) where ``norm`` normalises scores
+    of queries and keys gathered in one order sorted by a hash key; None otherwise."""
+    got = _gathered_scores(r, norm)
+    if got is None:
+        return None
+    prod, q, k = got
     sort = q[1]
     h = _hash_of(r, tensor_args(sort)[0]) if tensor_args(sort) else None
     if h is None:
@@ -187,8 +228,8 @@ def _bucket_compare(r, masks, h):
     for m in masks:
         for a in [m, *ancestors(m, 12)]:
             args = tensor_args(a)
-            if op(a) == "eq" and len(args) == 2 and all(
-                    h in [x, *_int_ancestors(x, 20)] for x in args if _integer(x)) \
+            if op(a) in ("eq", "ne") and len(args) == 2 and all(
+                    h in [x, *_int_ancestors(x, 20, values=True)] for x in args if _integer(x)) \
                     and all(_integer(x) for x in args):
                 return a
     return None

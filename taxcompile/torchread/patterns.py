@@ -332,6 +332,9 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     if biases:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
     pattern, al_why = align or read_align(r, norm, masks, scored, app) or (None, "")
+    if pattern != lsh_chunks.PATTERN and (unread := lsh_chunks.unread(r, norm)) is not None:
+        a.recognised, a.why_not = False, unread  # chunks of a sorted order that is no LSH's
+        return
     pattern, al_why = alignments.windowed(pattern, al_why, norm, k, values)
     gauss = alignments.gaussian(r, norm, app) \
         if pattern in ("softmax_over_scores", "banded_position_mask", alignments.WINDOWS) \
