@@ -36,13 +36,15 @@ class Reformer(nn.Module):
     positions' order and the rounds weighted by exp(lse_r - logsumexp_r lse_r).
 
     The near misses: ``sort_by="position"`` (fixed blocks of positions: the hash, if any,
-    orders nothing), ``hashed=False`` (no hash at all: blocks of positions)."""
+    orders nothing), ``hashed=False`` (no hash at all: blocks of positions),
+    ``put_back=False`` (the contexts left in the sorted order)."""
 
     def __init__(self, d=16, heads=2, buckets=4, rounds=2, chunk=4, bucket_mask=True,
-                 norm="lse", sort_by="hash", hashed=True):
+                 norm="lse", sort_by="hash", hashed=True, put_back=True):
         super().__init__()
         self.h, self.nb, self.rounds, self.chunk = heads, buckets, rounds, chunk
         self.bucket_mask, self.norm, self.sort_by, self.hashed = bucket_mask, norm, sort_by, hashed
+        self.put_back = put_back
         self.qk, self.v = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
         self.out = nn.Linear(d, d)
         self.register_buffer("rot", _x(rounds, d // heads, buckets // 2, seed=5))
@@ -69,7 +71,7 @@ class Reformer(nn.Module):
         key = L * buckets + ticker % L if self.sort_by == "hash" else ticker
         skey, sorted_at = key.sort(-1)
         st = ticker.gather(1, sorted_at)  # the sorted positions, round by round
-        undo = st.sort(-1)[1]
+        undo = st.sort(-1)[1] if self.put_back else ticker  # the near miss: left sorted
 
         def sort(t):
             return t.gather(1, (st % L).unsqueeze(-1).expand(-1, -1, t.shape[-1]))
@@ -199,6 +201,14 @@ def test_chunks_of_positions_are_no_lsh(kw):
     _not_lsh(res)
     assert not res.recognised, res.text()
     assert "meet 8 of its 32 sorted positions, but no hash" in res.attentions[0].why_not
+
+
+def test_contexts_left_in_the_sorted_order_are_refused():
+    """Near miss: hashed, sorted and chunked, but no context goes back to its position
+    (each row of the output is some other position's): the rest of LSH is not found."""
+    res = taxcompile.classify(Reformer(put_back=False).eval(), (_x(2, 16, 16, seed=3),))
+    _not_lsh(res)
+    assert not res.recognised and "contexts put back" in res.attentions[0].why_not, res.text()
 
 
 class Blocks(nn.Module):

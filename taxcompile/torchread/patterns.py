@@ -236,7 +236,7 @@ def _softmax(r, norm, masks, scored, app):
 # Alignment patterns over a normalisation of scores and the masks on its input, tried in
 # this order; each returns the reason, or None where it does not match.
 ALIGN_PATTERNS = {
-    "topk_of_scores": _topk, lsh.PATTERN: _hashed, lsh_chunks.PATTERN: _hash_sorted,
+    "topk_of_scores": _topk, lsh_chunks.PATTERN: _hash_sorted, lsh.PATTERN: _hashed,
     "policy_mask": _policy,
     "banded_position_mask": _band,
     "sigmoid_over_scores_times_values": _sigmoid_weights, "sigmoid_per_key": _sigmoid_gate,
