@@ -37,7 +37,8 @@ class Reformer(nn.Module):
 
     The near misses: ``sort_by="position"`` (fixed blocks of positions: the hash, if any,
     orders nothing), ``hashed=False`` (no hash at all: blocks of positions),
-    ``put_back=False`` (the contexts left in the sorted order)."""
+    ``put_back=False`` (the contexts left in the sorted order); ``put_back="scatter"``
+    writes each sorted row at its position instead of gathering by the inverse order."""
 
     def __init__(self, d=16, heads=2, buckets=4, rounds=2, chunk=4, bucket_mask=True,
                  norm="lse", sort_by="hash", hashed=True, put_back=True):
@@ -95,9 +96,15 @@ class Reformer(nn.Module):
         else:
             w = dots.softmax(-1)
         o = (w @ look_back(sv)).reshape(BH, R * L, -1)
-        o = o.gather(1, undo.unsqueeze(-1).expand(-1, -1, o.shape[-1])).view(BH, R, L, -1)
+        if self.put_back == "scatter":  # each sorted row written at its position
+            o = torch.zeros_like(o).scatter(1, st.unsqueeze(-1).expand_as(o), o)
+            lse = torch.zeros(BH, R * L, dtype=o.dtype).scatter(1, st, lse.reshape(BH, -1))
+        else:
+            o = o.gather(1, undo.unsqueeze(-1).expand(-1, -1, o.shape[-1]))
+            lse = lse.reshape(BH, R * L).gather(1, undo) if self.norm == "lse" else None
+        o = o.view(BH, R, L, -1)
         if self.norm == "lse":
-            lse = lse.reshape(BH, R * L).gather(1, undo).view(BH, R, L)
+            lse = lse.view(BH, R, L)
             p = torch.exp(lse - torch.logsumexp(lse, 1, keepdim=True))
             c_ = (o * p.unsqueeze(-1)).sum(1)
         else:
@@ -156,11 +163,16 @@ def test_the_layer_is_lsh_attention():
     x = _x(2, 16, 16, seed=3).double()
     assert len(set(m.hash(m.split(m.qk(x))).flatten().tolist())) > 4
     assert torch.allclose(m(x), _oracle(m, x), atol=1e-9)
+    m.put_back = "scatter"
+    assert torch.allclose(m(x), _oracle(m, x), atol=1e-9)
 
 
-@pytest.mark.parametrize("bucket_mask", [True, False], ids=["bucket_mask", "chunks_alone"])
-def test_a_reformer_layer_written_by_hand_reads_as_lsh(bucket_mask):
-    res, got = _read(Reformer(bucket_mask=bucket_mask).eval(), _x(2, 16, 16, seed=3))
+@pytest.mark.parametrize("bucket_mask, put_back", [(True, True), (False, True),
+                                                   (True, "scatter")],
+                         ids=["bucket_mask", "chunks_alone", "scattered_back"])
+def test_a_reformer_layer_written_by_hand_reads_as_lsh(bucket_mask, put_back):
+    res, got = _read(Reformer(bucket_mask=bucket_mask, put_back=put_back).eval(),
+                     _x(2, 16, 16, seed=3))
     assert len(got) == 1 and len(res.attentions) == 1, res.text()  # the rounds' softmax is part of it
     a = got[0]
     assert a.names == {"score": "scaled_multiplicative", "align": "lsh"}, res.text()

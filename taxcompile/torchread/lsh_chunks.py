@@ -101,7 +101,7 @@ def _sorted_source(r, node, depth: int = 24):
 
 def _producer(r, x):
     """The scores' matmul back from a normalisation's input, through moves, masks, scalings
-    and the rounds' count (``_counted``); None where something else computes them."""
+    and the rounds' count (``counted``); None where something else computes them."""
     for _ in range(40):
         o, args = op(x), tensor_args(x)
         if o == "matmul" and len(args) >= 2:
@@ -257,8 +257,9 @@ def read(r, norm, masks, app):
     how = "exp(e - logsumexp e)" if lse.softmax_of(norm) is not None else "a softmax"
     parts = [f"`{h.name}` hashes each position, argmax([xR; -xR]) with `{rot[0].name}` "
              f"turning it by `{lsh._moved(rot[1]).name}` (read from no input, a random rotation)",
-             f"`{sort.name}` sorts the positions by bucket and `{gq.name}`, `{gk.name}`, "
-             f"`{vals[0].name}` gather the queries, keys and values in that order"]
+             f"`{sort.name}` sorts the positions by bucket and "
+             + ", ".join(f"`{g.name}`" for g in dict.fromkeys((gq, gk, vals[0])))
+             + " gather the queries, keys and values in that order"]
     if chunked:
         parts.append(f"the scores `{prod.name}` meet {s[-1]} of the {hs[-1]} sorted keys "
                      "(chunks" + (f", each beside the one before, `{back.name}`)" if back
@@ -291,6 +292,9 @@ def rounds_of(r, norm):
             x = data[0] if len(data) == 1 else None
         elif (op(x) in _MOVES or op(x) in GATHERS) and args:
             x = args[0]
+        elif op(x) in SCATTERS and len(args) >= 2:
+            data = [a for a in args[1:] if not _integer(a)]  # the rows written back
+            x = data[0] if len(data) == 1 else None
         else:
             return None
     return None
