@@ -155,8 +155,8 @@ def _norm_kind(n):
     o = op(n)
     if o in NORMS:
         return None, None
-    if lse.softmax_of(n) is not None:
-        return lse.softmax_of(n)[0], None  # exp(e - logsumexp e): a softmax written out
+    if (soft := lse.softmax_of(n)) is not None and soft[1] == len(shape(n) or ()) - 1:
+        return soft[0], None  # exp(e - logsumexp e) over the last axis: a softmax written out
     if o in alignments.CLAMPS or o == "pow":
         sparse = alignments.sparse_norm(n)
         if sparse:
