@@ -27,11 +27,8 @@ SUITE = {("align", "sigmoid_attn"), ("align", "lightconv"), ("trait", "different
 PATHS = ("weights", "fast")
 CONCAT = ("the concat score without a query, w^T W k, has no activation, and the pattern "
           "reads a learned vector over an activation")
-LSH = ("LSH's fast path sorts the positions by bucket, gathers chunks and normalises each "
-       "by exp(e - logsumexp e): no softmax node, and a score over gathered q and k")
 EXPECTED_FAILURES = {  # (kind, name, path) -> why
     **{("score", "concat", p): CONCAT for p in PATHS},
-    ("align", "lsh", "fast"): LSH,
 }
 
 

@@ -28,8 +28,6 @@ SUITE = {  # one per family of what is read: scores, alignments, heads, query ty
     "examples/jaegle2021_perceiver.attn:perceiver"}
 
 EXPECTED_FAILURES = {  # "file:model" -> why
-    'examples/kitaev2020_reformer.attn:kitaev2020_reformer':
-        'attention not recognised: the score gather_7 (gather) before _softmax matches no score pattern',
 }
 
 

@@ -212,7 +212,7 @@ ALIGNS: dict[str, Mechanism] = {m.name: m for m in (
               template="align/lsh.py.j2", helpers=("masked_softmax", "lsh_buckets",
                                                    "lsh_context"),
               needs=("H",), fast="chunks", normalised=True, by_query_index=True,
-              shared_qk=True, caps=("score_terms",), recognised_by=("hashed_bucket_mask",),
+              shared_qk=True, caps=("score_terms",), recognised_by=("hashed_bucket_mask", "hash_sorted_chunks"),
               outside_matrix="hashes the queries and the keys alike: the query must be the keys",
               # what the sort-and-chunk path does not compute (and the explicit path must
               # give the same numbers)

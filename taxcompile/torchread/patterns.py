@@ -9,7 +9,8 @@ code and reads that record back."""
 from __future__ import annotations
 
 from .. import mechanisms
-from . import alignments, coverage, heads, inplace, lsh, records, routing, scores, talking
+from . import (alignments, coverage, heads, inplace, lse, lsh, lsh_chunks, records, routing,
+               scores, talking)
 from .alignments import banded, kernel_reason
 from .found import Attention
 from .axes import follow
@@ -47,6 +48,8 @@ def score_path(r, norm, start=None):
             x = args[0]  # scores clamped below a bound before a threshold (sparsemax's)
         elif o == "sub" and len(args) == 2 and op(_unclamped(args[1])) in ("max", "amax"):
             x = args[0]  # z - max(z): a shift for stability, no bias
+        elif o == "sub" and len(args) == 2 and lsh_chunks.counted(r, args[1]):
+            x = args[0]  # e - log n: LSH's key met in n rounds, counted once over them
         elif o in ("mul", "div") and len(args) == 1:
             if not _unit(x):
                 scales.append(x)
@@ -185,6 +188,10 @@ def _hashed(r, norm, masks, scored, app):
     return lsh.reason(r, got) if got is not None else None
 
 
+def _hash_sorted(r, norm, masks, scored, app):
+    return lsh_chunks.read(r, norm, masks, app)
+
+
 def _policy(r, norm, masks, scored, app):
     picked = alignments.policy(r, norm, masks)
     return picked[1] if picked is not None else None
@@ -222,13 +229,16 @@ def _sigmoid_gate(r, norm, masks, scored, app):
 
 def _softmax(r, norm, masks, scored, app):
     base = {"softmax": "softmax", "log_softmax": "log-softmax"}.get(op(norm))
+    if base is None and lse.softmax_of(norm) is not None:
+        base = "softmax, exp(e - logsumexp e),"
     return _over_every_key(f"`{norm.name}` is a {base} over every key", masks) if base else None
 
 
 # Alignment patterns over a normalisation of scores and the masks on its input, tried in
 # this order; each returns the reason, or None where it does not match.
 ALIGN_PATTERNS = {
-    "topk_of_scores": _topk, lsh.PATTERN: _hashed, "policy_mask": _policy,
+    "topk_of_scores": _topk, lsh_chunks.PATTERN: _hash_sorted, lsh.PATTERN: _hashed,
+    "policy_mask": _policy,
     "banded_position_mask": _band,
     "sigmoid_over_scores_times_values": _sigmoid_weights, "sigmoid_per_key": _sigmoid_gate,
     "softmax_over_scores": _softmax,
@@ -323,6 +333,9 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     if biases:
         why += f"; a position or bias term is added ({', '.join(f'`{b.name}`' for b in biases)})"
     pattern, al_why = align or read_align(r, norm, masks, scored, app) or (None, "")
+    if pattern != lsh_chunks.PATTERN and (unread := lsh_chunks.unread(r, norm)) is not None:
+        a.recognised, a.why_not = False, unread  # chunks of a sorted order that is no LSH's
+        return
     pattern, al_why = alignments.windowed(pattern, al_why, norm, k, values)
     gauss = alignments.gaussian(r, norm, app) \
         if pattern in ("softmax_over_scores", "banded_position_mask", alignments.WINDOWS) \
@@ -341,7 +354,10 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     v["scoring"] = (reading, why)
     v["alignment"] = (al.reading, al_why)
     v["query_type"] = query_type(r, q, k)
-    _heads(norm, k, diff, a)
+    if pattern == lsh_chunks.PATTERN:
+        _sorted_heads(r, k, a)  # the weights hold rounds and chunks: heads read from the keys
+    else:
+        _heads(norm, k, diff, a)
     if not a.recognised:
         return
     s = shape(norm) or ()
@@ -377,6 +393,15 @@ def _heads(norm, k, diff, a) -> None:
         a.names[rec.kind] = rec.name  # two maps of one normalisation; apart, each is read
     a.values["query_multiplicity"] = multi
     a.heads, a.kv_heads = heads.number(norm, k, diff)
+
+
+def _sorted_heads(r, k, a) -> None:
+    h, why = lsh_chunks.heads(r, k)
+    if h is None:
+        a.recognised, a.why_not = False, why
+        return
+    a.values["query_multiplicity"] = ("Multi-Head" if h > 1 else "Singular", why)
+    a.heads, a.kv_heads = h, None
 
 
 def read_sdpa(r, node):

@@ -11,8 +11,8 @@ Once each is read, ``queries`` reads query types and hops over all of them. Each
 graph patterns of ``patterns``, which the registry's records name (``recognised_by``)."""
 from __future__ import annotations
 
-from . import (alignments, coverage, crf, feature_dims, graphs, inplace, patterns, pointer,
-               queries, talking)
+from . import (alignments, coverage, crf, feature_dims, graphs, inplace, lse, lsh_chunks,
+               patterns, pointer, queries, talking)
 from .found import Attention
 from .normalise import TRANSPARENT, is_bool, op, shape, source_line, strip, tensor_args
 
@@ -167,6 +167,8 @@ def _norm_kind(r, n):
     o = op(n)
     if o in NORMS:
         return None, None
+    if (soft := lse.softmax_of(n)) is not None and soft[1] == len(shape(n) or ()) - 1:
+        return soft[0], None  # exp(e - logsumexp e) over the last axis: a softmax written out
     if o in alignments.CLAMPS or o == "pow":
         sparse = alignments.sparse_norm(n)
         if sparse:
@@ -205,6 +207,8 @@ def _read_node(r, graph, n) -> Attention | None:
         return patterns.read_sdpa(r, n)
     if op(n) == "div" and (edges := graphs.read(r, n)) is not None:
         return edges  # a softmax over each node's incoming edges (GAT)
+    if lsh_chunks.rounds_of(r, n) is not None:
+        return None  # LSH's rounds weighted by their normalisers: part of its attention
     kind = _norm_kind(r, n)
     if kind is False:
         return None
