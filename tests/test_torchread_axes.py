@@ -228,3 +228,49 @@ def test_blocks_of_queries_that_see_every_key_are_global_and_not_heads():
     torch.testing.assert_close(m(x).double(), _blocks_reference(m, x), rtol=1e-5, atol=1e-6)
     (a,) = taxcompile.classify(m, (x,)).attentions
     assert a.values["alignment"][0] == "Global" and a.heads == 1, a.values
+
+
+class Sentences(nn.Module):
+    """Self-attention over the words of each sentence of a document, x: (B, T, L, D) with T
+    sentences: one learned projection for all of them; ``heads`` split from the features
+    after it, (B, T, H, L, L)."""
+
+    def __init__(self, heads=1):
+        super().__init__()
+        self.h = heads
+        self.q, self.k, self.v = (nn.Linear(D, D) for _ in range(3))
+
+    def forward(self, x):
+        B, T, L, _ = x.shape
+        h, d = self.h, D // self.h
+
+        def split(t):  # (B, T, L, D) -> (B, T, H, L, d), or as it is with one head
+            return t.view(B, T, L, h, d).transpose(2, 3) if h > 1 else t
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        c = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), -1) @ v
+        return c.transpose(2, 3).reshape(B, T, L, D) if h > 1 else c
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_an_input_axis_projected_alike_is_no_heads_axis(heads):
+    m = Sentences(heads).eval()
+    x = _x(2, 3, 5, D)
+    torch.testing.assert_close(m(x).double(), _reference(m, x), rtol=1e-5, atol=1e-6)
+    (a,) = taxcompile.classify(m, (x,)).attentions
+    # one head: the 3 sentences read as 3 heads before
+    assert a.heads == heads, a.values["query_multiplicity"]
+
+
+class Bare(nn.Module):
+    """Attention over given q, k, v of shape (B, H, L, d): no learned map says what axis 1
+    holds, so it is read as heads, as before."""
+
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) / 2.0, -1) @ v
+
+
+def test_given_per_head_streams_are_still_heads():
+    q, k, v = _x(2, 4, 5, 4), _x(2, 4, 5, 4, seed=1), _x(2, 4, 5, 4, seed=2)
+    (a,) = taxcompile.classify(Bare(), (q, k, v)).attentions
+    assert a.heads == 4 and a.values["query_multiplicity"][0] == "Multi-Head"

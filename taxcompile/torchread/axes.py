@@ -70,6 +70,16 @@ class Split:
         return rank >= 2 and self.axis == rank - 1
 
 
+@dataclass(frozen=True)
+class Origin:
+    """A graph input (placeholder) whose axis ``axis`` the followed one is, whole, and the
+    learned maps (linear layers, products with a weight) it passed on the way, each
+    applied alike along it."""
+    node: object
+    axis: int
+    maps: tuple
+
+
 def _prod(dims):
     return math.prod(dims) if sized(*dims) else None
 
@@ -94,21 +104,25 @@ def _through_view(a, b, axis: int, lo: int, size: int):
     return None
 
 
-def follow(node, axis: int, target=None, operand: int = 1, depth: int = 40):
+def follow(node, axis: int, target=None, operand: int = 1, depth: int = 40, is_param=None):
     """Where ``node``'s ``axis`` comes from: the ``Split`` nearest ``node`` after which it is
-    never a whole axis again (the reshape that cut it from a larger axis of its input); with
+    never a whole axis again (the reshape that cut it from a larger axis of its input), or
+    the ``Origin`` (an input's own axis, never cut on the way); with
     ``target`` (an ancestor), the axis it is in ``target`` (an int) where it is a whole axis
-    there. None where it is never cut (an input's own axis) or is lost (a reduction, a merge
-    of it with others, an op not followed). Through a matmul, the rows follow the first
-    operand, the columns the second, the batch axes ``operand`` (0 or 1)."""
+    there. None where it is lost (a reduction, a merge of it with others, an op not
+    followed). Through a matmul, the rows follow the first
+    operand, the columns the second, the batch axes ``operand`` (0 or 1). ``is_param``
+    (the reader's) tells the learned weights of maps passed on the way."""
     s = shape(node)
     if s is None or not 0 <= axis < len(s):
         return None
-    n, lo, size, cut = node, 1, s[axis], None
+    n, lo, size, cut, maps = node, 1, s[axis], None, []
     for _ in range(depth):
         s, args, o = shape(n), tensor_args(n), op(n)
         if n is target:
             return axis if cut is None and lo == 1 and same([size], [s[axis]]) else None
+        if n.op == "placeholder" and cut is None and lo == 1 and target is None:
+            return Origin(n, axis, tuple(maps))
         if s is None or not args or shape(args[0]) is None:
             break
         a, order = shape(args[0]), axis_order(n)
@@ -125,8 +139,19 @@ def follow(node, axis: int, target=None, operand: int = 1, depth: int = 40):
             if not whole and cut is None:
                 cut = Split(n, j, a[j], size, 0 if lo * size == a[j] else 1 if lo == 1 else 2)
             n, axis, cut = args[0], j, None if whole else cut
+        elif o == "linear" and axis < len(s) - 1 and len(args) >= 2:
+            x = args[1] if len(args) == 3 and "addmm" in str(n.target) else args[0]
+            sx = shape(x)
+            if sx is None or len(sx) != len(s) or not same([sx[axis]], [s[axis]]):
+                break
+            w = args[2] if x is args[1] else args[1]  # addmm(bias, x, w^T), linear(x, w, b)
+            if is_param is None or _weight(w, is_param):
+                maps.append(n)  # a learned map of the features, applied alike along the axis
+            n = x
         elif o == "matmul" and len(args) >= 2:
             which = 0 if axis == len(s) - 2 else 1 if axis == len(s) - 1 else operand
+            if which == 0 and is_param is not None and _weight(args[1], is_param):
+                maps.append(n)  # x W: a learned map of the features, alike along the rows
             sx = shape(args[which])
             j = axis - (len(s) - len(sx)) if sx is not None else -1
             if j < 0 or not same([sx[j]], [s[axis]]):
@@ -140,6 +165,18 @@ def follow(node, axis: int, target=None, operand: int = 1, depth: int = 40):
         else:
             break
     return cut if target is None else None
+
+
+def _weight(node, is_param) -> bool:
+    """Whether ``node`` is a learned weight (a parameter through moves)."""
+    for _ in range(4):
+        if is_param(node):
+            return True
+        args = tensor_args(node)
+        if op(node) not in TRANSPARENT or not args:
+            return False
+        node = args[0]
+    return False
 
 
 def _carrier(node, axis: int):

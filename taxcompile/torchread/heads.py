@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from .blocks import sliding_unfold
-from .axes import Split, follow, sized
+from .axes import Origin, Split, follow, sized
 from .normalise import TRANSPARENT, op, shape, tensor_args
 
 # Ops between a normalisation and one operand of a difference of its maps: moves, slices,
@@ -16,11 +16,11 @@ from .normalise import TRANSPARENT, op, shape, tensor_args
 _TO_DIFF = TRANSPARENT | {"mul", "div", "where"}
 
 
-def read(norm, keys, diff=None, what: str = ""):
+def read(norm, keys, diff=None, what: str = "", is_param=None):
     """(label, reason) of query multiplicity, or None where ``diff`` (a difference of two maps
     before the values; ``what``: the mechanism's name) leaves the number of heads unread:
-    refused rather than guessed."""
-    h, why = _maps(norm, keys)
+    refused rather than guessed. ``is_param``: the reader's, to tell a learned map's weight."""
+    h, why = _maps(norm, keys, is_param)
     if h is None:
         return None
     if diff is not None:
@@ -44,10 +44,10 @@ def read(norm, keys, diff=None, what: str = ""):
     return "Multi-Head", why
 
 
-def number(norm, keys, diff=None):
+def number(norm, keys, diff=None, is_param=None):
     """(query heads, key/value heads or None where each query head has its own), as
     ``read`` counts them; (None, None) where it refuses."""
-    h, _ = _maps(norm, keys)
+    h, _ = _maps(norm, keys, is_param)
     if h is None:
         return None, None
     if diff is not None:
@@ -73,7 +73,7 @@ def refusal(norm, diff, what: str = "", keys=None) -> str:
             "maps is not read from the graph: the number of heads would be a guess")
 
 
-def _maps(norm, keys) -> tuple[int, str]:
+def _maps(norm, keys, is_param=None) -> tuple[int, str]:
     """(the maps the normalisation holds, reason): heads before any difference."""
     s = shape(norm)
     split = _split_heads(keys) if keys is not None and s and len(s) == 3 else None
@@ -98,7 +98,25 @@ def _maps(norm, keys) -> tuple[int, str]:
         return _chunked_heads(norm, cut)
     if not s or len(s) < 4 or s[-3] in (1, None):
         return 1, f"`{norm.name}` has one head (weights of shape {list(s or [])})"
+    if (batch := _input_axis(norm, len(s) - 3, is_param)) is not None:
+        return 1, batch
     return s[-3], f"`{norm.name}` weighs {s[-3]} heads (weights of shape {list(s)})"
+
+
+def _input_axis(norm, axis: int, is_param) -> str | None:
+    """Why the weights' ``axis`` holds no heads where it is, followed back through the keys
+    and through the queries, an axis of the inputs themselves that learned maps project
+    alike (documents' sentences, (B, T, L, D) inputs); None otherwise (an input of
+    (B, H, L, d) used as it is may hold heads: not told apart)."""
+    start = tensor_args(norm)[0]
+    found = [follow(start, axis, operand=o, is_param=is_param) for o in (1, 0)]
+    if not all(isinstance(f, Origin) and f.maps and not (is_param and is_param(f.node))
+               for f in found):
+        return None
+    maps = ", ".join(f"`{m.name}`" for m in dict.fromkeys(m for f in found for m in f.maps))
+    return (f"`{norm.name}` has one head (weights of shape {list(shape(norm))}: axis {axis} is "
+            f"axis {found[1].axis} of the input `{found[1].node.name}`, which the learned maps "
+            f"{maps} project alike: a batch of sequences, not heads)")
 
 
 def _positions_cut(norm):

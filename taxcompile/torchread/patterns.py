@@ -357,7 +357,7 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
     if pattern == lsh_chunks.PATTERN:
         _sorted_heads(r, k, a)  # the weights hold rounds and chunks: heads read from the keys
     else:
-        _heads(norm, k, diff, a)
+        _heads(norm, k, diff, a, r.is_param)
     if not a.recognised:
         return
     s = shape(norm) or ()
@@ -373,7 +373,7 @@ def read(r, norm, app, values, a, start=None, align=None, diff=None) -> None:
         v["dimensionality"] = ("Single-Dimensional", f"`{app.name}` gives one weight per value")
 
 
-def _heads(norm, k, diff, a) -> None:
+def _heads(norm, k, diff, a, is_param=None) -> None:
     """Query multiplicity and the heads, with the record a difference of two maps of one
     normalisation gives (its name under the record's kind in ``a.names``; two
     normalisations subtracted are each read as an attention), or why the heads are not
@@ -384,7 +384,7 @@ def _heads(norm, k, diff, a) -> None:
         a.why_not = f"`{diff.name}` subtracts maps of `{norm.name}`, which no pattern reads"
         return
     what = records.title(rec) if rec is not None else ""
-    multi = heads.read(norm, k, diff, what)
+    multi = heads.read(norm, k, diff, what, is_param)
     if multi is None:
         a.recognised = False
         a.why_not = heads.refusal(norm, diff, what, k)
@@ -392,7 +392,7 @@ def _heads(norm, k, diff, a) -> None:
     if rec is not None and (heads.maps_per_head(norm, diff) or 1) > 1:
         a.names[rec.kind] = rec.name  # two maps of one normalisation; apart, each is read
     a.values["query_multiplicity"] = multi
-    a.heads, a.kv_heads = heads.number(norm, k, diff)
+    a.heads, a.kv_heads = heads.number(norm, k, diff, is_param)
 
 
 def _sorted_heads(r, k, a) -> None:
