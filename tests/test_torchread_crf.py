@@ -129,6 +129,11 @@ def test_crf_marginals_written_by_hand_read_as_crf(weights, normalize):
     assert "forward recursion" in why and "backward" in why and "transitions" in why
     assert ("normalised" in why) == normalize
     assert a.align_args == ({"normalize": True} if normalize else {})
+    from taxcompile.torchread.schema import TorchClassification, dump
+
+    # the JSON answer carries it too (it was left out)
+    (got,) = TorchClassification.model_validate_json(dump(res)).attentions
+    assert got.parameters == ({"normalize": True} if normalize else {})
 
 
 def test_a_crf_over_the_keys_of_self_attention_is_read():

@@ -27,6 +27,9 @@ class FoundAttention(_Out):
     registry: dict[str, str] = Field(description="'score', 'align' and, where one is read, "
                                      "'trait' (a mechanism on the heads): the names of "
                                      "taxcompile's mechanism registry")
+    parameters: dict[str, bool | int | float | str] = Field(
+        default_factory=dict, description="the alignment's parameters read from the graph "
+        "where they are not the registry's defaults (a CRF's `normalize`)")
     nodes: list[str]
     source: list[str] = Field(description="source lines, where the graph keeps them")
 
@@ -51,6 +54,7 @@ def dump(res) -> str:
         attentions=[FoundAttention(
             norm=a.norm, applied_by=a.applied_by, recognised=a.recognised, why_not=a.why_not,
             values={d: Reading(value=v, because=w) for d, (v, w) in a.values.items()},
-            registry=dict(a.names), nodes=list(a.nodes), source=list(a.source))
+            registry=dict(a.names), parameters=dict(a.align_args), nodes=list(a.nodes),
+            source=list(a.source))
             for a in res.attentions])
     return out.model_dump_json(indent=2)
