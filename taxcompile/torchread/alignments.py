@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from . import blocks
-from .normalise import TRANSPARENT, op, shape, strip, tensor_args
+from .normalise import TRANSPARENT, op, shape, strip, tensor_args, through_moves
 
 CLAMPS = {"clamp", "clamp_min", "relu"}
 # A pick of one key by its weights or scores: hard attention (eq. 26).
@@ -93,14 +93,7 @@ def banded(app) -> bool:
 def windows(node) -> bool:
     """Whether ``node`` is sliding windows of a sequence (``unfold``) through moves: the
     operand a kernel's taps multiply in a convolution written as a product."""
-    for _ in range(12):
-        if op(node) == "unfold":
-            return True
-        args = tensor_args(node)
-        if op(node) not in TRANSPARENT or not args:
-            return False
-        node = args[0]
-    return False
+    return through_moves(node, lambda n: op(n) == "unfold")
 
 
 def kernel_reason(norm, prod, app, title: str, reading: str) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .normalise import TRANSPARENT, is_bool, op, shape, tensor_args
+from .normalise import TRANSPARENT, is_bool, op, shape, tensor_args, through_moves
 
 # ops that keep every axis where it is (an elementwise op broadcasts a smaller operand from
 # the right)
@@ -169,14 +169,7 @@ def follow(node, axis: int, target=None, operand: int = 1, depth: int = 40, is_p
 
 def _weight(node, is_param) -> bool:
     """Whether ``node`` is a learned weight (a parameter through moves)."""
-    for _ in range(4):
-        if is_param(node):
-            return True
-        args = tensor_args(node)
-        if op(node) not in TRANSPARENT or not args:
-            return False
-        node = args[0]
-    return False
+    return through_moves(node, is_param, 4)
 
 
 def _carrier(node, axis: int):

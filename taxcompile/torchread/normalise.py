@@ -151,3 +151,15 @@ def normalised(node) -> object | None:
                 return n
     return None
 
+
+def through_moves(node, test, depth: int = 12) -> bool:
+    """Whether ``test`` holds for ``node`` or for a node it is, back through moves alone
+    (TRANSPARENT ops, first operand), within ``depth`` steps."""
+    for _ in range(depth):
+        if test(node):
+            return True
+        args = tensor_args(node)
+        if op(node) not in TRANSPARENT or not args:
+            return False
+        node = args[0]
+    return False
