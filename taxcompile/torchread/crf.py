@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 
+from .axes import sized
 from .normalise import TRANSPARENT, op, shape as _shape, tensor_args
 
 PATTERN = "forward_backward_marginals"
@@ -44,7 +45,7 @@ def _static(node):
     sizes, and a size known only at run time is never compared (that would guard on
     data)."""
     s = _shape(node)
-    return s if s is not None and all(type(d) is int for d in s) else None
+    return s if s is not None and sized(*s) else None
 
 
 def found(r) -> dict:

@@ -17,16 +17,21 @@ _TO_DIFF = TRANSPARENT | {"mul", "div", "where"}
 
 
 def read(norm, keys, diff=None, what: str = "", is_param=None):
-    """(label, reason) of query multiplicity, or None where ``diff`` (a difference of two maps
-    before the values; ``what``: the mechanism's name) leaves the number of heads unread:
-    refused rather than guessed. ``is_param``: the reader's, to tell a learned map's weight."""
+    """((label, reason) of query multiplicity, (query heads, key/value heads or None where
+    each query head has its own)); or (None, why) where the heads are not read: refused
+    rather than guessed (``diff``, a difference of two maps before the values whose maps are
+    not paired up; ``what``: the mechanism's name). ``is_param``: the reader's, to tell a
+    learned map's weight."""
     h, why = _maps(norm, keys, is_param)
     if h is None:
-        return None
+        return None, why
     if diff is not None:
         per = _maps_per_head(norm, diff)
         if per is None or h % per:
-            return None
+            return None, (f"`{diff.name}` subtracts maps of `{norm.name}` ({what}), but how "
+                          f"its weights of shape {list(shape(norm) or [])} divide into heads "
+                          "of two maps is not read from the graph: the number of heads would "
+                          "be a guess")
         if per > 1:
             h //= per
             why = (f"`{norm.name}` holds {h * per} maps (weights of shape "
@@ -37,40 +42,21 @@ def read(norm, keys, diff=None, what: str = "", is_param=None):
             why += (f"; `{diff.name}` subtracts another normalisation's map from these "
                     f"({what}): each map is read as an attention")
     if h == 1:
-        return "Singular", why
+        return ("Singular", why), (1, None)
     rep = _repeated(keys) if keys is not None else None
-    if rep is not None:
-        why += f"; the keys' heads are shared between query heads (`{rep.name}` repeats them)"
-    return "Multi-Head", why
-
-
-def number(norm, keys, diff=None, is_param=None):
-    """(query heads, key/value heads or None where each query head has its own), as
-    ``read`` counts them; (None, None) where it refuses."""
-    h, _ = _maps(norm, keys, is_param)
-    if h is None:
-        return None, None
-    if diff is not None:
-        per = _maps_per_head(norm, diff)
-        if per is None or h % per:
-            return None, None
-        h //= per
-    rep = _repeated(keys) if keys is not None and h > 1 else None
     if rep is None:
-        return h, None
+        return ("Multi-Head", why), (h, None)
+    why += f"; the keys' heads are shared between query heads (`{rep.name}` repeats them)"
+    return ("Multi-Head", why), (h, _kv_heads(h, rep))
+
+
+def _kv_heads(h: int, rep):
+    """The key/value heads that ``rep`` repeats into ``h`` query heads; None where its sizes
+    do not say."""
     src, dst = _numel(tensor_args(rep)[0]) if tensor_args(rep) else None, _numel(rep)
     if not src or not dst or dst % src or h % (dst // src):
-        return h, None
-    return h, h // (dst // src)
-
-
-def refusal(norm, diff, what: str = "", keys=None) -> str:
-    h, why = _maps(norm, keys)
-    if h is None:
-        return why
-    return (f"`{diff.name}` subtracts maps of `{norm.name}` ({what}), but "
-            f"how its weights of shape {list(shape(norm) or [])} divide into heads of two "
-            "maps is not read from the graph: the number of heads would be a guess")
+        return None
+    return h // (dst // src)
 
 
 def _maps(norm, keys, is_param=None) -> tuple[int, str]:

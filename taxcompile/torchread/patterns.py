@@ -384,15 +384,14 @@ def _heads(norm, k, diff, a, is_param=None) -> None:
         a.why_not = f"`{diff.name}` subtracts maps of `{norm.name}`, which no pattern reads"
         return
     what = records.title(rec) if rec is not None else ""
-    multi = heads.read(norm, k, diff, what, is_param)
+    multi, counted = heads.read(norm, k, diff, what, is_param)
     if multi is None:
-        a.recognised = False
-        a.why_not = heads.refusal(norm, diff, what, k)
+        a.recognised, a.why_not = False, counted
         return
     if rec is not None and (heads.maps_per_head(norm, diff) or 1) > 1:
         a.names[rec.kind] = rec.name  # two maps of one normalisation; apart, each is read
     a.values["query_multiplicity"] = multi
-    a.heads, a.kv_heads = heads.number(norm, k, diff, is_param)
+    a.heads, a.kv_heads = counted
 
 
 def _sorted_heads(r, k, a) -> None:
